@@ -1,0 +1,738 @@
+/*
+ * lazyattn: position-independent KV-cache reuse for RAG, in OpenCL.
+ *
+ * A cached document is stored once, its keys rotated at document-local
+ * positions; the rest of the rotation (the block's delta = logical start -
+ * stored start) is applied inside the attention kernels. See README.md and
+ * the specification for the semantics.
+ *
+ * Conventions
+ *  - Every function returns an int status: LAZYATTN_STATUS_OK (0) or a
+ *    negative lazyattn_status. lazyattn_status_string() names it and
+ *    lazyattn_last_error() gives the detail of the last failure on this
+ *    thread. Nothing in the library exits, aborts or asserts on bad input.
+ *  - Every create has a destroy; destroy(NULL) is a no-op.
+ *  - Shapes are written row-major, outermost first, right above each
+ *    function: k: [n_tokens, n_kv_heads, head_dim] f32.
+ *  - Enqueueing functions take the caller's queue (NULL = the context's
+ *    queue) and an optional cl_event *; they never wait for completion.
+ *  - Positions, deltas and lengths are int32; positions lie in
+ *    [0, LAZYATTN_MAX_POSITION] so that fp32 angles stay exact.
+ */
+#ifndef LAZYATTN_H
+#define LAZYATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(LAZYATTN_BUILD_SHARED)
+#define LAZYATTN_API __declspec(dllexport)
+#elif defined(__GNUC__) && (defined(LAZYATTN_BUILD_SHARED) || defined(LAZYATTN_BUILD))
+#define LAZYATTN_API __attribute__((visibility("default")))
+#else
+#define LAZYATTN_API
+#endif
+
+/* ---- version ---------------------------------------------------------- */
+
+#define LAZYATTN_VERSION_MAJOR 0
+#define LAZYATTN_VERSION_MINOR 1
+#define LAZYATTN_VERSION_PATCH 0
+#define LAZYATTN_VERSION_NUMBER \
+    (LAZYATTN_VERSION_MAJOR * 10000 + LAZYATTN_VERSION_MINOR * 100 + LAZYATTN_VERSION_PATCH)
+
+/* "0.1.0"; meson reads the version from the three macros above. */
+LAZYATTN_API const char *lazyattn_version_string(void);
+
+/* ---- status ----------------------------------------------------------- */
+
+/* One list, expanded into the enum and into the message table. */
+#define LAZYATTN_STATUS_LIST(X)                                                     \
+    X(OK, 0, "success")                                                             \
+    X(INVALID_ARGUMENT, -1, "invalid argument")                                     \
+    X(OUT_OF_HOST_MEMORY, -2, "out of host memory")                                 \
+    X(OUT_OF_DEVICE_MEMORY, -3, "out of device memory")                             \
+    X(BUDGET_EXCEEDED, -4, "KV byte budget exceeded")                               \
+    X(NO_DEVICE, -5, "no matching OpenCL device")                                   \
+    X(BUILD_FAILED, -6, "OpenCL program build failed")                              \
+    X(OPENCL, -7, "OpenCL call failed")                                             \
+    X(UNSUPPORTED, -8, "unsupported on this device or configuration")               \
+    X(OUT_OF_RANGE, -9, "value does not fit its field")                             \
+    X(NOT_FOUND, -10, "not found")                                                  \
+    X(IN_USE, -11, "object is in use (pinned)")                                     \
+    X(IO, -12, "file input/output error")                                           \
+    X(FORMAT, -13, "malformed or unsupported file format")
+
+typedef enum lazyattn_status {
+#define LAZYATTN_X_ENUM(name, value, message) LAZYATTN_STATUS_##name = value,
+    LAZYATTN_STATUS_LIST(LAZYATTN_X_ENUM)
+#undef LAZYATTN_X_ENUM
+} lazyattn_status;
+
+/* Short message of a status ("invalid argument"); "unknown status" otherwise. */
+LAZYATTN_API const char *lazyattn_status_string(int status);
+
+/* Detail of the last failure on the calling thread ("" if none), e.g.
+ * "lazyattn_pool_alloc: 5 blocks asked, 3 free under the budget". */
+LAZYATTN_API const char *lazyattn_last_error(void);
+
+/* ---- limits ----------------------------------------------------------- */
+
+/* Largest logical or stored position: fp32 holds every integer up to 2^24. */
+#define LAZYATTN_MAX_POSITION ((1 << 24) - 1)
+#define LAZYATTN_MAX_BLOCK_SIZE 256
+
+/* ---- storage types and positional schemes ------------------------------ */
+
+typedef enum lazyattn_dtype {
+    LAZYATTN_DTYPE_F32 = 0, /* 4 bytes */
+    LAZYATTN_DTYPE_F16 = 1, /* IEEE half, 2 bytes, converted with vload_half */
+    LAZYATTN_DTYPE_BF16 = 2 /* bfloat16, 2 bytes, round-to-nearest-even */
+} lazyattn_dtype;
+
+/* Bytes of one element of a storage type (0 for an unknown type). */
+LAZYATTN_API size_t lazyattn_dtype_size(lazyattn_dtype dtype);
+
+typedef enum lazyattn_rope_style {
+    LAZYATTN_ROPE_NONE = 0, /* no rotary embedding (e.g. with ALiBi) */
+    LAZYATTN_ROPE_NEOX = 1, /* half split: pairs (i, i + rotary_dim/2) */
+    LAZYATTN_ROPE_GPTJ = 2  /* interleaved: pairs (2i, 2i + 1) */
+} lazyattn_rope_style;
+
+/* Rotary embedding. Frequencies f_i = theta^(-2i/rotary_dim), optionally
+ * rescaled the Llama-3 way (llama3_factor > 0). Angles are computed in the
+ * kernels from (position, f_i) with an exact two-float product and a
+ * Cody-Waite reduction, so they stay accurate at positions up to 2^24
+ * without a position-indexed table. */
+typedef struct lazyattn_rope_config {
+    lazyattn_rope_style style;
+    int rotary_dim;       /* even, <= head_dim; 0 = head_dim (partial rotary otherwise) */
+    double theta;         /* base, e.g. 10000 or 500000 */
+    double llama3_factor; /* 0 = no scaling; Llama-3.1: 8 */
+    double llama3_low_freq_factor;   /* Llama-3.1: 1 */
+    double llama3_high_freq_factor;  /* Llama-3.1: 4 */
+    int llama3_original_context;     /* Llama-3.1: 8192 */
+} lazyattn_rope_config;
+
+/* Fills freq[0 .. rotary_dim/2) with the (scaled) frequencies in double.
+ * freq: [rotary_dim / 2]. */
+LAZYATTN_API int lazyattn_rope_frequencies(const lazyattn_rope_config *rope, int head_dim,
+                                           double *freq);
+
+/* One attention layer's geometry and positional scheme. */
+typedef struct lazyattn_attention_config {
+    int n_q_heads;  /* multiple of n_kv_heads (GQA; MQA when n_kv_heads = 1) */
+    int n_kv_heads;
+    int head_dim;   /* 16..256, multiple of 8 */
+    int block_size; /* tokens per KV block, 1..LAZYATTN_MAX_BLOCK_SIZE; default 16 */
+    lazyattn_dtype dtype;      /* K/V storage type */
+    lazyattn_rope_config rope; /* style NONE for no rotation */
+    int alibi;                 /* 1: add slope_h * (key_pos - query_pos) (standard ALiBi slopes) */
+    float scale;               /* softmax scale; 0 = 1/sqrt(head_dim) */
+} lazyattn_attention_config;
+
+/* Llama-3.1-8B defaults for one layer: 32/8 heads, d = 128, B = 16, fp16,
+ * NeoX RoPE theta 500000 with Llama-3 scaling (8, 1, 4, 8192). */
+LAZYATTN_API void lazyattn_attention_config_default(lazyattn_attention_config *cfg);
+
+/* ALiBi slope of head h of n_heads (the ALiBi paper's geometric sequence,
+ * interpolated for a head count that is not a power of two). */
+LAZYATTN_API double lazyattn_alibi_slope(int h, int n_heads);
+
+/* ---- context ---------------------------------------------------------- */
+
+typedef struct lazyattn_context lazyattn_context;
+
+typedef enum lazyattn_log_level {
+    LAZYATTN_LOG_ERROR = 0,
+    LAZYATTN_LOG_WARN = 1,
+    LAZYATTN_LOG_INFO = 2,
+    LAZYATTN_LOG_DEBUG = 3
+} lazyattn_log_level;
+
+typedef void (*lazyattn_log_fn)(void *user, lazyattn_log_level level, const char *message);
+
+typedef enum lazyattn_device_kind {
+    LAZYATTN_DEVICE_DEFAULT = 0, /* the first GPU, else the first CPU device */
+    LAZYATTN_DEVICE_GPU = 1,
+    LAZYATTN_DEVICE_CPU = 2,
+    LAZYATTN_DEVICE_ANY = 3
+} lazyattn_device_kind;
+
+/* Device choice, in order of precedence: these options, then the
+ * environment (LAZYATTN_PLATFORM, LAZYATTN_DEVICE: name substrings;
+ * LAZYATTN_PORTABLE=1: never use vendor fast paths), then the default. */
+typedef struct lazyattn_context_options {
+    const char *platform;      /* substring of the platform name; NULL = any */
+    const char *device;        /* substring of the device name; NULL = any */
+    lazyattn_device_kind kind; /* default LAZYATTN_DEVICE_DEFAULT */
+    int portable_only;         /* 1: portable kernels only; 0: env decides */
+    int profiling;             /* 1: the context's queue has profiling enabled */
+    lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors */
+    void *log_user;
+} lazyattn_context_options;
+
+LAZYATTN_API void lazyattn_context_options_init(lazyattn_context_options *options);
+
+/* Creates an OpenCL context and in-order queue on the chosen device.
+ * options may be NULL (all defaults). */
+LAZYATTN_API int lazyattn_context_create(const lazyattn_context_options *options,
+                                         lazyattn_context **out);
+
+/* Wraps an engine's own OpenCL objects (retained, released on destroy). */
+LAZYATTN_API int lazyattn_context_create_from_cl(cl_context context, cl_device_id device,
+                                                 cl_command_queue queue,
+                                                 const lazyattn_context_options *options,
+                                                 lazyattn_context **out);
+
+LAZYATTN_API void lazyattn_context_destroy(lazyattn_context *ctx);
+
+LAZYATTN_API cl_context lazyattn_context_cl_context(const lazyattn_context *ctx);
+LAZYATTN_API cl_device_id lazyattn_context_device(const lazyattn_context *ctx);
+LAZYATTN_API cl_command_queue lazyattn_context_queue(const lazyattn_context *ctx);
+/* "Platform / Device" as the driver names them. */
+LAZYATTN_API const char *lazyattn_context_device_name(const lazyattn_context *ctx);
+/* 1 when kernels are built with the vendor fast path (LAZYATTN_FAST_NV). */
+LAZYATTN_API int lazyattn_context_fast_path(const lazyattn_context *ctx);
+
+/* ---- packed block-table entries ---------------------------------------- */
+
+/*
+ * One 64-bit word per block-table entry, decoded in a kernel from one
+ * register:
+ *
+ *   bits  0..30  physical block id      31 bits, 0 .. 2^31-1
+ *   bits 31..38  valid length - 1        8 bits, length 1 .. 256
+ *   bits 39..63  delta, two's complement 25 bits, -2^24 .. 2^24-1
+ *
+ * delta = logical start - stored start of the block. The same encode and
+ * decode macros (lib/entry_layout.h) are compiled into the host and into
+ * every kernel. Values that do not fit give LAZYATTN_STATUS_OUT_OF_RANGE.
+ */
+#define LAZYATTN_ENTRY_BLOCK_BITS 31
+#define LAZYATTN_ENTRY_LENGTH_BITS 8
+#define LAZYATTN_ENTRY_DELTA_BITS 25
+#define LAZYATTN_ENTRY_MAX_BLOCK ((int64_t)0x7FFFFFFF)
+#define LAZYATTN_ENTRY_MIN_DELTA (-(int64_t)1 << 24)
+#define LAZYATTN_ENTRY_MAX_DELTA (((int64_t)1 << 24) - 1)
+
+LAZYATTN_API int lazyattn_entry_pack(int64_t block, int64_t delta, int64_t valid_length,
+                                     uint64_t *word);
+LAZYATTN_API int lazyattn_entry_unpack(uint64_t word, int32_t *block, int32_t *delta,
+                                       int32_t *valid_length);
+
+/* ---- block pool ------------------------------------------------------- */
+
+/*
+ * Paged K/V storage under a hard byte budget. A block holds block_size
+ * tokens of K and V for every layer and KV head:
+ *   block_bytes = 2 * n_layers * n_kv_heads * block_size * head_dim * dtype_size
+ *   n_blocks    = budget_bytes / block_bytes
+ * Device layout, one K and one V buffer per layer:
+ *   k(layer), v(layer): [n_blocks, n_kv_heads, block_size, head_dim] dtype
+ * A pool created with ctx == NULL keeps the accounting only (no device
+ * memory): the cache simulator uses it.
+ */
+typedef struct lazyattn_pool lazyattn_pool;
+
+typedef struct lazyattn_pool_config {
+    int n_layers;
+    int n_kv_heads;
+    int head_dim;
+    int block_size;
+    lazyattn_dtype dtype;
+    uint64_t budget_bytes;
+} lazyattn_pool_config;
+
+typedef struct lazyattn_pool_info {
+    int64_t n_blocks;      /* capacity under the budget */
+    int64_t n_used;        /* allocated now */
+    int64_t peak_used;     /* most ever allocated at once */
+    uint64_t block_bytes;  /* bytes of one block, all layers, K and V */
+    uint64_t bytes_in_use; /* n_used * block_bytes */
+    uint64_t budget_bytes;
+    int64_t n_allocs;      /* blocks handed out so far */
+    int64_t n_frees;       /* blocks returned so far */
+} lazyattn_pool_info;
+
+LAZYATTN_API int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *config,
+                                      lazyattn_pool **out);
+LAZYATTN_API void lazyattn_pool_destroy(lazyattn_pool *pool);
+
+/* All or nothing: n ids written to ids[0..n), or BUDGET_EXCEEDED and none. */
+LAZYATTN_API int lazyattn_pool_alloc(lazyattn_pool *pool, int n, int32_t *ids);
+/* All or nothing: an id out of range or not allocated gives INVALID_ARGUMENT
+ * and frees none. */
+LAZYATTN_API int lazyattn_pool_free(lazyattn_pool *pool, int n, const int32_t *ids);
+/* 1 if the block is allocated, 0 if free or out of range. */
+LAZYATTN_API int lazyattn_pool_is_allocated(const lazyattn_pool *pool, int32_t id);
+LAZYATTN_API int lazyattn_pool_get_info(const lazyattn_pool *pool, lazyattn_pool_info *info);
+LAZYATTN_API int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_pool_config *config);
+/* Device buffers of one layer (NULL for a bookkeeping pool or a bad layer). */
+LAZYATTN_API cl_mem lazyattn_pool_k_buffer(const lazyattn_pool *pool, int layer);
+LAZYATTN_API cl_mem lazyattn_pool_v_buffer(const lazyattn_pool *pool, int layer);
+
+/* ---- attention kernels -------------------------------------------------- */
+
+/* Built kernels for one attention configuration, plus small device tables
+ * (frequencies, ALiBi slopes) and the decode scratch. Not thread-safe: use
+ * one per queue. */
+typedef struct lazyattn_attention lazyattn_attention;
+
+LAZYATTN_API int lazyattn_attention_create(lazyattn_context *ctx,
+                                           const lazyattn_attention_config *config,
+                                           lazyattn_attention **out);
+LAZYATTN_API void lazyattn_attention_destroy(lazyattn_attention *attn);
+LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
+                                               lazyattn_attention_config *config);
+
+/*
+ * The kernels never read or write outside the pool or the tables: a block
+ * id, length, slot, position or table offset out of range is skipped and
+ * recorded on the device. This call waits for the queue, returns
+ * OUT_OF_RANGE with the detail if anything was recorded since the last
+ * call, and clears the record. Call it after a step when the tables come
+ * from untrusted input (tests do after every launch).
+ */
+LAZYATTN_API int lazyattn_attention_check(lazyattn_attention *attn, cl_command_queue queue);
+
+/*
+ * Writes K/V of new tokens into pool blocks, K rotated at its stored position.
+ *   k, v:       [n_tokens, n_kv_heads, head_dim] f32, k unrotated
+ *   slots:      [n_tokens] int32, physical_block * block_size + offset
+ *   stored_pos: [n_tokens] int32, the position K is rotated at
+ */
+LAZYATTN_API int lazyattn_write_kv(lazyattn_attention *attn, lazyattn_pool *pool, int layer,
+                                   int n_tokens, cl_mem k, cl_mem v, cl_mem slots,
+                                   cl_mem stored_pos, cl_command_queue queue, cl_event *event);
+
+/*
+ * Rotates x in place at the given positions (e.g. queries at their logical
+ * positions). No-op for LAZYATTN_ROPE_NONE.
+ *   x:   [n_tokens, n_heads, head_dim] f32
+ *   pos: [n_tokens] int32
+ */
+LAZYATTN_API int lazyattn_rope_apply(lazyattn_attention *attn, int n_tokens, int n_heads, cl_mem x,
+                                     cl_mem pos, cl_command_queue queue, cl_event *event);
+
+/*
+ * Prefill of one sequence: n_queries new tokens over a block table that
+ * holds the whole visible context, the new tokens' own blocks included
+ * (write them first with lazyattn_write_kv). Key j of entry e sits at
+ * logical position entry_pos[e] + j and is visible to query t iff
+ * key position <= q_pos[t]. Each entry's K tile is rotated once by its delta.
+ *   q:         [n_queries, n_q_heads, head_dim] f32, rotated at q_pos
+ *   q_pos:     [n_queries] int32 logical positions
+ *   table:     [n_entries] packed uint64 entries (lazyattn_entry_pack)
+ *   entry_pos: [n_entries] int32 logical start of each entry
+ *   out:       [n_queries, n_q_heads, head_dim] f32
+ */
+typedef struct lazyattn_prefill_args {
+    int n_queries;
+    int n_entries;
+    cl_mem q;
+    cl_mem q_pos;
+    cl_mem table;
+    cl_mem entry_pos;
+    cl_mem out;
+} lazyattn_prefill_args;
+
+LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
+                                  const lazyattn_prefill_args *args, cl_command_queue queue,
+                                  cl_event *event);
+
+/*
+ * Decode: one query token for each of n_seqs sequences, each over its own
+ * block table (its own token already written). The query is re-rotated by
+ * -delta whenever the delta changes from one entry to the next; K and V are
+ * read as a non-lazy kernel reads them. Long contexts are split along the
+ * KV length and reduced.
+ *   q:           [n_seqs, n_q_heads, head_dim] f32, rotated at q_pos
+ *   q_pos:       [n_seqs] int32
+ *   seq_offsets: [n_seqs + 1] int32, entries of sequence s are
+ *                table[seq_offsets[s] .. seq_offsets[s+1])
+ *   table:       [seq_offsets[n_seqs]] packed uint64
+ *   entry_pos:   [seq_offsets[n_seqs]] int32 logical start of each entry
+ *   max_entries: the most entries of any one sequence (sizes the split)
+ *   n_splits:    KV splits per sequence, 0 = chosen from the device size
+ *   out:         [n_seqs, n_q_heads, head_dim] f32
+ */
+typedef struct lazyattn_decode_args {
+    int n_seqs;
+    int max_entries;
+    int n_splits;
+    cl_mem q;
+    cl_mem q_pos;
+    cl_mem seq_offsets;
+    cl_mem table;
+    cl_mem entry_pos;
+    cl_mem out;
+} lazyattn_decode_args;
+
+LAZYATTN_API int lazyattn_decode(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
+                                 const lazyattn_decode_args *args, cl_command_queue queue,
+                                 cl_event *event);
+
+/*
+ * Materialise (the position-aware baseline): for each i, copy the valid
+ * tokens of block src[i] into block dst[i] with K re-rotated by the entry's
+ * delta (a new block whose stored start is the logical start) and V copied.
+ *   src: [n] packed uint64 entries (source block, delta, valid length)
+ *   dst: [n] int32 destination block ids
+ */
+LAZYATTN_API int lazyattn_materialise(lazyattn_attention *attn, lazyattn_pool *pool, int layer,
+                                      int n, cl_mem src, cl_mem dst, cl_command_queue queue,
+                                      cl_event *event);
+
+/* ---- CPU float64 reference --------------------------------------------- */
+
+/*
+ * Eager attention with absolute positions, in double, independent of the
+ * kernels: K and Q are rotated at their absolute positions, key j is
+ * visible to query t iff k_pos[j] <= q_pos[t]; a query with no visible key
+ * gives zeros.
+ *   q:   [n_queries, n_q_heads, head_dim] f32, unrotated
+ *   k:   [n_keys, n_kv_heads, head_dim] f32, unrotated
+ *   v:   [n_keys, n_kv_heads, head_dim] f32
+ *   out: [n_queries, n_q_heads, head_dim] double
+ */
+typedef struct lazyattn_reference_args {
+    int n_queries;
+    int n_keys;
+    const float *q;
+    const int32_t *q_pos;
+    const float *k;
+    const float *v;
+    const int32_t *k_pos;
+    double *out;
+} lazyattn_reference_args;
+
+LAZYATTN_API int lazyattn_reference_attention(const lazyattn_attention_config *config,
+                                              const lazyattn_reference_args *args);
+
+/* Rotates one head vector at position pos in double (identity for NONE).
+ *   x: [head_dim] f32, out: [head_dim] double */
+LAZYATTN_API int lazyattn_reference_rope(const lazyattn_attention_config *config, int32_t pos,
+                                         const float *x, double *out);
+
+/* Normalised error max|a - b| / max(max|b|, tiny) over n values; the
+ * measure every test and example uses against the reference. */
+LAZYATTN_API double lazyattn_normalised_error(const float *a, const double *b, size_t n);
+
+/* ==== document cache and policies: see the section below ================ */
+/* LAZYATTN_CACHE_API_BEGIN */
+
+/* ---- document hashing ---------------------------------------------------- */
+
+/* 64-bit hash of a document's token ids under a model identity (two models,
+ * or two layer sets, never share an entry). Stable across runs and hosts.
+ *   tokens: [n_tokens] int32, n_tokens >= 1 */
+LAZYATTN_API int lazyattn_doc_hash(uint64_t model_id, const int32_t *tokens, int n_tokens,
+                                   uint64_t *hash);
+
+/* ---- document KV cache ---------------------------------------------------- */
+
+/*
+ * A registry of cached KV blocks on top of a block pool, behind one of four
+ * policies. The cache never changes an answer, only its cost: every plan it
+ * gives describes the same logical prompt (contiguous positions, documents
+ * encoded independently); the policies differ only in what is reused,
+ * re-rotated (copied) or recomputed.
+ *
+ *  LAZY      one entry per document (key: hash of its tokens), keys stored
+ *            at document-local positions (stored start of block j = j*B);
+ *            reused at any logical start l with delta = l - 0 (+ j*B - j*B).
+ *  POSITION  Block-Attention: entries keyed by (document, logical start).
+ *            Exact start: reuse (delta 0). Cached at another start: a copy
+ *            hit, new blocks materialised from the old ones (re-rotated by
+ *            the old entry's delta). Otherwise recompute at the logical start.
+ *  PREFIX    vLLM automatic prefix caching: one entry per block, key =
+ *            hash(parent key, block tokens), the chain rooted at a hash of
+ *            the request's prefix tokens; reuse is the longest cached chain
+ *            from the start of the prompt. Each document starts a new block,
+ *            so a document's last block may be partial.
+ *  NONE      recompute every document every request; freed at release.
+ *
+ * The prefix, the question and generated tokens always live in the
+ * request's own blocks (stored start = logical start), for every policy.
+ *
+ * Entries become visible to lookups only once committed (the request that
+ * computed them calls lazyattn_request_commit). An entry in use by a live
+ * request is pinned (reference counted) and never evicted; unpinned entries
+ * are evicted least recently used first, when the pool needs room and
+ * whenever the bytes of all committed entries exceed retain_bytes.
+ *
+ * The pool must outlive the cache. Several caches may share one pool; each
+ * evicts only its own entries. Not thread-safe: one thread per cache.
+ */
+typedef struct lazyattn_cache lazyattn_cache;
+
+typedef enum lazyattn_cache_policy {
+    LAZYATTN_CACHE_POLICY_LAZY = 0,
+    LAZYATTN_CACHE_POLICY_POSITION = 1,
+    LAZYATTN_CACHE_POLICY_PREFIX = 2,
+    LAZYATTN_CACHE_POLICY_NONE = 3
+} lazyattn_cache_policy;
+
+/* "lazy", "position", "prefix", "none" (NULL for an unknown value). */
+LAZYATTN_API const char *lazyattn_cache_policy_name(lazyattn_cache_policy policy);
+/* Parses the names above (also "position-aware", "block-attention", "vllm"). */
+LAZYATTN_API int lazyattn_cache_policy_parse(const char *name, lazyattn_cache_policy *policy);
+
+typedef struct lazyattn_cache_config {
+    lazyattn_cache_policy policy;
+    uint64_t model_id;     /* mixed into every key */
+    uint64_t retain_bytes; /* most bytes of committed entries kept once unpinned;
+                              0 = the pool's budget */
+} lazyattn_cache_config;
+
+/* Counters since creation or the last lazyattn_cache_reset_stats. A lookup
+ * is one document of one request. Token and block counts are document
+ * tokens/blocks only (prefix and question are never documents). */
+typedef struct lazyattn_cache_stats {
+    int64_t requests;         /* requests planned */
+    int64_t lookups;          /* documents looked up */
+    int64_t hits;             /* documents served whole from the cache (no copy) */
+    int64_t partial_hits;     /* PREFIX: documents with some, not all, blocks cached */
+    int64_t copy_hits;        /* POSITION: documents re-rotated from another start */
+    int64_t misses;           /* documents recomputed whole */
+    int64_t doc_tokens;       /* document tokens requested */
+    int64_t hit_tokens;       /* of which served from the cache as is */
+    int64_t copy_tokens;      /* of which served by a copy */
+    int64_t doc_blocks;       /* document blocks requested */
+    int64_t hit_blocks;
+    int64_t copy_blocks;
+    int64_t inserts;          /* entries committed */
+    int64_t evictions;        /* entries evicted */
+    int64_t evicted_blocks;
+    int64_t budget_failures;  /* requests refused with BUDGET_EXCEEDED */
+    /* state now (not reset) */
+    int64_t n_entries;        /* committed entries */
+    int64_t n_pinned;         /* of which pinned */
+    int64_t n_requests_live;
+    uint64_t entry_bytes;     /* bytes of committed entries */
+    uint64_t peak_entry_bytes;
+    uint64_t bytes_in_use;    /* bytes of every block this cache holds (entries,
+                                 requests' own and pending blocks) */
+    uint64_t peak_bytes_in_use;
+} lazyattn_cache_stats;
+
+/* config may be NULL (LAZY, model 0, retain = pool budget). */
+LAZYATTN_API int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *config,
+                                       lazyattn_cache **out);
+/* Frees every entry's blocks. Requests still live are released and freed
+ * too: their handles become invalid (destroy requests first). */
+LAZYATTN_API void lazyattn_cache_destroy(lazyattn_cache *cache);
+LAZYATTN_API int lazyattn_cache_get_stats(const lazyattn_cache *cache,
+                                          lazyattn_cache_stats *stats);
+/* Zeroes the counters (not the state), e.g. after warm-up requests. */
+LAZYATTN_API int lazyattn_cache_reset_stats(lazyattn_cache *cache);
+/* Evicts unpinned entries until committed entries take at most max_bytes
+ * (0: evict every unpinned entry). */
+LAZYATTN_API int lazyattn_cache_trim(lazyattn_cache *cache, uint64_t max_bytes);
+/* Checks every internal invariant (reference counts against live requests,
+ * LRU list, hash index, block ownership against the pool, byte counters).
+ * OK, or INVALID_ARGUMENT with the first broken invariant in
+ * lazyattn_last_error(). For tests and debugging; O(entries + blocks). */
+LAZYATTN_API int lazyattn_cache_validate(const lazyattn_cache *cache);
+
+/* ---- requests: plan, decode, commit, release ------------------------------ */
+
+typedef struct lazyattn_request lazyattn_request;
+
+/* The prompt of one request: [prefix] [doc_0] ... [doc_{n_docs-1}] [question].
+ * Token arrays are read during lazyattn_request_create only.
+ *   prefix:      [n_prefix] int32 (n_prefix >= 0)
+ *   docs:        [n_docs] pointers, docs[i]: [doc_lengths[i]] int32, length >= 1
+ *   question:    [n_question] int32 (n_question >= 0)
+ *   max_new_tokens: generated tokens reserved up front, so that
+ *                appending up to this many never needs the budget again. */
+typedef struct lazyattn_request_desc {
+    int n_prefix;
+    const int32_t *prefix;
+    int n_docs;
+    const int32_t *const *docs;
+    const int32_t *doc_lengths;
+    int n_question;
+    const int32_t *question;
+    int max_new_tokens;
+} lazyattn_request_desc;
+
+typedef enum lazyattn_segment_kind {
+    LAZYATTN_SEGMENT_PREFIX = 0,
+    LAZYATTN_SEGMENT_DOCUMENT = 1,
+    LAZYATTN_SEGMENT_QUESTION = 2
+} lazyattn_segment_kind;
+
+typedef enum lazyattn_segment_action {
+    LAZYATTN_ACTION_PREFILL = 0, /* every token computed now */
+    LAZYATTN_ACTION_REUSE = 1,   /* every token served from the cache */
+    LAZYATTN_ACTION_COPY = 2,    /* POSITION: materialised from another start */
+    LAZYATTN_ACTION_PARTIAL = 3  /* PREFIX: leading blocks reused, the rest computed */
+} lazyattn_segment_action;
+
+/* One segment of the prompt. Tokens [0, n_cached) of the segment are served
+ * by the cache (REUSE/COPY/PARTIAL), tokens [n_cached, n_tokens) are to be
+ * prefilled: they are plan.prefill_*[prefill_offset .. prefill_offset +
+ * n_tokens - n_cached). Its blocks are table[first_entry .. first_entry +
+ * n_entries). A document is encoded in isolation: its prefilled tokens
+ * attend only to the same document's tokens. */
+typedef struct lazyattn_segment {
+    lazyattn_segment_kind kind;
+    lazyattn_segment_action action;
+    int doc_index;         /* index in desc.docs; -1 for prefix and question */
+    int32_t logical_start; /* position of the segment's first token */
+    int32_t stored_start;  /* stored position of its first token (0 for LAZY documents) */
+    int n_tokens;
+    int n_cached;
+    int prefill_offset;
+    int first_entry;
+    int n_entries;
+} lazyattn_segment;
+
+/*
+ * A request's plan, borrowed from the request: the pointers stay valid until
+ * the next lazyattn_request_append / _commit / _destroy on it.
+ *   segments:           [n_segments] prompt order (prefix if n_prefix > 0,
+ *                       one per document, question if n_question > 0)
+ *   prefill_slots:      [n_prefill] int32, physical_block * block_size + offset
+ *   prefill_stored_pos: [n_prefill] int32, the position K is rotated at (write_kv)
+ *   prefill_pos:        [n_prefill] int32, logical position (queries, masks)
+ *   copy_src:           [n_copies] packed entries (source block, delta to the
+ *                       new start, valid length) for lazyattn_materialise
+ *   copy_dst:           [n_copies] int32 destination blocks
+ *   table:              [n_entries] packed entries (block, delta, valid length)
+ *   entry_pos:          [n_entries] int32, logical start of each entry;
+ *                       prompt order, then generated tokens
+ * n_positions is the context length so far (the next token's position).
+ */
+typedef struct lazyattn_plan {
+    int n_segments;
+    const lazyattn_segment *segments;
+    int n_prefill;
+    const int32_t *prefill_slots;
+    const int32_t *prefill_stored_pos;
+    const int32_t *prefill_pos;
+    int n_copies;
+    const uint64_t *copy_src;
+    const int32_t *copy_dst;
+    int n_entries;
+    const uint64_t *table;
+    const int32_t *entry_pos;
+    int32_t n_positions;
+    int n_generated;
+    int committed;
+    /* this request's document accounting (as added to the cache stats) */
+    int doc_tokens, hit_tokens, copy_tokens;
+    int doc_blocks, hit_blocks, copy_blocks;
+} lazyattn_plan;
+
+/*
+ * Plans a request: looks every document up, pins what it reuses, allocates
+ * blocks for what it computes, copies and its own tokens (prefix, question,
+ * max_new_tokens), evicting unpinned entries as needed. All or nothing: on
+ * BUDGET_EXCEEDED (the working set does not fit next to the pinned blocks),
+ * OUT_OF_RANGE (positions past LAZYATTN_MAX_POSITION) or any other error
+ * nothing stays allocated or pinned and *out is NULL.
+ */
+LAZYATTN_API int lazyattn_request_create(lazyattn_cache *cache, const lazyattn_request_desc *desc,
+                                         lazyattn_request **out);
+LAZYATTN_API int lazyattn_request_get_plan(const lazyattn_request *req, lazyattn_plan *plan);
+/* The caller has written every prefilled token and materialised every copy:
+ * the request's new document blocks become cache entries, reusable by later
+ * requests (still pinned by this one). Idempotent. A request destroyed
+ * without commit frees those blocks instead. */
+LAZYATTN_API int lazyattn_request_commit(lazyattn_request *req);
+/*
+ * Appends n generated tokens to the request's own blocks, growing the table.
+ * Beyond max_new_tokens a new block may be needed: it is taken from the pool
+ * (evicting unpinned entries) or BUDGET_EXCEEDED with nothing appended.
+ *   slots, positions: [n] int32 outputs (slot for write_kv; position is both
+ *   the stored and the logical position)
+ */
+LAZYATTN_API int lazyattn_request_append(lazyattn_request *req, int n, int32_t *slots,
+                                         int32_t *positions);
+/* Ends the request: unpins what it reused, frees its own blocks and any
+ * uncommitted document blocks. NULL is a no-op. */
+LAZYATTN_API void lazyattn_request_destroy(lazyattn_request *req);
+
+/* ---- RAG workload generator ----------------------------------------------- */
+
+/*
+ * Seeded, reproducible: D documents with lengths uniform in
+ * [doc_len_min, doc_len_max]; each request draws docs_per_request distinct
+ * documents by Zipf(alpha) popularity over the whole pool (doc id r-1 has
+ * rank r, probability proportional to r^-alpha, drawn without replacement),
+ * in random order, a question of uniform length in [question_min,
+ * question_max] and a generated length in [gen_min, gen_max]. Token ids of
+ * document i are a fixed function of (i, index) in [0, vocab_size), so a
+ * document hashes the same under every seed.
+ */
+typedef struct lazyattn_workload lazyattn_workload;
+
+typedef struct lazyattn_workload_config {
+    int n_docs;
+    int doc_len_min, doc_len_max;
+    int docs_per_request;
+    double alpha;
+    int question_min, question_max;
+    int gen_min, gen_max;
+    int prefix_len; /* shared system prompt tokens (same for every request) */
+    int n_requests;
+    int vocab_size; /* default 128256 */
+    uint64_t seed;
+} lazyattn_workload_config;
+
+/* One request, borrowed from the workload (valid until its destroy).
+ *   doc_ids:  [n_docs] distinct ids in [0, config.n_docs)
+ *   question: [n_question] int32 */
+typedef struct lazyattn_workload_request {
+    int n_docs;
+    const int32_t *doc_ids;
+    int n_question;
+    const int32_t *question;
+    int n_generate;
+} lazyattn_workload_request;
+
+/* "paper": D = 100, length 2048, k = 5, alpha = 2.1, Q 16-32, G 8-16,
+ * 200 requests. "rag": D = 10000, lengths 100-400, k = 10, alpha = 0.9,
+ * Q 16-32, G 8-16, 1000 requests. Both: prefix 0, seed 1, vocab 128256. */
+LAZYATTN_API int lazyattn_workload_config_preset(const char *name,
+                                                 lazyattn_workload_config *config);
+LAZYATTN_API int lazyattn_workload_create(const lazyattn_workload_config *config,
+                                          lazyattn_workload **out);
+LAZYATTN_API void lazyattn_workload_destroy(lazyattn_workload *wl);
+LAZYATTN_API int lazyattn_workload_get_config(const lazyattn_workload *wl,
+                                              lazyattn_workload_config *config);
+/* tokens: [*n_tokens] borrowed. */
+LAZYATTN_API int lazyattn_workload_get_doc(const lazyattn_workload *wl, int doc_id,
+                                       const int32_t **tokens, int *n_tokens);
+/* prefix: [*n_tokens] borrowed (n_tokens may be 0, then *tokens is NULL). */
+LAZYATTN_API int lazyattn_workload_get_prefix(const lazyattn_workload *wl, const int32_t **tokens,
+                                          int *n_tokens);
+LAZYATTN_API int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
+                                           lazyattn_workload_request *request);
+/* Fills a request description for request index (docs and doc_lengths point
+ * into the caller's arrays of at least docs_per_request elements). */
+LAZYATTN_API int lazyattn_workload_get_request_desc(const lazyattn_workload *wl, int index,
+                                                const int32_t **docs, int32_t *doc_lengths,
+                                                lazyattn_request_desc *desc);
+/* Probability of rank r (1-based) under Zipf(alpha) over n items. */
+LAZYATTN_API int lazyattn_workload_zipf_pmf(int n, double alpha, int rank, double *p);
+
+/* LAZYATTN_CACHE_API_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LAZYATTN_H */

@@ -1,0 +1,439 @@
+/* Attention launchers: builds the kernels for one configuration, validates
+ * every launch on the host, and enqueues write_kv, rope, prefill, decode and
+ * materialise. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Query rows per prefill work-group on the portable path. */
+#define LZ_PREFILL_ROWS 16
+
+enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE, LZ_K_COUNT };
+static const char *const lz_kernel_names[LZ_K_COUNT] = {
+    "lz_kv_write", "lz_rope_apply", "lz_prefill", "lz_decode", "lz_decode_reduce", "lz_materialise"};
+
+struct lazyattn_attention {
+    lazyattn_context *ctx;
+    lazyattn_attention_config cfg;
+    int rot_dim;
+    int group; /* query heads per KV head */
+    cl_kernel kernels[LZ_K_COUNT];
+    cl_mem freq;   /* [max(1, rot_dim / 2)] float2 (hi, lo) */
+    cl_mem slopes; /* [n_q_heads] float */
+    cl_mem err;    /* one int of LZ_ERR_* bits */
+    cl_mem part_ml, part_acc;
+    size_t part_capacity; /* partial rows (seq * head * split) the scratch holds */
+};
+
+/* ---- configuration ------------------------------------------------------ */
+
+static int lz_check_config(const lazyattn_context *ctx, const lazyattn_attention_config *c) {
+    LZ_CHECK_ARG(c->n_kv_heads >= 1 && c->n_q_heads >= 1,
+                 "attention config: head counts must be >= 1 (q %d, kv %d)", c->n_q_heads,
+                 c->n_kv_heads);
+    LZ_CHECK_ARG(c->n_q_heads % c->n_kv_heads == 0,
+                 "attention config: %d query heads not divisible by %d KV heads", c->n_q_heads,
+                 c->n_kv_heads);
+    LZ_CHECK_ARG(c->head_dim >= 16 && c->head_dim <= 256 && c->head_dim % 8 == 0,
+                 "attention config: head_dim %d must be a multiple of 8 in 16..256", c->head_dim);
+    LZ_CHECK_ARG(c->block_size >= 1 && c->block_size <= LAZYATTN_MAX_BLOCK_SIZE,
+                 "attention config: block_size %d outside 1..%d", c->block_size,
+                 LAZYATTN_MAX_BLOCK_SIZE);
+    LZ_CHECK_ARG(lazyattn_dtype_size(c->dtype) != 0, "attention config: unknown dtype %d",
+                 (int)c->dtype);
+    LZ_CHECK_ARG(c->rope.style >= LAZYATTN_ROPE_NONE && c->rope.style <= LAZYATTN_ROPE_GPTJ,
+                 "attention config: unknown rope style %d", (int)c->rope.style);
+    LZ_CHECK_ARG(c->alibi == 0 || c->alibi == 1, "attention config: alibi must be 0 or 1");
+    LZ_CHECK_ARG(c->scale >= 0.0f && isfinite(c->scale), "attention config: bad scale %g",
+                 (double)c->scale);
+    if (c->rope.style != LAZYATTN_ROPE_NONE) {
+        double probe[128];
+        int st = lazyattn_rope_frequencies(&c->rope, c->head_dim, probe);
+        if (st) return st;
+    }
+    if (ctx) {
+        size_t group = (size_t)(c->n_q_heads / c->n_kv_heads);
+        size_t local = (2 * (size_t)c->block_size * c->head_dim + c->head_dim) * sizeof(float) + 64;
+        if (local > ctx->local_mem_size ||
+            (size_t)c->block_size * group > ctx->max_work_group_size ||
+            (size_t)LZ_PREFILL_ROWS * group > ctx->max_work_group_size)
+            return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                           "attention config: block %d x head_dim %d x group %zu exceeds the "
+                           "device (local memory %llu B, work-group %zu)",
+                           c->block_size, c->head_dim, group,
+                           (unsigned long long)ctx->local_mem_size, ctx->max_work_group_size);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+static int lz_upload_tables(lazyattn_attention *a) {
+    lazyattn_context *ctx = a->ctx;
+    const lazyattn_attention_config *c = &a->cfg;
+    int n_pairs = a->rot_dim / 2 > 0 ? a->rot_dim / 2 : 1;
+    cl_float2 *freq = calloc((size_t)n_pairs, sizeof *freq);
+    float *slopes = calloc((size_t)c->n_q_heads, sizeof *slopes);
+    double *f = calloc((size_t)n_pairs, sizeof *f);
+    int st = LAZYATTN_STATUS_OK;
+    if (!freq || !slopes || !f) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_attention_create");
+        goto done;
+    }
+    if (c->rope.style != LAZYATTN_ROPE_NONE) {
+        st = lazyattn_rope_frequencies(&c->rope, c->head_dim, f);
+        if (st) goto done;
+        for (int i = 0; i < n_pairs; i++) {
+            freq[i].s[0] = (float)f[i];
+            freq[i].s[1] = (float)(f[i] - (double)freq[i].s[0]);
+        }
+    }
+    for (int h = 0; h < c->n_q_heads; h++) slopes[h] = (float)lazyattn_alibi_slope(h, c->n_q_heads);
+    cl_int err;
+    a->freq = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                             (size_t)n_pairs * sizeof *freq, freq, &err);
+    if (err == CL_SUCCESS)
+        a->slopes = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                   (size_t)c->n_q_heads * sizeof *slopes, slopes, &err);
+    int zero = 0;
+    if (err == CL_SUCCESS)
+        a->err = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof zero,
+                                &zero, &err);
+    if (err != CL_SUCCESS) st = lz_cl_fail(err, "lazyattn_attention_create: clCreateBuffer");
+done:
+    free(freq);
+    free(slopes);
+    free(f);
+    return st;
+}
+
+int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_config *config,
+                              lazyattn_attention **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_attention_create: out is NULL");
+    *out = NULL;
+    LZ_CHECK_ARG(ctx && config, "lazyattn_attention_create: NULL context or config");
+    int st = lz_check_config(ctx, config);
+    if (st) return st;
+    lazyattn_attention *a = calloc(1, sizeof *a);
+    if (!a) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_attention_create");
+    a->ctx = ctx;
+    a->cfg = *config;
+    if (a->cfg.scale == 0.0f) a->cfg.scale = 1.0f / sqrtf((float)config->head_dim);
+    a->rot_dim = config->rope.style == LAZYATTN_ROPE_NONE
+                     ? 0
+                     : (config->rope.rotary_dim ? config->rope.rotary_dim : config->head_dim);
+    a->group = config->n_q_heads / config->n_kv_heads;
+
+    char options[256];
+    snprintf(options, sizeof options,
+             "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_BQ=%d",
+             config->head_dim, config->block_size, (int)config->dtype, LZ_PREFILL_ROWS);
+    static const char *const sources[] = {"block_entry", "storage",  "rope",       "kv_write",
+                                          "rope_apply",  "prefill",  "decode",     "materialise"};
+    cl_program program;
+    st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
+    if (st) goto fail;
+    for (int k = 0; k < LZ_K_COUNT; k++) {
+        cl_int err;
+        a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
+        if (err != CL_SUCCESS) {
+            st = lz_cl_fail(err, lz_kernel_names[k]);
+            goto fail;
+        }
+    }
+    st = lz_upload_tables(a);
+    if (st) goto fail;
+    *out = a;
+    return LAZYATTN_STATUS_OK;
+fail:
+    lazyattn_attention_destroy(a);
+    return st;
+}
+
+void lazyattn_attention_destroy(lazyattn_attention *a) {
+    if (!a) return;
+    for (int k = 0; k < LZ_K_COUNT; k++)
+        if (a->kernels[k]) clReleaseKernel(a->kernels[k]);
+    cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc};
+    for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
+        if (mems[i]) clReleaseMemObject(mems[i]);
+    free(a);
+}
+
+int lazyattn_attention_get_config(const lazyattn_attention *a, lazyattn_attention_config *config) {
+    LZ_CHECK_ARG(a && config, "lazyattn_attention_get_config: NULL argument");
+    *config = a->cfg;
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_attention_check(lazyattn_attention *a, cl_command_queue queue) {
+    LZ_CHECK_ARG(a != NULL, "lazyattn_attention_check: attn is NULL");
+    cl_command_queue q = lz_queue(a->ctx, queue);
+    int bits = 0, zero = 0;
+    cl_int err = clEnqueueReadBuffer(q, a->err, CL_TRUE, 0, sizeof bits, &bits, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_attention_check: read");
+    if (!bits) return LAZYATTN_STATUS_OK;
+    err = clEnqueueWriteBuffer(q, a->err, CL_TRUE, 0, sizeof zero, &zero, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_attention_check: clear");
+    return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+                   "lazyattn_attention_check: kernels skipped bad input:%s%s%s%s%s",
+                   bits & 1 ? " block id outside the pool;" : "",
+                   bits & 2 ? " valid length above the block size;" : "",
+                   bits & 4 ? " position outside 0..2^24-1;" : "",
+                   bits & 8 ? " write slot outside the pool;" : "",
+                   bits & 16 ? " sequence offsets outside the table or past max_entries;" : "");
+}
+
+/* ---- launch helpers ------------------------------------------------------ */
+
+typedef struct lz_args {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_int err;
+} lz_args;
+
+static void lz_arg(lz_args *a, size_t size, const void *value) {
+    if (a->err == CL_SUCCESS) a->err = clSetKernelArg(a->kernel, a->next, size, value);
+    a->next++;
+}
+#define LZ_ARG(a, v) lz_arg((a), sizeof(v), &(v))
+
+/* A user buffer must exist and hold at least `need` bytes. */
+static int lz_check_mem(cl_mem m, size_t need, const char *fn, const char *name) {
+    if (!m) return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", fn, name);
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err != CL_SUCCESS)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: %s is not a valid buffer (%s)", fn,
+                       name, lz_cl_error_name(err));
+    if (size < need)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: %s holds %zu B, needs %zu B", fn,
+                       name, size, need);
+    return LAZYATTN_STATUS_OK;
+}
+#define LZ_CHECK_MEM(m, need, name)                          \
+    do {                                                     \
+        int st_ = lz_check_mem((m), (need), fn, (name));      \
+        if (st_) return st_;                                 \
+    } while (0)
+
+/* The pool must be a device pool of this context with this geometry. */
+static int lz_check_pool(const lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                         const char *fn) {
+    LZ_CHECK_ARG(pool != NULL, "%s: pool is NULL", fn);
+    LZ_CHECK_ARG(lz_pool_context(pool) == a->ctx,
+                 "%s: the pool belongs to another context or keeps accounting only", fn);
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(pool, &pc);
+    LZ_CHECK_ARG(layer >= 0 && layer < pc.n_layers, "%s: layer %d outside 0..%d", fn, layer,
+                 pc.n_layers - 1);
+    LZ_CHECK_ARG(pc.n_kv_heads == a->cfg.n_kv_heads && pc.head_dim == a->cfg.head_dim &&
+                     pc.block_size == a->cfg.block_size && pc.dtype == a->cfg.dtype,
+                 "%s: pool geometry (kv heads %d, head_dim %d, block %d, dtype %d) differs from "
+                 "the attention's (%d, %d, %d, %d)",
+                 fn, pc.n_kv_heads, pc.head_dim, pc.block_size, (int)pc.dtype, a->cfg.n_kv_heads,
+                 a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype);
+    return LAZYATTN_STATUS_OK;
+}
+
+static int lz_enqueue(lazyattn_attention *a, int kernel, cl_uint dims, const size_t *global,
+                      const size_t *local, cl_command_queue queue, cl_event *event,
+                      const char *fn) {
+    cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->kernels[kernel], dims, NULL,
+                                        global, local, 0, NULL, event);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- write, rope, materialise ------------------------------------------- */
+
+int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens,
+                      cl_mem k, cl_mem v, cl_mem slots, cl_mem stored_pos, cl_command_queue queue,
+                      cl_event *event) {
+    static const char fn[] = "lazyattn_write_kv";
+    LZ_CHECK_ARG(a != NULL, "%s: attn is NULL", fn);
+    int st = lz_check_pool(a, pool, layer, fn);
+    if (st) return st;
+    LZ_CHECK_ARG(n_tokens >= 1, "%s: n_tokens %d must be >= 1", fn, n_tokens);
+    size_t row = (size_t)a->cfg.n_kv_heads * a->cfg.head_dim * sizeof(float);
+    LZ_CHECK_MEM(k, n_tokens * row, "k");
+    LZ_CHECK_MEM(v, n_tokens * row, "v");
+    LZ_CHECK_MEM(slots, n_tokens * sizeof(cl_int), "slots");
+    LZ_CHECK_MEM(stored_pos, n_tokens * sizeof(cl_int), "stored_pos");
+    cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
+    cl_int style = a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
+    cl_int nb = (cl_int)lz_pool_n_blocks(pool);
+    lz_args g = {a->kernels[LZ_K_KV_WRITE], 0, CL_SUCCESS};
+    LZ_ARG(&g, k); LZ_ARG(&g, v); LZ_ARG(&g, slots); LZ_ARG(&g, stored_pos);
+    LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->freq); LZ_ARG(&g, style); LZ_ARG(&g, rot);
+    LZ_ARG(&g, n_tokens); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, a->err);
+    if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_write_kv: clSetKernelArg");
+    size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)nkv, (size_t)n_tokens};
+    return lz_enqueue(a, LZ_K_KV_WRITE, 3, global, NULL, queue, event, fn);
+}
+
+int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem x, cl_mem pos,
+                        cl_command_queue queue, cl_event *event) {
+    static const char fn[] = "lazyattn_rope_apply";
+    LZ_CHECK_ARG(a != NULL, "%s: attn is NULL", fn);
+    LZ_CHECK_ARG(n_tokens >= 1 && n_heads >= 1, "%s: n_tokens %d and n_heads %d must be >= 1", fn,
+                 n_tokens, n_heads);
+    LZ_CHECK_MEM(x, (size_t)n_tokens * n_heads * a->cfg.head_dim * sizeof(float), "x");
+    LZ_CHECK_MEM(pos, (size_t)n_tokens * sizeof(cl_int), "pos");
+    if (a->cfg.rope.style == LAZYATTN_ROPE_NONE) {
+        /* nothing to rotate; still give the caller an event that completes */
+        if (event) {
+            cl_int err = clEnqueueMarker(lz_queue(a->ctx, queue), event);
+            if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
+        }
+        return LAZYATTN_STATUS_OK;
+    }
+    cl_int style = a->cfg.rope.style, rot = a->rot_dim;
+    lz_args g = {a->kernels[LZ_K_ROPE], 0, CL_SUCCESS};
+    LZ_ARG(&g, x); LZ_ARG(&g, pos); LZ_ARG(&g, a->freq); LZ_ARG(&g, style); LZ_ARG(&g, rot);
+    LZ_ARG(&g, n_tokens); LZ_ARG(&g, n_heads); LZ_ARG(&g, a->err);
+    if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_rope_apply: clSetKernelArg");
+    size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)n_heads, (size_t)n_tokens};
+    return lz_enqueue(a, LZ_K_ROPE, 3, global, NULL, queue, event, fn);
+}
+
+int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n, cl_mem src,
+                         cl_mem dst, cl_command_queue queue, cl_event *event) {
+    static const char fn[] = "lazyattn_materialise";
+    LZ_CHECK_ARG(a != NULL, "%s: attn is NULL", fn);
+    int st = lz_check_pool(a, pool, layer, fn);
+    if (st) return st;
+    LZ_CHECK_ARG(n >= 1, "%s: n %d must be >= 1", fn, n);
+    LZ_CHECK_MEM(src, (size_t)n * sizeof(cl_ulong), "src");
+    LZ_CHECK_MEM(dst, (size_t)n * sizeof(cl_int), "dst");
+    cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
+    cl_int style = a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
+    cl_int nb = (cl_int)lz_pool_n_blocks(pool);
+    lz_args g = {a->kernels[LZ_K_MATERIALISE], 0, CL_SUCCESS};
+    LZ_ARG(&g, src); LZ_ARG(&g, dst); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->freq);
+    LZ_ARG(&g, style); LZ_ARG(&g, rot); LZ_ARG(&g, n); LZ_ARG(&g, nkv); LZ_ARG(&g, nb);
+    LZ_ARG(&g, a->err);
+    if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_materialise: clSetKernelArg");
+    size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)nkv,
+                        (size_t)n * (size_t)a->cfg.block_size};
+    return lz_enqueue(a, LZ_K_MATERIALISE, 3, global, NULL, queue, event, fn);
+}
+
+/* ---- prefill -------------------------------------------------------------- */
+
+int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                     const lazyattn_prefill_args *p, cl_command_queue queue, cl_event *event) {
+    static const char fn[] = "lazyattn_prefill";
+    LZ_CHECK_ARG(a != NULL && p != NULL, "%s: attn or args is NULL", fn);
+    int st = lz_check_pool(a, pool, layer, fn);
+    if (st) return st;
+    LZ_CHECK_ARG(p->n_queries >= 1, "%s: n_queries %d must be >= 1", fn, p->n_queries);
+    LZ_CHECK_ARG(p->n_entries >= 0, "%s: n_entries %d must be >= 0", fn, p->n_entries);
+    size_t qrow = (size_t)a->cfg.n_q_heads * a->cfg.head_dim * sizeof(float);
+    LZ_CHECK_MEM(p->q, p->n_queries * qrow, "q");
+    LZ_CHECK_MEM(p->q_pos, (size_t)p->n_queries * sizeof(cl_int), "q_pos");
+    LZ_CHECK_MEM(p->out, p->n_queries * qrow, "out");
+    cl_mem table = p->table, entry_pos = p->entry_pos;
+    if (p->n_entries == 0) table = entry_pos = a->freq; /* never read; any valid buffer */
+    LZ_CHECK_MEM(table, p->n_entries * sizeof(cl_ulong), "table");
+    LZ_CHECK_MEM(entry_pos, p->n_entries * sizeof(cl_int), "entry_pos");
+
+    cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
+    cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
+    cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
+    cl_float scale = a->cfg.scale;
+    lz_args g = {a->kernels[LZ_K_PREFILL], 0, CL_SUCCESS};
+    LZ_ARG(&g, p->q); LZ_ARG(&g, p->q_pos); LZ_ARG(&g, table); LZ_ARG(&g, entry_pos);
+    LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, p->out); LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes);
+    LZ_ARG(&g, style); LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale);
+    LZ_ARG(&g, p->n_queries); LZ_ARG(&g, p->n_entries); LZ_ARG(&g, nqh); LZ_ARG(&g, nkv);
+    LZ_ARG(&g, nb); LZ_ARG(&g, a->err);
+    if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_prefill: clSetKernelArg");
+    size_t local[2] = {LZ_PREFILL_ROWS, (size_t)a->group};
+    size_t global[2] = {lz_round_up((size_t)p->n_queries, LZ_PREFILL_ROWS), (size_t)nqh};
+    return lz_enqueue(a, LZ_K_PREFILL, 2, global, local, queue, event, fn);
+}
+
+/* ---- decode ----------------------------------------------------------------- */
+
+/* Splits along the KV length so that the work-groups fill the device about
+ * four times over, but never more splits than entries. */
+static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_entries) {
+    long groups = (long)n_seqs * a->cfg.n_kv_heads;
+    long want = (4L * a->ctx->compute_units + groups - 1) / groups;
+    if (want < 1) want = 1;
+    if (want > max_entries) want = max_entries > 0 ? max_entries : 1;
+    return (int)want;
+}
+
+static int lz_reserve_partials(lazyattn_attention *a, size_t rows) {
+    if (rows <= a->part_capacity) return LAZYATTN_STATUS_OK;
+    if (a->part_ml) clReleaseMemObject(a->part_ml);
+    if (a->part_acc) clReleaseMemObject(a->part_acc);
+    a->part_ml = a->part_acc = NULL;
+    a->part_capacity = 0;
+    cl_int err;
+    a->part_ml = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE, rows * sizeof(cl_float2), NULL, &err);
+    if (err == CL_SUCCESS)
+        a->part_acc = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE,
+                                     rows * a->cfg.head_dim * sizeof(float), NULL, &err);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_decode: scratch");
+    a->part_capacity = rows;
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                    const lazyattn_decode_args *d, cl_command_queue queue, cl_event *event) {
+    static const char fn[] = "lazyattn_decode";
+    LZ_CHECK_ARG(a != NULL && d != NULL, "%s: attn or args is NULL", fn);
+    int st = lz_check_pool(a, pool, layer, fn);
+    if (st) return st;
+    LZ_CHECK_ARG(d->n_seqs >= 1, "%s: n_seqs %d must be >= 1", fn, d->n_seqs);
+    LZ_CHECK_ARG(d->max_entries >= 1, "%s: max_entries %d must be >= 1", fn, d->max_entries);
+    size_t qrow = (size_t)a->cfg.n_q_heads * a->cfg.head_dim * sizeof(float);
+    LZ_CHECK_MEM(d->q, d->n_seqs * qrow, "q");
+    LZ_CHECK_MEM(d->q_pos, (size_t)d->n_seqs * sizeof(cl_int), "q_pos");
+    LZ_CHECK_MEM(d->out, d->n_seqs * qrow, "out");
+    LZ_CHECK_MEM(d->seq_offsets, (size_t)(d->n_seqs + 1) * sizeof(cl_int), "seq_offsets");
+    LZ_CHECK_MEM(d->table, sizeof(cl_ulong), "table");
+    size_t table_bytes = 0;
+    clGetMemObjectInfo(d->table, CL_MEM_SIZE, sizeof table_bytes, &table_bytes, NULL);
+    size_t n_table = table_bytes / sizeof(cl_ulong);
+    if (n_table > 0x7FFFFFFF) n_table = 0x7FFFFFFF;
+    LZ_CHECK_MEM(d->entry_pos, n_table * sizeof(cl_int), "entry_pos (one per table entry)");
+
+    LZ_CHECK_ARG(d->n_splits >= 0, "%s: n_splits %d must be >= 0", fn, d->n_splits);
+    int n_splits = d->n_splits ? d->n_splits : lz_decode_splits(a, d->n_seqs, d->max_entries);
+    if (n_splits > d->max_entries) n_splits = d->max_entries;
+    cl_int per_split = (d->max_entries + n_splits - 1) / n_splits;
+    n_splits = (d->max_entries + per_split - 1) / per_split;
+    st = lz_reserve_partials(a, (size_t)d->n_seqs * a->cfg.n_q_heads * n_splits);
+    if (st) return st;
+
+    cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
+    cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
+    cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
+    cl_int ns = n_splits, nt = (cl_int)n_table;
+    cl_float scale = a->cfg.scale;
+    lz_args g = {a->kernels[LZ_K_DECODE], 0, CL_SUCCESS};
+    LZ_ARG(&g, d->q); LZ_ARG(&g, d->q_pos); LZ_ARG(&g, d->seq_offsets); LZ_ARG(&g, d->table);
+    LZ_ARG(&g, d->entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->part_ml);
+    LZ_ARG(&g, a->part_acc); LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
+    LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, per_split); LZ_ARG(&g, ns);
+    LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, nt); LZ_ARG(&g, a->err);
+    lz_arg(&g, (size_t)a->group * a->cfg.head_dim * sizeof(float), NULL);
+    lz_arg(&g, (size_t)a->group * a->cfg.block_size * sizeof(float), NULL);
+    if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
+    size_t local[3] = {(size_t)a->cfg.block_size, (size_t)a->group, 1};
+    size_t global[3] = {(size_t)a->cfg.block_size * n_splits, (size_t)nqh, (size_t)d->n_seqs};
+    st = lz_enqueue(a, LZ_K_DECODE, 3, global, local, queue, NULL, fn);
+    if (st) return st;
+
+    cl_int n_seqs = d->n_seqs;
+    lz_args r = {a->kernels[LZ_K_REDUCE], 0, CL_SUCCESS};
+    LZ_ARG(&r, a->part_ml); LZ_ARG(&r, a->part_acc); LZ_ARG(&r, d->out); LZ_ARG(&r, ns);
+    LZ_ARG(&r, nqh); LZ_ARG(&r, n_seqs);
+    if (r.err != CL_SUCCESS) return lz_cl_fail(r.err, "lazyattn_decode: clSetKernelArg (reduce)");
+    size_t rglobal[3] = {(size_t)a->cfg.head_dim, (size_t)nqh, (size_t)d->n_seqs};
+    return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, NULL, queue, event, fn);
+}

@@ -1,0 +1,200 @@
+/* The block pool: paged K/V device storage under a byte budget, and the
+ * accounting of which blocks are handed out. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct lazyattn_pool {
+    lazyattn_context *ctx; /* NULL: bookkeeping only */
+    lazyattn_pool_config config;
+    uint64_t block_bytes;
+    int64_t n_blocks;
+    int32_t *free_stack; /* [n_blocks], the free ids in [0, n_free) */
+    int64_t n_free;
+    uint8_t *allocated; /* [n_blocks] */
+    int64_t peak_used;
+    int64_t n_allocs;
+    int64_t n_frees;
+    cl_mem *k; /* [n_layers] */
+    cl_mem *v; /* [n_layers] */
+};
+
+static int lz_pool_check_config(const lazyattn_pool_config *c) {
+    LZ_CHECK_ARG(c->n_layers >= 1 && c->n_layers <= 4096,
+                 "lazyattn_pool_create: n_layers %d outside 1..4096", c->n_layers);
+    LZ_CHECK_ARG(c->n_kv_heads >= 1 && c->n_kv_heads <= 4096,
+                 "lazyattn_pool_create: n_kv_heads %d outside 1..4096", c->n_kv_heads);
+    LZ_CHECK_ARG(c->head_dim >= 1 && c->head_dim <= 1024,
+                 "lazyattn_pool_create: head_dim %d outside 1..1024", c->head_dim);
+    LZ_CHECK_ARG(c->block_size >= 1 && c->block_size <= LAZYATTN_MAX_BLOCK_SIZE,
+                 "lazyattn_pool_create: block_size %d outside 1..%d", c->block_size,
+                 LAZYATTN_MAX_BLOCK_SIZE);
+    LZ_CHECK_ARG(lazyattn_dtype_size(c->dtype) != 0, "lazyattn_pool_create: unknown dtype %d",
+                 (int)c->dtype);
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *config,
+                         lazyattn_pool **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_pool_create: out is NULL");
+    *out = NULL;
+    LZ_CHECK_ARG(config != NULL, "lazyattn_pool_create: config is NULL");
+    int st = lz_pool_check_config(config);
+    if (st) return st;
+    uint64_t per_layer_block = (uint64_t)config->n_kv_heads * config->block_size *
+                               config->head_dim * lazyattn_dtype_size(config->dtype);
+    uint64_t block_bytes = 2 * per_layer_block * config->n_layers;
+    uint64_t n_blocks = config->budget_bytes / block_bytes;
+    if (n_blocks == 0)
+        return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
+                       "lazyattn_pool_create: budget %llu B holds no block of %llu B",
+                       (unsigned long long)config->budget_bytes, (unsigned long long)block_bytes);
+    if (n_blocks > (uint64_t)LAZYATTN_ENTRY_MAX_BLOCK + 1) n_blocks = (uint64_t)LAZYATTN_ENTRY_MAX_BLOCK + 1;
+    if (ctx && n_blocks * per_layer_block > ctx->max_alloc_size)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY,
+                       "lazyattn_pool_create: one layer's K buffer (%llu B) exceeds the device's "
+                       "largest allocation (%llu B)",
+                       (unsigned long long)(n_blocks * per_layer_block),
+                       (unsigned long long)ctx->max_alloc_size);
+
+    lazyattn_pool *pool = calloc(1, sizeof *pool);
+    if (!pool) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create");
+    pool->ctx = ctx;
+    pool->config = *config;
+    pool->block_bytes = block_bytes;
+    pool->n_blocks = (int64_t)n_blocks;
+    pool->free_stack = malloc(n_blocks * sizeof *pool->free_stack);
+    pool->allocated = calloc(n_blocks, 1);
+    if (!pool->free_stack || !pool->allocated) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create: %llu blocks",
+                     (unsigned long long)n_blocks);
+        goto fail;
+    }
+    /* Popped from the top: the first allocations get ids 0, 1, 2, ... */
+    for (int64_t i = 0; i < pool->n_blocks; i++)
+        pool->free_stack[i] = (int32_t)(pool->n_blocks - 1 - i);
+    pool->n_free = pool->n_blocks;
+
+    if (ctx) {
+        pool->k = calloc(config->n_layers, sizeof(cl_mem));
+        pool->v = calloc(config->n_layers, sizeof(cl_mem));
+        if (!pool->k || !pool->v) {
+            st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create");
+            goto fail;
+        }
+        size_t bytes = (size_t)(n_blocks * per_layer_block);
+        for (int l = 0; l < config->n_layers; l++) {
+            cl_int err;
+            pool->k[l] = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+            if (err == CL_SUCCESS)
+                pool->v[l] = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+            if (err != CL_SUCCESS) {
+                st = lz_cl_fail(err, "lazyattn_pool_create: clCreateBuffer");
+                goto fail;
+            }
+        }
+    }
+    *out = pool;
+    return LAZYATTN_STATUS_OK;
+fail:
+    lazyattn_pool_destroy(pool);
+    return st;
+}
+
+void lazyattn_pool_destroy(lazyattn_pool *pool) {
+    if (!pool) return;
+    for (int l = 0; pool->k && l < pool->config.n_layers; l++)
+        if (pool->k[l]) clReleaseMemObject(pool->k[l]);
+    for (int l = 0; pool->v && l < pool->config.n_layers; l++)
+        if (pool->v[l]) clReleaseMemObject(pool->v[l]);
+    free(pool->k);
+    free(pool->v);
+    free(pool->free_stack);
+    free(pool->allocated);
+    free(pool);
+}
+
+int lazyattn_pool_alloc(lazyattn_pool *pool, int n, int32_t *ids) {
+    LZ_CHECK_ARG(pool != NULL, "lazyattn_pool_alloc: pool is NULL");
+    LZ_CHECK_ARG(n >= 0, "lazyattn_pool_alloc: negative count %d", n);
+    LZ_CHECK_ARG(n == 0 || ids != NULL, "lazyattn_pool_alloc: ids is NULL");
+    if (n > pool->n_free)
+        return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
+                       "lazyattn_pool_alloc: %d blocks asked, %lld free under the budget", n,
+                       (long long)pool->n_free);
+    for (int i = 0; i < n; i++) {
+        int32_t id = pool->free_stack[--pool->n_free];
+        pool->allocated[id] = 1;
+        ids[i] = id;
+    }
+    pool->n_allocs += n;
+    int64_t used = pool->n_blocks - pool->n_free;
+    if (used > pool->peak_used) pool->peak_used = used;
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_pool_free(lazyattn_pool *pool, int n, const int32_t *ids) {
+    LZ_CHECK_ARG(pool != NULL, "lazyattn_pool_free: pool is NULL");
+    LZ_CHECK_ARG(n >= 0, "lazyattn_pool_free: negative count %d", n);
+    LZ_CHECK_ARG(n == 0 || ids != NULL, "lazyattn_pool_free: ids is NULL");
+    /* Validate everything first (all or nothing), marking to catch a
+     * repeated id within the same call. */
+    int bad = -1;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= pool->n_blocks || pool->allocated[ids[i]] != 1) {
+            bad = i;
+            break;
+        }
+        pool->allocated[ids[i]] = 2;
+    }
+    for (int i = 0; i < (bad < 0 ? n : bad); i++) pool->allocated[ids[i]] = 1;
+    if (bad >= 0)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "lazyattn_pool_free: block %d (index %d) is out of range, free, or repeated",
+                       (int)ids[bad], bad);
+    for (int i = 0; i < n; i++) {
+        pool->allocated[ids[i]] = 0;
+        pool->free_stack[pool->n_free++] = ids[i];
+    }
+    pool->n_frees += n;
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_pool_is_allocated(const lazyattn_pool *pool, int32_t id) {
+    return pool && id >= 0 && id < pool->n_blocks && pool->allocated[id] == 1;
+}
+
+int lazyattn_pool_get_info(const lazyattn_pool *pool, lazyattn_pool_info *info) {
+    LZ_CHECK_ARG(pool && info, "lazyattn_pool_get_info: NULL argument");
+    memset(info, 0, sizeof *info);
+    info->n_blocks = pool->n_blocks;
+    info->n_used = pool->n_blocks - pool->n_free;
+    info->peak_used = pool->peak_used;
+    info->block_bytes = pool->block_bytes;
+    info->bytes_in_use = (uint64_t)info->n_used * pool->block_bytes;
+    info->budget_bytes = pool->config.budget_bytes;
+    info->n_allocs = pool->n_allocs;
+    info->n_frees = pool->n_frees;
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_pool_config *config) {
+    LZ_CHECK_ARG(pool && config, "lazyattn_pool_get_config: NULL argument");
+    *config = pool->config;
+    return LAZYATTN_STATUS_OK;
+}
+
+cl_mem lazyattn_pool_k_buffer(const lazyattn_pool *pool, int layer) {
+    if (!pool || !pool->k || layer < 0 || layer >= pool->config.n_layers) return NULL;
+    return pool->k[layer];
+}
+
+cl_mem lazyattn_pool_v_buffer(const lazyattn_pool *pool, int layer) {
+    if (!pool || !pool->v || layer < 0 || layer >= pool->config.n_layers) return NULL;
+    return pool->v[layer];
+}
+
+/* Internal: the context of a device pool (NULL for bookkeeping). */
+lazyattn_context *lz_pool_context(const lazyattn_pool *pool) { return pool ? pool->ctx : NULL; }
+int64_t lz_pool_n_blocks(const lazyattn_pool *pool) { return pool ? pool->n_blocks : 0; }

@@ -1,0 +1,208 @@
+/* Device choice, the OpenCL context and queue, logging. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
+#endif
+
+void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ctx && ctx->log)
+        ctx->log(ctx->log_user, level, msg);
+    else if (level == LAZYATTN_LOG_ERROR)
+        fprintf(stderr, "lazyattn: %s\n", msg);
+}
+
+void lazyattn_context_options_init(lazyattn_context_options *o) {
+    if (o) memset(o, 0, sizeof *o);
+}
+
+/* Case-insensitive substring test; an empty or NULL needle matches. */
+static int lz_contains(const char *hay, const char *needle) {
+    if (!needle || !*needle) return 1;
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        size_t i = 0;
+        while (i < n && hay[i] && tolower((unsigned char)hay[i]) == tolower((unsigned char)needle[i]))
+            i++;
+        if (i == n) return 1;
+    }
+    return 0;
+}
+
+static const char *lz_env(const char *name) {
+    const char *v = getenv(name);
+    return (v && *v) ? v : NULL;
+}
+
+/* Picks the first device matching the names and the kind; kind DEFAULT
+ * tries GPUs first, then CPUs, then anything. */
+static int lz_pick_device(const char *want_platform, const char *want_device,
+                          lazyattn_device_kind kind, cl_platform_id *out_p, cl_device_id *out_d) {
+    cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(0, NULL, &np);
+    if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0)
+        return lz_fail(LAZYATTN_STATUS_NO_DEVICE, "no OpenCL platform found (is an ICD installed?)");
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
+    cl_platform_id platforms[32];
+    if (np > 32) np = 32;
+    err = clGetPlatformIDs(np, platforms, NULL);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
+
+    cl_device_type passes[3] = {CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_ALL};
+    int n_pass = 3, first = 0;
+    if (kind == LAZYATTN_DEVICE_GPU) n_pass = 1;
+    if (kind == LAZYATTN_DEVICE_CPU) first = 1, n_pass = 2;
+    if (kind == LAZYATTN_DEVICE_ANY) first = 2;
+    for (int pass = first; pass < n_pass; pass++) {
+        for (cl_uint p = 0; p < np; p++) {
+            char pname[256] = "";
+            clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+            if (!lz_contains(pname, want_platform)) continue;
+            cl_uint nd = 0;
+            if (clGetDeviceIDs(platforms[p], passes[pass], 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+                continue;
+            cl_device_id devs[64];
+            if (nd > 64) nd = 64;
+            if (clGetDeviceIDs(platforms[p], passes[pass], nd, devs, NULL) != CL_SUCCESS) continue;
+            for (cl_uint d = 0; d < nd; d++) {
+                char dname[256] = "";
+                clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof dname, dname, NULL);
+                if (!lz_contains(dname, want_device)) continue;
+                *out_p = platforms[p];
+                *out_d = devs[d];
+                return LAZYATTN_STATUS_OK;
+            }
+        }
+    }
+    return lz_fail(LAZYATTN_STATUS_NO_DEVICE, "no OpenCL device matches platform \"%s\" device \"%s\"",
+                   want_platform ? want_platform : "*", want_device ? want_device : "*");
+}
+
+/* Reads what the kernels and launchers need to know about the device and
+ * decides on the NVIDIA fast path. */
+static void lz_query_device(lazyattn_context *ctx, int portable_only) {
+    char pname[128] = "", dname[120] = "", vendor[128] = "";
+    clGetPlatformInfo(ctx->platform, CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+    clGetDeviceInfo(ctx->device, CL_DEVICE_NAME, sizeof dname, dname, NULL);
+    clGetDeviceInfo(ctx->device, CL_DEVICE_VENDOR, sizeof vendor, vendor, NULL);
+    snprintf(ctx->device_name, sizeof ctx->device_name, "%s / %s", pname, dname);
+    clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof ctx->compute_units,
+                    &ctx->compute_units, NULL);
+    clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof ctx->max_work_group_size,
+                    &ctx->max_work_group_size, NULL);
+    clGetDeviceInfo(ctx->device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof ctx->local_mem_size,
+                    &ctx->local_mem_size, NULL);
+    clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc_size,
+                    &ctx->max_alloc_size, NULL);
+    if (ctx->compute_units == 0) ctx->compute_units = 1;
+    if (lz_contains(vendor, "NVIDIA")) {
+        cl_uint major = 0, minor = 0;
+        if (clGetDeviceInfo(ctx->device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,
+                            NULL) == CL_SUCCESS &&
+            clGetDeviceInfo(ctx->device, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor,
+                            NULL) == CL_SUCCESS) {
+            ctx->nv_cc_major = (int)major;
+            ctx->nv_cc_minor = (int)minor;
+        }
+    }
+    const char *env = lz_env("LAZYATTN_PORTABLE");
+    int forced_portable = portable_only || (env && strcmp(env, "0") != 0);
+    ctx->fast_nv = !forced_portable && ctx->nv_cc_major >= 8;
+    lz_log(ctx, LAZYATTN_LOG_INFO, "device %s, %u compute units, %llu B local, fast path %s",
+           ctx->device_name, ctx->compute_units, (unsigned long long)ctx->local_mem_size,
+           ctx->fast_nv ? "NVIDIA" : "portable");
+}
+
+static lazyattn_context *lz_context_new(const lazyattn_context_options *o) {
+    lazyattn_context *ctx = calloc(1, sizeof *ctx);
+    if (ctx && o) {
+        ctx->log = o->log;
+        ctx->log_user = o->log_user;
+    }
+    return ctx;
+}
+
+int lazyattn_context_create(const lazyattn_context_options *options, lazyattn_context **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_context_create: out is NULL");
+    *out = NULL;
+    lazyattn_context_options defaults;
+    lazyattn_context_options_init(&defaults);
+    const lazyattn_context_options *o = options ? options : &defaults;
+    if (o->kind < LAZYATTN_DEVICE_DEFAULT || o->kind > LAZYATTN_DEVICE_ANY)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "lazyattn_context_create: unknown device kind %d", (int)o->kind);
+    const char *want_platform = o->platform ? o->platform : lz_env("LAZYATTN_PLATFORM");
+    const char *want_device = o->device ? o->device : lz_env("LAZYATTN_DEVICE");
+
+    lazyattn_context *ctx = lz_context_new(o);
+    if (!ctx) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_context_create");
+    int st = lz_pick_device(want_platform, want_device, o->kind, &ctx->platform, &ctx->device);
+    if (st) goto fail;
+    cl_int err;
+    ctx->context = clCreateContext(NULL, 1, &ctx->device, NULL, NULL, &err);
+    if (err != CL_SUCCESS) {
+        st = lz_cl_fail(err, "clCreateContext");
+        goto fail;
+    }
+    ctx->queue = clCreateCommandQueue(ctx->context, ctx->device,
+                                      o->profiling ? CL_QUEUE_PROFILING_ENABLE : 0, &err);
+    if (err != CL_SUCCESS) {
+        st = lz_cl_fail(err, "clCreateCommandQueue");
+        goto fail;
+    }
+    lz_query_device(ctx, o->portable_only);
+    *out = ctx;
+    return LAZYATTN_STATUS_OK;
+fail:
+    lazyattn_context_destroy(ctx);
+    return st;
+}
+
+int lazyattn_context_create_from_cl(cl_context context, cl_device_id device, cl_command_queue queue,
+                                    const lazyattn_context_options *options,
+                                    lazyattn_context **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_context_create_from_cl: out is NULL");
+    *out = NULL;
+    LZ_CHECK_ARG(context && device && queue,
+                 "lazyattn_context_create_from_cl: context, device and queue are required");
+    cl_platform_id platform = NULL;
+    cl_int err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
+    lazyattn_context *ctx = lz_context_new(options);
+    if (!ctx) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_context_create_from_cl");
+    ctx->platform = platform;
+    ctx->device = device;
+    ctx->context = context;
+    ctx->queue = queue;
+    clRetainContext(context);
+    clRetainCommandQueue(queue);
+    lz_query_device(ctx, options ? options->portable_only : 0);
+    *out = ctx;
+    return LAZYATTN_STATUS_OK;
+}
+
+void lazyattn_context_destroy(lazyattn_context *ctx) {
+    if (!ctx) return;
+    lz_program_cache_clear(ctx);
+    if (ctx->queue) clReleaseCommandQueue(ctx->queue);
+    if (ctx->context) clReleaseContext(ctx->context);
+    free(ctx);
+}
+
+cl_context lazyattn_context_cl_context(const lazyattn_context *ctx) { return ctx ? ctx->context : NULL; }
+cl_device_id lazyattn_context_device(const lazyattn_context *ctx) { return ctx ? ctx->device : NULL; }
+cl_command_queue lazyattn_context_queue(const lazyattn_context *ctx) { return ctx ? ctx->queue : NULL; }
+const char *lazyattn_context_device_name(const lazyattn_context *ctx) {
+    return ctx ? ctx->device_name : "";
+}
+int lazyattn_context_fast_path(const lazyattn_context *ctx) { return ctx ? ctx->fast_nv : 0; }

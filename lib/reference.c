@@ -1,0 +1,125 @@
+/* CPU float64 reference of eager attention with absolute positions: the
+ * independent judge of every kernel. It shares nothing with the kernels but
+ * the frequency formula (lazyattn_rope_frequencies, tested on its own). */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int lz_ref_check(const lazyattn_attention_config *c) {
+    LZ_CHECK_ARG(c != NULL, "reference: config is NULL");
+    LZ_CHECK_ARG(c->n_q_heads >= 1 && c->n_kv_heads >= 1 && c->n_q_heads % c->n_kv_heads == 0,
+                 "reference: %d query heads not a multiple of %d KV heads", c->n_q_heads,
+                 c->n_kv_heads);
+    LZ_CHECK_ARG(c->head_dim >= 2 && c->head_dim % 2 == 0 && c->head_dim <= 1024,
+                 "reference: head_dim %d must be even in 2..1024", c->head_dim);
+    LZ_CHECK_ARG(c->rope.style >= LAZYATTN_ROPE_NONE && c->rope.style <= LAZYATTN_ROPE_GPTJ,
+                 "reference: unknown rope style %d", (int)c->rope.style);
+    return LAZYATTN_STATUS_OK;
+}
+
+static void lz_ref_rotate(const lazyattn_attention_config *c, const double *freq, int32_t pos,
+                          const float *x, double *out) {
+    int d = c->head_dim;
+    for (int i = 0; i < d; i++) out[i] = x[i];
+    if (c->rope.style == LAZYATTN_ROPE_NONE) return;
+    int rot = c->rope.rotary_dim ? c->rope.rotary_dim : d;
+    for (int p = 0; p < rot / 2; p++) {
+        int a = c->rope.style == LAZYATTN_ROPE_NEOX ? p : 2 * p;
+        int b = c->rope.style == LAZYATTN_ROPE_NEOX ? p + rot / 2 : 2 * p + 1;
+        double ang = (double)pos * freq[p], cs = cos(ang), sn = sin(ang);
+        out[a] = x[a] * cs - x[b] * sn;
+        out[b] = x[a] * sn + x[b] * cs;
+    }
+}
+
+int lazyattn_reference_rope(const lazyattn_attention_config *c, int32_t pos, const float *x,
+                            double *out) {
+    int st = lz_ref_check(c);
+    if (st) return st;
+    LZ_CHECK_ARG(x && out, "lazyattn_reference_rope: NULL vector");
+    double freq[512];
+    if (c->rope.style != LAZYATTN_ROPE_NONE) {
+        st = lazyattn_rope_frequencies(&c->rope, c->head_dim, freq);
+        if (st) return st;
+    }
+    lz_ref_rotate(c, freq, pos, x, out);
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_reference_attention(const lazyattn_attention_config *c,
+                                 const lazyattn_reference_args *a) {
+    int st = lz_ref_check(c);
+    if (st) return st;
+    LZ_CHECK_ARG(a != NULL, "lazyattn_reference_attention: args is NULL");
+    LZ_CHECK_ARG(a->n_queries >= 1 && a->n_keys >= 0,
+                 "lazyattn_reference_attention: n_queries %d, n_keys %d", a->n_queries, a->n_keys);
+    LZ_CHECK_ARG(a->q && a->q_pos && a->out && (a->n_keys == 0 || (a->k && a->v && a->k_pos)),
+                 "lazyattn_reference_attention: NULL array");
+    const int d = c->head_dim, nq = c->n_q_heads, nkv = c->n_kv_heads, group = nq / nkv;
+    const double scale = c->scale > 0.0f ? c->scale : 1.0 / sqrt((double)d);
+    double freq[512];
+    if (c->rope.style != LAZYATTN_ROPE_NONE) {
+        st = lazyattn_rope_frequencies(&c->rope, d, freq);
+        if (st) return st;
+    }
+    size_t nk = (size_t)a->n_keys;
+    double *kr = malloc((nk * nkv * d + 1) * sizeof *kr);
+    double *score = malloc((nk + 1) * sizeof *score);
+    double *qr = malloc((size_t)d * sizeof *qr);
+    if (!kr || !score || !qr) {
+        free(kr);
+        free(score);
+        free(qr);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_reference_attention");
+    }
+    for (size_t j = 0; j < nk; j++)
+        for (int h = 0; h < nkv; h++)
+            lz_ref_rotate(c, freq, a->k_pos[j], a->k + (j * nkv + h) * d, kr + (j * nkv + h) * d);
+
+    for (int t = 0; t < a->n_queries; t++) {
+        for (int h = 0; h < nq; h++) {
+            int kvh = h / group;
+            double slope = c->alibi ? lazyattn_alibi_slope(h, nq) : 0.0;
+            lz_ref_rotate(c, freq, a->q_pos[t], a->q + ((size_t)t * nq + h) * d, qr);
+            double mx = -INFINITY;
+            for (size_t j = 0; j < nk; j++) {
+                score[j] = -INFINITY;
+                if (a->k_pos[j] > a->q_pos[t]) continue;
+                double dot = 0.0;
+                const double *kj = kr + (j * nkv + kvh) * d;
+                for (int i = 0; i < d; i++) dot += qr[i] * kj[i];
+                score[j] = dot * scale + slope * (double)(a->k_pos[j] - a->q_pos[t]);
+                if (score[j] > mx) mx = score[j];
+            }
+            double *o = a->out + ((size_t)t * nq + h) * d;
+            memset(o, 0, (size_t)d * sizeof *o);
+            if (mx == -INFINITY) continue;
+            double sum = 0.0;
+            for (size_t j = 0; j < nk; j++) {
+                if (score[j] == -INFINITY) continue;
+                double p = exp(score[j] - mx);
+                sum += p;
+                const float *vj = a->v + (j * nkv + kvh) * d;
+                for (int i = 0; i < d; i++) o[i] += p * vj[i];
+            }
+            for (int i = 0; i < d; i++) o[i] /= sum;
+        }
+    }
+    free(kr);
+    free(score);
+    free(qr);
+    return LAZYATTN_STATUS_OK;
+}
+
+double lazyattn_normalised_error(const float *a, const double *b, size_t n) {
+    if (!a || !b || n == 0) return INFINITY;
+    double err = 0.0, ref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= err)) err = e; /* NaN propagates as the error */
+        if (fabs(b[i]) > ref) ref = fabs(b[i]);
+    }
+    return err / (ref > 1e-30 ? ref : 1e-30);
+}

@@ -1,0 +1,539 @@
+/*
+ * Kernels against the float64 reference: lazy prefill, lazy decode (with
+ * KV splits), materialised copies, write_kv and rope, over seeded random
+ * requests: head dims 64/128, GQA 1/4/8, block sizes 16/32, f32/f16/bf16,
+ * NeoX/GPT-J/partial RoPE with and without Llama-3 scaling, ALiBi, document
+ * lengths that are not multiples of the block size, deltas of +-150 000.
+ */
+#include "test_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Normalised-error tolerance of each storage type (K/V rounded once to it;
+ * the f32 bound covers the angle error of ~1e-6 rad and f32 accumulation). */
+static double tolerance(lazyattn_dtype t) {
+    return t == LAZYATTN_DTYPE_F32 ? 2e-5 : t == LAZYATTN_DTYPE_F16 ? 2e-3 : 1.6e-2;
+}
+
+/* One program per (head_dim, block size, dtype); everything else varies. */
+typedef struct program_case {
+    int head_dim, block_size;
+    lazyattn_dtype dtype;
+} program_case;
+
+static const program_case programs[] = {
+    {64, 16, LAZYATTN_DTYPE_F32},
+    {128, 16, LAZYATTN_DTYPE_F16},
+    {128, 32, LAZYATTN_DTYPE_F32},
+    {64, 32, LAZYATTN_DTYPE_F16},
+    {128, 16, LAZYATTN_DTYPE_BF16},
+};
+
+/* A random request laid into a pool: segments (prefix, documents,
+ * question) at contiguous logical positions starting at a random base;
+ * documents stored at their own (random) stored start, so each of their
+ * blocks carries a delta. */
+typedef struct sequence {
+    int n_keys;
+    float *k, *v;         /* [n_keys, n_kv, d] unrotated, logical order */
+    int32_t *k_pos;       /* [n_keys] logical */
+    int32_t *slot, *stored; /* [n_keys] where and at which position K is written */
+    int n_entries;
+    uint64_t *table;      /* [n_entries] */
+    int32_t *entry_pos;   /* [n_entries] */
+    int32_t *entry_stored; /* [n_entries] stored start of each entry's block */
+    int n_question;       /* the last n_question keys are the question */
+} sequence;
+
+static void sequence_free(sequence *s) {
+    free(s->k); free(s->v); free(s->k_pos); free(s->slot); free(s->stored);
+    free(s->table); free(s->entry_pos); free(s->entry_stored);
+    memset(s, 0, sizeof *s);
+}
+
+/* Builds segments, allocates (shuffled) blocks, fills the table. */
+static void sequence_make(lt_rng *r, lazyattn_pool *pool, const lazyattn_attention_config *c,
+                          int max_docs, int max_doc_len, sequence *s) {
+    const int B = c->block_size, d = c->head_dim, nkv = c->n_kv_heads;
+    int n_seg = 0, seg_len[10], seg_stored[10];
+    int base = lt_int(r, 0, 150000);
+    seg_len[n_seg] = lt_int(r, 0, 2 * B + 3), seg_stored[n_seg++] = -1; /* prefix */
+    int n_docs = lt_int(r, 1, max_docs);
+    for (int i = 0; i < n_docs; i++)
+        seg_len[n_seg] = lt_int(r, 1, max_doc_len), seg_stored[n_seg++] = lt_int(r, 0, 120000);
+    s->n_question = lt_int(r, 1, 2 * B);
+    seg_len[n_seg] = s->n_question, seg_stored[n_seg++] = -1;
+
+    int total = 0, blocks = 0;
+    for (int i = 0; i < n_seg; i++) total += seg_len[i], blocks += (seg_len[i] + B - 1) / B;
+    s->n_keys = total;
+    s->k = malloc(sizeof(float) * total * nkv * d);
+    s->v = malloc(sizeof(float) * total * nkv * d);
+    s->k_pos = malloc(sizeof(int32_t) * total);
+    s->slot = malloc(sizeof(int32_t) * total);
+    s->stored = malloc(sizeof(int32_t) * total);
+    s->table = malloc(sizeof(uint64_t) * blocks);
+    s->entry_pos = malloc(sizeof(int32_t) * blocks);
+    s->entry_stored = malloc(sizeof(int32_t) * blocks);
+    int32_t *ids = malloc(sizeof(int32_t) * blocks);
+    assert_non_null(ids);
+    lt_fill(r, s->k, (size_t)total * nkv * d, 2.0f);
+    lt_fill(r, s->v, (size_t)total * nkv * d, 1.0f);
+    lt_assert_status(lazyattn_pool_alloc(pool, blocks, ids), LAZYATTN_STATUS_OK);
+    for (int i = blocks - 1; i > 0; i--) { /* scatter the blocks */
+        int j = lt_int(r, 0, i);
+        int32_t t = ids[i]; ids[i] = ids[j]; ids[j] = t;
+    }
+    int key = 0, e = 0;
+    for (int i = 0; i < n_seg; i++) {
+        for (int off = 0; off < seg_len[i]; off += B, e++) {
+            int len = seg_len[i] - off < B ? seg_len[i] - off : B;
+            int logical = base + key;
+            int stored = seg_stored[i] < 0 ? logical : seg_stored[i] + off;
+            lt_assert_status(lazyattn_entry_pack(ids[e], logical - stored, len, &s->table[e]),
+                             LAZYATTN_STATUS_OK);
+            s->entry_pos[e] = logical;
+            s->entry_stored[e] = stored;
+            for (int j = 0; j < len; j++, key++) {
+                s->k_pos[key] = logical + j;
+                s->slot[key] = ids[e] * B + j;
+                s->stored[key] = stored + j;
+            }
+        }
+    }
+    s->n_entries = e;
+    free(ids);
+}
+
+static void sequence_write(lazyattn_context *ctx, lazyattn_attention *attn, lazyattn_pool *pool,
+                           const sequence *s, int n_kv, int d) {
+    size_t kv_bytes = sizeof(float) * s->n_keys * n_kv * d;
+    cl_mem k = lt_buffer(ctx, s->k, kv_bytes), v = lt_buffer(ctx, s->v, kv_bytes);
+    cl_mem slot = lt_buffer(ctx, s->slot, sizeof(int32_t) * s->n_keys);
+    cl_mem stored = lt_buffer(ctx, s->stored, sizeof(int32_t) * s->n_keys);
+    lt_assert_status(lazyattn_write_kv(attn, pool, 0, s->n_keys, k, v, slot, stored, NULL, NULL),
+                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK);
+    clReleaseMemObject(k); clReleaseMemObject(v); clReleaseMemObject(slot); clReleaseMemObject(stored);
+}
+
+/* Queries: the last n_q keys' positions, random vectors. */
+static float *make_queries(lt_rng *r, const lazyattn_attention_config *c, int n_q) {
+    float *q = malloc(sizeof(float) * n_q * c->n_q_heads * c->head_dim);
+    lt_fill(r, q, (size_t)n_q * c->n_q_heads * c->head_dim, 2.0f);
+    return q;
+}
+
+/* Rotates queries on the device, runs prefill over the table, returns out. */
+static float *run_prefill(lazyattn_context *ctx, lazyattn_attention *attn, lazyattn_pool *pool,
+                          const lazyattn_attention_config *c, const float *q_raw,
+                          const int32_t *q_pos, int n_q, const uint64_t *table,
+                          const int32_t *entry_pos, int n_entries) {
+    size_t qbytes = sizeof(float) * n_q * c->n_q_heads * c->head_dim;
+    cl_mem q = lt_buffer(ctx, q_raw, qbytes), qp = lt_buffer(ctx, q_pos, sizeof(int32_t) * n_q);
+    cl_mem t = lt_buffer(ctx, table, sizeof(uint64_t) * n_entries);
+    cl_mem ep = lt_buffer(ctx, entry_pos, sizeof(int32_t) * n_entries);
+    cl_mem out = lt_buffer(ctx, NULL, qbytes);
+    lt_assert_status(lazyattn_rope_apply(attn, n_q, c->n_q_heads, q, qp, NULL, NULL), LAZYATTN_STATUS_OK);
+    lazyattn_prefill_args a = {n_q, n_entries, q, qp, t, ep, out};
+    lt_assert_status(lazyattn_prefill(attn, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
+    float *o = malloc(qbytes);
+    lt_read(ctx, out, o, qbytes);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK);
+    clReleaseMemObject(q); clReleaseMemObject(qp); clReleaseMemObject(t);
+    clReleaseMemObject(ep); clReleaseMemObject(out);
+    return o;
+}
+
+static double *run_reference(const lazyattn_attention_config *c, const sequence *s,
+                             const float *q_raw, const int32_t *q_pos, int n_q) {
+    double *ref = malloc(sizeof(double) * n_q * c->n_q_heads * c->head_dim);
+    lazyattn_reference_args ra = {n_q, s->n_keys, q_raw, q_pos, s->k, s->v, s->k_pos, ref};
+    lt_assert_status(lazyattn_reference_attention(c, &ra), LAZYATTN_STATUS_OK);
+    return ref;
+}
+
+static void random_scheme(lt_rng *r, lazyattn_attention_config *c) {
+    int g_choice[3] = {1, 4, 8};
+    c->n_kv_heads = lt_int(r, 1, 2);
+    c->n_q_heads = c->n_kv_heads * g_choice[lt_int(r, 0, 2)];
+    memset(&c->rope, 0, sizeof c->rope);
+    c->alibi = 0;
+    int scheme = lt_int(r, 0, 5);
+    if (scheme == 5) {
+        c->alibi = 1;
+        return;
+    }
+    c->rope.style = scheme % 2 ? LAZYATTN_ROPE_GPTJ : LAZYATTN_ROPE_NEOX;
+    c->rope.theta = lt_int(r, 0, 1) ? 500000.0 : 10000.0;
+    c->rope.rotary_dim = scheme == 4 ? c->head_dim / 2 : 0; /* partial rotary */
+    if (scheme >= 2) {
+        c->rope.llama3_factor = 8.0;
+        c->rope.llama3_low_freq_factor = 1.0;
+        c->rope.llama3_high_freq_factor = 4.0;
+        c->rope.llama3_original_context = 8192;
+    }
+}
+
+static const char *scheme_name(const lazyattn_attention_config *c) {
+    if (c->alibi) return "alibi";
+    if (c->rope.rotary_dim) return "neox-partial";
+    if (c->rope.llama3_factor > 0) return c->rope.style == LAZYATTN_ROPE_NEOX ? "neox-llama3" : "gptj-llama3";
+    return c->rope.style == LAZYATTN_ROPE_NEOX ? "neox" : "gptj";
+}
+
+/* Per program config: random requests through prefill (lazy and
+ * materialised) and a decode batch, all against the reference. */
+static void run_program_cases(void **state, const program_case *pc, int n_cases) {
+    lazyattn_context *ctx = *state;
+    static uint64_t seed;
+    if (!seed) seed = lt_seed();
+    lt_rng r = {seed ^ (uint64_t)(pc->head_dim * 1000 + pc->block_size * 10 + pc->dtype)};
+    double worst_prefill = 0, worst_decode = 0, worst_agree = 0;
+    int n_prefill = 0, n_decode = 0;
+    for (int cs = 0; cs < n_cases; cs++) {
+        lazyattn_attention_config c;
+        memset(&c, 0, sizeof c);
+        c.head_dim = pc->head_dim;
+        c.block_size = pc->block_size;
+        c.dtype = pc->dtype;
+        random_scheme(&r, &c);
+        lazyattn_pool_config poolc = {1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, 0};
+        poolc.budget_bytes = (uint64_t)600 * 2 * c.n_kv_heads * c.block_size * c.head_dim *
+                             lazyattn_dtype_size(c.dtype);
+        lazyattn_pool *pool = NULL;
+        lazyattn_attention *attn = NULL;
+        lt_assert_status(lazyattn_pool_create(ctx, &poolc, &pool), LAZYATTN_STATUS_OK);
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+        const double tol = tolerance(c.dtype);
+
+        /* ---- a decode batch of sequences; the first one also prefills ---- */
+        int n_seqs = lt_int(&r, 1, 4);
+        sequence seqs[4];
+        for (int i = 0; i < n_seqs; i++) {
+            sequence_make(&r, pool, &c, 4, 3 * c.block_size + 5, &seqs[i]);
+            sequence_write(ctx, attn, pool, &seqs[i], c.n_kv_heads, c.head_dim);
+        }
+        {
+            /* prefill the question of sequence 0 (causal among its tokens) */
+            sequence *s = &seqs[0];
+            int n_q = s->n_question;
+            int32_t *q_pos = s->k_pos + (s->n_keys - n_q);
+            float *q = make_queries(&r, &c, n_q);
+            float *out = run_prefill(ctx, attn, pool, &c, q, q_pos, n_q, s->table, s->entry_pos, s->n_entries);
+            double *ref = run_reference(&c, s, q, q_pos, n_q);
+            size_t n = (size_t)n_q * c.n_q_heads * c.head_dim;
+            double err = lazyattn_normalised_error(out, ref, n);
+            if (err > tol)
+                print_error("prefill case %d (%s, G=%d, kv=%d, q=%d, entries=%d): error %.3g > %.3g\n",
+                            cs, scheme_name(&c), c.n_q_heads / c.n_kv_heads, c.n_kv_heads, n_q,
+                            s->n_entries, err, tol);
+            assert_true(err <= tol);
+            if (err > worst_prefill) worst_prefill = err;
+            n_prefill++;
+
+            /* materialise every block with a delta, then prefill again over
+             * the copies (delta 0): must agree with the lazy output */
+            uint64_t *mtable = malloc(sizeof(uint64_t) * s->n_entries);
+            uint64_t *src = malloc(sizeof(uint64_t) * s->n_entries);
+            int32_t *dst = malloc(sizeof(int32_t) * s->n_entries);
+            int n_copy = 0;
+            for (int e = 0; e < s->n_entries; e++) {
+                int32_t blk, delta, len;
+                lazyattn_entry_unpack(s->table[e], &blk, &delta, &len);
+                mtable[e] = s->table[e];
+                if (delta == 0) continue;
+                lt_assert_status(lazyattn_pool_alloc(pool, 1, &dst[n_copy]), LAZYATTN_STATUS_OK);
+                src[n_copy] = s->table[e];
+                lazyattn_entry_pack(dst[n_copy], 0, len, &mtable[e]);
+                n_copy++;
+            }
+            if (n_copy) {
+                cl_mem srcm = lt_buffer(ctx, src, sizeof(uint64_t) * n_copy);
+                cl_mem dstm = lt_buffer(ctx, dst, sizeof(int32_t) * n_copy);
+                lt_assert_status(lazyattn_materialise(attn, pool, 0, n_copy, srcm, dstm, NULL, NULL),
+                                 LAZYATTN_STATUS_OK);
+                clReleaseMemObject(srcm);
+                clReleaseMemObject(dstm);
+            }
+            float *mout = run_prefill(ctx, attn, pool, &c, q, q_pos, n_q, mtable, s->entry_pos, s->n_entries);
+            double *lazy = malloc(sizeof(double) * n);
+            for (size_t i = 0; i < n; i++) lazy[i] = out[i];
+            double agree = lazyattn_normalised_error(mout, lazy, n);
+            /* the copy rounds K to the storage type once more */
+            double agree_tol = c.dtype == LAZYATTN_DTYPE_F32 ? 1e-5 : tol;
+            if (agree > agree_tol)
+                print_error("materialised vs lazy, case %d (%s): %.3g > %.3g\n", cs, scheme_name(&c),
+                            agree, agree_tol);
+            assert_true(agree <= agree_tol);
+            double merr = lazyattn_normalised_error(mout, ref, n);
+            assert_true(merr <= tol);
+            if (agree > worst_agree) worst_agree = agree;
+            lt_assert_status(lazyattn_pool_free(pool, n_copy, dst), LAZYATTN_STATUS_OK);
+            free(mtable); free(src); free(dst); free(mout); free(lazy);
+            free(q); free(out); free(ref);
+        }
+
+        /* ---- decode: the last key of each sequence is its query token ---- */
+        int total = 0, max_entries = 0;
+        for (int i = 0; i < n_seqs; i++) {
+            total += seqs[i].n_entries;
+            if (seqs[i].n_entries > max_entries) max_entries = seqs[i].n_entries;
+        }
+        uint64_t *table = malloc(sizeof(uint64_t) * total);
+        int32_t *entry_pos = malloc(sizeof(int32_t) * total), offsets[5], q_pos[4];
+        offsets[0] = 0;
+        for (int i = 0; i < n_seqs; i++) {
+            memcpy(table + offsets[i], seqs[i].table, sizeof(uint64_t) * seqs[i].n_entries);
+            memcpy(entry_pos + offsets[i], seqs[i].entry_pos, sizeof(int32_t) * seqs[i].n_entries);
+            offsets[i + 1] = offsets[i] + seqs[i].n_entries;
+            q_pos[i] = seqs[i].k_pos[seqs[i].n_keys - 1];
+        }
+        size_t qrow = (size_t)c.n_q_heads * c.head_dim;
+        float *q = make_queries(&r, &c, n_seqs);
+        cl_mem qm = lt_buffer(ctx, q, sizeof(float) * n_seqs * qrow);
+        cl_mem qpm = lt_buffer(ctx, q_pos, sizeof(int32_t) * n_seqs);
+        cl_mem offm = lt_buffer(ctx, offsets, sizeof(int32_t) * (n_seqs + 1));
+        cl_mem tm = lt_buffer(ctx, table, sizeof(uint64_t) * total);
+        cl_mem epm = lt_buffer(ctx, entry_pos, sizeof(int32_t) * total);
+        cl_mem outm = lt_buffer(ctx, NULL, sizeof(float) * n_seqs * qrow);
+        lt_assert_status(lazyattn_rope_apply(attn, n_seqs, c.n_q_heads, qm, qpm, NULL, NULL), LAZYATTN_STATUS_OK);
+        lazyattn_decode_args da = {n_seqs, max_entries, lt_int(&r, 0, 5), qm, qpm, offm, tm, epm, outm};
+        lt_assert_status(lazyattn_decode(attn, pool, 0, &da, NULL, NULL), LAZYATTN_STATUS_OK);
+        float *out = malloc(sizeof(float) * n_seqs * qrow);
+        lt_read(ctx, outm, out, sizeof(float) * n_seqs * qrow);
+        lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK);
+        for (int i = 0; i < n_seqs; i++) {
+            double *ref = run_reference(&c, &seqs[i], q + i * qrow, &q_pos[i], 1);
+            double err = lazyattn_normalised_error(out + i * qrow, ref, qrow);
+            if (err > tol)
+                print_error("decode case %d seq %d (%s, G=%d, splits=%d, entries=%d): %.3g > %.3g\n", cs,
+                            i, scheme_name(&c), c.n_q_heads / c.n_kv_heads, da.n_splits,
+                            seqs[i].n_entries, err, tol);
+            assert_true(err <= tol);
+            if (err > worst_decode) worst_decode = err;
+            n_decode++;
+            free(ref);
+        }
+        cl_mem mems[] = {qm, qpm, offm, tm, epm, outm};
+        for (int i = 0; i < 6; i++) clReleaseMemObject(mems[i]);
+        free(q); free(out); free(table); free(entry_pos);
+        for (int i = 0; i < n_seqs; i++) sequence_free(&seqs[i]);
+        lazyattn_attention_destroy(attn);
+        lazyattn_pool_destroy(pool);
+    }
+    printf("# d=%d B=%d dtype=%d: %d prefill + %d decode checks, worst error prefill %.2e decode "
+           "%.2e (tol %.1e), materialised-vs-lazy %.2e\n",
+           pc->head_dim, pc->block_size, (int)pc->dtype, n_prefill, n_decode, worst_prefill,
+           worst_decode, tolerance(pc->dtype), worst_agree);
+}
+
+#define PROGRAM_TEST(i)                                                          \
+    static void test_program_##i(void **state) { run_program_cases(state, &programs[i], 12); }
+PROGRAM_TEST(0)
+PROGRAM_TEST(1)
+PROGRAM_TEST(2)
+PROGRAM_TEST(3)
+PROGRAM_TEST(4)
+
+/* write_kv stores K rotated at its stored position: read the pool back. */
+static void test_write_kv_rotates_at_stored_position(void **state) {
+    lazyattn_context *ctx = *state;
+    lt_rng r = {lt_seed() + 7};
+    lazyattn_attention_config c;
+    lazyattn_attention_config_default(&c);
+    c.head_dim = 64;
+    c.dtype = LAZYATTN_DTYPE_F32;
+    c.n_q_heads = 4, c.n_kv_heads = 2;
+    lazyattn_pool_config pc = {1, 2, 64, 16, LAZYATTN_DTYPE_F32, 8 * 2 * 2 * 16 * 64 * 4};
+    lazyattn_pool *pool;
+    lazyattn_attention *attn;
+    lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+    enum { N = 5 };
+    float k[N * 2 * 64], v[N * 2 * 64];
+    int32_t slot[N] = {0, 17, 33, 127, 64}, pos[N] = {0, 1, 8191, 100000, (1 << 24) - 1};
+    lt_fill(&r, k, N * 128, 1.0f);
+    lt_fill(&r, v, N * 128, 1.0f);
+    cl_mem km = lt_buffer(ctx, k, sizeof k), vm = lt_buffer(ctx, v, sizeof v);
+    cl_mem sm = lt_buffer(ctx, slot, sizeof slot), pm = lt_buffer(ctx, pos, sizeof pos);
+    lt_assert_status(lazyattn_write_kv(attn, pool, 0, N, km, vm, sm, pm, NULL, NULL), LAZYATTN_STATUS_OK);
+    size_t bytes = (size_t)8 * 2 * 16 * 64 * 4;
+    float *kc = malloc(bytes), *vc = malloc(bytes);
+    lt_read(ctx, lazyattn_pool_k_buffer(pool, 0), kc, bytes);
+    lt_read(ctx, lazyattn_pool_v_buffer(pool, 0), vc, bytes);
+    for (int t = 0; t < N; t++)
+        for (int h = 0; h < 2; h++) {
+            double ref[64];
+            lazyattn_reference_rope(&c, pos[t], k + (t * 2 + h) * 64, ref);
+            size_t o = (((size_t)(slot[t] / 16) * 2 + h) * 16 + slot[t] % 16) * 64;
+            assert_true(lazyattn_normalised_error(kc + o, ref, 64) < 2e-6);
+            assert_memory_equal(vc + o, v + (t * 2 + h) * 64, 64 * sizeof(float));
+        }
+    free(kc); free(vc);
+    clReleaseMemObject(km); clReleaseMemObject(vm); clReleaseMemObject(sm); clReleaseMemObject(pm);
+    lazyattn_attention_destroy(attn);
+    lazyattn_pool_destroy(pool);
+}
+
+/* rope_apply matches the double-precision rotation at large positions,
+ * where a plain f32 angle would be off by a large fraction of a radian. */
+static void test_rope_apply_is_accurate_at_large_positions(void **state) {
+    lazyattn_context *ctx = *state;
+    lt_rng r = {lt_seed() + 11};
+    for (int style = LAZYATTN_ROPE_NEOX; style <= LAZYATTN_ROPE_GPTJ; style++) {
+        lazyattn_attention_config c;
+        lazyattn_attention_config_default(&c);
+        c.rope.style = (lazyattn_rope_style)style;
+        c.n_q_heads = 2, c.n_kv_heads = 1, c.head_dim = 128;
+        lazyattn_attention *attn;
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+        enum { N = 6 };
+        int32_t pos[N] = {0, 3, 65535, 65536, 1000003, (1 << 24) - 1};
+        float x[N * 2 * 128], y[N * 2 * 128];
+        lt_fill(&r, x, sizeof x / sizeof *x, 1.0f);
+        cl_mem xm = lt_buffer(ctx, x, sizeof x), pm = lt_buffer(ctx, pos, sizeof pos);
+        lt_assert_status(lazyattn_rope_apply(attn, N, 2, xm, pm, NULL, NULL), LAZYATTN_STATUS_OK);
+        lt_read(ctx, xm, y, sizeof y);
+        for (int t = 0; t < N * 2; t++) {
+            double ref[128];
+            lazyattn_reference_rope(&c, pos[t / 2], x + t * 128, ref);
+            double err = lazyattn_normalised_error(y + t * 128, ref, 128);
+            if (err > 5e-6) print_error("style %d pos %d: %.3g\n", style, pos[t / 2], err);
+            assert_true(err <= 5e-6);
+        }
+        clReleaseMemObject(xm); clReleaseMemObject(pm);
+        lazyattn_attention_destroy(attn);
+    }
+}
+
+/* Kernels skip and report out-of-range tables instead of touching memory
+ * outside the pool; host-side checks reject malformed launches. */
+static void test_bad_launches(void **state) {
+    lazyattn_context *ctx = *state;
+    lazyattn_attention_config c;
+    lazyattn_attention_config_default(&c);
+    c.n_q_heads = 4, c.n_kv_heads = 2, c.head_dim = 64, c.dtype = LAZYATTN_DTYPE_F32;
+    lazyattn_attention *attn = NULL;
+
+    /* configurations */
+    lazyattn_attention_config bad = c;
+    bad.n_q_heads = 6, bad.n_kv_heads = 4;
+    lt_assert_status(lazyattn_attention_create(ctx, &bad, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(attn);
+    bad = c, bad.head_dim = 66;
+    lt_assert_status(lazyattn_attention_create(ctx, &bad, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    bad = c, bad.block_size = 0;
+    lt_assert_status(lazyattn_attention_create(ctx, &bad, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    bad = c, bad.rope.rotary_dim = 65;
+    lt_assert_status(lazyattn_attention_create(ctx, &bad, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    bad = c, bad.dtype = (lazyattn_dtype)7;
+    lt_assert_status(lazyattn_attention_create(ctx, &bad, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_attention_create(NULL, &c, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_attention_create(ctx, NULL, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_attention_create(ctx, &c, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+
+    lazyattn_pool_config pc = {2, 2, 64, 16, LAZYATTN_DTYPE_F32, 4 * 2 * 2 * 2 * 16 * 64 * 4};
+    lazyattn_pool *pool, *other, *books;
+    lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_pool_create(NULL, &pc, &books), LAZYATTN_STATUS_OK);
+    lazyattn_pool_config pc2 = pc;
+    pc2.head_dim = 128;
+    lt_assert_status(lazyattn_pool_create(ctx, &pc2, &other), LAZYATTN_STATUS_OK);
+
+    float q[2 * 4 * 64] = {0.5f};
+    int32_t qpos[2] = {40, 41}, epos[2] = {0, 16};
+    uint64_t table[2];
+    lazyattn_entry_pack(0, 0, 16, &table[0]);
+    lazyattn_entry_pack(4, 0, 16, &table[1]); /* the pool has 4 blocks: id 4 is outside */
+    cl_mem qm = lt_buffer(ctx, q, sizeof q), qpm = lt_buffer(ctx, qpos, sizeof qpos);
+    cl_mem tm = lt_buffer(ctx, table, sizeof table), epm = lt_buffer(ctx, epos, sizeof epos);
+    cl_mem out = lt_buffer(ctx, NULL, sizeof q), tiny = lt_buffer(ctx, NULL, 8);
+    lazyattn_prefill_args a = {2, 2, qm, qpm, tm, epm, out};
+    lt_assert_status(lazyattn_prefill(attn, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK); /* cleared */
+
+    lt_assert_status(lazyattn_prefill(NULL, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_prefill(attn, NULL, 0, &a, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_prefill(attn, pool, 2, &a, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_prefill(attn, pool, -1, &a, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_prefill(attn, books, 0, &a, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_prefill(attn, other, 0, &a, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lazyattn_prefill_args b = a;
+    b.q = tiny;
+    lt_assert_status(lazyattn_prefill(attn, pool, 0, &b, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    b = a, b.n_queries = 0;
+    lt_assert_status(lazyattn_prefill(attn, pool, 0, &b, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    b = a, b.table = NULL;
+    lt_assert_status(lazyattn_prefill(attn, pool, 0, &b, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    b = a, b.n_entries = 3; /* more entries than the table holds */
+    lt_assert_status(lazyattn_prefill(attn, pool, 0, &b, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+
+    /* decode: offsets past the table, and more entries than max_entries */
+    int32_t offsets[3] = {0, 2, 5};
+    cl_mem om = lt_buffer(ctx, offsets, sizeof offsets);
+    lazyattn_decode_args d = {2, 2, 0, qm, qpm, om, tm, epm, out};
+    lt_assert_status(lazyattn_decode(attn, pool, 0, &d, NULL, NULL), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
+    lazyattn_decode_args e = d;
+    e.max_entries = 0;
+    lt_assert_status(lazyattn_decode(attn, pool, 0, &e, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d, e.n_seqs = 0;
+    lt_assert_status(lazyattn_decode(attn, pool, 0, &e, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d, e.seq_offsets = tiny; /* 8 B cannot hold 3 offsets */
+    lt_assert_status(lazyattn_decode(attn, pool, 0, &e, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d, e.n_splits = -1;
+    lt_assert_status(lazyattn_decode(attn, pool, 0, &e, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_decode(attn, pool, 0, NULL, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+
+    /* write_kv: a slot outside the pool and a negative position are flagged */
+    float kv[2 * 2 * 64] = {1.0f};
+    int32_t slots[2] = {3, 64}, spos[2] = {0, -5};
+    cl_mem kvm = lt_buffer(ctx, kv, sizeof kv), sm = lt_buffer(ctx, slots, sizeof slots);
+    cl_mem spm = lt_buffer(ctx, spos, sizeof spos);
+    lt_assert_status(lazyattn_write_kv(attn, pool, 0, 2, kvm, kvm, sm, spm, NULL, NULL), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
+    lt_assert_status(lazyattn_write_kv(attn, pool, 0, 3, kvm, kvm, sm, spm, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_write_kv(attn, pool, 0, 0, kvm, kvm, sm, spm, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_rope_apply(attn, 2, 4, kvm, spm, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_rope_apply(attn, 2, 2, kvm, spm, NULL, NULL), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
+
+    /* materialise: destination outside the pool */
+    int32_t dst[1] = {9};
+    cl_mem dm = lt_buffer(ctx, dst, sizeof dst);
+    lt_assert_status(lazyattn_materialise(attn, pool, 0, 1, tm, dm, NULL, NULL), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
+    lt_assert_status(lazyattn_materialise(attn, pool, 0, 0, tm, dm, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_materialise(attn, pool, 0, 2, tm, dm, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_attention_check(NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+
+    cl_mem mems[] = {qm, qpm, tm, epm, out, tiny, om, kvm, sm, spm, dm};
+    for (size_t i = 0; i < sizeof mems / sizeof *mems; i++) clReleaseMemObject(mems[i]);
+    lazyattn_pool_destroy(pool);
+    lazyattn_pool_destroy(other);
+    lazyattn_pool_destroy(books);
+    lazyattn_attention_destroy(attn);
+    lazyattn_attention_destroy(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_write_kv_rotates_at_stored_position),
+        cmocka_unit_test(test_rope_apply_is_accurate_at_large_positions),
+        cmocka_unit_test(test_program_0),
+        cmocka_unit_test(test_program_1),
+        cmocka_unit_test(test_program_2),
+        cmocka_unit_test(test_program_3),
+        cmocka_unit_test(test_program_4),
+        cmocka_unit_test(test_bad_launches),
+    };
+    return cmocka_run_group_tests_name("attention", tests, lt_context_setup, lt_context_teardown);
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env python3
+"""Prints the version from include/lazyattn.h, the one place it is written."""
+import re
+import sys
+
+text = open(sys.argv[1], encoding="utf-8").read()
+parts = [re.search(r"#define LAZYATTN_VERSION_%s (\d+)" % p, text).group(1)
+         for p in ("MAJOR", "MINOR", "PATCH")]
+print(".".join(parts))
