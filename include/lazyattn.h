@@ -222,7 +222,7 @@ LAZYATTN_API int lazyattn_context_fast_path(const lazyattn_context *ctx);
 #define LAZYATTN_ENTRY_LENGTH_BITS 8
 #define LAZYATTN_ENTRY_DELTA_BITS 25
 #define LAZYATTN_ENTRY_MAX_BLOCK ((int64_t)0x7FFFFFFF)
-#define LAZYATTN_ENTRY_MIN_DELTA (-(int64_t)1 << 24)
+#define LAZYATTN_ENTRY_MIN_DELTA (-((int64_t)1 << 24))
 #define LAZYATTN_ENTRY_MAX_DELTA (((int64_t)1 << 24) - 1)
 
 LAZYATTN_API int lazyattn_entry_pack(int64_t block, int64_t delta, int64_t valid_length,

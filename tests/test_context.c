@@ -1,0 +1,136 @@
+/* Context: device choice by option and environment, logging, wrapping an
+ * engine's OpenCL objects, status strings, version, bad input. */
+#include "test_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void test_status_strings_and_version(void **state) {
+    (void)state;
+    assert_string_equal(lazyattn_status_string(LAZYATTN_STATUS_OK), "success");
+    assert_string_equal(lazyattn_status_string(LAZYATTN_STATUS_BUDGET_EXCEEDED), "KV byte budget exceeded");
+    assert_string_equal(lazyattn_status_string(12345), "unknown status");
+    /* every status has its own message */
+    const int all[] = {
+#define X(name, value, message) value,
+        LAZYATTN_STATUS_LIST(X)
+#undef X
+    };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(lazyattn_status_string(all[i]), lazyattn_status_string(all[j]));
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", LAZYATTN_VERSION_MAJOR, LAZYATTN_VERSION_MINOR,
+             LAZYATTN_VERSION_PATCH);
+    assert_string_equal(lazyattn_version_string(), want);
+    assert_int_equal(lazyattn_dtype_size(LAZYATTN_DTYPE_F16), 2);
+    assert_int_equal(lazyattn_dtype_size((lazyattn_dtype)5), 0);
+}
+
+typedef struct log_record {
+    int n_info;
+    int n_error;
+} log_record;
+
+static void record_log(void *user, lazyattn_log_level level, const char *message) {
+    log_record *r = user;
+    (void)message;
+    if (level == LAZYATTN_LOG_INFO) r->n_info++;
+    if (level == LAZYATTN_LOG_ERROR) r->n_error++;
+}
+
+static void test_device_choice(void **state) {
+    (void)state;
+    lazyattn_context *ctx = NULL;
+    lazyattn_context_options o;
+    lazyattn_context_options_init(&o);
+    log_record rec = {0, 0};
+    o.log = record_log;
+    o.log_user = &rec;
+    o.kind = LAZYATTN_DEVICE_ANY;
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_OK);
+    assert_true(rec.n_info >= 1);
+    assert_non_null(lazyattn_context_cl_context(ctx));
+    assert_non_null(lazyattn_context_queue(ctx));
+    assert_non_null(lazyattn_context_device(ctx));
+    assert_true(strlen(lazyattn_context_device_name(ctx)) > 3);
+    lazyattn_context_destroy(ctx);
+
+    /* a device name nobody has */
+    o.device = "no-such-device-xyz";
+    ctx = (lazyattn_context *)0x1;
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_NO_DEVICE);
+    assert_null(ctx);
+    assert_non_null(strstr(lazyattn_last_error(), "no-such-device-xyz"));
+
+    /* the environment names the device when the options do not */
+    setenv("LAZYATTN_DEVICE", "no-such-device-env", 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_NO_DEVICE);
+    o.device = NULL;
+    o.platform = "no-such-platform";
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_NO_DEVICE);
+    unsetenv("LAZYATTN_DEVICE");
+
+    /* LAZYATTN_PORTABLE forces the portable path */
+    setenv("LAZYATTN_PORTABLE", "1", 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_OK);
+    assert_int_equal(lazyattn_context_fast_path(ctx), 0);
+    lazyattn_context_destroy(ctx);
+    unsetenv("LAZYATTN_PORTABLE");
+
+    o.platform = NULL;
+    o.kind = (lazyattn_device_kind)42;
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_context_create(NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lazyattn_context_destroy(NULL);
+    assert_null(lazyattn_context_queue(NULL));
+}
+
+/* An engine hands its own context/queue in; destroy releases only our
+ * references. */
+static void test_wrap_engine_objects(void **state) {
+    lazyattn_context *mine = *state, *wrapped = NULL;
+    cl_context c = lazyattn_context_cl_context(mine);
+    cl_device_id d = lazyattn_context_device(mine);
+    cl_command_queue q = lazyattn_context_queue(mine);
+    lt_assert_status(lazyattn_context_create_from_cl(c, d, q, NULL, &wrapped), LAZYATTN_STATUS_OK);
+    assert_ptr_equal(lazyattn_context_queue(wrapped), q);
+    lazyattn_context_destroy(wrapped);
+    /* still usable after the wrapper is gone */
+    cl_uint refs = 0;
+    assert_int_equal(clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL), CL_SUCCESS);
+    assert_true(refs >= 1);
+    lt_assert_status(lazyattn_context_create_from_cl(NULL, d, q, NULL, &wrapped), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(wrapped);
+    lt_assert_status(lazyattn_context_create_from_cl(c, d, q, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+}
+
+/* Programs are built once per (sources, options); a broken build is
+ * reported with its log, not crashed on. */
+static void test_program_cache_and_build_errors(void **state) {
+    lazyattn_context *ctx = *state;
+    const char *names[] = {"block_entry", "storage", "rope", "rope_apply"};
+    cl_program a, b, c;
+    lt_assert_status(lz_program_get(ctx, names, 4, "-DLZ_HEAD_DIM=64", &a), LAZYATTN_STATUS_OK);
+    lt_assert_status(lz_program_get(ctx, names, 4, "-DLZ_HEAD_DIM=64", &b), LAZYATTN_STATUS_OK);
+    assert_ptr_equal(a, b);
+    lt_assert_status(lz_program_get(ctx, names, 4, "-DLZ_HEAD_DIM=32", &c), LAZYATTN_STATUS_OK);
+    assert_ptr_not_equal(a, c);
+    lt_assert_status(lz_program_get(ctx, names, 4, "-DLZ_DTYPE=7", &c), LAZYATTN_STATUS_BUILD_FAILED);
+    const char *missing[] = {"no_such_source"};
+    lt_assert_status(lz_program_get(ctx, missing, 1, "", &c), LAZYATTN_STATUS_NOT_FOUND);
+    /* every embedded source starts with a #line naming its file */
+    assert_non_null(strstr(lz_source_text("prefill"), "#line 1 \"cl/prefill.cl\""));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_strings_and_version),
+        cmocka_unit_test(test_device_choice),
+        cmocka_unit_test(test_wrap_engine_objects),
+        cmocka_unit_test(test_program_cache_and_build_errors),
+    };
+    return cmocka_run_group_tests_name("context", tests, lt_context_setup, lt_context_teardown);
+}

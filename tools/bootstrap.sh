@@ -1,0 +1,27 @@
+#!/bin/sh
+# Installs what a fresh Debian/Ubuntu machine lacks (as root, or through
+# sudo), then configures and builds lazyattn into ./build.
+# Usage: sh tools/bootstrap.sh [extra meson setup options]
+set -eu
+cd "$(dirname "$0")/.."
+
+packages="gcc pkg-config python3 meson ninja-build ocl-icd-libopencl1 ocl-icd-opencl-dev
+opencl-c-headers pocl-opencl-icd libclblast-dev libcmocka-dev"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "bootstrap: installing$missing"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+fi
+
+if [ -f build/build.ninja ]; then
+    meson setup --reconfigure build "$@" >/dev/null
+else
+    meson setup build "$@"
+fi
+ninja -C build
