@@ -715,17 +715,17 @@ LAZYATTN_API int lazyattn_workload_get_config(const lazyattn_workload *wl,
                                               lazyattn_workload_config *config);
 /* tokens: [*n_tokens] borrowed. */
 LAZYATTN_API int lazyattn_workload_get_doc(const lazyattn_workload *wl, int doc_id,
-                                       const int32_t **tokens, int *n_tokens);
+                                           const int32_t **tokens, int *n_tokens);
 /* prefix: [*n_tokens] borrowed (n_tokens may be 0, then *tokens is NULL). */
 LAZYATTN_API int lazyattn_workload_get_prefix(const lazyattn_workload *wl, const int32_t **tokens,
-                                          int *n_tokens);
+                                              int *n_tokens);
 LAZYATTN_API int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
-                                           lazyattn_workload_request *request);
+                                               lazyattn_workload_request *request);
 /* Fills a request description for request index (docs and doc_lengths point
  * into the caller's arrays of at least docs_per_request elements). */
 LAZYATTN_API int lazyattn_workload_get_request_desc(const lazyattn_workload *wl, int index,
-                                                const int32_t **docs, int32_t *doc_lengths,
-                                                lazyattn_request_desc *desc);
+                                                    const int32_t **docs, int32_t *doc_lengths,
+                                                    lazyattn_request_desc *desc);
 /* Probability of rank r (1-based) under Zipf(alpha) over n items. */
 LAZYATTN_API int lazyattn_workload_zipf_pmf(int n, double alpha, int rank, double *p);
 

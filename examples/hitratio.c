@@ -1,0 +1,447 @@
+/* Hit-ratio study: the four cache policies over one seeded RAG request
+ * stream at a list of KV budgets, on a bookkeeping pool (no device, no
+ * kernels). Prints policy x budget -> token hit ratio, block hit ratio,
+ * copy hits and evictions, writes a CSV and an SVG plot.
+ *
+ *   hitratio [--preset paper|rag] [--docs D] [--doc-len N | --doc-len-min A --doc-len-max B]
+ *            [--k K] [--alpha A] [--requests R] [--seed S] [--question A-B] [--gen A-B]
+ *            [--prefix N] [--warmup W] [--budgets auto|LIST] [--points N]
+ *            [--layers L --kv-heads H --head-dim D --dtype f16|bf16|f32 --block-size B]
+ *            [--strict] [--csv FILE] [--svg FILE] [--quiet]
+ *
+ * Budget: by default the bytes of KV the cache keeps between requests
+ * (retain limit); the pool also holds the running request's working set on
+ * top of it, as a serving engine's activations would. With --strict the
+ * budget is the whole pool: a request's working set must fit in it.
+ * Hit ratio = document tokens served from the cache / document tokens
+ * requested, over the requests after the warm-up. Position-aware copy hits
+ * (re-rotated copies: no recompute, but a copy kernel and more memory) are
+ * not hits; the table shows them apart and "hit+copy" counts them as hits.
+ * Budgets take B, KiB, MiB, GiB or tok (tokens of the model shape). */
+#include "lazyattn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BUDGETS 64
+
+typedef struct options {
+    lazyattn_workload_config wl;
+    int warmup;
+    int n_layers, n_kv_heads, head_dim, block_size;
+    lazyattn_dtype dtype;
+    uint64_t budgets[MAX_BUDGETS];
+    int n_budgets; /* 0 = auto */
+    int points;
+    int strict;
+    int quiet;
+    const char *csv, *svg;
+} options;
+
+typedef struct result {
+    uint64_t budget;
+    int ok;
+    lazyattn_cache_stats s;
+} result;
+
+static int usage(const char *msg, const char *arg) {
+    fprintf(stderr, "hitratio: %s%s%s\n(see the comment at the top of examples/hitratio.c)\n",
+            msg, arg ? ": " : "", arg ? arg : "");
+    return 2;
+}
+
+static int parse_int(const char *s, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < -2147483647L || v > 2147483647L) return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_range(const char *s, int *lo, int *hi) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *dash = strchr(buf + 1, '-');
+    if (!dash) return parse_int(buf, lo) && parse_int(buf, hi);
+    *dash = 0;
+    return parse_int(buf, lo) && parse_int(dash + 1, hi);
+}
+
+/* "1GiB", "512MiB", "300KiB", "8192tok", "1234" (bytes). */
+static int parse_size(const char *s, uint64_t token_bytes, uint64_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return 0;
+    double mul = 1;
+    if (!*end || !strcmp(end, "B")) mul = 1;
+    else if (!strcmp(end, "KiB") || !strcmp(end, "K")) mul = 1024.0;
+    else if (!strcmp(end, "MiB") || !strcmp(end, "M")) mul = 1024.0 * 1024;
+    else if (!strcmp(end, "GiB") || !strcmp(end, "G")) mul = 1024.0 * 1024 * 1024;
+    else if (!strcmp(end, "tok")) mul = (double)token_bytes;
+    else return 0;
+    if (v * mul > 1.8e19) return 0;
+    *out = (uint64_t)(v * mul + 0.5);
+    return 1;
+}
+
+static void format_size(uint64_t b, char *buf, size_t n) {
+    if (b >= (1ull << 30)) snprintf(buf, n, "%.3gGiB", b / 1073741824.0);
+    else if (b >= (1ull << 20)) snprintf(buf, n, "%.4gMiB", b / 1048576.0);
+    else snprintf(buf, n, "%lluB", (unsigned long long)b);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double ratio(int64_t a, int64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
+
+// ---- one run: one policy, one budget ----
+
+static int run_one(const options *o, lazyattn_workload *wl, lazyattn_cache_policy policy,
+                   uint64_t budget, uint64_t headroom, lazyattn_cache_stats *out) {
+    lazyattn_pool_config pc = {o->n_layers, o->n_kv_heads, o->head_dim, o->block_size, o->dtype,
+                               o->strict ? budget : budget + headroom};
+    lazyattn_pool *pool = NULL;
+    lazyattn_cache *cache = NULL;
+    lazyattn_cache_config cc = {policy, 0x11a3a3, o->strict ? 0 : budget};
+    int st = lazyattn_pool_create(NULL, &pc, &pool);
+    if (!st) st = lazyattn_cache_create(pool, &cc, &cache);
+    const int32_t **docs = malloc(sizeof *docs * (size_t)o->wl.docs_per_request);
+    int32_t *lens = malloc(sizeof *lens * (size_t)o->wl.docs_per_request);
+    int32_t slots[64], pos[64];
+    if (!st && (!docs || !lens)) st = LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
+    for (int i = 0; !st && i < o->wl.n_requests; i++) {
+        if (i == o->warmup) lazyattn_cache_reset_stats(cache);
+        lazyattn_request_desc d;
+        lazyattn_request *req = NULL;
+        st = lazyattn_workload_get_request_desc(wl, i, docs, lens, &d);
+        if (!st) st = lazyattn_request_create(cache, &d, &req);
+        if (st) {
+            fprintf(stderr, "hitratio: %s, request %d: %s (%s)\n",
+                    lazyattn_cache_policy_name(policy), i, lazyattn_status_string(st),
+                    lazyattn_last_error());
+            break;
+        }
+        /* Prefill would run here; then the documents become entries. */
+        lazyattn_request_commit(req);
+        for (int g = d.max_new_tokens; !st && g > 0; g -= 64)
+            st = lazyattn_request_append(req, g < 64 ? g : 64, slots, pos);
+        lazyattn_request_destroy(req);
+    }
+    if (!st) {
+        lazyattn_cache_get_stats(cache, out);
+        st = lazyattn_cache_validate(cache);
+    }
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+    free(docs);
+    free(lens);
+    return st;
+}
+
+// ---- SVG ----
+
+static const char *const colours[4] = {"#d62728", "#1f77b4", "#2ca02c", "#7f7f7f"};
+
+static int write_svg(const char *path, const options *o, const result res[][4], int nb,
+                     uint64_t token_bytes) {
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    const double W = 760, H = 460, L = 70, R = 190, T = 40, Bm = 60;
+    double x0 = log2((double)res[0][0].budget), x1 = log2((double)res[nb - 1][0].budget);
+    if (x1 <= x0) x1 = x0 + 1;
+    double pw = W - L - R, ph = H - T - Bm;
+#define X(b) (L + (log2((double)(b)) - x0) / (x1 - x0) * pw)
+#define Y(p) (T + ph - (p) / 100.0 * ph)
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%g\" y=\"22\" font-size=\"14\">Document-token hit ratio vs KV budget "
+               "(D=%d, k=%d, alpha=%g, %d requests, %s)</text>\n",
+            L, o->wl.n_docs, o->wl.docs_per_request, o->wl.alpha, o->wl.n_requests,
+            o->strict ? "budget = whole pool" : "budget = retained cache");
+    for (int p = 0; p <= 100; p += 20) {
+        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#ddd\"/>\n", L, Y(p),
+                L + pw, Y(p));
+        fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"end\">%d%%</text>\n", L - 6, Y(p) + 4, p);
+    }
+    for (int i = 0; i < nb; i++) {
+        char buf[32];
+        format_size(res[i][0].budget, buf, sizeof buf);
+        double x = X(res[i][0].budget);
+        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"#eee\"/>\n", x, T, x,
+                T + ph);
+        fprintf(f, "<text transform=\"translate(%g,%g) rotate(35)\">%s</text>\n", x - 4,
+                T + ph + 14, buf);
+    }
+    fprintf(f, "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"black\"/>\n",
+            L, T, pw, ph);
+    fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">KV budget (log scale; %llu B per "
+               "token)</text>\n", L + pw / 2, H - 6, (unsigned long long)token_bytes);
+    /* Five series: four policies, plus position-aware counting copies. */
+    for (int sidx = 0; sidx < 5; sidx++) {
+        int p = sidx < 4 ? sidx : 1;
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colours[p],
+                sidx == 4 ? " stroke-dasharray=\"6,4\"" : "");
+        for (int i = 0; i < nb; i++) {
+            if (!res[i][p].ok) continue;
+            const lazyattn_cache_stats *s = &res[i][p].s;
+            double v = ratio(s->hit_tokens + (sidx == 4 ? s->copy_tokens : 0), s->doc_tokens);
+            fprintf(f, "%.1f,%.1f ", X(res[i][p].budget), Y(v));
+        }
+        fprintf(f, "\"/>\n");
+        static const char *const names[5] = {"lazy", "position-aware (exact)", "prefix (vLLM)",
+                                             "none", "position-aware (+copies)"};
+        double ly = T + 16 + sidx * 20;
+        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+                L + pw + 12, ly - 4, L + pw + 36, ly - 4, colours[p],
+                sidx == 4 ? " stroke-dasharray=\"6,4\"" : "");
+        fprintf(f, "<text x=\"%g\" y=\"%g\">%s</text>\n", L + pw + 42, ly, names[sidx]);
+    }
+    fprintf(f, "</svg>\n");
+#undef X
+#undef Y
+    return fclose(f) == 0;
+}
+
+// ---- main ----
+
+int main(int argc, char **argv) {
+    options o;
+    memset(&o, 0, sizeof o);
+    o.n_layers = 32;
+    o.n_kv_heads = 8;
+    o.head_dim = 128;
+    o.block_size = 16;
+    o.dtype = LAZYATTN_DTYPE_F16;
+    o.points = 12;
+    o.csv = "hitratio.csv";
+    o.svg = "hitratio.svg";
+    const char *preset = "paper";
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[i + 1];
+    if (lazyattn_workload_config_preset(preset, &o.wl)) return usage("unknown preset", preset);
+    const char *budget_arg = "auto";
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 1, used = 1;
+        int lo, hi;
+        if (!strcmp(a, "--strict")) { o.strict = 1; used = 0; }
+        else if (!strcmp(a, "--quiet")) { o.quiet = 1; used = 0; }
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage("usage", NULL);
+        else if (!v) return usage("missing value after", a);
+        else if (!strcmp(a, "--preset")) ;
+        else if (!strcmp(a, "--docs")) ok = parse_int(v, &o.wl.n_docs);
+        else if (!strcmp(a, "--doc-len")) {
+            ok = parse_int(v, &o.wl.doc_len_min);
+            o.wl.doc_len_max = o.wl.doc_len_min;
+        } else if (!strcmp(a, "--doc-len-min")) ok = parse_int(v, &o.wl.doc_len_min);
+        else if (!strcmp(a, "--doc-len-max")) ok = parse_int(v, &o.wl.doc_len_max);
+        else if (!strcmp(a, "--k")) ok = parse_int(v, &o.wl.docs_per_request);
+        else if (!strcmp(a, "--alpha")) { char *e; o.wl.alpha = strtod(v, &e); ok = e != v && !*e; }
+        else if (!strcmp(a, "--requests")) ok = parse_int(v, &o.wl.n_requests);
+        else if (!strcmp(a, "--seed")) { char *e; o.wl.seed = strtoull(v, &e, 0); ok = e != v && !*e; }
+        else if (!strcmp(a, "--question")) { ok = parse_range(v, &lo, &hi); o.wl.question_min = lo; o.wl.question_max = hi; }
+        else if (!strcmp(a, "--gen")) { ok = parse_range(v, &lo, &hi); o.wl.gen_min = lo; o.wl.gen_max = hi; }
+        else if (!strcmp(a, "--prefix")) ok = parse_int(v, &o.wl.prefix_len);
+        else if (!strcmp(a, "--warmup")) ok = parse_int(v, &o.warmup) && o.warmup >= 0;
+        else if (!strcmp(a, "--budgets")) budget_arg = v;
+        else if (!strcmp(a, "--points")) ok = parse_int(v, &o.points) && o.points >= 2 && o.points <= 40;
+        else if (!strcmp(a, "--layers")) ok = parse_int(v, &o.n_layers);
+        else if (!strcmp(a, "--kv-heads")) ok = parse_int(v, &o.n_kv_heads);
+        else if (!strcmp(a, "--head-dim")) ok = parse_int(v, &o.head_dim);
+        else if (!strcmp(a, "--block-size")) ok = parse_int(v, &o.block_size);
+        else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "f16")) o.dtype = LAZYATTN_DTYPE_F16;
+            else if (!strcmp(v, "bf16")) o.dtype = LAZYATTN_DTYPE_BF16;
+            else if (!strcmp(v, "f32")) o.dtype = LAZYATTN_DTYPE_F32;
+            else ok = 0;
+        } else if (!strcmp(a, "--csv")) o.csv = v;
+        else if (!strcmp(a, "--svg")) o.svg = v;
+        else return usage("unknown option", a);
+        if (!ok) return usage("bad value for", a);
+        i += used;
+    }
+    if (o.warmup >= o.wl.n_requests && o.wl.n_requests > 0)
+        return usage("--warmup must be below --requests", NULL);
+
+    lazyattn_workload *wl = NULL;
+    int st = lazyattn_workload_create(&o.wl, &wl);
+    if (st) {
+        fprintf(stderr, "hitratio: %s\n", lazyattn_last_error());
+        return 2;
+    }
+    lazyattn_workload_get_config(wl, &o.wl);
+
+    /* Model shape: bytes of one token and one block (probe pool). */
+    lazyattn_pool_config pc = {o.n_layers, o.n_kv_heads, o.head_dim, o.block_size, o.dtype, ~0ull >> 20};
+    lazyattn_pool *probe = NULL;
+    if (lazyattn_pool_create(NULL, &pc, &probe)) {
+        fprintf(stderr, "hitratio: model shape: %s\n", lazyattn_last_error());
+        lazyattn_workload_destroy(wl);
+        return 2;
+    }
+    lazyattn_pool_info pi;
+    lazyattn_pool_get_info(probe, &pi);
+    lazyattn_pool_destroy(probe);
+    uint64_t block_bytes = pi.block_bytes, token_bytes = block_bytes / (uint64_t)o.block_size;
+
+    /* Sizes in blocks: one document, the pool, the largest working set. */
+    int64_t doc_blocks_max = 0, pool_doc_blocks = 0, ws_max = 0;
+    for (int d = 0; d < o.wl.n_docs; d++) {
+        const int32_t *t;
+        int n;
+        lazyattn_workload_get_doc(wl, d, &t, &n);
+        int64_t b = (n + o.block_size - 1) / o.block_size;
+        pool_doc_blocks += b;
+        if (b > doc_blocks_max) doc_blocks_max = b;
+    }
+    for (int i = 0; i < o.wl.n_requests; i++) {
+        lazyattn_workload_request r;
+        lazyattn_workload_get_request(wl, i, &r);
+        int64_t b = (o.wl.prefix_len + o.block_size - 1) / o.block_size +
+                    (r.n_question + r.n_generate + o.block_size - 1) / o.block_size;
+        for (int j = 0; j < r.n_docs; j++) {
+            const int32_t *t;
+            int n;
+            lazyattn_workload_get_doc(wl, r.doc_ids[j], &t, &n);
+            b += 2 * ((n + o.block_size - 1) / o.block_size); /* a copy needs source and copy */
+        }
+        if (b > ws_max) ws_max = b;
+    }
+    uint64_t headroom = (uint64_t)ws_max * block_bytes;
+
+    if (!strcmp(budget_arg, "auto")) {
+        /* Geometric from one document to the whole pool, plus 1 GiB. */
+        double lo = (double)doc_blocks_max * block_bytes, hi = (double)pool_doc_blocks * block_bytes;
+        if (o.strict && lo < (double)headroom) lo = (double)headroom;
+        if (hi < lo) hi = lo;
+        for (int i = 0; i < o.points; i++)
+            o.budgets[o.n_budgets++] = (uint64_t)(lo * pow(hi / lo, (double)i / (o.points - 1)));
+        o.budgets[o.n_budgets++] = 1ull << 30;
+    } else {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", budget_arg);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (o.n_budgets == MAX_BUDGETS) return usage("too many budgets", NULL);
+            if (!parse_size(tok, token_bytes, &o.budgets[o.n_budgets++]))
+                return usage("bad budget", tok);
+        }
+    }
+    qsort(o.budgets, (size_t)o.n_budgets, sizeof o.budgets[0], cmp_u64);
+    int nb = 0;
+    for (int i = 0; i < o.n_budgets; i++)
+        if (!nb || o.budgets[i] != o.budgets[nb - 1]) o.budgets[nb++] = o.budgets[i];
+    o.n_budgets = nb;
+    for (int i = 0; i < nb; i++) {
+        char buf[32];
+        format_size(o.budgets[i], buf, sizeof buf);
+        if (o.budgets[i] < block_bytes) {
+            fprintf(stderr, "hitratio: budget %s holds no block (%llu B per block)\n", buf,
+                    (unsigned long long)block_bytes);
+            lazyattn_workload_destroy(wl);
+            return 2;
+        }
+        if (o.strict && o.budgets[i] < headroom) {
+            char need[32];
+            format_size(headroom, need, sizeof need);
+            fprintf(stderr, "hitratio: --strict: budget %s is smaller than one request's working "
+                            "set (%s, with copies); drop --strict to study the cache alone\n",
+                    buf, need);
+            lazyattn_workload_destroy(wl);
+            return 2;
+        }
+    }
+
+    result(*res)[4] = calloc((size_t)nb, sizeof *res);
+    if (!res) return 2;
+    printf("# lazyattn hit-ratio study: D=%d docs of %d-%d tokens, k=%d, alpha=%g, %d requests "
+           "(%d warm-up excluded), Q %d-%d, G %d-%d, prefix %d, seed %llu\n",
+           o.wl.n_docs, o.wl.doc_len_min, o.wl.doc_len_max, o.wl.docs_per_request, o.wl.alpha,
+           o.wl.n_requests, o.warmup, o.wl.question_min, o.wl.question_max, o.wl.gen_min,
+           o.wl.gen_max, o.wl.prefix_len, (unsigned long long)o.wl.seed);
+    printf("# model %d layers x %d KV heads x d=%d, %zu-byte elements, B=%d: %llu B/token; "
+           "budget = %s\n",
+           o.n_layers, o.n_kv_heads, o.head_dim, lazyattn_dtype_size(o.dtype), o.block_size,
+           (unsigned long long)token_bytes,
+           o.strict ? "the whole pool (working set included)"
+                    : "KV kept between requests (working set on top)");
+    printf("# copy hits (position-aware) are not hits; hit+copy counts them\n");
+    printf("%-10s %-9s %9s %9s %9s %9s %8s %9s\n", "budget", "policy", "tok hit%", "hit+copy%",
+           "blk hit%", "copy hits", "evicts", "docs fit");
+    int failed = 0;
+    for (int i = 0; i < nb && !failed; i++) {
+        char buf[32];
+        format_size(o.budgets[i], buf, sizeof buf);
+        for (int p = 0; p < 4; p++) {
+            res[i][p].budget = o.budgets[i];
+            st = run_one(&o, wl, (lazyattn_cache_policy)p, o.budgets[i], headroom, &res[i][p].s);
+            if (st) {
+                failed = 1;
+                break;
+            }
+            res[i][p].ok = 1;
+            const lazyattn_cache_stats *s = &res[i][p].s;
+            printf("%-10s %-9s %9.2f %9.2f %9.2f %9lld %8lld %9.1f\n", buf,
+                   lazyattn_cache_policy_name((lazyattn_cache_policy)p),
+                   ratio(s->hit_tokens, s->doc_tokens),
+                   ratio(s->hit_tokens + s->copy_tokens, s->doc_tokens),
+                   ratio(s->hit_blocks, s->doc_blocks), (long long)s->copy_hits,
+                   (long long)s->evictions, (double)o.budgets[i] / ((double)doc_blocks_max * block_bytes));
+        }
+        if (failed) break;
+        const lazyattn_cache_stats *lz = &res[i][0].s, *pa = &res[i][1].s, *px = &res[i][2].s;
+        printf("%-10s lazy/position %.2fx (vs hit+copy %.2fx), lazy/prefix %.2fx\n", buf,
+               pa->hit_tokens ? (double)lz->hit_tokens / pa->hit_tokens : INFINITY,
+               pa->hit_tokens + pa->copy_tokens
+                   ? (double)lz->hit_tokens / (pa->hit_tokens + pa->copy_tokens) : INFINITY,
+               px->hit_tokens ? (double)lz->hit_tokens / px->hit_tokens : INFINITY);
+        if (!o.quiet) fprintf(stderr, "hitratio: budget %d/%d (%s) done\n", i + 1, nb, buf);
+        fflush(stdout);
+    }
+    if (!failed && o.csv && *o.csv) {
+        FILE *f = fopen(o.csv, "w");
+        if (!f) {
+            fprintf(stderr, "hitratio: cannot write %s\n", o.csv);
+            failed = 1;
+        } else {
+            fprintf(f, "budget_bytes,budget_tokens,policy,requests,doc_tokens,hit_tokens,"
+                       "copy_tokens,token_hit_ratio,token_hit_copy_ratio,doc_blocks,hit_blocks,"
+                       "block_hit_ratio,lookups,hits,copy_hits,partial_hits,misses,evictions\n");
+            for (int i = 0; i < nb; i++)
+                for (int p = 0; p < 4; p++) {
+                    const lazyattn_cache_stats *s = &res[i][p].s;
+                    fprintf(f, "%llu,%llu,%s,%lld,%lld,%lld,%lld,%.6f,%.6f,%lld,%lld,%.6f,%lld,%lld,"
+                               "%lld,%lld,%lld,%lld\n",
+                            (unsigned long long)o.budgets[i],
+                            (unsigned long long)(o.budgets[i] / token_bytes),
+                            lazyattn_cache_policy_name((lazyattn_cache_policy)p),
+                            (long long)s->requests, (long long)s->doc_tokens,
+                            (long long)s->hit_tokens, (long long)s->copy_tokens,
+                            ratio(s->hit_tokens, s->doc_tokens) / 100,
+                            ratio(s->hit_tokens + s->copy_tokens, s->doc_tokens) / 100,
+                            (long long)s->doc_blocks, (long long)s->hit_blocks,
+                            ratio(s->hit_blocks, s->doc_blocks) / 100, (long long)s->lookups,
+                            (long long)s->hits, (long long)s->copy_hits,
+                            (long long)s->partial_hits, (long long)s->misses,
+                            (long long)s->evictions);
+                }
+            if (fclose(f)) failed = 1;
+        }
+    }
+    if (!failed && o.svg && *o.svg && !write_svg(o.svg, &o, (const result(*)[4])res, nb, token_bytes)) {
+        fprintf(stderr, "hitratio: cannot write %s\n", o.svg);
+        failed = 1;
+    }
+    if (!failed && !o.quiet)
+        fprintf(stderr, "hitratio: wrote %s and %s\n", o.csv, o.svg);
+    free(res);
+    lazyattn_workload_destroy(wl);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,457 @@
+/* The document cache: entries, their hash index, pins and LRU eviction
+ * under the pool's budget and the cache's retain limit. */
+#include "cache_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// ---- policy names ----
+
+static const char *const lz_policy_names[] = {"lazy", "position", "prefix", "none"};
+
+const char *lazyattn_cache_policy_name(lazyattn_cache_policy policy) {
+    if ((int)policy < 0 || (int)policy > 3) return NULL;
+    return lz_policy_names[policy];
+}
+
+int lazyattn_cache_policy_parse(const char *name, lazyattn_cache_policy *policy) {
+    LZ_CHECK_ARG(name && policy, "lazyattn_cache_policy_parse: NULL argument");
+    static const struct {
+        const char *name;
+        lazyattn_cache_policy policy;
+    } names[] = {{"lazy", LAZYATTN_CACHE_POLICY_LAZY},
+                 {"position", LAZYATTN_CACHE_POLICY_POSITION},
+                 {"position-aware", LAZYATTN_CACHE_POLICY_POSITION},
+                 {"block-attention", LAZYATTN_CACHE_POLICY_POSITION},
+                 {"prefix", LAZYATTN_CACHE_POLICY_PREFIX},
+                 {"vllm", LAZYATTN_CACHE_POLICY_PREFIX},
+                 {"none", LAZYATTN_CACHE_POLICY_NONE}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i].name) == 0) {
+            *policy = names[i].policy;
+            return LAZYATTN_STATUS_OK;
+        }
+    return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                   "lazyattn_cache_policy_parse: unknown policy '%s' (lazy, position, prefix, none)",
+                   name);
+}
+
+// ---- hash index: chained buckets, doubled at load 1 ----
+
+static lz_entry **lz_link(lz_entry *e, int by_doc) { return by_doc ? &e->dnext : &e->hnext; }
+
+static int lz_index_grow(lz_index *ix, int by_doc) {
+    size_t n = ix->n_buckets ? ix->n_buckets * 2 : 64;
+    lz_entry **b = calloc(n, sizeof *b);
+    if (!b) return 0;
+    for (size_t i = 0; i < ix->n_buckets; i++) {
+        lz_entry *e = ix->buckets[i];
+        while (e) {
+            lz_entry *next = *lz_link(e, by_doc);
+            uint64_t h = by_doc ? e->doc_hash : e->key;
+            *lz_link(e, by_doc) = b[h & (n - 1)];
+            b[h & (n - 1)] = e;
+            e = next;
+        }
+    }
+    free(ix->buckets);
+    ix->buckets = b;
+    ix->n_buckets = n;
+    return 1;
+}
+
+/* Growth is best effort: a full table only gets longer chains. */
+static void lz_index_add(lz_index *ix, lz_entry *e, int by_doc) {
+    if (ix->n_items >= ix->n_buckets) lz_index_grow(ix, by_doc);
+    uint64_t h = by_doc ? e->doc_hash : e->key;
+    lz_entry **head = &ix->buckets[h & (ix->n_buckets - 1)];
+    *lz_link(e, by_doc) = *head;
+    *head = e;
+    ix->n_items++;
+}
+
+static void lz_index_remove(lz_index *ix, lz_entry *e, int by_doc) {
+    uint64_t h = by_doc ? e->doc_hash : e->key;
+    lz_entry **p = &ix->buckets[h & (ix->n_buckets - 1)];
+    while (*p && *p != e) p = lz_link(*p, by_doc);
+    if (*p) {
+        *p = *lz_link(e, by_doc);
+        ix->n_items--;
+    }
+    *lz_link(e, by_doc) = NULL;
+}
+
+// ---- LRU list ----
+
+static void lz_lru_unlink(lz_entry *e) {
+    e->lru_prev->lru_next = e->lru_next;
+    e->lru_next->lru_prev = e->lru_prev;
+    e->lru_prev = e->lru_next = NULL;
+}
+
+static void lz_lru_push_front(lazyattn_cache *c, lz_entry *e) {
+    e->lru_next = c->lru.lru_next;
+    e->lru_prev = &c->lru;
+    c->lru.lru_next->lru_prev = e;
+    c->lru.lru_next = e;
+}
+
+// ---- entries ----
+
+static int lz_same(const lz_entry *e, uint64_t key, uint64_t doc_hash, int32_t stored_start,
+                   int first_of_doc, const int32_t *tokens, int n_tokens) {
+    return e->key == key && e->doc_hash == doc_hash && e->stored_start == stored_start &&
+           e->first_of_doc == first_of_doc && e->n_tokens == n_tokens &&
+           memcmp(e->tokens, tokens, (size_t)n_tokens * sizeof *tokens) == 0;
+}
+
+lz_entry *lz_cache_find(lazyattn_cache *c, uint64_t key, uint64_t doc_hash, int32_t stored_start,
+                        int first_of_doc, const int32_t *tokens, int n_tokens) {
+    if (!c->by_key.n_buckets) return NULL;
+    for (lz_entry *e = c->by_key.buckets[key & (c->by_key.n_buckets - 1)]; e; e = e->hnext)
+        if (lz_same(e, key, doc_hash, stored_start, first_of_doc, tokens, n_tokens)) return e;
+    return NULL;
+}
+
+lz_entry *lz_cache_find_doc(lazyattn_cache *c, uint64_t doc_hash, const int32_t *tokens,
+                            int n_tokens) {
+    if (!c->by_doc.n_buckets) return NULL;
+    lz_entry *best = NULL;
+    for (lz_entry *e = c->by_doc.buckets[doc_hash & (c->by_doc.n_buckets - 1)]; e; e = e->dnext) {
+        if (e->doc_hash != doc_hash || e->n_tokens != n_tokens ||
+            memcmp(e->tokens, tokens, (size_t)n_tokens * sizeof *tokens) != 0)
+            continue;
+        /* Prefer a source someone pins already: it costs no evictable block. */
+        if (!best || (e->refcount > 0 && best->refcount == 0)) best = e;
+    }
+    return best;
+}
+
+lz_entry *lz_entry_new(const int32_t *blocks, int n_blocks, const int32_t *tokens, int n_tokens) {
+    lz_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->blocks = malloc((size_t)n_blocks * sizeof *e->blocks);
+    e->tokens = malloc((size_t)n_tokens * sizeof *e->tokens);
+    if (!e->blocks || !e->tokens) {
+        free(e->blocks);
+        free(e->tokens);
+        free(e);
+        return NULL;
+    }
+    memcpy(e->blocks, blocks, (size_t)n_blocks * sizeof *blocks);
+    memcpy(e->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
+    e->n_blocks = n_blocks;
+    e->n_tokens = n_tokens;
+    e->refcount = 1;
+    return e;
+}
+
+static void lz_entry_free(lz_entry *e) {
+    free(e->blocks);
+    free(e->tokens);
+    free(e);
+}
+
+void lz_cache_add_held(lazyattn_cache *c, int64_t n) {
+    c->held_blocks += n;
+    uint64_t bytes = (uint64_t)c->held_blocks * c->block_bytes;
+    c->stats.bytes_in_use = bytes;
+    if (bytes > c->stats.peak_bytes_in_use) c->stats.peak_bytes_in_use = bytes;
+}
+
+static void lz_cache_update_entry_bytes(lazyattn_cache *c) {
+    c->stats.entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
+    if (c->stats.entry_bytes > c->stats.peak_entry_bytes)
+        c->stats.peak_entry_bytes = c->stats.entry_bytes;
+}
+
+void lz_cache_drop(lazyattn_cache *c, lz_entry *e) {
+    /* The blocks were allocated by this cache: freeing cannot fail. */
+    lazyattn_pool_free(c->pool, e->n_blocks, e->blocks);
+    lz_cache_add_held(c, -e->n_blocks);
+    lz_entry_free(e);
+}
+
+int lz_cache_insert(lazyattn_cache *c, lz_entry *e) {
+    if (lz_cache_find(c, e->key, e->doc_hash, e->stored_start, e->first_of_doc, e->tokens,
+                      e->n_tokens))
+        return 0;
+    lz_index_add(&c->by_key, e, 0);
+    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) lz_index_add(&c->by_doc, e, 1);
+    e->committed = 1;
+    c->n_entries++;
+    c->entry_blocks += e->n_blocks;
+    if (e->refcount > 0)
+        c->n_pinned++;
+    else {
+        lz_lru_push_front(c, e);
+        c->evictable_blocks += e->n_blocks;
+    }
+    c->stats.inserts++;
+    lz_cache_update_entry_bytes(c);
+    return 1;
+}
+
+void lz_cache_pin(lazyattn_cache *c, lz_entry *e) {
+    if (e->committed && e->refcount == 0) {
+        lz_lru_unlink(e);
+        c->evictable_blocks -= e->n_blocks;
+        c->n_pinned++;
+    }
+    e->refcount++;
+}
+
+void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
+    e->refcount--;
+    if (e->committed && e->refcount == 0) {
+        lz_lru_push_front(c, e);
+        c->evictable_blocks += e->n_blocks;
+        c->n_pinned--;
+    }
+}
+
+static void lz_cache_evict(lazyattn_cache *c, lz_entry *e) {
+    lz_lru_unlink(e);
+    lz_index_remove(&c->by_key, e, 0);
+    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) lz_index_remove(&c->by_doc, e, 1);
+    c->n_entries--;
+    c->entry_blocks -= e->n_blocks;
+    c->evictable_blocks -= e->n_blocks;
+    c->stats.evictions++;
+    c->stats.evicted_blocks += e->n_blocks;
+    lz_cache_drop(c, e);
+    lz_cache_update_entry_bytes(c);
+}
+
+int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(c->pool, &info);
+    int64_t free_blocks = info.n_blocks - info.n_used;
+    if (free_blocks >= n) return LAZYATTN_STATUS_OK;
+    if (free_blocks + c->evictable_blocks < n) {
+        if (n > info.n_blocks)
+            return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
+                           "%s: %lld blocks needed, the budget holds %lld in all", who,
+                           (long long)n, (long long)info.n_blocks);
+        return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
+                       "%s: %lld blocks needed, %lld free and %lld evictable of %lld (the rest "
+                       "pinned or used elsewhere)",
+                       who, (long long)n, (long long)free_blocks, (long long)c->evictable_blocks,
+                       (long long)info.n_blocks);
+    }
+    while (free_blocks < n) {
+        lz_entry *victim = c->lru.lru_prev;
+        free_blocks += victim->n_blocks;
+        lz_cache_evict(c, victim);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+void lz_cache_trim_to(lazyattn_cache *c, uint64_t max_bytes) {
+    while (c->lru.lru_prev != &c->lru && (uint64_t)c->entry_blocks * c->block_bytes > max_bytes)
+        lz_cache_evict(c, c->lru.lru_prev);
+}
+
+void lz_cache_link_request(lazyattn_cache *c, struct lazyattn_request *r) {
+    r->prev = NULL;
+    r->next = c->requests;
+    if (c->requests) c->requests->prev = r;
+    c->requests = r;
+    c->n_requests++;
+}
+
+void lz_cache_unlink_request(lazyattn_cache *c, struct lazyattn_request *r) {
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->requests = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    c->n_requests--;
+}
+
+// ---- public: create, destroy, stats, trim ----
+
+int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *config,
+                          lazyattn_cache **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_cache_create: out is NULL");
+    *out = NULL;
+    LZ_CHECK_ARG(pool != NULL, "lazyattn_cache_create: pool is NULL");
+    lazyattn_cache_config cfg = {LAZYATTN_CACHE_POLICY_LAZY, 0, 0};
+    if (config) cfg = *config;
+    LZ_CHECK_ARG(lazyattn_cache_policy_name(cfg.policy) != NULL,
+                 "lazyattn_cache_create: unknown policy %d", (int)cfg.policy);
+    lazyattn_pool_config pc;
+    lazyattn_pool_info info;
+    lazyattn_pool_get_config(pool, &pc);
+    lazyattn_pool_get_info(pool, &info);
+
+    lazyattn_cache *c = calloc(1, sizeof *c);
+    if (!c) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
+    c->pool = pool;
+    c->config = cfg;
+    c->retain_bytes = cfg.retain_bytes ? cfg.retain_bytes : info.budget_bytes;
+    c->block_size = pc.block_size;
+    c->block_bytes = info.block_bytes;
+    c->lru.lru_next = c->lru.lru_prev = &c->lru;
+    if (!lz_index_grow(&c->by_key, 0) ||
+        (cfg.policy == LAZYATTN_CACHE_POLICY_POSITION && !lz_index_grow(&c->by_doc, 1))) {
+        lazyattn_cache_destroy(c);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
+    }
+    *out = c;
+    return LAZYATTN_STATUS_OK;
+}
+
+void lazyattn_cache_destroy(lazyattn_cache *c) {
+    if (!c) return;
+    while (c->requests) lazyattn_request_destroy(c->requests);
+    while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev);
+    free(c->by_key.buckets);
+    free(c->by_doc.buckets);
+    free(c);
+}
+
+int lazyattn_cache_get_stats(const lazyattn_cache *c, lazyattn_cache_stats *stats) {
+    LZ_CHECK_ARG(c && stats, "lazyattn_cache_get_stats: NULL argument");
+    *stats = c->stats;
+    stats->n_entries = c->n_entries;
+    stats->n_pinned = c->n_pinned;
+    stats->n_requests_live = c->n_requests;
+    stats->entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
+    stats->bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_cache_reset_stats(lazyattn_cache *c) {
+    LZ_CHECK_ARG(c != NULL, "lazyattn_cache_reset_stats: cache is NULL");
+    memset(&c->stats, 0, sizeof c->stats);
+    c->stats.entry_bytes = c->stats.peak_entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
+    c->stats.bytes_in_use = c->stats.peak_bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_cache_trim(lazyattn_cache *c, uint64_t max_bytes) {
+    LZ_CHECK_ARG(c != NULL, "lazyattn_cache_trim: cache is NULL");
+    lz_cache_trim_to(c, max_bytes);
+    return LAZYATTN_STATUS_OK;
+}
+
+// ---- invariants ----
+
+#define LZ_INVARIANT(cond, ...)                                                         \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            free(seen);                                                                 \
+            return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "lazyattn_cache_validate: " \
+                           __VA_ARGS__);                                                \
+        }                                                                               \
+    } while (0)
+
+/* Marks blocks as held, catching a block held twice or not allocated. */
+static int lz_mark_blocks(const lazyattn_cache *c, uint8_t *seen, int64_t n_pool,
+                          const int32_t *blocks, int n) {
+    for (int i = 0; i < n; i++) {
+        int32_t b = blocks[i];
+        if (b < 0 || b >= n_pool || seen[b] || !lazyattn_pool_is_allocated(c->pool, b)) return 0;
+        seen[b] = 1;
+    }
+    return 1;
+}
+
+int lazyattn_cache_validate(const lazyattn_cache *c) {
+    LZ_CHECK_ARG(c != NULL, "lazyattn_cache_validate: cache is NULL");
+    int64_t n_pool = lz_pool_n_blocks(c->pool);
+    uint8_t *seen = calloc((size_t)n_pool, 1);
+    if (!seen) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_validate");
+
+    /* Index: every committed entry, each once, found under its own key. */
+    int64_t n_entries = 0, n_pinned = 0, entry_blocks = 0, evictable = 0, held = 0;
+    for (size_t i = 0; i < c->by_key.n_buckets; i++)
+        for (lz_entry *e = c->by_key.buckets[i]; e; e = e->hnext) {
+            LZ_INVARIANT(e->committed, "uncommitted entry in the index");
+            LZ_INVARIANT((e->key & (c->by_key.n_buckets - 1)) == i, "entry in the wrong bucket");
+            LZ_INVARIANT(e->refcount >= 0, "negative reference count %d", e->refcount);
+            LZ_INVARIANT(e->n_blocks >= 1 && e->n_tokens >= 1 &&
+                             e->n_tokens <= e->n_blocks * c->block_size &&
+                             e->n_tokens > (e->n_blocks - 1) * c->block_size,
+                         "entry of %d tokens in %d blocks", e->n_tokens, e->n_blocks);
+            LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, e->blocks, e->n_blocks),
+                         "entry block not allocated or held twice");
+            e->scratch = 0;
+            n_entries++;
+            entry_blocks += e->n_blocks;
+            if (e->refcount)
+                n_pinned++;
+            else
+                evictable += e->n_blocks;
+        }
+    LZ_INVARIANT(n_entries == c->n_entries && (size_t)n_entries == c->by_key.n_items,
+                 "%lld entries indexed, %lld counted", (long long)n_entries,
+                 (long long)c->n_entries);
+    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) {
+        size_t n_doc = 0;
+        for (size_t i = 0; i < c->by_doc.n_buckets; i++)
+            for (lz_entry *e = c->by_doc.buckets[i]; e; e = e->dnext) {
+                LZ_INVARIANT(e->committed, "uncommitted entry in the document index");
+                n_doc++;
+            }
+        LZ_INVARIANT(n_doc == (size_t)n_entries, "document index holds %zu of %lld entries",
+                     n_doc, (long long)n_entries);
+    }
+    LZ_INVARIANT(n_pinned == c->n_pinned, "pinned count %lld, counted %lld",
+                 (long long)c->n_pinned, (long long)n_pinned);
+    LZ_INVARIANT(entry_blocks == c->entry_blocks, "entry blocks %lld, counted %lld",
+                 (long long)c->entry_blocks, (long long)entry_blocks);
+    LZ_INVARIANT(evictable == c->evictable_blocks, "evictable blocks %lld, counted %lld",
+                 (long long)c->evictable_blocks, (long long)evictable);
+
+    /* LRU: exactly the unpinned committed entries, well linked. */
+    int64_t n_lru = 0;
+    for (lz_entry *e = c->lru.lru_next; e != &c->lru; e = e->lru_next) {
+        LZ_INVARIANT(e->lru_next->lru_prev == e, "broken LRU link");
+        LZ_INVARIANT(e->committed && e->refcount == 0, "pinned or uncommitted entry in the LRU");
+        LZ_INVARIANT(++n_lru <= n_entries, "LRU list longer than the index");
+    }
+    LZ_INVARIANT(n_lru == n_entries - n_pinned, "LRU holds %lld, %lld unpinned",
+                 (long long)n_lru, (long long)(n_entries - n_pinned));
+
+    /* Requests: their holds explain every reference count; their own and
+     * uncommitted blocks are allocated and held once. */
+    held = entry_blocks;
+    int64_t n_req = 0;
+    for (const struct lazyattn_request *r = c->requests; r; r = r->next) {
+        LZ_INVARIANT(r->cache == c, "request of another cache in the list");
+        n_req++;
+        for (int h = 0; h < r->n_holds; h++) {
+            lz_entry *e = r->holds[h].entry;
+            LZ_INVARIANT(e != NULL, "empty hold in a live request");
+            if (e->committed)
+                e->scratch++;
+            else {
+                LZ_INVARIANT(r->holds[h].owned && e->refcount == 1,
+                             "uncommitted entry not owned by its request");
+                LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, e->blocks, e->n_blocks),
+                             "pending block not allocated or held twice");
+                held += e->n_blocks;
+            }
+        }
+        LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, r->own, r->n_own),
+                     "request block not allocated or held twice");
+        held += r->n_own;
+    }
+    LZ_INVARIANT(n_req == c->n_requests, "%lld live requests listed, %lld counted",
+                 (long long)n_req, (long long)c->n_requests);
+    for (size_t i = 0; i < c->by_key.n_buckets; i++)
+        for (lz_entry *e = c->by_key.buckets[i]; e; e = e->hnext)
+            LZ_INVARIANT(e->scratch == e->refcount,
+                         "entry pinned %d times, held by %d requests", e->refcount, e->scratch);
+    LZ_INVARIANT(held == c->held_blocks, "%lld blocks held, counted %lld",
+                 (long long)c->held_blocks, (long long)held);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(c->pool, &info);
+    LZ_INVARIANT(info.n_used >= held, "pool has %lld blocks in use, the cache holds %lld",
+                 (long long)info.n_used, (long long)held);
+    free(seen);
+    return LAZYATTN_STATUS_OK;
+}

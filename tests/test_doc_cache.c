@@ -1,0 +1,500 @@
+/* Document cache and request plans: hit/miss/copy accounting per policy on
+ * hand-built request sequences, eviction, budget failures, bad inputs.
+ * Bookkeeping pools only: no device needed. */
+#include "test_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define B 4
+
+/* Pool of n blocks of 32 bytes (1 layer, 1 head, d = 1, B = 4, f32). */
+static lazyattn_pool *pool_of(int n_blocks) {
+    lazyattn_pool_config pc = {1, 1, 1, B, LAZYATTN_DTYPE_F32, (uint64_t)n_blocks * 32};
+    lazyattn_pool *pool = NULL;
+    lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
+    return pool;
+}
+
+static lazyattn_cache *cache_of(lazyattn_pool *pool, lazyattn_cache_policy policy) {
+    lazyattn_cache_config cc = {policy, 42, 0};
+    lazyattn_cache *cache = NULL;
+    lt_assert_status(lazyattn_cache_create(pool, &cc, &cache), LAZYATTN_STATUS_OK);
+    return cache;
+}
+
+/* Documents: A (6 tokens), Bd (4), C (3), A2 (A's first block, other tail). */
+static const int32_t doc_a[6] = {11, 12, 13, 14, 15, 16};
+static const int32_t doc_b[4] = {21, 22, 23, 24};
+static const int32_t doc_c[3] = {31, 32, 33};
+static const int32_t doc_a2[6] = {11, 12, 13, 14, 95, 96};
+static const int32_t prefix[2] = {1, 2};
+static const int32_t prefix2[2] = {1, 3};
+static const int32_t question[3] = {7, 8, 9};
+
+typedef struct run {
+    lazyattn_request *req;
+    lazyattn_plan plan;
+} run;
+
+/* Plans [prefix] docs [question]; commits when asked; keeps it live. */
+static run start(lazyattn_cache *cache, const int32_t *pre, int n_docs, const int32_t *const *docs,
+                 const int32_t *lens, int commit) {
+    lazyattn_request_desc d = {pre ? 2 : 0, pre, n_docs, docs, lens, 3, question, 2};
+    run r;
+    lt_assert_status(lazyattn_request_create(cache, &d, &r.req), LAZYATTN_STATUS_OK);
+    if (commit) lt_assert_status(lazyattn_request_commit(r.req), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_get_plan(r.req, &r.plan), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    return r;
+}
+
+static void once(lazyattn_cache *cache, const int32_t *pre, int n_docs, const int32_t *const *docs,
+                 const int32_t *lens, int commit, int want_hit_tokens, int want_copy_tokens) {
+    run r = start(cache, pre, n_docs, docs, lens, commit);
+    assert_int_equal(r.plan.hit_tokens, want_hit_tokens);
+    assert_int_equal(r.plan.copy_tokens, want_copy_tokens);
+    lazyattn_request_destroy(r.req);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+}
+
+static void entry(const lazyattn_plan *p, int e, int32_t *block, int32_t *delta, int32_t *len) {
+    lt_assert_status(lazyattn_entry_unpack(p->table[e], block, delta, len), LAZYATTN_STATUS_OK);
+}
+
+/* Positions contiguous over the table; returns the context length. */
+static void check_contiguous(const lazyattn_plan *p) {
+    int32_t pos = 0;
+    for (int e = 0; e < p->n_entries; e++) {
+        int32_t b, d, n;
+        entry(p, e, &b, &d, &n);
+        assert_int_equal(p->entry_pos[e], pos);
+        pos += n;
+    }
+    assert_int_equal(pos, p->n_positions);
+}
+
+static void test_lazy(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(64);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_LAZY);
+    const int32_t *ab[] = {doc_a, doc_b}, *ba[] = {doc_b, doc_a}, *ac[] = {doc_a, doc_c},
+                  *c1[] = {doc_c};
+    const int32_t lab[] = {6, 4}, lba[] = {4, 6}, lac[] = {6, 3}, lc[] = {3};
+
+    run r1 = start(cache, prefix, 2, ab, lab, 1);
+    assert_int_equal(r1.plan.n_segments, 4);
+    assert_int_equal(r1.plan.n_prefill, 2 + 10 + 3);
+    assert_int_equal(r1.plan.segments[1].stored_start, 0);
+    assert_int_equal(r1.plan.segments[2].logical_start, 8);
+    /* A missed doc is prefilled at document-local stored positions. */
+    const lazyattn_segment *sa = &r1.plan.segments[1];
+    assert_int_equal(r1.plan.prefill_stored_pos[sa->prefill_offset + 5], 5);
+    assert_int_equal(r1.plan.prefill_pos[sa->prefill_offset + 5], 7);
+    check_contiguous(&r1.plan);
+    lazyattn_request_destroy(r1.req);
+
+    run r2 = start(cache, prefix, 2, ba, lba, 1);
+    assert_int_equal(r2.plan.hit_tokens, 10);
+    assert_int_equal(r2.plan.n_prefill, 5);
+    assert_int_equal(r2.plan.n_entries, 1 + 1 + 2 + 1);
+    int32_t b, d, n;
+    entry(&r2.plan, 1, &b, &d, &n); /* B at logical 2, stored 0 */
+    assert_int_equal(d, 2);
+    assert_int_equal(n, 4);
+    entry(&r2.plan, 3, &b, &d, &n); /* A's second block at 10, stored 4 */
+    assert_int_equal(d, 6);
+    assert_int_equal(n, 2);
+    assert_int_equal(r2.plan.entry_pos[3], 10);
+    check_contiguous(&r2.plan);
+    /* Decode: the question's block (3 tokens) takes one more, then a new block. */
+    int32_t slots[3], pos[3];
+    lt_assert_status(lazyattn_request_append(r2.req, 3, slots, pos), LAZYATTN_STATUS_OK);
+    assert_int_equal(pos[0], 15); /* after the question, 12..14 */
+    assert_int_equal(pos[2], 17);
+    assert_int_equal(slots[1] / B != slots[0] / B, 1);
+    lazyattn_request_get_plan(r2.req, &r2.plan);
+    assert_int_equal(r2.plan.n_positions, 18);
+    assert_int_equal(r2.plan.n_generated, 3);
+    check_contiguous(&r2.plan);
+    lazyattn_request_destroy(r2.req);
+
+    /* Not committed: C's blocks are freed, C misses again. */
+    once(cache, prefix, 2, ac, lac, 0, 6, 0);
+    once(cache, NULL, 1, c1, lc, 1, 0, 0);
+    once(cache, NULL, 1, c1, lc, 1, 3, 0);
+
+    lazyattn_cache_stats s;
+    lt_assert_status(lazyattn_cache_get_stats(cache, &s), LAZYATTN_STATUS_OK);
+    assert_int_equal(s.requests, 5);
+    assert_int_equal(s.lookups, 8);
+    assert_int_equal(s.hits, 4);
+    assert_int_equal(s.misses, 4);
+    assert_int_equal(s.copy_hits, 0);
+    assert_int_equal(s.doc_tokens, 10 + 10 + 9 + 3 + 3);
+    assert_int_equal(s.hit_tokens, 10 + 6 + 3);
+    assert_int_equal(s.n_entries, 3);
+    assert_int_equal(s.n_pinned, 0);
+    assert_int_equal(s.entry_bytes, 4 * 32);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(pool, &info);
+    assert_int_equal(info.n_used, 4);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_get_info(pool, &info);
+    assert_int_equal(info.n_used, 0);
+    lazyattn_pool_destroy(pool);
+}
+
+static void test_position(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(64);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_POSITION);
+    const int32_t *ab[] = {doc_a, doc_b}, *ba[] = {doc_b, doc_a};
+    const int32_t lab[] = {6, 4}, lba[] = {4, 6};
+
+    once(cache, prefix, 2, ab, lab, 1, 0, 0);  /* A@2, B@8 */
+    once(cache, prefix, 2, ab, lab, 1, 10, 0); /* exact hits */
+    run r = start(cache, prefix, 2, ba, lba, 1); /* copies: B@2 from 8, A@6 from 2 */
+    assert_int_equal(r.plan.copy_tokens, 10);
+    assert_int_equal(r.plan.n_copies, 3);
+    assert_int_equal(r.plan.n_prefill, 5);
+    assert_int_equal(r.plan.segments[1].action, LAZYATTN_ACTION_COPY);
+    int32_t b, d, n;
+    lt_assert_status(lazyattn_entry_unpack(r.plan.copy_src[0], &b, &d, &n), LAZYATTN_STATUS_OK);
+    assert_int_equal(d, -6);
+    assert_int_equal(n, 4);
+    lt_assert_status(lazyattn_entry_unpack(r.plan.copy_src[2], &b, &d, &n), LAZYATTN_STATUS_OK);
+    assert_int_equal(d, 4);
+    assert_int_equal(n, 2);
+    for (int e = 0; e < r.plan.n_entries; e++) {
+        lt_assert_status(lazyattn_entry_unpack(r.plan.table[e], &b, &d, &n), LAZYATTN_STATUS_OK);
+        assert_int_equal(d, 0); /* every position-aware entry is at its own start */
+    }
+    assert_int_equal(r.plan.copy_dst[0], (int32_t)(r.plan.table[1] & 0x7FFFFFFF));
+    check_contiguous(&r.plan);
+    lazyattn_request_destroy(r.req);
+    once(cache, prefix, 2, ba, lba, 1, 10, 0); /* the copies are entries now */
+    once(cache, NULL, 2, ba, lba, 1, 0, 10);   /* other starts again: copies */
+
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.hits, 4);
+    assert_int_equal(s.copy_hits, 4);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.copy_tokens, 20);
+    assert_int_equal(s.copy_blocks, 6);
+    assert_int_equal(s.n_entries, 6);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+}
+
+static void test_prefix(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(64);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_PREFIX);
+    const int32_t *ab[] = {doc_a, doc_b}, *ba[] = {doc_b, doc_a}, *ac[] = {doc_a, doc_c},
+                  *a2b[] = {doc_a2, doc_b}, *a_b[] = {doc_a, doc_b}, *one[] = {doc_a};
+    const int32_t lab[] = {6, 4}, lba[] = {4, 6}, lac[] = {6, 3};
+
+    once(cache, prefix, 2, ab, lab, 1, 0, 0);
+    once(cache, prefix, 2, ab, lab, 1, 10, 0);
+    once(cache, prefix, 2, ac, lac, 1, 6, 0);   /* chain A hits, C new */
+    once(cache, prefix, 2, ba, lba, 1, 0, 0);   /* chain starts with B: nothing */
+    once(cache, prefix2, 2, ab, lab, 1, 0, 0);  /* other prefix: nothing */
+    run r = start(cache, prefix, 2, a2b, lab, 1); /* A2 shares A's first block only */
+    assert_int_equal(r.plan.hit_tokens, 4);
+    assert_int_equal(r.plan.segments[1].action, LAZYATTN_ACTION_PARTIAL);
+    assert_int_equal(r.plan.segments[1].n_cached, 4);
+    assert_int_equal(r.plan.n_prefill, 2 + 2 + 4 + 3);
+    assert_int_equal(r.plan.hit_blocks, 1);
+    check_contiguous(&r.plan);
+    lazyattn_request_destroy(r.req);
+    /* A 6-token doc then B is not the one 10-token doc A|B (boundaries count). */
+    int32_t ab_joined[10];
+    memcpy(ab_joined, doc_a, sizeof doc_a);
+    memcpy(ab_joined + 6, doc_b, sizeof doc_b);
+    const int32_t *j[] = {ab_joined};
+    const int32_t lj[] = {10};
+    (void)a_b;
+    once(cache, prefix, 1, j, lj, 1, 4, 0); /* only A's first full block: same tokens, doc start */
+    const int32_t l1[] = {6};
+    once(cache, prefix, 1, one, l1, 1, 6, 0);
+
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.hits, 1 * 2 + 1 + 1);
+    assert_int_equal(s.partial_hits, 2);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+}
+
+static void test_none(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(64);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_NONE);
+    const int32_t *ab[] = {doc_a, doc_b};
+    const int32_t lab[] = {6, 4};
+    for (int i = 0; i < 3; i++) once(cache, prefix, 2, ab, lab, 1, 0, 0);
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.misses, 6);
+    assert_int_equal(s.n_entries, 0);
+    assert_int_equal(s.bytes_in_use, 0);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(pool, &info);
+    assert_int_equal(info.n_used, 0);
+    assert_int_equal(info.n_allocs, info.n_frees);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+}
+
+/* One-block documents D0..D9 (4 tokens each), question of 1 token, no
+ * reservation, no prefix: a request of k documents needs k + 1 blocks. */
+static int32_t small_docs[10][4];
+
+static int plan_docs(lazyattn_cache *cache, int n, const int *ids, lazyattn_request **out) {
+    const int32_t *docs[10];
+    int32_t lens[10];
+    for (int i = 0; i < n; i++) {
+        docs[i] = small_docs[ids[i]];
+        lens[i] = 4;
+    }
+    lazyattn_request_desc d = {0, NULL, n, docs, lens, 1, question, 0};
+    return lazyattn_request_create(cache, &d, out);
+}
+
+static void test_eviction_and_budget(void **state) {
+    (void)state;
+    for (int i = 0; i < 10; i++)
+        for (int t = 0; t < 4; t++) small_docs[i][t] = 100 * (i + 1) + t;
+    lazyattn_pool *pool = pool_of(8);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_LAZY);
+    lazyattn_request *r = NULL, *r2 = NULL;
+    const int q1[] = {1, 2, 3, 4}, q2[] = {5, 6, 7}, q3[] = {8, 1}, q4[] = {2}, q5[] = {4}; /* D2 evicted by q3, D3 by q4 */
+    lt_assert_status(plan_docs(cache, 4, q1, &r), LAZYATTN_STATUS_OK);
+    lazyattn_request_commit(r);
+    lazyattn_request_destroy(r); /* LRU: D1 (oldest) .. D4 */
+    lt_assert_status(plan_docs(cache, 3, q2, &r), LAZYATTN_STATUS_OK);
+    lazyattn_request_commit(r);
+    lazyattn_request_destroy(r); /* 7 entries, 1 free block */
+    lt_assert_status(plan_docs(cache, 2, q3, &r), LAZYATTN_STATUS_OK); /* D1 hit, evicts D2 */
+    lazyattn_plan p;
+    lazyattn_request_get_plan(r, &p);
+    assert_int_equal(p.hit_tokens, 4);
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.evictions, 1);
+    lazyattn_request_commit(r);
+    lazyattn_request_destroy(r);
+    lt_assert_status(plan_docs(cache, 1, q4, &r), LAZYATTN_STATUS_OK);
+    lazyattn_request_get_plan(r, &p);
+    assert_int_equal(p.hit_tokens, 0); /* D2 was the victim */
+    lazyattn_request_destroy(r);
+    lt_assert_status(plan_docs(cache, 1, q5, &r), LAZYATTN_STATUS_OK);
+    lazyattn_request_get_plan(r, &p);
+    assert_int_equal(p.hit_tokens, 4);
+    lazyattn_request_destroy(r);
+
+    /* More than the whole budget: refused, nothing changes. */
+    lazyattn_pool_info before, after;
+    lazyattn_pool_get_info(pool, &before);
+    const int big[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    lt_assert_status(plan_docs(cache, 9, big, &r), LAZYATTN_STATUS_BUDGET_EXCEEDED);
+    assert_null(r);
+    lazyattn_pool_get_info(pool, &after);
+    assert_int_equal(before.n_used, after.n_used);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.n_pinned, 0);
+    assert_int_equal(s.budget_failures, 1);
+
+    /* A live request pins 5 blocks: a second one of 5 blocks cannot fit. */
+    const int q6[] = {0, 1, 3, 4}, q7[] = {5, 6, 7, 9};
+    lt_assert_status(plan_docs(cache, 4, q6, &r), LAZYATTN_STATUS_OK);
+    lt_assert_status(plan_docs(cache, 4, q7, &r2), LAZYATTN_STATUS_BUDGET_EXCEEDED);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    /* Decode past the reservation takes a block; with none left, refused. */
+    int32_t slot, pos;
+    lt_assert_status(lazyattn_request_append(r, 3, (int32_t[3]){0}, (int32_t[3]){0}),
+                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_commit(r), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_trim(cache, 0), LAZYATTN_STATUS_OK);
+    lazyattn_pool_get_info(pool, &after);
+    lt_assert_status(lazyattn_request_append(r, after.n_blocks - after.n_used, NULL, NULL),
+                     after.n_blocks == after.n_used ? LAZYATTN_STATUS_OK
+                                                    : LAZYATTN_STATUS_INVALID_ARGUMENT);
+    int32_t many_s[64], many_p[64];
+    int room = (int)(after.n_blocks - after.n_used);
+    lt_assert_status(lazyattn_request_append(r, room * B, many_s, many_p), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_append(r, 1, &slot, &pos), LAZYATTN_STATUS_BUDGET_EXCEEDED);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    lazyattn_request_destroy(r);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_get_info(pool, &after);
+    assert_int_equal(after.n_used, 0);
+    lazyattn_pool_destroy(pool);
+}
+
+static void test_retain_limit(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(32);
+    lazyattn_cache_config cc = {LAZYATTN_CACHE_POLICY_LAZY, 0, 2 * 32};
+    lazyattn_cache *cache = NULL;
+    lt_assert_status(lazyattn_cache_create(pool, &cc, &cache), LAZYATTN_STATUS_OK);
+    lazyattn_request *r;
+    const int q[] = {0, 1, 2, 3, 4};
+    lt_assert_status(plan_docs(cache, 5, q, &r), LAZYATTN_STATUS_OK);
+    lazyattn_request_commit(r);
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.n_entries, 5); /* pinned: kept above the limit while in use */
+    lazyattn_request_destroy(r);
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.n_entries, 2);
+    assert_int_equal(s.evictions, 3);
+    const int last[] = {3, 4};
+    lt_assert_status(plan_docs(cache, 2, last, &r), LAZYATTN_STATUS_OK);
+    lazyattn_plan p;
+    lazyattn_request_get_plan(r, &p);
+    assert_int_equal(p.hit_tokens, 8); /* the last two of the prompt survive */
+    lazyattn_request_destroy(r);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+}
+
+/* Two live requests miss the same document: one entry, the other private. */
+static void test_concurrent_duplicate(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(32);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_LAZY);
+    lazyattn_request *r1, *r2;
+    const int q[] = {0, 0};
+    lt_assert_status(plan_docs(cache, 2, q, &r1), LAZYATTN_STATUS_OK); /* same doc twice */
+    lt_assert_status(plan_docs(cache, 1, q, &r2), LAZYATTN_STATUS_OK);
+    lazyattn_request_commit(r2);
+    lazyattn_request_commit(r1);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.n_entries, 1);
+    lazyattn_request_destroy(r2);
+    /* Cache destroy releases the live request as well. */
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(pool, &info);
+    assert_int_equal(info.n_used, 0);
+    lazyattn_pool_destroy(pool);
+}
+
+static void test_bad_inputs(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(16);
+    lazyattn_cache *cache = NULL;
+    lazyattn_cache_config bad = {(lazyattn_cache_policy)9, 0, 0};
+    lt_assert_status(lazyattn_cache_create(NULL, NULL, &cache), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(cache);
+    lt_assert_status(lazyattn_cache_create(pool, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_create(pool, &bad, &cache), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_create(pool, NULL, &cache), LAZYATTN_STATUS_OK);
+    lazyattn_cache_destroy(NULL);
+    lazyattn_request_destroy(NULL);
+    lazyattn_cache_stats s;
+    lt_assert_status(lazyattn_cache_get_stats(NULL, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_get_stats(cache, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_reset_stats(NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_trim(NULL, 0), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_validate(NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lazyattn_cache_policy pol;
+    assert_null(lazyattn_cache_policy_name((lazyattn_cache_policy)-1));
+    assert_string_equal(lazyattn_cache_policy_name(LAZYATTN_CACHE_POLICY_PREFIX), "prefix");
+    lt_assert_status(lazyattn_cache_policy_parse("nope", &pol), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_policy_parse(NULL, &pol), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_policy_parse("lazy", NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_policy_parse("block-attention", &pol), LAZYATTN_STATUS_OK);
+    assert_int_equal(pol, LAZYATTN_CACHE_POLICY_POSITION);
+    uint64_t h;
+    lt_assert_status(lazyattn_doc_hash(0, NULL, 3, &h), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_doc_hash(0, doc_a, 0, &h), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_doc_hash(0, doc_a, 6, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    uint64_t h1, h2, h3;
+    lazyattn_doc_hash(0, doc_a, 6, &h1);
+    lazyattn_doc_hash(1, doc_a, 6, &h2);
+    lazyattn_doc_hash(0, doc_a2, 6, &h3);
+    assert_true(h1 != h2 && h1 != h3);
+
+    lazyattn_request *r = (lazyattn_request *)&h; /* must be reset to NULL */
+    const int32_t *docs[2] = {doc_a, NULL};
+    int32_t lens[2] = {6, 4};
+    lazyattn_request_desc d = {0, NULL, 1, docs, lens, 3, question, 0};
+    lt_assert_status(lazyattn_request_create(NULL, &d, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(r);
+    lt_assert_status(lazyattn_request_create(cache, NULL, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_create(cache, &d, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lazyattn_request_desc e = d;
+    e.n_docs = 2; /* NULL document */
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d;
+    e.n_docs = -1;
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d;
+    lens[0] = 0;
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lens[0] = 6;
+    e.n_prefix = 2; /* prefix NULL */
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d;
+    e.question = NULL;
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d;
+    e.doc_lengths = NULL;
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d;
+    e.max_new_tokens = -2;
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    e = d;
+    e.max_new_tokens = LAZYATTN_MAX_POSITION; /* past the last position */
+    lt_assert_status(lazyattn_request_create(cache, &e, &r), LAZYATTN_STATUS_OUT_OF_RANGE);
+    assert_null(r);
+
+    lt_assert_status(lazyattn_request_create(cache, &d, &r), LAZYATTN_STATUS_OK);
+    lazyattn_plan p;
+    int32_t slot, pos;
+    lt_assert_status(lazyattn_request_get_plan(NULL, &p), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_get_plan(r, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_commit(NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_append(NULL, 1, &slot, &pos), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_append(r, -1, &slot, &pos), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_append(r, 1, NULL, &pos), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_append(r, 1, &slot, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_request_append(r, LAZYATTN_MAX_POSITION, &slot, &pos),
+                     LAZYATTN_STATUS_OUT_OF_RANGE);
+    lt_assert_status(lazyattn_request_append(r, 0, NULL, NULL), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_commit(r), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_commit(r), LAZYATTN_STATUS_OK); /* idempotent */
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    lazyattn_request_destroy(r);
+    lt_assert_status(lazyattn_cache_reset_stats(cache), LAZYATTN_STATUS_OK);
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.lookups, 0);
+    assert_int_equal(s.n_entries, 1);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(pool, &info);
+    assert_int_equal(info.n_used, 0);
+    lazyattn_pool_destroy(pool);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lazy),
+        cmocka_unit_test(test_position),
+        cmocka_unit_test(test_prefix),
+        cmocka_unit_test(test_none),
+        cmocka_unit_test(test_eviction_and_budget),
+        cmocka_unit_test(test_retain_limit),
+        cmocka_unit_test(test_concurrent_duplicate),
+        cmocka_unit_test(test_bad_inputs),
+    };
+    return cmocka_run_group_tests_name("doc_cache", tests, NULL, NULL);
+}
