@@ -151,7 +151,7 @@ static int write_svg(const char *path, const options *o, const result res[][4], 
                      uint64_t token_bytes) {
     FILE *f = fopen(path, "w");
     if (!f) return 0;
-    const double W = 760, H = 460, L = 70, R = 190, T = 40, Bm = 60;
+    const double W = 900, H = 460, L = 70, R = 230, T = 40, Bm = 60;
     double x0 = log2((double)res[0][0].budget), x1 = log2((double)res[nb - 1][0].budget);
     if (x1 <= x0) x1 = x0 + 1;
     double pw = W - L - R, ph = H - T - Bm;
