@@ -10,6 +10,21 @@
 /* Query rows per prefill work-group on the portable path. */
 #define LZ_PREFILL_ROWS 16
 
+/* NVIDIA tensor-core path (cl/prefill_nv.cl, cl/decode_nv.cl), taken when
+ * the context has fast_nv (NVIDIA, compute capability >= 8, not
+ * LAZYATTN_PORTABLE) and the configuration fits the kernels: f16 storage,
+ * head_dim 64 or 128, block size 16 or 32, no ALiBi, at most 8 query heads
+ * per KV head. Launch geometry below; LAZYATTN_NV_PREFILL="KT,STAGES,WARPS,
+ * MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it for tuning. */
+typedef struct lz_nv_tune {
+    int kt;          /* prefill keys per staged tile (multiple of the block size) */
+    int stages;      /* prefill cp.async ring depth */
+    int warps;       /* prefill warps per work-group (G heads x 16-token rows) */
+    int maxreg;      /* -cl-nv-maxrregcount, 0 = the compiler's choice */
+    int dstages;     /* decode ring depth (blocks in flight + 1) */
+    int waves;       /* decode work-groups aimed at per compute unit; 0 = per launch */
+} lz_nv_tune;
+
 enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE, LZ_K_COUNT };
 static const char *const lz_kernel_names[LZ_K_COUNT] = {
     "lz_kv_write", "lz_rope_apply", "lz_prefill", "lz_decode", "lz_decode_reduce", "lz_materialise"};
@@ -25,6 +40,9 @@ struct lazyattn_attention {
     cl_mem err;    /* one int of LZ_ERR_* bits */
     cl_mem part_ml, part_acc;
     size_t part_capacity; /* partial rows (seq * head * split) the scratch holds */
+    int fast;             /* the NVIDIA tensor-core kernels below are in use */
+    lz_nv_tune nv;
+    cl_kernel nv_prefill, nv_decode, nv_reduce;
 };
 
 /* ---- configuration ------------------------------------------------------ */
@@ -107,6 +125,79 @@ done:
     return st;
 }
 
+/* ---- NVIDIA fast path: selection and build ------------------------------ */
+
+static int lz_nv_fits(const lazyattn_context *ctx, const lazyattn_attention_config *c) {
+    int group = c->n_q_heads / c->n_kv_heads;
+    return ctx->fast_nv && c->dtype == LAZYATTN_DTYPE_F16 &&
+           (c->head_dim == 64 || c->head_dim == 128) &&
+           (c->block_size == 16 || c->block_size == 32) && !c->alibi && group <= 8;
+}
+
+static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
+    const int B = a->cfg.block_size, D = a->cfg.head_dim;
+    t->kt = B > 32 ? B : 32;
+    t->stages = 2;
+    t->warps = 8;
+    t->maxreg = 0;
+    t->dstages = 4, t->waves = 0;
+    const char *env = getenv("LAZYATTN_NV_PREFILL");
+    if (env) sscanf(env, "%d,%d,%d,%d", &t->kt, &t->stages, &t->warps, &t->maxreg);
+    env = getenv("LAZYATTN_NV_DECODE");
+    if (env) sscanf(env, "%d,%d", &t->dstages, &t->waves);
+    /* keep the tuning inside what the kernels and 48 KB of local memory allow */
+    if (t->kt < B || t->kt % B || t->kt % 16) t->kt = B > 32 ? B : 32;
+    if (t->stages < 2 || t->stages > 6) t->stages = 2;
+    /* ring + the per-stage entry table must stay under 48 KB of local memory */
+    while (t->stages > 2 && (size_t)t->stages * 4 * t->kt * D > 48640) t->stages--;
+    if ((size_t)t->stages * 4 * t->kt * D > 48640) t->kt = B, t->stages = 2;
+    const int group = a->group;
+    if (t->warps < group) t->warps = group;
+    t->warps = t->warps / group * group;
+    if (t->warps * 32 > 1024) t->warps = group;
+    if (t->dstages < 2 || t->dstages > 6) t->dstages = 4;
+    while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
+    if (t->waves < 0) t->waves = 0;
+}
+
+/* Builds the tensor-core program next to the portable one. A build failure
+ * leaves the portable kernels in charge, with a warning in the log. */
+static int lz_nv_build(lazyattn_attention *a) {
+    lazyattn_context *ctx = a->ctx;
+    if (!lz_nv_fits(ctx, &a->cfg)) return LAZYATTN_STATUS_OK;
+    lz_nv_tune_defaults(a, &a->nv);
+    char options[512];
+    int n = snprintf(options, sizeof options,
+                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d "
+                     "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_STAGES=%d -DLZ_NV_DSTAGES=%d",
+                     a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype, a->nv.kt,
+                     a->nv.stages, a->nv.dstages);
+    if (a->nv.maxreg > 0)
+        n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", a->nv.maxreg);
+    if (getenv("LAZYATTN_NV_VERBOSE"))
+        snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
+    static const char *const sources[] = {"block_entry", "storage", "rope", "mma_nv",
+                                          "prefill_nv", "decode_nv"};
+    cl_program program;
+    int st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
+    if (st) {
+        lz_log(ctx, LAZYATTN_LOG_WARN, "NVIDIA fast path disabled, portable kernels in use: %s",
+               lazyattn_last_error());
+        return LAZYATTN_STATUS_OK;
+    }
+    cl_int err;
+    a->nv_prefill = clCreateKernel(program, "lz_prefill_nv", &err);
+    if (err == CL_SUCCESS) a->nv_decode = clCreateKernel(program, "lz_decode_nv", &err);
+    if (err == CL_SUCCESS) a->nv_reduce = clCreateKernel(program, "lz_decode_nv_reduce", &err);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_attention_create: NVIDIA kernels");
+    a->fast = 1;
+    lz_log(ctx, LAZYATTN_LOG_INFO,
+           "NVIDIA tensor-core path: prefill tile %d keys x %d stages, %d warps, maxreg %d; "
+           "decode ring %d, waves %d (0: by batch)",
+           a->nv.kt, a->nv.stages, a->nv.warps, a->nv.maxreg, a->nv.dstages, a->nv.waves);
+    return LAZYATTN_STATUS_OK;
+}
+
 int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_config *config,
                               lazyattn_attention **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_attention_create: out is NULL");
@@ -141,6 +232,8 @@ int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_co
             goto fail;
         }
     }
+    st = lz_nv_build(a);
+    if (st) goto fail;
     st = lz_upload_tables(a);
     if (st) goto fail;
     *out = a;
@@ -154,6 +247,9 @@ void lazyattn_attention_destroy(lazyattn_attention *a) {
     if (!a) return;
     for (int k = 0; k < LZ_K_COUNT; k++)
         if (a->kernels[k]) clReleaseKernel(a->kernels[k]);
+    if (a->nv_prefill) clReleaseKernel(a->nv_prefill);
+    if (a->nv_decode) clReleaseKernel(a->nv_decode);
+    if (a->nv_reduce) clReleaseKernel(a->nv_reduce);
     cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc};
     for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
         if (mems[i]) clReleaseMemObject(mems[i]);
@@ -342,13 +438,23 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
     cl_float scale = a->cfg.scale;
-    lz_args g = {a->kernels[LZ_K_PREFILL], 0, CL_SUCCESS};
+    lz_args g = {a->fast ? a->nv_prefill : a->kernels[LZ_K_PREFILL], 0, CL_SUCCESS};
     LZ_ARG(&g, p->q); LZ_ARG(&g, p->q_pos); LZ_ARG(&g, table); LZ_ARG(&g, entry_pos);
     LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, p->out); LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes);
     LZ_ARG(&g, style); LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale);
     LZ_ARG(&g, p->n_queries); LZ_ARG(&g, p->n_entries); LZ_ARG(&g, nqh); LZ_ARG(&g, nkv);
     LZ_ARG(&g, nb); LZ_ARG(&g, a->err);
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_prefill: clSetKernelArg");
+    if (a->fast) {
+        /* one warp per (16 tokens, query head); the G heads of a KV head together */
+        size_t tokens = (size_t)16 * (a->nv.warps / a->group);
+        size_t local[2] = {(size_t)32 * a->nv.warps, 1};
+        size_t global[2] = {lz_round_up((size_t)p->n_queries, tokens) / tokens * local[0],
+                            (size_t)nkv};
+        cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_prefill, 2, NULL,
+                                            global, local, 0, NULL, event);
+        return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
+    }
     size_t local[2] = {LZ_PREFILL_ROWS, (size_t)a->group};
     size_t global[2] = {lz_round_up((size_t)p->n_queries, LZ_PREFILL_ROWS), (size_t)nqh};
     return lz_enqueue(a, LZ_K_PREFILL, 2, global, local, queue, event, fn);
@@ -356,10 +462,27 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
 
 /* ---- decode ----------------------------------------------------------------- */
 
+/* Decode geometry of the fast path, measured on the H200 (docs/PERFLOG.md):
+ * with a ring of 4 blocks per warp, few (sequence, KV head) groups do best
+ * with 4 warps per SM (fewer, longer splits), many groups with 8. */
+static int lz_nv_decode_big(const lazyattn_attention *a, int n_seqs) {
+    return (long)n_seqs * a->cfg.n_kv_heads >= 512;
+}
+static int lz_nv_decode_waves(const lazyattn_attention *a, int n_seqs) {
+    return a->nv.waves ? a->nv.waves : lz_nv_decode_big(a, n_seqs) ? 8 : 4;
+}
+
 /* Splits along the KV length so that the work-groups fill the device about
  * four times over, but never more splits than entries. */
 static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_entries) {
     long groups = (long)n_seqs * a->cfg.n_kv_heads;
+    if (a->fast) {
+        /* one warp per split: aim at `waves` warps per compute unit, with
+         * at least 8 blocks per split so the ring of blocks stays full */
+        long want = ((long)lz_nv_decode_waves(a, n_seqs) * a->ctx->compute_units + groups - 1) / groups;
+        if (want > max_entries / 8) want = max_entries / 8;
+        return want < 1 ? 1 : (int)want;
+    }
     long want = (4L * a->ctx->compute_units + groups - 1) / groups;
     if (want < 1) want = 1;
     if (want > max_entries) want = max_entries > 0 ? max_entries : 1;
@@ -415,25 +538,40 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
     cl_int ns = n_splits, nt = (cl_int)n_table;
     cl_float scale = a->cfg.scale;
-    lz_args g = {a->kernels[LZ_K_DECODE], 0, CL_SUCCESS};
+    lz_args g = {a->fast ? a->nv_decode : a->kernels[LZ_K_DECODE], 0, CL_SUCCESS};
     LZ_ARG(&g, d->q); LZ_ARG(&g, d->q_pos); LZ_ARG(&g, d->seq_offsets); LZ_ARG(&g, d->table);
     LZ_ARG(&g, d->entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->part_ml);
     LZ_ARG(&g, a->part_acc); LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
     LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, per_split); LZ_ARG(&g, ns);
     LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, nt); LZ_ARG(&g, a->err);
-    lz_arg(&g, (size_t)a->group * a->cfg.head_dim * sizeof(float), NULL);
-    lz_arg(&g, (size_t)a->group * a->cfg.block_size * sizeof(float), NULL);
-    if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
-    size_t local[3] = {(size_t)a->cfg.block_size, (size_t)a->group, 1};
-    size_t global[3] = {(size_t)a->cfg.block_size * n_splits, (size_t)nqh, (size_t)d->n_seqs};
-    st = lz_enqueue(a, LZ_K_DECODE, 3, global, local, queue, NULL, fn);
-    if (st) return st;
+    if (a->fast) {
+        if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
+        /* one warp per (split, KV head, sequence) */
+        size_t local[3] = {32, 1, 1};
+        size_t global[3] = {(size_t)32 * n_splits, (size_t)nkv, (size_t)d->n_seqs};
+        cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_decode, 3, NULL,
+                                            global, local, 0, NULL, NULL);
+        if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
+    } else {
+        lz_arg(&g, (size_t)a->group * a->cfg.head_dim * sizeof(float), NULL);
+        lz_arg(&g, (size_t)a->group * a->cfg.block_size * sizeof(float), NULL);
+        if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
+        size_t local[3] = {(size_t)a->cfg.block_size, (size_t)a->group, 1};
+        size_t global[3] = {(size_t)a->cfg.block_size * n_splits, (size_t)nqh, (size_t)d->n_seqs};
+        st = lz_enqueue(a, LZ_K_DECODE, 3, global, local, queue, NULL, fn);
+        if (st) return st;
+    }
 
     cl_int n_seqs = d->n_seqs;
-    lz_args r = {a->kernels[LZ_K_REDUCE], 0, CL_SUCCESS};
+    lz_args r = {a->fast ? a->nv_reduce : a->kernels[LZ_K_REDUCE], 0, CL_SUCCESS};
     LZ_ARG(&r, a->part_ml); LZ_ARG(&r, a->part_acc); LZ_ARG(&r, d->out); LZ_ARG(&r, ns);
     LZ_ARG(&r, nqh); LZ_ARG(&r, n_seqs);
     if (r.err != CL_SUCCESS) return lz_cl_fail(r.err, "lazyattn_decode: clSetKernelArg (reduce)");
     size_t rglobal[3] = {(size_t)a->cfg.head_dim, (size_t)nqh, (size_t)d->n_seqs};
+    if (a->fast) {
+        cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_reduce, 3, NULL, rglobal,
+                                            NULL, 0, NULL, event);
+        return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
+    }
     return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, NULL, queue, event, fn);
 }

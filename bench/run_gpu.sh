@@ -1,0 +1,24 @@
+#!/bin/sh
+# One device call on the lent H200: the attention test on the GPU (fast
+# path), the kernel benchmark (ceilings, checks, timings) and the torch SDPA
+# peer, the ratio table printed last. Build here first (meson setup build-nv
+# && ninja -C build-nv) and carry build-nv; libcmocka.so.0 goes in
+# build-nv/extra-lib (the GPU machine has none).
+#   usage: sh bench/run_gpu.sh [OUTDIR]
+set -u
+out=${1:-${OUT:-/tmp/lazyattn-out}}
+mkdir -p "$out"
+. tools/nvidia-opencl-env.sh
+export LD_LIBRARY_PATH="$PWD/build-nv/extra-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  timeout 300 build-nv/tests/test_attention > "$out/test_attention.log" 2>&1
+  echo "test_attention on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention.log") ok)"
+  grep -E "^# |FAILED|error" "$out/test_attention.log" | head -20
+fi
+LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/examples/bench_kernels --csv "$out/ours.csv" > "$out/bench.log" 2>&1
+echo "bench_kernels rc=$?"
+grep -v "^\[log 3\] build log" "$out/bench.log" | grep -E -v "^$" | tail -40
+grep -E "registers|spill" "$out/bench.log" | head -12
+[ -s "$out/ours.csv" ] && timeout 200 python3 bench/sdpa_peer.py --ours "$out/ours.csv" 2>&1 | tee "$out/peer.log"

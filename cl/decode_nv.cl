@@ -1,0 +1,245 @@
+/*
+ * Lazy decode, NVIDIA tensor-core path (built only with LAZYATTN_FAST_NV):
+ * same arguments and semantics as lz_decode (decode.cl, the reference),
+ * partials combined by the same lz_decode_reduce.
+ *
+ * Work-group: one warp per (split, KV head, sequence). The G query heads
+ * of the KV head are the rows of one m16n8k16 A operand (rows past G are
+ * zero), so each block's K and V are read once for the whole GQA group:
+ * 16-byte cp.async copies into a ring of LZ_NV_DSTAGES blocks in local
+ * memory (LZ_NV_DSTAGES - 1 blocks in flight per warp), then ldmatrix + mma.sync for
+ * S = Q K^T and O += P V with an online softmax. The queries are re-rotated
+ * by R(-delta) from the f32 originals only when the delta changes from one
+ * entry to the next (once per document); K and V are read as stored.
+ *
+ * Needs G <= 16, f16 storage, LZ_BLOCK % 16 == 0 (the host checks).
+ */
+#ifndef LZ_NV_DSTAGES
+#define LZ_NV_DSTAGES 4
+#endif
+#define LZ_NV_DDC (LZ_HEAD_DIM / 16)
+#define LZ_NV_DCPR (LZ_HEAD_DIM / 8)
+#define LZ_NV_DMAT (LZ_BLOCK * LZ_HEAD_DIM * 2) /* bytes of one block's K (or V) */
+
+/* cp.async of entry e's K and V (this KV head) into the stage at `base`. */
+inline void lz_nv_dstage(uint base, int blk, int len, int kvh, int n_kv_heads,
+                         __global const ushort *kc, __global const ushort *vc, int lane) {
+    for (int c = lane; c < LZ_BLOCK * LZ_NV_DCPR; c += 32) {
+        const int j = c / LZ_NV_DCPR, ch = c % LZ_NV_DCPR;
+        const int ok = j < len;
+        const size_t off = ok ? lz_kv_offset(blk, kvh, n_kv_heads, j) + ch * 8 : 0;
+        lz_nv_cp16(base + LZ_NV_SWZ(j, ch), kc + off, ok);
+        lz_nv_cp16(base + LZ_NV_DMAT + LZ_NV_SWZ(j, ch), vc + off, ok);
+    }
+}
+
+/* Block id and valid length of a table word (length 0 for a bad entry). */
+inline int2 lz_nv_dword(ulong w, int n_blocks) {
+    const int blk = LAZYATTN_ENTRY_BLOCK(w), len = LAZYATTN_ENTRY_LENGTH(w);
+    return (blk >= n_blocks || len > LZ_BLOCK) ? (int2)(0, 0) : (int2)(blk, len);
+}
+
+__kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
+                           __global const int *seq_offsets, __global const ulong *table,
+                           __global const int *entry_pos, __global const ushort *kc,
+                           __global const ushort *vc, __global float2 *part_ml,
+                           __global float *part_acc, __global const float2 *freq,
+                           __global const float *slopes, int rope_style, int rot_dim, int alibi,
+                           float scale, int entries_per_split, int n_splits, int n_q_heads,
+                           int n_kv_heads, int n_blocks, int n_table, __global int *err) {
+    __local uchar ring[LZ_NV_DSTAGES * 2 * LZ_NV_DMAT] __attribute__((aligned(128)));
+    (void)slopes;
+    (void)alibi; /* ALiBi configurations take the portable path */
+
+    const int lane = get_local_id(0);
+    const int split = get_group_id(0), kvh = get_group_id(1), seq = get_group_id(2);
+    const int G = n_q_heads / n_kv_heads;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int begin = seq_offsets[seq], end = seq_offsets[seq + 1];
+    const int bad_table = begin < 0 || end < begin || end > n_table ||
+                          end - begin > entries_per_split * n_splits;
+    if (bad_table && split == 0 && lane == 0) lz_raise(err, LZ_ERR_TABLE);
+    const int first = bad_table ? 0 : begin + split * entries_per_split;
+    const int last = bad_table ? 0 : min(end, first + entries_per_split);
+    const int qp = q_pos[seq];
+
+    __global const float *qg = q + ((size_t)seq * n_q_heads + kvh * G) * LZ_HEAD_DIM;
+    __global const float *row0 = g < G ? qg + g * LZ_HEAD_DIM : 0;
+    __global const float *row1 = g + 8 < G ? qg + (g + 8) * LZ_HEAD_DIM : 0;
+    uint qf[LZ_NV_DDC][4];
+    int cur_delta = 0;
+    lz_nv_load_a(qf, row0, row1, t4, 0, rope_style, rot_dim, freq);
+
+    float o[LZ_HEAD_DIM / 8][4];
+#pragma unroll
+    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    const float sl2 = scale * 1.44269504088896341f;
+    const uint ring_base = LZ_NV_SMEM(ring);
+
+    /* table words are loaded one step before they are needed (issue side
+     * and compute side), so no table load sits on the critical path */
+    int issue = first, s_issue = 0, s = 0;
+    ulong wi = issue < last ? table[issue] : 0;
+    for (int k = 0; k < LZ_NV_DSTAGES - 1; k++) {
+        if (issue < last) {
+            const int2 bl = lz_nv_dword(wi, n_blocks);
+            lz_nv_dstage(ring_base + s_issue * 2 * LZ_NV_DMAT, bl.x, bl.y, kvh, n_kv_heads, kc, vc, lane);
+            issue++;
+            wi = issue < last ? table[issue] : 0;
+        }
+        LZ_NV_CP_COMMIT();
+        s_issue = s_issue + 1 == LZ_NV_DSTAGES ? 0 : s_issue + 1;
+    }
+    ulong wc = first < last ? table[first] : 0;
+    int pc = first < last ? entry_pos[first] : 0;
+
+    for (int e = first; e < last; e++) {
+        const ulong w = wc;
+        const int pos0 = pc;
+        if (e + 1 < last) wc = table[e + 1], pc = entry_pos[e + 1];
+        LZ_NV_CP_WAIT_RING(LZ_NV_DSTAGES);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (issue < last) {
+            const int2 bl = lz_nv_dword(wi, n_blocks);
+            lz_nv_dstage(ring_base + s_issue * 2 * LZ_NV_DMAT, bl.x, bl.y, kvh, n_kv_heads, kc, vc, lane);
+            issue++;
+            wi = issue < last ? table[issue] : 0;
+        }
+        LZ_NV_CP_COMMIT();
+        s_issue = s_issue + 1 == LZ_NV_DSTAGES ? 0 : s_issue + 1;
+
+        const int blk = LAZYATTN_ENTRY_BLOCK(w), delta = LAZYATTN_ENTRY_DELTA(w);
+        int len = LAZYATTN_ENTRY_LENGTH(w);
+        if (blk >= n_blocks || len > LZ_BLOCK) {
+            if (lane == 0) lz_raise(err, blk >= n_blocks ? LZ_ERR_BLOCK : LZ_ERR_LENGTH);
+            len = 0;
+        }
+        const uint kb = ring_base + s * 2 * LZ_NV_DMAT, vb = kb + LZ_NV_DMAT;
+        s = s + 1 == LZ_NV_DSTAGES ? 0 : s + 1;
+        if (len == 0 || pos0 > qp) continue;
+        if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
+            lz_nv_load_a(qf, row0, row1, t4, -delta, rope_style, rot_dim, freq);
+            cur_delta = delta;
+        }
+
+        /* ---- S = Q K^T over the block's keys ---- */
+        float sc[LZ_BLOCK / 8][4];
+#pragma unroll
+        for (int p = 0; p < LZ_BLOCK / 16; p++) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) sc[2 * p][u] = sc[2 * p + 1][u] = 0.0f;
+            const int kr = p * 16 + ((lane >> 4) << 3) + (lane & 7);
+#pragma unroll
+            for (int c = 0; c < LZ_NV_DDC; c++) {
+                uint b0, b1, b2, b3;
+                LZ_NV_LDSM_X4(b0, b1, b2, b3, kb + LZ_NV_SWZ(kr, 2 * c + ((lane >> 3) & 1)));
+                LZ_NV_MMA(sc[2 * p], qf[c], b0, b1);
+                LZ_NV_MMA(sc[2 * p + 1], qf[c], b2, b3);
+            }
+        }
+        if (len < LZ_BLOCK || pos0 + LZ_BLOCK - 1 > qp) {
+#pragma unroll
+            for (int n = 0; n < LZ_BLOCK / 8; n++)
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const int j = n * 8 + 2 * t4 + u;
+                    if (j >= len || pos0 + j > qp) sc[n][u] = sc[n][2 + u] = -INFINITY;
+                }
+        }
+
+        /* ---- online softmax (exp2 domain) ---- */
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < LZ_BLOCK / 8; n++) {
+            mx0 = fmax(mx0, fmax(sc[n][0], sc[n][1]));
+            mx1 = fmax(mx1, fmax(sc[n][2], sc[n][3]));
+        }
+        mx0 = fmax(mx0, lz_nv_xor(mx0, 1));
+        mx0 = fmax(mx0, lz_nv_xor(mx0, 2));
+        mx1 = fmax(mx1, lz_nv_xor(mx1, 1));
+        mx1 = fmax(mx1, lz_nv_xor(mx1, 2));
+        const float mn0 = fmax(m0, mx0 * sl2), mn1 = fmax(m1, mx1 * sl2);
+        const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
+        const float al0 = native_exp2(m0 - b0), al1 = native_exp2(m1 - b1);
+        m0 = mn0;
+        m1 = mn1;
+        l0 *= al0;
+        l1 *= al1;
+#pragma unroll
+        for (int n = 0; n < LZ_HEAD_DIM / 8; n++) {
+            o[n][0] *= al0, o[n][1] *= al0;
+            o[n][2] *= al1, o[n][3] *= al1;
+        }
+        uint pa[LZ_BLOCK / 16][4];
+#pragma unroll
+        for (int n = 0; n < LZ_BLOCK / 8; n++) {
+            const float p0 = native_exp2(fma(sc[n][0], sl2, -b0));
+            const float p1 = native_exp2(fma(sc[n][1], sl2, -b0));
+            const float p2 = native_exp2(fma(sc[n][2], sl2, -b1));
+            const float p3 = native_exp2(fma(sc[n][3], sl2, -b1));
+            l0 += p0 + p1;
+            l1 += p2 + p3;
+            pa[n >> 1][(n & 1) * 2] = lz_nv_pack(p0, p1);
+            pa[n >> 1][(n & 1) * 2 + 1] = lz_nv_pack(p2, p3);
+        }
+
+        /* ---- O += P V ---- */
+#pragma unroll
+        for (int kk = 0; kk < LZ_BLOCK / 16; kk++) {
+            const int vr = kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7);
+#pragma unroll
+            for (int dd = 0; dd < LZ_NV_DDC; dd++) {
+                uint v0, v1, v2, v3;
+                LZ_NV_LDSM_X4_T(v0, v1, v2, v3, vb + LZ_NV_SWZ(vr, 2 * dd + (lane >> 4)));
+                LZ_NV_MMA(o[2 * dd], pa[kk], v0, v1);
+                LZ_NV_MMA(o[2 * dd + 1], pa[kk], v2, v3);
+            }
+        }
+    }
+    LZ_NV_CP_WAIT(0);
+
+    /* partials in the portable layout: (max in natural-log units, sum), acc */
+    l0 += lz_nv_xor(l0, 1);
+    l0 += lz_nv_xor(l0, 2);
+    l1 += lz_nv_xor(l1, 1);
+    l1 += lz_nv_xor(l1, 2);
+    const float ln2 = 0.693147180559945309f;
+    if (g < G) {
+        const size_t part = ((size_t)seq * n_q_heads + kvh * G + g) * n_splits + split;
+        if (t4 == 0) part_ml[part] = (float2)(m0 * ln2, l0);
+        __global float *dst = part_acc + part * LZ_HEAD_DIM + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < LZ_HEAD_DIM / 8; n++) vstore2((float2)(o[n][0], o[n][1]), 0, dst + n * 8);
+    }
+    if (g + 8 < G) {
+        const size_t part = ((size_t)seq * n_q_heads + kvh * G + g + 8) * n_splits + split;
+        if (t4 == 0) part_ml[part] = (float2)(m1 * ln2, l1);
+        __global float *dst = part_acc + part * LZ_HEAD_DIM + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < LZ_HEAD_DIM / 8; n++) vstore2((float2)(o[n][2], o[n][3]), 0, dst + n * 8);
+    }
+}
+
+/* The split-KV reduction of the fast path: as lz_decode_reduce, in one pass
+ * over the splits (running max and rescaled sums), unrolled so that several
+ * partial rows are in flight. One work-item per (dim, head, sequence). */
+__kernel void lz_decode_nv_reduce(__global const float2 *part_ml, __global const float *part_acc,
+                                  __global float *out, int n_splits, int n_q_heads, int n_seqs) {
+    const int i = get_global_id(0), h = get_global_id(1), seq = get_global_id(2);
+    if (i >= LZ_HEAD_DIM || h >= n_q_heads || seq >= n_seqs) return;
+    const size_t base = ((size_t)seq * n_q_heads + h) * n_splits;
+    float m = -INFINITY, num = 0.0f, den = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < n_splits; s++) {
+        const float2 ml = part_ml[base + s];
+        const float acc = part_acc[(base + s) * LZ_HEAD_DIM + i];
+        const int use = ml.y != 0.0f; /* a split that saw no key adds nothing */
+        const float mn = use ? fmax(m, ml.x) : m;
+        const float a = use ? native_exp(m - mn) : 1.0f, b = use ? native_exp(ml.x - mn) : 0.0f;
+        den = fma(den, a, ml.y * b);
+        num = fma(num, a, acc * b);
+        m = mn;
+    }
+    out[((size_t)seq * n_q_heads + h) * LZ_HEAD_DIM + i] = den > 0.0f ? num / den : 0.0f;
+}

@@ -1,0 +1,152 @@
+/*
+ * NVIDIA tensor-core primitives for the fast path, as inline PTX.
+ *
+ * Only ever compiled by NVIDIA's OpenCL driver (programs built with
+ * -DLAZYATTN_FAST_NV=1); PoCL rejects asm, so no portable program includes
+ * this file. Everything here is sm_80-class PTX, which the JIT's
+ * `.target sm_90` accepts directly: mma.sync m16n8k16 (f16 in, f32
+ * accumulate), ldmatrix, cp.async, shfl.sync. The Hopper wgmma step of a
+ * later stage replaces lz_nv_mma_* (and the fragment loads feeding it); the
+ * staging, rotation and softmax around it stay.
+ *
+ * Fragment layout of m16n8k16 (g = lane / 4, t = lane % 4), as used by the
+ * kernels:
+ *   A (16 x 16, row): a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+ *   B (16 x 8, col):  b0 (k 2t..2t+1, n g)             b1 (k 2t+8.., n g)
+ *   C (16 x 8, f32):  c0,c1 (g, 2t, 2t+1)               c2,c3 (g+8, 2t, 2t+1)
+ * Each 32-bit register holds two f16, the lower column in the low half.
+ */
+#ifndef LZ_MMA_NV_H
+#define LZ_MMA_NV_H
+
+/* 32-bit shared-memory address of a __local pointer (what ldmatrix and
+ * cp.async take). */
+#define LZ_NV_SMEM(p) ((uint)(size_t)(p))
+
+/* c += a * b, one m16n8k16 step. c: float[4], a: uint[4] (A fragment). */
+#define LZ_NV_MMA(c, a, b0, b1)                                                            \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+        "{%8,%9}, {%0,%1,%2,%3};"                                                          \
+        : "+f"((c)[0]), "+f"((c)[1]), "+f"((c)[2]), "+f"((c)[3])                           \
+        : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "r"(b0), "r"(b1))
+
+/* Four 8x8 b16 matrices from shared memory; lane l gives the address of row
+ * l % 8 of matrix l / 8 (16-byte aligned). */
+#define LZ_NV_LDSM_X4(r0, r1, r2, r3, addr)                                          \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"     \
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                            \
+                 : "r"(addr))
+/* The same, transposed (for the V operand stored [key][dim]). */
+#define LZ_NV_LDSM_X4_T(r0, r1, r2, r3, addr)                                          \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" \
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                              \
+                 : "r"(addr))
+
+/* 16 bytes global -> shared, asynchronous; zero-filled when !valid (src
+ * must still be a valid address). */
+inline void lz_nv_cp16(uint dst, __global const void *src, int valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+#define LZ_NV_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+/* Wait until at most n (a literal) committed groups are still in flight. */
+#define LZ_NV_CP_WAIT(n) asm volatile("cp.async.wait_group " #n ";" ::: "memory")
+/* ... at most stages - 2 (a ring of `stages` buffers, one being filled). */
+#define LZ_NV_CP_WAIT_RING(stages)                   \
+    do {                                             \
+        if ((stages) <= 2) LZ_NV_CP_WAIT(0);         \
+        else if ((stages) == 3) LZ_NV_CP_WAIT(1);    \
+        else if ((stages) == 4) LZ_NV_CP_WAIT(2);    \
+        else if ((stages) == 5) LZ_NV_CP_WAIT(3);    \
+        else LZ_NV_CP_WAIT(4);                       \
+    } while (0)
+
+/* Two f32 -> one register of two f16 (lo in the low half), round to nearest. */
+inline uint lz_nv_pack(float lo, float hi) {
+    uint r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* Butterfly exchange within a warp. */
+inline float lz_nv_xor(float x, int m) {
+    uint r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                 : "=r"(r)
+                 : "r"(as_uint(x)), "r"(m));
+    return as_float(r);
+}
+
+inline uint lz_nv_lane(void) {
+    uint l;
+    asm("mov.u32 %0, %%laneid;" : "=r"(l));
+    return l;
+}
+
+/* Byte offset of 16-byte chunk c of row r in a [rows][LZ_HEAD_DIM] f16 tile,
+ * XOR-swizzled over 8 chunks so that the 8 rows one ldmatrix reads fall in
+ * distinct banks (rows are 128 or 256 bytes). */
+#define LZ_NV_SWZ(r, c) ((uint)(r) * (LZ_HEAD_DIM * 2) + ((uint)((c) ^ ((r) & 7)) << 4))
+
+/* (pair index, 1 if dim i is the pair's first dim) of dim i; pair -1 when
+ * dim i is not rotated. */
+inline int2 lz_nv_rope_pair_of(int i, int style, int rot_dim) {
+    if (style == LZ_ROPE_NONE || i >= rot_dim) return (int2)(-1, 1);
+    if (style == LZ_ROPE_NEOX) {
+        const int hr = rot_dim / 2;
+        return i < hr ? (int2)(i, 1) : (int2)(i - hr, 0);
+    }
+    return (int2)(i >> 1, !(i & 1));
+}
+
+/* Element i of R(pos) x for a head vector x (global f32), given the (cos,
+ * sin) of dim i's pair and the pair's dims d. */
+inline float lz_nv_rot_elem(__global const float *x, int i, int first, int2 d, float2 cs) {
+    if (!x) return 0.0f;
+    if (d.x < 0) return x[i];
+    const float2 r = lz_rotate((float2)(x[d.x], x[d.y]), cs);
+    return first ? r.x : r.y;
+}
+
+/*
+ * The A fragments of 16 rows of head vectors (row g and g + 8 of this lane),
+ * rotated by R(pos) from the f32 originals: row0 / row1 point at the lane's
+ * two rows (NULL: a padding row of zeros). The angle of each pair is
+ * computed once per lane and shared by its two rows. qf: [LZ_HEAD_DIM / 16][4].
+ */
+__attribute__((always_inline)) inline void lz_nv_load_a(uint qf[LZ_HEAD_DIM / 16][4],
+                                                        __global const float *row0,
+                                                        __global const float *row1, int t, int pos,
+                                                        int style, int rot_dim,
+                                                        __global const float2 *freq) {
+#pragma unroll
+    for (int c = 0; c < LZ_HEAD_DIM / 16; c++) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            float v[2][2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int i = c * 16 + 2 * t + 8 * hh + u;
+                const int2 pf = pos == 0 ? (int2)(-1, 1) : lz_nv_rope_pair_of(i, style, rot_dim);
+                const int p = pf.x, first = pf.y;
+                int2 d = (int2)(-1, -1);
+                float2 cs = (float2)(1.0f, 0.0f);
+                if (p >= 0) {
+                    d = lz_rope_pair(p, style, rot_dim);
+                    /* the angle is reduced accurately to [-pi, pi]; the
+                     * hardware sin/cos (abs error ~5e-7 there) is far below
+                     * the f16 rounding of the rotated query */
+                    const float ang = lz_rope_angle(pos, freq[p]);
+                    cs = (float2)(native_cos(ang), native_sin(ang));
+                }
+                v[0][u] = lz_nv_rot_elem(row0, i, first, d, cs);
+                v[1][u] = lz_nv_rot_elem(row1, i, first, d, cs);
+            }
+            qf[c][2 * hh] = lz_nv_pack(v[0][0], v[0][1]);
+            qf[c][2 * hh + 1] = lz_nv_pack(v[1][0], v[1][1]);
+        }
+    }
+}
+
+#endif

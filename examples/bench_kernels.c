@@ -1,0 +1,566 @@
+/*
+ * bench_kernels: the kernels' speed on the GPU, in one run (issue 6).
+ *
+ *   1. ceilings: a read kernel (GB/s) and a register-only mma.sync loop (TFLOP/s);
+ *   2. correctness of whatever path the context picked (the NVIDIA tensor-core
+ *      path on an NVIDIA GPU) against the float64 reference, random inputs;
+ *   3. Llama-3.1-8B heads (32 q, 8 kv, d 128, f16, block 16), timed with
+ *      OpenCL profiling events (warm-up, median of REPS), with real deltas and
+ *      with all deltas zero:
+ *        prefill (a) 4096 new tokens over 4 cached documents of 2048 tokens at
+ *                    deltas 2048..8192, causal within the new tokens;
+ *        prefill (b) S = 8192 causal self-attention, batch 2 = two calls (the
+ *                    prefill API is one sequence per call), timed first start
+ *                    to second end;
+ *        decode  B x L in {1x32768, 16x8192, 64x4096, 128x4096}, contexts of
+ *                documents of 2048 tokens at distinct non-zero deltas, blocks
+ *                scattered over the pool; timed from the end of a 4-byte fill
+ *                enqueued just before to the end of the reduction (the
+ *                decode is two kernels: split-KV + reduce).
+ *   FLOPs: 4 * H * d * (visible query-key pairs), causal counted as S^2 / 2
+ *   like the peer; decode bytes: K and V bytes of every context (effective).
+ *
+ * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]
+ * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
+ * override the launch geometry, see lib/attention.c, for tuning sweeps)
+ * Not part of `meson test`. Build logs (with -cl-nv-verbose when
+ * LAZYATTN_NV_VERBOSE is set) are printed on failure and on request.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lazyattn.h"
+
+/* generated from bench_kernels.cl by tools/cl2c.py --name bench_cl */
+typedef struct bench_cl_entry {
+    const char *name;
+    const char *text;
+} bench_cl_entry;
+extern const bench_cl_entry bench_cl[];
+
+enum { H = 32, KV = 8, D = 128, BS = 16 };
+
+static int g_reps = 25;
+static FILE *g_csv;
+
+#define CHECK(call)                                                                        \
+    do {                                                                                   \
+        int st_ = (call);                                                                  \
+        if (st_) {                                                                         \
+            fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #call,              \
+                    lazyattn_status_string(st_), lazyattn_last_error());                   \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+#define CLCHECK(call)                                                                      \
+    do {                                                                                   \
+        cl_int e_ = (call);                                                                \
+        if (e_ != CL_SUCCESS) {                                                            \
+            fprintf(stderr, "%s:%d %s: OpenCL error %d\n", __FILE__, __LINE__, #call, e_); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static int g_fast_disabled;
+
+static void on_log(void *user, lazyattn_log_level level, const char *msg) {
+    (void)user;
+    if (strstr(msg, "fast path disabled")) g_fast_disabled = 1;
+    if (level <= LAZYATTN_LOG_INFO || strstr(msg, "ptxas") || strstr(msg, "registers") ||
+        strstr(msg, "spill"))
+        printf("[log %d] %s\n", (int)level, msg);
+}
+
+static uint64_t rng_state = 0x1234567ull;
+static float frand(void) { /* uniform [-1, 1) */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+}
+
+static lazyattn_context *g_ctx;
+static cl_context g_cl;
+static cl_command_queue g_q;
+static cl_program g_bench;
+
+static cl_mem buf(const void *data, size_t bytes) {
+    cl_int err;
+    cl_mem m = clCreateBuffer(g_cl, CL_MEM_READ_WRITE | (data ? CL_MEM_COPY_HOST_PTR : 0), bytes,
+                              (void *)data, &err);
+    CLCHECK(err);
+    return m;
+}
+
+static double ev_ns(cl_event e, cl_profiling_info what) {
+    cl_ulong t = 0;
+    CLCHECK(clGetEventProfilingInfo(e, what, sizeof t, &t, NULL));
+    return (double)t;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- ceilings -------------------------------------------------------------- */
+
+static void build_bench_program(void) {
+    cl_int err;
+    const char *src = bench_cl[0].text;
+    g_bench = clCreateProgramWithSource(g_cl, 1, &src, NULL, &err);
+    CLCHECK(err);
+    cl_device_id dev = lazyattn_context_device(g_ctx);
+    err = clBuildProgram(g_bench, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
+    if (err != CL_SUCCESS) {
+        static char log[1 << 16];
+        clGetProgramBuildInfo(g_bench, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, NULL);
+        fprintf(stderr, "bench program build failed (%d):\n%s\n", err, log);
+        exit(1);
+    }
+}
+
+static double g_read_gbs, g_mma_tflops;
+
+static void ceilings(void) {
+    cl_int err;
+    cl_uint cus = 0;
+    clGetDeviceInfo(lazyattn_context_device(g_ctx), CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
+    /* read: 4 GiB, every byte once */
+    cl_ulong n4 = (cl_ulong)1 << 28;
+    cl_mem in = buf(NULL, n4 * 16);
+    float pat = 1.0f;
+    CLCHECK(clEnqueueFillBuffer(g_q, in, &pat, 4, 0, n4 * 16, 0, NULL, NULL));
+    size_t gsz = (size_t)cus * 2048, lsz = 256;
+    cl_mem out = buf(NULL, gsz * 4);
+    cl_kernel k = clCreateKernel(g_bench, "bench_read", &err);
+    CLCHECK(err);
+    clSetKernelArg(k, 0, sizeof in, &in);
+    clSetKernelArg(k, 1, sizeof out, &out);
+    clSetKernelArg(k, 2, sizeof n4, &n4);
+    double t[9];
+    for (int r = 0; r < 11; r++) {
+        cl_event e;
+        CLCHECK(clEnqueueNDRangeKernel(g_q, k, 1, NULL, &gsz, &lsz, 0, NULL, &e));
+        CLCHECK(clWaitForEvents(1, &e));
+        if (r >= 2) t[r - 2] = ev_ns(e, CL_PROFILING_COMMAND_END) - ev_ns(e, CL_PROFILING_COMMAND_START);
+        clReleaseEvent(e);
+    }
+    qsort(t, 9, sizeof *t, cmp_double);
+    g_read_gbs = (double)n4 * 16 / t[4];
+    clReleaseKernel(k);
+    clReleaseMemObject(in);
+    clReleaseMemObject(out);
+
+    /* mma: 4 warps of 8 per compute unit... 32 warps per CU */
+    size_t nw = (size_t)cus * 32;
+    gsz = nw * 32, lsz = 256;
+    int iters = 4096;
+    cl_uint seed = 7;
+    out = buf(NULL, gsz * 4);
+    k = clCreateKernel(g_bench, "bench_mma", &err);
+    CLCHECK(err);
+    clSetKernelArg(k, 0, sizeof out, &out);
+    clSetKernelArg(k, 1, sizeof iters, &iters);
+    clSetKernelArg(k, 2, sizeof seed, &seed);
+    for (int r = 0; r < 11; r++) {
+        cl_event e;
+        CLCHECK(clEnqueueNDRangeKernel(g_q, k, 1, NULL, &gsz, &lsz, 0, NULL, &e));
+        CLCHECK(clWaitForEvents(1, &e));
+        if (r >= 2) t[r - 2] = ev_ns(e, CL_PROFILING_COMMAND_END) - ev_ns(e, CL_PROFILING_COMMAND_START);
+        clReleaseEvent(e);
+    }
+    qsort(t, 9, sizeof *t, cmp_double);
+    g_mma_tflops = (double)nw * iters * 4 * 2.0 * 16 * 8 * 16 / t[4] / 1e3;
+    clReleaseKernel(k);
+    clReleaseMemObject(out);
+    printf("ceilings: read %.0f GB/s, mma.sync f16->f32 %.0f TFLOP/s\n", g_read_gbs, g_mma_tflops);
+}
+
+/* Random f16 into a pool buffer, on the device. */
+static void fill_f16(cl_mem m, size_t count, cl_uint seed) {
+    cl_int err;
+    cl_kernel k = clCreateKernel(g_bench, "bench_fill_f16", &err);
+    CLCHECK(err);
+    cl_ulong n = count;
+    clSetKernelArg(k, 0, sizeof m, &m);
+    clSetKernelArg(k, 1, sizeof n, &n);
+    clSetKernelArg(k, 2, sizeof seed, &seed);
+    size_t g = 132 * 1024, l = 256;
+    CLCHECK(clEnqueueNDRangeKernel(g_q, k, 1, NULL, &g, &l, 0, NULL, NULL));
+    CLCHECK(clFinish(g_q));
+    clReleaseKernel(k);
+}
+
+/* ---- correctness against the float64 reference ------------------------------ */
+
+static int g_failures;
+
+/* One random request: n_docs documents (stored at 0, random logical starts
+ * via a random base) + a question of n_q tokens (own blocks); prefill of the
+ * question (causal), then decode of the last token, both vs the reference. */
+static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int doc_len, int n_q,
+                       lazyattn_rope_style style, int rot_dim, int base) {
+    lazyattn_attention_config c;
+    lazyattn_attention_config_default(&c);
+    c.n_q_heads = nq_heads, c.n_kv_heads = nkv, c.head_dim = d, c.block_size = block;
+    c.dtype = LAZYATTN_DTYPE_F16;
+    c.rope.style = style;
+    c.rope.rotary_dim = rot_dim;
+    int per_doc = (doc_len + block - 1) / block, q_blocks = (n_q + block - 1) / block;
+    int n_entries = n_docs * per_doc + q_blocks, n_keys = n_docs * doc_len + n_q;
+    lazyattn_pool_config pc = {1, nkv, d, block, LAZYATTN_DTYPE_F16, 0};
+    pc.budget_bytes = (uint64_t)(n_entries + 4) * 2 * nkv * block * d * 2;
+    lazyattn_pool *pool;
+    lazyattn_attention *attn;
+    CHECK(lazyattn_pool_create(g_ctx, &pc, &pool));
+    CHECK(lazyattn_attention_create(g_ctx, &c, &attn));
+    int32_t *ids = malloc(sizeof(int32_t) * n_entries);
+    CHECK(lazyattn_pool_alloc(pool, n_entries, ids));
+    for (int i = n_entries - 1; i > 0; i--) { /* scatter */
+        int j = (int)((frand() * 0.5 + 0.5) * i);
+        int32_t tmp = ids[i]; ids[i] = ids[j]; ids[j] = tmp;
+    }
+    size_t row = (size_t)nkv * d;
+    float *k = malloc(sizeof(float) * n_keys * row), *v = malloc(sizeof(float) * n_keys * row);
+    int32_t *kpos = malloc(sizeof(int32_t) * n_keys), *slot = malloc(sizeof(int32_t) * n_keys);
+    int32_t *stored = malloc(sizeof(int32_t) * n_keys);
+    uint64_t *table = malloc(sizeof(uint64_t) * n_entries);
+    int32_t *epos = malloc(sizeof(int32_t) * n_entries);
+    for (size_t i = 0; i < n_keys * row; i++) k[i] = 2 * frand(), v[i] = frand();
+    int key = 0, e = 0;
+    for (int s = 0; s <= n_docs; s++) {
+        int len = s < n_docs ? doc_len : n_q;
+        for (int off = 0; off < len; off += block, e++) {
+            int l = len - off < block ? len - off : block, logical = base + key;
+            int st = s < n_docs ? off : logical; /* documents stored at 0 */
+            CHECK(lazyattn_entry_pack(ids[e], logical - st, l, &table[e]));
+            epos[e] = logical;
+            for (int j = 0; j < l; j++, key++)
+                kpos[key] = logical + j, slot[key] = ids[e] * block + j, stored[key] = st + j;
+        }
+    }
+    cl_mem km = buf(k, sizeof(float) * n_keys * row), vm = buf(v, sizeof(float) * n_keys * row);
+    cl_mem sm = buf(slot, sizeof(int32_t) * n_keys), spm = buf(stored, sizeof(int32_t) * n_keys);
+    CHECK(lazyattn_write_kv(attn, pool, 0, n_keys, km, vm, sm, spm, NULL, NULL));
+
+    /* prefill of the question */
+    size_t qn = (size_t)n_q * nq_heads * d;
+    float *q = malloc(sizeof(float) * qn), *o = malloc(sizeof(float) * qn);
+    for (size_t i = 0; i < qn; i++) q[i] = 2 * frand();
+    int32_t *qpos = kpos + (n_keys - n_q);
+    cl_mem qm = buf(q, sizeof(float) * qn), qpm = buf(qpos, sizeof(int32_t) * n_q);
+    cl_mem tm = buf(table, sizeof(uint64_t) * n_entries), em = buf(epos, sizeof(int32_t) * n_entries);
+    cl_mem om = buf(NULL, sizeof(float) * qn);
+    float nan = NAN;
+    CLCHECK(clEnqueueFillBuffer(g_q, om, &nan, 4, 0, sizeof(float) * qn, 0, NULL, NULL));
+    CHECK(lazyattn_rope_apply(attn, n_q, nq_heads, qm, qpm, NULL, NULL));
+    lazyattn_prefill_args pa = {n_q, n_entries, qm, qpm, tm, em, om};
+    CHECK(lazyattn_prefill(attn, pool, 0, &pa, NULL, NULL));
+    CLCHECK(clEnqueueReadBuffer(g_q, om, CL_TRUE, 0, sizeof(float) * qn, o, 0, NULL, NULL));
+    CHECK(lazyattn_attention_check(attn, NULL));
+    double *ref = malloc(sizeof(double) * qn);
+    lazyattn_reference_args ra = {n_q, n_keys, q, qpos, k, v, kpos, ref};
+    CHECK(lazyattn_reference_attention(&c, &ra));
+    double perr = lazyattn_normalised_error(o, ref, qn);
+
+    /* decode of the last question token over the whole table, 3 splits */
+    size_t hn = (size_t)nq_heads * d;
+    const float *q1 = q + (n_q - 1) * hn;
+    int32_t offs[2] = {0, n_entries}, qp1 = qpos[n_q - 1];
+    cl_mem q1m = buf(q1, sizeof(float) * hn), qp1m = buf(&qp1, 4), offm = buf(offs, 8);
+    cl_mem o1m = buf(NULL, sizeof(float) * hn);
+    CLCHECK(clEnqueueFillBuffer(g_q, o1m, &nan, 4, 0, sizeof(float) * hn, 0, NULL, NULL));
+    CHECK(lazyattn_rope_apply(attn, 1, nq_heads, q1m, qp1m, NULL, NULL));
+    lazyattn_decode_args da = {1, n_entries, 3, q1m, qp1m, offm, tm, em, o1m};
+    CHECK(lazyattn_decode(attn, pool, 0, &da, NULL, NULL));
+    float *o1 = malloc(sizeof(float) * hn);
+    CLCHECK(clEnqueueReadBuffer(g_q, o1m, CL_TRUE, 0, sizeof(float) * hn, o1, 0, NULL, NULL));
+    CHECK(lazyattn_attention_check(attn, NULL));
+    double *ref1 = malloc(sizeof(double) * hn);
+    lazyattn_reference_args rb = {1, n_keys, q1, &qp1, k, v, kpos, ref1};
+    CHECK(lazyattn_reference_attention(&c, &rb));
+    double derr = lazyattn_normalised_error(o1, ref1, hn);
+
+    const double tol = 2e-3;
+    int ok = perr <= tol && derr <= tol;
+    g_failures += !ok;
+    printf("check d=%d G=%d kv=%d B=%d docs=%dx%d q=%d rope=%d/%d: prefill %.2e decode %.2e %s\n", d,
+           nq_heads / nkv, nkv, block, n_docs, doc_len, n_q, (int)style, rot_dim, perr, derr,
+           ok ? "ok" : "FAIL");
+    cl_mem mems[] = {km, vm, sm, spm, qm, qpm, tm, em, om, q1m, qp1m, offm, o1m};
+    for (size_t i = 0; i < sizeof mems / sizeof *mems; i++) clReleaseMemObject(mems[i]);
+    free(ids); free(k); free(v); free(kpos); free(slot); free(stored); free(table); free(epos);
+    free(q); free(o); free(ref); free(o1); free(ref1);
+    lazyattn_attention_destroy(attn);
+    lazyattn_pool_destroy(pool);
+}
+
+/* ---- timed shapes ------------------------------------------------------------ */
+
+typedef struct result {
+    char name[64];
+    double ms, ms_zero; /* real deltas, all deltas zero */
+    double flops, bytes;
+} result;
+static result g_results[16];
+static int g_n_results;
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Prefill of one or two sequences (n_calls), each n_q queries over n_entries. */
+static double time_prefill(lazyattn_attention *attn, lazyattn_pool *pool,
+                           const lazyattn_prefill_args *a, int n_calls) {
+    double t[256];
+    int reps = g_reps > 256 ? 256 : g_reps;
+    for (int r = -3; r < reps; r++) {
+        cl_event e[2];
+        for (int i = 0; i < n_calls; i++) CHECK(lazyattn_prefill(attn, pool, 0, &a[i], NULL, &e[i]));
+        CLCHECK(clWaitForEvents(1, &e[n_calls - 1]));
+        if (r >= 0)
+            t[r] = ev_ns(e[n_calls - 1], CL_PROFILING_COMMAND_END) - ev_ns(e[0], CL_PROFILING_COMMAND_START);
+        for (int i = 0; i < n_calls; i++) clReleaseEvent(e[i]);
+    }
+    CHECK(lazyattn_attention_check(attn, NULL));
+    return median(t, reps) * 1e-6;
+}
+
+static double time_decode(lazyattn_attention *attn, lazyattn_pool *pool, const lazyattn_decode_args *a,
+                          cl_mem scratch) {
+    double t[256];
+    int reps = g_reps > 256 ? 256 : g_reps;
+    cl_int zero = 0;
+    for (int r = -3; r < reps; r++) {
+        cl_event e0, e1;
+        CLCHECK(clEnqueueFillBuffer(g_q, scratch, &zero, 4, 0, 4, 0, NULL, &e0));
+        CHECK(lazyattn_decode(attn, pool, 0, a, NULL, &e1));
+        CLCHECK(clWaitForEvents(1, &e1));
+        if (r >= 0) t[r] = ev_ns(e1, CL_PROFILING_COMMAND_END) - ev_ns(e0, CL_PROFILING_COMMAND_END);
+        clReleaseEvent(e0);
+        clReleaseEvent(e1);
+    }
+    CHECK(lazyattn_attention_check(attn, NULL));
+    return median(t, reps) * 1e-6;
+}
+
+static lazyattn_attention *make_attn(void) {
+    lazyattn_attention_config c;
+    lazyattn_attention_config_default(&c); /* Llama-3.1-8B: 32/8, d 128, B 16, f16 */
+    lazyattn_attention *attn;
+    CHECK(lazyattn_attention_create(g_ctx, &c, &attn));
+    return attn;
+}
+
+static lazyattn_pool *make_pool(int64_t n_blocks) {
+    lazyattn_pool_config pc = {1, KV, D, BS, LAZYATTN_DTYPE_F16, 0};
+    pc.budget_bytes = (uint64_t)n_blocks * 2 * KV * BS * D * 2;
+    lazyattn_pool *pool;
+    CHECK(lazyattn_pool_create(g_ctx, &pc, &pool));
+    size_t elems = (size_t)n_blocks * KV * BS * D;
+    fill_f16(lazyattn_pool_k_buffer(pool, 0), elems, 11);
+    fill_f16(lazyattn_pool_v_buffer(pool, 0), elems, 12);
+    return pool;
+}
+
+static cl_mem random_queries(size_t n) {
+    float *q = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) q[i] = frand();
+    cl_mem m = buf(q, sizeof(float) * n);
+    free(q);
+    return m;
+}
+
+static void bench_prefill(void) {
+    lazyattn_attention *attn = make_attn();
+    /* (a) 4 documents of 2048 tokens stored at 0, at logical 2048 + i * 2048
+     * (deltas 2048..8192), then 4096 new tokens with their own blocks */
+    {
+        const int docs = 4, L = 2048, T = 4096, base = 2048;
+        int n_entries = docs * L / BS + T / BS;
+        lazyattn_pool *pool = make_pool(n_entries);
+        uint64_t *table = malloc(8 * n_entries), *table0 = malloc(8 * n_entries);
+        int32_t *epos = malloc(4 * n_entries), *qpos = malloc(4 * T);
+        for (int e = 0; e < n_entries; e++) {
+            int logical = base + e * BS;
+            int delta = e < docs * L / BS ? logical - (e % (L / BS)) * BS : 0;
+            CHECK(lazyattn_entry_pack(e, delta, BS, &table[e]));
+            CHECK(lazyattn_entry_pack(e, 0, BS, &table0[e]));
+            epos[e] = logical;
+        }
+        for (int t = 0; t < T; t++) qpos[t] = base + docs * L + t;
+        cl_mem tm = buf(table, 8 * n_entries), t0m = buf(table0, 8 * n_entries);
+        cl_mem em = buf(epos, 4 * n_entries), qpm = buf(qpos, 4 * T);
+        cl_mem qm = random_queries((size_t)T * H * D), om = buf(NULL, sizeof(float) * T * H * D);
+        lazyattn_prefill_args a = {T, n_entries, qm, qpm, tm, em, om};
+        lazyattn_prefill_args z = {T, n_entries, qm, qpm, t0m, em, om};
+        result *r = &g_results[g_n_results++];
+        snprintf(r->name, sizeof r->name, "prefill_a_4096_over_4x2048");
+        r->ms = time_prefill(attn, pool, &a, 1);
+        r->ms_zero = time_prefill(attn, pool, &z, 1);
+        r->flops = 4.0 * H * D * ((double)T * docs * L + (double)T * T / 2);
+        r->bytes = 0;
+        cl_mem mems[] = {tm, t0m, em, qpm, qm, om};
+        for (int i = 0; i < 6; i++) clReleaseMemObject(mems[i]);
+        free(table); free(table0); free(epos); free(qpos);
+        lazyattn_pool_destroy(pool);
+    }
+    /* (b) S = 8192 causal self-attention, batch 2: two calls, two pools regions */
+    {
+        const int S = 8192, n_entries = S / BS;
+        lazyattn_pool *pool = make_pool(2 * n_entries);
+        lazyattn_prefill_args a[2];
+        cl_mem mems[8];
+        int nm = 0;
+        for (int b = 0; b < 2; b++) {
+            uint64_t *table = malloc(8 * n_entries);
+            int32_t *epos = malloc(4 * n_entries), *qpos = malloc(4 * S);
+            for (int e = 0; e < n_entries; e++) {
+                CHECK(lazyattn_entry_pack(b * n_entries + e, 0, BS, &table[e]));
+                epos[e] = e * BS;
+            }
+            for (int t = 0; t < S; t++) qpos[t] = t;
+            cl_mem tm = buf(table, 8 * n_entries), em = buf(epos, 4 * n_entries), qpm = buf(qpos, 4 * S);
+            cl_mem qm = random_queries((size_t)S * H * D);
+            lazyattn_prefill_args x = {S, n_entries, qm, qpm, tm, em, NULL};
+            mems[nm++] = tm, mems[nm++] = em, mems[nm++] = qpm, mems[nm++] = qm;
+            a[b] = x;
+            free(table); free(epos); free(qpos);
+        }
+        cl_mem om0 = buf(NULL, sizeof(float) * S * H * D), om1 = buf(NULL, sizeof(float) * S * H * D);
+        a[0].out = om0, a[1].out = om1;
+        result *r = &g_results[g_n_results++];
+        snprintf(r->name, sizeof r->name, "prefill_b_2x8192_causal");
+        r->ms = time_prefill(attn, pool, a, 2);
+        r->ms_zero = r->ms; /* all deltas are zero already */
+        r->flops = 2 * 4.0 * H * D * (double)S * S / 2;
+        r->bytes = 0;
+        for (int i = 0; i < nm; i++) clReleaseMemObject(mems[i]);
+        clReleaseMemObject(om0);
+        clReleaseMemObject(om1);
+        lazyattn_pool_destroy(pool);
+    }
+    lazyattn_attention_destroy(attn);
+}
+
+static void bench_decode(void) {
+    static const int shapes[][2] = {{1, 32768}, {16, 8192}, {64, 4096}, {128, 4096}};
+    lazyattn_attention *attn = make_attn();
+    cl_mem scratch = buf(NULL, 64);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int B = shapes[si][0], L = shapes[si][1], doc = 2048, per_seq = L / BS;
+        const int n_entries = B * per_seq;
+        lazyattn_pool *pool = make_pool(n_entries);
+        int32_t *perm = malloc(4 * (size_t)n_entries);
+        for (int i = 0; i < n_entries; i++) perm[i] = i;
+        for (int i = n_entries - 1; i > 0; i--) { /* blocks scattered over the pool */
+            int j = (int)((frand() * 0.5 + 0.5) * i);
+            int32_t tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp;
+        }
+        uint64_t *table = malloc(8 * (size_t)n_entries), *table0 = malloc(8 * (size_t)n_entries);
+        int32_t *epos = malloc(4 * (size_t)n_entries), *offs = malloc(4 * (size_t)(B + 1));
+        int32_t *qpos = malloc(4 * (size_t)B);
+        for (int s = 0; s < B; s++) {
+            const int base = 100 + 37 * s; /* distinct non-zero deltas per document */
+            offs[s] = s * per_seq;
+            for (int i = 0; i < per_seq; i++) {
+                int e = s * per_seq + i, logical = base + i * BS, stored = (i * BS) % doc;
+                CHECK(lazyattn_entry_pack(perm[e], logical - stored, BS, &table[e]));
+                CHECK(lazyattn_entry_pack(perm[e], 0, BS, &table0[e]));
+                epos[e] = logical;
+            }
+            qpos[s] = base + L - 1;
+        }
+        offs[B] = n_entries;
+        cl_mem tm = buf(table, 8 * (size_t)n_entries), t0m = buf(table0, 8 * (size_t)n_entries);
+        cl_mem em = buf(epos, 4 * (size_t)n_entries), om_ = buf(offs, 4 * (size_t)(B + 1));
+        cl_mem qpm = buf(qpos, 4 * (size_t)B), qm = random_queries((size_t)B * H * D);
+        cl_mem out = buf(NULL, sizeof(float) * B * H * D);
+        lazyattn_decode_args a = {B, per_seq, 0, qm, qpm, om_, tm, em, out};
+        lazyattn_decode_args z = a;
+        z.table = t0m;
+        result *r = &g_results[g_n_results++];
+        snprintf(r->name, sizeof r->name, "decode_%dx%d", B, L);
+        r->ms = time_decode(attn, pool, &a, scratch);
+        r->ms_zero = time_decode(attn, pool, &z, scratch);
+        r->flops = 4.0 * H * D * (double)B * L;
+        r->bytes = 2.0 * B * L * KV * D * 2;
+        cl_mem mems[] = {tm, t0m, em, om_, qpm, qm, out};
+        for (int i = 0; i < 7; i++) clReleaseMemObject(mems[i]);
+        free(perm); free(table); free(table0); free(epos); free(offs); free(qpos);
+        lazyattn_pool_destroy(pool);
+    }
+    clReleaseMemObject(scratch);
+    lazyattn_attention_destroy(attn);
+}
+
+int main(int argc, char **argv) {
+    const char *csv = NULL;
+    int skip_checks = 0;
+    const char *only = "";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--no-checks")) skip_checks = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (g_reps < 20) g_reps = 20;
+    lazyattn_context_options o;
+    lazyattn_context_options_init(&o);
+    o.kind = LAZYATTN_DEVICE_GPU;
+    o.profiling = 1;
+    o.log = on_log;
+    CHECK(lazyattn_context_create(&o, &g_ctx));
+    g_cl = lazyattn_context_cl_context(g_ctx);
+    g_q = lazyattn_context_queue(g_ctx);
+    printf("device: %s; fast path: %s\n", lazyattn_context_device_name(g_ctx),
+           lazyattn_context_fast_path(g_ctx) ? "NVIDIA tensor cores" : "portable");
+    build_bench_program();
+    ceilings();
+
+    if (!skip_checks) {
+        check_case(128, 32, 8, 16, 3, 200, 77, LAZYATTN_ROPE_NEOX, 0, 150000);
+        check_case(128, 4, 1, 16, 2, 1000, 300, LAZYATTN_ROPE_NEOX, 0, 5);
+        check_case(64, 8, 1, 32, 3, 333, 90, LAZYATTN_ROPE_GPTJ, 0, 70000);
+        check_case(128, 8, 2, 16, 2, 150, 40, LAZYATTN_ROPE_NEOX, 64, 1234);
+        check_case(64, 2, 2, 16, 1, 64, 50, LAZYATTN_ROPE_NONE, 0, 0);
+        check_case(128, 8, 8, 16, 4, 2048, 128, LAZYATTN_ROPE_NEOX, 0, 2048);
+        printf("checks: %s\n", g_failures ? "FAILED" : "all within 2e-3");
+    }
+
+    if (g_fast_disabled) {
+        fprintf(stderr, "the NVIDIA fast path failed to build (log above): not timing\n");
+        return 1;
+    }
+    if (strcmp(only, "decode")) bench_prefill();
+    if (strcmp(only, "prefill")) bench_decode();
+
+    if (csv) g_csv = fopen(csv, "w");
+    if (g_csv) fprintf(g_csv, "name,ms,ms_zero,flops,bytes,read_gbs,mma_tflops\n");
+    printf("\n%-28s %9s %9s %8s %8s %7s %7s %9s\n", "shape", "ms", "ms(d=0)", "TFLOP/s", "GB/s",
+           "%mma", "%read", "rot.ovh");
+    for (int i = 0; i < g_n_results; i++) {
+        result *r = &g_results[i];
+        double tf = r->flops / (r->ms * 1e-3) / 1e12, gb = r->bytes / (r->ms * 1e-3) / 1e9;
+        printf("%-28s %9.4f %9.4f %8.1f %8.0f %6.1f%% %6.1f%% %+8.2f%%\n", r->name, r->ms, r->ms_zero,
+               tf, gb, 100 * tf / g_mma_tflops, 100 * gb / g_read_gbs,
+               100 * (r->ms - r->ms_zero) / r->ms_zero);
+        if (g_csv)
+            fprintf(g_csv, "%s,%.6f,%.6f,%.6g,%.6g,%.1f,%.1f\n", r->name, r->ms, r->ms_zero,
+                    r->flops, r->bytes, g_read_gbs, g_mma_tflops);
+    }
+    if (g_csv) fclose(g_csv);
+    clReleaseProgram(g_bench);
+    lazyattn_context_destroy(g_ctx);
+    return g_failures ? 1 : 0;
+}
