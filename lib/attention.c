@@ -332,6 +332,9 @@ static int lz_check_pool(const lazyattn_attention *a, const lazyattn_pool *pool,
     return LAZYATTN_STATUS_OK;
 }
 
+/* Launches pass an explicit work-group size wherever one fits: PoCL
+ * compiles a kernel once per work-group size, and leaving the choice to the
+ * driver gives a new size (and a compile) for each token count. */
 static int lz_enqueue(lazyattn_attention *a, int kernel, cl_uint dims, const size_t *global,
                       const size_t *local, cl_command_queue queue, cl_event *event,
                       const char *fn) {
@@ -365,7 +368,8 @@ int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int
     LZ_ARG(&g, n_tokens); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, a->err);
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_write_kv: clSetKernelArg");
     size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)nkv, (size_t)n_tokens};
-    return lz_enqueue(a, LZ_K_KV_WRITE, 3, global, NULL, queue, event, fn);
+    size_t local[3] = {(size_t)a->cfg.head_dim / 2, 1, 1};
+    return lz_enqueue(a, LZ_K_KV_WRITE, 3, global, local, queue, event, fn);
 }
 
 int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem x, cl_mem pos,
@@ -390,7 +394,8 @@ int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem
     LZ_ARG(&g, n_tokens); LZ_ARG(&g, n_heads); LZ_ARG(&g, a->err);
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_rope_apply: clSetKernelArg");
     size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)n_heads, (size_t)n_tokens};
-    return lz_enqueue(a, LZ_K_ROPE, 3, global, NULL, queue, event, fn);
+    size_t local[3] = {(size_t)a->cfg.head_dim / 2, 1, 1};
+    return lz_enqueue(a, LZ_K_ROPE, 3, global, local, queue, event, fn);
 }
 
 int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n, cl_mem src,
@@ -412,7 +417,8 @@ int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, 
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_materialise: clSetKernelArg");
     size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)nkv,
                         (size_t)n * (size_t)a->cfg.block_size};
-    return lz_enqueue(a, LZ_K_MATERIALISE, 3, global, NULL, queue, event, fn);
+    size_t local[3] = {(size_t)a->cfg.head_dim / 2, 1, 1};
+    return lz_enqueue(a, LZ_K_MATERIALISE, 3, global, local, queue, event, fn);
 }
 
 /* ---- prefill -------------------------------------------------------------- */
@@ -573,5 +579,6 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                                             NULL, 0, NULL, event);
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
     }
-    return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, NULL, queue, event, fn);
+    size_t rlocal[3] = {(size_t)a->cfg.head_dim, 1, 1};
+    return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, rlocal, queue, event, fn);
 }
