@@ -1,0 +1,248 @@
+/* The serving engine: turns a lazyattn request plan into model work
+ * (copies, isolated document prefills, the question prefill) and runs
+ * decode steps over a batch of requests. */
+#include "serve.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct serve_engine {
+    serve_model *model;
+    lazyattn_pool *pool;
+    /* device copy lists for lazyattn_materialise */
+    cl_mem copy_src; /* [copy_cap] uint64 */
+    cl_mem copy_dst; /* [copy_cap] int32 */
+    int copy_cap;
+    /* host scratch, grown on demand */
+    int32_t *tokens, *q_pos, *slots, *stored; /* [row_cap] */
+    int row_cap;
+    uint64_t *table; /* [table_cap] */
+    int32_t *entry_pos;
+    int table_cap;
+    int32_t *seq_offsets; /* [row_cap + 1] */
+};
+
+void serve_engine_destroy(serve_engine *e) {
+    if (!e) return;
+    if (e->copy_src) clReleaseMemObject(e->copy_src);
+    if (e->copy_dst) clReleaseMemObject(e->copy_dst);
+    free(e->tokens);
+    free(e->q_pos);
+    free(e->slots);
+    free(e->stored);
+    free(e->table);
+    free(e->entry_pos);
+    free(e->seq_offsets);
+    free(e);
+}
+
+int serve_engine_create(serve_model *model, lazyattn_pool *pool, serve_engine **out) {
+    if (!out) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_create: out NULL");
+    *out = NULL;
+    if (!model || !pool)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_create: NULL argument");
+    serve_engine *e = calloc(1, sizeof *e);
+    if (!e) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_engine_create");
+    e->model = model;
+    e->pool = pool;
+    int rows = serve_model_get_config(model)->max_rows;
+    e->row_cap = rows;
+    e->tokens = malloc((size_t)rows * sizeof(int32_t));
+    e->q_pos = malloc((size_t)rows * sizeof(int32_t));
+    e->slots = malloc((size_t)rows * sizeof(int32_t));
+    e->stored = malloc((size_t)rows * sizeof(int32_t));
+    e->seq_offsets = malloc((size_t)(rows + 1) * sizeof(int32_t));
+    if (!e->tokens || !e->q_pos || !e->slots || !e->stored || !e->seq_offsets) {
+        serve_engine_destroy(e);
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_engine_create");
+    }
+    *out = e;
+    return LAZYATTN_STATUS_OK;
+}
+
+static int serve_engine_table_reserve(serve_engine *e, int n) {
+    if (n <= e->table_cap) return LAZYATTN_STATUS_OK;
+    int cap = e->table_cap ? e->table_cap : 256;
+    while (cap < n) cap *= 2;
+    uint64_t *t = realloc(e->table, (size_t)cap * sizeof *t);
+    if (!t) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "engine table");
+    e->table = t;
+    int32_t *p = realloc(e->entry_pos, (size_t)cap * sizeof *p);
+    if (!p) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "engine table");
+    e->entry_pos = p;
+    e->table_cap = cap;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- copies (position-aware copy hits) ---- */
+
+static int serve_engine_copies(serve_engine *e, const lazyattn_plan *plan) {
+    int n = plan->n_copies;
+    if (n == 0) return LAZYATTN_STATUS_OK;
+    cl_int err;
+    if (n > e->copy_cap) {
+        int cap = e->copy_cap ? e->copy_cap : 64;
+        while (cap < n) cap *= 2;
+        if (e->copy_src) clReleaseMemObject(e->copy_src);
+        if (e->copy_dst) clReleaseMemObject(e->copy_dst);
+        e->copy_dst = NULL;
+        e->copy_cap = 0;
+        cl_context cl = serve_model_cl_context(e->model);
+        e->copy_src = clCreateBuffer(cl, CL_MEM_READ_ONLY, (size_t)cap * 8, NULL, &err);
+        if (err != CL_SUCCESS) {
+            e->copy_src = NULL;
+            return serve_cl_fail(err, "copy list buffer");
+        }
+        e->copy_dst = clCreateBuffer(cl, CL_MEM_READ_ONLY, (size_t)cap * 4, NULL, &err);
+        if (err != CL_SUCCESS) {
+            e->copy_dst = NULL;
+            return serve_cl_fail(err, "copy list buffer");
+        }
+        e->copy_cap = cap;
+    }
+    cl_command_queue q = serve_model_queue(e->model);
+    err = clEnqueueWriteBuffer(q, e->copy_src, CL_TRUE, 0, (size_t)n * 8, plan->copy_src, 0, NULL,
+                               NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueWriteBuffer(q, e->copy_dst, CL_TRUE, 0, (size_t)n * 4, plan->copy_dst, 0,
+                                   NULL, NULL);
+    if (err != CL_SUCCESS) return serve_cl_fail(err, "upload copy list");
+    lazyattn_attention *attn = serve_model_attention(e->model);
+    serve_timer *timer = serve_model_timer(e->model);
+    int n_layers = serve_model_get_config(e->model)->n_layers;
+    for (int l = 0; l < n_layers; l++) {
+        double t0 = serve_now();
+        int st = lazyattn_materialise(attn, e->pool, l, n, e->copy_src, e->copy_dst, q,
+                                      serve_timer_slot(timer, SERVE_PHASE_COPY));
+        if (timer) timer->host_s[SERVE_PHASE_COPY] += serve_now() - t0;
+        if (st) return serve_lz_fail(st, "lazyattn_materialise");
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- prompt ---- */
+
+/* The visible table of a chunk: entries [first, first + n) of the plan
+ * whose position (minus base) lies below limit, valid lengths cut at limit,
+ * positions and deltas rebased by base (document-local for documents). */
+static int serve_engine_cut_table(serve_engine *e, const lazyattn_plan *plan, int first, int n,
+                                  int32_t base, int32_t limit, int *n_out) {
+    int st = serve_engine_table_reserve(e, n);
+    if (st) return st;
+    int k = 0;
+    for (int i = first; i < first + n; i++) {
+        int32_t pos = plan->entry_pos[i] - base;
+        if (pos >= limit) continue;
+        int32_t block, delta, len;
+        if ((st = lazyattn_entry_unpack(plan->table[i], &block, &delta, &len)))
+            return serve_lz_fail(st, "lazyattn_entry_unpack");
+        if (len > limit - pos) len = limit - pos;
+        if ((st = lazyattn_entry_pack(block, (int64_t)delta - base, len, &e->table[k])))
+            return serve_lz_fail(st, "lazyattn_entry_pack");
+        e->entry_pos[k++] = pos;
+    }
+    *n_out = k;
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_request_desc *desc,
+                         int32_t *first_token) {
+    if (!e || !req || !desc || !first_token)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: NULL argument");
+    if (desc->n_question < 1)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_prefill: the request needs a question token");
+    lazyattn_plan plan;
+    int st = lazyattn_request_get_plan(req, &plan);
+    if (st) return serve_lz_fail(st, "lazyattn_request_get_plan");
+    if ((st = serve_engine_copies(e, &plan))) return st;
+    const int max_rows = e->row_cap;
+    int got_token = 0;
+    for (int s = 0; s < plan.n_segments; s++) {
+        const lazyattn_segment *seg = &plan.segments[s];
+        if (seg->n_cached >= seg->n_tokens) continue;
+        const int32_t *src = seg->kind == LAZYATTN_SEGMENT_PREFIX     ? desc->prefix
+                             : seg->kind == LAZYATTN_SEGMENT_QUESTION ? desc->question
+                                                                      : desc->docs[seg->doc_index];
+        int is_doc = seg->kind == LAZYATTN_SEGMENT_DOCUMENT;
+        int is_question = seg->kind == LAZYATTN_SEGMENT_QUESTION;
+        /* A document sees only itself, at positions 0..L-1; the question
+         * sees the whole prompt before it at logical positions. */
+        int32_t base = is_doc ? seg->logical_start : 0;
+        int first = is_question ? 0 : seg->first_entry;
+        int n_ent = is_question ? seg->first_entry + seg->n_entries : seg->n_entries;
+        for (int a = seg->n_cached; a < seg->n_tokens; a += max_rows) {
+            int b = a + max_rows < seg->n_tokens ? a + max_rows : seg->n_tokens;
+            int off = seg->prefill_offset + (a - seg->n_cached);
+            int n = b - a;
+            for (int i = 0; i < n; i++) {
+                e->tokens[i] = src[a + i];
+                e->slots[i] = plan.prefill_slots[off + i];
+                e->stored[i] = plan.prefill_stored_pos[off + i];
+                e->q_pos[i] = plan.prefill_pos[off + i] - base;
+            }
+            int n_table = 0;
+            if ((st = serve_engine_cut_table(e, &plan, first, n_ent, base, e->q_pos[n - 1] + 1,
+                                             &n_table)))
+                return st;
+            serve_prefill_args pa = {.n_tokens = n,
+                                     .tokens = e->tokens,
+                                     .q_pos = e->q_pos,
+                                     .slots = e->slots,
+                                     .stored_pos = e->stored,
+                                     .n_entries = n_table,
+                                     .table = e->table,
+                                     .entry_pos = e->entry_pos,
+                                     .want_logits = is_question && b == seg->n_tokens};
+            if ((st = serve_model_prefill(e->model, e->pool, &pa, first_token))) return st;
+            got_token |= pa.want_logits;
+        }
+    }
+    if (!got_token)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_prefill: the plan has no question segment");
+    /* Every prefilled token and copy is enqueued before any later use on
+     * this in-order queue: the new document blocks may be published. */
+    st = lazyattn_request_commit(req);
+    return st ? serve_lz_fail(st, "lazyattn_request_commit") : LAZYATTN_STATUS_OK;
+}
+
+/* ---- decode ---- */
+
+int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
+                        const int32_t *tokens, int32_t *next) {
+    if (!e || !reqs || !tokens || !next || n < 1 || n > e->row_cap)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_decode: bad arguments (%d sequences, at most %d)", n,
+                          e ? e->row_cap : 0);
+    int total = 0, max_entries = 0, st;
+    e->seq_offsets[0] = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t slot, pos;
+        if ((st = lazyattn_request_append(reqs[i], 1, &slot, &pos)))
+            return serve_lz_fail(st, "lazyattn_request_append");
+        lazyattn_plan plan;
+        if ((st = lazyattn_request_get_plan(reqs[i], &plan)))
+            return serve_lz_fail(st, "lazyattn_request_get_plan");
+        if ((st = serve_engine_table_reserve(e, total + plan.n_entries))) return st;
+        memcpy(e->table + total, plan.table, (size_t)plan.n_entries * sizeof(uint64_t));
+        memcpy(e->entry_pos + total, plan.entry_pos, (size_t)plan.n_entries * sizeof(int32_t));
+        total += plan.n_entries;
+        if (plan.n_entries > max_entries) max_entries = plan.n_entries;
+        e->seq_offsets[i + 1] = total;
+        e->tokens[i] = tokens[i];
+        e->slots[i] = slot;
+        e->q_pos[i] = pos;
+        e->stored[i] = pos;
+    }
+    serve_decode_args da = {.n_seqs = n,
+                            .tokens = e->tokens,
+                            .q_pos = e->q_pos,
+                            .slots = e->slots,
+                            .stored_pos = e->stored,
+                            .seq_offsets = e->seq_offsets,
+                            .table = e->table,
+                            .entry_pos = e->entry_pos,
+                            .max_entries = max_entries};
+    return serve_model_decode(e->model, e->pool, &da, next);
+}

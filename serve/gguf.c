@@ -1,0 +1,529 @@
+/* GGUF reader: header, metadata key/values, tensor infos and alignment of a
+ * GGUF v2/v3 file (little-endian), f32 and f16 tensors converted to f32.
+ * Every length and count is checked against the bytes left in the file
+ * before anything is allocated, so a truncated or corrupt file gives a
+ * status and a message, never a crash or a huge allocation. */
+#define _FILE_OFFSET_BITS 64
+#include "serve.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    GGUF_U8 = 0, GGUF_I8 = 1, GGUF_U16 = 2, GGUF_I16 = 3, GGUF_U32 = 4, GGUF_I32 = 5,
+    GGUF_F32 = 6, GGUF_BOOL = 7, GGUF_STRING = 8, GGUF_ARRAY = 9, GGUF_U64 = 10,
+    GGUF_I64 = 11, GGUF_F64 = 12
+};
+
+typedef struct serve_gguf_kv {
+    char *key;
+    uint32_t type;     /* GGUF_* */
+    int64_t i;         /* integer and bool values (u64 above INT64_MAX: FORMAT on get) */
+    uint64_t u;        /* the raw unsigned value */
+    int is_unsigned;
+    double f;          /* f32 / f64 values */
+    char *s;           /* string values */
+} serve_gguf_kv;
+
+struct serve_gguf {
+    FILE *file;
+    char *path;
+    uint64_t file_size;
+    uint32_t version;
+    uint64_t n_kv;
+    serve_gguf_kv *kv;       /* [n_kv] */
+    uint64_t n_tensors;
+    serve_gguf_tensor *tensors; /* [n_tensors], names owned */
+    uint64_t alignment;
+    uint64_t data_start;
+};
+
+/* ---- bounded reading ---- */
+
+typedef struct serve_reader {
+    FILE *f;
+    uint64_t pos, size;
+} serve_reader;
+
+static int gguf_truncated(serve_reader *r, uint64_t need, const char *what) {
+    return serve_fail(LAZYATTN_STATUS_FORMAT,
+                      "GGUF: truncated file: %s needs %llu bytes at offset %llu, file has %llu",
+                      what, (unsigned long long)need, (unsigned long long)r->pos,
+                      (unsigned long long)r->size);
+}
+
+static int gguf_read(serve_reader *r, void *dst, uint64_t n, const char *what) {
+    if (n > r->size - r->pos) return gguf_truncated(r, n, what);
+    if (n && fread(dst, 1, (size_t)n, r->f) != (size_t)n)
+        return serve_fail(LAZYATTN_STATUS_IO, "GGUF: read error at offset %llu (%s)",
+                          (unsigned long long)r->pos, what);
+    r->pos += n;
+    return LAZYATTN_STATUS_OK;
+}
+
+static int gguf_skip(serve_reader *r, uint64_t n, const char *what) {
+    if (n > r->size - r->pos) return gguf_truncated(r, n, what);
+    if (fseeko(r->f, (off_t)(r->pos + n), SEEK_SET) != 0)
+        return serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek failed (%s)", what);
+    r->pos += n;
+    return LAZYATTN_STATUS_OK;
+}
+
+static int gguf_u32(serve_reader *r, uint32_t *v, const char *what) {
+    unsigned char b[4];
+    int st = gguf_read(r, b, 4, what);
+    if (st) return st;
+    *v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    return LAZYATTN_STATUS_OK;
+}
+
+static int gguf_u64(serve_reader *r, uint64_t *v, const char *what) {
+    unsigned char b[8];
+    int st = gguf_read(r, b, 8, what);
+    if (st) return st;
+    *v = 0;
+    for (int i = 7; i >= 0; i--) *v = *v << 8 | b[i];
+    return LAZYATTN_STATUS_OK;
+}
+
+/* A string: u64 length + bytes, returned NUL-terminated (caller frees). */
+static int gguf_string(serve_reader *r, char **out, const char *what) {
+    *out = NULL;
+    uint64_t len;
+    int st = gguf_u64(r, &len, what);
+    if (st) return st;
+    if (len > r->size - r->pos) return gguf_truncated(r, len, what);
+    char *s = malloc((size_t)len + 1);
+    if (!s) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF: %s", what);
+    if ((st = gguf_read(r, s, len, what))) {
+        free(s);
+        return st;
+    }
+    s[len] = 0;
+    *out = s;
+    return LAZYATTN_STATUS_OK;
+}
+
+static uint64_t gguf_scalar_size(uint32_t type) {
+    switch (type) {
+    case GGUF_U8: case GGUF_I8: case GGUF_BOOL: return 1;
+    case GGUF_U16: case GGUF_I16: return 2;
+    case GGUF_U32: case GGUF_I32: case GGUF_F32: return 4;
+    case GGUF_U64: case GGUF_I64: case GGUF_F64: return 8;
+    default: return 0;
+    }
+}
+
+/* Reads one scalar value into kv (type already set). */
+static int gguf_scalar(serve_reader *r, serve_gguf_kv *kv, const char *key) {
+    unsigned char b[8] = {0};
+    uint64_t n = gguf_scalar_size(kv->type);
+    int st = gguf_read(r, b, n, key);
+    if (st) return st;
+    uint64_t u = 0;
+    for (int i = (int)n - 1; i >= 0; i--) u = u << 8 | b[i];
+    kv->u = u;
+    kv->is_unsigned = 0;
+    switch (kv->type) {
+    case GGUF_U8: case GGUF_U16: case GGUF_U32: case GGUF_BOOL:
+        kv->i = (int64_t)u; break;
+    case GGUF_U64:
+        kv->i = (int64_t)u, kv->is_unsigned = 1; break;
+    case GGUF_I8: kv->i = (int8_t)u; break;
+    case GGUF_I16: kv->i = (int16_t)u; break;
+    case GGUF_I32: kv->i = (int32_t)u; break;
+    case GGUF_I64: kv->i = (int64_t)u; break;
+    case GGUF_F32: {
+        uint32_t w = (uint32_t)u;
+        float f;
+        memcpy(&f, &w, 4);
+        kv->f = f;
+        break;
+    }
+    case GGUF_F64: memcpy(&kv->f, &u, 8); break;
+    default: break;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Skips an array value (element type, count, elements), nested at most 4 deep. */
+static int gguf_skip_array(serve_reader *r, const char *key, int depth) {
+    if (depth > 4)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s: arrays nested too deep", key);
+    uint32_t type;
+    uint64_t n;
+    int st = gguf_u32(r, &type, key);
+    if (!st) st = gguf_u64(r, &n, key);
+    if (st) return st;
+    uint64_t sz = gguf_scalar_size(type);
+    if (sz) {
+        if (n > (r->size - r->pos) / sz) return gguf_truncated(r, n * sz, key);
+        return gguf_skip(r, n * sz, key);
+    }
+    if (type != GGUF_STRING && type != GGUF_ARRAY)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s: unknown array element type %u",
+                          key, (unsigned)type);
+    /* each string or array element takes at least 8 bytes */
+    if (n > (r->size - r->pos) / 8) return gguf_truncated(r, n * 8, key);
+    for (uint64_t i = 0; i < n; i++) {
+        if (type == GGUF_STRING) {
+            uint64_t len;
+            if ((st = gguf_u64(r, &len, key)) || (st = gguf_skip(r, len, key))) return st;
+        } else if ((st = gguf_skip_array(r, key, depth + 1))) {
+            return st;
+        }
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- open / close ---- */
+
+void serve_gguf_close(serve_gguf *g) {
+    if (!g) return;
+    if (g->kv)
+        for (uint64_t i = 0; i < g->n_kv; i++) {
+            free(g->kv[i].key);
+            free(g->kv[i].s);
+        }
+    free(g->kv);
+    if (g->tensors)
+        for (uint64_t i = 0; i < g->n_tensors; i++) free((char *)g->tensors[i].name);
+    free(g->tensors);
+    if (g->file) fclose(g->file);
+    free(g->path);
+    free(g);
+}
+
+static const char *gguf_type_name(uint32_t t) {
+    static const char *names[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",
+                                  "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+                                  "Q6_K", "Q8_K"};
+    if (t < sizeof names / sizeof names[0]) return names[t];
+    return t == 30 ? "BF16" : "quantised/other";
+}
+
+static int gguf_parse(serve_gguf *g) {
+    serve_reader r = {g->file, 0, g->file_size};
+    unsigned char magic[4];
+    int st = gguf_read(&r, magic, 4, "magic");
+    if (st) return st;
+    if (memcmp(magic, "GGUF", 4) != 0)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s: bad magic (not a GGUF file)", g->path);
+    if ((st = gguf_u32(&r, &g->version, "version"))) return st;
+    if (g->version == 1)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: version 1 is not supported (need 2 or 3)");
+    if (g->version != 2 && g->version != 3)
+        return serve_fail(LAZYATTN_STATUS_FORMAT,
+                          "GGUF: version %u not supported (need 3, little-endian)", g->version);
+    uint64_t n_tensors, n_kv;
+    if ((st = gguf_u64(&r, &n_tensors, "tensor count")) || (st = gguf_u64(&r, &n_kv, "kv count")))
+        return st;
+    /* a key/value takes at least 8 + 4 + 1 bytes, a tensor info 8 + 4 + 8 + 4 + 8 */
+    if (n_kv > (r.size - r.pos) / 13)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %llu metadata entries cannot fit the file",
+                          (unsigned long long)n_kv);
+    if (n_tensors > (r.size - r.pos) / 32)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %llu tensors cannot fit the file",
+                          (unsigned long long)n_tensors);
+    g->kv = calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->kv);
+    g->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors);
+    if (!g->kv || !g->tensors) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF tables");
+
+    g->alignment = 32;
+    for (uint64_t i = 0; i < n_kv; i++) {
+        serve_gguf_kv *kv = &g->kv[i];
+        g->n_kv = i + 1; /* so that close frees what is read so far */
+        if ((st = gguf_string(&r, &kv->key, "metadata key"))) return st;
+        if ((st = gguf_u32(&r, &kv->type, kv->key))) return st;
+        if (kv->type == GGUF_STRING) {
+            if ((st = gguf_string(&r, &kv->s, kv->key))) return st;
+        } else if (kv->type == GGUF_ARRAY) {
+            if ((st = gguf_skip_array(&r, kv->key, 0))) return st;
+        } else if (gguf_scalar_size(kv->type)) {
+            if ((st = gguf_scalar(&r, kv, kv->key))) return st;
+        } else {
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s has unknown value type %u",
+                              kv->key, (unsigned)kv->type);
+        }
+        if (strcmp(kv->key, "general.alignment") == 0) {
+            if (kv->type != GGUF_U32 || kv->i == 0 || (kv->i & (kv->i - 1)) != 0)
+                return serve_fail(LAZYATTN_STATUS_FORMAT,
+                                  "GGUF: general.alignment must be a power-of-two u32");
+            g->alignment = (uint64_t)kv->i;
+        }
+    }
+
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        serve_gguf_tensor *t = &g->tensors[i];
+        g->n_tensors = i + 1;
+        char *name;
+        if ((st = gguf_string(&r, &name, "tensor name"))) return st;
+        t->name = name;
+        uint32_t n_dims;
+        if ((st = gguf_u32(&r, &n_dims, name))) return st;
+        if (n_dims < 1 || n_dims > 4)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s has %u dimensions (1..4)",
+                              name, (unsigned)n_dims);
+        t->n_dims = (int)n_dims;
+        t->n_elements = 1;
+        for (int d = 0; d < 4; d++) t->dims[d] = 1;
+        for (uint32_t d = 0; d < n_dims; d++) {
+            if ((st = gguf_u64(&r, &t->dims[d], name))) return st;
+            if (t->dims[d] == 0 || t->dims[d] > ((uint64_t)1 << 40) / t->n_elements)
+                return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s has a bad dimension %llu",
+                                  name, (unsigned long long)t->dims[d]);
+            t->n_elements *= t->dims[d];
+        }
+        uint64_t offset;
+        if ((st = gguf_u32(&r, &t->type, name)) || (st = gguf_u64(&r, &offset, name))) return st;
+        if (t->type != SERVE_GGML_TYPE_F32 && t->type != SERVE_GGML_TYPE_F16)
+            return serve_fail(LAZYATTN_STATUS_FORMAT,
+                              "GGUF: tensor %s has type %s (%u): only F32 and F16 tensors are "
+                              "supported, convert the model with --outtype f16 or f32",
+                              name, gguf_type_name(t->type), (unsigned)t->type);
+        if (offset % g->alignment != 0)
+            return serve_fail(LAZYATTN_STATUS_FORMAT,
+                              "GGUF: tensor %s offset %llu is not a multiple of the alignment %llu",
+                              name, (unsigned long long)offset, (unsigned long long)g->alignment);
+        t->offset = offset; /* relative for now */
+        t->n_bytes = t->n_elements * (t->type == SERVE_GGML_TYPE_F32 ? 4 : 2);
+    }
+    uint64_t start = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (start > g->file_size)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: truncated file: no tensor data section");
+    g->data_start = start;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        serve_gguf_tensor *t = &g->tensors[i];
+        uint64_t room = g->file_size - start;
+        if (t->offset > room || t->n_bytes > room - t->offset)
+            return serve_fail(LAZYATTN_STATUS_FORMAT,
+                              "GGUF: truncated file: tensor %s (%llu bytes at data offset %llu) "
+                              "ends past the end of the file",
+                              t->name, (unsigned long long)t->n_bytes,
+                              (unsigned long long)t->offset);
+        t->offset += start;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gguf_open(const char *path, serve_gguf **out) {
+    if (!out) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_open: out is NULL");
+    *out = NULL;
+    if (!path) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_open: path is NULL");
+    serve_gguf *g = calloc(1, sizeof *g);
+    if (!g) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_gguf_open");
+    g->path = malloc(strlen(path) + 1);
+    if (!g->path) {
+        free(g);
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_gguf_open");
+    }
+    strcpy(g->path, path);
+    g->file = fopen(path, "rb");
+    int st;
+    if (!g->file) {
+        st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: cannot open %s", path);
+    } else if (fseeko(g->file, 0, SEEK_END) != 0 || ftello(g->file) < 0) {
+        st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: cannot seek in %s", path);
+    } else {
+        g->file_size = (uint64_t)ftello(g->file);
+        rewind(g->file);
+        st = gguf_parse(g);
+    }
+    if (st) {
+        serve_gguf_close(g);
+        return st;
+    }
+    *out = g;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- queries ---- */
+
+uint32_t serve_gguf_version(const serve_gguf *g) { return g ? g->version : 0; }
+int64_t serve_gguf_n_tensors(const serve_gguf *g) { return g ? (int64_t)g->n_tensors : 0; }
+
+static const serve_gguf_kv *gguf_find(const serve_gguf *g, const char *key) {
+    if (!g || !key) return NULL;
+    for (uint64_t i = 0; i < g->n_kv; i++)
+        if (strcmp(g->kv[i].key, key) == 0) return &g->kv[i];
+    return NULL;
+}
+
+int serve_gguf_get_int(const serve_gguf *g, const char *key, int64_t *value) {
+    const serve_gguf_kv *kv = gguf_find(g, key);
+    if (!kv || !value) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no key %s", key ? key : "");
+    if (kv->type == GGUF_STRING || kv->type == GGUF_ARRAY || kv->type == GGUF_F32 ||
+        kv->type == GGUF_F64)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s is not an integer", key);
+    if (kv->is_unsigned && kv->u > (uint64_t)INT64_MAX)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s does not fit int64", key);
+    *value = kv->i;
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gguf_get_float(const serve_gguf *g, const char *key, double *value) {
+    const serve_gguf_kv *kv = gguf_find(g, key);
+    if (!kv || !value) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no key %s", key ? key : "");
+    if (kv->type == GGUF_F32 || kv->type == GGUF_F64) {
+        *value = kv->f;
+        return LAZYATTN_STATUS_OK;
+    }
+    int64_t i;
+    int st = serve_gguf_get_int(g, key, &i);
+    if (st) return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s is not a number", key);
+    *value = (double)i;
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gguf_get_string(const serve_gguf *g, const char *key, const char **value) {
+    const serve_gguf_kv *kv = gguf_find(g, key);
+    if (!kv || !value) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no key %s", key ? key : "");
+    if (kv->type != GGUF_STRING)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s is not a string", key);
+    *value = kv->s;
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gguf_tensor **out) {
+    if (!g || !name || !out)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_find_tensor: NULL");
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i].name, name) == 0) {
+            *out = &g->tensors[i];
+            return LAZYATTN_STATUS_OK;
+        }
+    *out = NULL;
+    return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no tensor %s", name);
+}
+
+static float gguf_half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalise */
+            int e = -1;
+            do {
+                e++;
+                mant <<= 1;
+            } while ((mant & 0x400) == 0);
+            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (mant & 0x3FF) << 13;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000u | mant << 13;
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *dst, uint64_t n) {
+    if (!g || !t || !dst)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_f32: NULL");
+    if (n != t->n_elements)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_gguf_read_f32: %s has %llu elements, %llu asked", t->name,
+                          (unsigned long long)t->n_elements, (unsigned long long)n);
+    if (t->type != SERVE_GGML_TYPE_F32 && t->type != SERVE_GGML_TYPE_F16)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s: type %s not supported",
+                          t->name, gguf_type_name(t->type));
+    if (fseeko(g->file, (off_t)t->offset, SEEK_SET) != 0)
+        return serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek to tensor %s failed", t->name);
+    if (t->type == SERVE_GGML_TYPE_F32) {
+        if (fread(dst, 4, (size_t)n, g->file) != (size_t)n)
+            return serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
+        return LAZYATTN_STATUS_OK; /* little-endian host assumed, as GGUF is */
+    }
+    /* f16: convert in chunks through a small buffer */
+    uint16_t buf[4096];
+    for (uint64_t done = 0; done < n;) {
+        size_t k = (size_t)(n - done < 4096 ? n - done : 4096);
+        if (fread(buf, 2, k, g->file) != k)
+            return serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
+        for (size_t i = 0; i < k; i++) dst[done + i] = gguf_half_to_float(buf[i]);
+        done += k;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- llama metadata ---- */
+
+static int gguf_need_int(const serve_gguf *g, const char *key, int lo, int hi, int *out) {
+    int64_t v;
+    int st = serve_gguf_get_int(g, key, &v);
+    if (st == LAZYATTN_STATUS_NOT_FOUND)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama model lacks %s", key);
+    if (st) return st;
+    if (v < lo || v > hi)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s = %lld outside %d..%d", key,
+                          (long long)v, lo, hi);
+    *out = (int)v;
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
+    if (!g || !cfg) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_model_config");
+    const char *arch;
+    int st = serve_gguf_get_string(g, "general.architecture", &arch);
+    if (st) return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: no general.architecture");
+    if (strcmp(arch, "llama") != 0)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: architecture \"%s\", only llama", arch);
+    serve_model_config c = *cfg;
+    if ((st = gguf_need_int(g, "llama.block_count", 1, 1024, &c.n_layers)) ||
+        (st = gguf_need_int(g, "llama.embedding_length", 8, 65536, &c.hidden)) ||
+        (st = gguf_need_int(g, "llama.feed_forward_length", 1, 1 << 20, &c.ffn)) ||
+        (st = gguf_need_int(g, "llama.attention.head_count", 1, 4096, &c.n_heads)))
+        return st;
+    c.n_kv_heads = c.n_heads;
+    int64_t v;
+    if (serve_gguf_get_int(g, "llama.attention.head_count_kv", &v) == LAZYATTN_STATUS_OK) {
+        if (v < 1 || v > c.n_heads)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: head_count_kv %lld", (long long)v);
+        c.n_kv_heads = (int)v;
+    }
+    if (c.hidden % c.n_heads != 0)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: embedding_length %d not a multiple of "
+                          "head_count %d", c.hidden, c.n_heads);
+    c.head_dim = c.hidden / c.n_heads;
+    double f;
+    c.rope.style = LAZYATTN_ROPE_GPTJ; /* llama.cpp's converter permutes Q/K for pair (2i, 2i+1) */
+    c.rope.theta = 10000.0;
+    if (serve_gguf_get_float(g, "llama.rope.freq_base", &f) == LAZYATTN_STATUS_OK) c.rope.theta = f;
+    c.rope.rotary_dim = 0;
+    if (serve_gguf_get_int(g, "llama.rope.dimension_count", &v) == LAZYATTN_STATUS_OK) {
+        if (v < 2 || v > c.head_dim || v % 2)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: rope.dimension_count %lld", (long long)v);
+        c.rope.rotary_dim = v == c.head_dim ? 0 : (int)v;
+    }
+    /* Llama-3 scaling lives in a rope_freqs tensor in llama.cpp files; use
+     * the metadata factor when given, none otherwise. */
+    c.rope.llama3_factor = 0.0;
+    if (serve_gguf_get_float(g, "llama.rope.scaling.factor", &f) == LAZYATTN_STATUS_OK && f > 1.0) {
+        c.rope.llama3_factor = f;
+        c.rope.llama3_low_freq_factor = 1.0;
+        c.rope.llama3_high_freq_factor = 4.0;
+        c.rope.llama3_original_context = 8192;
+        if (serve_gguf_get_int(g, "llama.rope.scaling.original_context_length", &v) ==
+                LAZYATTN_STATUS_OK && v > 0 && v < (1 << 24))
+            c.rope.llama3_original_context = (int)v;
+    }
+    c.rms_eps = 1e-5f;
+    if (serve_gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &f) == LAZYATTN_STATUS_OK)
+        c.rms_eps = (float)f;
+    const serve_gguf_tensor *t;
+    if ((st = serve_gguf_find_tensor(g, "token_embd.weight", &t)))
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: no token_embd.weight");
+    if (t->n_dims != 2 || t->dims[0] != (uint64_t)c.hidden || t->dims[1] > (1u << 22))
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: token_embd.weight has a bad shape");
+    c.vocab = (int)t->dims[1];
+    c.tied_embeddings = serve_gguf_find_tensor(g, "output.weight", &t) != LAZYATTN_STATUS_OK;
+    if ((st = serve_model_config_check(&c))) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", serve_last_error());
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: unsupported shape: %s", detail);
+    }
+    *cfg = c;
+    return LAZYATTN_STATUS_OK;
+}

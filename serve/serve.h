@@ -1,0 +1,318 @@
+/*
+ * serve: a Llama-architecture decoder on top of lazyattn, and the pieces of
+ * the end-to-end RAG serving benchmark (rag_bench.c).
+ *
+ * Projections are CLBlast SGEMMs (f32: NVIDIA's OpenCL has no fp16
+ * extension); attention, RoPE and the K/V writes are lazyattn's kernels over
+ * block tables; the elementwise kernels live in serve/model_kernels.cl.
+ *
+ * Conventions as in lazyattn.h: int status returns (lazyattn_status
+ * values), serve_last_error() for the detail, destroy(NULL) is a no-op,
+ * nothing exits or asserts on bad input. Shapes are row-major, outermost
+ * first. A weight matrix is [out, in] in GGUF / PyTorch; on the device it
+ * is kept transposed, [in, out], and a projection is y[n, out] = x[n, in] . Wt.
+ */
+#ifndef SERVE_H
+#define SERVE_H
+
+#include "lazyattn.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* ---- errors (serve_error.c) -------------------------------------------- */
+
+/* Records the detail for serve_last_error() and returns status. */
+int serve_fail(int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Maps a cl_int into a status, recording "what: OpenCL error N". */
+int serve_cl_fail(cl_int err, const char *what);
+/* Wraps a failed lazyattn call: keeps its status, records "what: <lazyattn detail>". */
+int serve_lz_fail(int status, const char *what);
+/* Detail of the last failure on this thread ("" if none). */
+const char *serve_last_error(void);
+
+/* ---- per-phase device time (phase_timer.c) ------------------------------ */
+
+typedef enum serve_phase {
+    SERVE_PHASE_GEMM = 0,        /* CLBlast projections and LM head */
+    SERVE_PHASE_ATTENTION = 1,   /* lazyattn rope_apply, write_kv, prefill, decode */
+    SERVE_PHASE_COPY = 2,        /* lazyattn_materialise (position-aware copy hits) */
+    SERVE_PHASE_ELEMENTWISE = 3, /* embedding, RMSNorm, SwiGLU, argmax */
+    SERVE_PHASE_COUNT = 4
+} serve_phase;
+
+/* Collects profiling events per phase; the device time of each phase is
+ * summed when the caller has finished the queue. Disabled = no events. */
+typedef struct serve_timer {
+    int enabled;
+    cl_event *events; /* [cap] */
+    int *phases;      /* [cap] */
+    int n, cap;
+    double seconds[SERVE_PHASE_COUNT]; /* device time (profiling events) */
+    double host_s[SERVE_PHASE_COUNT];  /* host time inside the enqueue calls */
+    double upload_s;                   /* blocking uploads of tokens and tables */
+    double wait_s;                     /* blocking reads of the next tokens */
+} serve_timer;
+
+/* An event slot to pass to an enqueue call, or NULL (disabled, or no
+ * memory: the time of that call is then not counted). */
+cl_event *serve_timer_slot(serve_timer *t, serve_phase phase);
+/* Sums and releases the pending events; call after clFinish. */
+int serve_timer_collect(serve_timer *t);
+void serve_timer_release(serve_timer *t);
+const char *serve_phase_name(serve_phase phase);
+
+/* ---- model configuration (model_config.c) ------------------------------- */
+
+typedef struct serve_model_config {
+    int n_layers;
+    int hidden;     /* model width */
+    int n_heads;    /* query heads */
+    int n_kv_heads; /* GQA: divides n_heads */
+    int head_dim;   /* 16..256, multiple of 8 (lazyattn's kernels) */
+    int ffn;        /* SwiGLU inner width */
+    int vocab;
+    float rms_eps;
+    lazyattn_rope_config rope;
+    int block_size;        /* KV block tokens */
+    lazyattn_dtype kv_dtype;
+    int tied_embeddings;   /* 1: the LM head is token_embd */
+    int max_rows;          /* most tokens of one forward (prefill chunk or decode batch) */
+} serve_model_config;
+
+/* "tiny" (tests), "small" (the README default), "8b" (Llama-3.1-8B shape,
+ * vocab reduced to 32000). NOT_FOUND for another name. */
+int serve_model_config_preset(serve_model_config *cfg, const char *name);
+/* INVALID_ARGUMENT with the offending field. */
+int serve_model_config_check(const serve_model_config *cfg);
+/* Parameters (weights) of the model, for memory estimates. */
+uint64_t serve_model_config_n_params(const serve_model_config *cfg);
+/* The attention and pool configurations the model's layers use. */
+void serve_model_attention_config(const serve_model_config *cfg, lazyattn_attention_config *out);
+void serve_model_pool_config(const serve_model_config *cfg, uint64_t budget_bytes,
+                             lazyattn_pool_config *out);
+/* KV bytes of one token over all layers (K and V). */
+uint64_t serve_model_kv_bytes_per_token(const serve_model_config *cfg);
+
+/* ---- GGUF v3 reader (gguf.c) -------------------------------------------- */
+
+/* ggml tensor types this loader converts; others are refused (FORMAT). */
+#define SERVE_GGML_TYPE_F32 0
+#define SERVE_GGML_TYPE_F16 1
+
+typedef struct serve_gguf serve_gguf;
+
+typedef struct serve_gguf_tensor {
+    const char *name;
+    int n_dims;          /* 1..4 */
+    uint64_t dims[4];    /* ggml order: dims[0] is the innermost (row length) */
+    uint32_t type;       /* ggml type */
+    uint64_t n_elements;
+    uint64_t offset;     /* from the start of the file */
+    uint64_t n_bytes;
+} serve_gguf_tensor;
+
+/* Parses the header, metadata and tensor infos of a GGUF file (v2 or v3,
+ * little-endian) and checks every tensor lies inside the file. Tensor data
+ * stays on disk. IO for a missing file, FORMAT for a malformed one. */
+int serve_gguf_open(const char *path, serve_gguf **out);
+void serve_gguf_close(serve_gguf *g);
+
+uint32_t serve_gguf_version(const serve_gguf *g);
+int64_t serve_gguf_n_tensors(const serve_gguf *g);
+/* Metadata lookups: NOT_FOUND if absent, FORMAT if of another type
+ * (integers of any width convert to the asked one when they fit). */
+int serve_gguf_get_int(const serve_gguf *g, const char *key, int64_t *value);
+int serve_gguf_get_float(const serve_gguf *g, const char *key, double *value);
+/* The string stays owned by g. */
+int serve_gguf_get_string(const serve_gguf *g, const char *key, const char **value);
+/* NOT_FOUND if absent. */
+int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gguf_tensor **out);
+/* Reads a tensor converted to f32. dst: [n] floats, n == tensor->n_elements.
+ * FORMAT for a type other than f32 / f16. */
+int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *dst, uint64_t n);
+
+/* Model shape from a "llama" GGUF's metadata (general.architecture,
+ * llama.block_count, .embedding_length, .feed_forward_length,
+ * .attention.head_count(_kv), .rope.freq_base, .rope.dimension_count,
+ * .attention.layer_norm_rms_epsilon; vocab from token_embd.weight). RoPE is
+ * GPT-J pairing: llama.cpp's converter permutes Q/K rows for it. max_rows,
+ * block_size and kv_dtype are left as cfg had them. */
+int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg);
+
+/* ---- the decoder (model.c) ---------------------------------------------- */
+
+typedef struct serve_model serve_model;
+
+/* Allocates weights and scratch on ctx's device, builds the elementwise
+ * kernels and the lazyattn attention object. Weights are uninitialised:
+ * call serve_model_init_random or serve_model_load_gguf. */
+int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, serve_model **out);
+void serve_model_destroy(serve_model *m);
+const serve_model_config *serve_model_get_config(const serve_model *m);
+lazyattn_attention *serve_model_attention(serve_model *m);
+/* Profiling events go to timer (NULL: none). The timer is not owned. */
+void serve_model_set_timer(serve_model *m, serve_timer *timer);
+serve_timer *serve_model_timer(const serve_model *m);
+cl_context serve_model_cl_context(const serve_model *m);
+cl_command_queue serve_model_queue(const serve_model *m);
+
+/* Seeded random weights, generated on the device (a counter hash per
+ * element), so an 8B shape takes seconds: projections uniform with
+ * variance 1/in, embeddings variance 1, norms 1 + small noise. */
+int serve_model_init_random(serve_model *m, uint64_t seed);
+/* Uploads the tensors of a llama GGUF (f32 / f16), checking every shape
+ * against the model's config; projections are transposed on the host. */
+int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
+
+/*
+ * One chunk of one sequence through every layer (prefill).
+ *   tokens, q_pos:      [n_tokens] int32, logical positions of the queries
+ *   slots, stored_pos:  [n_tokens] int32, where each token's K/V goes and
+ *                       the position its key is rotated at
+ *   table, entry_pos:   [n_entries] the whole visible context, this chunk's
+ *                       own blocks included, valid lengths covering only
+ *                       written tokens (see lazyattn_prefill)
+ * want_logits: 1 computes the LM head of the last token: its argmax goes to
+ * *next_token and its logits are readable with serve_model_read_logits.
+ */
+typedef struct serve_prefill_args {
+    int n_tokens;
+    const int32_t *tokens;
+    const int32_t *q_pos;
+    const int32_t *slots;
+    const int32_t *stored_pos;
+    int n_entries;
+    const uint64_t *table;
+    const int32_t *entry_pos;
+    int want_logits;
+} serve_prefill_args;
+
+int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill_args *args,
+                        int32_t *next_token);
+
+/*
+ * One decode step for a batch: one new token per sequence.
+ *   tokens, q_pos, slots, stored_pos: [n_seqs] int32
+ *   seq_offsets: [n_seqs + 1] int32 into table / entry_pos (lazyattn_decode)
+ *   next_tokens: [n_seqs] argmax of each row's logits
+ */
+typedef struct serve_decode_args {
+    int n_seqs;
+    const int32_t *tokens;
+    const int32_t *q_pos;
+    const int32_t *slots;
+    const int32_t *stored_pos;
+    const int32_t *seq_offsets;
+    const uint64_t *table;
+    const int32_t *entry_pos;
+    int max_entries;
+} serve_decode_args;
+
+int serve_model_decode(serve_model *m, lazyattn_pool *pool, const serve_decode_args *args,
+                       int32_t *next_tokens);
+
+/* Logits of the last forward: [n_rows, vocab] f32 (n_rows = 1 after a
+ * prefill with want_logits, n_seqs after a decode). Blocking read. */
+int serve_model_read_logits(serve_model *m, int n_rows, float *dst);
+
+/* ---- GEMM (gemm.c) ------------------------------------------------------- */
+
+/* c[rows, out] = a[rows, in] . wt[in, out] + beta * c, row-major, through
+ * CLBlastSgemm; offsets in floats. The weight is kept transposed ([in, out])
+ * so that CLBlast reads it in place. temp: a buffer of at least
+ * serve_gemm_temp_size bytes for CLBlast's temporaries (NULL: CLBlast
+ * allocates its own per call). */
+int serve_gemm(cl_command_queue queue, int rows, int out, int in, cl_mem a, size_t a_off,
+               cl_mem w, cl_mem c, size_t c_off, float beta, cl_mem temp, cl_event *event);
+int serve_gemm_temp_size(cl_command_queue queue, int rows, int out, int in, size_t a_off,
+                         size_t c_off, size_t *bytes);
+
+/* ---- serving engine (engine.c) --------------------------------------------- */
+
+/* Runs lazyattn request plans through the model: the prompt work of a
+ * request (copies, isolated document prefills, question) and decode steps
+ * over a batch of requests. Owns small device buffers for the copies. */
+typedef struct serve_engine serve_engine;
+
+int serve_engine_create(serve_model *model, lazyattn_pool *pool, serve_engine **out);
+void serve_engine_destroy(serve_engine *e);
+
+/*
+ * Everything before the first token of one planned request: materialises
+ * the copy hits (every layer), prefills what the plan asks in prompt order
+ * (the prefix; each missed document alone at document-local positions
+ * 0..L-1, its keys written at the stored positions the policy chose; the
+ * question over the whole context), commits the request and returns the
+ * argmax of the last question token. Chunks of at most max_rows tokens.
+ * desc must be the description the request was created from; it needs a
+ * question (n_question >= 1).
+ */
+int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_request_desc *desc,
+                         int32_t *first_token);
+
+/*
+ * One decode step: appends tokens[i] to request reqs[i] (lazyattn_request_append)
+ * and runs them as one batch; next[i] is the argmax of request i's logits.
+ *   reqs, tokens, next: [n]
+ */
+int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
+                        const int32_t *tokens, int32_t *next);
+
+/* ---- results, table, CSV and SVG plots (report.c) ------------------------ */
+
+typedef struct serve_request_result {
+    int id;
+    int ok;             /* 0: refused (the KV budget cannot hold its working set) */
+    double arrival;     /* seconds since the run started */
+    double first_token; /* when its first token was known (TTFT = first_token - arrival) */
+    double finish;      /* when its last token was known */
+    int n_prompt;       /* prompt tokens (prefix + documents + question) */
+    int n_generated;
+    int doc_tokens, hit_tokens, copy_tokens;
+} serve_request_result;
+
+typedef struct serve_run_result {
+    char policy[16];
+    uint64_t budget_bytes;
+    double wall_s;
+    int n_requests; /* measured requests (warm-up excluded) */
+    serve_request_result *requests; /* [n_requests], owned */
+    lazyattn_cache_stats stats;     /* measured requests only */
+    double phase_s[SERVE_PHASE_COUNT];
+    double host_s[SERVE_PHASE_COUNT];
+    double upload_s, wait_s;
+    /* filled by serve_run_summarise */
+    int n_ok, n_failed;
+    double hit_ratio, copy_ratio, block_hit_ratio;
+    double ttft_mean, ttft_p50, ttft_p99; /* seconds */
+    double tpot_mean, e2e_mean, e2e_p99;
+    double req_per_s, tok_per_s;
+} serve_run_result;
+
+void serve_run_summarise(serve_run_result *r);
+void serve_run_release(serve_run_result *r);
+/* Linear-interpolated percentile p in [0, 100] of v[0..n) (sorted in place). */
+double serve_percentile(double *v, int n, double p);
+void serve_print_table(FILE *f, const serve_run_result *runs, int n);
+void serve_print_phases(FILE *f, const serve_run_result *runs, int n);
+/* Host time inside enqueue calls per phase, uploads and waits. */
+void serve_print_host(FILE *f, const serve_run_result *runs, int n);
+/* One row per request of every run. */
+int serve_write_csv(const char *path, const serve_run_result *runs, int n);
+/* One row per run. */
+int serve_write_summary_csv(const char *path, const serve_run_result *runs, int n);
+/* TTFT CDF, one line per policy, runs at the given budget. */
+int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, uint64_t budget);
+/* Throughput and hit ratio against the budget, one line per policy. */
+int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n);
+
+/* ---- small helpers -------------------------------------------------------- */
+
+double serve_now(void); /* monotonic seconds */
+
+#endif
