@@ -149,53 +149,7 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         }
 
         /* ---- online softmax (exp2 domain) ---- */
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < LZ_BLOCK / 8; n++) {
-            mx0 = fmax(mx0, fmax(sc[n][0], sc[n][1]));
-            mx1 = fmax(mx1, fmax(sc[n][2], sc[n][3]));
-        }
-        mx0 = fmax(mx0, lz_nv_xor(mx0, 1));
-        mx0 = fmax(mx0, lz_nv_xor(mx0, 2));
-        mx1 = fmax(mx1, lz_nv_xor(mx1, 1));
-        mx1 = fmax(mx1, lz_nv_xor(mx1, 2));
-        const float mn0 = fmax(m0, mx0 * sl2), mn1 = fmax(m1, mx1 * sl2);
-        const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;
-        const float al0 = native_exp2(m0 - b0), al1 = native_exp2(m1 - b1);
-        m0 = mn0;
-        m1 = mn1;
-        l0 *= al0;
-        l1 *= al1;
-#pragma unroll
-        for (int n = 0; n < LZ_HEAD_DIM / 8; n++) {
-            o[n][0] *= al0, o[n][1] *= al0;
-            o[n][2] *= al1, o[n][3] *= al1;
-        }
-        uint pa[LZ_BLOCK / 16][4];
-#pragma unroll
-        for (int n = 0; n < LZ_BLOCK / 8; n++) {
-            const float p0 = native_exp2(fma(sc[n][0], sl2, -b0));
-            const float p1 = native_exp2(fma(sc[n][1], sl2, -b0));
-            const float p2 = native_exp2(fma(sc[n][2], sl2, -b1));
-            const float p3 = native_exp2(fma(sc[n][3], sl2, -b1));
-            l0 += p0 + p1;
-            l1 += p2 + p3;
-            pa[n >> 1][(n & 1) * 2] = lz_nv_pack(p0, p1);
-            pa[n >> 1][(n & 1) * 2 + 1] = lz_nv_pack(p2, p3);
-        }
-
-        /* ---- O += P V ---- */
-#pragma unroll
-        for (int kk = 0; kk < LZ_BLOCK / 16; kk++) {
-            const int vr = kk * 16 + (((lane >> 3) & 1) << 3) + (lane & 7);
-#pragma unroll
-            for (int dd = 0; dd < LZ_NV_DDC; dd++) {
-                uint v0, v1, v2, v3;
-                LZ_NV_LDSM_X4_T(v0, v1, v2, v3, vb + LZ_NV_SWZ(vr, 2 * dd + (lane >> 4)));
-                LZ_NV_MMA(o[2 * dd], pa[kk], v0, v1);
-                LZ_NV_MMA(o[2 * dd + 1], pa[kk], v2, v3);
-            }
-        }
+        LZ_NV_SOFTMAX_PV(LZ_BLOCK, sc, o, m0, m1, l0, l1, sl2, vb, lane);
     }
     LZ_NV_CP_WAIT(0);
 
