@@ -140,7 +140,7 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
     t->stages = 2;
     t->warps = 8;
     t->maxreg = 0;
-    t->dstages = 4, t->waves = 0;
+    t->dstages = 3, t->waves = 0;
     const char *env = getenv("LAZYATTN_NV_PREFILL");
     if (env) sscanf(env, "%d,%d,%d,%d", &t->kt, &t->stages, &t->warps, &t->maxreg);
     env = getenv("LAZYATTN_NV_DECODE");
@@ -468,14 +468,15 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
 
 /* ---- decode ----------------------------------------------------------------- */
 
-/* Decode geometry of the fast path, measured on the H200 (docs/PERFLOG.md):
- * with a ring of 4 blocks per warp, few (sequence, KV head) groups do best
- * with 4 warps per SM (fewer, longer splits), many groups with 8. */
+/* Decode geometry of the fast path, measured on the H200 (docs/PERFLOG.md,
+ * v4 sweep): a ring of 3 blocks per warp leaves room for more warps per SM;
+ * few (sequence, KV head) groups do best with 4 warps per SM (fewer, longer
+ * splits), many groups with 12. */
 static int lz_nv_decode_big(const lazyattn_attention *a, int n_seqs) {
     return (long)n_seqs * a->cfg.n_kv_heads >= 512;
 }
 static int lz_nv_decode_waves(const lazyattn_attention *a, int n_seqs) {
-    return a->nv.waves ? a->nv.waves : lz_nv_decode_big(a, n_seqs) ? 8 : 4;
+    return a->nv.waves ? a->nv.waves : lz_nv_decode_big(a, n_seqs) ? 12 : 4;
 }
 
 /* Splits along the KV length so that the work-groups fill the device about
