@@ -99,7 +99,8 @@ typedef enum lazyattn_dtype {
     LAZYATTN_DTYPE_BF16 = 2 /* bfloat16, 2 bytes, round-to-nearest-even */
 } lazyattn_dtype;
 
-/* Bytes of one element of a storage type (0 for an unknown type). */
+/* Bytes of one element of a storage type (0 for an unknown type, with the
+ * reason in lazyattn_last_error()). */
 LAZYATTN_API size_t lazyattn_dtype_size(lazyattn_dtype dtype);
 
 typedef enum lazyattn_rope_style {
@@ -144,9 +145,9 @@ typedef struct lazyattn_attention_config {
  * NeoX RoPE theta 500000 with Llama-3 scaling (8, 1, 4, 8192). */
 LAZYATTN_API void lazyattn_attention_config_default(lazyattn_attention_config *cfg);
 
-/* ALiBi slope of head h of n_heads (the ALiBi paper's geometric sequence,
- * interpolated for a head count that is not a power of two). */
-LAZYATTN_API double lazyattn_alibi_slope(int h, int n_heads);
+/* ALiBi slope of head h (0 <= h < n_heads): the ALiBi paper's geometric
+ * sequence, interpolated for a head count that is not a power of two. */
+LAZYATTN_API int lazyattn_alibi_slope(int h, int n_heads, double *slope);
 
 /* ---- context ---------------------------------------------------------- */
 
@@ -277,7 +278,8 @@ LAZYATTN_API int lazyattn_pool_free(lazyattn_pool *pool, int n, const int32_t *i
 LAZYATTN_API int lazyattn_pool_is_allocated(const lazyattn_pool *pool, int32_t id);
 LAZYATTN_API int lazyattn_pool_get_info(const lazyattn_pool *pool, lazyattn_pool_info *info);
 LAZYATTN_API int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_pool_config *config);
-/* Device buffers of one layer (NULL for a bookkeeping pool or a bad layer). */
+/* Device buffers of one layer; NULL for a bookkeeping pool or a bad layer,
+ * with the reason in lazyattn_last_error(). */
 LAZYATTN_API cl_mem lazyattn_pool_k_buffer(const lazyattn_pool *pool, int layer);
 LAZYATTN_API cl_mem lazyattn_pool_v_buffer(const lazyattn_pool *pool, int layer);
 
@@ -425,7 +427,8 @@ LAZYATTN_API int lazyattn_reference_rope(const lazyattn_attention_config *config
                                          const float *x, double *out);
 
 /* Normalised error max|a - b| / max(max|b|, tiny) over n values; the
- * measure every test and example uses against the reference. */
+ * measure every test and example uses against the reference. INFINITY for
+ * NULL arrays or n == 0 (reason in lazyattn_last_error()). */
 LAZYATTN_API double lazyattn_normalised_error(const float *a, const double *b, size_t n);
 
 /* ==== document cache and policies: see the section below ================ */

@@ -106,7 +106,11 @@ static int lz_upload_tables(lazyattn_attention *a) {
             freq[i].s[1] = (float)(f[i] - (double)freq[i].s[0]);
         }
     }
-    for (int h = 0; h < c->n_q_heads; h++) slopes[h] = (float)lazyattn_alibi_slope(h, c->n_q_heads);
+    for (int h = 0; h < c->n_q_heads; h++) {
+        double slope;
+        lazyattn_alibi_slope(h, c->n_q_heads, &slope); /* h is in range */
+        slopes[h] = (float)slope;
+    }
     cl_int err;
     a->freq = clCreateBuffer(ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                              (size_t)n_pairs * sizeof *freq, freq, &err);

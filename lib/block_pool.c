@@ -185,14 +185,30 @@ int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_pool_config *co
     return LAZYATTN_STATUS_OK;
 }
 
+/* The K (which 0) or V (1) buffer of a layer; NULL with the reason recorded. */
+static cl_mem lz_pool_buffer(const lazyattn_pool *pool, int layer, int which, const char *fn) {
+    if (!pool) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: pool is NULL", fn);
+        return NULL;
+    }
+    if (!pool->k) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: the pool keeps accounting only", fn);
+        return NULL;
+    }
+    if (layer < 0 || layer >= pool->config.n_layers) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: layer %d outside 0..%d", fn, layer,
+                pool->config.n_layers - 1);
+        return NULL;
+    }
+    return which ? pool->v[layer] : pool->k[layer];
+}
+
 cl_mem lazyattn_pool_k_buffer(const lazyattn_pool *pool, int layer) {
-    if (!pool || !pool->k || layer < 0 || layer >= pool->config.n_layers) return NULL;
-    return pool->k[layer];
+    return lz_pool_buffer(pool, layer, 0, "lazyattn_pool_k_buffer");
 }
 
 cl_mem lazyattn_pool_v_buffer(const lazyattn_pool *pool, int layer) {
-    if (!pool || !pool->v || layer < 0 || layer >= pool->config.n_layers) return NULL;
-    return pool->v[layer];
+    return lz_pool_buffer(pool, layer, 1, "lazyattn_pool_v_buffer");
 }
 
 /* Internal: the context of a device pool (NULL for bookkeeping). */

@@ -81,7 +81,8 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
     for (int t = 0; t < a->n_queries; t++) {
         for (int h = 0; h < nq; h++) {
             int kvh = h / group;
-            double slope = c->alibi ? lazyattn_alibi_slope(h, nq) : 0.0;
+            double slope = 0.0;
+            if (c->alibi) lazyattn_alibi_slope(h, nq, &slope); /* h is in range */
             lz_ref_rotate(c, freq, a->q_pos[t], a->q + ((size_t)t * nq + h) * d, qr);
             double mx = -INFINITY;
             for (size_t j = 0; j < nk; j++) {
@@ -114,7 +115,10 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
 }
 
 double lazyattn_normalised_error(const float *a, const double *b, size_t n) {
-    if (!a || !b || n == 0) return INFINITY;
+    if (!a || !b || n == 0) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "lazyattn_normalised_error: NULL array or n == 0");
+        return INFINITY;
+    }
     double err = 0.0, ref = 0.0;
     for (size_t i = 0; i < n; i++) {
         double e = fabs((double)a[i] - b[i]);

@@ -65,11 +65,13 @@ void lazyattn_attention_config_default(lazyattn_attention_config *cfg) {
 
 static double lz_alibi_pow2_slope(int h, int n) { return pow(2.0, -8.0 * (h + 1) / n); }
 
-double lazyattn_alibi_slope(int h, int n_heads) {
-    if (n_heads < 1 || h < 0 || h >= n_heads) return 0.0;
+int lazyattn_alibi_slope(int h, int n_heads, double *slope) {
+    LZ_CHECK_ARG(slope != NULL, "lazyattn_alibi_slope: slope is NULL");
+    LZ_CHECK_ARG(n_heads >= 1 && h >= 0 && h < n_heads,
+                 "lazyattn_alibi_slope: head %d outside 0..%d", h, n_heads - 1);
     int n2 = 1;
     while (n2 * 2 <= n_heads) n2 *= 2;
-    if (h < n2) return lz_alibi_pow2_slope(h, n2);
-    /* the ALiBi paper's interpolation: every other slope of 2 * n2 heads */
-    return lz_alibi_pow2_slope(2 * (h - n2), 2 * n2);
+    /* past n2 heads, the ALiBi paper's interpolation: every other slope of 2 * n2 heads */
+    *slope = h < n2 ? lz_alibi_pow2_slope(h, n2) : lz_alibi_pow2_slope(2 * (h - n2), 2 * n2);
+    return LAZYATTN_STATUS_OK;
 }

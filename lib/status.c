@@ -90,6 +90,6 @@ size_t lazyattn_dtype_size(lazyattn_dtype dtype) {
     case LAZYATTN_DTYPE_F32: return 4;
     case LAZYATTN_DTYPE_F16: return 2;
     case LAZYATTN_DTYPE_BF16: return 2;
-    default: return 0;
+    default: lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype); return 0;
     }
 }

@@ -3,6 +3,7 @@
 #include "test_common.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static const lazyattn_pool_config llama8b = {32, 8, 128, 16, LAZYATTN_DTYPE_F16, 1ull << 30};
 
@@ -120,6 +121,7 @@ static void test_device_buffers(void **state) {
         assert_int_equal(size, 5 * 2 * 16 * 64 * 2);
     }
     assert_null(lazyattn_pool_k_buffer(pool, 3));
+    assert_non_null(strstr(lazyattn_last_error(), "layer 3"));
     assert_null(lazyattn_pool_k_buffer(pool, -1));
     lazyattn_pool_destroy(pool);
     /* a budget larger than the device can allocate in one buffer is refused */

@@ -107,12 +107,22 @@ static void test_positional_helpers(void **state) {
     assert_int_equal(lazyattn_rope_frequencies(&r, 128, f), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_int_equal(lazyattn_rope_frequencies(NULL, 128, f), LAZYATTN_STATUS_INVALID_ARGUMENT);
 
-    assert_true(fabs(lazyattn_alibi_slope(0, 8) - 0.5) < 1e-15);
-    assert_true(fabs(lazyattn_alibi_slope(7, 8) - 1.0 / 256) < 1e-15);
+    double slope = -1;
+    assert_int_equal(lazyattn_alibi_slope(0, 8, &slope), LAZYATTN_STATUS_OK);
+    assert_true(fabs(slope - 0.5) < 1e-15);
+    assert_int_equal(lazyattn_alibi_slope(7, 8, &slope), LAZYATTN_STATUS_OK);
+    assert_true(fabs(slope - 1.0 / 256) < 1e-15);
     /* 12 heads: 8 from the 8-head sequence, then odd terms of the 16-head one */
-    assert_true(fabs(lazyattn_alibi_slope(8, 12) - pow(2.0, -0.5)) < 1e-15);
-    assert_true(fabs(lazyattn_alibi_slope(9, 12) - pow(2.0, -1.5)) < 1e-15);
-    assert_true(lazyattn_alibi_slope(12, 12) == 0.0);
+    assert_int_equal(lazyattn_alibi_slope(8, 12, &slope), LAZYATTN_STATUS_OK);
+    assert_true(fabs(slope - pow(2.0, -0.5)) < 1e-15);
+    assert_int_equal(lazyattn_alibi_slope(9, 12, &slope), LAZYATTN_STATUS_OK);
+    assert_true(fabs(slope - pow(2.0, -1.5)) < 1e-15);
+    slope = 42;
+    assert_int_equal(lazyattn_alibi_slope(12, 12, &slope), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(lazyattn_alibi_slope(-1, 12, &slope), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(lazyattn_alibi_slope(0, 0, &slope), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(lazyattn_alibi_slope(0, 8, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_true(slope == 42);
 
     float a[3] = {1, 2, 3};
     double b[3] = {1, 2, 3.5};
