@@ -99,6 +99,13 @@ static int cmp_u64(const void *a, const void *b) {
 
 static double ratio(int64_t a, int64_t b) { return b ? 100.0 * (double)a / (double)b : 0.0; }
 
+/* "5.26x", or "n/a" when the denominator had no hits. buf: 32 bytes. */
+static const char *times(char *buf, int64_t a, int64_t b) {
+    if (b) snprintf(buf, 32, "%.2fx", (double)a / (double)b);
+    else snprintf(buf, 32, "n/a (0 hits)");
+    return buf;
+}
+
 // ---- one run: one policy, one budget ----
 
 static int run_one(const options *o, lazyattn_workload *wl, lazyattn_cache_policy policy,
@@ -397,11 +404,11 @@ int main(int argc, char **argv) {
         }
         if (failed) break;
         const lazyattn_cache_stats *lz = &res[i][0].s, *pa = &res[i][1].s, *px = &res[i][2].s;
-        printf("%-10s lazy/position %.2fx (vs hit+copy %.2fx), lazy/prefix %.2fx\n", buf,
-               pa->hit_tokens ? (double)lz->hit_tokens / pa->hit_tokens : INFINITY,
-               pa->hit_tokens + pa->copy_tokens
-                   ? (double)lz->hit_tokens / (pa->hit_tokens + pa->copy_tokens) : INFINITY,
-               px->hit_tokens ? (double)lz->hit_tokens / px->hit_tokens : INFINITY);
+        char r1[32], r2[32], r3[32];
+        printf("%-10s lazy/position %s (vs hit+copy %s), lazy/prefix %s\n", buf,
+               times(r1, lz->hit_tokens, pa->hit_tokens),
+               times(r2, lz->hit_tokens, pa->hit_tokens + pa->copy_tokens),
+               times(r3, lz->hit_tokens, px->hit_tokens));
         if (!o.quiet) fprintf(stderr, "hitratio: budget %d/%d (%s) done\n", i + 1, nb, buf);
         fflush(stdout);
     }
