@@ -16,6 +16,9 @@
  * head_dim 64 or 128, block size 16 or 32, no ALiBi, at most 8 query heads
  * per KV head. Launch geometry below; LAZYATTN_NV_PREFILL="KT,STAGES,WARPS,
  * MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it for tuning. */
+/* Decode blocks in flight per warp + 1 (measured best for large batches). */
+#define LZ_NV_DECODE_RING 3
+
 typedef struct lz_nv_tune {
     int kt;          /* prefill keys per staged tile (multiple of the block size) */
     int stages;      /* prefill cp.async ring depth */
@@ -144,7 +147,7 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
     t->stages = 2;
     t->warps = 8;
     t->maxreg = 0;
-    t->dstages = 3, t->waves = 0;
+    t->dstages = LZ_NV_DECODE_RING, t->waves = 0;
     const char *env = getenv("LAZYATTN_NV_PREFILL");
     if (env) sscanf(env, "%d,%d,%d,%d", &t->kt, &t->stages, &t->warps, &t->maxreg);
     env = getenv("LAZYATTN_NV_DECODE");
@@ -159,7 +162,7 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
     if (t->warps < group) t->warps = group;
     t->warps = t->warps / group * group;
     if (t->warps * 32 > 1024) t->warps = group;
-    if (t->dstages < 2 || t->dstages > 6) t->dstages = 4;
+    if (t->dstages < 2 || t->dstages > 6) t->dstages = LZ_NV_DECODE_RING;
     while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
     if (t->waves < 0) t->waves = 0;
 }
