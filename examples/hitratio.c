@@ -121,28 +121,29 @@ static int run_one(const options *o, lazyattn_workload *wl, lazyattn_cache_polic
     int32_t *lens = malloc(sizeof *lens * (size_t)o->wl.docs_per_request);
     int32_t slots[64], pos[64];
     if (!st && (!docs || !lens)) st = LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
-    for (int i = 0; !st && i < o->wl.n_requests; i++) {
+    int i = 0;
+    for (; !st && i < o->wl.n_requests; i++) {
         if (i == o->warmup) lazyattn_cache_reset_stats(cache);
         lazyattn_request_desc d;
         lazyattn_request *req = NULL;
         st = lazyattn_workload_get_request_desc(wl, i, docs, lens, &d);
         if (!st) st = lazyattn_request_create(cache, &d, &req);
-        if (st) {
-            fprintf(stderr, "hitratio: %s, request %d: %s (%s)\n",
-                    lazyattn_cache_policy_name(policy), i, lazyattn_status_string(st),
-                    lazyattn_last_error());
-            break;
-        }
+        if (st) break;
         /* Prefill would run here; then the documents become entries. */
         lazyattn_request_commit(req);
         for (int g = d.max_new_tokens; !st && g > 0; g -= 64)
             st = lazyattn_request_append(req, g < 64 ? g : 64, slots, pos);
         lazyattn_request_destroy(req);
+        if (st) break;
     }
     if (!st) {
         lazyattn_cache_get_stats(cache, out);
         st = lazyattn_cache_validate(cache);
     }
+    if (st)
+        fprintf(stderr, "hitratio: %s, budget %llu B, after %d requests: %s (%s)\n",
+                lazyattn_cache_policy_name(policy), (unsigned long long)budget, i,
+                lazyattn_status_string(st), lazyattn_last_error());
     lazyattn_cache_destroy(cache);
     lazyattn_pool_destroy(pool);
     free(docs);
@@ -286,8 +287,11 @@ int main(int argc, char **argv) {
     }
     lazyattn_workload_get_config(wl, &o.wl);
 
-    /* Model shape: bytes of one token and one block (probe pool). */
-    lazyattn_pool_config pc = {o.n_layers, o.n_kv_heads, o.head_dim, o.block_size, o.dtype, ~0ull >> 20};
+    /* Model shape: bytes of one token and one block (a probe pool of one
+     * block checks the shape; a larger one would only cost host memory). */
+    uint64_t one_block = 2ull * (uint64_t)o.n_layers * (uint64_t)o.n_kv_heads *
+                         (uint64_t)o.head_dim * (uint64_t)o.block_size * lazyattn_dtype_size(o.dtype);
+    lazyattn_pool_config pc = {o.n_layers, o.n_kv_heads, o.head_dim, o.block_size, o.dtype, one_block};
     lazyattn_pool *probe = NULL;
     if (lazyattn_pool_create(NULL, &pc, &probe)) {
         fprintf(stderr, "hitratio: model shape: %s\n", lazyattn_last_error());

@@ -285,6 +285,13 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
     lazyattn_pool_info info;
     lazyattn_pool_get_config(pool, &pc);
     lazyattn_pool_get_info(pool, &info);
+    /* Plans name token slots as int32 block * block_size + offset. */
+    if (info.n_blocks * pc.block_size > (int64_t)INT32_MAX + 1)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+                       "lazyattn_cache_create: the pool's %lld blocks of %d tokens have slots "
+                       "past INT32_MAX (at most %lld blocks)",
+                       (long long)info.n_blocks, pc.block_size,
+                       ((long long)INT32_MAX + 1) / pc.block_size);
 
     lazyattn_cache *c = calloc(1, sizeof *c);
     if (!c) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");

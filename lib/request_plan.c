@@ -7,6 +7,9 @@
 
 static int lz_ceil_div(int64_t a, int b) { return (int)((a + b - 1) / b); }
 
+/* Tokens in block j of a run of n tokens. */
+static int lz_block_len(int n, int j, int B) { return n - j * B < B ? n - j * B : B; }
+
 /* What one document needs, decided before anything is allocated. */
 typedef struct lz_doc_plan {
     uint64_t hash;
@@ -54,8 +57,8 @@ static void lz_table_tail(struct lazyattn_request *r) {
     r->n_entries = r->n_fixed_entries;
     int n_tail_blocks = lz_ceil_div(r->tail_tokens, B);
     for (int j = 0; j < n_tail_blocks; j++) {
-        int len = r->tail_tokens - j * B < B ? r->tail_tokens - j * B : B;
-        lz_table_put(r, r->own[r->n_prefix_blocks + j], 0, len, r->tail_start + j * B);
+        lz_table_put(r, r->own[r->n_prefix_blocks + j], 0, lz_block_len(r->tail_tokens, j, B),
+                     r->tail_start + j * B);
     }
 }
 
@@ -126,9 +129,8 @@ static int lz_check_desc(const lazyattn_cache *c, const lazyattn_request_desc *d
         LZ_CHECK_ARG(d->doc_lengths[i] >= 1, "%s: document %d has length %d", w, i,
                      (int)d->doc_lengths[i]);
         LZ_CHECK_ARG(d->docs[i] != NULL, "%s: document %d is NULL", w, i);
-        tokens += d->doc_lengths[i];
+        tokens += d->doc_lengths[i]; /* at most 2^31 documents of 2^31 tokens: no overflow */
         blocks += lz_ceil_div(d->doc_lengths[i], c->block_size);
-        if (tokens > LAZYATTN_MAX_POSITION) break;
     }
     int64_t total = (int64_t)d->n_prefix + tokens + d->n_question + d->max_new_tokens;
     if (total > (int64_t)LAZYATTN_MAX_POSITION + 1)
@@ -164,6 +166,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     struct lazyattn_request *r = calloc(1, sizeof *r);
     lz_doc_plan *dp = calloc((size_t)d->n_docs + 1, sizeof *dp);
     int32_t *fresh = NULL;
+    int64_t next = -1; /* fresh[] blocks handed to own or to an entry; -1: none allocated */
     if (!r || !dp) goto oom;
     r->cache = c;
     r->cap_holds = (int)(doc_blocks_total + 2 * (int64_t)d->n_docs + 1);
@@ -184,8 +187,10 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     // ---- decide, pinning what is reused (nothing allocated yet) ----
     int64_t need = n_prefix_blocks + n_tail_blocks;
     int32_t pos = d->n_prefix;
-    uint64_t parent = lz_hash_tokens(c->config.model_id ^ 0x5052454649584B59ull, d->prefix,
-                                     d->n_prefix);
+    /* PREFIX: chains are rooted at a hash of the prefix tokens. */
+    const uint64_t root = lz_hash_tokens(c->config.model_id ^ 0x5052454649584B59ull, d->prefix,
+                                         d->n_prefix);
+    uint64_t parent = root;
     int chain_broken = 0;
     for (int i = 0; i < d->n_docs; i++) {
         lz_doc_plan *p = &dp[i];
@@ -208,7 +213,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         } else if (policy == LAZYATTN_CACHE_POLICY_PREFIX) {
             p->first_hold = r->n_holds;
             for (int j = 0; j < p->n_blocks && !chain_broken; j++) {
-                int n = len - j * B < B ? len - j * B : B;
+                int n = lz_block_len(len, j, B);
                 uint64_t key = lz_prefix_key(parent, j == 0, tok + j * B, n);
                 lz_entry *e = lz_cache_find(c, key, parent, p->start + j * B, j == 0, tok + j * B, n);
                 if (!e) {
@@ -252,7 +257,6 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     st = lazyattn_pool_alloc(c->pool, (int)need, fresh);
     if (st) goto fail; /* another cache took the room meanwhile: cannot happen single-threaded */
     lz_cache_add_held(c, need);
-    int64_t next = 0;
     /* Own blocks first: from here on the release path frees everything
      * that was taken from fresh[], the rest is freed below on failure. */
     memcpy(r->own, fresh, (size_t)(n_prefix_blocks + n_tail_blocks) * sizeof *fresh);
@@ -273,10 +277,9 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         seg->n_entries = n_prefix_blocks;
         for (int t = 0; t < d->n_prefix; t++) lz_prefill_put(r, r->own[t / B], t % B, t, t);
         for (int j = 0; j < n_prefix_blocks; j++)
-            lz_table_put(r, r->own[j], 0, d->n_prefix - j * B < B ? d->n_prefix - j * B : B,
-                         j * B);
+            lz_table_put(r, r->own[j], 0, lz_block_len(d->n_prefix, j, B), j * B);
     }
-    parent = lz_hash_tokens(c->config.model_id ^ 0x5052454649584B59ull, d->prefix, d->n_prefix);
+    parent = root;
     for (int i = 0; i < d->n_docs; i++) {
         lz_doc_plan *p = &dp[i];
         const int32_t *tok = d->docs[i];
@@ -296,7 +299,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         if (policy == LAZYATTN_CACHE_POLICY_PREFIX) {
             seg->stored_start = p->start;
             for (int j = 0; j < p->n_blocks; j++) {
-                int n = len - j * B < B ? len - j * B : B;
+                int n = lz_block_len(len, j, B);
                 lz_entry *e;
                 uint64_t key = lz_prefix_key(parent, j == 0, tok + j * B, n);
                 if (j < p->n_hit_blocks) {
@@ -344,7 +347,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
                 r->copy_tokens += len;
                 r->copy_blocks += p->n_blocks;
                 for (int j = 0; j < p->n_blocks; j++) {
-                    int n = len - j * B < B ? len - j * B : B;
+                    int n = lz_block_len(len, j, B);
                     lazyattn_entry_pack(src->blocks[j], p->start - src->stored_start, n,
                                         &r->copy_src[r->n_copies]);
                     r->copy_dst[r->n_copies++] = e->blocks[j];
@@ -356,7 +359,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         }
         seg->stored_start = e->stored_start;
         for (int j = 0; j < p->n_blocks; j++) {
-            int n = len - j * B < B ? len - j * B : B;
+            int n = lz_block_len(len, j, B);
             lz_table_put(r, e->blocks[j], p->start - e->stored_start, n, p->start + j * B);
         }
     }
@@ -409,15 +412,10 @@ oom:
 oom_linked:
     st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_request_create");
 fail:
-    /* Blocks of fresh[] not yet handed to an entry or to own go back. */
-    if (fresh && r->n_own) {
-        int64_t used = r->n_own;
-        for (int h = 0; h < r->n_holds; h++)
-            if (r->holds[h].owned && r->holds[h].entry) used += r->holds[h].entry->n_blocks;
-        if (need > used) {
-            lazyattn_pool_free(c->pool, (int)(need - used), fresh + used);
-            lz_cache_add_held(c, -(need - used));
-        }
+    /* Blocks of fresh[] not yet handed to own or to an entry go back. */
+    if (next >= 0 && need > next) {
+        lazyattn_pool_free(c->pool, (int)(need - next), fresh + next);
+        lz_cache_add_held(c, -(need - next));
     }
     lz_request_release(r);
     lz_cache_unlink_request(c, r);

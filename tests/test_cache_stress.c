@@ -190,8 +190,6 @@ static void step_append(world *w, live *l) {
     if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED) return;
     lt_assert_status(st, LAZYATTN_STATUS_OK);
     grow(l, l->n_pos + n);
-    uint64_t id = l->ctx[0]; /* any own token's ctx would do; use a fresh one */
-    (void)id;
     for (int i = 0; i < n; i++) {
         assert_int_equal(pos[i], l->n_pos + i);
         shadow *s = &w->kv[slots[i]];

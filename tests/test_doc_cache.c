@@ -8,6 +8,36 @@
 
 #define B 4
 
+/* ---- host out-of-memory injection ----
+ * The test's own malloc, calloc and realloc stand in for libc's in the
+ * statically linked library: while armed, the allocation after oom_after
+ * successful ones fails (once). glibc only, and not under AddressSanitizer,
+ * whose allocator everything must keep using. */
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#define LT_OOM_INJECTION 1
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#undef LT_OOM_INJECTION
+#endif
+#endif
+#endif
+
+#ifdef LT_OOM_INJECTION
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+static long oom_after = -1; /* -1: off */
+static int oom_fired;
+static int oom_now(void) {
+    if (oom_after < 0 || oom_after-- > 0) return 0;
+    oom_fired = 1;
+    return 1;
+}
+void *malloc(size_t n) { return oom_now() ? NULL : __libc_malloc(n); }
+void *calloc(size_t n, size_t size) { return oom_now() ? NULL : __libc_calloc(n, size); }
+void *realloc(void *p, size_t n) { return oom_now() ? NULL : __libc_realloc(p, n); }
+#endif
+
 /* Pool of n blocks of 32 bytes (1 layer, 1 head, d = 1, B = 4, f32). */
 static lazyattn_pool *pool_of(int n_blocks) {
     lazyattn_pool_config pc = {1, 1, 1, B, LAZYATTN_DTYPE_F32, (uint64_t)n_blocks * 32};
@@ -485,6 +515,164 @@ static void test_bad_inputs(void **state) {
     lazyattn_pool_destroy(pool);
 }
 
+/* Document lengths are all checked, even once the running sum reaches the
+ * last position exactly. */
+static void test_lengths_checked_to_the_end(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(16);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_LAZY);
+    int32_t *big = calloc((size_t)LAZYATTN_MAX_POSITION + 1, sizeof *big);
+    assert_non_null(big);
+    const int32_t *docs[2] = {big, doc_a};
+    int32_t lens[2] = {LAZYATTN_MAX_POSITION + 1, 0};
+    lazyattn_request_desc d = {0, NULL, 2, docs, lens, 0, NULL, 0};
+    lazyattn_request *r = NULL;
+    lt_assert_status(lazyattn_request_create(cache, &d, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(r);
+    lens[1] = -7;
+    lt_assert_status(lazyattn_request_create(cache, &d, &r), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lens[1] = 1; /* one token past the last position */
+    lt_assert_status(lazyattn_request_create(cache, &d, &r), LAZYATTN_STATUS_OUT_OF_RANGE);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    free(big);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+}
+
+/* Slots are int32 (block * block_size + offset): a pool whose slots pass
+ * INT32_MAX is refused up front rather than given wrapped slots. */
+static void test_slot_range(void **state) {
+    (void)state;
+    /* 1 layer, 1 head, d = 1, B = 256, f16: 1 KiB per block. */
+    lazyattn_pool_config pc = {1, 1, 1, 256, LAZYATTN_DTYPE_F16, ((uint64_t)1 << 23) * 1024};
+    lazyattn_pool *pool = NULL;
+    lazyattn_cache *cache = (lazyattn_cache *)&pc;
+    lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_create(pool, NULL, &cache), LAZYATTN_STATUS_OK);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+    pc.budget_bytes += 1024; /* one block more: its slots start at 2^31 */
+    lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_create(pool, NULL, &cache), LAZYATTN_STATUS_OUT_OF_RANGE);
+    assert_null(cache);
+    lazyattn_pool_destroy(pool);
+}
+
+#ifdef LT_OOM_INJECTION
+/* Runs a request create with the k-th host allocation failing, for k = 0, 1,
+ * ... until it succeeds: each failure is OUT_OF_HOST_MEMORY and leaves the
+ * pool, the cache's counters and its invariants as they were. */
+static lazyattn_request *create_under_oom(lazyattn_cache *cache, lazyattn_pool *pool,
+                                          const lazyattn_request_desc *d) {
+    for (long k = 0;; k++) {
+        lazyattn_pool_info before, after;
+        lazyattn_cache_stats sb, sa;
+        lazyattn_pool_get_info(pool, &before);
+        lazyattn_cache_get_stats(cache, &sb);
+        lazyattn_request *r = NULL;
+        oom_fired = 0;
+        oom_after = k;
+        int st = lazyattn_request_create(cache, d, &r);
+        oom_after = -1;
+        if (!oom_fired) {
+            lt_assert_status(st, LAZYATTN_STATUS_OK);
+            return r;
+        }
+        lt_assert_status(st, LAZYATTN_STATUS_OUT_OF_HOST_MEMORY);
+        assert_null(r);
+        lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+        lazyattn_pool_get_info(pool, &after);
+        lazyattn_cache_get_stats(cache, &sa);
+        assert_int_equal(after.n_used, before.n_used - (sb.entry_bytes - sa.entry_bytes) / 32);
+        assert_int_equal(sa.bytes_in_use, (uint64_t)after.n_used * 32);
+        assert_int_equal(sa.n_pinned, sb.n_pinned);
+        assert_int_equal(sa.n_requests_live, sb.n_requests_live);
+    }
+}
+#endif
+
+/* Every allocation of create, commit and append failing in turn, for every
+ * policy, on misses (no own blocks at all), hits, copies and partial hits. */
+static void test_out_of_host_memory(void **state) {
+    (void)state;
+#ifndef LT_OOM_INJECTION
+    skip();
+#else
+    const int32_t *ab[] = {doc_a, doc_b}, *ba[] = {doc_b, doc_a}, *a2c[] = {doc_a2, doc_c};
+    const int32_t lab[] = {6, 4}, lba[] = {4, 6}, la2c[] = {6, 3};
+    for (int p = 0; p < 4; p++) {
+        lazyattn_pool *pool = pool_of(64);
+        lazyattn_cache *cache = cache_of(pool, (lazyattn_cache_policy)p);
+        /* No prefix, no question, no reservation: only document blocks. */
+        lazyattn_request_desc bare = {0, NULL, 2, ab, lab, 0, NULL, 0};
+        lazyattn_request *r = create_under_oom(cache, pool, &bare);
+        for (long k = 0;; k++) {
+            oom_fired = 0;
+            oom_after = k;
+            lt_assert_status(lazyattn_request_commit(r), LAZYATTN_STATUS_OK);
+            oom_after = -1;
+            lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+            if (!oom_fired) break;
+        }
+        lazyattn_request_destroy(r);
+        lazyattn_request_desc again = {2, prefix, 2, ab, lab, 3, question, 2};
+        lazyattn_request_desc moved = {2, prefix, 2, ba, lba, 3, question, 2};
+        lazyattn_request_desc part = {0, NULL, 2, a2c, la2c, 3, question, 2};
+        const lazyattn_request_desc *descs[] = {&bare, &again, &moved, &part};
+        for (int i = 0; i < 4; i++) {
+            r = create_under_oom(cache, pool, descs[i]);
+            lazyattn_request_commit(r);
+            for (long k = 0;; k++) {
+                lazyattn_plan before, after;
+                int32_t slots[20], pos[20];
+                lazyattn_request_get_plan(r, &before);
+                oom_fired = 0;
+                oom_after = k;
+                int st = lazyattn_request_append(r, 20, slots, pos);
+                oom_after = -1;
+                lazyattn_request_get_plan(r, &after);
+                lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+                if (!oom_fired) {
+                    lt_assert_status(st, LAZYATTN_STATUS_OK);
+                    break;
+                }
+                lt_assert_status(st, LAZYATTN_STATUS_OUT_OF_HOST_MEMORY);
+                assert_int_equal(after.n_positions, before.n_positions);
+            }
+            lazyattn_request_destroy(r);
+            lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+        }
+        lazyattn_cache_destroy(cache);
+        lazyattn_pool_info info;
+        lazyattn_pool_get_info(pool, &info);
+        assert_int_equal(info.n_used, 0);
+        assert_int_equal(info.n_allocs, info.n_frees);
+        lazyattn_pool_destroy(pool);
+    }
+    /* Creating a cache and validating one. */
+    lazyattn_pool *pool = pool_of(8);
+    for (long k = 0;; k++) {
+        lazyattn_cache *cache = NULL;
+        oom_fired = 0;
+        oom_after = k;
+        int st = lazyattn_cache_create(pool, NULL, &cache);
+        int v = st ? LAZYATTN_STATUS_OK : lazyattn_cache_validate(cache);
+        int fired = oom_fired;
+        oom_after = -1;
+        lazyattn_cache_destroy(cache);
+        if (!fired) {
+            lt_assert_status(st, LAZYATTN_STATUS_OK);
+            lt_assert_status(v, LAZYATTN_STATUS_OK);
+            break;
+        }
+        assert_true(st == LAZYATTN_STATUS_OUT_OF_HOST_MEMORY ||
+                    v == LAZYATTN_STATUS_OUT_OF_HOST_MEMORY);
+        if (st) assert_null(cache);
+    }
+    lazyattn_pool_destroy(pool);
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lazy),
@@ -495,6 +683,9 @@ int main(void) {
         cmocka_unit_test(test_retain_limit),
         cmocka_unit_test(test_concurrent_duplicate),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_lengths_checked_to_the_end),
+        cmocka_unit_test(test_slot_range),
+        cmocka_unit_test(test_out_of_host_memory),
     };
     return cmocka_run_group_tests_name("doc_cache", tests, NULL, NULL);
 }
