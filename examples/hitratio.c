@@ -46,9 +46,23 @@ typedef struct result {
     lazyattn_cache_stats s;
 } result;
 
+static const char usage_text[] =
+    "usage: hitratio [--preset paper|rag] [--docs D] [--doc-len N | --doc-len-min A --doc-len-max B]\n"
+    "                [--k K] [--alpha A] [--requests R] [--seed S] [--question A-B] [--gen A-B]\n"
+    "                [--prefix N] [--warmup W] [--budgets auto|LIST] [--points N]\n"
+    "                [--layers L --kv-heads H --head-dim D --dtype f16|bf16|f32 --block-size B]\n"
+    "                [--strict] [--csv FILE] [--svg FILE] [--quiet]\n"
+    "Budgets take B, KiB, MiB, GiB or tok (tokens of the model shape), comma separated.\n"
+    "Default: --preset paper, Llama-3.1-8B KV shape, budgets from one document to the whole pool,\n"
+    "hitratio.csv and hitratio.svg. Budget = KV kept between requests; --strict: the whole pool.\n";
+
+/* --help prints the usage and succeeds; a bad command line says why and fails. */
 static int usage(const char *msg, const char *arg) {
-    fprintf(stderr, "hitratio: %s%s%s\n(see the comment at the top of examples/hitratio.c)\n",
-            msg, arg ? ": " : "", arg ? arg : "");
+    if (!msg) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    fprintf(stderr, "hitratio: %s%s%s\n%s", msg, arg ? ": " : "", arg ? arg : "", usage_text);
     return 2;
 }
 
@@ -242,7 +256,7 @@ int main(int argc, char **argv) {
         int lo, hi;
         if (!strcmp(a, "--strict")) { o.strict = 1; used = 0; }
         else if (!strcmp(a, "--quiet")) { o.quiet = 1; used = 0; }
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage("usage", NULL);
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(NULL, NULL);
         else if (!v) return usage("missing value after", a);
         else if (!strcmp(a, "--preset")) ;
         else if (!strcmp(a, "--docs")) ok = parse_int(v, &o.wl.n_docs);
