@@ -202,6 +202,20 @@ static const char *gguf_type_name(uint32_t t) {
     return t == 30 ? "BF16" : "quantised/other";
 }
 
+/* Makes room for entry i of a table (zeroed), doubling as entries are read:
+ * the tables grow with what the file really holds, not with its counts
+ * (a count that merely fits the file's size could still ask gigabytes).
+ * The grown table, or NULL (the old one still valid) when out of memory. */
+static void *gguf_grow(void *table, uint64_t *cap, uint64_t i, size_t size) {
+    if (i < *cap) return table;
+    uint64_t n = *cap ? *cap * 2 : 16;
+    char *t = realloc(table, (size_t)n * size);
+    if (!t) return NULL;
+    memset(t + (size_t)*cap * size, 0, (size_t)(n - *cap) * size);
+    *cap = n;
+    return t;
+}
+
 static int gguf_parse(serve_gguf *g) {
     serve_reader r = {g->file, 0, g->file_size};
     unsigned char magic[4];
@@ -225,12 +239,12 @@ static int gguf_parse(serve_gguf *g) {
     if (n_tensors > (r.size - r.pos) / 32)
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %llu tensors cannot fit the file",
                           (unsigned long long)n_tensors);
-    g->kv = calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->kv);
-    g->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF tables");
-
     g->alignment = 32;
+    uint64_t cap = 0;
     for (uint64_t i = 0; i < n_kv; i++) {
+        serve_gguf_kv *grown = gguf_grow(g->kv, &cap, i, sizeof *g->kv);
+        if (!grown) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF metadata");
+        g->kv = grown;
         serve_gguf_kv *kv = &g->kv[i];
         g->n_kv = i + 1; /* so that close frees what is read so far */
         if ((st = gguf_string(&r, &kv->key, "metadata key"))) return st;
@@ -253,7 +267,11 @@ static int gguf_parse(serve_gguf *g) {
         }
     }
 
+    cap = 0;
     for (uint64_t i = 0; i < n_tensors; i++) {
+        serve_gguf_tensor *grown = gguf_grow(g->tensors, &cap, i, sizeof *g->tensors);
+        if (!grown) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF tensor infos");
+        g->tensors = grown;
         serve_gguf_tensor *t = &g->tensors[i];
         g->n_tensors = i + 1;
         char *name;

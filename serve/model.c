@@ -223,10 +223,10 @@ static int serve_rmsnorm(serve_model *m, cl_mem x, cl_mem w, cl_mem out, int row
 
 static int serve_swiglu(serve_model *m, int n) {
     cl_kernel k = m->k_swiglu;
-    cl_int count = n * m->cfg.ffn;
+    cl_ulong count = (cl_ulong)n * (cl_ulong)m->cfg.ffn;
     clSetKernelArg(k, 0, sizeof(cl_mem), &m->g);
     clSetKernelArg(k, 1, sizeof(cl_mem), &m->u);
-    clSetKernelArg(k, 2, sizeof(cl_int), &count);
+    clSetKernelArg(k, 2, sizeof(cl_ulong), &count);
     size_t global = serve_round_up((size_t)count, 64), local = 64;
     return serve_run(m, k, 1, &global, &local, "serve_swiglu");
 }
@@ -348,19 +348,20 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
         (st = serve_alloc(m, (R + 1) * 4, &m->seq_offsets, "seq_offsets")) ||
         (st = serve_table_reserve(m, 256)))
         goto fail;
-    /* CLBlast temporaries: the largest over every projection at max_rows,
-     * and the LM head of one row at a non-zero offset */
+    /* CLBlast temporaries: the largest over every projection and the LM
+     * head, for any rows <= max_rows at any offset. A call of fewer rows
+     * pads them up to CLBlast's tile (max_rows may need no padding at all),
+     * and a non-zero offset always takes a padded copy, so the size asked
+     * at max_rows with non-zero offsets bounds every call. */
     {
         int shapes[6][2] = {{(int)qd, (int)h}, {(int)kvd, (int)h}, {(int)h, (int)qd},
                             {(int)ff, (int)h}, {(int)h, (int)ff}, {(int)V, (int)h}};
         size_t temp = 0, sz;
         for (int i = 0; i < 6; i++) {
-            if ((st = serve_gemm_temp_size(m->queue, (int)R, shapes[i][0], shapes[i][1], 0, 0, &sz)))
+            if ((st = serve_gemm_temp_size(m->queue, (int)R, shapes[i][0], shapes[i][1], 1, 1, &sz)))
                 goto fail;
             if (sz > temp) temp = sz;
         }
-        if ((st = serve_gemm_temp_size(m->queue, 1, (int)V, (int)h, h, 0, &sz))) goto fail;
-        if (sz > temp) temp = sz;
         /* CLBlast documents the size in bytes; some versions count elements:
          * room for either */
         if ((st = serve_alloc(m, temp * sizeof(float), &m->gemm_temp, "CLBlast temporaries")))

@@ -34,9 +34,9 @@ __kernel void serve_rmsnorm(__global const float *x, __global const float *w,
     for (int i = lid; i < hidden; i += ls) yr[i] = xr[i] * r * w[i];
 }
 
-/* SwiGLU: g = silu(g) * u, in place.  g, u: [n] */
-__kernel void serve_swiglu(__global float *g, __global const float *u, int n) {
-    int i = get_global_id(0);
+/* SwiGLU: g = silu(g) * u, in place.  g, u: [n], n = rows * ffn may pass 2^31 */
+__kernel void serve_swiglu(__global float *g, __global const float *u, ulong n) {
+    size_t i = get_global_id(0);
     if (i >= n) return;
     float a = g[i];
     g[i] = a / (1.0f + exp(-a)) * u[i];

@@ -423,9 +423,10 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
                 lazyattn_request_destroy(req);
                 goto out;
             }
+            /* the token is known now; summing profiling events is not the request's time */
+            r->first_token = serve_now() - t0;
             serve_timer_collect(&b->timer);
             r->ok = 1;
-            r->first_token = serve_now() - t0;
             r->n_generated = 1;
             if (wr.n_generate <= 1) {
                 r->finish = r->first_token;
@@ -451,8 +452,8 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             if ((st = serve_engine_decode(eng, n_live, b->batch_reqs, b->batch_tokens,
                                           b->batch_next)))
                 goto out;
-            serve_timer_collect(&b->timer);
             double t = serve_now() - t0;
+            serve_timer_collect(&b->timer);
             int w = 0;
             for (int i = 0; i < n_live; i++) {
                 bench_live *L = &b->live[i];

@@ -130,6 +130,13 @@ void serve_print_phases(FILE *f, const serve_run_result *runs, int n) {
     }
 }
 
+/* Closes a file written with stdio: IO if any write or the close failed. */
+static int serve_close_written(FILE *f, const char *path) {
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return serve_fail(LAZYATTN_STATUS_IO, "error writing %s", path);
+    return LAZYATTN_STATUS_OK;
+}
+
 int serve_write_csv(const char *path, const serve_run_result *runs, int n) {
     FILE *f = fopen(path, "w");
     if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
@@ -147,9 +154,7 @@ int serve_write_csv(const char *path, const serve_run_result *runs, int n) {
                     q->ok ? q->finish - q->arrival : 0.0, q->n_prompt, q->n_generated,
                     q->doc_tokens, q->hit_tokens, q->copy_tokens);
         }
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return serve_fail(LAZYATTN_STATUS_IO, "error writing %s", path);
-    return LAZYATTN_STATUS_OK;
+    return serve_close_written(f, path);
 }
 
 int serve_write_summary_csv(const char *path, const serve_run_result *runs, int n) {
@@ -168,9 +173,7 @@ int serve_write_summary_csv(const char *path, const serve_run_result *runs, int 
                 r->wall_s, r->phase_s[0], r->phase_s[1], r->phase_s[2], r->phase_s[3],
                 (long long)r->stats.evictions);
     }
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return serve_fail(LAZYATTN_STATUS_IO, "error writing %s", path);
-    return LAZYATTN_STATUS_OK;
+    return serve_close_written(f, path);
 }
 
 /* ---- SVG ---- */
@@ -287,9 +290,7 @@ int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, 
     }
     serve_svg_legend(f, 610, 60, names, k);
     fprintf(f, "</svg>\n");
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return serve_fail(LAZYATTN_STATUS_IO, "error writing %s", path);
-    return LAZYATTN_STATUS_OK;
+    return serve_close_written(f, path);
 }
 
 int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n) {
@@ -355,7 +356,5 @@ int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n
     }
     serve_svg_legend(f, 940, 60, names, k);
     fprintf(f, "</svg>\n");
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return serve_fail(LAZYATTN_STATUS_IO, "error writing %s", path);
-    return LAZYATTN_STATUS_OK;
+    return serve_close_written(f, path);
 }

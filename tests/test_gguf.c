@@ -206,9 +206,11 @@ static size_t write_gguf(const char *path, const corrupt *c) {
     return n;
 }
 
+/* A scratch file in the temporary directory, never in the source tree. */
 static const char *tmp_path(void) {
-    static char path[256];
-    snprintf(path, sizeof path, "test_gguf_%d.gguf", (int)getpid());
+    static char path[512];
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/test_gguf_%d.gguf", dir && *dir ? dir : "/tmp", (int)getpid());
     return path;
 }
 
@@ -478,6 +480,39 @@ static void test_malformed(void **state) {
     assert_int_equal(serve_gguf_open(NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
 }
 
+/* A header whose counts fit a (sparse) 1 TiB file but whose first entry is
+ * bad: the loader must refuse the entry, not first allocate tables for
+ * every counted entry (terabytes). */
+static void test_huge_counts(void **state) {
+    (void)state;
+    for (int tensors = 0; tensors < 2; tensors++) {
+        gbuf b = {0};
+        put(&b, "GGUF", 4);
+        put_u32(&b, 3);
+        put_u64(&b, tensors ? (uint64_t)1 << 34 : 0); /* tensor infos */
+        put_u64(&b, tensors ? 0 : (uint64_t)1 << 36); /* metadata entries */
+        if (tensors) {
+            put_str(&b, "t");
+            put_u32(&b, 5); /* dimensions */
+        } else {
+            put_str(&b, "k");
+            put_u32(&b, 99); /* value type */
+        }
+        FILE *f = fopen(tmp_path(), "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(b.p, 1, b.n, f), b.n);
+        int sparse = ftruncate(fileno(f), (off_t)1 << 40) == 0;
+        fclose(f);
+        free(b.p);
+        if (!sparse) {
+            remove(tmp_path());
+            skip(); /* the file system cannot hold a sparse 1 TiB file */
+        }
+        expect_open(LAZYATTN_STATUS_FORMAT, tensors ? "dimensions" : "unknown value type");
+    }
+    remove(tmp_path());
+}
+
 /* Every proper prefix of a valid file is refused with FORMAT. */
 static void test_truncated(void **state) {
     (void)state;
@@ -511,6 +546,7 @@ int main(void) {
         cmocka_unit_test(test_read_back),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_huge_counts),
         cmocka_unit_test(test_load_on_device),
     };
     return cmocka_run_group_tests_name("gguf", tests, NULL, NULL);

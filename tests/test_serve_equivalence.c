@@ -197,9 +197,68 @@ static void test_policies_agree(void **state) {
     free(none.logits);
 }
 
+/* A decode batch of fewer rows than max_rows over a large vocabulary: the
+ * LM head SGEMM pads the rows up to CLBlast's tile, which takes temporary
+ * memory that max_rows itself (a multiple of the tile) does not; the model
+ * must size CLBlast's temporaries for every row count. Each sequence holds
+ * one token at position 0, so row i must equal decoding token i alone. */
+static void test_wide_decode_batch(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    enum { N = 100 };
+    serve_model_config cfg;
+    serve_model_config_preset(&cfg, "tiny"); /* same attention kernels as above */
+    cfg.n_layers = 1;
+    cfg.vocab = 32768;
+    cfg.max_rows = 1024;
+    serve_model *m = NULL;
+    CHECK(serve_model_create(s->ctx, &cfg, &m));
+    CHECK(serve_model_init_random(m, 11));
+    lazyattn_pool_config pc;
+    serve_model_pool_config(&cfg, serve_model_kv_bytes_per_token(&cfg) * cfg.block_size * N, &pc);
+    lazyattn_pool *pool = NULL;
+    CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
+    int32_t blocks[N], tokens[N], pos[N], slots[N], offsets[N + 1], entry_pos[N], next[N], one;
+    uint64_t table[N];
+    CHECK(lazyattn_pool_alloc(pool, N, blocks));
+    for (int i = 0; i < N; i++) {
+        tokens[i] = (int32_t)((i * 977) % cfg.vocab);
+        pos[i] = entry_pos[i] = 0;
+        slots[i] = blocks[i] * cfg.block_size;
+        offsets[i] = i;
+        CHECK(lazyattn_entry_pack(blocks[i], 0, 1, &table[i]));
+    }
+    offsets[N] = N;
+    serve_decode_args da = {N, tokens, pos, slots, pos, offsets, table, entry_pos, 1};
+    CHECK(serve_model_decode(m, pool, &da, next));
+    float *rows = malloc((size_t)N * cfg.vocab * sizeof(float));
+    float *alone = malloc((size_t)cfg.vocab * sizeof(float));
+    assert_non_null(rows);
+    assert_non_null(alone);
+    CHECK(serve_model_read_logits(m, N, rows));
+    for (int i = 0; i < N; i += 33) {
+        serve_decode_args d1 = {1, &tokens[i], pos, &slots[i], pos, offsets, &table[i],
+                                entry_pos, 1};
+        CHECK(serve_model_decode(m, pool, &d1, &one));
+        CHECK(serve_model_read_logits(m, 1, alone));
+        assert_int_equal(one, next[i]);
+        double diff = 0, scale = 1e-30;
+        for (int v = 0; v < cfg.vocab; v++) {
+            diff = fmax(diff, fabs((double)rows[(size_t)i * cfg.vocab + v] - alone[v]));
+            scale = fmax(scale, fabs((double)alone[v]));
+        }
+        assert_true(diff / scale <= 1e-4);
+    }
+    free(rows);
+    free(alone);
+    lazyattn_pool_destroy(pool);
+    serve_model_destroy(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policies_agree),
+        cmocka_unit_test(test_wide_decode_batch),
     };
     return cmocka_run_group_tests_name("serve_equivalence", tests, setup, teardown);
 }
