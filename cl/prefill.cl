@@ -28,7 +28,7 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
     __local float k_tile[LZ_BLOCK * LZ_HEAD_DIM];
     __local float v_tile[LZ_BLOCK * LZ_HEAD_DIM];
     __local float2 cs[LZ_HEAD_DIM / 2];
-    __local int tile_max_pos[1];
+    __local int row_pos[LZ_BQ];
 
     const int row = get_local_id(0), g = get_local_id(1);
     const int group_size = (int)get_local_size(1);
@@ -38,13 +38,13 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
     const int active = t < n_queries;
     const int qp = active ? q_pos[t] : -1;
 
-    if (lid == 0) tile_max_pos[0] = -1;
+    /* the latest query position of the group: a tile past it is skipped */
+    if (g == 0) row_pos[row] = qp;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (active) atomic_max(tile_max_pos, qp);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int max_pos = tile_max_pos[0];
+    int max_pos = -1;
+    for (int r = 0; r < LZ_BQ; r++) max_pos = max(max_pos, row_pos[r]);
 
-    float qv[LZ_HEAD_DIM], acc[LZ_HEAD_DIM], s[LZ_BLOCK];
+    float qv[LZ_HEAD_DIM], acc[LZ_HEAD_DIM];
     for (int i = 0; i < LZ_HEAD_DIM; i++) {
         qv[i] = active ? q[((size_t)t * n_q_heads + h) * LZ_HEAD_DIM + i] : 0.0f;
         acc[i] = 0.0f;
@@ -78,30 +78,24 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* ---- scores and online softmax for this row ---- */
-        float tile_max = -INFINITY;
+        /* ---- scores and online softmax for this row, key by key: the
+         * running sum is rescaled only when the maximum grows ---- */
         for (int j = 0; j < len; j++) {
             const int kp = pos0 + j;
-            float sc = -INFINITY;
-            if (active && kp <= qp) {
-                float dot = 0.0f;
-                for (int i = 0; i < LZ_HEAD_DIM; i++) dot = fma(qv[i], k_tile[j * LZ_HEAD_DIM + i], dot);
-                sc = dot * scale + slope * (float)(kp - qp);
+            if (!active || kp > qp) continue;
+            float dot = 0.0f;
+            for (int i = 0; i < LZ_HEAD_DIM; i++) dot = fma(qv[i], k_tile[j * LZ_HEAD_DIM + i], dot);
+            const float sc = dot * scale + slope * (float)(kp - qp);
+            if (sc > m) {
+                const float alpha = exp(m - sc);
+                l *= alpha;
+                for (int i = 0; i < LZ_HEAD_DIM; i++) acc[i] *= alpha;
+                m = sc;
             }
-            s[j] = sc;
-            tile_max = fmax(tile_max, sc);
-        }
-        if (tile_max == -INFINITY) continue;
-        const float m_new = fmax(m, tile_max);
-        const float alpha = exp(m - m_new);
-        l *= alpha;
-        for (int i = 0; i < LZ_HEAD_DIM; i++) acc[i] *= alpha;
-        for (int j = 0; j < len; j++) {
-            const float pj = exp(s[j] - m_new);
+            const float pj = exp(sc - m);
             l += pj;
             for (int i = 0; i < LZ_HEAD_DIM; i++) acc[i] = fma(pj, v_tile[j * LZ_HEAD_DIM + i], acc[i]);
         }
-        m = m_new;
     }
     if (!active) return;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;

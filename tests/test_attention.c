@@ -1,7 +1,7 @@
 /*
  * Kernels against the float64 reference: lazy prefill, lazy decode (with
  * KV splits), materialised copies, write_kv and rope, over seeded random
- * requests: head dims 64/128, GQA 1/4/8, block sizes 16/32, f32/f16/bf16,
+ * requests: head dims 64/96/128, GQA 1/2/3/4/8, block sizes 7/16/32, f32/f16/bf16,
  * NeoX/GPT-J/partial RoPE with and without Llama-3 scaling, ALiBi, document
  * lengths that are not multiples of the block size, deltas of +-150 000.
  */
@@ -30,6 +30,7 @@ static const program_case programs[] = {
     {128, 32, LAZYATTN_DTYPE_F32},
     {64, 32, LAZYATTN_DTYPE_F16},
     {128, 16, LAZYATTN_DTYPE_BF16},
+    {96, 7, LAZYATTN_DTYPE_F32}, /* odd shapes: head dim not a power of two, block of 7 */
 };
 
 /* A random request laid into a pool: segments (prefix, documents,
@@ -157,9 +158,9 @@ static double *run_reference(const lazyattn_attention_config *c, const sequence 
 }
 
 static void random_scheme(lt_rng *r, lazyattn_attention_config *c) {
-    int g_choice[3] = {1, 4, 8};
-    c->n_kv_heads = lt_int(r, 1, 2);
-    c->n_q_heads = c->n_kv_heads * g_choice[lt_int(r, 0, 2)];
+    int g_choice[5] = {1, 2, 3, 4, 8};
+    c->n_kv_heads = lt_int(r, 1, 3);
+    c->n_q_heads = c->n_kv_heads * g_choice[lt_int(r, 0, 4)];
     memset(&c->rope, 0, sizeof c->rope);
     c->alibi = 0;
     int scheme = lt_int(r, 0, 5);
@@ -338,6 +339,7 @@ PROGRAM_TEST(1)
 PROGRAM_TEST(2)
 PROGRAM_TEST(3)
 PROGRAM_TEST(4)
+PROGRAM_TEST(5)
 
 /* write_kv stores K rotated at its stored position: read the pool back. */
 static void test_write_kv_rotates_at_stored_position(void **state) {
@@ -533,6 +535,7 @@ int main(void) {
         cmocka_unit_test(test_program_2),
         cmocka_unit_test(test_program_3),
         cmocka_unit_test(test_program_4),
+        cmocka_unit_test(test_program_5),
         cmocka_unit_test(test_bad_launches),
     };
     return cmocka_run_group_tests_name("attention", tests, lt_context_setup, lt_context_teardown);
