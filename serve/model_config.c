@@ -4,19 +4,15 @@
 
 #include <string.h>
 
+/* Llama-3.1 RoPE, block size and KV type from the library's defaults. */
 static void serve_config_base(serve_model_config *c) {
+    lazyattn_attention_config llama;
+    lazyattn_attention_config_default(&llama);
     memset(c, 0, sizeof *c);
     c->rms_eps = 1e-5f;
-    c->rope.style = LAZYATTN_ROPE_NEOX;
-    c->rope.rotary_dim = 0;
-    c->rope.theta = 500000.0;
-    c->rope.llama3_factor = 8.0;
-    c->rope.llama3_low_freq_factor = 1.0;
-    c->rope.llama3_high_freq_factor = 4.0;
-    c->rope.llama3_original_context = 8192;
-    c->block_size = 16;
-    c->kv_dtype = LAZYATTN_DTYPE_F16;
-    c->tied_embeddings = 0;
+    c->rope = llama.rope;
+    c->block_size = llama.block_size;
+    c->kv_dtype = llama.dtype;
 }
 
 int serve_model_config_preset(serve_model_config *c, const char *name) {
