@@ -9,8 +9,11 @@
  * 16-byte cp.async copies into a ring of LZ_NV_DSTAGES blocks in local
  * memory (LZ_NV_DSTAGES - 1 blocks in flight per warp), then ldmatrix + mma.sync for
  * S = Q K^T and O += P V with an online softmax. The queries are re-rotated
- * by R(-delta) from the f32 originals only when the delta changes from one
- * entry to the next (once per document); K and V are read as stored.
+ * by R(-delta) only when the delta changes from one entry to the next (once
+ * per document), the first time while the first blocks load: in registers
+ * from an unrotated f16 copy when each rotary pair sits in one lane (GPT-J,
+ * full-rotary NeoX), else from the f32 originals. K and V are read as
+ * stored.
  *
  * Needs G <= 16, f16 storage, LZ_BLOCK % 16 == 0 (the host checks).
  */
@@ -66,10 +69,6 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     __global const float *qg = q + ((size_t)seq * n_q_heads + kvh * G) * LZ_HEAD_DIM;
     __global const float *row0 = g < G ? qg + g * LZ_HEAD_DIM : 0;
     __global const float *row1 = g + 8 < G ? qg + (g + 8) * LZ_HEAD_DIM : 0;
-    uint qf[LZ_NV_DDC][4];
-    int cur_delta = 0;
-    lz_nv_load_a(qf, row0, row1, t4, 0, rope_style, rot_dim, freq);
-
     float o[LZ_HEAD_DIM / 8][4];
 #pragma unroll
     for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
@@ -93,6 +92,18 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     }
     ulong wc = first < last ? table[first] : 0;
     int pc = first < last ? entry_pos[first] : 0;
+
+    /* the queries, rotated for the first entry while its K and V load; q0
+     * keeps them unrotated (f16) when the rotation can be redone in
+     * registers (lz_nv_pairs_in_lane) */
+    uint qf[LZ_NV_DDC][4], q0[LZ_NV_DDC][4];
+    const int in_lane = lz_nv_pairs_in_lane(rope_style, rot_dim);
+    int cur_delta = 0;
+    if (rope_style != LZ_ROPE_NONE && first < last && lz_nv_dword(wc, n_blocks).y > 0)
+        cur_delta = LAZYATTN_ENTRY_DELTA(wc);
+    lz_nv_load_a(q0, row0, row1, t4, 0, rope_style, rot_dim, freq);
+    if (in_lane) lz_nv_rotate_a(qf, q0, t4, -cur_delta, rope_style, rot_dim, freq);
+    else lz_nv_load_a(qf, row0, row1, t4, -cur_delta, rope_style, rot_dim, freq);
 
     for (int e = first; e < last; e++) {
         const ulong w = wc;
@@ -119,7 +130,8 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         s = s + 1 == LZ_NV_DSTAGES ? 0 : s + 1;
         if (len == 0 || pos0 > qp) continue;
         if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
-            lz_nv_load_a(qf, row0, row1, t4, -delta, rope_style, rot_dim, freq);
+            if (in_lane) lz_nv_rotate_a(qf, q0, t4, -delta, rope_style, rot_dim, freq);
+            else lz_nv_load_a(qf, row0, row1, t4, -delta, rope_style, rot_dim, freq);
             cur_delta = delta;
         }
 

@@ -149,6 +149,73 @@ __attribute__((always_inline)) inline void lz_nv_load_a(uint qf[LZ_HEAD_DIM / 16
     }
 }
 
+/* Two f16 (one register) -> two f32 (low half first). */
+inline float2 lz_nv_unpack(uint u) {
+    float lo, hi;
+    asm("{ .reg .f16 a, b; mov.b32 {a, b}, %2; cvt.f32.f16 %0, a; cvt.f32.f16 %1, b; }"
+        : "=f"(lo), "=f"(hi)
+        : "r"(u));
+    return (float2)(lo, hi);
+}
+
+/* 1 when both dims of every rotary pair sit in the same lane's A fragment
+ * (see lz_nv_rotate_a): GPT-J (a pair is one register) or full-rotary NeoX
+ * (dims i and i + LZ_HEAD_DIM / 2 are chunks c and c + LZ_HEAD_DIM / 32). */
+inline int lz_nv_pairs_in_lane(int style, int rot_dim) {
+    return style == LZ_ROPE_GPTJ || (style == LZ_ROPE_NEOX && rot_dim == LZ_HEAD_DIM);
+}
+
+/*
+ * qf = R(pos) q0 for A fragments (layout of lz_nv_load_a), rotated in
+ * registers from the unrotated f16 fragments q0 of the same rows, when
+ * lz_nv_pairs_in_lane(style, rot_dim): 16 angles per lane, no memory but
+ * the frequencies. One f16 rounding more than rotating the f32 originals.
+ */
+__attribute__((always_inline)) inline void lz_nv_rotate_a(uint qf[LZ_HEAD_DIM / 16][4],
+                                                          const uint q0[LZ_HEAD_DIM / 16][4], int t,
+                                                          int pos, int style, int rot_dim,
+                                                          __global const float2 *freq) {
+    if (style == LZ_ROPE_NEOX) {
+        const int H = LZ_HEAD_DIM / 32; /* partner chunk offset */
+#pragma unroll
+        for (int c = 0; c < H; c++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                float2 cs[2];
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const float a = lz_rope_angle(pos, freq[c * 16 + 8 * hh + 2 * t + u]);
+                    cs[u] = (float2)(native_cos(a), native_sin(a));
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float2 x = lz_nv_unpack(q0[c][2 * hh + r]), y = lz_nv_unpack(q0[c + H][2 * hh + r]);
+                    const float2 p0 = lz_rotate((float2)(x.x, y.x), cs[0]);
+                    const float2 p1 = lz_rotate((float2)(x.y, y.y), cs[1]);
+                    qf[c][2 * hh + r] = lz_nv_pack(p0.x, p1.x);
+                    qf[c + H][2 * hh + r] = lz_nv_pack(p0.y, p1.y);
+                }
+            }
+    } else {
+#pragma unroll
+        for (int c = 0; c < LZ_HEAD_DIM / 16; c++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int p = c * 8 + 4 * hh + t; /* dims 2p, 2p + 1 */
+                float2 cs = (float2)(1.0f, 0.0f);
+                if (2 * p < rot_dim) {
+                    const float a = lz_rope_angle(pos, freq[p]);
+                    cs = (float2)(native_cos(a), native_sin(a));
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float2 v = lz_rotate(lz_nv_unpack(q0[c][2 * hh + r]), cs);
+                    qf[c][2 * hh + r] = lz_nv_pack(v.x, v.y);
+                }
+            }
+    }
+}
+
 /*
  * One tile of flash attention after the scores: online softmax in the exp2
  * domain over a tile of KT keys, then O += P V with V read transposed from

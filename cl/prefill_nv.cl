@@ -3,19 +3,26 @@
  * flash attention with mma.sync m16n8k16 (f16 operands, f32 accumulation),
  * same arguments and semantics as lz_prefill (prefill.cl, the reference).
  *
- * Work-group: LZ_NV_WM x G warps; warp (mi, g) owns 16 query tokens
+ * Work-group: LZ_NV_WARPS = WM x G warps; warp (mi, g) owns 16 query tokens
  * (block_token0 + mi * 16 ..) of query head kvh * G + g, so the G heads of
  * a KV head share every staged K/V tile. Tiles of LZ_NV_KT keys
- * (LZ_NV_KT / LZ_BLOCK table entries) stream through a ring of LZ_NV_STAGES
- * cp.async stages in local memory (XOR-swizzled rows, read by ldmatrix);
- * one barrier per tile; tiles wholly in every row's future are skipped.
+ * (LZ_NV_KT / LZ_BLOCK table entries) stream through two cp.async slots of
+ * K and two of V in local memory (XOR-swizzled rows, read by ldmatrix),
+ * software-pipelined: in round j the scores of tile j + 1 go to the tensor
+ * cores before the softmax and P.V of tile j, while K of tile j + 2 and V
+ * of tile j + 1 are in flight. The global addresses of the next K tile are
+ * looked up a round ahead, off the critical path. One barrier per tile;
+ * tiles wholly in every row's future are skipped.
  *
  * Rotation: K is used exactly as stored (rotated at its stored positions).
  * Instead each warp keeps its 16 query rows as f16 A fragments rotated by
  * R(-delta) of the entry in hand, re-rotated from the f32 queries only when
  * the delta changes (once per document): score = (R(-d) q) . (R(s) k) =
  * q . R(s + d) k, one rotation per (query tile, delta), applied in
- * registers, never a pass over memory. Masking by positions (key j of
+ * registers, never a pass over memory. (Rotating K instead, by R(d) per
+ * staged tile on its way through registers into local memory, measured
+ * slower on the H200, and so did a first rotation before the loop at a
+ * run-time position: docs/PERFLOG.md v5.) Masking by positions (key j of
  * entry e at entry_pos[e] + j, visible iff <= q_pos[t]) is evaluated only
  * on tiles that are not wholly visible.
  *
@@ -25,14 +32,17 @@
 #ifndef LZ_NV_KT
 #define LZ_NV_KT 32
 #endif
-#ifndef LZ_NV_STAGES
-#define LZ_NV_STAGES 2
+#ifndef LZ_NV_WARPS
+#define LZ_NV_WARPS 8
 #endif
-#define LZ_NV_EPT (LZ_NV_KT / LZ_BLOCK)          /* entries per tile */
-#define LZ_NV_DC (LZ_HEAD_DIM / 16)               /* 16-dim chunks */
-#define LZ_NV_CPR (LZ_HEAD_DIM / 8)               /* 16-byte chunks per row */
+#define LZ_NV_THREADS (LZ_NV_WARPS * 32)
+#define LZ_NV_EPT (LZ_NV_KT / LZ_BLOCK)            /* entries per tile */
+#define LZ_NV_DC (LZ_HEAD_DIM / 16)                 /* 16-dim chunks */
+#define LZ_NV_CPR (LZ_HEAD_DIM / 8)                 /* 16-byte chunks per row */
+#define LZ_NV_CHUNKS (LZ_NV_KT * LZ_NV_CPR)         /* 16-byte chunks per K or V tile */
+#define LZ_NV_CPT ((LZ_NV_CHUNKS + LZ_NV_THREADS - 1) / LZ_NV_THREADS) /* per thread */
 #define LZ_NV_MAT_BYTES (LZ_NV_KT * LZ_HEAD_DIM * 2) /* one K or V tile */
-#define LZ_NV_STAGE_BYTES (2 * LZ_NV_MAT_BYTES)
+#define LZ_NV_META 4                                /* entry-table slots (>= 3 tiles live) */
 
 /* Validity and fields of entry e (0 length when outside the table or bad). */
 typedef struct lz_nv_entry {
@@ -63,44 +73,117 @@ inline int lz_nv_next_tile(int i, int n_tiles, int n_entries, __global const int
     return n_tiles;
 }
 
-/* Issues the cp.async copies of tile `tile` (K then V) into the stage at
- * byte address `base`; keys past an entry's length (or of a bad entry) are
- * zero-filled so that masked probabilities never meet garbage. */
-inline void lz_nv_stage_kv(uint base, __local int4 *meta, int tile, __global const ulong *table,
-                           __global const int *entry_pos, __global const ushort *kc,
-                           __global const ushort *vc, int kvh, int n_kv_heads, int n_entries,
-                           int n_blocks, int lid, int nthreads) {
-    /* the tile's entries (start, delta, length) for the compute side */
-    if (lid < LZ_NV_EPT) {
-        const lz_nv_entry en = lz_nv_get_entry(table, entry_pos, tile * LZ_NV_EPT + lid, n_entries, n_blocks);
-        meta[lid] = (int4)(en.pos0, en.delta, en.len, tile);
+/* Where this thread's 16-byte chunks of tile `tile` come from: an element
+ * offset into the K or V pool (the same for both), or -1 for a key past its
+ * entry's length, a bad entry, or no tile (tile >= n_tiles). Threads
+ * lid < LZ_NV_EPT also return the entry (start, delta, length, tile) that the
+ * compute side reads from local memory. */
+__attribute__((always_inline)) inline void
+lz_nv_lookup(long src[LZ_NV_CPT], int4 *meta, int tile, int n_tiles, __global const ulong *table,
+             __global const int *entry_pos, int kvh, int n_kv_heads, int n_entries, int n_blocks,
+             int lid) {
+#pragma unroll
+    for (int i = 0; i < LZ_NV_CPT; i++) {
+        const int c = lid + i * LZ_NV_THREADS, r = c / LZ_NV_CPR, ch = c % LZ_NV_CPR;
+        src[i] = -1;
+        if (tile < n_tiles && c < LZ_NV_CHUNKS) {
+            const lz_nv_entry en =
+                lz_nv_get_entry(table, entry_pos, tile * LZ_NV_EPT + r / LZ_BLOCK, n_entries, n_blocks);
+            const int j = r % LZ_BLOCK;
+            if (j < en.len) src[i] = (long)lz_kv_offset(en.blk, kvh, n_kv_heads, j) + ch * 8;
+        }
     }
-    for (int c = lid; c < LZ_NV_KT * LZ_NV_CPR; c += nthreads) {
-        const int r = c / LZ_NV_CPR, ch = c % LZ_NV_CPR;
-        const int e = tile * LZ_NV_EPT + r / LZ_BLOCK, j = r % LZ_BLOCK;
-        const lz_nv_entry en = lz_nv_get_entry(table, entry_pos, e, n_entries, n_blocks);
-        const int ok = j < en.len;
-        const size_t off = ok ? lz_kv_offset(en.blk, kvh, n_kv_heads, j) + ch * 8 : 0;
-        lz_nv_cp16(base + LZ_NV_SWZ(r, ch), kc + off, ok);
-        lz_nv_cp16(base + LZ_NV_MAT_BYTES + LZ_NV_SWZ(r, ch), vc + off, ok);
+    if (lid < LZ_NV_EPT && tile < n_tiles) {
+        const lz_nv_entry en = lz_nv_get_entry(table, entry_pos, tile * LZ_NV_EPT + lid, n_entries, n_blocks);
+        *meta = (int4)(en.pos0, en.delta, en.len, tile);
     }
 }
 
-__kernel void lz_prefill_nv(__global const float *q, __global const int *q_pos,
-                            __global const ulong *table, __global const int *entry_pos,
-                            __global const ushort *kc, __global const ushort *vc,
-                            __global float *out, __global const float2 *freq,
-                            __global const float *slopes, int rope_style, int rot_dim, int alibi,
-                            float scale, int n_queries, int n_entries, int n_q_heads,
-                            int n_kv_heads, int n_blocks, __global int *err) {
-    __local uchar ring[LZ_NV_STAGES * LZ_NV_STAGE_BYTES] __attribute__((aligned(128)));
-    __local int4 meta[LZ_NV_STAGES][LZ_NV_EPT]; /* per stage: (start, delta, length, tile) */
-    (void)slopes;
-    (void)alibi; /* ALiBi configurations take the portable path */
+/* Issues the cp.async copies of one K or V tile (chunks from src, see
+ * lz_nv_lookup) into the slot at shared address dst; padding keys are
+ * zero-filled so that masked probabilities never meet garbage. */
+__attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const ushort *pool,
+                                                       const long src[LZ_NV_CPT], int lid) {
+#pragma unroll
+    for (int i = 0; i < LZ_NV_CPT; i++) {
+        const int c = lid + i * LZ_NV_THREADS;
+        if (c < LZ_NV_CHUNKS)
+            lz_nv_cp16(dst + LZ_NV_SWZ(c / LZ_NV_CPR, c % LZ_NV_CPR), pool + (src[i] < 0 ? 0 : src[i]),
+                       src[i] >= 0);
+    }
+}
 
-    const int lid = get_local_id(0), nthreads = get_local_size(0);
+/*
+ * Raw scores of the warp's 16 rows against the K tile at shared address kb:
+ * sc[n] = keys 8n..8n+7. Before each entry whose delta differs from the one
+ * the query fragments qf are rotated for, qf is re-rotated by R(-delta)
+ * from the f32 queries. Returns 1 when every key of the tile is a full
+ * entry visible to every row of the work-group (no mask needed).
+ */
+__attribute__((always_inline)) inline int
+lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, uint kb,
+             __local const int4 *meta, int min_pos, __global const float *qrow0,
+             __global const float *qrow1, int lane, int rope_style, int rot_dim,
+             __global const float2 *freq) {
+    int full = 1;
+    const int t4 = lane & 3;
+#pragma unroll
+    for (int p = 0; p < LZ_NV_KT / 16; p++) {
+        if ((p * 16) % LZ_BLOCK == 0) {
+            const int4 en = meta[(p * 16) / LZ_BLOCK]; /* start, delta, length */
+            full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
+            if (rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
+                lz_nv_load_a(qf, qrow0, qrow1, t4, -en.y, rope_style, rot_dim, freq);
+                *cur_delta = en.y;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) sc[2 * p][u] = sc[2 * p + 1][u] = 0.0f;
+        const int kr = p * 16 + ((lane >> 4) << 3) + (lane & 7);
+#pragma unroll
+        for (int c = 0; c < LZ_NV_DC; c++) {
+            uint b0, b1, b2, b3;
+            LZ_NV_LDSM_X4(b0, b1, b2, b3, kb + LZ_NV_SWZ(kr, 2 * c + ((lane >> 3) & 1)));
+            LZ_NV_MMA(sc[2 * p], qf[c], b0, b1);
+            LZ_NV_MMA(sc[2 * p + 1], qf[c], b2, b3);
+        }
+    }
+    return full;
+}
+
+/* -INFINITY on the scores of keys that rows g / g + 8 (positions qp0, qp1)
+ * must not see: past their position, or padding. */
+__attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
+                                                      __local const int4 *meta, int qp0, int qp1,
+                                                      int t4) {
+#pragma unroll
+    for (int n = 0; n < LZ_NV_KT / 8; n++) {
+        const int key0 = n * 8 + 2 * t4;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int key = key0 + u, j = key % LZ_BLOCK;
+            const int4 en = meta[key / LZ_BLOCK];
+            const int kp = j < en.z ? en.x + j : INT_MAX;
+            if (kp > qp0) sc[n][u] = -INFINITY;
+            if (kp > qp1) sc[n][2 + u] = -INFINITY;
+        }
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(LZ_NV_THREADS, 1, 1))) void
+lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const ulong *table,
+              __global const int *entry_pos, __global const ushort *kc, __global const ushort *vc,
+              __global float *out, __global const float2 *freq, __global const float *slopes,
+              int rope_style, int rot_dim, int alibi, float scale, int n_queries, int n_entries,
+              int n_q_heads, int n_kv_heads, int n_blocks, __global int *err) {
+    __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local uchar vring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local int4 meta[LZ_NV_META][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
+    (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
+
+    const int lid = get_local_id(0);
     const int lane = lid & 31, warp = lid >> 5;
-    const int G = n_q_heads / n_kv_heads, WM = (nthreads >> 5) / G;
+    const int G = n_q_heads / n_kv_heads, WM = LZ_NV_WARPS / G;
     const int gh = warp % G, mi = warp / G;
     const int kvh = get_group_id(1), h = kvh * G + gh;
     /* later token blocks see more keys (causal): schedule them first */
@@ -112,14 +195,14 @@ __kernel void lz_prefill_nv(__global const float *q, __global const int *q_pos,
 
     /* bad entries are flagged once per launch, wherever they are */
     if (get_group_id(0) == 0 && get_group_id(1) == 0)
-        for (int e = lid; e < n_entries; e += nthreads) {
+        for (int e = lid; e < n_entries; e += LZ_NV_THREADS) {
             const ulong w = table[e];
             if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
             else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
         }
 
     /* the work-group's latest and earliest query positions (active rows) */
-    __local int *red = (__local int *)ring;
+    __local int *red = (__local int *)kring;
     if (lid == 0) red[0] = -1, red[1] = INT_MAX;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < 16 * WM && tok0 + lid < n_queries) {
@@ -131,6 +214,16 @@ __kernel void lz_prefill_nv(__global const float *q, __global const int *q_pos,
     const int max_pos = red[0], min_pos = red[1];
     barrier(CLK_LOCAL_MEM_FENCE);
 
+    /* The visible tiles t_0, t_1, ... in order; round j consumes t_j with
+     * K(t_j) in K slot j % 2, V(t_j) in V slot j % 2, entries in meta[j % 4].
+     * cur = t_j, nxt = t_j+1, kis = t_j+2 (the next K tile to issue), with
+     * ksrc its chunk sources and kmeta its entry; vsrc: V of t_j+1. */
+    const uint kbase = LZ_NV_SMEM(kring), vbase = LZ_NV_SMEM(vring);
+    const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
+    int cur = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
+    int nxt = cur < n_tiles ? lz_nv_next_tile(cur + 1, n_tiles, n_entries, entry_pos, max_pos) : n_tiles;
+
+    /* the queries, as given (rotated on the first entry with a delta) */
     __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
     __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0;
     uint qf[LZ_NV_DC][4];
@@ -143,82 +236,70 @@ __kernel void lz_prefill_nv(__global const float *q, __global const int *q_pos,
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     const float sl2 = scale * 1.44269504088896341f;
 
-    const uint ring_base = LZ_NV_SMEM(ring);
-    const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
-    int cur = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
-    int to_issue = cur, s_issue = 0, s = 0, issued_count = 0, consumed_count = 0;
-    for (int k = 0; k < LZ_NV_STAGES - 1; k++) {
-        if (to_issue < n_tiles) {
-            lz_nv_stage_kv(ring_base + s_issue * LZ_NV_STAGE_BYTES, meta[s_issue], to_issue, table, entry_pos, kc,
-                           vc, kvh, n_kv_heads, n_entries, n_blocks, lid, nthreads);
-            to_issue = lz_nv_next_tile(to_issue + 1, n_tiles, n_entries, entry_pos, max_pos);
-            issued_count++;
-        }
-        LZ_NV_CP_COMMIT();
-        s_issue = s_issue + 1 == LZ_NV_STAGES ? 0 : s_issue + 1;
-    }
+    long ksrc[LZ_NV_CPT], vsrc[LZ_NV_CPT];
+    int4 kmeta = (int4)(0, 0, 0, 0);
+    /* prologue: K(t_0); then K(t_1) and V(t_0) */
+    lz_nv_lookup(ksrc, &kmeta, cur, n_tiles, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, lid);
+    if (lid < LZ_NV_EPT) meta[0][lid] = kmeta;
+    if (cur < n_tiles) lz_nv_issue(kbase, kc, ksrc, lid);
+    LZ_NV_CP_COMMIT();
+#pragma unroll
+    for (int i = 0; i < LZ_NV_CPT; i++) vsrc[i] = ksrc[i];
+    lz_nv_lookup(ksrc, &kmeta, nxt, n_tiles, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, lid);
+    if (lid < LZ_NV_EPT) meta[1][lid] = kmeta;
+    if (nxt < n_tiles) lz_nv_issue(kbase + LZ_NV_MAT_BYTES, kc, ksrc, lid);
+    if (cur < n_tiles) lz_nv_issue(vbase, vc, vsrc, lid);
+    LZ_NV_CP_COMMIT();
+#pragma unroll
+    for (int i = 0; i < LZ_NV_CPT; i++) vsrc[i] = ksrc[i];
+    int kis = nxt < n_tiles ? lz_nv_next_tile(nxt + 1, n_tiles, n_entries, entry_pos, max_pos) : n_tiles;
+    lz_nv_lookup(ksrc, &kmeta, kis, n_tiles, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, lid);
 
-    /* tiles are consumed in the order they were issued, one ring stage each;
-     * the tile's entries come from meta[s], written before an earlier barrier */
-    while (consumed_count < issued_count) {
-        LZ_NV_CP_WAIT_RING(LZ_NV_STAGES);
+    LZ_NV_CP_WAIT(1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float sc[LZ_NV_KT / 8][4];
+    int full = 1;
+    if (cur < n_tiles)
+        full = lz_nv_scores(sc, qf, &cur_delta, kbase, meta[0], min_pos, qrow0, qrow1, lane,
+                            rope_style, rot_dim, freq);
+
+    for (int j = 0; cur < n_tiles; j++) {
+        /* K(t_j+1) and V(t_j) have landed; every warp is past round j - 1,
+         * so K slot j % 2 (t_j, scored) and V slot (j + 1) % 2 (t_j-1) are free */
+        LZ_NV_CP_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
-        /* the stage consumed last round is free: refill it */
-        if (to_issue < n_tiles) {
-            lz_nv_stage_kv(ring_base + s_issue * LZ_NV_STAGE_BYTES, meta[s_issue], to_issue, table, entry_pos, kc,
-                           vc, kvh, n_kv_heads, n_entries, n_blocks, lid, nthreads);
-            to_issue = lz_nv_next_tile(to_issue + 1, n_tiles, n_entries, entry_pos, max_pos);
-            issued_count++;
-        }
+        if (lid < LZ_NV_EPT) meta[(j + 2) % LZ_NV_META][lid] = kmeta;
+        if (kis < n_tiles) lz_nv_issue(kbase + (j & 1) * LZ_NV_MAT_BYTES, kc, ksrc, lid);
+        if (nxt < n_tiles) lz_nv_issue(vbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES, vc, vsrc, lid);
         LZ_NV_CP_COMMIT();
-        s_issue = s_issue + 1 == LZ_NV_STAGES ? 0 : s_issue + 1;
 
-        const uint kb = ring_base + s * LZ_NV_STAGE_BYTES, vb = kb + LZ_NV_MAT_BYTES;
+        /* scores of t_j+1 go to the tensor cores first ... */
+        float sn[LZ_NV_KT / 8][4];
+        int full_n = 1;
+        if (nxt < n_tiles)
+            full_n = lz_nv_scores(sn, qf, &cur_delta, kbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES,
+                                  meta[(j + 1) % LZ_NV_META], min_pos, qrow0, qrow1, lane,
+                                  rope_style, rot_dim, freq);
+        /* ... the addresses of t_j+3 are looked up while they run ... */
+#pragma unroll
+        for (int i = 0; i < LZ_NV_CPT; i++) vsrc[i] = ksrc[i];
+        const int kis_n = kis < n_tiles ? lz_nv_next_tile(kis + 1, n_tiles, n_entries, entry_pos, max_pos) : n_tiles;
+        lz_nv_lookup(ksrc, &kmeta, kis_n, n_tiles, table, entry_pos, kvh, n_kv_heads, n_entries,
+                     n_blocks, lid);
 
-        /* ---- S = Q K^T, the query rotated per entry's delta ---- */
-        float sc[LZ_NV_KT / 8][4];
-        int full = 1;
-#pragma unroll
-        for (int p = 0; p < LZ_NV_KT / 16; p++) {
-            if ((p * 16) % LZ_BLOCK == 0) {
-                const int4 en = meta[s][(p * 16) / LZ_BLOCK]; /* start, delta, length */
-                full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
-                if (rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != cur_delta) {
-                    lz_nv_load_a(qf, qrow0, qrow1, t4, -en.y, rope_style, rot_dim, freq);
-                    cur_delta = en.y;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) sc[2 * p][u] = sc[2 * p + 1][u] = 0.0f;
-            const int kr = p * 16 + ((lane >> 4) << 3) + (lane & 7);
-#pragma unroll
-            for (int c = 0; c < LZ_NV_DC; c++) {
-                uint b0, b1, b2, b3;
-                LZ_NV_LDSM_X4(b0, b1, b2, b3, kb + LZ_NV_SWZ(kr, 2 * c + ((lane >> 3) & 1)));
-                LZ_NV_MMA(sc[2 * p], qf[c], b0, b1);
-                LZ_NV_MMA(sc[2 * p + 1], qf[c], b2, b3);
-            }
-        }
-
-        /* ---- mask (partial tiles only), online softmax ---- */
-        if (!full) {
-#pragma unroll
-            for (int n = 0; n < LZ_NV_KT / 8; n++) {
-                const int key0 = n * 8 + 2 * t4;
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const int key = key0 + u, j = key % LZ_BLOCK;
-                    const int4 en = meta[s][key / LZ_BLOCK];
-                    const int kp = j < en.z ? en.x + j : INT_MAX;
-                    if (kp > qp0) sc[n][u] = -INFINITY;
-                    if (kp > qp1) sc[n][2 + u] = -INFINITY;
-                }
-            }
-        }
+        /* ... and tile t_j is finished: mask, online softmax, P.V */
+        if (!full) lz_nv_mask(sc, meta[j % LZ_NV_META], qp0, qp1, t4);
+        const uint vb = vbase + (j & 1) * LZ_NV_MAT_BYTES;
         LZ_NV_SOFTMAX_PV(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, vb, lane);
 
-        s = s + 1 == LZ_NV_STAGES ? 0 : s + 1;
-        consumed_count++;
+#pragma unroll
+        for (int n = 0; n < LZ_NV_KT / 8; n++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) sc[n][u] = sn[n][u];
+        full = full_n;
+        cur = nxt;
+        nxt = kis;
+        kis = kis_n;
     }
     LZ_NV_CP_WAIT(0);
 

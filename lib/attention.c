@@ -14,18 +14,17 @@
  * the context has fast_nv (NVIDIA, compute capability >= 8, not
  * LAZYATTN_PORTABLE) and the configuration fits the kernels: f16 storage,
  * head_dim 64 or 128, block size 16 or 32, no ALiBi, at most 8 query heads
- * per KV head. Launch geometry below; LAZYATTN_NV_PREFILL="KT,STAGES,WARPS,
- * MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it for tuning. */
+ * per KV head. Launch geometry below; LAZYATTN_NV_PREFILL="KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it for tuning, and
+ * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
 
 typedef struct lz_nv_tune {
     int kt;          /* prefill keys per staged tile (multiple of the block size) */
-    int stages;      /* prefill cp.async ring depth */
     int warps;       /* prefill warps per work-group (G heads x 16-token rows) */
     int maxreg;      /* -cl-nv-maxrregcount, 0 = the compiler's choice */
     int dstages;     /* decode ring depth (blocks in flight + 1) */
-    int waves;       /* decode work-groups aimed at per compute unit; 0 = per launch */
+    int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
 } lz_nv_tune;
 
 enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE, LZ_K_COUNT };
@@ -144,20 +143,17 @@ static int lz_nv_fits(const lazyattn_context *ctx, const lazyattn_attention_conf
 static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
     const int B = a->cfg.block_size, D = a->cfg.head_dim;
     t->kt = B > 32 ? B : 32;
-    t->stages = 2;
     t->warps = 8;
     t->maxreg = 0;
     t->dstages = LZ_NV_DECODE_RING, t->waves = 0;
     const char *env = getenv("LAZYATTN_NV_PREFILL");
-    if (env) sscanf(env, "%d,%d,%d,%d", &t->kt, &t->stages, &t->warps, &t->maxreg);
+    if (env) sscanf(env, "%d,%d,%d", &t->kt, &t->warps, &t->maxreg);
     env = getenv("LAZYATTN_NV_DECODE");
     if (env) sscanf(env, "%d,%d", &t->dstages, &t->waves);
     /* keep the tuning inside what the kernels and 48 KB of local memory allow */
     if (t->kt < B || t->kt % B || t->kt % 16) t->kt = B > 32 ? B : 32;
-    if (t->stages < 2 || t->stages > 6) t->stages = 2;
-    /* ring + the per-stage entry table must stay under 48 KB of local memory */
-    while (t->stages > 2 && (size_t)t->stages * 4 * t->kt * D > 48640) t->stages--;
-    if ((size_t)t->stages * 4 * t->kt * D > 48640) t->kt = B, t->stages = 2;
+    /* two K and two V slots + the entry slots must stay under 48 KB of local memory */
+    if ((size_t)8 * t->kt * D > 48640) t->kt = B;
     const int group = a->group;
     if (t->warps < group) t->warps = group;
     t->warps = t->warps / group * group;
@@ -176,11 +172,14 @@ static int lz_nv_build(lazyattn_attention *a) {
     char options[512];
     int n = snprintf(options, sizeof options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d "
-                     "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_STAGES=%d -DLZ_NV_DSTAGES=%d",
+                     "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d",
                      a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype, a->nv.kt,
-                     a->nv.stages, a->nv.dstages);
+                     a->nv.warps, a->nv.dstages);
     if (a->nv.maxreg > 0)
         n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", a->nv.maxreg);
+    const char *extra = getenv("LAZYATTN_NV_DEFINES"); /* experiments: extra -D options */
+    if (extra && strlen(extra) < 200)
+        n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     if (getenv("LAZYATTN_NV_VERBOSE"))
         snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
     static const char *const sources[] = {"block_entry", "storage", "rope", "mma_nv",
@@ -199,9 +198,9 @@ static int lz_nv_build(lazyattn_attention *a) {
     if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_attention_create: NVIDIA kernels");
     a->fast = 1;
     lz_log(ctx, LAZYATTN_LOG_INFO,
-           "NVIDIA tensor-core path: prefill tile %d keys x %d stages, %d warps, maxreg %d; "
-           "decode ring %d, waves %d (0: by batch)",
-           a->nv.kt, a->nv.stages, a->nv.warps, a->nv.maxreg, a->nv.dstages, a->nv.waves);
+           "NVIDIA tensor-core path: prefill tile %d keys, %d warps, maxreg %d; "
+           "decode ring %d, waves %d (0: default)",
+           a->nv.kt, a->nv.warps, a->nv.maxreg, a->nv.dstages, a->nv.waves);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -476,14 +475,12 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
 /* ---- decode ----------------------------------------------------------------- */
 
 /* Decode geometry of the fast path, measured on the H200 (docs/PERFLOG.md,
- * v4 sweep): a ring of 3 blocks per warp leaves room for more warps per SM;
- * few (sequence, KV head) groups do best with 4 warps per SM (fewer, longer
- * splits), many groups with 12. */
-static int lz_nv_decode_big(const lazyattn_attention *a, int n_seqs) {
-    return (long)n_seqs * a->cfg.n_kv_heads >= 512;
-}
-static int lz_nv_decode_waves(const lazyattn_attention *a, int n_seqs) {
-    return a->nv.waves ? a->nv.waves : lz_nv_decode_big(a, n_seqs) ? 12 : 4;
+ * v5 sweep): a ring of 3 blocks per warp and about 6 warps per SM do best
+ * on every benchmark batch (1 x 32768 to 128 x 4096), once the query
+ * re-rotation no longer stalls a warp. */
+#define LZ_NV_DECODE_WAVES 6
+static int lz_nv_decode_waves(const lazyattn_attention *a) {
+    return a->nv.waves ? a->nv.waves : LZ_NV_DECODE_WAVES;
 }
 
 /* Splits along the KV length so that the work-groups fill the device about
@@ -493,7 +490,7 @@ static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_ent
     if (a->fast) {
         /* one warp per split: aim at `waves` warps per compute unit, with
          * at least 8 blocks per split so the ring of blocks stays full */
-        long want = ((long)lz_nv_decode_waves(a, n_seqs) * a->ctx->compute_units + groups - 1) / groups;
+        long want = ((long)lz_nv_decode_waves(a) * a->ctx->compute_units + groups - 1) / groups;
         if (want > max_entries / 8) want = max_entries / 8;
         return want < 1 ? 1 : (int)want;
     }

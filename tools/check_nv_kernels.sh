@@ -13,7 +13,7 @@ for kernel in prefill_nv decode_nv; do
         for b in 16 32; do
             clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
                 -Wno-pass-failed -Dasm=__asm__ -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b \
-                -DLZ_NV_KT=32 -DLZ_NV_STAGES=2 -DLZ_NV_DSTAGES=4 -O2 -S \
+                -DLZ_NV_KT=32 -DLZ_NV_WARPS=8 -DLZ_NV_DSTAGES=4 -O2 -S \
                 -o "$out/$kernel.d$d.b$b.ptx" "$out/$kernel.cl"
             n=$(grep -c "mma.sync.aligned.m16n8k16" "$out/$kernel.d$d.b$b.ptx")
             [ "$n" -gt 0 ] || { echo "$kernel d=$d b=$b: no mma.sync in the PTX" >&2; exit 1; }
