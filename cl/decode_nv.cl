@@ -15,6 +15,9 @@
  * full-rotary NeoX), else from the f32 originals. K and V are read as
  * stored.
  *
+ * With one split (n_splits == 1) the normalised output goes straight to
+ * out and the host runs no reduction.
+ *
  * Needs G <= 16, f16 storage, LZ_BLOCK % 16 == 0 (the host checks).
  */
 #ifndef LZ_NV_DSTAGES
@@ -46,7 +49,8 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
                            __global const int *seq_offsets, __global const ulong *table,
                            __global const int *entry_pos, __global const ushort *kc,
                            __global const ushort *vc, __global float2 *part_ml,
-                           __global float *part_acc, __global const float2 *freq,
+                           __global float *part_acc, __global float *out,
+                           __global const float2 *freq,
                            __global const float *slopes, int rope_style, int rot_dim, int alibi,
                            float scale, int entries_per_split, int n_splits, int n_q_heads,
                            int n_kv_heads, int n_blocks, int n_table, __global int *err) {
@@ -165,11 +169,23 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     }
     LZ_NV_CP_WAIT(0);
 
-    /* partials in the portable layout: (max in natural-log units, sum), acc */
     l0 += lz_nv_xor(l0, 1);
     l0 += lz_nv_xor(l0, 2);
     l1 += lz_nv_xor(l1, 1);
     l1 += lz_nv_xor(l1, 2);
+    if (n_splits == 1) { /* one split: the output itself, no reduction */
+        const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+        __global float *dst = out + ((size_t)seq * n_q_heads + kvh * G + g) * LZ_HEAD_DIM + 2 * t4;
+        if (g < G)
+#pragma unroll
+            for (int n = 0; n < LZ_HEAD_DIM / 8; n++) vstore2((float2)(o[n][0] * i0, o[n][1] * i0), 0, dst + n * 8);
+        dst += 8 * LZ_HEAD_DIM;
+        if (g + 8 < G)
+#pragma unroll
+            for (int n = 0; n < LZ_HEAD_DIM / 8; n++) vstore2((float2)(o[n][2] * i1, o[n][3] * i1), 0, dst + n * 8);
+        return;
+    }
+    /* partials in the portable layout: (max in natural-log units, sum), acc */
     const float ln2 = 0.693147180559945309f;
     if (g < G) {
         const size_t part = ((size_t)seq * n_q_heads + kvh * G + g) * n_splits + split;

@@ -166,10 +166,11 @@ inline int lz_nv_pairs_in_lane(int style, int rot_dim) {
 }
 
 /*
- * qf = R(pos) q0 for A fragments (layout of lz_nv_load_a), rotated in
- * registers from the unrotated f16 fragments q0 of the same rows, when
- * lz_nv_pairs_in_lane(style, rot_dim): 16 angles per lane, no memory but
- * the frequencies. One f16 rounding more than rotating the f32 originals.
+ * qf = R(pos) q0 for A fragments (layout of lz_nv_load_a) of two rows,
+ * rotated in registers from f16 fragments q0 (q0 may be qf itself), when
+ * lz_nv_pairs_in_lane(style, rot_dim): 16 angles per lane and no memory but
+ * the frequencies, instead of lz_nv_load_a's reloads of the f32 rows (each
+ * a memory round trip behind a branch). One f16 rounding per call.
  */
 __attribute__((always_inline)) inline void lz_nv_rotate_a(uint qf[LZ_HEAD_DIM / 16][4],
                                                           const uint q0[LZ_HEAD_DIM / 16][4], int t,
@@ -197,16 +198,14 @@ __attribute__((always_inline)) inline void lz_nv_rotate_a(uint qf[LZ_HEAD_DIM / 
                 }
             }
     } else {
+        const int n_pairs = rot_dim / 2;
 #pragma unroll
         for (int c = 0; c < LZ_HEAD_DIM / 16; c++)
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int p = c * 8 + 4 * hh + t; /* dims 2p, 2p + 1 */
-                float2 cs = (float2)(1.0f, 0.0f);
-                if (2 * p < rot_dim) {
-                    const float a = lz_rope_angle(pos, freq[p]);
-                    cs = (float2)(native_cos(a), native_sin(a));
-                }
+                const float a = lz_rope_angle(pos, freq[p < n_pairs ? p : n_pairs - 1]);
+                const float2 cs = p < n_pairs ? (float2)(native_cos(a), native_sin(a)) : (float2)(1.0f, 0.0f);
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
                     const float2 v = lz_rotate(lz_nv_unpack(q0[c][2 * hh + r]), cs);

@@ -16,10 +16,10 @@
  *
  * Rotation: K is used exactly as stored (rotated at its stored positions).
  * Instead each warp keeps its 16 query rows as f16 A fragments rotated by
- * R(-delta) of the entry in hand, re-rotated from the f32 queries only when
- * the delta changes (once per document): score = (R(-d) q) . (R(s) k) =
- * q . R(s + d) k, one rotation per (query tile, delta), applied in
- * registers, never a pass over memory. (Rotating K instead, by R(d) per
+ * R(-delta) of the entry in hand, re-rotated only when the delta changes
+ * (once per document): score = (R(-d) q) . (R(s) k) = q . R(s + d) k, one
+ * rotation per (query tile, delta), applied in registers (see
+ * lz_nv_scores), never a pass over memory. (Rotating K instead, by R(d) per
  * staged tile on its way through registers into local memory, measured
  * slower on the H200, and so did a first rotation before the loop at a
  * run-time position: docs/PERFLOG.md v5.) Masking by positions (key j of
@@ -116,12 +116,16 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 /*
  * Raw scores of the warp's 16 rows against the K tile at shared address kb:
  * sc[n] = keys 8n..8n+7. Before each entry whose delta differs from the one
- * the query fragments qf are rotated for, qf is re-rotated by R(-delta)
- * from the f32 queries. Returns 1 when every key of the tile is a full
- * entry visible to every row of the work-group (no mask needed).
+ * the query fragments qf are rotated for (*cur_delta), qf is re-rotated to
+ * R(-delta): in registers from its current value (lz_nv_rotate_a by
+ * R(cur - delta)) when every rotary pair sits in one lane, and from the f32
+ * queries qrow0 / qrow1 (NULL: padding row) otherwise and on every 8th
+ * change (*n_rel counts them), so that f16 roundings cannot pile up.
+ * Returns 1 when every key of the tile is a full entry visible to every row
+ * of the work-group (no mask needed).
  */
 __attribute__((always_inline)) inline int
-lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, uint kb,
+lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, int *n_rel, uint kb,
              __local const int4 *meta, int min_pos, __global const float *qrow0,
              __global const float *qrow1, int lane, int rope_style, int rot_dim,
              __global const float2 *freq) {
@@ -133,7 +137,14 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, ui
             const int4 en = meta[(p * 16) / LZ_BLOCK]; /* start, delta, length */
             full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
             if (rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
-                lz_nv_load_a(qf, qrow0, qrow1, t4, -en.y, rope_style, rot_dim, freq);
+                /* in registers by R(cur - delta) when pairs sit in one lane,
+                 * from the f32 queries every 8th time (bounded f16 drift) */
+                const int rel = *cur_delta - en.y;
+                if (lz_nv_pairs_in_lane(rope_style, rot_dim) && (++*n_rel & 7) &&
+                    rel > -(1 << 24) && rel < (1 << 24))
+                    lz_nv_rotate_a(qf, qf, t4, rel, rope_style, rot_dim, freq);
+                else
+                    lz_nv_load_a(qf, qrow0, qrow1, t4, -en.y, rope_style, rot_dim, freq);
                 *cur_delta = en.y;
             }
         }
@@ -227,7 +238,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
     __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0;
     uint qf[LZ_NV_DC][4];
-    int cur_delta = 0;
+    int cur_delta = 0, n_rel = 0;
     lz_nv_load_a(qf, qrow0, qrow1, t4, 0, rope_style, rot_dim, freq);
 
     float o[LZ_HEAD_DIM / 8][4];
@@ -260,7 +271,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     float sc[LZ_NV_KT / 8][4];
     int full = 1;
     if (cur < n_tiles)
-        full = lz_nv_scores(sc, qf, &cur_delta, kbase, meta[0], min_pos, qrow0, qrow1, lane,
+        full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
                             rope_style, rot_dim, freq);
 
     for (int j = 0; cur < n_tiles; j++) {
@@ -277,7 +288,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
         float sn[LZ_NV_KT / 8][4];
         int full_n = 1;
         if (nxt < n_tiles)
-            full_n = lz_nv_scores(sn, qf, &cur_delta, kbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES,
+            full_n = lz_nv_scores(sn, qf, &cur_delta, &n_rel, kbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES,
                                   meta[(j + 1) % LZ_NV_META], min_pos, qrow0, qrow1, lane,
                                   rope_style, rot_dim, freq);
         /* ... the addresses of t_j+3 are looked up while they run ... */

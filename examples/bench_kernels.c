@@ -532,6 +532,10 @@ int main(int argc, char **argv) {
         check_case(128, 8, 2, 16, 2, 150, 40, LAZYATTN_ROPE_NEOX, 64, 1234);
         check_case(64, 2, 2, 16, 1, 64, 50, LAZYATTN_ROPE_NONE, 0, 0);
         check_case(128, 8, 8, 16, 4, 2048, 128, LAZYATTN_ROPE_NEOX, 0, 2048);
+        /* many documents: the prefill's in-register query re-rotations
+         * chain up to 7 times between exact reloads */
+        check_case(128, 32, 8, 16, 20, 48, 64, LAZYATTN_ROPE_NEOX, 0, 100000);
+        check_case(64, 8, 2, 32, 12, 40, 50, LAZYATTN_ROPE_GPTJ, 0, 3000);
         printf("checks: %s\n", g_failures ? "FAILED" : "all within 2e-3");
     }
 

@@ -552,17 +552,20 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     lz_args g = {a->fast ? a->nv_decode : a->kernels[LZ_K_DECODE], 0, CL_SUCCESS};
     LZ_ARG(&g, d->q); LZ_ARG(&g, d->q_pos); LZ_ARG(&g, d->seq_offsets); LZ_ARG(&g, d->table);
     LZ_ARG(&g, d->entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->part_ml);
-    LZ_ARG(&g, a->part_acc); LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
+    LZ_ARG(&g, a->part_acc);
+    if (a->fast) LZ_ARG(&g, d->out);
+    LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
     LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, per_split); LZ_ARG(&g, ns);
     LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, nt); LZ_ARG(&g, a->err);
     if (a->fast) {
         if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
-        /* one warp per (split, KV head, sequence) */
+        /* one warp per (split, KV head, sequence); one split writes out itself */
         size_t local[3] = {32, 1, 1};
         size_t global[3] = {(size_t)32 * n_splits, (size_t)nkv, (size_t)d->n_seqs};
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_decode, 3, NULL,
-                                            global, local, 0, NULL, NULL);
+                                            global, local, 0, NULL, n_splits == 1 ? event : NULL);
         if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
+        if (n_splits == 1) return LAZYATTN_STATUS_OK;
     } else {
         lz_arg(&g, (size_t)a->group * a->cfg.head_dim * sizeof(float), NULL);
         lz_arg(&g, (size_t)a->group * a->cfg.block_size * sizeof(float), NULL);
