@@ -142,18 +142,7 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         /* ---- S = Q K^T over the block's keys ---- */
         float sc[LZ_BLOCK / 8][4];
 #pragma unroll
-        for (int p = 0; p < LZ_BLOCK / 16; p++) {
-#pragma unroll
-            for (int u = 0; u < 4; u++) sc[2 * p][u] = sc[2 * p + 1][u] = 0.0f;
-            const int kr = p * 16 + ((lane >> 4) << 3) + (lane & 7);
-#pragma unroll
-            for (int c = 0; c < LZ_NV_DDC; c++) {
-                uint b0, b1, b2, b3;
-                LZ_NV_LDSM_X4(b0, b1, b2, b3, kb + LZ_NV_SWZ(kr, 2 * c + ((lane >> 3) & 1)));
-                LZ_NV_MMA(sc[2 * p], qf[c], b0, b1);
-                LZ_NV_MMA(sc[2 * p + 1], qf[c], b2, b3);
-            }
-        }
+        for (int p = 0; p < LZ_BLOCK / 16; p++) LZ_NV_QK16(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane);
         if (len < LZ_BLOCK || pos0 + LZ_BLOCK - 1 > qp) {
 #pragma unroll
             for (int n = 0; n < LZ_BLOCK / 8; n++)

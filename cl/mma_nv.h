@@ -215,6 +215,23 @@ __attribute__((always_inline)) inline void lz_nv_rotate_a(uint qf[LZ_HEAD_DIM / 
     }
 }
 
+/* Raw scores of 16 keys (rows p16 .. p16 + 15 of the K tile at shared
+ * address kb, read by ldmatrix) against the A fragments qf: s0 gets keys
+ * p16 .. + 7, s1 keys p16 + 8 .. + 15 (float[4] each, zeroed here). */
+#define LZ_NV_QK16(s0, s1, qf, kb, p16, lane)                                            \
+    do {                                                                                 \
+        _Pragma("unroll")                                                                \
+        for (int u_ = 0; u_ < 4; u_++) (s0)[u_] = (s1)[u_] = 0.0f;                       \
+        const int kr_ = (p16) + (((lane) >> 4) << 3) + ((lane) & 7);                     \
+        _Pragma("unroll")                                                                \
+        for (int c_ = 0; c_ < LZ_HEAD_DIM / 16; c_++) {                                  \
+            uint b0_, b1_, b2_, b3_;                                                     \
+            LZ_NV_LDSM_X4(b0_, b1_, b2_, b3_, (kb) + LZ_NV_SWZ(kr_, 2 * c_ + (((lane) >> 3) & 1))); \
+            LZ_NV_MMA(s0, qf[c_], b0_, b1_);                                             \
+            LZ_NV_MMA(s1, qf[c_], b2_, b3_);                                             \
+        }                                                                                \
+    } while (0)
+
 /*
  * One tile of flash attention after the scores: online softmax in the exp2
  * domain over a tile of KT keys, then O += P V with V read transposed from

@@ -148,16 +148,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
                 *cur_delta = en.y;
             }
         }
-#pragma unroll
-        for (int u = 0; u < 4; u++) sc[2 * p][u] = sc[2 * p + 1][u] = 0.0f;
-        const int kr = p * 16 + ((lane >> 4) << 3) + (lane & 7);
-#pragma unroll
-        for (int c = 0; c < LZ_NV_DC; c++) {
-            uint b0, b1, b2, b3;
-            LZ_NV_LDSM_X4(b0, b1, b2, b3, kb + LZ_NV_SWZ(kr, 2 * c + ((lane >> 3) & 1)));
-            LZ_NV_MMA(sc[2 * p], qf[c], b0, b1);
-            LZ_NV_MMA(sc[2 * p + 1], qf[c], b2, b3);
-        }
+        LZ_NV_QK16(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane);
     }
     return full;
 }
