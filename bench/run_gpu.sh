@@ -16,6 +16,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 300 build-nv/tests/test_attention > "$out/test_attention.log" 2>&1
   echo "test_attention on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention.log") ok)"
   grep -E "^# |FAILED|error" "$out/test_attention.log" | head -20
+  # the opt-in wgmma prefill (PTX round trip), same tests and bench checks
+  LAZYATTN_NV_WGMMA=1 timeout 300 build-nv/tests/test_attention > "$out/test_attention_wgmma.log" 2>&1
+  echo "test_attention with LAZYATTN_NV_WGMMA=1: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_wgmma.log") ok)"
+  LAZYATTN_NV_WGMMA=1 timeout 300 build-nv/examples/bench_kernels --only prefill > "$out/bench_wgmma.log" 2>&1
+  echo "bench_kernels prefill with LAZYATTN_NV_WGMMA=1: rc=$?"
+  echo "  $(grep -c 'round trip' "$out/bench_wgmma.log") programs through the sm_90a round trip"
+  grep -E "^check|^checks|^prefill" "$out/bench_wgmma.log"
 fi
 LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/examples/bench_kernels --csv "$out/ours.csv" > "$out/bench.log" 2>&1
 echo "bench_kernels rc=$?"

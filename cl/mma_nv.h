@@ -19,6 +19,11 @@
 #ifndef LZ_MMA_NV_H
 #define LZ_MMA_NV_H
 
+/* 1: the prefill's scores by Hopper wgmma (program built through lib/ptx_sm90a.c) */
+#ifndef LZ_NV_WGMMA
+#define LZ_NV_WGMMA 0
+#endif
+
 /* 32-bit shared-memory address of a __local pointer (what ldmatrix and
  * cp.async take). */
 #define LZ_NV_SMEM(p) ((uint)(size_t)(p))
@@ -231,6 +236,45 @@ __attribute__((always_inline)) inline void lz_nv_rotate_a(uint qf[LZ_HEAD_DIM / 
             LZ_NV_MMA(s1, qf[c_], b2_, b3_);                                             \
         }                                                                                \
     } while (0)
+
+#if LZ_NV_WGMMA
+/*
+ * Hopper warpgroup MMA (sm_90a), for programs built through the PTX round
+ * trip of lib/ptx_sm90a.c: each instruction sits behind a "//@" marker, a
+ * PTX comment until the host deletes the markers and retargets the PTX to
+ * sm_90a. Measured on the H200 (bench/probe_wgmma_layout.c): A from
+ * registers in the mma.sync A-fragment layout (warp w of the warpgroup =
+ * rows 16w..16w+15), B "K-major" from local memory without swizzle in 8x8
+ * core matrices of 128 contiguous bytes, the descriptor's leading byte
+ * offset = the stride between core matrices along K, its stride byte
+ * offset = the stride along N; the accumulators in the mma.sync C layout,
+ * one n8 tile after another.
+ */
+/* Descriptor of a no-swizzle K-major operand at shared address addr. */
+inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
+    return (ulong)((addr & 0x3FFFF) >> 4) | (ulong)(lbo >> 4) << 16 | (ulong)(sbo >> 4) << 32;
+}
+/* s0, s1 (float[4], keys n 0..7 and 8..15) = (acc ? s0, s1 : 0) + A(64 x
+ * 16, this lane's fragment a) B(16 x 16 at descriptor desc)^T,
+ * asynchronously. acc = 0 starts the sum without zeroing the registers
+ * (writing them between the fence and the wgmma would make ptxas wait). */
+#define LZ_NV_WGMMA_N16(s0, s1, a, desc, acc)                                                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"                                \
+                 "//@wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "                   \
+                 "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}"            \
+                 : "+f"((s0)[0]), "+f"((s0)[1]), "+f"((s0)[2]), "+f"((s0)[3]), "+f"((s1)[0]), \
+                   "+f"((s1)[1]), "+f"((s1)[2]), "+f"((s1)[3])                               \
+                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(desc), "r"(acc))
+#define LZ_NV_WG_FENCE() asm volatile("//@wgmma.fence.sync.aligned;" ::: "memory")
+#define LZ_NV_WG_COMMIT() asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory")
+#define LZ_NV_WG_WAIT() asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory")
+/* After LZ_NV_WG_WAIT: ties an accumulator tile so that no use of it is
+ * moved above the wait. */
+#define LZ_NV_WG_TIE(s) asm volatile("" : "+f"((s)[0]), "+f"((s)[1]), "+f"((s)[2]), "+f"((s)[3]))
+/* Generic-proxy writes to local memory (cp.async, st.shared) made visible
+ * to the async proxy that wgmma reads through; before the barrier. */
+#define LZ_NV_PROXY_FENCE() asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory")
+#endif
 
 /*
  * One tile of flash attention after the scores: online softmax in the exp2

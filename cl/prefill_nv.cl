@@ -44,6 +44,23 @@
 #define LZ_NV_MAT_BYTES (LZ_NV_KT * LZ_HEAD_DIM * 2) /* one K or V tile */
 #define LZ_NV_META 4                                /* entry-table slots (>= 3 tiles live) */
 
+/* Chunk i of a K or V tile: its row and 16-byte column, and the byte offset
+ * of a K chunk in its slot. With wgmma (LZ_NV_WGMMA) K is stored in the
+ * core-matrix layout wgmma reads (8 rows x 16 bytes contiguous, the 16-byte
+ * columns of an 8-row group one after another, LZ_NV_CPR * 128 bytes per
+ * group) and consecutive chunks walk down the 8 rows first, so that a warp
+ * writes 512 contiguous bytes; else K is laid out like V (LZ_NV_SWZ, read by
+ * ldmatrix). */
+#if LZ_NV_WGMMA
+#define LZ_NV_CROW(i) (((i) & 7) + (((i) / (8 * LZ_NV_CPR)) << 3))
+#define LZ_NV_CCOL(i) (((i) >> 3) % LZ_NV_CPR)
+#define LZ_NV_KOFF(r, c) ((uint)((r) >> 3) * (LZ_NV_CPR * 128) + (uint)(c) * 128 + (uint)((r) & 7) * 16)
+#else
+#define LZ_NV_CROW(i) ((i) / LZ_NV_CPR)
+#define LZ_NV_CCOL(i) ((i) % LZ_NV_CPR)
+#define LZ_NV_KOFF(r, c) LZ_NV_SWZ(r, c)
+#endif
+
 /* Validity and fields of entry e (0 length when outside the table or bad). */
 typedef struct lz_nv_entry {
     int blk, len, delta, pos0;
@@ -84,7 +101,7 @@ lz_nv_lookup(long src[LZ_NV_CPT], int4 *meta, int tile, int n_tiles, __global co
              int lid) {
 #pragma unroll
     for (int i = 0; i < LZ_NV_CPT; i++) {
-        const int c = lid + i * LZ_NV_THREADS, r = c / LZ_NV_CPR, ch = c % LZ_NV_CPR;
+        const int c = lid + i * LZ_NV_THREADS, r = LZ_NV_CROW(c), ch = LZ_NV_CCOL(c);
         src[i] = -1;
         if (tile < n_tiles && c < LZ_NV_CHUNKS) {
             const lz_nv_entry en =
@@ -99,16 +116,16 @@ lz_nv_lookup(long src[LZ_NV_CPT], int4 *meta, int tile, int n_tiles, __global co
     }
 }
 
-/* Issues the cp.async copies of one K or V tile (chunks from src, see
- * lz_nv_lookup) into the slot at shared address dst; padding keys are
+/* Issues the cp.async copies of one K (is_k) or V tile (chunks from src,
+ * see lz_nv_lookup) into the slot at shared address dst; padding keys are
  * zero-filled so that masked probabilities never meet garbage. */
 __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const ushort *pool,
-                                                       const long src[LZ_NV_CPT], int lid) {
+                                                       const long src[LZ_NV_CPT], int is_k, int lid) {
 #pragma unroll
     for (int i = 0; i < LZ_NV_CPT; i++) {
-        const int c = lid + i * LZ_NV_THREADS;
+        const int c = lid + i * LZ_NV_THREADS, r = LZ_NV_CROW(c), ch = LZ_NV_CCOL(c);
         if (c < LZ_NV_CHUNKS)
-            lz_nv_cp16(dst + LZ_NV_SWZ(c / LZ_NV_CPR, c % LZ_NV_CPR), pool + (src[i] < 0 ? 0 : src[i]),
+            lz_nv_cp16(dst + (is_k ? LZ_NV_KOFF(r, ch) : LZ_NV_SWZ(r, ch)), pool + (src[i] < 0 ? 0 : src[i]),
                        src[i] >= 0);
     }
 }
@@ -137,6 +154,14 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
             const int4 en = meta[(p * 16) / LZ_BLOCK]; /* start, delta, length */
             full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
             if (rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
+#if LZ_NV_WGMMA
+                /* the wgmma of the parts before still read qf: let them finish */
+                if (p > 0) {
+                    LZ_NV_WG_WAIT();
+#pragma unroll
+                    for (int n = 0; n < 2 * p; n++) LZ_NV_WG_TIE(sc[n]);
+                }
+#endif
                 /* in registers by R(cur - delta) when pairs sit in one lane,
                  * from the f32 queries every 8th time (bounded f16 drift) */
                 const int rel = *cur_delta - en.y;
@@ -148,7 +173,18 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
                 *cur_delta = en.y;
             }
         }
+#if LZ_NV_WGMMA
+        /* this warpgroup's 64 rows x 16 keys, one wgmma per 16 dims,
+         * asynchronous: the caller waits (lz_nv_scores_wait) */
+        LZ_NV_WG_FENCE();
+        const ulong desc = lz_nv_wg_desc(kb + 2 * p * (LZ_NV_CPR * 128), 128, LZ_NV_CPR * 128);
+#pragma unroll
+        for (int c = 0; c < LZ_NV_DC; c++)
+            LZ_NV_WGMMA_N16(sc[2 * p], sc[2 * p + 1], qf[c], desc + 16 * c, c > 0);
+        LZ_NV_WG_COMMIT();
+#else
         LZ_NV_QK16(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane);
+#endif
     }
     return full;
 }
@@ -171,6 +207,25 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
         }
     }
 }
+
+/* The scores of lz_nv_scores are ready to read (wgmma: wait for them). */
+__attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT / 8][4]) {
+#if LZ_NV_WGMMA
+    LZ_NV_WG_WAIT();
+#pragma unroll
+    for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
+#else
+    (void)sc;
+#endif
+}
+
+/* cp.async copies of this thread have landed (at most `pending` groups of
+ * it still in flight), visible to wgmma's reads after the next barrier. */
+#if LZ_NV_WGMMA
+#define LZ_NV_LANDED(pending) do { LZ_NV_CP_WAIT(pending); LZ_NV_PROXY_FENCE(); } while (0)
+#else
+#define LZ_NV_LANDED(pending) LZ_NV_CP_WAIT(pending)
+#endif
 
 __kernel __attribute__((reqd_work_group_size(LZ_NV_THREADS, 1, 1))) void
 lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const ulong *table,
@@ -243,36 +298,37 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     /* prologue: K(t_0); then K(t_1) and V(t_0) */
     lz_nv_lookup(ksrc, &kmeta, cur, n_tiles, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, lid);
     if (lid < LZ_NV_EPT) meta[0][lid] = kmeta;
-    if (cur < n_tiles) lz_nv_issue(kbase, kc, ksrc, lid);
+    if (cur < n_tiles) lz_nv_issue(kbase, kc, ksrc, 1, lid);
     LZ_NV_CP_COMMIT();
 #pragma unroll
     for (int i = 0; i < LZ_NV_CPT; i++) vsrc[i] = ksrc[i];
     lz_nv_lookup(ksrc, &kmeta, nxt, n_tiles, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, lid);
     if (lid < LZ_NV_EPT) meta[1][lid] = kmeta;
-    if (nxt < n_tiles) lz_nv_issue(kbase + LZ_NV_MAT_BYTES, kc, ksrc, lid);
-    if (cur < n_tiles) lz_nv_issue(vbase, vc, vsrc, lid);
+    if (nxt < n_tiles) lz_nv_issue(kbase + LZ_NV_MAT_BYTES, kc, ksrc, 1, lid);
+    if (cur < n_tiles) lz_nv_issue(vbase, vc, vsrc, 0, lid);
     LZ_NV_CP_COMMIT();
 #pragma unroll
     for (int i = 0; i < LZ_NV_CPT; i++) vsrc[i] = ksrc[i];
     int kis = nxt < n_tiles ? lz_nv_next_tile(nxt + 1, n_tiles, n_entries, entry_pos, max_pos) : n_tiles;
     lz_nv_lookup(ksrc, &kmeta, kis, n_tiles, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, lid);
 
-    LZ_NV_CP_WAIT(1);
+    LZ_NV_LANDED(1);
     barrier(CLK_LOCAL_MEM_FENCE);
     float sc[LZ_NV_KT / 8][4];
     int full = 1;
     if (cur < n_tiles)
         full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
                             rope_style, rot_dim, freq);
+    lz_nv_scores_wait(sc);
 
     for (int j = 0; cur < n_tiles; j++) {
         /* K(t_j+1) and V(t_j) have landed; every warp is past round j - 1,
          * so K slot j % 2 (t_j, scored) and V slot (j + 1) % 2 (t_j-1) are free */
-        LZ_NV_CP_WAIT(0);
+        LZ_NV_LANDED(0);
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < LZ_NV_EPT) meta[(j + 2) % LZ_NV_META][lid] = kmeta;
-        if (kis < n_tiles) lz_nv_issue(kbase + (j & 1) * LZ_NV_MAT_BYTES, kc, ksrc, lid);
-        if (nxt < n_tiles) lz_nv_issue(vbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES, vc, vsrc, lid);
+        if (kis < n_tiles) lz_nv_issue(kbase + (j & 1) * LZ_NV_MAT_BYTES, kc, ksrc, 1, lid);
+        if (nxt < n_tiles) lz_nv_issue(vbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES, vc, vsrc, 0, lid);
         LZ_NV_CP_COMMIT();
 
         /* scores of t_j+1 go to the tensor cores first ... */
@@ -294,6 +350,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
         const uint vb = vbase + (j & 1) * LZ_NV_MAT_BYTES;
         LZ_NV_SOFTMAX_PV(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, vb, lane);
 
+        lz_nv_scores_wait(sn);
 #pragma unroll
         for (int n = 0; n < LZ_NV_KT / 8; n++)
 #pragma unroll

@@ -163,18 +163,18 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
     if (t->waves < 0) t->waves = 0;
 }
 
-/* Builds the tensor-core program next to the portable one. A build failure
- * leaves the portable kernels in charge, with a warning in the log. */
-static int lz_nv_build(lazyattn_attention *a) {
+/* Builds the tensor-core kernels, with the prefill's scores on Hopper wgmma
+ * (through the PTX round trip of ptx_sm90a.c) when wgmma is set. */
+static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     lazyattn_context *ctx = a->ctx;
-    if (!lz_nv_fits(ctx, &a->cfg)) return LAZYATTN_STATUS_OK;
-    lz_nv_tune_defaults(a, &a->nv);
     char options[512];
     int n = snprintf(options, sizeof options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d "
-                     "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d",
+                     "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d "
+                     "-DLZ_NV_WGMMA=%d",
                      a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype, a->nv.kt,
-                     a->nv.warps, a->nv.dstages);
+                     a->nv.warps, a->nv.dstages, wgmma);
+    const int n_base = n;
     if (a->nv.maxreg > 0)
         n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", a->nv.maxreg);
     const char *extra = getenv("LAZYATTN_NV_DEFINES"); /* experiments: extra -D options */
@@ -184,23 +184,58 @@ static int lz_nv_build(lazyattn_attention *a) {
         snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
     static const char *const sources[] = {"block_entry", "storage", "rope", "mma_nv",
                                           "prefill_nv", "decode_nv"};
-    cl_program program;
+    cl_program program, patched = NULL;
     int st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
-    if (st) {
-        lz_log(ctx, LAZYATTN_LOG_WARN, "NVIDIA fast path disabled, portable kernels in use: %s",
-               lazyattn_last_error());
-        return LAZYATTN_STATUS_OK;
+    if (st) return st;
+    if (wgmma) {
+        /* the second build takes the code-generation options only */
+        st = lz_ptx_sm90a(ctx, program, options + n_base, &patched);
+        if (st) return st;
+        program = patched;
     }
     cl_int err;
     a->nv_prefill = clCreateKernel(program, "lz_prefill_nv", &err);
     if (err == CL_SUCCESS) a->nv_decode = clCreateKernel(program, "lz_decode_nv", &err);
     if (err == CL_SUCCESS) a->nv_reduce = clCreateKernel(program, "lz_decode_nv_reduce", &err);
-    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_attention_create: NVIDIA kernels");
+    if (patched) clReleaseProgram(patched); /* the kernels keep it */
+    if (err != CL_SUCCESS) {
+        cl_kernel *k[] = {&a->nv_prefill, &a->nv_decode, &a->nv_reduce};
+        for (int i = 0; i < 3; i++)
+            if (*k[i]) clReleaseKernel(*k[i]), *k[i] = NULL;
+        return lz_cl_fail(err, "lazyattn_attention_create: NVIDIA kernels");
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Builds the tensor-core kernels next to the portable ones. The prefill's
+ * scores use mma.sync; LAZYATTN_NV_WGMMA=1 puts them on Hopper wgmma
+ * (compute capability 9.x; mma.sync elsewhere or when the round trip
+ * fails). Both are checked on the H200 (bench/run_gpu.sh); wgmma is not the
+ * default because it measured the same speed (docs/PERFLOG.md v6). A build
+ * failure leaves the portable kernels in charge, with a warning in the log. */
+static int lz_nv_build(lazyattn_attention *a) {
+    lazyattn_context *ctx = a->ctx;
+    if (!lz_nv_fits(ctx, &a->cfg)) return LAZYATTN_STATUS_OK;
+    lz_nv_tune_defaults(a, &a->nv);
+    const char *env = getenv("LAZYATTN_NV_WGMMA");
+    int wgmma = ctx->nv_cc_major == 9 && a->nv.warps % 4 == 0 && env && !strcmp(env, "1");
+    int st = lz_nv_build_with(a, wgmma);
+    if (st && wgmma) {
+        lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill unavailable, mma.sync in use: %s", lazyattn_last_error());
+        wgmma = 0;
+        st = lz_nv_build_with(a, 0);
+    }
+    if (st) {
+        lz_log(ctx, LAZYATTN_LOG_WARN, "NVIDIA fast path disabled, portable kernels in use: %s",
+               lazyattn_last_error());
+        return LAZYATTN_STATUS_OK;
+    }
     a->fast = 1;
     lz_log(ctx, LAZYATTN_LOG_INFO,
-           "NVIDIA tensor-core path: prefill tile %d keys, %d warps, maxreg %d; "
+           "NVIDIA tensor-core path: prefill %s, tile %d keys, %d warps, maxreg %d; "
            "decode ring %d, waves %d (0: default)",
-           a->nv.kt, a->nv.warps, a->nv.maxreg, a->nv.dstages, a->nv.waves);
+           wgmma ? "wgmma + mma.sync" : "mma.sync", a->nv.kt, a->nv.warps, a->nv.maxreg,
+           a->nv.dstages, a->nv.waves);
     return LAZYATTN_STATUS_OK;
 }
 

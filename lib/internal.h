@@ -74,6 +74,20 @@ void lz_program_cache_clear(lazyattn_context *ctx);
 /* Looks an embedded source up by name; NULL if absent. */
 const char *lz_source_text(const char *name);
 
+/* ---- PTX round trip (ptx_sm90a.c) ---- */
+
+/* A new program (the caller releases it): `program`, built from source for
+ * the context's NVIDIA device, rebuilt from its PTX for sm_90a with the
+ * "//@" markers of Hopper-only instructions deleted; options go to that
+ * second build. */
+int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options, cl_program *out);
+/* The text step of it: the first len bytes of PTX src with every "//@"
+ * deleted and the first `.target sm_90` (followed by ',', ' ' or a newline)
+ * made `.target sm_90a`. Returns a malloc'ed NUL-terminated copy (NULL when
+ * out of memory); *n_markers: markers deleted, *retargeted: 1 when the
+ * target was changed. */
+char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted);
+
 /* ---- block pool (block_pool.c) ---- */
 
 lazyattn_context *lz_pool_context(const lazyattn_pool *pool);

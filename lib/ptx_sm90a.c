@@ -1,0 +1,91 @@
+/* The PTX round trip that gives OpenCL kernels Hopper-only instructions.
+ *
+ * NVIDIA's OpenCL compiler writes PTX for `.target sm_90`, and ptxas refuses
+ * sm_90a instructions (wgmma, fence.proxy.async) there. The kernels
+ * (cl/mma_nv.h, LZ_NV_WGMMA) therefore hide each such instruction behind a
+ * "//@" marker inside its inline asm, a PTX comment, so that the program
+ * builds from source. This file reads that program's PTX back
+ * (CL_PROGRAM_BINARIES is PTX text on NVIDIA), deletes the markers, turns
+ * `.target sm_90` into `.target sm_90a`, and builds the result as a binary
+ * program. Measured in ../shared/gpu/NVIDIA-OPENCL.md and
+ * bench/probe_wgmma_layout.c. All PTX handling of the library is here. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted) {
+    static const char target[] = ".target sm_90";
+    const size_t tlen = sizeof target - 1;
+    char *out = malloc(len + 2); /* "sm_90" -> "sm_90a" grows by one, once */
+    if (!out) return NULL;
+    char *w = out;
+    *n_markers = 0, *retargeted = 0;
+    for (const char *r = src; r < src + len && *r;) {
+        if (r[0] == '/' && r + 2 < src + len && r[1] == '/' && r[2] == '@') {
+            r += 3;
+            ++*n_markers;
+        } else if (!*retargeted && (size_t)(src + len - r) > tlen && !strncmp(r, target, tlen) &&
+                   (r[tlen] == ',' || r[tlen] == '\n' || r[tlen] == ' ')) {
+            memcpy(w, ".target sm_90a", tlen + 1);
+            w += tlen + 1, r += tlen;
+            *retargeted = 1;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    return out;
+}
+
+int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options, cl_program *out) {
+    static const char fn[] = "lz_ptx_sm90a";
+    *out = NULL;
+    size_t size = 0;
+    cl_int err = clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL);
+    if (err != CL_SUCCESS || size == 0)
+        return err != CL_SUCCESS ? lz_cl_fail(err, "lz_ptx_sm90a: CL_PROGRAM_BINARY_SIZES")
+                                 : lz_fail(LAZYATTN_STATUS_UNSUPPORTED, "%s: no program binary", fn);
+    unsigned char *ptx = malloc(size + 1);
+    if (!ptx) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", fn);
+    err = clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof ptx, &ptx, NULL);
+    if (err != CL_SUCCESS) {
+        free(ptx);
+        return lz_cl_fail(err, "lz_ptx_sm90a: CL_PROGRAM_BINARIES");
+    }
+    ptx[size] = 0;
+    int n_markers, retargeted;
+    char *patched = lz_ptx_patch((const char *)ptx, size, &n_markers, &retargeted);
+    free(ptx);
+    if (!patched) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", fn);
+    if (!retargeted || n_markers == 0) {
+        free(patched);
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: the binary is not sm_90 PTX with //@ markers (%d markers, target %s)", fn,
+                       n_markers, retargeted ? "found" : "not found");
+    }
+    const char *dump = getenv("LAZYATTN_NV_DUMP_PTX"); /* debugging: where the patched PTX goes */
+    if (dump) {
+        FILE *f = fopen(dump, "w");
+        if (f) fputs(patched, f), fclose(f);
+    }
+    size_t len = strlen(patched);
+    const unsigned char *bin = (const unsigned char *)patched;
+    cl_int bin_status = CL_SUCCESS;
+    cl_program p = clCreateProgramWithBinary(ctx->context, 1, &ctx->device, &len, &bin, &bin_status, &err);
+    free(patched);
+    if (err != CL_SUCCESS || bin_status != CL_SUCCESS)
+        return lz_cl_fail(err != CL_SUCCESS ? err : bin_status, "lz_ptx_sm90a: clCreateProgramWithBinary");
+    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    char log[4096] = "";
+    clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    if (err != CL_SUCCESS) {
+        clReleaseProgram(p);
+        return lz_fail(LAZYATTN_STATUS_BUILD_FAILED, "%s: sm_90a PTX build failed (%d): %s", fn, err, log);
+    }
+    lz_log(ctx, LAZYATTN_LOG_INFO, "sm_90a PTX round trip: %d instructions unmarked%s%s", n_markers,
+           log[0] ? "; build log: " : "", log);
+    *out = p;
+    return LAZYATTN_STATUS_OK;
+}
