@@ -21,3 +21,14 @@ for kernel in prefill_nv decode_nv; do
         done
     done
 done
+# the opt-in wgmma prefill (its instructions behind //@ markers until
+# lib/ptx_sm90a.c unmarks them on the GPU)
+for d in 64 128; do
+    clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
+        -Wno-pass-failed -Dasm=__asm__ -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        -DLZ_NV_KT=32 -DLZ_NV_WARPS=8 -DLZ_NV_WGMMA=1 -O2 -S \
+        -o "$out/prefill_nv.d$d.wgmma.ptx" "$out/prefill_nv.cl"
+    n=$(grep -c "//@wgmma.mma_async" "$out/prefill_nv.d$d.wgmma.ptx")
+    [ "$n" -gt 0 ] || { echo "prefill_nv d=$d wgmma: no marked wgmma in the PTX" >&2; exit 1; }
+    echo "prefill_nv d=$d wgmma: PTX with $n marked wgmma"
+done
