@@ -14,8 +14,10 @@
  * the context has fast_nv (NVIDIA, compute capability >= 8, not
  * LAZYATTN_PORTABLE) and the configuration fits the kernels: f16 storage,
  * head_dim 64 or 128, block size 16 or 32, no ALiBi, at most 8 query heads
- * per KV head. Launch geometry below; LAZYATTN_NV_PREFILL="KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it for tuning, and
- * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments). */
+ * per KV head. Launch geometry below; for tuning, LAZYATTN_NV_PREFILL=
+ * "KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it and
+ * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments);
+ * LAZYATTN_NV_WGMMA=1 selects the wgmma prefill (lz_nv_build). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
 
