@@ -3,8 +3,8 @@
  * descriptor strides does wgmma m64n16k16 (A from registers in the
  * mma.sync fragment layout, B K-major from local memory, no swizzle) read,
  * checked on random f16 data against a CPU product. Built through the PTX
- * round trip of ../shared/gpu/NVIDIA-OPENCL.md.
- *   cc -O2 -o probe_wgmma_layout bench/probe_wgmma_layout.c -lOpenCL -lm
+ * round trip's text step, lz_ptx_patch (lib/ptx_sm90a.c). Built by meson as
+ * build/examples/probe_wgmma_layout; runs on an NVIDIA Hopper GPU only.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "internal.h"
 
 static const char *src =
     "__kernel void wg(__global const ushort *A, __global const ushort *B, __global float *D,\n"
@@ -103,24 +105,18 @@ int main(void) {
     if (err) return printf("build %d: %s\n", err, log), 1;
     size_t bsz;
     CK(clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsz, &bsz, 0));
-    char *ptx = malloc(bsz + 1), *out = malloc(2 * bsz + 64), *w = out;
+    char *ptx = malloc(bsz + 1);
     unsigned char *bp = (unsigned char *)ptx;
     CK(clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bp, &bp, 0));
-    ptx[bsz] = 0;
-    for (char *r = ptx; *r;) {
-        if (r[0] == '/' && r[1] == '/' && r[2] == '@') { r += 3; continue; }
-        if (!strncmp(r, ".target sm_90,", 14) || !strncmp(r, ".target sm_90\n", 14)) {
-            w += sprintf(w, ".target sm_90a%c", r[13]);
-            r += 14;
-            continue;
-        }
-        *w++ = *r++;
-    }
-    *w = 0;
+    int n_markers, retargeted;
+    char *out = lz_ptx_patch(ptx, bsz, &n_markers, &retargeted);
+    free(ptx);
+    if (!out || !retargeted || !n_markers) return printf("not sm_90 PTX with //@ markers\n"), 1;
     size_t len = strlen(out);
     const unsigned char *bin = (const unsigned char *)out;
     cl_int bst;
     cl_program p2 = clCreateProgramWithBinary(ctx, 1, &dev, &len, &bin, &bst, &err);
+    free(out);
     CK(err);
     err = clBuildProgram(p2, 1, &dev, "", 0, 0);
     clGetProgramBuildInfo(p2, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, 0);
