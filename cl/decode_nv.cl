@@ -45,6 +45,23 @@ inline int2 lz_nv_dword(ulong w, int n_blocks) {
     return (blk >= n_blocks || len > LZ_BLOCK) ? (int2)(0, 0) : (int2)(blk, len);
 }
 
+/* One step of the ring's issue side: stages entry *issue (its table word
+ * in *wi, loaded a step ahead) into ring slot *s_issue while entries are
+ * left, commits a cp.async group (empty at the end, so that
+ * LZ_NV_CP_WAIT_RING counts alike every step) and moves to the next slot. */
+inline void lz_nv_dissue(uint ring_base, int *issue, int last, ulong *wi, int *s_issue,
+                         __global const ulong *table, int n_blocks, int kvh, int n_kv_heads,
+                         __global const ushort *kc, __global const ushort *vc, int lane) {
+    if (*issue < last) {
+        const int2 bl = lz_nv_dword(*wi, n_blocks);
+        lz_nv_dstage(ring_base + *s_issue * 2 * LZ_NV_DMAT, bl.x, bl.y, kvh, n_kv_heads, kc, vc, lane);
+        ++*issue;
+        *wi = *issue < last ? table[*issue] : 0;
+    }
+    LZ_NV_CP_COMMIT();
+    *s_issue = *s_issue + 1 == LZ_NV_DSTAGES ? 0 : *s_issue + 1;
+}
+
 __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
                            __global const int *seq_offsets, __global const ulong *table,
                            __global const int *entry_pos, __global const ushort *kc,
@@ -84,16 +101,8 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
      * and compute side), so no table load sits on the critical path */
     int issue = first, s_issue = 0, s = 0;
     ulong wi = issue < last ? table[issue] : 0;
-    for (int k = 0; k < LZ_NV_DSTAGES - 1; k++) {
-        if (issue < last) {
-            const int2 bl = lz_nv_dword(wi, n_blocks);
-            lz_nv_dstage(ring_base + s_issue * 2 * LZ_NV_DMAT, bl.x, bl.y, kvh, n_kv_heads, kc, vc, lane);
-            issue++;
-            wi = issue < last ? table[issue] : 0;
-        }
-        LZ_NV_CP_COMMIT();
-        s_issue = s_issue + 1 == LZ_NV_DSTAGES ? 0 : s_issue + 1;
-    }
+    for (int k = 0; k < LZ_NV_DSTAGES - 1; k++)
+        lz_nv_dissue(ring_base, &issue, last, &wi, &s_issue, table, n_blocks, kvh, n_kv_heads, kc, vc, lane);
     ulong wc = first < last ? table[first] : 0;
     int pc = first < last ? entry_pos[first] : 0;
 
@@ -115,14 +124,8 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         if (e + 1 < last) wc = table[e + 1], pc = entry_pos[e + 1];
         LZ_NV_CP_WAIT_RING(LZ_NV_DSTAGES);
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (issue < last) {
-            const int2 bl = lz_nv_dword(wi, n_blocks);
-            lz_nv_dstage(ring_base + s_issue * 2 * LZ_NV_DMAT, bl.x, bl.y, kvh, n_kv_heads, kc, vc, lane);
-            issue++;
-            wi = issue < last ? table[issue] : 0;
-        }
-        LZ_NV_CP_COMMIT();
-        s_issue = s_issue + 1 == LZ_NV_DSTAGES ? 0 : s_issue + 1;
+        /* the slot consumed last step is free: refill it */
+        lz_nv_dissue(ring_base, &issue, last, &wi, &s_issue, table, n_blocks, kvh, n_kv_heads, kc, vc, lane);
 
         const int blk = LAZYATTN_ENTRY_BLOCK(w), delta = LAZYATTN_ENTRY_DELTA(w);
         int len = LAZYATTN_ENTRY_LENGTH(w);
