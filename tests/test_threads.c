@@ -552,6 +552,41 @@ static void test_handles_of_the_wrong_kind(void **state) {
     lazyattn_pool_destroy(pool);
 }
 
+// ---- lazyattn_last_error() is per thread ----
+
+typedef struct error_worker {
+    int id;
+    pthread_barrier_t *both_failed;
+    char seen[512];
+} error_worker;
+
+/* Each thread fails a different call, waits until the other has failed
+ * too, then reads its own message back. */
+static void *error_main(void *arg) {
+    error_worker *w = arg;
+    int32_t id = 0;
+    if (w->id == 0)
+        lazyattn_pool_alloc(NULL, 1, &id);
+    else
+        lazyattn_cache_trim(NULL, 0);
+    pthread_barrier_wait(w->both_failed);
+    snprintf(w->seen, sizeof w->seen, "%s", lazyattn_last_error());
+    return NULL;
+}
+
+static void test_last_error_is_per_thread(void **state) {
+    (void)state;
+    pthread_barrier_t both;
+    assert_int_equal(pthread_barrier_init(&both, NULL, 2), 0);
+    error_worker w[2] = {{0, &both, ""}, {1, &both, ""}};
+    lazyattn_cache_get_stats(NULL, NULL); /* this thread's own message */
+    run_threads(error_main, w, sizeof *w, 2);
+    pthread_barrier_destroy(&both);
+    assert_string_equal(w[0].seen, "lazyattn_pool_alloc: pool is NULL");
+    assert_string_equal(w[1].seen, "lazyattn_cache_trim: cache is NULL");
+    assert_string_equal(lazyattn_last_error(), "lazyattn_cache_get_stats: NULL argument");
+}
+
 // ---- one context, attention objects created on several threads (device) ----
 
 typedef struct attn_worker {
@@ -723,6 +758,7 @@ int main(void) {
         cmocka_unit_test(test_caches_on_threads_share_one_pool),
         cmocka_unit_test(test_pool_destroyed_before_its_caches),
         cmocka_unit_test(test_handles_of_the_wrong_kind),
+        cmocka_unit_test(test_last_error_is_per_thread),
     };
     const struct CMUnitTest device[] = {
         cmocka_unit_test(test_attention_objects_created_on_threads),
