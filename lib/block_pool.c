@@ -134,7 +134,7 @@ static void lz_pool_free_all(lazyattn_pool *pool) {
  * accounting included) until the last of them is destroyed. */
 void lazyattn_pool_destroy(lazyattn_pool *pool) {
     if (!pool) return;
-    if (!lz_live_for_destroy(pool, pool->magic, LZ_MAGIC_POOL, "lazyattn_pool_destroy", "pool"))
+    if (!lz_live_for_destroy(pool->magic, LZ_MAGIC_POOL, "lazyattn_pool_destroy", "pool"))
         return;
     if (!pool->lock_ok) { /* a failed create */
         lz_pool_free_all(pool);

@@ -319,7 +319,7 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
 
 void lazyattn_cache_destroy(lazyattn_cache *c) {
     if (!c) return;
-    if (!lz_live_for_destroy(c, c->magic, LZ_MAGIC_CACHE, "lazyattn_cache_destroy", "cache"))
+    if (!lz_live_for_destroy(c->magic, LZ_MAGIC_CACHE, "lazyattn_cache_destroy", "cache"))
         return;
     while (c->requests) lazyattn_request_destroy(c->requests);
     while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev);

@@ -44,8 +44,7 @@ const char *lz_cl_error_name(cl_int err);
 
 /* For destroy functions (void): 1 when obj may be destroyed; 0 (with the
  * message in lazyattn_last_error() and on stderr) when it is not live. */
-int lz_live_for_destroy(const void *obj, uint32_t magic, uint32_t want, const char *fn,
-                        const char *kind);
+int lz_live_for_destroy(uint32_t magic, uint32_t want, const char *fn, const char *kind);
 
 /* ---- context (context.c) ---- */
 

@@ -107,7 +107,7 @@ static void lz_request_free(struct lazyattn_request *r) {
 
 void lazyattn_request_destroy(lazyattn_request *r) {
     if (!r) return;
-    if (!lz_live_for_destroy(r, r->magic, LZ_MAGIC_REQUEST, "lazyattn_request_destroy", "request"))
+    if (!lz_live_for_destroy(r->magic, LZ_MAGIC_REQUEST, "lazyattn_request_destroy", "request"))
         return;
     lazyattn_cache *c = r->cache;
     lz_request_release(r);

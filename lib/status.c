@@ -94,9 +94,7 @@ size_t lazyattn_dtype_size(lazyattn_dtype dtype) {
     }
 }
 
-int lz_live_for_destroy(const void *obj, uint32_t magic, uint32_t want, const char *fn,
-                        const char *kind) {
-    (void)obj;
+int lz_live_for_destroy(uint32_t magic, uint32_t want, const char *fn, const char *kind) {
     if (magic == want) return 1;
     lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
             "%s: not a live %s (destroyed twice, or another kind of handle); left alone", fn,
