@@ -18,6 +18,15 @@
  *    queue) and an optional cl_event *; they never wait for completion.
  *  - Positions, deltas and lengths are int32; positions lie in
  *    [0, LAZYATTN_MAX_POSITION] so that fp32 angles stay exact.
+ *  - Threads (README "Threading"): a context and a pool may be shared by
+ *    any number of threads; a cache with its requests, and an attention
+ *    object, belong to one thread at a time (one per scheduler thread).
+ *    lazyattn_last_error() is per thread. A destroy must not race with any
+ *    other use of the same object.
+ *  - Use after destroy is forbidden. As a net, a pool, cache or request that
+ *    was destroyed (while its memory is not reused yet), or a handle of
+ *    another kind, is refused with INVALID_ARGUMENT "<function>: not a live
+ *    cache" (a magic word checked at entry points; not a guarantee).
  */
 #ifndef LAZYATTN_H
 #define LAZYATTN_H
@@ -185,7 +194,14 @@ typedef struct lazyattn_context_options {
 LAZYATTN_API void lazyattn_context_options_init(lazyattn_context_options *options);
 
 /* Creates an OpenCL context and in-order queue on the chosen device.
- * options may be NULL (all defaults). */
+ * options may be NULL (all defaults).
+ * Thread-safe to share: pools and attention objects may be created on it
+ * from several threads at once (its cache of built programs is locked; two
+ * threads building the same program at once may both build it, one copy is
+ * kept). Its queue is an OpenCL queue, safe to enqueue on from several
+ * threads, but an engine gives each thread its own. The log callback may be
+ * called from any thread that calls the library. Destroy it last, when no
+ * thread uses it or anything created on it. */
 LAZYATTN_API int lazyattn_context_create(const lazyattn_context_options *options,
                                          lazyattn_context **out);
 
@@ -242,6 +258,13 @@ LAZYATTN_API int lazyattn_entry_unpack(uint64_t word, int32_t *block, int32_t *d
  *   k(layer), v(layer): [n_blocks, n_kv_heads, block_size, head_dim] dtype
  * A pool created with ctx == NULL keeps the accounting only (no device
  * memory): the cache simulator uses it.
+ *
+ * Thread-safe: alloc, free, is_allocated, get_info and get_config may be
+ * called from any number of threads at once (one mutex), so several caches
+ * on several threads can share one pool. A block is handed to one caller
+ * at a time. Between a cache's eviction and its allocation another thread
+ * may take the freed blocks: a request then gets BUDGET_EXCEEDED, as it
+ * would had the other thread come first.
  */
 typedef struct lazyattn_pool lazyattn_pool;
 
@@ -267,6 +290,12 @@ typedef struct lazyattn_pool_info {
 
 LAZYATTN_API int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *config,
                                       lazyattn_pool **out);
+/* Frees the pool, its device buffers and accounting. With caches still
+ * attached, the pool stays alive for them (their entries, requests and
+ * blocks keep working) and is freed by the destroy of the last one; a
+ * warning goes to the context's log callback. Either way the handle is the
+ * caller's no more: a new cache on it gets INVALID_ARGUMENT, and a second
+ * destroy is refused (logged as an error). */
 LAZYATTN_API void lazyattn_pool_destroy(lazyattn_pool *pool);
 
 /* All or nothing: n ids written to ids[0..n), or BUDGET_EXCEEDED and none. */
@@ -286,8 +315,10 @@ LAZYATTN_API cl_mem lazyattn_pool_v_buffer(const lazyattn_pool *pool, int layer)
 /* ---- attention kernels -------------------------------------------------- */
 
 /* Built kernels for one attention configuration, plus small device tables
- * (frequencies, ALiBi slopes) and the decode scratch. Not thread-safe: use
- * one per queue. */
+ * (frequencies, ALiBi slopes) and the decode scratch. Not thread-safe: one
+ * thread at a time, one per queue (its kernels' arguments are set at each
+ * launch). Creating attention objects on one context from several threads
+ * at once is safe. */
 typedef struct lazyattn_attention lazyattn_attention;
 
 LAZYATTN_API int lazyattn_attention_create(lazyattn_context *ctx,
@@ -474,8 +505,11 @@ LAZYATTN_API int lazyattn_doc_hash(uint64_t model_id, const int32_t *tokens, int
  * are evicted least recently used first, when the pool needs room and
  * whenever the bytes of all committed entries exceed retain_bytes.
  *
- * The pool must outlive the cache. Several caches may share one pool; each
- * evicts only its own entries. Not thread-safe: one thread per cache.
+ * Several caches may share one pool; each evicts only its own entries. A
+ * cache and its requests are not thread-safe: one thread at a time uses a
+ * cache and its requests (one cache per scheduler thread); caches on one
+ * pool may run on different threads at once. A cache keeps its pool alive
+ * (lazyattn_pool_destroy).
  */
 typedef struct lazyattn_cache lazyattn_cache;
 

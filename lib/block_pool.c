@@ -1,11 +1,13 @@
 /* The block pool: paged K/V device storage under a byte budget, and the
- * accounting of which blocks are handed out. */
+ * accounting of which blocks are handed out. Thread-safe: one mutex guards
+ * the accounting, so caches on several threads can share the pool. */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 struct lazyattn_pool {
+    uint32_t magic;        /* LZ_MAGIC_POOL while live */
     lazyattn_context *ctx; /* NULL: bookkeeping only */
     lazyattn_pool_config config;
     uint64_t block_bytes;
@@ -18,6 +20,12 @@ struct lazyattn_pool {
     int64_t n_frees;
     cl_mem *k; /* [n_layers] */
     cl_mem *v; /* [n_layers] */
+    /* Guards everything below and the accounting above (free_stack, n_free,
+     * allocated, peak_used, n_allocs, n_frees); the rest is fixed at create. */
+    lz_mutex lock;
+    int lock_ok;   /* the mutex was initialised */
+    int n_caches;  /* caches attached (lz_pool_attach) */
+    int released;  /* lazyattn_pool_destroy was called */
 };
 
 static int lz_pool_check_config(const lazyattn_pool_config *c) {
@@ -60,6 +68,12 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
 
     lazyattn_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create");
+    pool->magic = LZ_MAGIC_POOL;
+    if (lz_mutex_init(&pool->lock) != 0) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create: mutex");
+        goto fail;
+    }
+    pool->lock_ok = 1;
     pool->ctx = ctx;
     pool->config = *config;
     pool->block_bytes = block_bytes;
@@ -102,8 +116,8 @@ fail:
     return st;
 }
 
-void lazyattn_pool_destroy(lazyattn_pool *pool) {
-    if (!pool) return;
+static void lz_pool_free_all(lazyattn_pool *pool) {
+    pool->magic = 0;
     for (int l = 0; pool->k && l < pool->config.n_layers; l++)
         if (pool->k[l]) clReleaseMemObject(pool->k[l]);
     for (int l = 0; pool->v && l < pool->config.n_layers; l++)
@@ -112,17 +126,70 @@ void lazyattn_pool_destroy(lazyattn_pool *pool) {
     free(pool->v);
     free(pool->free_stack);
     free(pool->allocated);
+    if (pool->lock_ok) lz_mutex_destroy(&pool->lock);
     free(pool);
+}
+
+/* With caches still attached the pool stays alive (their blocks, buffers and
+ * accounting included) until the last of them is destroyed. */
+void lazyattn_pool_destroy(lazyattn_pool *pool) {
+    if (!pool) return;
+    if (!lz_live_for_destroy(pool->magic, LZ_MAGIC_POOL, "lazyattn_pool_destroy", "pool"))
+        return;
+    if (!pool->lock_ok) { /* a failed create */
+        lz_pool_free_all(pool);
+        return;
+    }
+    lz_mutex_lock(&pool->lock);
+    int attached = pool->n_caches;
+    int twice = pool->released;
+    pool->released = 1;
+    lz_mutex_unlock(&pool->lock);
+    if (twice) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                "lazyattn_pool_destroy: destroyed twice (still alive for %d caches)", attached);
+        lz_log(pool->ctx, LAZYATTN_LOG_ERROR, "%s", lazyattn_last_error());
+        return;
+    }
+    if (attached) {
+        lz_log(pool->ctx, LAZYATTN_LOG_WARN,
+               "lazyattn_pool_destroy: %d cache%s still attached; the pool is freed when the "
+               "last of them is destroyed",
+               attached, attached == 1 ? "" : "s");
+        return;
+    }
+    lz_pool_free_all(pool);
+}
+
+int lz_pool_attach(lazyattn_pool *pool, const char *fn) {
+    lz_mutex_lock(&pool->lock);
+    int released = pool->released;
+    if (!released) pool->n_caches++;
+    lz_mutex_unlock(&pool->lock);
+    if (released) return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: the pool was destroyed", fn);
+    return LAZYATTN_STATUS_OK;
+}
+
+void lz_pool_detach(lazyattn_pool *pool) {
+    lz_mutex_lock(&pool->lock);
+    int last = --pool->n_caches == 0 && pool->released;
+    lz_mutex_unlock(&pool->lock);
+    if (last) lz_pool_free_all(pool);
 }
 
 int lazyattn_pool_alloc(lazyattn_pool *pool, int n, int32_t *ids) {
     LZ_CHECK_ARG(pool != NULL, "lazyattn_pool_alloc: pool is NULL");
+    LZ_CHECK_LIVE(pool, LZ_MAGIC_POOL, "lazyattn_pool_alloc", "pool");
     LZ_CHECK_ARG(n >= 0, "lazyattn_pool_alloc: negative count %d", n);
     LZ_CHECK_ARG(n == 0 || ids != NULL, "lazyattn_pool_alloc: ids is NULL");
-    if (n > pool->n_free)
+    lz_mutex_lock(&pool->lock);
+    if (n > pool->n_free) {
+        int64_t n_free = pool->n_free;
+        lz_mutex_unlock(&pool->lock);
         return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
                        "lazyattn_pool_alloc: %d blocks asked, %lld free under the budget", n,
-                       (long long)pool->n_free);
+                       (long long)n_free);
+    }
     for (int i = 0; i < n; i++) {
         int32_t id = pool->free_stack[--pool->n_free];
         pool->allocated[id] = 1;
@@ -131,15 +198,18 @@ int lazyattn_pool_alloc(lazyattn_pool *pool, int n, int32_t *ids) {
     pool->n_allocs += n;
     int64_t used = pool->n_blocks - pool->n_free;
     if (used > pool->peak_used) pool->peak_used = used;
+    lz_mutex_unlock(&pool->lock);
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_pool_free(lazyattn_pool *pool, int n, const int32_t *ids) {
     LZ_CHECK_ARG(pool != NULL, "lazyattn_pool_free: pool is NULL");
+    LZ_CHECK_LIVE(pool, LZ_MAGIC_POOL, "lazyattn_pool_free", "pool");
     LZ_CHECK_ARG(n >= 0, "lazyattn_pool_free: negative count %d", n);
     LZ_CHECK_ARG(n == 0 || ids != NULL, "lazyattn_pool_free: ids is NULL");
     /* Validate everything first (all or nothing), marking to catch a
      * repeated id within the same call. */
+    lz_mutex_lock(&pool->lock);
     int bad = -1;
     for (int i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= pool->n_blocks || pool->allocated[ids[i]] != 1) {
@@ -149,25 +219,36 @@ int lazyattn_pool_free(lazyattn_pool *pool, int n, const int32_t *ids) {
         pool->allocated[ids[i]] = 2;
     }
     for (int i = 0; i < (bad < 0 ? n : bad); i++) pool->allocated[ids[i]] = 1;
-    if (bad >= 0)
+    if (bad >= 0) {
+        lz_mutex_unlock(&pool->lock);
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                        "lazyattn_pool_free: block %d (index %d) is out of range, free, or repeated",
                        (int)ids[bad], bad);
+    }
     for (int i = 0; i < n; i++) {
         pool->allocated[ids[i]] = 0;
         pool->free_stack[pool->n_free++] = ids[i];
     }
     pool->n_frees += n;
+    lz_mutex_unlock(&pool->lock);
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_pool_is_allocated(const lazyattn_pool *pool, int32_t id) {
-    return pool && id >= 0 && id < pool->n_blocks && pool->allocated[id] == 1;
+    if (!pool || pool->magic != LZ_MAGIC_POOL || id < 0 || id >= pool->n_blocks) return 0;
+    lazyattn_pool *p = (lazyattn_pool *)pool; /* the lock is not the pool's state */
+    lz_mutex_lock(&p->lock);
+    int allocated = pool->allocated[id] == 1;
+    lz_mutex_unlock(&p->lock);
+    return allocated;
 }
 
 int lazyattn_pool_get_info(const lazyattn_pool *pool, lazyattn_pool_info *info) {
     LZ_CHECK_ARG(pool && info, "lazyattn_pool_get_info: NULL argument");
+    LZ_CHECK_LIVE(pool, LZ_MAGIC_POOL, "lazyattn_pool_get_info", "pool");
     memset(info, 0, sizeof *info);
+    lazyattn_pool *p = (lazyattn_pool *)pool;
+    lz_mutex_lock(&p->lock);
     info->n_blocks = pool->n_blocks;
     info->n_used = pool->n_blocks - pool->n_free;
     info->peak_used = pool->peak_used;
@@ -176,11 +257,13 @@ int lazyattn_pool_get_info(const lazyattn_pool *pool, lazyattn_pool_info *info) 
     info->budget_bytes = pool->config.budget_bytes;
     info->n_allocs = pool->n_allocs;
     info->n_frees = pool->n_frees;
+    lz_mutex_unlock(&p->lock);
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_pool_config *config) {
     LZ_CHECK_ARG(pool && config, "lazyattn_pool_get_config: NULL argument");
+    LZ_CHECK_LIVE(pool, LZ_MAGIC_POOL, "lazyattn_pool_get_config", "pool");
     *config = pool->config;
     return LAZYATTN_STATUS_OK;
 }
@@ -189,6 +272,10 @@ int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_pool_config *co
 static cl_mem lz_pool_buffer(const lazyattn_pool *pool, int layer, int which, const char *fn) {
     if (!pool) {
         lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: pool is NULL", fn);
+        return NULL;
+    }
+    if (pool->magic != LZ_MAGIC_POOL) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: not a live pool", fn);
         return NULL;
     }
     if (!pool->k) {
@@ -211,6 +298,9 @@ cl_mem lazyattn_pool_v_buffer(const lazyattn_pool *pool, int layer) {
     return lz_pool_buffer(pool, layer, 1, "lazyattn_pool_v_buffer");
 }
 
-/* Internal: the context of a device pool (NULL for bookkeeping). */
-lazyattn_context *lz_pool_context(const lazyattn_pool *pool) { return pool ? pool->ctx : NULL; }
+/* Internal: the context of a device pool (NULL for bookkeeping, and for a
+ * handle that is not a live pool, which the launchers then refuse). */
+lazyattn_context *lz_pool_context(const lazyattn_pool *pool) {
+    return pool && pool->magic == LZ_MAGIC_POOL ? pool->ctx : NULL;
+}
 int64_t lz_pool_n_blocks(const lazyattn_pool *pool) { return pool ? pool->n_blocks : 0; }

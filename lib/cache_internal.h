@@ -51,6 +51,7 @@ typedef struct lz_index {
 struct lazyattn_request;
 
 struct lazyattn_cache {
+    uint32_t magic; /* LZ_MAGIC_CACHE while live (lazyattn_cache_destroy clears it) */
     lazyattn_pool *pool;
     lazyattn_cache_config config;
     uint64_t retain_bytes;
@@ -96,6 +97,7 @@ void lz_cache_unlink_request(lazyattn_cache *c, struct lazyattn_request *r);
 /* ---- requests (request_plan.c) ---- */
 
 struct lazyattn_request {
+    uint32_t magic; /* LZ_MAGIC_REQUEST while live (cleared when freed) */
     lazyattn_cache *cache;
     struct lazyattn_request *prev, *next;
     lz_hold *holds; /* prompt order */

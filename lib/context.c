@@ -125,7 +125,12 @@ static void lz_query_device(lazyattn_context *ctx, int portable_only) {
 
 static lazyattn_context *lz_context_new(const lazyattn_context_options *o) {
     lazyattn_context *ctx = calloc(1, sizeof *ctx);
-    if (ctx && o) {
+    if (!ctx) return NULL;
+    if (lz_mutex_init(&ctx->programs_lock) != 0) {
+        free(ctx);
+        return NULL;
+    }
+    if (o) {
         ctx->log = o->log;
         ctx->log_user = o->log_user;
     }
@@ -196,6 +201,7 @@ void lazyattn_context_destroy(lazyattn_context *ctx) {
     lz_program_cache_clear(ctx);
     if (ctx->queue) clReleaseCommandQueue(ctx->queue);
     if (ctx->context) clReleaseContext(ctx->context);
+    lz_mutex_destroy(&ctx->programs_lock);
     free(ctx);
 }
 

@@ -277,14 +277,15 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
     LZ_CHECK_ARG(out != NULL, "lazyattn_cache_create: out is NULL");
     *out = NULL;
     LZ_CHECK_ARG(pool != NULL, "lazyattn_cache_create: pool is NULL");
+    lazyattn_pool_config pc;
+    lazyattn_pool_info info;
+    int st = lazyattn_pool_get_info(pool, &info); /* refuses a handle that is not a live pool */
+    if (st) return st;
     lazyattn_cache_config cfg = {LAZYATTN_CACHE_POLICY_LAZY, 0, 0};
     if (config) cfg = *config;
     LZ_CHECK_ARG(lazyattn_cache_policy_name(cfg.policy) != NULL,
                  "lazyattn_cache_create: unknown policy %d", (int)cfg.policy);
-    lazyattn_pool_config pc;
-    lazyattn_pool_info info;
     lazyattn_pool_get_config(pool, &pc);
-    lazyattn_pool_get_info(pool, &info);
     /* Plans name token slots as int32 block * block_size + offset. */
     if (info.n_blocks * pc.block_size > (int64_t)INT32_MAX + 1)
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
@@ -293,8 +294,14 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
                        (long long)info.n_blocks, pc.block_size,
                        ((long long)INT32_MAX + 1) / pc.block_size);
 
+    st = lz_pool_attach(pool, "lazyattn_cache_create");
+    if (st) return st;
     lazyattn_cache *c = calloc(1, sizeof *c);
-    if (!c) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
+    if (!c) {
+        lz_pool_detach(pool);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
+    }
+    c->magic = LZ_MAGIC_CACHE;
     c->pool = pool;
     c->config = cfg;
     c->retain_bytes = cfg.retain_bytes ? cfg.retain_bytes : info.budget_bytes;
@@ -312,15 +319,21 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
 
 void lazyattn_cache_destroy(lazyattn_cache *c) {
     if (!c) return;
+    if (!lz_live_for_destroy(c->magic, LZ_MAGIC_CACHE, "lazyattn_cache_destroy", "cache"))
+        return;
     while (c->requests) lazyattn_request_destroy(c->requests);
     while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev);
     free(c->by_key.buckets);
     free(c->by_doc.buckets);
+    lazyattn_pool *pool = c->pool;
+    c->magic = 0;
     free(c);
+    lz_pool_detach(pool); /* last: may free a pool destroyed before its caches */
 }
 
 int lazyattn_cache_get_stats(const lazyattn_cache *c, lazyattn_cache_stats *stats) {
     LZ_CHECK_ARG(c && stats, "lazyattn_cache_get_stats: NULL argument");
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_get_stats", "cache");
     *stats = c->stats;
     stats->n_entries = c->n_entries;
     stats->n_pinned = c->n_pinned;
@@ -332,6 +345,7 @@ int lazyattn_cache_get_stats(const lazyattn_cache *c, lazyattn_cache_stats *stat
 
 int lazyattn_cache_reset_stats(lazyattn_cache *c) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_reset_stats: cache is NULL");
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_reset_stats", "cache");
     memset(&c->stats, 0, sizeof c->stats);
     c->stats.entry_bytes = c->stats.peak_entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
     c->stats.bytes_in_use = c->stats.peak_bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
@@ -340,6 +354,7 @@ int lazyattn_cache_reset_stats(lazyattn_cache *c) {
 
 int lazyattn_cache_trim(lazyattn_cache *c, uint64_t max_bytes) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_trim: cache is NULL");
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_trim", "cache");
     lz_cache_trim_to(c, max_bytes);
     return LAZYATTN_STATUS_OK;
 }
@@ -368,6 +383,7 @@ static int lz_mark_blocks(const lazyattn_cache *c, uint8_t *seen, int64_t n_pool
 
 int lazyattn_cache_validate(const lazyattn_cache *c) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_validate: cache is NULL");
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_validate", "cache");
     int64_t n_pool = lz_pool_n_blocks(c->pool);
     uint8_t *seen = calloc((size_t)n_pool, 1);
     if (!seen) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_validate");

@@ -3,6 +3,7 @@
 #define LAZYATTN_INTERNAL_H
 
 #include "lazyattn.h"
+#include "mutex.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +24,27 @@ const char *lz_cl_error_name(cl_int err);
     do {                                                                               \
         if (!(cond)) return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, __VA_ARGS__);    \
     } while (0)
+
+/* ---- live-object checks ---- */
+
+/* The first field of every pool, cache and request holds its kind's magic
+ * word while the object is live; destroy clears it. A public entry point
+ * handed a destroyed object (while its memory is not yet reused) or another
+ * kind of handle then answers INVALID_ARGUMENT instead of corrupting memory.
+ * A cheap net for bugs the header forbids, not a guarantee. */
+#define LZ_MAGIC_POOL 0x4c5a504fu    /* "LZPO" */
+#define LZ_MAGIC_CACHE 0x4c5a4341u   /* "LZCA" */
+#define LZ_MAGIC_REQUEST 0x4c5a5251u /* "LZRQ" */
+
+/* Returns INVALID_ARGUMENT "fn: not a live <kind>" unless obj is NULL (left
+ * to the caller's own NULL check) or carries its magic word. */
+#define LZ_CHECK_LIVE(obj, magic_word, fn, kind)                                            \
+    LZ_CHECK_ARG((obj) == NULL || (obj)->magic == (magic_word),                              \
+                 "%s: not a live " kind " (destroyed, or another kind of handle)", fn)
+
+/* For destroy functions (void): 1 when obj may be destroyed; 0 (with the
+ * message in lazyattn_last_error() and on stderr) when it is not live. */
+int lz_live_for_destroy(uint32_t magic, uint32_t want, const char *fn, const char *kind);
 
 /* ---- context (context.c) ---- */
 
@@ -47,6 +69,7 @@ struct lazyattn_context {
     cl_ulong max_alloc_size;
     lazyattn_log_fn log;
     void *log_user;
+    lz_mutex programs_lock;     /* guards `programs` (threads share a context) */
     lz_program_entry *programs; /* built-program cache */
 };
 
@@ -92,6 +115,12 @@ char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted)
 
 lazyattn_context *lz_pool_context(const lazyattn_pool *pool);
 int64_t lz_pool_n_blocks(const lazyattn_pool *pool);
+/* A cache attaches to its pool at create and detaches as the last step of
+ * its destroy; a pool destroyed with caches attached is freed by the detach
+ * of the last one. Thread-safe. Attach fails only on a pool already
+ * destroyed (INVALID_ARGUMENT). */
+int lz_pool_attach(lazyattn_pool *pool, const char *fn);
+void lz_pool_detach(lazyattn_pool *pool);
 
 /* ---- small helpers ---- */
 

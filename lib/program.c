@@ -49,17 +49,46 @@ static void lz_log_build(lazyattn_context *ctx, cl_program program, lazyattn_log
     free(log);
 }
 
+/* The cached program of this key, or NULL. Threads share a context: the
+ * cache is read and changed only under ctx->programs_lock; builds run
+ * outside it. */
+static cl_program lz_program_lookup(lazyattn_context *ctx, const char *key) {
+    cl_program found = NULL;
+    lz_mutex_lock(&ctx->programs_lock);
+    for (lz_program_entry *e = ctx->programs; e && !found; e = e->next)
+        if (strcmp(e->key, key) == 0) found = e->program;
+    lz_mutex_unlock(&ctx->programs_lock);
+    return found;
+}
+
+/* Caches entry e (key and program owned by it) and returns its program; when
+ * another thread cached the same key meanwhile, frees e and returns that one. */
+static cl_program lz_program_insert(lazyattn_context *ctx, lz_program_entry *e) {
+    cl_program found = NULL;
+    lz_mutex_lock(&ctx->programs_lock);
+    for (lz_program_entry *o = ctx->programs; o && !found; o = o->next)
+        if (strcmp(o->key, e->key) == 0) found = o->program;
+    if (!found) {
+        e->next = ctx->programs;
+        ctx->programs = e;
+    }
+    lz_mutex_unlock(&ctx->programs_lock);
+    if (!found) return e->program;
+    clReleaseProgram(e->program);
+    free(e->key);
+    free(e);
+    return found;
+}
+
 int lz_program_get(lazyattn_context *ctx, const char *const *names, int n, const char *options,
                    cl_program *out) {
     *out = NULL;
     char *key = lz_make_key(names, n, options);
     if (!key) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "program key");
-    for (lz_program_entry *e = ctx->programs; e; e = e->next)
-        if (strcmp(e->key, key) == 0) {
-            free(key);
-            *out = e->program;
-            return LAZYATTN_STATUS_OK;
-        }
+    if ((*out = lz_program_lookup(ctx, key)) != NULL) {
+        free(key);
+        return LAZYATTN_STATUS_OK;
+    }
 
     const char *texts[16];
     if (n > 16) {
@@ -98,12 +127,11 @@ int lz_program_get(lazyattn_context *ctx, const char *const *names, int n, const
     }
     e->key = key;
     e->program = program;
-    e->next = ctx->programs;
-    ctx->programs = e;
-    *out = program;
+    *out = lz_program_insert(ctx, e);
     return LAZYATTN_STATUS_OK;
 }
 
+/* Only at context destroy, when no other thread may use the context. */
 void lz_program_cache_clear(lazyattn_context *ctx) {
     lz_program_entry *e = ctx->programs;
     while (e) {

@@ -101,11 +101,14 @@ static void lz_request_free(struct lazyattn_request *r) {
     free(r->copy_dst);
     free(r->table);
     free(r->entry_pos);
+    r->magic = 0;
     free(r);
 }
 
 void lazyattn_request_destroy(lazyattn_request *r) {
     if (!r) return;
+    if (!lz_live_for_destroy(r->magic, LZ_MAGIC_REQUEST, "lazyattn_request_destroy", "request"))
+        return;
     lazyattn_cache *c = r->cache;
     lz_request_release(r);
     lz_cache_unlink_request(c, r);
@@ -152,6 +155,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     LZ_CHECK_ARG(out != NULL, "lazyattn_request_create: out is NULL");
     *out = NULL;
     LZ_CHECK_ARG(c && d, "lazyattn_request_create: NULL argument");
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_request_create", "cache");
     int64_t doc_blocks_total = 0, doc_tokens_total = 0;
     int st = lz_check_desc(c, d, &doc_blocks_total, &doc_tokens_total);
     if (st) return st;
@@ -168,6 +172,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     int32_t *fresh = NULL;
     int64_t next = -1; /* fresh[] blocks handed to own or to an entry; -1: none allocated */
     if (!r || !dp) goto oom;
+    r->magic = LZ_MAGIC_REQUEST;
     r->cache = c;
     r->cap_holds = (int)(doc_blocks_total + 2 * (int64_t)d->n_docs + 1);
     r->holds = malloc((size_t)r->cap_holds * sizeof *r->holds);
@@ -427,6 +432,7 @@ fail:
 
 int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
     LZ_CHECK_ARG(r && p, "lazyattn_request_get_plan: NULL argument");
+    LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_get_plan", "request");
     memset(p, 0, sizeof *p);
     p->n_segments = r->n_segments;
     p->segments = r->segments;
@@ -454,6 +460,7 @@ int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
 
 int lazyattn_request_commit(lazyattn_request *r) {
     LZ_CHECK_ARG(r != NULL, "lazyattn_request_commit: request is NULL");
+    LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_commit", "request");
     if (r->committed) return LAZYATTN_STATUS_OK;
     /* Prompt order, so that a document repeated within the request
      * publishes its first copy; later duplicates stay private. */
@@ -467,6 +474,7 @@ int lazyattn_request_commit(lazyattn_request *r) {
 
 int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t *positions) {
     LZ_CHECK_ARG(r != NULL, "lazyattn_request_append: request is NULL");
+    LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_append", "request");
     LZ_CHECK_ARG(n >= 0, "lazyattn_request_append: negative count %d", n);
     LZ_CHECK_ARG(n == 0 || (slots && positions), "lazyattn_request_append: NULL output");
     lazyattn_cache *c = r->cache;

@@ -93,3 +93,12 @@ size_t lazyattn_dtype_size(lazyattn_dtype dtype) {
     default: lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "unknown dtype %d", (int)dtype); return 0;
     }
 }
+
+int lz_live_for_destroy(uint32_t magic, uint32_t want, const char *fn, const char *kind) {
+    if (magic == want) return 1;
+    lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+            "%s: not a live %s (destroyed twice, or another kind of handle); left alone", fn,
+            kind);
+    lz_log(NULL, LAZYATTN_LOG_ERROR, "%s", lazyattn_last_error());
+    return 0;
+}
