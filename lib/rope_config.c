@@ -13,10 +13,16 @@ int lazyattn_rope_frequencies(const lazyattn_rope_config *rope, int head_dim, do
     LZ_CHECK_ARG(rot >= 2 && rot % 2 == 0 && rot <= head_dim,
                  "lazyattn_rope_frequencies: rotary_dim %d must be even, in 2..head_dim (%d)", rot,
                  head_dim);
-    LZ_CHECK_ARG(rope->theta > 1.0, "lazyattn_rope_frequencies: theta %g must exceed 1",
-                 rope->theta);
+    LZ_CHECK_ARG(rope->theta > 1.0 && isfinite(rope->theta),
+                 "lazyattn_rope_frequencies: theta %g must be finite and exceed 1", rope->theta);
     int scaled = rope->llama3_factor > 0.0;
     if (scaled) {
+        LZ_CHECK_ARG(isfinite(rope->llama3_factor) && isfinite(rope->llama3_low_freq_factor) &&
+                         isfinite(rope->llama3_high_freq_factor),
+                     "lazyattn_rope_frequencies: Llama-3 scaling factors must be finite "
+                     "(factor %g, low %g, high %g)",
+                     rope->llama3_factor, rope->llama3_low_freq_factor,
+                     rope->llama3_high_freq_factor);
         LZ_CHECK_ARG(rope->llama3_factor >= 1.0 && rope->llama3_low_freq_factor > 0.0 &&
                          rope->llama3_high_freq_factor > rope->llama3_low_freq_factor &&
                          rope->llama3_original_context > 0,
