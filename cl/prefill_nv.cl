@@ -81,7 +81,7 @@ inline lz_nv_entry lz_nv_get_entry(__global const ulong *table, __global const i
 }
 
 /* Position of query row r; -1 (sees no key) past the queries or outside
- * 0..LZ_MAX_POSITION (recorded once per launch by the flag loop). */
+ * 0..LZ_MAX_POSITION (recorded by the work-group that owns the row). */
 inline int lz_nv_query_pos(__global const int *q_pos, int r, int n_queries) {
     const int p = r < n_queries ? q_pos[r] : -1;
     return LZ_POSITION_OK(p) ? p : -1;
@@ -267,15 +267,14 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
             else if (!LZ_ENTRY_POSITIONS_OK(entry_pos[e], LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w)))
                 lz_raise(err, LZ_ERR_ENTRY_POSITION);
         }
-    if (get_group_id(0) == 0 && get_group_id(1) == 0)
-        for (int t = lid; t < n_queries; t += LZ_NV_THREADS)
-            if (!LZ_POSITION_OK(q_pos[t])) lz_raise(err, LZ_ERR_QUERY_POSITION);
 
     /* the work-group's latest and earliest query positions (active rows) */
     __local int *red = (__local int *)kring;
     if (lid == 0) red[0] = -1, red[1] = INT_MAX;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < 16 * WM && tok0 + lid < n_queries) {
+        /* each work-group records its own rows' bad positions */
+        if (!LZ_POSITION_OK(q_pos[tok0 + lid])) lz_raise(err, LZ_ERR_QUERY_POSITION);
         const int p = lz_nv_query_pos(q_pos, tok0 + lid, n_queries);
         atomic_max(&red[0], p);
         atomic_min(&red[1], p);
