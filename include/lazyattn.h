@@ -11,6 +11,10 @@
  *    negative lazyattn_status. lazyattn_status_string() names it and
  *    lazyattn_last_error() gives the detail of the last failure on this
  *    thread. Nothing in the library exits, aborts or asserts on bad input.
+ *  - Sizes computed from caller values never wrap: a count whose bytes do
+ *    not fit size_t, or whose work size does not fit the kernels' int32
+ *    indices, gives OUT_OF_RANGE naming the quantity; a buffer smaller
+ *    than its shape needs gives INVALID_ARGUMENT.
  *  - Every create has a destroy; destroy(NULL) is a no-op.
  *  - Shapes are written row-major, outermost first, right above each
  *    function: k: [n_tokens, n_kv_heads, head_dim] f32.
