@@ -69,15 +69,17 @@ void lazyattn_attention_config_default(lazyattn_attention_config *cfg) {
     cfg->rope.llama3_original_context = 8192;
 }
 
-static double lz_alibi_pow2_slope(int h, int n) { return pow(2.0, -8.0 * (h + 1) / n); }
+/* in double: h + 1 and n reach 2^31 for n_heads near INT_MAX */
+static double lz_alibi_pow2_slope(double h, double n) { return pow(2.0, -8.0 * (h + 1) / n); }
 
 int lazyattn_alibi_slope(int h, int n_heads, double *slope) {
     LZ_CHECK_ARG(slope != NULL, "lazyattn_alibi_slope: slope is NULL");
     LZ_CHECK_ARG(n_heads >= 1 && h >= 0 && h < n_heads,
                  "lazyattn_alibi_slope: head %d outside 0..%d", h, n_heads - 1);
-    int n2 = 1;
-    while (n2 * 2 <= n_heads) n2 *= 2;
+    int n2 = 1; /* the largest power of two <= n_heads, without overflowing n2 * 2 */
+    while (n2 <= n_heads / 2) n2 *= 2;
     /* past n2 heads, the ALiBi paper's interpolation: every other slope of 2 * n2 heads */
-    *slope = h < n2 ? lz_alibi_pow2_slope(h, n2) : lz_alibi_pow2_slope(2 * (h - n2), 2 * n2);
+    *slope = h < n2 ? lz_alibi_pow2_slope(h, n2)
+                    : lz_alibi_pow2_slope(2.0 * (h - n2), 2.0 * n2);
     return LAZYATTN_STATUS_OK;
 }

@@ -9,6 +9,7 @@
 #include "checked_size.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -237,6 +238,21 @@ static void test_attention_config_sizes(void **state) {
     assert_null(attn);
 }
 
+/* ALiBi slopes at a head count of INT_MAX: no int overflow in the power
+ * of two or the interpolation (UBSan in CI), values from the formula. */
+static void test_alibi_slope_at_int_max(void **state) {
+    (void)state;
+    const double n2 = 1073741824.0; /* 2^30, the largest power of two <= INT_MAX */
+    double s = 0;
+    lt_assert_status(lazyattn_alibi_slope(0, INT_MAX, &s), LAZYATTN_STATUS_OK);
+    assert_true(fabs(s - pow(2.0, -8.0 / n2)) < 1e-15);
+    lt_assert_status(lazyattn_alibi_slope(INT_MAX - 1, INT_MAX, &s), LAZYATTN_STATUS_OK);
+    double h = (double)(INT_MAX - 1) - n2; /* interpolated: every other slope of 2^31 heads */
+    assert_true(fabs(s - pow(2.0, -8.0 * (2.0 * h + 1.0) / (2.0 * n2))) < 1e-15);
+    assert_true(s > 0.0 && s < 1.0);
+    lt_assert_status(lazyattn_alibi_slope(INT_MAX, INT_MAX, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_helpers_at_the_edges),
@@ -247,6 +263,7 @@ int main(void) {
         cmocka_unit_test(test_decode_sizes),
         cmocka_unit_test(test_pool_sizes),
         cmocka_unit_test(test_attention_config_sizes),
+        cmocka_unit_test(test_alibi_slope_at_int_max),
     };
     return cmocka_run_group_tests_name("checked_sizes", tests, lt_context_setup, lt_context_teardown);
 }
