@@ -159,7 +159,8 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
     /* two K and two V slots + the entry slots must stay under 48 KB of local memory */
     if ((size_t)8 * t->kt * D > 48640) t->kt = B;
     const int group = a->group;
-    if (t->warps < group || t->warps > 32) t->warps = group < 8 ? 8 : group; /* 32 x 32 = 1024 threads */
+    if (t->warps < group) t->warps = group;
+    if (t->warps > 32) t->warps = group; /* at most 1024 threads, before warps * 32 could overflow */
     t->warps = t->warps / group * group;
     if (t->dstages < 2 || t->dstages > 6) t->dstages = LZ_NV_DECODE_RING;
     while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
