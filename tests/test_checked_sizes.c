@@ -215,6 +215,11 @@ static void test_pool_sizes(void **state) {
     lazyattn_pool_get_info(pool, &info);
     assert_true(info.block_bytes == (uint64_t)1 << 43);
     assert_int_equal(info.n_blocks, (int64_t)(UINT64_MAX >> 43));
+    int32_t ids[1];
+    lt_assert_status(lazyattn_pool_alloc(pool, INT_MAX, ids), LAZYATTN_STATUS_BUDGET_EXCEEDED);
+    lt_assert_status(lazyattn_pool_alloc(pool, INT_MIN, ids), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lazyattn_pool_get_info(pool, &info);
+    assert_int_equal(info.n_used, 0);
     lazyattn_pool_destroy(pool);
     pool = NULL;
     /* on a device that pool cannot fit */
