@@ -20,13 +20,24 @@
 #define LAZYATTN_U64 uint64_t
 #endif
 
-#define LAZYATTN_ENTRY_BLOCK(w) ((int)((w) & 0x7FFFFFFF))
-#define LAZYATTN_ENTRY_LENGTH(w) ((int)(((w) >> 31) & 0xFF) + 1)
-#define LAZYATTN_ENTRY_DELTA(w) ((((int)(((w) >> 39) & 0x1FFFFFF)) ^ 0x1000000) - 0x1000000)
+/* Field positions and masks; lib/block_entry.c asserts at build time that
+ * they match LAZYATTN_ENTRY_*_BITS and the limits in include/lazyattn.h. */
+#define LZ_ENTRY_LENGTH_SHIFT 31
+#define LZ_ENTRY_DELTA_SHIFT 39
+#define LZ_ENTRY_BLOCK_MASK 0x7FFFFFFF /* 31 bits */
+#define LZ_ENTRY_LENGTH_MASK 0xFF      /* 8 bits */
+#define LZ_ENTRY_DELTA_MASK 0x1FFFFFF  /* 25 bits */
+#define LZ_ENTRY_DELTA_SIGN 0x1000000  /* the delta's sign bit */
+
+#define LAZYATTN_ENTRY_BLOCK(w) ((int)((w) & LZ_ENTRY_BLOCK_MASK))
+#define LAZYATTN_ENTRY_LENGTH(w) ((int)(((w) >> LZ_ENTRY_LENGTH_SHIFT) & LZ_ENTRY_LENGTH_MASK) + 1)
+#define LAZYATTN_ENTRY_DELTA(w)                                                         \
+    ((((int)(((w) >> LZ_ENTRY_DELTA_SHIFT) & LZ_ENTRY_DELTA_MASK)) ^ LZ_ENTRY_DELTA_SIGN) - \
+     LZ_ENTRY_DELTA_SIGN)
 
 /* Callers check the ranges first (lazyattn_entry_pack does). */
 #define LAZYATTN_ENTRY_ENCODE(block, delta, length)                                   \
-    ((LAZYATTN_U64)(block) | ((LAZYATTN_U64)((length) - 1) << 31) |                  \
-     (((LAZYATTN_U64)(delta) & 0x1FFFFFF) << 39))
+    ((LAZYATTN_U64)(block) | ((LAZYATTN_U64)((length) - 1) << LZ_ENTRY_LENGTH_SHIFT) | \
+     (((LAZYATTN_U64)(delta) & LZ_ENTRY_DELTA_MASK) << LZ_ENTRY_DELTA_SHIFT))
 
 #endif

@@ -35,7 +35,11 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     if (bad_table && split == 0 && j == 0 && g == 0) lz_raise(err, LZ_ERR_TABLE);
     const int first = bad_table ? 0 : begin + split * entries_per_split;
     const int last = bad_table ? 0 : min(end, first + entries_per_split);
-    const int qp = q_pos[seq];
+    /* a query position outside 0..LZ_MAX_POSITION is recorded and sees no key */
+    const int qp_in = q_pos[seq];
+    const int bad_q = !LZ_POSITION_OK(qp_in);
+    if (bad_q && split == 0 && j == 0 && g == 0) lz_raise(err, LZ_ERR_QUERY_POSITION);
+    const int qp = bad_q ? -1 : qp_in;
     const float slope = alibi ? slopes[h] : 0.0f;
     __global const float *qg = q + ((size_t)seq * n_q_heads + kvh * group_size) * LZ_HEAD_DIM;
 
@@ -51,6 +55,10 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
         const int delta = LAZYATTN_ENTRY_DELTA(w), pos0 = entry_pos[e];
         if (blk >= n_blocks || len > LZ_BLOCK) {
             if (lid == 0) lz_raise(err, blk >= n_blocks ? LZ_ERR_BLOCK : LZ_ERR_LENGTH);
+            continue;
+        }
+        if (!LZ_ENTRY_POSITIONS_OK(pos0, delta, len)) { /* logical or stored start out of range */
+            if (lid == 0) lz_raise(err, LZ_ERR_ENTRY_POSITION);
             continue;
         }
         if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {

@@ -85,7 +85,11 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     if (bad_table && split == 0 && lane == 0) lz_raise(err, LZ_ERR_TABLE);
     const int first = bad_table ? 0 : begin + split * entries_per_split;
     const int last = bad_table ? 0 : min(end, first + entries_per_split);
-    const int qp = q_pos[seq];
+    /* a query position outside 0..LZ_MAX_POSITION is recorded and sees no key */
+    const int qp_in = q_pos[seq];
+    const int bad_q = !LZ_POSITION_OK(qp_in);
+    if (bad_q && split == 0 && lane == 0) lz_raise(err, LZ_ERR_QUERY_POSITION);
+    const int qp = bad_q ? -1 : qp_in;
 
     __global const float *qg = q + ((size_t)seq * n_q_heads + kvh * G) * LZ_HEAD_DIM;
     __global const float *row0 = g < G ? qg + g * LZ_HEAD_DIM : 0;
@@ -131,6 +135,9 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         int len = LAZYATTN_ENTRY_LENGTH(w);
         if (blk >= n_blocks || len > LZ_BLOCK) {
             if (lane == 0) lz_raise(err, blk >= n_blocks ? LZ_ERR_BLOCK : LZ_ERR_LENGTH);
+            len = 0;
+        } else if (!LZ_ENTRY_POSITIONS_OK(pos0, delta, len)) { /* logical or stored start out of range */
+            if (lane == 0) lz_raise(err, LZ_ERR_ENTRY_POSITION);
             len = 0;
         }
         const uint kb = ring_base + s * 2 * LZ_NV_DMAT, vb = kb + LZ_NV_DMAT;

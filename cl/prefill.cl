@@ -36,7 +36,11 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
     const int kvh = get_group_id(1), h = kvh * group_size + g;
     const int t = get_group_id(0) * LZ_BQ + row;
     const int active = t < n_queries;
-    const int qp = active ? q_pos[t] : -1;
+    /* a query position outside 0..LZ_MAX_POSITION is recorded and sees no key */
+    const int qp_in = active ? q_pos[t] : -1;
+    const int bad_q = active && !LZ_POSITION_OK(qp_in);
+    if (bad_q) lz_raise(err, LZ_ERR_QUERY_POSITION);
+    const int qp = bad_q ? -1 : qp_in;
 
     /* the latest query position of the group: a tile past it is skipped */
     if (g == 0) row_pos[row] = qp;
@@ -58,6 +62,10 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
         const int delta = LAZYATTN_ENTRY_DELTA(w), pos0 = entry_pos[e];
         if (blk >= n_blocks || len > LZ_BLOCK) {
             if (lid == 0) lz_raise(err, blk >= n_blocks ? LZ_ERR_BLOCK : LZ_ERR_LENGTH);
+            continue;
+        }
+        if (!LZ_ENTRY_POSITIONS_OK(pos0, delta, len)) { /* logical or stored start out of range */
+            if (lid == 0) lz_raise(err, LZ_ERR_ENTRY_POSITION);
             continue;
         }
         if (pos0 > max_pos) continue; /* the whole tile is in every row's future */

@@ -75,8 +75,16 @@ inline lz_nv_entry lz_nv_get_entry(__global const ulong *table, __global const i
     r.len = LAZYATTN_ENTRY_LENGTH(w);
     r.delta = LAZYATTN_ENTRY_DELTA(w);
     r.pos0 = entry_pos[e];
-    if (r.blk >= n_blocks || r.len > LZ_BLOCK) r.len = 0;
+    if (r.blk >= n_blocks || r.len > LZ_BLOCK || !LZ_ENTRY_POSITIONS_OK(r.pos0, r.delta, r.len))
+        r.len = 0;
     return r;
+}
+
+/* Position of query row r; -1 (sees no key) past the queries or outside
+ * 0..LZ_MAX_POSITION (recorded by the work-group that owns the row). */
+inline int lz_nv_query_pos(__global const int *q_pos, int r, int n_queries) {
+    const int p = r < n_queries ? q_pos[r] : -1;
+    return LZ_POSITION_OK(p) ? p : -1;
 }
 
 /* First tile at or after i with an entry some row can see (start <= max_pos). */
@@ -247,8 +255,8 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     const int tok0 = (get_num_groups(0) - 1 - get_group_id(0)) * 16 * WM;
     const int g = lane >> 2, t4 = lane & 3;
     const int r0 = tok0 + mi * 16 + g, r1 = r0 + 8;
-    const int qp0 = r0 < n_queries ? q_pos[r0] : -1;
-    const int qp1 = r1 < n_queries ? q_pos[r1] : -1;
+    const int qp0 = lz_nv_query_pos(q_pos, r0, n_queries);
+    const int qp1 = lz_nv_query_pos(q_pos, r1, n_queries);
 
     /* bad entries are flagged once per launch, wherever they are */
     if (get_group_id(0) == 0 && get_group_id(1) == 0)
@@ -256,6 +264,8 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
             const ulong w = table[e];
             if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
             else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
+            else if (!LZ_ENTRY_POSITIONS_OK(entry_pos[e], LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w)))
+                lz_raise(err, LZ_ERR_ENTRY_POSITION);
         }
 
     /* the work-group's latest and earliest query positions (active rows) */
@@ -263,7 +273,9 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     if (lid == 0) red[0] = -1, red[1] = INT_MAX;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < 16 * WM && tok0 + lid < n_queries) {
-        const int p = q_pos[tok0 + lid];
+        /* each work-group records its own rows' bad positions */
+        if (!LZ_POSITION_OK(q_pos[tok0 + lid])) lz_raise(err, LZ_ERR_QUERY_POSITION);
+        const int p = lz_nv_query_pos(q_pos, tok0 + lid, n_queries);
         atomic_max(&red[0], p);
         atomic_min(&red[1], p);
     }

@@ -14,9 +14,7 @@
  * (2p, 2p + 1) for GPT-J, rotated by angle(pos, f_p); pairs at and past
  * rot_dim/2 are (2p, 2p + 1) and are not rotated (partial rotary).
  */
-#define LZ_ROPE_NONE 0
-#define LZ_ROPE_NEOX 1
-#define LZ_ROPE_GPTJ 2
+/* The style codes LZ_ROPE_* are in cl/kernel_abi.h. */
 
 inline float lz_rope_angle(int pos, float2 f) {
     float p = (float)pos; /* exact: |pos| < 2^24 */

@@ -38,16 +38,8 @@ inline ushort lz_bf16_from_float(float x) {
 #define LZ_BLOCK 16
 #endif
 
-/* Error bits the kernels raise in the attention's error word instead of
- * reading or writing out of bounds (lazyattn_attention_status reads them). */
-#define LZ_ERR_BLOCK 1    /* block id outside the pool */
-#define LZ_ERR_LENGTH 2   /* valid length above the block size */
-#define LZ_ERR_POSITION 4 /* position outside 0..2^24-1 */
-#define LZ_ERR_SLOT 8     /* write slot outside the pool */
-#define LZ_ERR_TABLE 16   /* sequence offsets outside the table, or past max_entries */
-
-#define LZ_MAX_POSITION ((1 << 24) - 1)
-
+/* Records error bits (LZ_ERR_*, cl/kernel_abi.h) in the attention's error
+ * word instead of reading or writing out of bounds. */
 inline void lz_raise(__global int *err, int bits) { atomic_or(err, bits); }
 
 /* Element offset of (block, kv head, token, dim 0) in a pool buffer laid out

@@ -11,6 +11,10 @@
  *    negative lazyattn_status. lazyattn_status_string() names it and
  *    lazyattn_last_error() gives the detail of the last failure on this
  *    thread. Nothing in the library exits, aborts or asserts on bad input.
+ *  - Sizes computed from caller values never wrap: a count whose bytes do
+ *    not fit size_t, or whose work size does not fit the kernels' int32
+ *    indices, gives OUT_OF_RANGE naming the quantity; a buffer smaller
+ *    than its shape needs gives INVALID_ARGUMENT.
  *  - Every create has a destroy; destroy(NULL) is a no-op.
  *  - Shapes are written row-major, outermost first, right above each
  *    function: k: [n_tokens, n_kv_heads, head_dim] f32.
@@ -90,8 +94,10 @@ typedef enum lazyattn_status {
 /* Short message of a status ("invalid argument"); "unknown status" otherwise. */
 LAZYATTN_API const char *lazyattn_status_string(int status);
 
-/* Detail of the last failure on the calling thread ("" if none), e.g.
- * "lazyattn_pool_alloc: 5 blocks asked, 3 free under the budget". */
+/* Detail of the last failure on the calling thread ("" if none yet), e.g.
+ * "lazyattn_pool_alloc: 5 blocks asked, 3 free under the budget". Like
+ * errno it keeps the text of the last failure: a later successful call does
+ * not clear it, so read it only right after a call returned an error. */
 LAZYATTN_API const char *lazyattn_last_error(void);
 
 /* ---- limits ----------------------------------------------------------- */
@@ -99,6 +105,17 @@ LAZYATTN_API const char *lazyattn_last_error(void);
 /* Largest logical or stored position: fp32 holds every integer up to 2^24. */
 #define LAZYATTN_MAX_POSITION ((1 << 24) - 1)
 #define LAZYATTN_MAX_BLOCK_SIZE 256
+/* Geometry the kernels support: every attention configuration and every
+ * device pool keeps to it (one validator checks both; a bookkeeping pool,
+ * ctx == NULL, accepts any head_dim in 1..1024). */
+#define LAZYATTN_MIN_HEAD_DIM 16  /* head_dim: a multiple of 8 in MIN..MAX */
+#define LAZYATTN_MAX_HEAD_DIM 256
+#define LAZYATTN_MAX_HEADS 4096   /* query heads, and KV heads */
+#define LAZYATTN_MAX_LAYERS 4096  /* layers of a pool */
+/* Most blocks of one pool: 5 bytes of host bookkeeping per block (335 MB
+ * at the limit). A budget that gives more blocks is refused with
+ * OUT_OF_RANGE, never truncated. */
+#define LAZYATTN_MAX_POOL_BLOCKS ((int64_t)1 << 26)
 
 /* ---- storage types and positional schemes ------------------------------ */
 
@@ -232,8 +249,9 @@ LAZYATTN_API int lazyattn_context_fast_path(const lazyattn_context *ctx);
  *   bits 39..63  delta, two's complement 25 bits, -2^24 .. 2^24-1
  *
  * delta = logical start - stored start of the block. The same encode and
- * decode macros (lib/entry_layout.h) are compiled into the host and into
- * every kernel. Values that do not fit give LAZYATTN_STATUS_OUT_OF_RANGE.
+ * decode macros (cl/block_entry.h) are compiled into the host and into
+ * every kernel; the build asserts that they match the constants below.
+ * Values that do not fit give LAZYATTN_STATUS_OUT_OF_RANGE.
  */
 #define LAZYATTN_ENTRY_BLOCK_BITS 31
 #define LAZYATTN_ENTRY_LENGTH_BITS 8
@@ -265,6 +283,14 @@ LAZYATTN_API int lazyattn_entry_unpack(uint64_t word, int32_t *block, int32_t *d
  * at a time. Between a cache's eviction and its allocation another thread
  * may take the freed blocks: a request then gets BUDGET_EXCEEDED, as it
  * would had the other thread come first.
+ *
+ * Refused up front, before anything is allocated: n_layers outside
+ * 1..LAZYATTN_MAX_LAYERS or a geometry outside the limits above
+ * (INVALID_ARGUMENT); a budget below one block (BUDGET_EXCEEDED); on a
+ * device, one layer's K buffer above CL_DEVICE_MAX_MEM_ALLOC_SIZE or all
+ * layers' K and V together above CL_DEVICE_GLOBAL_MEM_SIZE
+ * (OUT_OF_DEVICE_MEMORY); more than LAZYATTN_MAX_POOL_BLOCKS blocks
+ * (OUT_OF_RANGE). Each message names the number that does not fit.
  */
 typedef struct lazyattn_pool lazyattn_pool;
 
@@ -329,12 +355,20 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
                                                lazyattn_attention_config *config);
 
 /*
- * The kernels never read or write outside the pool or the tables: a block
- * id, length, slot, position or table offset out of range is skipped and
- * recorded on the device. This call waits for the queue, returns
- * OUT_OF_RANGE with the detail if anything was recorded since the last
- * call, and clears the record. Call it after a step when the tables come
- * from untrusted input (tests do after every launch).
+ * The kernels never read or write outside the pool or the tables, and never
+ * use a position outside 0..LAZYATTN_MAX_POSITION: a bad value is skipped
+ * and recorded on the device. Recorded are: a block id outside the pool; a
+ * valid length above the block size; a write slot outside the pool; a write
+ * (stored_pos) or rotation (rope_apply pos) position out of range; a query
+ * position q_pos out of range (that query sees no key: its output is
+ * zeros); an entry whose logical positions entry_pos[e] .. entry_pos[e] +
+ * length - 1 or stored positions (entry_pos[e] - delta) + 0 .. length - 1
+ * leave 0..LAZYATTN_MAX_POSITION (the entry is skipped); sequence offsets
+ * outside the table or past max_entries (the sequence is skipped). This
+ * call waits for the queue, returns OUT_OF_RANGE with the detail if
+ * anything was recorded since the last call, and clears the record. Call it
+ * after a step when the tables come from untrusted input (tests do after
+ * every launch).
  */
 LAZYATTN_API int lazyattn_attention_check(lazyattn_attention *attn, cl_command_queue queue);
 
@@ -363,6 +397,10 @@ LAZYATTN_API int lazyattn_rope_apply(lazyattn_attention *attn, int n_tokens, int
  * (write them first with lazyattn_write_kv). Key j of entry e sits at
  * logical position entry_pos[e] + j and is visible to query t iff
  * key position <= q_pos[t]. Each entry's K tile is rotated once by its delta.
+ * entry_pos[e] is the entry's logical start; its stored start (the position
+ * its K was written at) is entry_pos[e] - delta. Both, over the entry's
+ * valid length, and every q_pos must lie in 0..LAZYATTN_MAX_POSITION; an
+ * entry or query outside is skipped and recorded (lazyattn_attention_check).
  *   q:         [n_queries, n_q_heads, head_dim] f32, rotated at q_pos
  *   q_pos:     [n_queries] int32 logical positions
  *   table:     [n_entries] packed uint64 entries (lazyattn_entry_pack)
@@ -395,7 +433,9 @@ LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool 
  *                table[seq_offsets[s] .. seq_offsets[s+1])
  *   table:       [seq_offsets[n_seqs]] packed uint64
  *   entry_pos:   [seq_offsets[n_seqs]] int32 logical start of each entry
- *   max_entries: the most entries of any one sequence (sizes the split)
+ *                (stored start = entry_pos - delta; checked as in prefill)
+ *   max_entries: the most entries of any one sequence (sizes the split),
+ *                at most the entries the table buffer holds
  *   n_splits:    KV splits per sequence, 0 = chosen from the device size
  *   out:         [n_seqs, n_q_heads, head_dim] f32
  */
@@ -715,6 +755,14 @@ LAZYATTN_API void lazyattn_request_destroy(lazyattn_request *req);
  * document hashes the same under every seed.
  */
 typedef struct lazyattn_workload lazyattn_workload;
+
+/* Limits of a workload, refused with OUT_OF_RANGE up front (they bound
+ * its host memory to about 2 GB): documents, requests, and the tokens of all
+ * documents, of all questions, and the document slots n_requests *
+ * docs_per_request, each. */
+#define LAZYATTN_WORKLOAD_MAX_DOCS (1 << 24)
+#define LAZYATTN_WORKLOAD_MAX_REQUESTS (1 << 24)
+#define LAZYATTN_WORKLOAD_MAX_TOKENS ((int64_t)1 << 27)
 
 typedef struct lazyattn_workload_config {
     int n_docs;

@@ -1,11 +1,19 @@
 /* Attention launchers: builds the kernels for one configuration, validates
  * every launch on the host, and enqueues write_kv, rope, prefill, decode and
  * materialise. */
-#include "internal.h"
+#include "checked_size.h"
+
+#include "../cl/kernel_abi.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The kernels' codes (cl/kernel_abi.h) are the public ones (lazyattn.h). */
+_Static_assert(LZ_MAX_POSITION == LAZYATTN_MAX_POSITION, "kernel and host largest position");
+_Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_ROPE_NEOX &&
+                   LZ_ROPE_GPTJ == LAZYATTN_ROPE_GPTJ,
+               "kernel and host RoPE style codes");
 
 /* Query rows per prefill work-group on the portable path. */
 #define LZ_PREFILL_ROWS 16
@@ -52,26 +60,20 @@ struct lazyattn_attention {
 /* ---- configuration ------------------------------------------------------ */
 
 static int lz_check_config(const lazyattn_context *ctx, const lazyattn_attention_config *c) {
-    LZ_CHECK_ARG(c->n_kv_heads >= 1 && c->n_q_heads >= 1,
-                 "attention config: head counts must be >= 1 (q %d, kv %d)", c->n_q_heads,
-                 c->n_kv_heads);
+    static const char fn[] = "attention config";
+    LZ_CHECK_ARG(c->n_q_heads >= 1 && c->n_q_heads <= LAZYATTN_MAX_HEADS,
+                 "%s: n_q_heads %d outside 1..%d", fn, c->n_q_heads, LAZYATTN_MAX_HEADS);
+    LZ_TRY(lz_check_geometry(fn, c->n_kv_heads, c->head_dim, c->block_size, c->dtype, 1));
     LZ_CHECK_ARG(c->n_q_heads % c->n_kv_heads == 0,
-                 "attention config: %d query heads not divisible by %d KV heads", c->n_q_heads,
+                 "%s: %d query heads not divisible by %d KV heads", fn, c->n_q_heads,
                  c->n_kv_heads);
-    LZ_CHECK_ARG(c->head_dim >= 16 && c->head_dim <= 256 && c->head_dim % 8 == 0,
-                 "attention config: head_dim %d must be a multiple of 8 in 16..256", c->head_dim);
-    LZ_CHECK_ARG(c->block_size >= 1 && c->block_size <= LAZYATTN_MAX_BLOCK_SIZE,
-                 "attention config: block_size %d outside 1..%d", c->block_size,
-                 LAZYATTN_MAX_BLOCK_SIZE);
-    LZ_CHECK_ARG(lazyattn_dtype_size(c->dtype) != 0, "attention config: unknown dtype %d",
-                 (int)c->dtype);
     LZ_CHECK_ARG(c->rope.style >= LAZYATTN_ROPE_NONE && c->rope.style <= LAZYATTN_ROPE_GPTJ,
                  "attention config: unknown rope style %d", (int)c->rope.style);
     LZ_CHECK_ARG(c->alibi == 0 || c->alibi == 1, "attention config: alibi must be 0 or 1");
     LZ_CHECK_ARG(c->scale >= 0.0f && isfinite(c->scale), "attention config: bad scale %g",
                  (double)c->scale);
     if (c->rope.style != LAZYATTN_ROPE_NONE) {
-        double probe[128];
+        double probe[LAZYATTN_MAX_HEAD_DIM / 2];
         int st = lazyattn_rope_frequencies(&c->rope, c->head_dim, probe);
         if (st) return st;
     }
@@ -158,8 +160,8 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
     if ((size_t)8 * t->kt * D > 48640) t->kt = B;
     const int group = a->group;
     if (t->warps < group) t->warps = group;
+    if (t->warps > 32) t->warps = group; /* at most 1024 threads, before warps * 32 could overflow */
     t->warps = t->warps / group * group;
-    if (t->warps * 32 > 1024) t->warps = group;
     if (t->dstages < 2 || t->dstages > 6) t->dstages = LZ_NV_DECODE_RING;
     while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
     if (t->waves < 0) t->waves = 0;
@@ -184,7 +186,7 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
         n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     if (getenv("LAZYATTN_NV_VERBOSE"))
         snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
-    static const char *const sources[] = {"block_entry", "storage", "rope", "mma_nv",
+    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "mma_nv",
                                           "prefill_nv", "decode_nv"};
     cl_program program, patched = NULL;
     int st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
@@ -262,7 +264,7 @@ int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_co
     snprintf(options, sizeof options,
              "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_BQ=%d",
              config->head_dim, config->block_size, (int)config->dtype, LZ_PREFILL_ROWS);
-    static const char *const sources[] = {"block_entry", "storage",  "rope",       "kv_write",
+    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "kv_write",
                                           "rope_apply",  "prefill",  "decode",     "materialise"};
     cl_program program;
     st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
@@ -314,13 +316,17 @@ int lazyattn_attention_check(lazyattn_attention *a, cl_command_queue queue) {
     if (!bits) return LAZYATTN_STATUS_OK;
     err = clEnqueueWriteBuffer(q, a->err, CL_TRUE, 0, sizeof zero, &zero, 0, NULL, NULL);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_attention_check: clear");
+    char detail[400];
+    size_t used = 0;
+    detail[0] = 0;
+#define LZ_ERR_X_TEXT(name, bit, what)                                                      \
+    if ((bits & (bit)) && used < sizeof detail)                                            \
+        used += (size_t)snprintf(detail + used, sizeof detail - used, " %s;", what);
+    LZ_ERR_LIST(LZ_ERR_X_TEXT)
+#undef LZ_ERR_X_TEXT
     return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
-                   "lazyattn_attention_check: kernels skipped bad input:%s%s%s%s%s",
-                   bits & 1 ? " block id outside the pool;" : "",
-                   bits & 2 ? " valid length above the block size;" : "",
-                   bits & 4 ? " position outside 0..2^24-1;" : "",
-                   bits & 8 ? " write slot outside the pool;" : "",
-                   bits & 16 ? " sequence offsets outside the table or past max_entries;" : "");
+                   "lazyattn_attention_check: kernels skipped bad input (bits 0x%x):%s", bits,
+                   detail);
 }
 
 /* ---- launch helpers ------------------------------------------------------ */
@@ -397,11 +403,15 @@ int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int
     int st = lz_check_pool(a, pool, layer, fn);
     if (st) return st;
     LZ_CHECK_ARG(n_tokens >= 1, "%s: n_tokens %d must be >= 1", fn, n_tokens);
-    size_t row = (size_t)a->cfg.n_kv_heads * a->cfg.head_dim * sizeof(float);
-    LZ_CHECK_MEM(k, n_tokens * row, "k");
-    LZ_CHECK_MEM(v, n_tokens * row, "v");
-    LZ_CHECK_MEM(slots, n_tokens * sizeof(cl_int), "slots");
-    LZ_CHECK_MEM(stored_pos, n_tokens * sizeof(cl_int), "stored_pos");
+    size_t kv_bytes = 0, idx_bytes = 0;
+    LZ_TRY(lz_size_product4(&kv_bytes, fn, "k/v bytes (n_tokens x n_kv_heads x head_dim x 4)",
+                            (size_t)n_tokens, (size_t)a->cfg.n_kv_heads, (size_t)a->cfg.head_dim,
+                            sizeof(float)));
+    LZ_TRY(lz_size_product(&idx_bytes, fn, "slots bytes", (size_t)n_tokens, sizeof(cl_int), 1));
+    LZ_CHECK_MEM(k, kv_bytes, "k");
+    LZ_CHECK_MEM(v, kv_bytes, "v");
+    LZ_CHECK_MEM(slots, idx_bytes, "slots");
+    LZ_CHECK_MEM(stored_pos, idx_bytes, "stored_pos");
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
     cl_int nb = (cl_int)lz_pool_n_blocks(pool);
@@ -421,8 +431,13 @@ int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem
     LZ_CHECK_ARG(a != NULL, "%s: attn is NULL", fn);
     LZ_CHECK_ARG(n_tokens >= 1 && n_heads >= 1, "%s: n_tokens %d and n_heads %d must be >= 1", fn,
                  n_tokens, n_heads);
-    LZ_CHECK_MEM(x, (size_t)n_tokens * n_heads * a->cfg.head_dim * sizeof(float), "x");
-    LZ_CHECK_MEM(pos, (size_t)n_tokens * sizeof(cl_int), "pos");
+    size_t x_bytes = 0, pos_bytes = 0;
+    LZ_TRY(lz_size_product4(&x_bytes, fn, "x bytes (n_tokens x n_heads x head_dim x 4)",
+                            (size_t)n_tokens, (size_t)n_heads, (size_t)a->cfg.head_dim,
+                            sizeof(float)));
+    LZ_TRY(lz_size_product(&pos_bytes, fn, "pos bytes", (size_t)n_tokens, sizeof(cl_int), 1));
+    LZ_CHECK_MEM(x, x_bytes, "x");
+    LZ_CHECK_MEM(pos, pos_bytes, "pos");
     if (a->cfg.rope.style == LAZYATTN_ROPE_NONE) {
         /* nothing to rotate; still give the caller an event that completes */
         if (event) {
@@ -448,8 +463,13 @@ int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, 
     int st = lz_check_pool(a, pool, layer, fn);
     if (st) return st;
     LZ_CHECK_ARG(n >= 1, "%s: n %d must be >= 1", fn, n);
-    LZ_CHECK_MEM(src, (size_t)n * sizeof(cl_ulong), "src");
-    LZ_CHECK_MEM(dst, (size_t)n * sizeof(cl_int), "dst");
+    size_t src_bytes = 0, dst_bytes = 0;
+    LZ_TRY(lz_size_product(&src_bytes, fn, "src bytes", (size_t)n, sizeof(cl_ulong), 1));
+    LZ_TRY(lz_size_product(&dst_bytes, fn, "dst bytes", (size_t)n, sizeof(cl_int), 1));
+    /* the kernel indexes (copy, token) with one int */
+    LZ_TRY(lz_fits_int((int64_t)n * a->cfg.block_size, fn, "work-items along n (n x block_size)"));
+    LZ_CHECK_MEM(src, src_bytes, "src");
+    LZ_CHECK_MEM(dst, dst_bytes, "dst");
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
     cl_int nb = (cl_int)lz_pool_n_blocks(pool);
@@ -474,14 +494,20 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     if (st) return st;
     LZ_CHECK_ARG(p->n_queries >= 1, "%s: n_queries %d must be >= 1", fn, p->n_queries);
     LZ_CHECK_ARG(p->n_entries >= 0, "%s: n_entries %d must be >= 0", fn, p->n_entries);
-    size_t qrow = (size_t)a->cfg.n_q_heads * a->cfg.head_dim * sizeof(float);
-    LZ_CHECK_MEM(p->q, p->n_queries * qrow, "q");
-    LZ_CHECK_MEM(p->q_pos, (size_t)p->n_queries * sizeof(cl_int), "q_pos");
-    LZ_CHECK_MEM(p->out, p->n_queries * qrow, "out");
+    size_t q_bytes = 0, qpos_bytes = 0, table_bytes = 0, epos_bytes = 0;
+    LZ_TRY(lz_size_product4(&q_bytes, fn, "q/out bytes (n_queries x n_q_heads x head_dim x 4)",
+                            (size_t)p->n_queries, (size_t)a->cfg.n_q_heads,
+                            (size_t)a->cfg.head_dim, sizeof(float)));
+    LZ_TRY(lz_size_product(&qpos_bytes, fn, "q_pos bytes", (size_t)p->n_queries, sizeof(cl_int), 1));
+    LZ_TRY(lz_size_product(&table_bytes, fn, "table bytes", (size_t)p->n_entries, sizeof(cl_ulong), 1));
+    LZ_TRY(lz_size_product(&epos_bytes, fn, "entry_pos bytes", (size_t)p->n_entries, sizeof(cl_int), 1));
+    LZ_CHECK_MEM(p->q, q_bytes, "q");
+    LZ_CHECK_MEM(p->q_pos, qpos_bytes, "q_pos");
+    LZ_CHECK_MEM(p->out, q_bytes, "out");
     cl_mem table = p->table, entry_pos = p->entry_pos;
     if (p->n_entries == 0) table = entry_pos = a->freq; /* never read; any valid buffer */
-    LZ_CHECK_MEM(table, p->n_entries * sizeof(cl_ulong), "table");
-    LZ_CHECK_MEM(entry_pos, p->n_entries * sizeof(cl_int), "entry_pos");
+    LZ_CHECK_MEM(table, table_bytes, "table");
+    LZ_CHECK_MEM(entry_pos, epos_bytes, "entry_pos");
 
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
@@ -523,15 +549,15 @@ static int lz_nv_decode_waves(const lazyattn_attention *a) {
 /* Splits along the KV length so that the work-groups fill the device about
  * four times over, but never more splits than entries. */
 static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_entries) {
-    long groups = (long)n_seqs * a->cfg.n_kv_heads;
+    int64_t groups = (int64_t)n_seqs * a->cfg.n_kv_heads;
     if (a->fast) {
         /* one warp per split: aim at `waves` warps per compute unit, with
          * at least 8 blocks per split so the ring of blocks stays full */
-        long want = ((long)lz_nv_decode_waves(a) * a->ctx->compute_units + groups - 1) / groups;
+        int64_t want = ((int64_t)lz_nv_decode_waves(a) * a->ctx->compute_units + groups - 1) / groups;
         if (want > max_entries / 8) want = max_entries / 8;
         return want < 1 ? 1 : (int)want;
     }
-    long want = (4L * a->ctx->compute_units + groups - 1) / groups;
+    int64_t want = ((int64_t)4 * a->ctx->compute_units + groups - 1) / groups;
     if (want < 1) want = 1;
     if (want > max_entries) want = max_entries > 0 ? max_entries : 1;
     return (int)want;
@@ -543,11 +569,16 @@ static int lz_reserve_partials(lazyattn_attention *a, size_t rows) {
     if (a->part_acc) clReleaseMemObject(a->part_acc);
     a->part_ml = a->part_acc = NULL;
     a->part_capacity = 0;
+    static const char fn[] = "lazyattn_decode";
+    size_t ml_bytes = 0, acc_bytes = 0;
+    LZ_TRY(lz_size_product(&ml_bytes, fn, "scratch bytes (partial rows x 8)", rows,
+                           sizeof(cl_float2), 1));
+    LZ_TRY(lz_size_product(&acc_bytes, fn, "scratch bytes (partial rows x head_dim x 4)", rows,
+                           (size_t)a->cfg.head_dim, sizeof(float)));
     cl_int err;
-    a->part_ml = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE, rows * sizeof(cl_float2), NULL, &err);
+    a->part_ml = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE, ml_bytes, NULL, &err);
     if (err == CL_SUCCESS)
-        a->part_acc = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE,
-                                     rows * a->cfg.head_dim * sizeof(float), NULL, &err);
+        a->part_acc = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE, acc_bytes, NULL, &err);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_decode: scratch");
     a->part_capacity = rows;
     return LAZYATTN_STATUS_OK;
@@ -561,30 +592,46 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     if (st) return st;
     LZ_CHECK_ARG(d->n_seqs >= 1, "%s: n_seqs %d must be >= 1", fn, d->n_seqs);
     LZ_CHECK_ARG(d->max_entries >= 1, "%s: max_entries %d must be >= 1", fn, d->max_entries);
-    size_t qrow = (size_t)a->cfg.n_q_heads * a->cfg.head_dim * sizeof(float);
-    LZ_CHECK_MEM(d->q, d->n_seqs * qrow, "q");
-    LZ_CHECK_MEM(d->q_pos, (size_t)d->n_seqs * sizeof(cl_int), "q_pos");
-    LZ_CHECK_MEM(d->out, d->n_seqs * qrow, "out");
-    LZ_CHECK_MEM(d->seq_offsets, (size_t)(d->n_seqs + 1) * sizeof(cl_int), "seq_offsets");
+    size_t q_bytes = 0, qpos_bytes = 0, off_bytes = 0;
+    LZ_TRY(lz_size_product4(&q_bytes, fn, "q/out bytes (n_seqs x n_q_heads x head_dim x 4)",
+                            (size_t)d->n_seqs, (size_t)a->cfg.n_q_heads, (size_t)a->cfg.head_dim,
+                            sizeof(float)));
+    LZ_TRY(lz_size_product(&qpos_bytes, fn, "q_pos bytes", (size_t)d->n_seqs, sizeof(cl_int), 1));
+    LZ_TRY(lz_size_product(&off_bytes, fn, "seq_offsets bytes ((n_seqs + 1) x 4)",
+                           (size_t)d->n_seqs + 1, sizeof(cl_int), 1));
+    LZ_CHECK_MEM(d->q, q_bytes, "q");
+    LZ_CHECK_MEM(d->q_pos, qpos_bytes, "q_pos");
+    LZ_CHECK_MEM(d->out, q_bytes, "out");
+    LZ_CHECK_MEM(d->seq_offsets, off_bytes, "seq_offsets");
     LZ_CHECK_MEM(d->table, sizeof(cl_ulong), "table");
     size_t table_bytes = 0;
     clGetMemObjectInfo(d->table, CL_MEM_SIZE, sizeof table_bytes, &table_bytes, NULL);
     size_t n_table = table_bytes / sizeof(cl_ulong);
-    if (n_table > 0x7FFFFFFF) n_table = 0x7FFFFFFF;
+    if (n_table > INT_MAX) n_table = INT_MAX; /* the kernels index the table with an int */
     LZ_CHECK_MEM(d->entry_pos, n_table * sizeof(cl_int), "entry_pos (one per table entry)");
+    /* no sequence has more entries than the table holds */
+    LZ_CHECK_ARG((size_t)d->max_entries <= n_table,
+                 "%s: max_entries %d exceeds the %zu entries the table buffer holds", fn,
+                 d->max_entries, n_table);
 
     LZ_CHECK_ARG(d->n_splits >= 0, "%s: n_splits %d must be >= 0", fn, d->n_splits);
-    int n_splits = d->n_splits ? d->n_splits : lz_decode_splits(a, d->n_seqs, d->max_entries);
+    int64_t n_splits = d->n_splits ? d->n_splits : lz_decode_splits(a, d->n_seqs, d->max_entries);
     if (n_splits > d->max_entries) n_splits = d->max_entries;
-    cl_int per_split = (d->max_entries + n_splits - 1) / n_splits;
-    n_splits = (d->max_entries + per_split - 1) / per_split;
-    st = lz_reserve_partials(a, (size_t)d->n_seqs * a->cfg.n_q_heads * n_splits);
+    int64_t per_split = ((int64_t)d->max_entries + n_splits - 1) / n_splits;
+    n_splits = ((int64_t)d->max_entries + per_split - 1) / per_split;
+    /* the kernels form begin + split * per_split and per_split * n_splits in int */
+    LZ_TRY(lz_fits_int((int64_t)n_table + per_split * n_splits, fn,
+                       "table entries + entries per split x splits"));
+    size_t rows = 0;
+    LZ_TRY(lz_size_product(&rows, fn, "partial rows (n_seqs x n_q_heads x splits)",
+                           (size_t)d->n_seqs, (size_t)a->cfg.n_q_heads, (size_t)n_splits));
+    st = lz_reserve_partials(a, rows);
     if (st) return st;
 
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
-    cl_int ns = n_splits, nt = (cl_int)n_table;
+    cl_int ns = (cl_int)n_splits, nt = (cl_int)n_table, eps = (cl_int)per_split;
     cl_float scale = a->cfg.scale;
     lz_args g = {a->fast ? a->nv_decode : a->kernels[LZ_K_DECODE], 0, CL_SUCCESS};
     LZ_ARG(&g, d->q); LZ_ARG(&g, d->q_pos); LZ_ARG(&g, d->seq_offsets); LZ_ARG(&g, d->table);
@@ -592,7 +639,7 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     LZ_ARG(&g, a->part_acc);
     if (a->fast) LZ_ARG(&g, d->out);
     LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
-    LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, per_split); LZ_ARG(&g, ns);
+    LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, eps); LZ_ARG(&g, ns);
     LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, nt); LZ_ARG(&g, a->err);
     if (a->fast) {
         if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");

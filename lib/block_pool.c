@@ -1,10 +1,14 @@
 /* The block pool: paged K/V device storage under a byte budget, and the
  * accounting of which blocks are handed out. Thread-safe: one mutex guards
  * the accounting, so caches on several threads can share the pool. */
+#include "checked_size.h"
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* every block id of a pool fits the packed entry's 31-bit block field */
+_Static_assert(LAZYATTN_MAX_POOL_BLOCKS <= LAZYATTN_ENTRY_MAX_BLOCK + 1, "pool block ids fit an entry");
 
 struct lazyattn_pool {
     uint32_t magic;        /* LZ_MAGIC_POOL while live */
@@ -28,18 +32,40 @@ struct lazyattn_pool {
     int released;  /* lazyattn_pool_destroy was called */
 };
 
-static int lz_pool_check_config(const lazyattn_pool_config *c) {
-    LZ_CHECK_ARG(c->n_layers >= 1 && c->n_layers <= 4096,
-                 "lazyattn_pool_create: n_layers %d outside 1..4096", c->n_layers);
-    LZ_CHECK_ARG(c->n_kv_heads >= 1 && c->n_kv_heads <= 4096,
-                 "lazyattn_pool_create: n_kv_heads %d outside 1..4096", c->n_kv_heads);
-    LZ_CHECK_ARG(c->head_dim >= 1 && c->head_dim <= 1024,
-                 "lazyattn_pool_create: head_dim %d outside 1..1024", c->head_dim);
-    LZ_CHECK_ARG(c->block_size >= 1 && c->block_size <= LAZYATTN_MAX_BLOCK_SIZE,
-                 "lazyattn_pool_create: block_size %d outside 1..%d", c->block_size,
-                 LAZYATTN_MAX_BLOCK_SIZE);
-    LZ_CHECK_ARG(lazyattn_dtype_size(c->dtype) != 0, "lazyattn_pool_create: unknown dtype %d",
-                 (int)c->dtype);
+static int lz_pool_check_config(const lazyattn_context *ctx, const lazyattn_pool_config *c) {
+    LZ_CHECK_ARG(c->n_layers >= 1 && c->n_layers <= LAZYATTN_MAX_LAYERS,
+                 "lazyattn_pool_create: n_layers %d outside 1..%d", c->n_layers,
+                 LAZYATTN_MAX_LAYERS);
+    return lz_check_geometry("lazyattn_pool_create", c->n_kv_heads, c->head_dim, c->block_size,
+                             c->dtype, ctx != NULL);
+}
+
+/* The device pool as a whole must fit the device: every layer's K and V
+ * buffer under the largest allocation, and all of them together under the
+ * global memory (a pool split over many layers can pass the first test and
+ * still not fit). */
+static int lz_pool_check_device(const lazyattn_context *ctx, const lazyattn_pool_config *c,
+                                uint64_t n_blocks, uint64_t per_layer_block,
+                                uint64_t block_bytes) {
+    static const char fn[] = "lazyattn_pool_create";
+    cl_ulong global_mem = 0;
+    cl_int err = clGetDeviceInfo(ctx->device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global_mem,
+                                 &global_mem, NULL);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_pool_create: CL_DEVICE_GLOBAL_MEM_SIZE");
+    uint64_t total, per_buffer;
+    if (lz_mul_wraps_u64(n_blocks, block_bytes, &total) || total > global_mem)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY,
+                       "%s: %llu blocks of %llu B (%d layers, K and V) need %.4g GiB; the device "
+                       "has %llu B (%.4g GiB) of global memory",
+                       fn, (unsigned long long)n_blocks, (unsigned long long)block_bytes,
+                       c->n_layers, (double)n_blocks * (double)block_bytes / 1073741824.0,
+                       (unsigned long long)global_mem, (double)global_mem / 1073741824.0);
+    per_buffer = n_blocks * per_layer_block; /* <= total */
+    if (per_buffer > ctx->max_alloc_size || per_buffer > SIZE_MAX)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY,
+                       "%s: one layer's K buffer (%llu B) exceeds the device's largest "
+                       "allocation (%llu B)",
+                       fn, (unsigned long long)per_buffer, (unsigned long long)ctx->max_alloc_size);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -48,8 +74,9 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
     LZ_CHECK_ARG(out != NULL, "lazyattn_pool_create: out is NULL");
     *out = NULL;
     LZ_CHECK_ARG(config != NULL, "lazyattn_pool_create: config is NULL");
-    int st = lz_pool_check_config(config);
+    int st = lz_pool_check_config(ctx, config);
     if (st) return st;
+    /* bounded by the limits just checked (< 2^44), so these cannot wrap */
     uint64_t per_layer_block = (uint64_t)config->n_kv_heads * config->block_size *
                                config->head_dim * lazyattn_dtype_size(config->dtype);
     uint64_t block_bytes = 2 * per_layer_block * config->n_layers;
@@ -58,13 +85,17 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
         return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
                        "lazyattn_pool_create: budget %llu B holds no block of %llu B",
                        (unsigned long long)config->budget_bytes, (unsigned long long)block_bytes);
-    if (n_blocks > (uint64_t)LAZYATTN_ENTRY_MAX_BLOCK + 1) n_blocks = (uint64_t)LAZYATTN_ENTRY_MAX_BLOCK + 1;
-    if (ctx && n_blocks * per_layer_block > ctx->max_alloc_size)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY,
-                       "lazyattn_pool_create: one layer's K buffer (%llu B) exceeds the device's "
-                       "largest allocation (%llu B)",
-                       (unsigned long long)(n_blocks * per_layer_block),
-                       (unsigned long long)ctx->max_alloc_size);
+    if (ctx) {
+        st = lz_pool_check_device(ctx, config, n_blocks, per_layer_block, block_bytes);
+        if (st) return st;
+    }
+    /* refused before any bookkeeping is built */
+    if (n_blocks > (uint64_t)LAZYATTN_MAX_POOL_BLOCKS)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+                       "lazyattn_pool_create: budget %llu B gives %llu blocks of %llu B; at most "
+                       "%lld supported (LAZYATTN_MAX_POOL_BLOCKS)",
+                       (unsigned long long)config->budget_bytes, (unsigned long long)n_blocks,
+                       (unsigned long long)block_bytes, (long long)LAZYATTN_MAX_POOL_BLOCKS);
 
     lazyattn_pool *pool = calloc(1, sizeof *pool);
     if (!pool) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create");
@@ -78,8 +109,8 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
     pool->config = *config;
     pool->block_bytes = block_bytes;
     pool->n_blocks = (int64_t)n_blocks;
-    pool->free_stack = malloc(n_blocks * sizeof *pool->free_stack);
-    pool->allocated = calloc(n_blocks, 1);
+    pool->free_stack = malloc((size_t)n_blocks * sizeof *pool->free_stack);
+    pool->allocated = calloc((size_t)n_blocks, 1);
     if (!pool->free_stack || !pool->allocated) {
         st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create: %llu blocks",
                      (unsigned long long)n_blocks);
@@ -91,13 +122,13 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
     pool->n_free = pool->n_blocks;
 
     if (ctx) {
-        pool->k = calloc(config->n_layers, sizeof(cl_mem));
-        pool->v = calloc(config->n_layers, sizeof(cl_mem));
+        pool->k = calloc((size_t)config->n_layers, sizeof(cl_mem));
+        pool->v = calloc((size_t)config->n_layers, sizeof(cl_mem));
         if (!pool->k || !pool->v) {
             st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create");
             goto fail;
         }
-        size_t bytes = (size_t)(n_blocks * per_layer_block);
+        size_t bytes = (size_t)(n_blocks * per_layer_block); /* checked above */
         for (int l = 0; l < config->n_layers; l++) {
             cl_int err;
             pool->k[l] = clCreateBuffer(ctx->context, CL_MEM_READ_WRITE, bytes, NULL, &err);

@@ -111,6 +111,19 @@ int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options,
  * target was changed. */
 char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted);
 
+/* ---- geometry (geometry.c) ---- */
+
+/* head_dim limit of a bookkeeping pool (no kernels run on it) */
+#define LZ_BOOKKEEPING_MAX_HEAD_DIM 1024
+
+/* KV heads, head dim, block size and storage type: for_kernels = 1 (an
+ * attention configuration, a device pool) applies the kernels' limits
+ * (LAZYATTN_MIN/MAX_HEAD_DIM, multiple of 8); 0 (a bookkeeping pool) only
+ * needs a head dim in 1..LZ_BOOKKEEPING_MAX_HEAD_DIM. INVALID_ARGUMENT
+ * with "fn: ..." otherwise. */
+int lz_check_geometry(const char *fn, int n_kv_heads, int head_dim, int block_size,
+                      lazyattn_dtype dtype, int for_kernels);
+
 /* ---- block pool (block_pool.c) ---- */
 
 lazyattn_context *lz_pool_context(const lazyattn_pool *pool);

@@ -1,7 +1,7 @@
 /* CPU float64 reference of eager attention with absolute positions: the
  * independent judge of every kernel. It shares nothing with the kernels but
  * the frequency formula (lazyattn_rope_frequencies, tested on its own). */
-#include "internal.h"
+#include "checked_size.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -9,6 +9,8 @@
 
 static int lz_ref_check(const lazyattn_attention_config *c) {
     LZ_CHECK_ARG(c != NULL, "reference: config is NULL");
+    LZ_CHECK_ARG(c->n_q_heads <= LAZYATTN_MAX_HEADS,
+                 "reference: n_q_heads %d above %d", c->n_q_heads, LAZYATTN_MAX_HEADS);
     LZ_CHECK_ARG(c->n_q_heads >= 1 && c->n_kv_heads >= 1 && c->n_q_heads % c->n_kv_heads == 0,
                  "reference: %d query heads not a multiple of %d KV heads", c->n_q_heads,
                  c->n_kv_heads);
@@ -57,6 +59,16 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
                  "lazyattn_reference_attention: n_queries %d, n_keys %d", a->n_queries, a->n_keys);
     LZ_CHECK_ARG(a->q && a->q_pos && a->out && (a->n_keys == 0 || (a->k && a->v && a->k_pos)),
                  "lazyattn_reference_attention: NULL array");
+    static const char fn[] = "lazyattn_reference_attention";
+    /* positions as the kernels take them (and no int overflow in k_pos - q_pos) */
+    for (int t = 0; t < a->n_queries; t++)
+        if (a->q_pos[t] < 0 || a->q_pos[t] > LAZYATTN_MAX_POSITION)
+            return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: q_pos[%d] = %d outside 0..%d", fn,
+                           t, (int)a->q_pos[t], LAZYATTN_MAX_POSITION);
+    for (int j = 0; j < a->n_keys; j++)
+        if (a->k_pos[j] < 0 || a->k_pos[j] > LAZYATTN_MAX_POSITION)
+            return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: k_pos[%d] = %d outside 0..%d", fn,
+                           j, (int)a->k_pos[j], LAZYATTN_MAX_POSITION);
     const int d = c->head_dim, nq = c->n_q_heads, nkv = c->n_kv_heads, group = nq / nkv;
     const double scale = c->scale > 0.0f ? c->scale : 1.0 / sqrt((double)d);
     double freq[512];
@@ -64,9 +76,13 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
         st = lazyattn_rope_frequencies(&c->rope, d, freq);
         if (st) return st;
     }
-    size_t nk = (size_t)a->n_keys;
-    double *kr = malloc((nk * nkv * d + 1) * sizeof *kr);
-    double *score = malloc((nk + 1) * sizeof *score);
+    size_t nk = (size_t)a->n_keys, kr_bytes = 0;
+    LZ_TRY(lz_size_product4(&kr_bytes, fn, "rotated keys bytes (n_keys x n_kv_heads x head_dim x 8)",
+                            nk, (size_t)nkv, (size_t)d, sizeof(double)));
+    size_t score_bytes = 0;
+    LZ_TRY(lz_size_product(&score_bytes, fn, "score bytes (n_keys x 8)", nk, sizeof(double), 1));
+    double *kr = malloc(kr_bytes ? kr_bytes : sizeof(double));
+    double *score = malloc(score_bytes ? score_bytes : sizeof(double));
     double *qr = malloc((size_t)d * sizeof *qr);
     if (!kr || !score || !qr) {
         free(kr);

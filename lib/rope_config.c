@@ -13,10 +13,16 @@ int lazyattn_rope_frequencies(const lazyattn_rope_config *rope, int head_dim, do
     LZ_CHECK_ARG(rot >= 2 && rot % 2 == 0 && rot <= head_dim,
                  "lazyattn_rope_frequencies: rotary_dim %d must be even, in 2..head_dim (%d)", rot,
                  head_dim);
-    LZ_CHECK_ARG(rope->theta > 1.0, "lazyattn_rope_frequencies: theta %g must exceed 1",
-                 rope->theta);
+    LZ_CHECK_ARG(rope->theta > 1.0 && isfinite(rope->theta),
+                 "lazyattn_rope_frequencies: theta %g must be finite and exceed 1", rope->theta);
     int scaled = rope->llama3_factor > 0.0;
     if (scaled) {
+        LZ_CHECK_ARG(isfinite(rope->llama3_factor) && isfinite(rope->llama3_low_freq_factor) &&
+                         isfinite(rope->llama3_high_freq_factor),
+                     "lazyattn_rope_frequencies: Llama-3 scaling factors must be finite "
+                     "(factor %g, low %g, high %g)",
+                     rope->llama3_factor, rope->llama3_low_freq_factor,
+                     rope->llama3_high_freq_factor);
         LZ_CHECK_ARG(rope->llama3_factor >= 1.0 && rope->llama3_low_freq_factor > 0.0 &&
                          rope->llama3_high_freq_factor > rope->llama3_low_freq_factor &&
                          rope->llama3_original_context > 0,
@@ -63,15 +69,17 @@ void lazyattn_attention_config_default(lazyattn_attention_config *cfg) {
     cfg->rope.llama3_original_context = 8192;
 }
 
-static double lz_alibi_pow2_slope(int h, int n) { return pow(2.0, -8.0 * (h + 1) / n); }
+/* in double: h + 1 and n reach 2^31 for n_heads near INT_MAX */
+static double lz_alibi_pow2_slope(double h, double n) { return pow(2.0, -8.0 * (h + 1) / n); }
 
 int lazyattn_alibi_slope(int h, int n_heads, double *slope) {
     LZ_CHECK_ARG(slope != NULL, "lazyattn_alibi_slope: slope is NULL");
     LZ_CHECK_ARG(n_heads >= 1 && h >= 0 && h < n_heads,
                  "lazyattn_alibi_slope: head %d outside 0..%d", h, n_heads - 1);
-    int n2 = 1;
-    while (n2 * 2 <= n_heads) n2 *= 2;
+    int n2 = 1; /* the largest power of two <= n_heads, without overflowing n2 * 2 */
+    while (n2 <= n_heads / 2) n2 *= 2;
     /* past n2 heads, the ALiBi paper's interpolation: every other slope of 2 * n2 heads */
-    *slope = h < n2 ? lz_alibi_pow2_slope(h, n2) : lz_alibi_pow2_slope(2 * (h - n2), 2 * n2);
+    *slope = h < n2 ? lz_alibi_pow2_slope(h, n2)
+                    : lz_alibi_pow2_slope(2.0 * (h - n2), 2.0 * n2);
     return LAZYATTN_STATUS_OK;
 }

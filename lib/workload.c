@@ -113,14 +113,38 @@ static int lz_workload_check(const lazyattn_workload_config *c) {
     LZ_CHECK_ARG(c->prefix_len >= 0, "%s: prefix length %d < 0", w, c->prefix_len);
     LZ_CHECK_ARG(c->n_requests >= 0, "%s: %d requests", w, c->n_requests);
     LZ_CHECK_ARG(c->vocab_size >= 0, "%s: vocab_size %d < 0", w, c->vocab_size);
-    int64_t doc_max = (int64_t)c->n_docs * c->doc_len_max;
-    int64_t q_max = (int64_t)c->n_requests * c->question_max;
-    if (doc_max > ((int64_t)1 << 31) || q_max > ((int64_t)1 << 31) ||
-        (int64_t)c->docs_per_request * c->doc_len_max + c->prefix_len + c->question_max +
-                c->gen_max > (int64_t)LAZYATTN_MAX_POSITION + 1)
+    /* sizes up front, before anything is allocated (int64: no product of
+     * two int32 values wraps) */
+    if (c->n_docs > LAZYATTN_WORKLOAD_MAX_DOCS)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: n_docs %d above %d (LAZYATTN_WORKLOAD_MAX_DOCS)",
+                       w, c->n_docs, LAZYATTN_WORKLOAD_MAX_DOCS);
+    if (c->n_requests > LAZYATTN_WORKLOAD_MAX_REQUESTS)
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
-                       "%s: workload too large (%lld document tokens, %lld question tokens)", w,
-                       (long long)doc_max, (long long)q_max);
+                       "%s: n_requests %d above %d (LAZYATTN_WORKLOAD_MAX_REQUESTS)", w,
+                       c->n_requests, LAZYATTN_WORKLOAD_MAX_REQUESTS);
+    const struct {
+        const char *what;
+        int64_t value;
+    } sizes[] = {
+        {"document tokens (n_docs x doc_len_max)", (int64_t)c->n_docs * c->doc_len_max},
+        {"question tokens (n_requests x question_max)", (int64_t)c->n_requests * c->question_max},
+        {"document slots (n_requests x docs_per_request)",
+         (int64_t)c->n_requests * c->docs_per_request},
+        {"prefix tokens", c->prefix_len},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
+        if (sizes[i].value > LAZYATTN_WORKLOAD_MAX_TOKENS)
+            return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+                           "%s: %s = %lld above %lld (LAZYATTN_WORKLOAD_MAX_TOKENS)", w,
+                           sizes[i].what, (long long)sizes[i].value,
+                           (long long)LAZYATTN_WORKLOAD_MAX_TOKENS);
+    int64_t context = (int64_t)c->docs_per_request * c->doc_len_max + c->prefix_len +
+                      c->question_max + c->gen_max;
+    if (context > (int64_t)LAZYATTN_MAX_POSITION + 1)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+                       "%s: a request of up to %lld tokens (docs_per_request x doc_len_max + "
+                       "prefix + question_max + gen_max) passes LAZYATTN_MAX_POSITION + 1 = %d",
+                       w, (long long)context, LAZYATTN_MAX_POSITION + 1);
     return LAZYATTN_STATUS_OK;
 }
 

@@ -111,7 +111,7 @@ static void test_wrap_engine_objects(void **state) {
  * reported with its log, not crashed on. */
 static void test_program_cache_and_build_errors(void **state) {
     lazyattn_context *ctx = *state;
-    const char *names[] = {"block_entry", "storage", "rope", "rope_apply"};
+    const char *names[] = {"block_entry", "kernel_abi", "storage", "rope", "rope_apply"};
     cl_program a, b, c;
     lt_assert_status(lz_program_get(ctx, names, 4, "-DLZ_HEAD_DIM=64", &a), LAZYATTN_STATUS_OK);
     lt_assert_status(lz_program_get(ctx, names, 4, "-DLZ_HEAD_DIM=64", &b), LAZYATTN_STATUS_OK);

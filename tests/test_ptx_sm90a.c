@@ -47,7 +47,7 @@ static void test_patch_text(void **state) {
 
 static void test_not_ptx(void **state) {
     lazyattn_context *ctx = *state;
-    static const char *const names[] = {"block_entry", "storage", "rope", "decode"};
+    static const char *const names[] = {"block_entry", "kernel_abi", "storage", "rope", "decode"};
     cl_program program, out = (cl_program)&out;
     assert_int_equal(lz_program_get(ctx, names, 4, "-DLZ_HEAD_DIM=64", &program), LAZYATTN_STATUS_OK);
     int st = lz_ptx_sm90a(ctx, program, "", &out);

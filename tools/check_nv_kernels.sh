@@ -20,7 +20,7 @@ compile() {
     echo "$name: PTX with $n $pattern"
 }
 for kernel in prefill_nv decode_nv; do
-    cat cl/block_entry.h cl/storage.h cl/rope.h cl/mma_nv.h "cl/$kernel.cl" > "$out/$kernel.cl"
+    cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/mma_nv.h "cl/$kernel.cl" > "$out/$kernel.cl"
     for d in 64 128; do
         for b in 16 32; do
             compile $kernel $kernel.d$d.b$b mma.sync.aligned.m16n8k16 \
