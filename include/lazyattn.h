@@ -668,6 +668,48 @@ LAZYATTN_API int lazyattn_request_append(lazyattn_request *req, int n, int32_t *
  * uncommitted document blocks. NULL is a no-op. */
 LAZYATTN_API void lazyattn_request_destroy(lazyattn_request *req);
 
+/* ---- probe: what the cache holds for a request, without side effects ---- */
+
+/* One segment of a probed request, in the order of lazyattn_plan.segments:
+ * the action and the cached counts lazyattn_request_create would give now
+ * (a later request_create agrees as long as nothing changes the cache in
+ * between and its budget check passes). */
+typedef struct lazyattn_probe_segment {
+    lazyattn_segment_kind kind;
+    lazyattn_segment_action action;
+    int doc_index;         /* index in desc.docs; -1 for prefix and question */
+    int32_t logical_start;
+    int n_tokens;
+    int n_cached;          /* tokens served by the cache (REUSE, COPY, PARTIAL) */
+    int n_blocks;
+    int n_cached_blocks;   /* blocks reused as stored, or copied (COPY) */
+    uint64_t doc_hash;     /* documents: lazyattn_doc_hash under the cache's model_id */
+} lazyattn_probe_segment;
+
+/* Totals of a probe; the doc fields equal the plan's doc accounting
+ * (lazyattn_plan.doc_tokens ...) of a request created right after. */
+typedef struct lazyattn_probe_summary {
+    int n_segments;
+    int64_t doc_tokens, hit_tokens, copy_tokens;
+    int64_t doc_blocks, hit_blocks, copy_blocks;
+    int64_t blocks_needed; /* blocks request_create would take from the pool
+                              (own blocks + recomputed and copied documents) */
+} lazyattn_probe_summary;
+
+/*
+ * How much of a request the cache would serve, per segment, with no pin, no
+ * allocation, no LRU touch and no change to statistics (a router's or
+ * scheduler's question before it commits to a request). desc is checked as
+ * lazyattn_request_create checks it.
+ *   segments: [max_segments], at least the number of segments (n_docs + 2
+ *             always suffices), or NULL with max_segments 0
+ *   summary:  may be NULL (not both)
+ */
+LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
+                                      const lazyattn_request_desc *desc,
+                                      lazyattn_probe_segment *segments, int max_segments,
+                                      lazyattn_probe_summary *summary);
+
 /* ---- RAG workload generator ----------------------------------------------- */
 
 /*

@@ -1,9 +1,35 @@
 /* The document cache: entries, their hash index, pins and LRU eviction
  * under the pool's budget and the cache's retain limit. */
-#include "cache_internal.h"
+#include "cache_policy.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+typedef struct lz_index {
+    lz_entry **buckets;
+    size_t n_buckets; /* power of two */
+    size_t n_items;
+} lz_index;
+
+struct lazyattn_cache {
+    lazyattn_pool *pool;
+    lazyattn_cache_config config;
+    const lz_policy *policy;
+    uint64_t retain_bytes;
+    int block_size;
+    uint64_t block_bytes;
+    lz_index by_key;
+    lz_index by_doc;           /* policy->index_by_doc only */
+    lz_entry lru;              /* sentinel: lru.lru_next = most recent */
+    int64_t n_entries;         /* committed */
+    int64_t n_pinned;          /* committed with refcount > 0 */
+    int64_t entry_blocks;      /* blocks of committed entries */
+    int64_t evictable_blocks;  /* blocks of committed unpinned entries */
+    int64_t held_blocks;       /* every block this cache holds */
+    lazyattn_cache_stats stats; /* the only place statistics are written */
+    lz_ring requests;          /* ring of live requests */
+    int64_t n_requests;
+};
 
 // ---- policy names ----
 
@@ -105,15 +131,16 @@ static int lz_same(const lz_entry *e, uint64_t key, uint64_t doc_hash, int32_t s
            memcmp(e->tokens, tokens, (size_t)n_tokens * sizeof *tokens) == 0;
 }
 
-lz_entry *lz_cache_find(lazyattn_cache *c, uint64_t key, uint64_t doc_hash, int32_t stored_start,
-                        int first_of_doc, const int32_t *tokens, int n_tokens) {
+lz_entry *lz_cache_find(const lazyattn_cache *c, uint64_t key, uint64_t doc_hash,
+                        int32_t stored_start, int first_of_doc, const int32_t *tokens,
+                        int n_tokens) {
     if (!c->by_key.n_buckets) return NULL;
     for (lz_entry *e = c->by_key.buckets[key & (c->by_key.n_buckets - 1)]; e; e = e->hnext)
         if (lz_same(e, key, doc_hash, stored_start, first_of_doc, tokens, n_tokens)) return e;
     return NULL;
 }
 
-lz_entry *lz_cache_find_doc(lazyattn_cache *c, uint64_t doc_hash, const int32_t *tokens,
+lz_entry *lz_cache_find_doc(const lazyattn_cache *c, uint64_t doc_hash, const int32_t *tokens,
                             int n_tokens) {
     if (!c->by_doc.n_buckets) return NULL;
     lz_entry *best = NULL;
@@ -152,7 +179,7 @@ static void lz_entry_free(lz_entry *e) {
     free(e);
 }
 
-void lz_cache_add_held(lazyattn_cache *c, int64_t n) {
+static void lz_cache_add_held(lazyattn_cache *c, int64_t n) {
     c->held_blocks += n;
     uint64_t bytes = (uint64_t)c->held_blocks * c->block_bytes;
     c->stats.bytes_in_use = bytes;
@@ -177,7 +204,7 @@ int lz_cache_insert(lazyattn_cache *c, lz_entry *e) {
                       e->n_tokens))
         return 0;
     lz_index_add(&c->by_key, e, 0);
-    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) lz_index_add(&c->by_doc, e, 1);
+    if (c->policy->index_by_doc) lz_index_add(&c->by_doc, e, 1);
     e->committed = 1;
     c->n_entries++;
     c->entry_blocks += e->n_blocks;
@@ -213,7 +240,7 @@ void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
 static void lz_cache_evict(lazyattn_cache *c, lz_entry *e) {
     lz_lru_unlink(e);
     lz_index_remove(&c->by_key, e, 0);
-    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) lz_index_remove(&c->by_doc, e, 1);
+    if (c->policy->index_by_doc) lz_index_remove(&c->by_doc, e, 1);
     c->n_entries--;
     c->entry_blocks -= e->n_blocks;
     c->evictable_blocks -= e->n_blocks;
@@ -223,7 +250,7 @@ static void lz_cache_evict(lazyattn_cache *c, lz_entry *e) {
     lz_cache_update_entry_bytes(c);
 }
 
-int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
+static int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
     lazyattn_pool_info info;
     lazyattn_pool_get_info(c->pool, &info);
     int64_t free_blocks = info.n_blocks - info.n_used;
@@ -247,27 +274,103 @@ int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
     return LAZYATTN_STATUS_OK;
 }
 
-void lz_cache_trim_to(lazyattn_cache *c, uint64_t max_bytes) {
+static void lz_cache_trim_to(lazyattn_cache *c, uint64_t max_bytes) {
     while (c->lru.lru_prev != &c->lru && (uint64_t)c->entry_blocks * c->block_bytes > max_bytes)
         lz_cache_evict(c, c->lru.lru_prev);
 }
 
-void lz_cache_link_request(lazyattn_cache *c, struct lazyattn_request *r) {
-    r->prev = NULL;
-    r->next = c->requests;
-    if (c->requests) c->requests->prev = r;
-    c->requests = r;
+void lz_cache_trim_retained(lazyattn_cache *c) { lz_cache_trim_to(c, c->retain_bytes); }
+
+int lz_cache_take_blocks(lazyattn_cache *c, int64_t n, int32_t *ids, const char *who) {
+    int st = lz_cache_make_room(c, n, who);
+    /* Another cache on the pool cannot take the room in between: one thread. */
+    if (!st) st = lazyattn_pool_alloc(c->pool, (int)n, ids);
+    if (st) {
+        if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED) c->stats.budget_failures++;
+        return st;
+    }
+    lz_cache_add_held(c, n);
+    return LAZYATTN_STATUS_OK;
+}
+
+void lz_cache_give_blocks(lazyattn_cache *c, int64_t n, const int32_t *ids) {
+    if (n <= 0) return;
+    /* The blocks were allocated by this cache: freeing cannot fail. */
+    lazyattn_pool_free(c->pool, (int)n, ids);
+    lz_cache_add_held(c, -n);
+}
+
+void lz_cache_link_request(lazyattn_cache *c, lz_ring *r) {
+    r->prev = &c->requests;
+    r->next = c->requests.next;
+    c->requests.next->prev = r;
+    c->requests.next = r;
     c->n_requests++;
 }
 
-void lz_cache_unlink_request(lazyattn_cache *c, struct lazyattn_request *r) {
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        c->requests = r->next;
-    if (r->next) r->next->prev = r->prev;
+void lz_cache_unlink_request(lazyattn_cache *c, lz_ring *r) {
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
     r->prev = r->next = NULL;
     c->n_requests--;
+}
+
+const lz_policy *lz_cache_policy(const lazyattn_cache *c) { return c->policy; }
+int lz_cache_block_size(const lazyattn_cache *c) { return c->block_size; }
+uint64_t lz_cache_model_id(const lazyattn_cache *c) { return c->config.model_id; }
+
+void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t) {
+    lazyattn_cache_stats *s = &c->stats;
+    s->requests++;
+    s->lookups += t->lookups;
+    s->hits += t->hits;
+    s->partial_hits += t->partial_hits;
+    s->copy_hits += t->copy_hits;
+    s->misses += t->misses;
+    s->doc_tokens += t->doc_tokens;
+    s->hit_tokens += t->hit_tokens;
+    s->copy_tokens += t->copy_tokens;
+    s->doc_blocks += t->doc_blocks;
+    s->hit_blocks += t->hit_blocks;
+    s->copy_blocks += t->copy_blocks;
+}
+
+static uint64_t lz_fp_add(uint64_t h, uint64_t v) { return lz_hash_pair(h, v); }
+
+static uint64_t lz_fp_entry(uint64_t h, const lz_entry *e) {
+    h = lz_fp_add(h, e->key);
+    h = lz_fp_add(h, e->doc_hash);
+    h = lz_fp_add(h, (uint64_t)(uint32_t)e->stored_start);
+    h = lz_fp_add(h, (uint64_t)e->first_of_doc);
+    h = lz_fp_add(h, (uint64_t)e->refcount);
+    h = lz_fp_add(h, lz_hash_tokens((uint64_t)e->n_tokens, e->tokens, e->n_tokens));
+    for (int i = 0; i < e->n_blocks; i++) h = lz_fp_add(h, (uint64_t)(uint32_t)e->blocks[i]);
+    return h;
+}
+
+uint64_t lz_cache_fingerprint(const lazyattn_cache *c) {
+    uint64_t h = 0x4C5A4650ull;
+    /* Index order (bucket by bucket, chain order) and LRU order both count. */
+    for (size_t i = 0; i < c->by_key.n_buckets; i++)
+        for (const lz_entry *e = c->by_key.buckets[i]; e; e = e->hnext)
+            h = lz_fp_entry(lz_fp_add(h, i), e);
+    for (size_t i = 0; i < c->by_doc.n_buckets; i++)
+        for (const lz_entry *e = c->by_doc.buckets[i]; e; e = e->dnext)
+            h = lz_fp_add(lz_fp_add(h, i), e->key);
+    for (const lz_entry *e = c->lru.lru_next; e != &c->lru; e = e->lru_next)
+        h = lz_fp_add(h, e->key);
+    const int64_t counters[] = {c->n_entries, c->n_pinned, c->entry_blocks,
+                                c->evictable_blocks, c->held_blocks, c->n_requests};
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        h = lz_fp_add(h, (uint64_t)counters[i]);
+    const unsigned char *sb = (const unsigned char *)&c->stats;
+    for (size_t i = 0; i < sizeof c->stats; i++) h = lz_fp_add(h, sb[i]);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(c->pool, &info);
+    h = lz_fp_add(h, (uint64_t)info.n_used);
+    h = lz_fp_add(h, (uint64_t)info.n_allocs);
+    h = lz_fp_add(h, (uint64_t)info.n_frees);
+    return h;
 }
 
 // ---- public: create, destroy, stats, trim ----
@@ -297,12 +400,14 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
     if (!c) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
     c->pool = pool;
     c->config = cfg;
+    c->policy = lz_policy_get(cfg.policy);
+    c->requests.prev = c->requests.next = &c->requests;
     c->retain_bytes = cfg.retain_bytes ? cfg.retain_bytes : info.budget_bytes;
     c->block_size = pc.block_size;
     c->block_bytes = info.block_bytes;
     c->lru.lru_next = c->lru.lru_prev = &c->lru;
     if (!lz_index_grow(&c->by_key, 0) ||
-        (cfg.policy == LAZYATTN_CACHE_POLICY_POSITION && !lz_index_grow(&c->by_doc, 1))) {
+        (c->policy->index_by_doc && !lz_index_grow(&c->by_doc, 1))) {
         lazyattn_cache_destroy(c);
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
     }
@@ -312,7 +417,8 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
 
 void lazyattn_cache_destroy(lazyattn_cache *c) {
     if (!c) return;
-    while (c->requests) lazyattn_request_destroy(c->requests);
+    while (c->requests.next != &c->requests)
+        lazyattn_request_destroy(lz_request_of_link(c->requests.next));
     while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev);
     free(c->by_key.buckets);
     free(c->by_doc.buckets);
@@ -396,7 +502,7 @@ int lazyattn_cache_validate(const lazyattn_cache *c) {
     LZ_INVARIANT(n_entries == c->n_entries && (size_t)n_entries == c->by_key.n_items,
                  "%lld entries indexed, %lld counted", (long long)n_entries,
                  (long long)c->n_entries);
-    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) {
+    if (c->policy->index_by_doc) {
         size_t n_doc = 0;
         for (size_t i = 0; i < c->by_doc.n_buckets; i++)
             for (lz_entry *e = c->by_doc.buckets[i]; e; e = e->dnext) {
@@ -427,25 +533,28 @@ int lazyattn_cache_validate(const lazyattn_cache *c) {
      * uncommitted blocks are allocated and held once. */
     held = entry_blocks;
     int64_t n_req = 0;
-    for (const struct lazyattn_request *r = c->requests; r; r = r->next) {
-        LZ_INVARIANT(r->cache == c, "request of another cache in the list");
-        n_req++;
-        for (int h = 0; h < r->n_holds; h++) {
-            lz_entry *e = r->holds[h].entry;
+    for (lz_ring *l = c->requests.next; l != &c->requests; l = l->next) {
+        LZ_INVARIANT(l->next->prev == l, "broken request list");
+        lz_request_view r;
+        lz_request_get_view(lz_request_of_link(l), &r);
+        LZ_INVARIANT(r.cache == c, "request of another cache in the list");
+        LZ_INVARIANT(++n_req <= c->n_requests, "request list longer than counted");
+        for (int h = 0; h < r.n_holds; h++) {
+            lz_entry *e = r.holds[h].entry;
             LZ_INVARIANT(e != NULL, "empty hold in a live request");
             if (e->committed)
                 e->scratch++;
             else {
-                LZ_INVARIANT(r->holds[h].owned && e->refcount == 1,
+                LZ_INVARIANT(r.holds[h].owned && e->refcount == 1,
                              "uncommitted entry not owned by its request");
                 LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, e->blocks, e->n_blocks),
                              "pending block not allocated or held twice");
                 held += e->n_blocks;
             }
         }
-        LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, r->own, r->n_own),
+        LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, r.own, r.n_own),
                      "request block not allocated or held twice");
-        held += r->n_own;
+        held += r.n_own;
     }
     LZ_INVARIANT(n_req == c->n_requests, "%lld live requests listed, %lld counted",
                  (long long)n_req, (long long)c->n_requests);
