@@ -491,12 +491,37 @@ LAZYATTN_API const char *lazyattn_cache_policy_name(lazyattn_cache_policy policy
 /* Parses the names above (also "position-aware", "block-attention", "vllm"). */
 LAZYATTN_API int lazyattn_cache_policy_parse(const char *name, lazyattn_cache_policy *policy);
 
+/* A committed entry the cache is about to evict (see lazyattn_evict_fn).
+ * LAZY and POSITION: doc_hash is lazyattn_doc_hash(model_id, tokens) of the
+ * document (LAZY: the key lazyattn_cache_export takes); PREFIX: the
+ * block's chain key. */
+typedef struct lazyattn_evicted {
+    lazyattn_cache_policy policy;
+    uint64_t doc_hash;
+    int n_tokens;
+    int n_blocks;
+    int32_t stored_start; /* position its first key is rotated at (LAZY: 0) */
+} lazyattn_evicted;
+
+/* Called for every committed entry the cache evicts (to make room in the
+ * pool, to stay under retain_bytes, or by lazyattn_cache_trim), before its
+ * blocks are freed, so that an engine can spill it (lazyattn_cache_export
+ * of entry->doc_hash works on this cache during the call). Not called by
+ * lazyattn_cache_destroy. The callback must not change the cache: request
+ * create/commit/destroy/append, trim, reset_stats and import on it are
+ * refused (INVALID_ARGUMENT) during the call. */
+typedef void (*lazyattn_evict_fn)(void *user, lazyattn_cache *cache,
+                                  const lazyattn_evicted *entry);
+
 typedef struct lazyattn_cache_config {
     lazyattn_cache_policy policy;
-    uint64_t model_id;     /* mixed into every key */
+    uint64_t model_id;     /* mixed into every key; part of an export's identity */
     uint64_t retain_bytes; /* most bytes of committed entries kept once unpinned;
                               0 = the pool's budget */
 } lazyattn_cache_config;
+
+/* LAZY, model 0, retain = the pool's budget. */
+LAZYATTN_API void lazyattn_cache_config_init(lazyattn_cache_config *config);
 
 /* Counters since creation or the last lazyattn_cache_reset_stats. A lookup
  * is one document of one request. Token and block counts are document
@@ -527,6 +552,8 @@ typedef struct lazyattn_cache_stats {
     uint64_t bytes_in_use;    /* bytes of every block this cache holds (entries,
                                  requests' own and pending blocks) */
     uint64_t peak_bytes_in_use;
+    /* counters, reset like the ones above */
+    int64_t imports;          /* documents imported (lazyattn_cache_import*) */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -537,6 +564,9 @@ LAZYATTN_API int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache
 LAZYATTN_API void lazyattn_cache_destroy(lazyattn_cache *cache);
 LAZYATTN_API int lazyattn_cache_get_stats(const lazyattn_cache *cache,
                                           lazyattn_cache_stats *stats);
+/* Sets (or with fn NULL removes) the eviction callback; user is passed to it. */
+LAZYATTN_API int lazyattn_cache_set_evict_callback(lazyattn_cache *cache, lazyattn_evict_fn fn,
+                                                   void *user);
 /* Zeroes the counters (not the state), e.g. after warm-up requests. */
 LAZYATTN_API int lazyattn_cache_reset_stats(lazyattn_cache *cache);
 /* Evicts unpinned entries until committed entries take at most max_bytes
@@ -709,6 +739,84 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
                                       const lazyattn_request_desc *desc,
                                       lazyattn_probe_segment *segments, int max_segments,
                                       lazyattn_probe_summary *summary);
+
+/* ---- document KV export and import ---------------------------------------- */
+
+/*
+ * A LAZY cache's document as bytes, to save it, move it to another process
+ * or machine, or spill it on eviction, and import it into any LAZY cache of
+ * the same model identity and geometry. Keys are stored at document-local
+ * positions, so an imported document is reused at any logical start.
+ *
+ * Format version 1, integers little-endian:
+ *   offset  0  char[8]  magic "LZKVDOC\0"
+ *           8  u32      version (1)
+ *          12  u32      header bytes (96)
+ *          16  u64      model_id (the cache's)
+ *          24  u32 x 5  n_layers, n_kv_heads, head_dim, block_size, dtype (the pool's)
+ *          44  u32      policy (0 = LAZY)
+ *          48  u64      doc_hash (lazyattn_doc_hash(model_id, tokens))
+ *          56  u32      n_tokens
+ *          60  u32      n_blocks = ceil(n_tokens / block_size)
+ *          64  i32      stored_start (0)
+ *          68  u32      0
+ *          72  u64      payload bytes = 4 n_tokens + 2 n_layers n_blocks block_layer_bytes
+ *          80  u64      payload checksum
+ *          88  u64      header checksum (of bytes 0..87)
+ *          96  payload: tokens [n_tokens] int32, then for each layer its K blocks
+ *              and its V blocks, each [n_kv_heads, block_size, head_dim] of
+ *              the storage dtype, exactly as stored (the last block's slots
+ *              past the document included)
+ * block_layer_bytes = n_kv_heads * block_size * head_dim * dtype size.
+ *
+ * Export reads the blocks from the pool's device buffers on the context's
+ * queue and waits (the document's writes must have been enqueued on that
+ * queue or be complete). It changes nothing in the cache: no LRU touch,
+ * no statistics. Only committed entries of a LAZY cache on a device pool
+ * are exported (UNSUPPORTED otherwise; NOT_FOUND when not cached).
+ */
+#define LAZYATTN_KV_FORMAT_VERSION 1
+#define LAZYATTN_KV_HEADER_BYTES 96
+
+/* Bytes of the export of the cached document with this hash. */
+LAZYATTN_API int lazyattn_cache_export_size(const lazyattn_cache *cache, uint64_t doc_hash,
+                                            size_t *bytes);
+/* Writes the export into buffer[0 .. *written); capacity smaller than
+ * lazyattn_cache_export_size gives INVALID_ARGUMENT and writes nothing. */
+LAZYATTN_API int lazyattn_cache_export(const lazyattn_cache *cache, uint64_t doc_hash,
+                                       void *buffer, size_t capacity, size_t *written);
+
+/* Writes all n bytes, or returns nonzero (the export then fails with IO). */
+typedef int (*lazyattn_write_fn)(void *user, const void *data, size_t n);
+/* Reads exactly n bytes, or returns nonzero (end of data or error). */
+typedef int (*lazyattn_read_fn)(void *user, void *data, size_t n);
+
+/* The same bytes through a callback (one host buffer of the export's size
+ * is used in between). */
+LAZYATTN_API int lazyattn_cache_export_to(const lazyattn_cache *cache, uint64_t doc_hash,
+                                          lazyattn_write_fn write, void *user);
+
+/*
+ * Imports one exported document as a committed, unpinned entry (the most
+ * recently used). Everything is checked before the cache changes: FORMAT
+ * for bad magic, another version, a checksum that does not match, sizes or
+ * a document hash that do not agree, truncated or trailing data;
+ * INVALID_ARGUMENT for another model_id, layer count, head count, head
+ * size, block size or storage dtype than this cache and pool; UNSUPPORTED
+ * for a cache that is not LAZY. A refused import leaves the cache as it
+ * was. Then blocks are taken as a request takes them (evicting LRU entries;
+ * BUDGET_EXCEEDED when the pinned working set leaves no room) and written on
+ * the context's queue (waited for). A document cached already is left as it
+ * is (OK). On a bookkeeping pool (no device memory) the entry is recorded
+ * without K/V. doc_hash (may be NULL) receives the document's hash.
+ */
+LAZYATTN_API int lazyattn_cache_import(lazyattn_cache *cache, const void *data, size_t size,
+                                       uint64_t *doc_hash);
+/* The same from a callback: the header is read and checked first, then the
+ * payload into one host buffer of its size. A read failing before the end
+ * is FORMAT (truncated). */
+LAZYATTN_API int lazyattn_cache_import_from(lazyattn_cache *cache, lazyattn_read_fn read,
+                                            void *user, uint64_t *doc_hash);
 
 /* ---- RAG workload generator ----------------------------------------------- */
 

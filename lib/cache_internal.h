@@ -60,6 +60,15 @@ struct lz_policy;
 /* ---- what the cache offers requests and policies (doc_cache.c) ---- */
 
 const struct lz_policy *lz_cache_policy(const lazyattn_cache *c);
+lazyattn_pool *lz_cache_pool(const lazyattn_cache *c);
+/* INVALID_ARGUMENT while the eviction callback runs (it must not change
+ * the cache). */
+int lz_cache_check_idle(const lazyattn_cache *c, const char *who);
+/* LAZY: the committed entry of the document with this hash, or NULL. */
+lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash);
+/* Commits an imported entry (unpinned, most recent) and counts it; 0 when
+ * an equal entry is cached already (the caller drops its own). */
+int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e);
 int lz_cache_block_size(const lazyattn_cache *c);
 uint64_t lz_cache_model_id(const lazyattn_cache *c);
 
@@ -75,9 +84,10 @@ void lz_cache_pin(lazyattn_cache *c, lz_entry *e);
 void lz_cache_unpin(lazyattn_cache *c, lz_entry *e);
 /* n blocks for this cache: evicts LRU entries as needed, allocates them
  * into ids[0..n) and counts them held. BUDGET_EXCEEDED (nothing evicted,
- * counted as a budget failure) when even evicting every unpinned entry
+ * counted as a budget failure for_request) when even evicting every unpinned entry
  * would not do. */
-int lz_cache_take_blocks(lazyattn_cache *c, int64_t n, int32_t *ids, const char *who);
+int lz_cache_take_blocks(lazyattn_cache *c, int64_t n, int32_t *ids, int for_request,
+                         const char *who);
 /* Gives blocks taken with lz_cache_take_blocks back to the pool. */
 void lz_cache_give_blocks(lazyattn_cache *c, int64_t n, const int32_t *ids);
 /* Frees an uncommitted entry and its blocks. */

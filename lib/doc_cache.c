@@ -29,6 +29,9 @@ struct lazyattn_cache {
     lazyattn_cache_stats stats; /* the only place statistics are written */
     lz_ring requests;          /* ring of live requests */
     int64_t n_requests;
+    lazyattn_evict_fn on_evict; /* NULL: none */
+    void *evict_user;
+    int in_evict_callback;     /* on_evict is running */
 };
 
 // ---- policy names ----
@@ -237,7 +240,15 @@ void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
     }
 }
 
-static void lz_cache_evict(lazyattn_cache *c, lz_entry *e) {
+/* notify: call the eviction callback first (not at cache destroy). */
+static void lz_cache_evict(lazyattn_cache *c, lz_entry *e, int notify) {
+    if (notify && c->on_evict) {
+        lazyattn_evicted ev = {c->config.policy, c->policy->chained ? e->key : e->doc_hash, e->n_tokens,
+                               e->n_blocks, e->stored_start};
+        c->in_evict_callback = 1;
+        c->on_evict(c->evict_user, c, &ev);
+        c->in_evict_callback = 0;
+    }
     lz_lru_unlink(e);
     lz_index_remove(&c->by_key, e, 0);
     if (c->policy->index_by_doc) lz_index_remove(&c->by_doc, e, 1);
@@ -269,24 +280,25 @@ static int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
     while (free_blocks < n) {
         lz_entry *victim = c->lru.lru_prev;
         free_blocks += victim->n_blocks;
-        lz_cache_evict(c, victim);
+        lz_cache_evict(c, victim, 1);
     }
     return LAZYATTN_STATUS_OK;
 }
 
 static void lz_cache_trim_to(lazyattn_cache *c, uint64_t max_bytes) {
     while (c->lru.lru_prev != &c->lru && (uint64_t)c->entry_blocks * c->block_bytes > max_bytes)
-        lz_cache_evict(c, c->lru.lru_prev);
+        lz_cache_evict(c, c->lru.lru_prev, 1);
 }
 
 void lz_cache_trim_retained(lazyattn_cache *c) { lz_cache_trim_to(c, c->retain_bytes); }
 
-int lz_cache_take_blocks(lazyattn_cache *c, int64_t n, int32_t *ids, const char *who) {
+int lz_cache_take_blocks(lazyattn_cache *c, int64_t n, int32_t *ids, int for_request,
+                         const char *who) {
     int st = lz_cache_make_room(c, n, who);
     /* Another cache on the pool cannot take the room in between: one thread. */
     if (!st) st = lazyattn_pool_alloc(c->pool, (int)n, ids);
     if (st) {
-        if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED) c->stats.budget_failures++;
+        if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED && for_request) c->stats.budget_failures++;
         return st;
     }
     lz_cache_add_held(c, n);
@@ -316,6 +328,31 @@ void lz_cache_unlink_request(lazyattn_cache *c, lz_ring *r) {
 }
 
 const lz_policy *lz_cache_policy(const lazyattn_cache *c) { return c->policy; }
+lazyattn_pool *lz_cache_pool(const lazyattn_cache *c) { return c->pool; }
+
+int lz_cache_check_idle(const lazyattn_cache *c, const char *who) {
+    if (c->in_evict_callback)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "%s: called from the cache's eviction callback, which must not change "
+                       "the cache",
+                       who);
+    return LAZYATTN_STATUS_OK;
+}
+
+lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash) {
+    if (!c->by_key.n_buckets) return NULL;
+    for (lz_entry *e = c->by_key.buckets[doc_hash & (c->by_key.n_buckets - 1)]; e; e = e->hnext)
+        if (e->key == doc_hash && e->doc_hash == doc_hash && e->stored_start == 0) return e;
+    return NULL;
+}
+
+int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e) {
+    e->refcount = 0;
+    if (!lz_cache_insert(c, e)) return 0;
+    c->stats.imports++;
+    lz_cache_trim_to(c, c->retain_bytes);
+    return 1;
+}
 int lz_cache_block_size(const lazyattn_cache *c) { return c->block_size; }
 uint64_t lz_cache_model_id(const lazyattn_cache *c) { return c->config.model_id; }
 
@@ -375,12 +412,19 @@ uint64_t lz_cache_fingerprint(const lazyattn_cache *c) {
 
 // ---- public: create, destroy, stats, trim ----
 
+void lazyattn_cache_config_init(lazyattn_cache_config *config) {
+    if (!config) return;
+    memset(config, 0, sizeof *config);
+    config->policy = LAZYATTN_CACHE_POLICY_LAZY;
+}
+
 int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *config,
                           lazyattn_cache **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_cache_create: out is NULL");
     *out = NULL;
     LZ_CHECK_ARG(pool != NULL, "lazyattn_cache_create: pool is NULL");
-    lazyattn_cache_config cfg = {LAZYATTN_CACHE_POLICY_LAZY, 0, 0};
+    lazyattn_cache_config cfg;
+    lazyattn_cache_config_init(&cfg);
     if (config) cfg = *config;
     LZ_CHECK_ARG(lazyattn_cache_policy_name(cfg.policy) != NULL,
                  "lazyattn_cache_create: unknown policy %d", (int)cfg.policy);
@@ -419,7 +463,7 @@ void lazyattn_cache_destroy(lazyattn_cache *c) {
     if (!c) return;
     while (c->requests.next != &c->requests)
         lazyattn_request_destroy(lz_request_of_link(c->requests.next));
-    while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev);
+    while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev, 0);
     free(c->by_key.buckets);
     free(c->by_doc.buckets);
     free(c);
@@ -436,8 +480,19 @@ int lazyattn_cache_get_stats(const lazyattn_cache *c, lazyattn_cache_stats *stat
     return LAZYATTN_STATUS_OK;
 }
 
+int lazyattn_cache_set_evict_callback(lazyattn_cache *c, lazyattn_evict_fn fn, void *user) {
+    LZ_CHECK_ARG(c != NULL, "lazyattn_cache_set_evict_callback: cache is NULL");
+    int st = lz_cache_check_idle(c, "lazyattn_cache_set_evict_callback");
+    if (st) return st;
+    c->on_evict = fn;
+    c->evict_user = user;
+    return LAZYATTN_STATUS_OK;
+}
+
 int lazyattn_cache_reset_stats(lazyattn_cache *c) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_reset_stats: cache is NULL");
+    int st = lz_cache_check_idle(c, "lazyattn_cache_reset_stats");
+    if (st) return st;
     memset(&c->stats, 0, sizeof c->stats);
     c->stats.entry_bytes = c->stats.peak_entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
     c->stats.bytes_in_use = c->stats.peak_bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
@@ -446,6 +501,8 @@ int lazyattn_cache_reset_stats(lazyattn_cache *c) {
 
 int lazyattn_cache_trim(lazyattn_cache *c, uint64_t max_bytes) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_trim: cache is NULL");
+    int st = lz_cache_check_idle(c, "lazyattn_cache_trim");
+    if (st) return st;
     lz_cache_trim_to(c, max_bytes);
     return LAZYATTN_STATUS_OK;
 }

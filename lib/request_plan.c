@@ -191,6 +191,8 @@ static void lz_request_free(lazyattn_request *r) {
 void lazyattn_request_destroy(lazyattn_request *r) {
     if (!r) return;
     lazyattn_cache *c = r->cache;
+    /* From the eviction callback: refused (recorded), the request stays. */
+    if (lz_cache_check_idle(c, "lazyattn_request_destroy")) return;
     lz_request_release(r);
     lz_cache_unlink_request(c, &r->link);
     lz_request_free(r);
@@ -261,8 +263,10 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     LZ_CHECK_ARG(out != NULL, "lazyattn_request_create: out is NULL");
     *out = NULL;
     LZ_CHECK_ARG(c && d, "lazyattn_request_create: NULL argument");
+    int st = lz_cache_check_idle(c, "lazyattn_request_create");
+    if (st) return st;
     int64_t doc_blocks_total = 0, doc_tokens_total = 0;
-    int st = lz_check_request_desc(c, d, "lazyattn_request_create", &doc_blocks_total,
+    st = lz_check_request_desc(c, d, "lazyattn_request_create", &doc_blocks_total,
                                    &doc_tokens_total);
     if (st) return st;
     const int B = lz_cache_block_size(c);
@@ -318,7 +322,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     // ---- blocks, all at once ----
     r->fresh = malloc((size_t)(need + 1) * sizeof *r->fresh);
     if (!r->fresh) goto oom_linked;
-    st = lz_cache_take_blocks(c, need, r->fresh, "lazyattn_request_create");
+    st = lz_cache_take_blocks(c, need, r->fresh, 1, "lazyattn_request_create");
     if (st) goto fail;
     r->n_fresh = need;
     /* Own blocks first: from here on the release path frees everything
@@ -441,6 +445,8 @@ int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
 
 int lazyattn_request_commit(lazyattn_request *r) {
     LZ_CHECK_ARG(r != NULL, "lazyattn_request_commit: request is NULL");
+    int st = lz_cache_check_idle(r->cache, "lazyattn_request_commit");
+    if (st) return st;
     if (r->committed) return LAZYATTN_STATUS_OK;
     /* Prompt order, so that a document repeated within the request
      * publishes its first copy; later duplicates stay private. */
@@ -456,6 +462,8 @@ int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t 
     LZ_CHECK_ARG(r != NULL, "lazyattn_request_append: request is NULL");
     LZ_CHECK_ARG(n >= 0, "lazyattn_request_append: negative count %d", n);
     LZ_CHECK_ARG(n == 0 || (slots && positions), "lazyattn_request_append: NULL output");
+    int busy = lz_cache_check_idle(r->cache, "lazyattn_request_append");
+    if (busy) return busy;
     lazyattn_cache *c = r->cache;
     const int B = lz_cache_block_size(c);
     int64_t total = (int64_t)r->tail_start + r->tail_tokens + n;
@@ -476,7 +484,7 @@ int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t 
         r->cap_own = cap;
     }
     if (more) {
-        int st = lz_cache_take_blocks(c, more, r->own + r->n_own, "lazyattn_request_append");
+        int st = lz_cache_take_blocks(c, more, r->own + r->n_own, 1, "lazyattn_request_append");
         if (st) return st;
         r->n_own += more;
     }
