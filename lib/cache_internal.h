@@ -113,6 +113,11 @@ void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t);
  * change the cache (tests of lazyattn_cache_probe). */
 uint64_t lz_cache_fingerprint(const lazyattn_cache *c);
 
+/* ---- document export (doc_export.c) ---- */
+
+/* The checksum of the export format (header and payload). */
+uint64_t lz_kv_checksum(const uint8_t *p, size_t n);
+
 /* ---- what requests offer the cache (request_plan.c) ---- */
 
 lazyattn_request *lz_request_of_link(lz_ring *link);

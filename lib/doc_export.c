@@ -40,7 +40,7 @@ static uint64_t lz_get64(const uint8_t *p) {
 /* Word by word: each step is a bijection of the state for a fixed word and
  * of the word for a fixed state, so any change confined to one word (or
  * the tail) always changes the sum. */
-static uint64_t lz_checksum(const uint8_t *p, size_t n) {
+uint64_t lz_kv_checksum(const uint8_t *p, size_t n) {
     uint64_t h = 0x243F6A8885A308D3ull ^ ((uint64_t)n * 0x9E3779B97F4A7C15ull);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -73,7 +73,7 @@ static void lz_header_encode(const lz_kv_header *h, uint8_t *p) {
     lz_put32(p + 68, h->reserved);
     lz_put64(p + 72, h->payload_bytes);
     lz_put64(p + 80, h->payload_checksum);
-    lz_put64(p + 88, lz_checksum(p, 88));
+    lz_put64(p + 88, lz_kv_checksum(p, 88));
 }
 
 static void lz_header_decode(const uint8_t *p, lz_kv_header *h) {
@@ -198,7 +198,7 @@ int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buff
     h.n_blocks = (uint32_t)e->n_blocks;
     h.stored_start = 0;
     h.payload_bytes = need - LAZYATTN_KV_HEADER_BYTES;
-    h.payload_checksum = lz_checksum(payload, (size_t)h.payload_bytes);
+    h.payload_checksum = lz_kv_checksum(payload, (size_t)h.payload_bytes);
     lz_header_encode(&h, out);
     *written = need;
     return LAZYATTN_STATUS_OK;
@@ -240,7 +240,7 @@ static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, siz
     if (h->version != LAZYATTN_KV_FORMAT_VERSION)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: format version %u, this library reads %d", w,
                        h->version, LAZYATTN_KV_FORMAT_VERSION);
-    if (h->header_checksum != lz_checksum(p, 88))
+    if (h->header_checksum != lz_kv_checksum(p, 88))
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: header checksum does not match", w);
     if (h->header_bytes != LAZYATTN_KV_HEADER_BYTES || h->policy != LAZYATTN_CACHE_POLICY_LAZY ||
         h->stored_start != 0 || h->reserved != 0)
@@ -294,7 +294,7 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: %llu bytes past the end of the document", w,
                        (unsigned long long)(size - LAZYATTN_KV_HEADER_BYTES - h.payload_bytes));
     const uint8_t *payload = p + LAZYATTN_KV_HEADER_BYTES;
-    if (lz_checksum(payload, (size_t)h.payload_bytes) != h.payload_checksum)
+    if (lz_kv_checksum(payload, (size_t)h.payload_bytes) != h.payload_checksum)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: payload checksum does not match", w);
     int n_tokens = (int)h.n_tokens, n_blocks = (int)h.n_blocks;
     int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
