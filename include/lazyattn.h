@@ -169,19 +169,51 @@ typedef enum lazyattn_device_kind {
     LAZYATTN_DEVICE_ANY = 3
 } lazyattn_device_kind;
 
-/* Device choice, in order of precedence: these options, then the
- * environment (LAZYATTN_PLATFORM, LAZYATTN_DEVICE: name substrings;
- * LAZYATTN_PORTABLE=1: never use vendor fast paths), then the default. */
+/* One OpenCL device, by its global index: every device of every platform,
+ * platforms in the ICD loader's order, devices in the platform's order
+ * (`clinfo -l` lists them the same way). Two identical GPUs have two
+ * indices. */
+typedef struct lazyattn_device_info {
+    int index;            /* global index, 0 .. lazyattn_device_count() - 1 */
+    int platform_index;   /* position of its platform */
+    char platform[128];   /* platform name */
+    char name[128];       /* device name */
+    char vendor[128];
+    lazyattn_device_kind kind; /* GPU, CPU, or ANY for accelerators and others */
+    uint64_t global_memory;    /* bytes */
+    int compute_units;
+} lazyattn_device_info;
+
+/* Number of OpenCL devices on all platforms (0 without an ICD). */
+LAZYATTN_API int lazyattn_device_count(int *count);
+/* NO_DEVICE for an index past the last. */
+LAZYATTN_API int lazyattn_device_get_info(int index, lazyattn_device_info *info);
+
+/* Device choice, in order of precedence: these options (device_index, then
+ * the names and kind), then the environment, then the default (the first
+ * GPU, else the first CPU device). Environment:
+ *   LAZYATTN_DEVICE_INDEX=N  the device of global index N
+ *   LAZYATTN_DEVICE=#N or N  the same (digits alone are an index, never a
+ *                            name: "1" does not match "avx512")
+ *   LAZYATTN_DEVICE=text     first device whose name contains text (any case)
+ *   LAZYATTN_PLATFORM=text   only platforms whose name contains text
+ *   LAZYATTN_PORTABLE=1      never use vendor fast paths */
 typedef struct lazyattn_context_options {
     const char *platform;      /* substring of the platform name; NULL = any */
-    const char *device;        /* substring of the device name; NULL = any */
+    const char *device;        /* substring of the device name, or "#N" for index N;
+                                  NULL = any */
     lazyattn_device_kind kind; /* default LAZYATTN_DEVICE_DEFAULT */
     int portable_only;         /* 1: portable kernels only; 0: env decides */
     int profiling;             /* 1: the context's queue has profiling enabled */
     lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors */
     void *log_user;
+    int device_index;          /* global index (lazyattn_device_get_info); -1 (what
+                                  _init sets) = choose by name and kind. Fill the
+                                  struct with lazyattn_context_options_init: 0 is
+                                  device #0. */
 } lazyattn_context_options;
 
+/* All defaults: any platform and name, kind DEFAULT, device_index -1. */
 LAZYATTN_API void lazyattn_context_options_init(lazyattn_context_options *options);
 
 /* Creates an OpenCL context and in-order queue on the chosen device.
