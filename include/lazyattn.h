@@ -3,8 +3,12 @@
  *
  * A cached document is stored once, its keys rotated at document-local
  * positions; the rest of the rotation (the block's delta = logical start -
- * stored start) is applied inside the attention kernels. See README.md and
- * the specification for the semantics.
+ * stored start) is applied inside the attention kernels. See README.md for
+ * the semantics and docs/ for the design notes.
+ *
+ * This header is the stable API. Helpers for tests and benchmarks (the
+ * float64 reference, the normalised error, the RAG workload generator) are
+ * in lazyattn_testing.h.
  *
  * Conventions
  *  - Every function returns an int status: LAZYATTN_STATUS_OK (0) or a
@@ -12,6 +16,9 @@
  *    lazyattn_last_error() gives the detail of the last failure on this
  *    thread. Nothing in the library exits, aborts or asserts on bad input.
  *  - Every create has a destroy; destroy(NULL) is a no-op.
+ *  - Every config and args struct has an _init function that fills its
+ *    defaults; fields added in later versions get a default there, so
+ *    fill structs with _init rather than positionally.
  *  - Shapes are written row-major, outermost first, right above each
  *    function: k: [n_tokens, n_kv_heads, head_dim] f32.
  *  - Enqueueing functions take the caller's queue (NULL = the context's
@@ -144,6 +151,8 @@ typedef struct lazyattn_attention_config {
 /* Llama-3.1-8B defaults for one layer: 32/8 heads, d = 128, B = 16, fp16,
  * NeoX RoPE theta 500000 with Llama-3 scaling (8, 1, 4, 8192). */
 LAZYATTN_API void lazyattn_attention_config_default(lazyattn_attention_config *cfg);
+/* The same, under the name every other struct's defaults have. */
+LAZYATTN_API void lazyattn_attention_config_init(lazyattn_attention_config *cfg);
 
 /* ALiBi slope of head h (0 <= h < n_heads): the ALiBi paper's geometric
  * sequence, interpolated for a head count that is not a power of two. */
@@ -248,7 +257,7 @@ LAZYATTN_API int lazyattn_context_fast_path(const lazyattn_context *ctx);
  *   bits 39..63  delta, two's complement 25 bits, -2^24 .. 2^24-1
  *
  * delta = logical start - stored start of the block. The same encode and
- * decode macros (lib/entry_layout.h) are compiled into the host and into
+ * decode macros (cl/block_entry.h) are compiled into the host and into
  * every kernel. Values that do not fit give LAZYATTN_STATUS_OUT_OF_RANGE.
  */
 #define LAZYATTN_ENTRY_BLOCK_BITS 31
@@ -285,6 +294,10 @@ typedef struct lazyattn_pool_config {
     lazyattn_dtype dtype;
     uint64_t budget_bytes;
 } lazyattn_pool_config;
+
+/* The KV shape of lazyattn_attention_config_default's model (Llama-3.1-8B:
+ * 32 layers x 8 KV heads x d = 128, B = 16, f16) under a 1 GiB budget. */
+LAZYATTN_API void lazyattn_pool_config_init(lazyattn_pool_config *config);
 
 typedef struct lazyattn_pool_info {
     int64_t n_blocks;      /* capacity under the budget */
@@ -380,6 +393,9 @@ typedef struct lazyattn_prefill_args {
     cl_mem out;
 } lazyattn_prefill_args;
 
+/* Zero counts, NULL buffers: fill every field before lazyattn_prefill. */
+LAZYATTN_API void lazyattn_prefill_args_init(lazyattn_prefill_args *args);
+
 LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
                                   const lazyattn_prefill_args *args, cl_command_queue queue,
                                   cl_event *event);
@@ -412,6 +428,9 @@ typedef struct lazyattn_decode_args {
     cl_mem out;
 } lazyattn_decode_args;
 
+/* Zero counts, NULL buffers, n_splits 0 (chosen from the device). */
+LAZYATTN_API void lazyattn_decode_args_init(lazyattn_decode_args *args);
+
 LAZYATTN_API int lazyattn_decode(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
                                  const lazyattn_decode_args *args, cl_command_queue queue,
                                  cl_event *event);
@@ -427,41 +446,9 @@ LAZYATTN_API int lazyattn_materialise(lazyattn_attention *attn, lazyattn_pool *p
                                       int n, cl_mem src, cl_mem dst, cl_command_queue queue,
                                       cl_event *event);
 
-/* ---- CPU float64 reference --------------------------------------------- */
-
-/*
- * Eager attention with absolute positions, in double, independent of the
- * kernels: K and Q are rotated at their absolute positions, key j is
- * visible to query t iff k_pos[j] <= q_pos[t]; a query with no visible key
- * gives zeros.
- *   q:   [n_queries, n_q_heads, head_dim] f32, unrotated
- *   k:   [n_keys, n_kv_heads, head_dim] f32, unrotated
- *   v:   [n_keys, n_kv_heads, head_dim] f32
- *   out: [n_queries, n_q_heads, head_dim] double
- */
-typedef struct lazyattn_reference_args {
-    int n_queries;
-    int n_keys;
-    const float *q;
-    const int32_t *q_pos;
-    const float *k;
-    const float *v;
-    const int32_t *k_pos;
-    double *out;
-} lazyattn_reference_args;
-
-LAZYATTN_API int lazyattn_reference_attention(const lazyattn_attention_config *config,
-                                              const lazyattn_reference_args *args);
-
-/* Rotates one head vector at position pos in double (identity for NONE).
- *   x: [head_dim] f32, out: [head_dim] double */
-LAZYATTN_API int lazyattn_reference_rope(const lazyattn_attention_config *config, int32_t pos,
-                                         const float *x, double *out);
-
-/* Normalised error max|a - b| / max(max|b|, tiny) over n values; the
- * measure every test and example uses against the reference. INFINITY for
- * NULL arrays or n == 0 (reason in lazyattn_last_error()). */
-LAZYATTN_API double lazyattn_normalised_error(const float *a, const double *b, size_t n);
+/* The float64 reference, the normalised error and the RAG workload
+ * generator (helpers for tests, examples and benchmarks) are declared in
+ * lazyattn_testing.h, installed next to this header. */
 
 /* ==== document cache and policies: see the section below ================ */
 /* LAZYATTN_CACHE_API_BEGIN */
@@ -631,6 +618,9 @@ typedef struct lazyattn_request_desc {
     const int32_t *question;
     int max_new_tokens;
 } lazyattn_request_desc;
+
+/* An empty prompt: no prefix, documents or question, nothing reserved. */
+LAZYATTN_API void lazyattn_request_desc_init(lazyattn_request_desc *desc);
 
 typedef enum lazyattn_segment_kind {
     LAZYATTN_SEGMENT_PREFIX = 0,
@@ -849,70 +839,6 @@ LAZYATTN_API int lazyattn_cache_import(lazyattn_cache *cache, const void *data, 
  * is FORMAT (truncated). */
 LAZYATTN_API int lazyattn_cache_import_from(lazyattn_cache *cache, lazyattn_read_fn read,
                                             void *user, uint64_t *doc_hash);
-
-/* ---- RAG workload generator ----------------------------------------------- */
-
-/*
- * Seeded, reproducible: D documents with lengths uniform in
- * [doc_len_min, doc_len_max]; each request draws docs_per_request distinct
- * documents by Zipf(alpha) popularity over the whole pool (doc id r-1 has
- * rank r, probability proportional to r^-alpha, drawn without replacement),
- * in random order, a question of uniform length in [question_min,
- * question_max] and a generated length in [gen_min, gen_max]. Token ids of
- * document i are a fixed function of (i, index) in [0, vocab_size), so a
- * document hashes the same under every seed.
- */
-typedef struct lazyattn_workload lazyattn_workload;
-
-typedef struct lazyattn_workload_config {
-    int n_docs;
-    int doc_len_min, doc_len_max;
-    int docs_per_request;
-    double alpha;
-    int question_min, question_max;
-    int gen_min, gen_max;
-    int prefix_len; /* shared system prompt tokens (same for every request) */
-    int n_requests;
-    int vocab_size; /* default 128256 */
-    uint64_t seed;
-} lazyattn_workload_config;
-
-/* One request, borrowed from the workload (valid until its destroy).
- *   doc_ids:  [n_docs] distinct ids in [0, config.n_docs)
- *   question: [n_question] int32 */
-typedef struct lazyattn_workload_request {
-    int n_docs;
-    const int32_t *doc_ids;
-    int n_question;
-    const int32_t *question;
-    int n_generate;
-} lazyattn_workload_request;
-
-/* "paper": D = 100, length 2048, k = 5, alpha = 2.1, Q 16-32, G 8-16,
- * 200 requests. "rag": D = 10000, lengths 100-400, k = 10, alpha = 0.9,
- * Q 16-32, G 8-16, 1000 requests. Both: prefix 0, seed 1, vocab 128256. */
-LAZYATTN_API int lazyattn_workload_config_preset(const char *name,
-                                                 lazyattn_workload_config *config);
-LAZYATTN_API int lazyattn_workload_create(const lazyattn_workload_config *config,
-                                          lazyattn_workload **out);
-LAZYATTN_API void lazyattn_workload_destroy(lazyattn_workload *wl);
-LAZYATTN_API int lazyattn_workload_get_config(const lazyattn_workload *wl,
-                                              lazyattn_workload_config *config);
-/* tokens: [*n_tokens] borrowed. */
-LAZYATTN_API int lazyattn_workload_get_doc(const lazyattn_workload *wl, int doc_id,
-                                           const int32_t **tokens, int *n_tokens);
-/* prefix: [*n_tokens] borrowed (n_tokens may be 0, then *tokens is NULL). */
-LAZYATTN_API int lazyattn_workload_get_prefix(const lazyattn_workload *wl, const int32_t **tokens,
-                                              int *n_tokens);
-LAZYATTN_API int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
-                                               lazyattn_workload_request *request);
-/* Fills a request description for request index (docs and doc_lengths point
- * into the caller's arrays of at least docs_per_request elements). */
-LAZYATTN_API int lazyattn_workload_get_request_desc(const lazyattn_workload *wl, int index,
-                                                    const int32_t **docs, int32_t *doc_lengths,
-                                                    lazyattn_request_desc *desc);
-/* Probability of rank r (1-based) under Zipf(alpha) over n items. */
-LAZYATTN_API int lazyattn_workload_zipf_pmf(int n, double alpha, int rank, double *p);
 
 /* LAZYATTN_CACHE_API_END */
 

@@ -3,6 +3,7 @@
 #define LAZYATTN_INTERNAL_H
 
 #include "lazyattn.h"
+#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 #include <stdarg.h>
 #include <stdio.h>
