@@ -527,8 +527,9 @@ typedef struct lazyattn_evicted {
  * blocks are freed, so that an engine can spill it (lazyattn_cache_export
  * of entry->doc_hash works on this cache during the call). Not called by
  * lazyattn_cache_destroy. The callback must not change the cache: request
- * create/commit/destroy/append, trim, reset_stats and import on it are
- * refused (INVALID_ARGUMENT) during the call. */
+ * create/commit/append, trim, reset_stats, import and set_evict_callback on
+ * it are refused (INVALID_ARGUMENT) during the call; request and cache
+ * destroy do nothing then (the reason in lazyattn_last_error()). */
 typedef void (*lazyattn_evict_fn)(void *user, lazyattn_cache *cache,
                                   const lazyattn_evicted *entry);
 

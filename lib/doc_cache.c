@@ -461,6 +461,8 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
 
 void lazyattn_cache_destroy(lazyattn_cache *c) {
     if (!c) return;
+    /* From its own eviction callback: refused (recorded), nothing freed. */
+    if (lz_cache_check_idle(c, "lazyattn_cache_destroy")) return;
     while (c->requests.next != &c->requests)
         lazyattn_request_destroy(lz_request_of_link(c->requests.next));
     while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev, 0);
