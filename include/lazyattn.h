@@ -841,6 +841,23 @@ LAZYATTN_API int lazyattn_cache_import(lazyattn_cache *cache, const void *data, 
 LAZYATTN_API int lazyattn_cache_import_from(lazyattn_cache *cache, lazyattn_read_fn read,
                                             void *user, uint64_t *doc_hash);
 
+/* What an export's header says (no cache needed): e.g. to key it in a store
+ * or to check it against a cache before importing. */
+typedef struct lazyattn_kv_info {
+    uint32_t version;
+    uint64_t model_id;
+    int n_layers, n_kv_heads, head_dim, block_size;
+    lazyattn_dtype dtype;
+    uint64_t doc_hash;
+    int n_tokens, n_blocks;
+    uint64_t total_bytes; /* header + payload: the whole export */
+} lazyattn_kv_info;
+
+/* Reads and checks the header of an export (magic, version, header
+ * checksum, sizes that agree): FORMAT otherwise. data needs at least
+ * LAZYATTN_KV_HEADER_BYTES; the payload is not read (import checks it). */
+LAZYATTN_API int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv_info *info);
+
 /* LAZYATTN_CACHE_API_END */
 
 #ifdef __cplusplus

@@ -223,14 +223,9 @@ int lazyattn_cache_export_to(const lazyattn_cache *c, uint64_t doc_hash, lazyatt
 
 // ---- import ----
 
-/* Checks a header against the cache: everything that can be known before
- * the payload. *payload_bytes: what must follow. */
-static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, size_t size,
-                                  const char *w, lz_kv_header *h) {
-    if (lz_cache_policy(c)->id != LAZYATTN_CACHE_POLICY_LAZY)
-        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
-                       "%s: only a LAZY cache imports documents (this cache is %s)", w,
-                       lazyattn_cache_policy_name(lz_cache_policy(c)->id));
+/* The checks of a header on its own: magic, version, checksum, fields that
+ * must hold whatever the cache. */
+static int lz_header_check(const uint8_t *p, size_t size, const char *w, lz_kv_header *h) {
     if (size < LAZYATTN_KV_HEADER_BYTES)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: %zu bytes, the header has %d", w,
                        size, LAZYATTN_KV_HEADER_BYTES);
@@ -248,6 +243,57 @@ static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, siz
                        "%s: header of %u bytes, policy %u, stored start %d: not a version-1 "
                        "LAZY document",
                        w, h->header_bytes, h->policy, (int)h->stored_start);
+    if (h->n_layers < 1 || h->n_kv_heads < 1 || h->head_dim < 1 || h->block_size < 1 ||
+        h->block_size > LAZYATTN_MAX_BLOCK_SIZE || h->dtype > LAZYATTN_DTYPE_BF16 ||
+        h->n_tokens < 1 || h->n_tokens > (uint32_t)LAZYATTN_MAX_POSITION + 1 ||
+        h->n_blocks != (h->n_tokens + h->block_size - 1) / h->block_size)
+        return lz_fail(LAZYATTN_STATUS_FORMAT,
+                       "%s: geometry %u x %u x %u, B %u, dtype %u, %u tokens in %u blocks",
+                       w, h->n_layers, h->n_kv_heads, h->head_dim, h->block_size, h->dtype,
+                       h->n_tokens, h->n_blocks);
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv_info *info) {
+    LZ_CHECK_ARG(data && info, "lazyattn_kv_describe: NULL argument");
+    lz_kv_header h;
+    int st = lz_header_check(data, size, "lazyattn_kv_describe", &h);
+    if (st) return st;
+    lazyattn_pool_config pc = {(int)h.n_layers, (int)h.n_kv_heads, (int)h.head_dim,
+                               (int)h.block_size, (lazyattn_dtype)h.dtype, 0};
+    if (h.n_layers > 4096 || h.n_kv_heads > 4096 || h.head_dim > 1024)
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "lazyattn_kv_describe: geometry past the limits");
+    uint64_t payload = lz_payload_bytes(&pc, h.n_tokens, h.n_blocks);
+    if (payload == 0 || payload != h.payload_bytes ||
+        payload > UINT64_MAX - LAZYATTN_KV_HEADER_BYTES)
+        return lz_fail(LAZYATTN_STATUS_FORMAT,
+                       "lazyattn_kv_describe: payload of %llu bytes, the geometry says %llu",
+                       (unsigned long long)h.payload_bytes, (unsigned long long)payload);
+    memset(info, 0, sizeof *info);
+    info->version = h.version;
+    info->model_id = h.model_id;
+    info->n_layers = (int)h.n_layers;
+    info->n_kv_heads = (int)h.n_kv_heads;
+    info->head_dim = (int)h.head_dim;
+    info->block_size = (int)h.block_size;
+    info->dtype = (lazyattn_dtype)h.dtype;
+    info->doc_hash = h.doc_hash;
+    info->n_tokens = (int)h.n_tokens;
+    info->n_blocks = (int)h.n_blocks;
+    info->total_bytes = payload + LAZYATTN_KV_HEADER_BYTES;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Checks a header against the cache: everything that can be known before
+ * the payload. */
+static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, size_t size,
+                                  const char *w, lz_kv_header *h) {
+    if (lz_cache_policy(c)->id != LAZYATTN_CACHE_POLICY_LAZY)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: only a LAZY cache imports documents (this cache is %s)", w,
+                       lazyattn_cache_policy_name(lz_cache_policy(c)->id));
+    int st = lz_header_check(p, size, w, h);
+    if (st) return st;
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(lz_cache_pool(c), &pc);
     uint64_t model_id = lz_cache_model_id(c);

@@ -197,6 +197,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint64_t announced = 0;
     for (int i = 0; len >= 80 && i < 8; i++) announced |= (uint64_t)blob[72 + i] << (8 * i);
     if (len < 96 || len - 96 <= announced) CHECK(a == b);
+    /* The header alone: accepted whenever the import was, with its size. */
+    lazyattn_kv_info info;
+    int dst = lazyattn_kv_describe(blob, len, &info);
+    CHECK(dst == LAZYATTN_STATUS_OK || dst == LAZYATTN_STATUS_FORMAT);
+    if (a == LAZYATTN_STATUS_OK) CHECK(dst == LAZYATTN_STATUS_OK && info.total_bytes == len);
     /* Another model id: never accepted. */
     CHECK(import_once(&pc, model + 1, blob, len, 0, pin, 0, tokens, n_tokens) !=
           LAZYATTN_STATUS_OK);

@@ -382,6 +382,27 @@ static void test_refusals(void **state) {
     lt_assert_status(lazyattn_request_create(cache, &d, &live), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_request_commit(live), LAZYATTN_STATUS_OK);
 
+    /* What the header says, without a cache. */
+    lazyattn_kv_info ki;
+    lt_assert_status(lazyattn_kv_describe(blob, n, &ki), LAZYATTN_STATUS_OK);
+    assert_int_equal(ki.version, LAZYATTN_KV_FORMAT_VERSION);
+    assert_true(ki.model_id == MODEL && ki.doc_hash == hash_of(3));
+    assert_true(ki.n_layers == L && ki.n_kv_heads == NKV && ki.head_dim == D && ki.block_size == B);
+    assert_int_equal(ki.dtype, LAZYATTN_DTYPE_F32);
+    assert_int_equal(ki.n_tokens, doc_len[3]);
+    assert_int_equal(ki.n_blocks, 2);
+    assert_true(ki.total_bytes == n);
+    lt_assert_status(lazyattn_kv_describe(blob, LAZYATTN_KV_HEADER_BYTES, &ki), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_kv_describe(blob, LAZYATTN_KV_HEADER_BYTES - 1, &ki),
+                     LAZYATTN_STATUS_FORMAT);
+    lt_assert_status(lazyattn_kv_describe(NULL, n, &ki), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_kv_describe(blob, n, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    for (size_t i = 0; i < LAZYATTN_KV_HEADER_BYTES; i++) {
+        memcpy(bad, blob, n);
+        bad[i] ^= 0x01;
+        lt_assert_status(lazyattn_kv_describe(bad, n, &ki), LAZYATTN_STATUS_FORMAT);
+    }
+
     /* Corrupt: every single-byte change of the header and a sample of the
      * payload; truncations; a trailing byte. */
     for (size_t i = 0; i < n; i += (i < 96 ? 1 : 97)) {
