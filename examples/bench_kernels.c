@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "lazyattn.h"
+#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 /* generated from bench_kernels.cl by tools/cl2c.py --name bench_cl */
 typedef struct bench_cl_entry {

@@ -19,6 +19,7 @@
  * not hits; the table shows them apart and "hit+copy" counts them as hits.
  * Budgets take B, KiB, MiB, GiB or tok (tokens of the model shape). */
 #include "lazyattn.h"
+#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 #include <math.h>
 #include <stdio.h>

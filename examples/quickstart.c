@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lazyattn.h"
+#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 enum { H = 32, KV = 8, D = 128, B = 16, Q = 6, MAX_BLOCKS = 64 };
 

@@ -3,8 +3,12 @@
  *
  * A cached document is stored once, its keys rotated at document-local
  * positions; the rest of the rotation (the block's delta = logical start -
- * stored start) is applied inside the attention kernels. See README.md and
- * the specification for the semantics.
+ * stored start) is applied inside the attention kernels. See README.md for
+ * the semantics and docs/ for the design notes.
+ *
+ * This header is the stable API. Helpers for tests and benchmarks (the
+ * float64 reference, the normalised error, the RAG workload generator) are
+ * in lazyattn_testing.h.
  *
  * Conventions
  *  - Every function returns an int status: LAZYATTN_STATUS_OK (0) or a
@@ -16,6 +20,9 @@
  *    indices, gives OUT_OF_RANGE naming the quantity; a buffer smaller
  *    than its shape needs gives INVALID_ARGUMENT.
  *  - Every create has a destroy; destroy(NULL) is a no-op.
+ *  - Every config and args struct has an _init function that fills its
+ *    defaults; fields added in later versions get a default there, so
+ *    fill structs with _init rather than positionally.
  *  - Shapes are written row-major, outermost first, right above each
  *    function: k: [n_tokens, n_kv_heads, head_dim] f32.
  *  - Enqueueing functions take the caller's queue (NULL = the context's
@@ -170,6 +177,8 @@ typedef struct lazyattn_attention_config {
 /* Llama-3.1-8B defaults for one layer: 32/8 heads, d = 128, B = 16, fp16,
  * NeoX RoPE theta 500000 with Llama-3 scaling (8, 1, 4, 8192). */
 LAZYATTN_API void lazyattn_attention_config_default(lazyattn_attention_config *cfg);
+/* The same, under the name every other struct's defaults have. */
+LAZYATTN_API void lazyattn_attention_config_init(lazyattn_attention_config *cfg);
 
 /* ALiBi slope of head h (0 <= h < n_heads): the ALiBi paper's geometric
  * sequence, interpolated for a head count that is not a power of two. */
@@ -195,19 +204,51 @@ typedef enum lazyattn_device_kind {
     LAZYATTN_DEVICE_ANY = 3
 } lazyattn_device_kind;
 
-/* Device choice, in order of precedence: these options, then the
- * environment (LAZYATTN_PLATFORM, LAZYATTN_DEVICE: name substrings;
- * LAZYATTN_PORTABLE=1: never use vendor fast paths), then the default. */
+/* One OpenCL device, by its global index: every device of every platform,
+ * platforms in the ICD loader's order, devices in the platform's order
+ * (`clinfo -l` lists them the same way). Two identical GPUs have two
+ * indices. */
+typedef struct lazyattn_device_info {
+    int index;            /* global index, 0 .. lazyattn_device_count() - 1 */
+    int platform_index;   /* position of its platform */
+    char platform[128];   /* platform name */
+    char name[128];       /* device name */
+    char vendor[128];
+    lazyattn_device_kind kind; /* GPU, CPU, or ANY for accelerators and others */
+    uint64_t global_memory;    /* bytes */
+    int compute_units;
+} lazyattn_device_info;
+
+/* Number of OpenCL devices on all platforms (0 without an ICD). */
+LAZYATTN_API int lazyattn_device_count(int *count);
+/* NO_DEVICE for an index past the last. */
+LAZYATTN_API int lazyattn_device_get_info(int index, lazyattn_device_info *info);
+
+/* Device choice, in order of precedence: these options (device_index, then
+ * the names and kind), then the environment, then the default (the first
+ * GPU, else the first CPU device). Environment:
+ *   LAZYATTN_DEVICE_INDEX=N  the device of global index N
+ *   LAZYATTN_DEVICE=#N or N  the same (digits alone are an index, never a
+ *                            name: "1" does not match "avx512")
+ *   LAZYATTN_DEVICE=text     first device whose name contains text (any case)
+ *   LAZYATTN_PLATFORM=text   only platforms whose name contains text
+ *   LAZYATTN_PORTABLE=1      never use vendor fast paths */
 typedef struct lazyattn_context_options {
     const char *platform;      /* substring of the platform name; NULL = any */
-    const char *device;        /* substring of the device name; NULL = any */
+    const char *device;        /* substring of the device name, or "#N" for index N;
+                                  NULL = any */
     lazyattn_device_kind kind; /* default LAZYATTN_DEVICE_DEFAULT */
     int portable_only;         /* 1: portable kernels only; 0: env decides */
     int profiling;             /* 1: the context's queue has profiling enabled */
     lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors */
     void *log_user;
+    int device_index;          /* global index (lazyattn_device_get_info); -1 (what
+                                  _init sets) = choose by name and kind. Fill the
+                                  struct with lazyattn_context_options_init: 0 is
+                                  device #0. */
 } lazyattn_context_options;
 
+/* All defaults: any platform and name, kind DEFAULT, device_index -1. */
 LAZYATTN_API void lazyattn_context_options_init(lazyattn_context_options *options);
 
 /* Creates an OpenCL context and in-order queue on the chosen device.
@@ -302,6 +343,10 @@ typedef struct lazyattn_pool_config {
     lazyattn_dtype dtype;
     uint64_t budget_bytes;
 } lazyattn_pool_config;
+
+/* The KV shape of lazyattn_attention_config_default's model (Llama-3.1-8B:
+ * 32 layers x 8 KV heads x d = 128, B = 16, f16) under a 1 GiB budget. */
+LAZYATTN_API void lazyattn_pool_config_init(lazyattn_pool_config *config);
 
 typedef struct lazyattn_pool_info {
     int64_t n_blocks;      /* capacity under the budget */
@@ -417,6 +462,9 @@ typedef struct lazyattn_prefill_args {
     cl_mem out;
 } lazyattn_prefill_args;
 
+/* Zero counts, NULL buffers: fill every field before lazyattn_prefill. */
+LAZYATTN_API void lazyattn_prefill_args_init(lazyattn_prefill_args *args);
+
 LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
                                   const lazyattn_prefill_args *args, cl_command_queue queue,
                                   cl_event *event);
@@ -451,6 +499,9 @@ typedef struct lazyattn_decode_args {
     cl_mem out;
 } lazyattn_decode_args;
 
+/* Zero counts, NULL buffers, n_splits 0 (chosen from the device). */
+LAZYATTN_API void lazyattn_decode_args_init(lazyattn_decode_args *args);
+
 LAZYATTN_API int lazyattn_decode(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
                                  const lazyattn_decode_args *args, cl_command_queue queue,
                                  cl_event *event);
@@ -466,41 +517,9 @@ LAZYATTN_API int lazyattn_materialise(lazyattn_attention *attn, lazyattn_pool *p
                                       int n, cl_mem src, cl_mem dst, cl_command_queue queue,
                                       cl_event *event);
 
-/* ---- CPU float64 reference --------------------------------------------- */
-
-/*
- * Eager attention with absolute positions, in double, independent of the
- * kernels: K and Q are rotated at their absolute positions, key j is
- * visible to query t iff k_pos[j] <= q_pos[t]; a query with no visible key
- * gives zeros.
- *   q:   [n_queries, n_q_heads, head_dim] f32, unrotated
- *   k:   [n_keys, n_kv_heads, head_dim] f32, unrotated
- *   v:   [n_keys, n_kv_heads, head_dim] f32
- *   out: [n_queries, n_q_heads, head_dim] double
- */
-typedef struct lazyattn_reference_args {
-    int n_queries;
-    int n_keys;
-    const float *q;
-    const int32_t *q_pos;
-    const float *k;
-    const float *v;
-    const int32_t *k_pos;
-    double *out;
-} lazyattn_reference_args;
-
-LAZYATTN_API int lazyattn_reference_attention(const lazyattn_attention_config *config,
-                                              const lazyattn_reference_args *args);
-
-/* Rotates one head vector at position pos in double (identity for NONE).
- *   x: [head_dim] f32, out: [head_dim] double */
-LAZYATTN_API int lazyattn_reference_rope(const lazyattn_attention_config *config, int32_t pos,
-                                         const float *x, double *out);
-
-/* Normalised error max|a - b| / max(max|b|, tiny) over n values; the
- * measure every test and example uses against the reference. INFINITY for
- * NULL arrays or n == 0 (reason in lazyattn_last_error()). */
-LAZYATTN_API double lazyattn_normalised_error(const float *a, const double *b, size_t n);
+/* The float64 reference, the normalised error and the RAG workload
+ * generator (helpers for tests, examples and benchmarks) are declared in
+ * lazyattn_testing.h, installed next to this header. */
 
 /* ==== document cache and policies: see the section below ================ */
 /* LAZYATTN_CACHE_API_BEGIN */
@@ -565,12 +584,38 @@ LAZYATTN_API const char *lazyattn_cache_policy_name(lazyattn_cache_policy policy
 /* Parses the names above (also "position-aware", "block-attention", "vllm"). */
 LAZYATTN_API int lazyattn_cache_policy_parse(const char *name, lazyattn_cache_policy *policy);
 
+/* A committed entry the cache is about to evict (see lazyattn_evict_fn).
+ * LAZY and POSITION: doc_hash is lazyattn_doc_hash(model_id, tokens) of the
+ * document (LAZY: the key lazyattn_cache_export takes); PREFIX: the
+ * block's chain key. */
+typedef struct lazyattn_evicted {
+    lazyattn_cache_policy policy;
+    uint64_t doc_hash;
+    int n_tokens;
+    int n_blocks;
+    int32_t stored_start; /* position its first key is rotated at (LAZY: 0) */
+} lazyattn_evicted;
+
+/* Called for every committed entry the cache evicts (to make room in the
+ * pool, to stay under retain_bytes, or by lazyattn_cache_trim), before its
+ * blocks are freed, so that an engine can spill it (lazyattn_cache_export
+ * of entry->doc_hash works on this cache during the call). Not called by
+ * lazyattn_cache_destroy. The callback must not change the cache: request
+ * create/commit/append, trim, reset_stats, import and set_evict_callback on
+ * it are refused (INVALID_ARGUMENT) during the call; request and cache
+ * destroy do nothing then (the reason in lazyattn_last_error()). */
+typedef void (*lazyattn_evict_fn)(void *user, lazyattn_cache *cache,
+                                  const lazyattn_evicted *entry);
+
 typedef struct lazyattn_cache_config {
     lazyattn_cache_policy policy;
-    uint64_t model_id;     /* mixed into every key */
+    uint64_t model_id;     /* mixed into every key; part of an export's identity */
     uint64_t retain_bytes; /* most bytes of committed entries kept once unpinned;
                               0 = the pool's budget */
 } lazyattn_cache_config;
+
+/* LAZY, model 0, retain = the pool's budget. */
+LAZYATTN_API void lazyattn_cache_config_init(lazyattn_cache_config *config);
 
 /* Counters since creation or the last lazyattn_cache_reset_stats. A lookup
  * is one document of one request. Token and block counts are document
@@ -601,6 +646,8 @@ typedef struct lazyattn_cache_stats {
     uint64_t bytes_in_use;    /* bytes of every block this cache holds (entries,
                                  requests' own and pending blocks) */
     uint64_t peak_bytes_in_use;
+    /* counters, reset like the ones above */
+    int64_t imports;          /* documents imported (lazyattn_cache_import*) */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -611,6 +658,9 @@ LAZYATTN_API int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache
 LAZYATTN_API void lazyattn_cache_destroy(lazyattn_cache *cache);
 LAZYATTN_API int lazyattn_cache_get_stats(const lazyattn_cache *cache,
                                           lazyattn_cache_stats *stats);
+/* Sets (or with fn NULL removes) the eviction callback; user is passed to it. */
+LAZYATTN_API int lazyattn_cache_set_evict_callback(lazyattn_cache *cache, lazyattn_evict_fn fn,
+                                                   void *user);
 /* Zeroes the counters (not the state), e.g. after warm-up requests. */
 LAZYATTN_API int lazyattn_cache_reset_stats(lazyattn_cache *cache);
 /* Evicts unpinned entries until committed entries take at most max_bytes
@@ -643,6 +693,9 @@ typedef struct lazyattn_request_desc {
     const int32_t *question;
     int max_new_tokens;
 } lazyattn_request_desc;
+
+/* An empty prompt: no prefix, documents or question, nothing reserved. */
+LAZYATTN_API void lazyattn_request_desc_init(lazyattn_request_desc *desc);
 
 typedef enum lazyattn_segment_kind {
     LAZYATTN_SEGMENT_PREFIX = 0,
@@ -742,77 +795,142 @@ LAZYATTN_API int lazyattn_request_append(lazyattn_request *req, int n, int32_t *
  * uncommitted document blocks. NULL is a no-op. */
 LAZYATTN_API void lazyattn_request_destroy(lazyattn_request *req);
 
-/* ---- RAG workload generator ----------------------------------------------- */
+/* ---- probe: what the cache holds for a request, without side effects ---- */
+
+/* One segment of a probed request, in the order of lazyattn_plan.segments:
+ * the action and the cached counts lazyattn_request_create would give now
+ * (a later request_create agrees as long as nothing changes the cache in
+ * between and its budget check passes). */
+typedef struct lazyattn_probe_segment {
+    lazyattn_segment_kind kind;
+    lazyattn_segment_action action;
+    int doc_index;         /* index in desc.docs; -1 for prefix and question */
+    int32_t logical_start;
+    int n_tokens;
+    int n_cached;          /* tokens served by the cache (REUSE, COPY, PARTIAL) */
+    int n_blocks;
+    int n_cached_blocks;   /* blocks reused as stored, or copied (COPY) */
+    uint64_t doc_hash;     /* documents: lazyattn_doc_hash under the cache's model_id */
+} lazyattn_probe_segment;
+
+/* Totals of a probe; the doc fields equal the plan's doc accounting
+ * (lazyattn_plan.doc_tokens ...) of a request created right after. */
+typedef struct lazyattn_probe_summary {
+    int n_segments;
+    int64_t doc_tokens, hit_tokens, copy_tokens;
+    int64_t doc_blocks, hit_blocks, copy_blocks;
+    int64_t blocks_needed; /* blocks request_create would take from the pool
+                              (own blocks + recomputed and copied documents) */
+} lazyattn_probe_summary;
 
 /*
- * Seeded, reproducible: D documents with lengths uniform in
- * [doc_len_min, doc_len_max]; each request draws docs_per_request distinct
- * documents by Zipf(alpha) popularity over the whole pool (doc id r-1 has
- * rank r, probability proportional to r^-alpha, drawn without replacement),
- * in random order, a question of uniform length in [question_min,
- * question_max] and a generated length in [gen_min, gen_max]. Token ids of
- * document i are a fixed function of (i, index) in [0, vocab_size), so a
- * document hashes the same under every seed.
+ * How much of a request the cache would serve, per segment, with no pin, no
+ * allocation, no LRU touch and no change to statistics (a router's or
+ * scheduler's question before it commits to a request). desc is checked as
+ * lazyattn_request_create checks it.
+ *   segments: [max_segments], at least the number of segments (n_docs + 2
+ *             always suffices), or NULL with max_segments 0
+ *   summary:  may be NULL (not both)
  */
-typedef struct lazyattn_workload lazyattn_workload;
+LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
+                                      const lazyattn_request_desc *desc,
+                                      lazyattn_probe_segment *segments, int max_segments,
+                                      lazyattn_probe_summary *summary);
 
-/* Limits of a workload, refused with OUT_OF_RANGE up front (they bound
- * its host memory to about 2 GB): documents, requests, and the tokens of all
- * documents, of all questions, and the document slots n_requests *
- * docs_per_request, each. */
-#define LAZYATTN_WORKLOAD_MAX_DOCS (1 << 24)
-#define LAZYATTN_WORKLOAD_MAX_REQUESTS (1 << 24)
-#define LAZYATTN_WORKLOAD_MAX_TOKENS ((int64_t)1 << 27)
+/* ---- document KV export and import ---------------------------------------- */
 
-typedef struct lazyattn_workload_config {
-    int n_docs;
-    int doc_len_min, doc_len_max;
-    int docs_per_request;
-    double alpha;
-    int question_min, question_max;
-    int gen_min, gen_max;
-    int prefix_len; /* shared system prompt tokens (same for every request) */
-    int n_requests;
-    int vocab_size; /* default 128256 */
-    uint64_t seed;
-} lazyattn_workload_config;
+/*
+ * A LAZY cache's document as bytes, to save it, move it to another process
+ * or machine, or spill it on eviction, and import it into any LAZY cache of
+ * the same model identity and geometry. Keys are stored at document-local
+ * positions, so an imported document is reused at any logical start.
+ *
+ * Format version 1, integers little-endian:
+ *   offset  0  char[8]  magic "LZKVDOC\0"
+ *           8  u32      version (1)
+ *          12  u32      header bytes (96)
+ *          16  u64      model_id (the cache's)
+ *          24  u32 x 5  n_layers, n_kv_heads, head_dim, block_size, dtype (the pool's)
+ *          44  u32      policy (0 = LAZY)
+ *          48  u64      doc_hash (lazyattn_doc_hash(model_id, tokens))
+ *          56  u32      n_tokens
+ *          60  u32      n_blocks = ceil(n_tokens / block_size)
+ *          64  i32      stored_start (0)
+ *          68  u32      0
+ *          72  u64      payload bytes = 4 n_tokens + 2 n_layers n_blocks block_layer_bytes
+ *          80  u64      payload checksum
+ *          88  u64      header checksum (of bytes 0..87)
+ *          96  payload: tokens [n_tokens] int32, then for each layer its K blocks
+ *              and its V blocks, each [n_kv_heads, block_size, head_dim] of
+ *              the storage dtype, exactly as stored (the last block's slots
+ *              past the document included)
+ * block_layer_bytes = n_kv_heads * block_size * head_dim * dtype size.
+ *
+ * Export reads the blocks from the pool's device buffers on the context's
+ * queue and waits (the document's writes must have been enqueued on that
+ * queue or be complete). It changes nothing in the cache: no LRU touch,
+ * no statistics. Only committed entries of a LAZY cache on a device pool
+ * are exported (UNSUPPORTED otherwise; NOT_FOUND when not cached).
+ */
+#define LAZYATTN_KV_FORMAT_VERSION 1
+#define LAZYATTN_KV_HEADER_BYTES 96
 
-/* One request, borrowed from the workload (valid until its destroy).
- *   doc_ids:  [n_docs] distinct ids in [0, config.n_docs)
- *   question: [n_question] int32 */
-typedef struct lazyattn_workload_request {
-    int n_docs;
-    const int32_t *doc_ids;
-    int n_question;
-    const int32_t *question;
-    int n_generate;
-} lazyattn_workload_request;
+/* Bytes of the export of the cached document with this hash. */
+LAZYATTN_API int lazyattn_cache_export_size(const lazyattn_cache *cache, uint64_t doc_hash,
+                                            size_t *bytes);
+/* Writes the export into buffer[0 .. *written); capacity smaller than
+ * lazyattn_cache_export_size gives INVALID_ARGUMENT and writes nothing. */
+LAZYATTN_API int lazyattn_cache_export(const lazyattn_cache *cache, uint64_t doc_hash,
+                                       void *buffer, size_t capacity, size_t *written);
 
-/* "paper": D = 100, length 2048, k = 5, alpha = 2.1, Q 16-32, G 8-16,
- * 200 requests. "rag": D = 10000, lengths 100-400, k = 10, alpha = 0.9,
- * Q 16-32, G 8-16, 1000 requests. Both: prefix 0, seed 1, vocab 128256. */
-LAZYATTN_API int lazyattn_workload_config_preset(const char *name,
-                                                 lazyattn_workload_config *config);
-LAZYATTN_API int lazyattn_workload_create(const lazyattn_workload_config *config,
-                                          lazyattn_workload **out);
-LAZYATTN_API void lazyattn_workload_destroy(lazyattn_workload *wl);
-LAZYATTN_API int lazyattn_workload_get_config(const lazyattn_workload *wl,
-                                              lazyattn_workload_config *config);
-/* tokens: [*n_tokens] borrowed. */
-LAZYATTN_API int lazyattn_workload_get_doc(const lazyattn_workload *wl, int doc_id,
-                                           const int32_t **tokens, int *n_tokens);
-/* prefix: [*n_tokens] borrowed (n_tokens may be 0, then *tokens is NULL). */
-LAZYATTN_API int lazyattn_workload_get_prefix(const lazyattn_workload *wl, const int32_t **tokens,
-                                              int *n_tokens);
-LAZYATTN_API int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
-                                               lazyattn_workload_request *request);
-/* Fills a request description for request index (docs and doc_lengths point
- * into the caller's arrays of at least docs_per_request elements). */
-LAZYATTN_API int lazyattn_workload_get_request_desc(const lazyattn_workload *wl, int index,
-                                                    const int32_t **docs, int32_t *doc_lengths,
-                                                    lazyattn_request_desc *desc);
-/* Probability of rank r (1-based) under Zipf(alpha) over n items. */
-LAZYATTN_API int lazyattn_workload_zipf_pmf(int n, double alpha, int rank, double *p);
+/* Writes all n bytes, or returns nonzero (the export then fails with IO). */
+typedef int (*lazyattn_write_fn)(void *user, const void *data, size_t n);
+/* Reads exactly n bytes, or returns nonzero (end of data or error). */
+typedef int (*lazyattn_read_fn)(void *user, void *data, size_t n);
+
+/* The same bytes through a callback (one host buffer of the export's size
+ * is used in between). */
+LAZYATTN_API int lazyattn_cache_export_to(const lazyattn_cache *cache, uint64_t doc_hash,
+                                          lazyattn_write_fn write, void *user);
+
+/*
+ * Imports one exported document as a committed, unpinned entry (the most
+ * recently used). Everything is checked before the cache changes: FORMAT
+ * for bad magic, another version, a checksum that does not match, sizes or
+ * a document hash that do not agree, truncated or trailing data;
+ * INVALID_ARGUMENT for another model_id, layer count, head count, head
+ * size, block size or storage dtype than this cache and pool; UNSUPPORTED
+ * for a cache that is not LAZY. A refused import leaves the cache as it
+ * was. Then blocks are taken as a request takes them (evicting LRU entries;
+ * BUDGET_EXCEEDED when the pinned working set leaves no room) and written on
+ * the context's queue (waited for). A document cached already is left as it
+ * is (OK). On a bookkeeping pool (no device memory) the entry is recorded
+ * without K/V. doc_hash (may be NULL) receives the document's hash.
+ */
+LAZYATTN_API int lazyattn_cache_import(lazyattn_cache *cache, const void *data, size_t size,
+                                       uint64_t *doc_hash);
+/* The same from a callback: the header is read and checked first, then the
+ * payload into one host buffer of its size. A read failing before the end
+ * is FORMAT (truncated). */
+LAZYATTN_API int lazyattn_cache_import_from(lazyattn_cache *cache, lazyattn_read_fn read,
+                                            void *user, uint64_t *doc_hash);
+
+/* What an export's header says (no cache needed): e.g. to key it in a store
+ * or to check it against a cache before importing. */
+typedef struct lazyattn_kv_info {
+    uint32_t version;
+    uint64_t model_id;
+    int n_layers, n_kv_heads, head_dim, block_size;
+    lazyattn_dtype dtype;
+    uint64_t doc_hash;
+    int n_tokens, n_blocks;
+    uint64_t total_bytes; /* header + payload: the whole export */
+} lazyattn_kv_info;
+
+/* Reads and checks the header of an export (magic, version, header
+ * checksum, sizes that agree): FORMAT otherwise. data needs at least
+ * LAZYATTN_KV_HEADER_BYTES; the payload is not read (import checks it). */
+LAZYATTN_API int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv_info *info);
 
 /* LAZYATTN_CACHE_API_END */
 

@@ -1,5 +1,8 @@
-/* Internal declarations of the document cache, its requests and hashing.
- * Not installed. */
+/* Internal interface between the document cache (doc_cache.c), the
+ * request planner (request_plan.c) and the policies (policy_*.c). The
+ * cache's and the request's structs are private to their files: this
+ * header shows only entries, which both sides share, and the functions
+ * each side offers the other. Not installed. */
 #ifndef LAZYATTN_CACHE_INTERNAL_H
 #define LAZYATTN_CACHE_INTERNAL_H
 
@@ -36,94 +39,99 @@ typedef struct lz_entry {
     struct lz_entry *lru_prev, *lru_next; /* in the LRU list iff committed && !refcount */
 } lz_entry;
 
+/* A new uncommitted entry owning blocks (copied from blocks[]), refcount 1;
+ * NULL when out of host memory. */
+lz_entry *lz_entry_new(const int32_t *blocks, int n_blocks, const int32_t *tokens, int n_tokens);
+
 /* An entry held by a request: a reused entry (pinned) or one it created. */
 typedef struct lz_hold {
     lz_entry *entry;
     int owned; /* created by this request (freed at release unless committed) */
 } lz_hold;
 
-typedef struct lz_index {
-    lz_entry **buckets;
-    size_t n_buckets; /* power of two */
-    size_t n_items;
-} lz_index;
+/* Doubly linked ring of a cache's live requests; the link is a member of
+ * the (private) request. */
+typedef struct lz_ring {
+    struct lz_ring *prev, *next;
+} lz_ring;
 
-struct lazyattn_request;
+struct lz_policy;
 
-struct lazyattn_cache {
-    uint32_t magic; /* LZ_MAGIC_CACHE while live (lazyattn_cache_destroy clears it) */
-    lazyattn_pool *pool;
-    lazyattn_cache_config config;
-    uint64_t retain_bytes;
-    int block_size;
-    uint64_t block_bytes;
-    lz_index by_key;
-    lz_index by_doc;           /* POSITION only */
-    lz_entry lru;              /* sentinel: lru.lru_next = most recent */
-    int64_t n_entries;         /* committed */
-    int64_t n_pinned;          /* committed with refcount > 0 */
-    int64_t entry_blocks;      /* blocks of committed entries */
-    int64_t evictable_blocks;  /* blocks of committed unpinned entries */
-    int64_t held_blocks;       /* every block this cache holds */
-    lazyattn_cache_stats stats;
-    struct lazyattn_request *requests; /* live requests (doubly linked) */
-    int64_t n_requests;
-};
+/* ---- what the cache offers requests and policies (doc_cache.c) ---- */
 
-/* Committed entry with this identity, or NULL. */
-lz_entry *lz_cache_find(lazyattn_cache *c, uint64_t key, uint64_t doc_hash, int32_t stored_start,
-                        int first_of_doc, const int32_t *tokens, int n_tokens);
-/* POSITION: a committed entry of the same document at any start, or NULL. */
-lz_entry *lz_cache_find_doc(lazyattn_cache *c, uint64_t doc_hash, const int32_t *tokens,
+const struct lz_policy *lz_cache_policy(const lazyattn_cache *c);
+lazyattn_pool *lz_cache_pool(const lazyattn_cache *c);
+/* INVALID_ARGUMENT while the eviction callback runs (it must not change
+ * the cache). */
+int lz_cache_check_idle(const lazyattn_cache *c, const char *who);
+/* INVALID_ARGUMENT "who: not a live cache" unless c is NULL or a live cache
+ * (its magic word: the use-after-destroy net of lib/internal.h). */
+int lz_cache_check_live(const lazyattn_cache *c, const char *who);
+/* LAZY: the committed entry of the document with this hash, or NULL. */
+lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash);
+/* Commits an imported entry (unpinned, most recent) and counts it; 0 when
+ * an equal entry is cached already (the caller drops its own). */
+int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e);
+int lz_cache_block_size(const lazyattn_cache *c);
+uint64_t lz_cache_model_id(const lazyattn_cache *c);
+
+/* Committed entry with this identity, or NULL. No side effect. */
+lz_entry *lz_cache_find(const lazyattn_cache *c, uint64_t key, uint64_t doc_hash,
+                        int32_t stored_start, int first_of_doc, const int32_t *tokens,
+                        int n_tokens);
+/* POSITION: a committed entry of the same document at any start, or NULL
+ * (one that is pinned already preferred). No side effect. */
+lz_entry *lz_cache_find_doc(const lazyattn_cache *c, uint64_t doc_hash, const int32_t *tokens,
                             int n_tokens);
 void lz_cache_pin(lazyattn_cache *c, lz_entry *e);
 void lz_cache_unpin(lazyattn_cache *c, lz_entry *e);
-/* Makes sure n blocks are free in the pool, evicting LRU entries;
- * BUDGET_EXCEEDED (nothing evicted) when even evicting every unpinned
- * entry would not do. */
-int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who);
-/* A new uncommitted entry owning blocks (taken from blocks[]), refcount 1. */
-lz_entry *lz_entry_new(const int32_t *blocks, int n_blocks, const int32_t *tokens, int n_tokens);
+/* n blocks for this cache: evicts LRU entries as needed, allocates them
+ * into ids[0..n) and counts them held. BUDGET_EXCEEDED (nothing evicted,
+ * counted as a budget failure for_request) when even evicting every unpinned entry
+ * would not do. */
+int lz_cache_take_blocks(lazyattn_cache *c, int64_t n, int32_t *ids, int for_request,
+                         const char *who);
+/* Gives blocks taken with lz_cache_take_blocks back to the pool. */
+void lz_cache_give_blocks(lazyattn_cache *c, int64_t n, const int32_t *ids);
 /* Frees an uncommitted entry and its blocks. */
 void lz_cache_drop(lazyattn_cache *c, lz_entry *e);
 /* Commits an owned entry; 0 when an equal entry is committed already (the
  * entry stays uncommitted, owned by its request). */
 int lz_cache_insert(lazyattn_cache *c, lz_entry *e);
-void lz_cache_add_held(lazyattn_cache *c, int64_t n);
-void lz_cache_trim_to(lazyattn_cache *c, uint64_t max_bytes);
-void lz_cache_link_request(lazyattn_cache *c, struct lazyattn_request *r);
-void lz_cache_unlink_request(lazyattn_cache *c, struct lazyattn_request *r);
+/* Evicts LRU entries down to the cache's retain limit. */
+void lz_cache_trim_retained(lazyattn_cache *c);
+void lz_cache_link_request(lazyattn_cache *c, lz_ring *request);
+void lz_cache_unlink_request(lazyattn_cache *c, lz_ring *request);
 
-/* ---- requests (request_plan.c) ---- */
+/* A request's document accounting, added to the statistics in one place. */
+typedef struct lz_tally {
+    int64_t lookups, hits, partial_hits, copy_hits, misses;
+    int64_t doc_tokens, hit_tokens, copy_tokens;
+    int64_t doc_blocks, hit_blocks, copy_blocks;
+} lz_tally;
+void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t);
 
-struct lazyattn_request {
-    uint32_t magic; /* LZ_MAGIC_REQUEST while live (cleared when freed) */
-    lazyattn_cache *cache;
-    struct lazyattn_request *prev, *next;
-    lz_hold *holds; /* prompt order */
-    int n_holds, cap_holds;
-    int32_t *own;   /* own blocks: [0, n_prefix_blocks) prefix, then tail */
-    int n_own, cap_own;
-    int n_prefix_blocks;
-    int32_t tail_start;   /* logical position of the question's first token */
-    int tail_tokens;      /* question + generated tokens so far */
-    int n_fixed_entries;  /* table entries before the tail */
-    lazyattn_segment *segments;
-    int n_segments;
-    int32_t *prefill_slots, *prefill_stored, *prefill_pos;
-    int n_prefill;
-    uint64_t *copy_src;
-    int32_t *copy_dst;
-    int n_copies;
-    uint64_t *table;
-    int32_t *entry_pos;
-    int n_entries, cap_entries;
-    int n_generated;
-    int committed;
-    int doc_tokens, hit_tokens, copy_tokens, doc_blocks, hit_blocks, copy_blocks;
-};
+/* Fingerprint of the whole cache state (entries, index, LRU order, pins,
+ * counters, statistics): equal before and after anything that must not
+ * change the cache (tests of lazyattn_cache_probe). */
+uint64_t lz_cache_fingerprint(const lazyattn_cache *c);
 
-/* Releases everything a request holds (used by destroy and cache destroy). */
-void lz_request_release(struct lazyattn_request *r);
+/* ---- document export (doc_export.c) ---- */
+
+/* The checksum of the export format (header and payload). */
+uint64_t lz_kv_checksum(const uint8_t *p, size_t n);
+
+/* ---- what requests offer the cache (request_plan.c) ---- */
+
+lazyattn_request *lz_request_of_link(lz_ring *link);
+/* What lazyattn_cache_validate checks of a live request. */
+typedef struct lz_request_view {
+    const lazyattn_cache *cache;
+    const lz_hold *holds;
+    int n_holds;
+    const int32_t *own;
+    int n_own;
+} lz_request_view;
+void lz_request_get_view(const lazyattn_request *r, lz_request_view *view);
 
 #endif

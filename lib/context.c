@@ -23,7 +23,9 @@ void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *f
 }
 
 void lazyattn_context_options_init(lazyattn_context_options *o) {
-    if (o) memset(o, 0, sizeof *o);
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->device_index = -1;
 }
 
 /* Case-insensitive substring test; an empty or NULL needle matches. */
@@ -88,6 +90,170 @@ static int lz_pick_device(const char *want_platform, const char *want_device,
                    want_platform ? want_platform : "*", want_device ? want_device : "*");
 }
 
+// ---- devices by global index ----
+
+#define LZ_MAX_PLATFORMS 32
+#define LZ_MAX_DEVICES_PER_PLATFORM 64
+
+/* Every device of every platform, platforms in clGetPlatformIDs order and
+ * devices in clGetDeviceIDs(CL_DEVICE_TYPE_ALL) order: the global index is
+ * the position in that walk. Calls visit(index, platform, device, user) for
+ * each until it returns nonzero; *count: devices seen. A machine with no
+ * platform has 0 devices (not an error). */
+static int lz_walk_devices(int (*visit)(int, cl_platform_id, int, cl_device_id, void *), void *user,
+                           int *count) {
+    *count = 0;
+    cl_uint np = 0;
+    cl_int err = clGetPlatformIDs(0, NULL, &np);
+    if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0) return LAZYATTN_STATUS_OK;
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
+    cl_platform_id platforms[LZ_MAX_PLATFORMS];
+    if (np > LZ_MAX_PLATFORMS) np = LZ_MAX_PLATFORMS;
+    err = clGetPlatformIDs(np, platforms, NULL);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
+    for (cl_uint p = 0; p < np; p++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS || nd == 0)
+            continue;
+        cl_device_id devs[LZ_MAX_DEVICES_PER_PLATFORM];
+        if (nd > LZ_MAX_DEVICES_PER_PLATFORM) nd = LZ_MAX_DEVICES_PER_PLATFORM;
+        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd; d++) {
+            int index = (*count)++;
+            if (visit && visit(index, platforms[p], (int)p, devs[d], user)) return LAZYATTN_STATUS_OK;
+        }
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_device_count(int *count) {
+    LZ_CHECK_ARG(count != NULL, "lazyattn_device_count: count is NULL");
+    return lz_walk_devices(NULL, NULL, count);
+}
+
+typedef struct lz_find_index {
+    int want;
+    cl_platform_id platform;
+    int platform_index;
+    cl_device_id device;
+} lz_find_index;
+
+static int lz_visit_index(int index, cl_platform_id p, int pi, cl_device_id d, void *user) {
+    lz_find_index *f = user;
+    if (index != f->want) return 0;
+    f->platform = p;
+    f->platform_index = pi;
+    f->device = d;
+    return 1;
+}
+
+/* The platform and device of a global index; NO_DEVICE past the last. */
+static int lz_device_at(int index, const char *who, cl_platform_id *p, int *pi, cl_device_id *d) {
+    lz_find_index f = {index, NULL, -1, NULL};
+    int count = 0;
+    int st = lz_walk_devices(lz_visit_index, &f, &count);
+    if (st) return st;
+    if (!f.device) {
+        if (count == 0)
+            return lz_fail(LAZYATTN_STATUS_NO_DEVICE, "%s: device #%d asked, no OpenCL device found",
+                           who, index);
+        return lz_fail(LAZYATTN_STATUS_NO_DEVICE, "%s: device #%d asked, there are %d (#0..#%d)",
+                       who, index, count, count - 1);
+    }
+    *p = f.platform;
+    if (pi) *pi = f.platform_index;
+    *d = f.device;
+    return LAZYATTN_STATUS_OK;
+}
+
+static lazyattn_device_kind lz_kind_of(cl_device_id d) {
+    cl_device_type t = 0;
+    clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof t, &t, NULL);
+    if (t & CL_DEVICE_TYPE_GPU) return LAZYATTN_DEVICE_GPU;
+    if (t & CL_DEVICE_TYPE_CPU) return LAZYATTN_DEVICE_CPU;
+    return LAZYATTN_DEVICE_ANY;
+}
+
+int lazyattn_device_get_info(int index, lazyattn_device_info *info) {
+    LZ_CHECK_ARG(info != NULL, "lazyattn_device_get_info: info is NULL");
+    LZ_CHECK_ARG(index >= 0, "lazyattn_device_get_info: index %d < 0", index);
+    cl_platform_id p = NULL;
+    cl_device_id d = NULL;
+    int pi = 0;
+    int st = lz_device_at(index, "lazyattn_device_get_info", &p, &pi, &d);
+    if (st) return st;
+    memset(info, 0, sizeof *info);
+    info->index = index;
+    info->platform_index = pi;
+    clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof info->platform - 1, info->platform, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_NAME, sizeof info->name - 1, info->name, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_VENDOR, sizeof info->vendor - 1, info->vendor, NULL);
+    info->kind = lz_kind_of(d);
+    cl_ulong mem = 0;
+    cl_uint units = 0;
+    clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+    clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL);
+    info->global_memory = (uint64_t)mem;
+    info->compute_units = (int)units;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* "#N" or (from the environment) "N": a device index into *index; 0 when
+ * the text is a name to match instead; INVALID_ARGUMENT for "#" followed by
+ * anything but digits. */
+static int lz_parse_index(const char *text, int digits_alone, const char *what, int *index,
+                          int *is_index) {
+    *is_index = 0;
+    if (!text) return LAZYATTN_STATUS_OK;
+    const char *s = text;
+    if (*s == '#')
+        s++;
+    else if (!digits_alone || !isdigit((unsigned char)*s))
+        return LAZYATTN_STATUS_OK;
+    long v = 0;
+    const char *c = s;
+    for (; *c && isdigit((unsigned char)*c) && v <= 1000000; c++) v = v * 10 + (*c - '0');
+    if (c == s || *c || v > 1000000) {
+        if (text[0] != '#') return LAZYATTN_STATUS_OK; /* "1080ti": a name */
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "lazyattn_context_create: %s \"%s\" is not a device index (#0, #1, ...)",
+                       what, text);
+    }
+    *index = (int)v;
+    *is_index = 1;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* The device index asked by the options or the environment, or -1. */
+static int lz_wanted_index(const lazyattn_context_options *o, int *index) {
+    *index = -1;
+    if (o->device_index < -1)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "lazyattn_context_create: device_index %d (-1 = by name and kind)",
+                       o->device_index);
+    if (o->device_index >= 0) {
+        *index = o->device_index;
+        return LAZYATTN_STATUS_OK;
+    }
+    int is_index;
+    if (o->device) /* the options name the device: "#N" is an index */
+        return lz_parse_index(o->device, 0, "device", index, &is_index);
+    const char *env_index = lz_env("LAZYATTN_DEVICE_INDEX");
+    if (env_index) {
+        int st = lz_parse_index(env_index, 1, "LAZYATTN_DEVICE_INDEX", index, &is_index);
+        if (st) return st;
+        if (!is_index)
+            return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                           "lazyattn_context_create: LAZYATTN_DEVICE_INDEX \"%s\" is not a device "
+                           "index",
+                           env_index);
+        return LAZYATTN_STATUS_OK;
+    }
+    /* LAZYATTN_DEVICE: "#N" or digits alone are an index, anything else a
+     * name substring ("1" never matches "avx512"). */
+    return lz_parse_index(lz_env("LAZYATTN_DEVICE"), 1, "LAZYATTN_DEVICE", index, &is_index);
+}
+
 /* Reads what the kernels and launchers need to know about the device and
  * decides on the NVIDIA fast path. */
 static void lz_query_device(lazyattn_context *ctx, int portable_only) {
@@ -148,10 +314,16 @@ int lazyattn_context_create(const lazyattn_context_options *options, lazyattn_co
                        "lazyattn_context_create: unknown device kind %d", (int)o->kind);
     const char *want_platform = o->platform ? o->platform : lz_env("LAZYATTN_PLATFORM");
     const char *want_device = o->device ? o->device : lz_env("LAZYATTN_DEVICE");
+    int want_index;
+    int st = lz_wanted_index(o, &want_index);
+    if (st) return st;
 
     lazyattn_context *ctx = lz_context_new(o);
     if (!ctx) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_context_create");
-    int st = lz_pick_device(want_platform, want_device, o->kind, &ctx->platform, &ctx->device);
+    if (want_index >= 0)
+        st = lz_device_at(want_index, "lazyattn_context_create", &ctx->platform, NULL, &ctx->device);
+    else
+        st = lz_pick_device(want_platform, want_device, o->kind, &ctx->platform, &ctx->device);
     if (st) goto fail;
     cl_int err;
     ctx->context = clCreateContext(NULL, 1, &ctx->device, NULL, NULL, &err);

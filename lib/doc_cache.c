@@ -1,9 +1,39 @@
 /* The document cache: entries, their hash index, pins and LRU eviction
  * under the pool's budget and the cache's retain limit. */
-#include "cache_internal.h"
+#include "cache_policy.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+typedef struct lz_index {
+    lz_entry **buckets;
+    size_t n_buckets; /* power of two */
+    size_t n_items;
+} lz_index;
+
+struct lazyattn_cache {
+    uint32_t magic; /* LZ_MAGIC_CACHE while live (lazyattn_cache_destroy clears it) */
+    lazyattn_pool *pool;
+    lazyattn_cache_config config;
+    const lz_policy *policy;
+    uint64_t retain_bytes;
+    int block_size;
+    uint64_t block_bytes;
+    lz_index by_key;
+    lz_index by_doc;           /* policy->index_by_doc only */
+    lz_entry lru;              /* sentinel: lru.lru_next = most recent */
+    int64_t n_entries;         /* committed */
+    int64_t n_pinned;          /* committed with refcount > 0 */
+    int64_t entry_blocks;      /* blocks of committed entries */
+    int64_t evictable_blocks;  /* blocks of committed unpinned entries */
+    int64_t held_blocks;       /* every block this cache holds */
+    lazyattn_cache_stats stats; /* the only place statistics are written */
+    lz_ring requests;          /* ring of live requests */
+    int64_t n_requests;
+    lazyattn_evict_fn on_evict; /* NULL: none */
+    void *evict_user;
+    int in_evict_callback;     /* on_evict is running */
+};
 
 // ---- policy names ----
 
@@ -105,15 +135,16 @@ static int lz_same(const lz_entry *e, uint64_t key, uint64_t doc_hash, int32_t s
            memcmp(e->tokens, tokens, (size_t)n_tokens * sizeof *tokens) == 0;
 }
 
-lz_entry *lz_cache_find(lazyattn_cache *c, uint64_t key, uint64_t doc_hash, int32_t stored_start,
-                        int first_of_doc, const int32_t *tokens, int n_tokens) {
+lz_entry *lz_cache_find(const lazyattn_cache *c, uint64_t key, uint64_t doc_hash,
+                        int32_t stored_start, int first_of_doc, const int32_t *tokens,
+                        int n_tokens) {
     if (!c->by_key.n_buckets) return NULL;
     for (lz_entry *e = c->by_key.buckets[key & (c->by_key.n_buckets - 1)]; e; e = e->hnext)
         if (lz_same(e, key, doc_hash, stored_start, first_of_doc, tokens, n_tokens)) return e;
     return NULL;
 }
 
-lz_entry *lz_cache_find_doc(lazyattn_cache *c, uint64_t doc_hash, const int32_t *tokens,
+lz_entry *lz_cache_find_doc(const lazyattn_cache *c, uint64_t doc_hash, const int32_t *tokens,
                             int n_tokens) {
     if (!c->by_doc.n_buckets) return NULL;
     lz_entry *best = NULL;
@@ -152,7 +183,7 @@ static void lz_entry_free(lz_entry *e) {
     free(e);
 }
 
-void lz_cache_add_held(lazyattn_cache *c, int64_t n) {
+static void lz_cache_add_held(lazyattn_cache *c, int64_t n) {
     c->held_blocks += n;
     uint64_t bytes = (uint64_t)c->held_blocks * c->block_bytes;
     c->stats.bytes_in_use = bytes;
@@ -177,7 +208,7 @@ int lz_cache_insert(lazyattn_cache *c, lz_entry *e) {
                       e->n_tokens))
         return 0;
     lz_index_add(&c->by_key, e, 0);
-    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) lz_index_add(&c->by_doc, e, 1);
+    if (c->policy->index_by_doc) lz_index_add(&c->by_doc, e, 1);
     e->committed = 1;
     c->n_entries++;
     c->entry_blocks += e->n_blocks;
@@ -210,10 +241,18 @@ void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
     }
 }
 
-static void lz_cache_evict(lazyattn_cache *c, lz_entry *e) {
+/* notify: call the eviction callback first (not at cache destroy). */
+static void lz_cache_evict(lazyattn_cache *c, lz_entry *e, int notify) {
+    if (notify && c->on_evict) {
+        lazyattn_evicted ev = {c->config.policy, c->policy->chained ? e->key : e->doc_hash, e->n_tokens,
+                               e->n_blocks, e->stored_start};
+        c->in_evict_callback = 1;
+        c->on_evict(c->evict_user, c, &ev);
+        c->in_evict_callback = 0;
+    }
     lz_lru_unlink(e);
     lz_index_remove(&c->by_key, e, 0);
-    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) lz_index_remove(&c->by_doc, e, 1);
+    if (c->policy->index_by_doc) lz_index_remove(&c->by_doc, e, 1);
     c->n_entries--;
     c->entry_blocks -= e->n_blocks;
     c->evictable_blocks -= e->n_blocks;
@@ -223,7 +262,7 @@ static void lz_cache_evict(lazyattn_cache *c, lz_entry *e) {
     lz_cache_update_entry_bytes(c);
 }
 
-int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
+static int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
     lazyattn_pool_info info;
     lazyattn_pool_get_info(c->pool, &info);
     int64_t free_blocks = info.n_blocks - info.n_used;
@@ -242,35 +281,148 @@ int lz_cache_make_room(lazyattn_cache *c, int64_t n, const char *who) {
     while (free_blocks < n) {
         lz_entry *victim = c->lru.lru_prev;
         free_blocks += victim->n_blocks;
-        lz_cache_evict(c, victim);
+        lz_cache_evict(c, victim, 1);
     }
     return LAZYATTN_STATUS_OK;
 }
 
-void lz_cache_trim_to(lazyattn_cache *c, uint64_t max_bytes) {
+static void lz_cache_trim_to(lazyattn_cache *c, uint64_t max_bytes) {
     while (c->lru.lru_prev != &c->lru && (uint64_t)c->entry_blocks * c->block_bytes > max_bytes)
-        lz_cache_evict(c, c->lru.lru_prev);
+        lz_cache_evict(c, c->lru.lru_prev, 1);
 }
 
-void lz_cache_link_request(lazyattn_cache *c, struct lazyattn_request *r) {
-    r->prev = NULL;
-    r->next = c->requests;
-    if (c->requests) c->requests->prev = r;
-    c->requests = r;
+void lz_cache_trim_retained(lazyattn_cache *c) { lz_cache_trim_to(c, c->retain_bytes); }
+
+int lz_cache_take_blocks(lazyattn_cache *c, int64_t n, int32_t *ids, int for_request,
+                         const char *who) {
+    int st = lz_cache_make_room(c, n, who);
+    /* Another cache on the pool cannot take the room in between: one thread. */
+    if (!st) st = lazyattn_pool_alloc(c->pool, (int)n, ids);
+    if (st) {
+        if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED && for_request) c->stats.budget_failures++;
+        return st;
+    }
+    lz_cache_add_held(c, n);
+    return LAZYATTN_STATUS_OK;
+}
+
+void lz_cache_give_blocks(lazyattn_cache *c, int64_t n, const int32_t *ids) {
+    if (n <= 0) return;
+    /* The blocks were allocated by this cache: freeing cannot fail. */
+    lazyattn_pool_free(c->pool, (int)n, ids);
+    lz_cache_add_held(c, -n);
+}
+
+void lz_cache_link_request(lazyattn_cache *c, lz_ring *r) {
+    r->prev = &c->requests;
+    r->next = c->requests.next;
+    c->requests.next->prev = r;
+    c->requests.next = r;
     c->n_requests++;
 }
 
-void lz_cache_unlink_request(lazyattn_cache *c, struct lazyattn_request *r) {
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        c->requests = r->next;
-    if (r->next) r->next->prev = r->prev;
+void lz_cache_unlink_request(lazyattn_cache *c, lz_ring *r) {
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
     r->prev = r->next = NULL;
     c->n_requests--;
 }
 
+const lz_policy *lz_cache_policy(const lazyattn_cache *c) { return c->policy; }
+lazyattn_pool *lz_cache_pool(const lazyattn_cache *c) { return c->pool; }
+
+int lz_cache_check_live(const lazyattn_cache *c, const char *who) {
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, who, "cache");
+    return LAZYATTN_STATUS_OK;
+}
+
+int lz_cache_check_idle(const lazyattn_cache *c, const char *who) {
+    if (c->in_evict_callback)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "%s: called from the cache's eviction callback, which must not change "
+                       "the cache",
+                       who);
+    return LAZYATTN_STATUS_OK;
+}
+
+lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash) {
+    if (!c->by_key.n_buckets) return NULL;
+    for (lz_entry *e = c->by_key.buckets[doc_hash & (c->by_key.n_buckets - 1)]; e; e = e->hnext)
+        if (e->key == doc_hash && e->doc_hash == doc_hash && e->stored_start == 0) return e;
+    return NULL;
+}
+
+int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e) {
+    e->refcount = 0;
+    if (!lz_cache_insert(c, e)) return 0;
+    c->stats.imports++;
+    lz_cache_trim_to(c, c->retain_bytes);
+    return 1;
+}
+int lz_cache_block_size(const lazyattn_cache *c) { return c->block_size; }
+uint64_t lz_cache_model_id(const lazyattn_cache *c) { return c->config.model_id; }
+
+void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t) {
+    lazyattn_cache_stats *s = &c->stats;
+    s->requests++;
+    s->lookups += t->lookups;
+    s->hits += t->hits;
+    s->partial_hits += t->partial_hits;
+    s->copy_hits += t->copy_hits;
+    s->misses += t->misses;
+    s->doc_tokens += t->doc_tokens;
+    s->hit_tokens += t->hit_tokens;
+    s->copy_tokens += t->copy_tokens;
+    s->doc_blocks += t->doc_blocks;
+    s->hit_blocks += t->hit_blocks;
+    s->copy_blocks += t->copy_blocks;
+}
+
+static uint64_t lz_fp_add(uint64_t h, uint64_t v) { return lz_hash_pair(h, v); }
+
+static uint64_t lz_fp_entry(uint64_t h, const lz_entry *e) {
+    h = lz_fp_add(h, e->key);
+    h = lz_fp_add(h, e->doc_hash);
+    h = lz_fp_add(h, (uint64_t)(uint32_t)e->stored_start);
+    h = lz_fp_add(h, (uint64_t)e->first_of_doc);
+    h = lz_fp_add(h, (uint64_t)e->refcount);
+    h = lz_fp_add(h, lz_hash_tokens((uint64_t)e->n_tokens, e->tokens, e->n_tokens));
+    for (int i = 0; i < e->n_blocks; i++) h = lz_fp_add(h, (uint64_t)(uint32_t)e->blocks[i]);
+    return h;
+}
+
+uint64_t lz_cache_fingerprint(const lazyattn_cache *c) {
+    uint64_t h = 0x4C5A4650ull;
+    /* Index order (bucket by bucket, chain order) and LRU order both count. */
+    for (size_t i = 0; i < c->by_key.n_buckets; i++)
+        for (const lz_entry *e = c->by_key.buckets[i]; e; e = e->hnext)
+            h = lz_fp_entry(lz_fp_add(h, i), e);
+    for (size_t i = 0; i < c->by_doc.n_buckets; i++)
+        for (const lz_entry *e = c->by_doc.buckets[i]; e; e = e->dnext)
+            h = lz_fp_add(lz_fp_add(h, i), e->key);
+    for (const lz_entry *e = c->lru.lru_next; e != &c->lru; e = e->lru_next)
+        h = lz_fp_add(h, e->key);
+    const int64_t counters[] = {c->n_entries, c->n_pinned, c->entry_blocks,
+                                c->evictable_blocks, c->held_blocks, c->n_requests};
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        h = lz_fp_add(h, (uint64_t)counters[i]);
+    const unsigned char *sb = (const unsigned char *)&c->stats;
+    for (size_t i = 0; i < sizeof c->stats; i++) h = lz_fp_add(h, sb[i]);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(c->pool, &info);
+    h = lz_fp_add(h, (uint64_t)info.n_used);
+    h = lz_fp_add(h, (uint64_t)info.n_allocs);
+    h = lz_fp_add(h, (uint64_t)info.n_frees);
+    return h;
+}
+
 // ---- public: create, destroy, stats, trim ----
+
+void lazyattn_cache_config_init(lazyattn_cache_config *config) {
+    if (!config) return;
+    memset(config, 0, sizeof *config);
+    config->policy = LAZYATTN_CACHE_POLICY_LAZY;
+}
 
 int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *config,
                           lazyattn_cache **out) {
@@ -281,7 +433,8 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
     lazyattn_pool_info info;
     int st = lazyattn_pool_get_info(pool, &info); /* refuses a handle that is not a live pool */
     if (st) return st;
-    lazyattn_cache_config cfg = {LAZYATTN_CACHE_POLICY_LAZY, 0, 0};
+    lazyattn_cache_config cfg;
+    lazyattn_cache_config_init(&cfg);
     if (config) cfg = *config;
     LZ_CHECK_ARG(lazyattn_cache_policy_name(cfg.policy) != NULL,
                  "lazyattn_cache_create: unknown policy %d", (int)cfg.policy);
@@ -304,12 +457,14 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
     c->magic = LZ_MAGIC_CACHE;
     c->pool = pool;
     c->config = cfg;
+    c->policy = lz_policy_get(cfg.policy);
+    c->requests.prev = c->requests.next = &c->requests;
     c->retain_bytes = cfg.retain_bytes ? cfg.retain_bytes : info.budget_bytes;
     c->block_size = pc.block_size;
     c->block_bytes = info.block_bytes;
     c->lru.lru_next = c->lru.lru_prev = &c->lru;
     if (!lz_index_grow(&c->by_key, 0) ||
-        (cfg.policy == LAZYATTN_CACHE_POLICY_POSITION && !lz_index_grow(&c->by_doc, 1))) {
+        (c->policy->index_by_doc && !lz_index_grow(&c->by_doc, 1))) {
         lazyattn_cache_destroy(c);
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
     }
@@ -321,8 +476,11 @@ void lazyattn_cache_destroy(lazyattn_cache *c) {
     if (!c) return;
     if (!lz_live_for_destroy(c->magic, LZ_MAGIC_CACHE, "lazyattn_cache_destroy", "cache"))
         return;
-    while (c->requests) lazyattn_request_destroy(c->requests);
-    while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev);
+    /* From its own eviction callback: refused (recorded), nothing freed. */
+    if (lz_cache_check_idle(c, "lazyattn_cache_destroy")) return;
+    while (c->requests.next != &c->requests)
+        lazyattn_request_destroy(lz_request_of_link(c->requests.next));
+    while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev, 0);
     free(c->by_key.buckets);
     free(c->by_doc.buckets);
     lazyattn_pool *pool = c->pool;
@@ -343,9 +501,21 @@ int lazyattn_cache_get_stats(const lazyattn_cache *c, lazyattn_cache_stats *stat
     return LAZYATTN_STATUS_OK;
 }
 
+int lazyattn_cache_set_evict_callback(lazyattn_cache *c, lazyattn_evict_fn fn, void *user) {
+    LZ_CHECK_ARG(c != NULL, "lazyattn_cache_set_evict_callback: cache is NULL");
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_set_evict_callback", "cache");
+    int st = lz_cache_check_idle(c, "lazyattn_cache_set_evict_callback");
+    if (st) return st;
+    c->on_evict = fn;
+    c->evict_user = user;
+    return LAZYATTN_STATUS_OK;
+}
+
 int lazyattn_cache_reset_stats(lazyattn_cache *c) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_reset_stats: cache is NULL");
     LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_reset_stats", "cache");
+    int st = lz_cache_check_idle(c, "lazyattn_cache_reset_stats");
+    if (st) return st;
     memset(&c->stats, 0, sizeof c->stats);
     c->stats.entry_bytes = c->stats.peak_entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
     c->stats.bytes_in_use = c->stats.peak_bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
@@ -355,6 +525,8 @@ int lazyattn_cache_reset_stats(lazyattn_cache *c) {
 int lazyattn_cache_trim(lazyattn_cache *c, uint64_t max_bytes) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_trim: cache is NULL");
     LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_trim", "cache");
+    int st = lz_cache_check_idle(c, "lazyattn_cache_trim");
+    if (st) return st;
     lz_cache_trim_to(c, max_bytes);
     return LAZYATTN_STATUS_OK;
 }
@@ -412,7 +584,7 @@ int lazyattn_cache_validate(const lazyattn_cache *c) {
     LZ_INVARIANT(n_entries == c->n_entries && (size_t)n_entries == c->by_key.n_items,
                  "%lld entries indexed, %lld counted", (long long)n_entries,
                  (long long)c->n_entries);
-    if (c->config.policy == LAZYATTN_CACHE_POLICY_POSITION) {
+    if (c->policy->index_by_doc) {
         size_t n_doc = 0;
         for (size_t i = 0; i < c->by_doc.n_buckets; i++)
             for (lz_entry *e = c->by_doc.buckets[i]; e; e = e->dnext) {
@@ -443,25 +615,28 @@ int lazyattn_cache_validate(const lazyattn_cache *c) {
      * uncommitted blocks are allocated and held once. */
     held = entry_blocks;
     int64_t n_req = 0;
-    for (const struct lazyattn_request *r = c->requests; r; r = r->next) {
-        LZ_INVARIANT(r->cache == c, "request of another cache in the list");
-        n_req++;
-        for (int h = 0; h < r->n_holds; h++) {
-            lz_entry *e = r->holds[h].entry;
+    for (lz_ring *l = c->requests.next; l != &c->requests; l = l->next) {
+        LZ_INVARIANT(l->next->prev == l, "broken request list");
+        lz_request_view r;
+        lz_request_get_view(lz_request_of_link(l), &r);
+        LZ_INVARIANT(r.cache == c, "request of another cache in the list");
+        LZ_INVARIANT(++n_req <= c->n_requests, "request list longer than counted");
+        for (int h = 0; h < r.n_holds; h++) {
+            lz_entry *e = r.holds[h].entry;
             LZ_INVARIANT(e != NULL, "empty hold in a live request");
             if (e->committed)
                 e->scratch++;
             else {
-                LZ_INVARIANT(r->holds[h].owned && e->refcount == 1,
+                LZ_INVARIANT(r.holds[h].owned && e->refcount == 1,
                              "uncommitted entry not owned by its request");
                 LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, e->blocks, e->n_blocks),
                              "pending block not allocated or held twice");
                 held += e->n_blocks;
             }
         }
-        LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, r->own, r->n_own),
+        LZ_INVARIANT(lz_mark_blocks(c, seen, n_pool, r.own, r.n_own),
                      "request block not allocated or held twice");
-        held += r->n_own;
+        held += r.n_own;
     }
     LZ_INVARIANT(n_req == c->n_requests, "%lld live requests listed, %lld counted",
                  (long long)n_req, (long long)c->n_requests);

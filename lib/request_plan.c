@@ -1,35 +1,64 @@
-/* Requests: a policy's plan for one prompt (what to prefill, copy, reuse,
- * and the block table), decode growth, commit and release. */
-#include "cache_internal.h"
+/* Requests: the planner (what to prefill, copy, reuse, and the block
+ * table, from the policy's decisions), decode growth, commit and release.
+ * The request is private to this file; the cache sees it through
+ * lz_request_get_view, the policies through the lz_plan_* builder. */
+#include "cache_policy.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static int lz_ceil_div(int64_t a, int b) { return (int)((a + b - 1) / b); }
+struct lazyattn_request {
+    uint32_t magic; /* LZ_MAGIC_REQUEST while live (cleared when freed) */
+    lz_ring link; /* in the cache's ring of live requests */
+    lazyattn_cache *cache;
+    const lz_policy *policy;
+    lz_hold *holds; /* see lz_plan_hold_new for the order */
+    int n_holds, cap_holds;
+    int32_t *own;   /* own blocks: [0, n_prefix_blocks) prefix, then tail */
+    int n_own, cap_own;
+    int n_prefix_blocks;
+    int32_t tail_start;   /* logical position of the question's first token */
+    int tail_tokens;      /* question + generated tokens so far */
+    int n_fixed_entries;  /* table entries before the tail */
+    lazyattn_segment *segments;
+    int n_segments;
+    int32_t *prefill_slots, *prefill_stored, *prefill_pos;
+    int n_prefill;
+    uint64_t *copy_src;
+    int32_t *copy_dst;
+    int n_copies;
+    uint64_t *table;
+    int32_t *entry_pos;
+    int n_entries, cap_entries;
+    int n_generated;
+    int committed;
+    int doc_tokens, hit_tokens, copy_tokens, doc_blocks, hit_blocks, copy_blocks;
+    /* while planning only */
+    int32_t *fresh;   /* blocks taken for the plan; [next_fresh, n_fresh) not handed out */
+    int64_t n_fresh, next_fresh;
+    uint64_t *keys;   /* chained policies: every document block's key */
+};
 
-/* Tokens in block j of a run of n tokens. */
-static int lz_block_len(int n, int j, int B) { return n - j * B < B ? n - j * B : B; }
+lazyattn_request *lz_request_of_link(lz_ring *link) {
+    return (lazyattn_request *)((char *)link - offsetof(lazyattn_request, link));
+}
 
-/* What one document needs, decided before anything is allocated. */
-typedef struct lz_doc_plan {
-    uint64_t hash;
-    int32_t start;
-    int n_blocks;
-    lazyattn_segment_action action;
-    lz_entry *reuse;    /* LAZY/POSITION hit, or the POSITION copy source */
-    int n_hit_blocks;   /* PREFIX: leading blocks reused */
-    int first_hold;     /* PREFIX: holds of the reused blocks start here */
-} lz_doc_plan;
+void lz_request_get_view(const lazyattn_request *r, lz_request_view *v) {
+    v->cache = r->cache;
+    v->holds = r->holds;
+    v->n_holds = r->n_holds;
+    v->own = r->own;
+    v->n_own = r->n_own;
+}
 
-static int lz_hold_push(struct lazyattn_request *r, lz_entry *e, int owned) {
-    if (r->n_holds == r->cap_holds) return 0; /* sized up front */
+static void lz_hold_push(lazyattn_request *r, lz_entry *e, int owned) {
+    /* sized up front: a document adds at most its blocks + 2 holds */
     r->holds[r->n_holds].entry = e;
     r->holds[r->n_holds].owned = owned;
     r->n_holds++;
-    return 1;
 }
 
-static int lz_table_reserve(struct lazyattn_request *r, int n) {
+static int lz_table_reserve(lazyattn_request *r, int n) {
     if (n <= r->cap_entries) return 1;
     int cap = r->cap_entries ? r->cap_entries : 16;
     while (cap < n) cap *= 2;
@@ -43,37 +72,94 @@ static int lz_table_reserve(struct lazyattn_request *r, int n) {
     return 1;
 }
 
-static void lz_table_put(struct lazyattn_request *r, int32_t block, int32_t delta, int len,
-                         int32_t pos) {
+// ---- the plan builder (cache_policy.h) ----
+
+int lz_plan_block_size(const lazyattn_request *r) { return lz_cache_block_size(r->cache); }
+const uint64_t *lz_plan_keys(const lazyattn_request *r) { return r->keys; }
+lz_entry *lz_plan_held(const lazyattn_request *r, int i) { return r->holds[i].entry; }
+
+lz_entry *lz_plan_new_entry(lazyattn_request *r, int n_blocks, const int32_t *tokens,
+                            int n_tokens) {
+    lz_entry *e = lz_entry_new(r->fresh + r->next_fresh, n_blocks, tokens, n_tokens);
+    if (e) r->next_fresh += n_blocks;
+    return e;
+}
+
+/* Holds in prompt order per document for one-entry policies (the reused or
+ * copied entry, then the slot of the new one, reserved at decide time);
+ * chained policies: the reused blocks of every document, then the new ones. */
+void lz_plan_hold_new(lazyattn_request *r, const lz_decision *p, lz_entry *e) {
+    if (r->policy->chained)
+        lz_hold_push(r, e, 1);
+    else
+        r->holds[p->new_hold].entry = e;
+}
+
+void lz_plan_entry(lazyattn_request *r, int32_t block, int32_t delta, int len, int32_t pos) {
     /* Every value was range-checked at planning: packing cannot fail. */
     lazyattn_entry_pack(block, delta, len, &r->table[r->n_entries]);
     r->entry_pos[r->n_entries] = pos;
     r->n_entries++;
 }
 
-/* Entries of the question + generated tokens, from the own tail blocks. */
-static void lz_table_tail(struct lazyattn_request *r) {
-    int B = r->cache->block_size;
-    r->n_entries = r->n_fixed_entries;
-    int n_tail_blocks = lz_ceil_div(r->tail_tokens, B);
-    for (int j = 0; j < n_tail_blocks; j++) {
-        lz_table_put(r, r->own[r->n_prefix_blocks + j], 0, lz_block_len(r->tail_tokens, j, B),
-                     r->tail_start + j * B);
-    }
-}
-
-static void lz_prefill_put(struct lazyattn_request *r, int32_t block, int offset, int32_t stored,
-                           int32_t pos) {
-    r->prefill_slots[r->n_prefill] = block * r->cache->block_size + offset;
+void lz_plan_prefill(lazyattn_request *r, int32_t block, int offset, int32_t stored,
+                     int32_t pos) {
+    r->prefill_slots[r->n_prefill] = block * lz_cache_block_size(r->cache) + offset;
     r->prefill_stored[r->n_prefill] = stored;
     r->prefill_pos[r->n_prefill] = pos;
     r->n_prefill++;
 }
 
-void lz_request_release(struct lazyattn_request *r) {
+void lz_plan_copy(lazyattn_request *r, int32_t src_block, int32_t delta, int len,
+                  int32_t dst_block) {
+    lazyattn_entry_pack(src_block, delta, len, &r->copy_src[r->n_copies]);
+    r->copy_dst[r->n_copies++] = dst_block;
+}
+
+int lz_plan_whole_document(lazyattn_request *r, const lz_decision *p, const int32_t *tok) {
+    const int B = lz_cache_block_size(r->cache);
+    const int len = p->n_tokens;
+    lz_entry *e = p->found;
+    if (p->action != LAZYATTN_ACTION_REUSE) {
+        e = lz_plan_new_entry(r, p->n_blocks, tok, len);
+        if (!e) return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
+        e->doc_hash = p->hash;
+        e->stored_start = p->stored_start;
+        e->key = p->key;
+        lz_plan_hold_new(r, p, e);
+        if (p->action == LAZYATTN_ACTION_COPY) {
+            const lz_entry *src = p->found;
+            for (int j = 0; j < p->n_blocks; j++)
+                lz_plan_copy(r, src->blocks[j], p->start - src->stored_start,
+                             lz_block_len(len, j, B), e->blocks[j]);
+        } else {
+            for (int t = 0; t < len; t++)
+                lz_plan_prefill(r, e->blocks[t / B], t % B, e->stored_start + t, p->start + t);
+        }
+    }
+    for (int j = 0; j < p->n_blocks; j++)
+        lz_plan_entry(r, e->blocks[j], p->start - e->stored_start, lz_block_len(len, j, B),
+                      p->start + j * B);
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Entries of the question + generated tokens, from the own tail blocks. */
+static void lz_table_tail(lazyattn_request *r) {
+    int B = lz_cache_block_size(r->cache);
+    r->n_entries = r->n_fixed_entries;
+    int n_tail_blocks = lz_ceil_div(r->tail_tokens, B);
+    for (int j = 0; j < n_tail_blocks; j++) {
+        lz_plan_entry(r, r->own[r->n_prefix_blocks + j], 0, lz_block_len(r->tail_tokens, j, B),
+                      r->tail_start + j * B);
+    }
+}
+
+// ---- release ----
+
+static void lz_request_release(lazyattn_request *r) {
     lazyattn_cache *c = r->cache;
     /* PREFIX unpins deepest first so that LRU evicts chains from the leaves. */
-    int reverse = c->config.policy == LAZYATTN_CACHE_POLICY_PREFIX;
+    int reverse = r->policy->release_deepest_first;
     for (int k = 0; k < r->n_holds; k++) {
         lz_hold *h = &r->holds[reverse ? r->n_holds - 1 - k : k];
         if (!h->entry) continue; /* a slot never filled (failed create) */
@@ -83,14 +169,11 @@ void lz_request_release(struct lazyattn_request *r) {
             lz_cache_unpin(c, h->entry);
     }
     r->n_holds = 0;
-    if (r->n_own) {
-        lazyattn_pool_free(c->pool, r->n_own, r->own);
-        lz_cache_add_held(c, -r->n_own);
-        r->n_own = 0;
-    }
+    lz_cache_give_blocks(c, r->n_own, r->own);
+    r->n_own = 0;
 }
 
-static void lz_request_free(struct lazyattn_request *r) {
+static void lz_request_free(lazyattn_request *r) {
     free(r->holds);
     free(r->own);
     free(r->segments);
@@ -101,6 +184,8 @@ static void lz_request_free(struct lazyattn_request *r) {
     free(r->copy_dst);
     free(r->table);
     free(r->entry_pos);
+    free(r->fresh);
+    free(r->keys);
     r->magic = 0;
     free(r);
 }
@@ -110,15 +195,16 @@ void lazyattn_request_destroy(lazyattn_request *r) {
     if (!lz_live_for_destroy(r->magic, LZ_MAGIC_REQUEST, "lazyattn_request_destroy", "request"))
         return;
     lazyattn_cache *c = r->cache;
+    /* From the eviction callback: refused (recorded), the request stays. */
+    if (lz_cache_check_idle(c, "lazyattn_request_destroy")) return;
     lz_request_release(r);
-    lz_cache_unlink_request(c, r);
+    lz_cache_unlink_request(c, &r->link);
     lz_request_free(r);
-    lz_cache_trim_to(c, c->retain_bytes);
+    lz_cache_trim_retained(c);
 }
 
-static int lz_check_desc(const lazyattn_cache *c, const lazyattn_request_desc *d,
-                         int64_t *doc_blocks_total, int64_t *doc_tokens_total) {
-    const char *w = "lazyattn_request_create";
+int lz_check_request_desc(const lazyattn_cache *c, const lazyattn_request_desc *d, const char *w,
+                          int64_t *doc_blocks_total, int64_t *doc_tokens_total) {
     LZ_CHECK_ARG(d->n_prefix >= 0 && d->n_docs >= 0 && d->n_question >= 0 &&
                      d->max_new_tokens >= 0,
                  "%s: negative count (prefix %d, docs %d, question %d, max_new_tokens %d)", w,
@@ -127,13 +213,14 @@ static int lz_check_desc(const lazyattn_cache *c, const lazyattn_request_desc *d
     LZ_CHECK_ARG(d->n_question == 0 || d->question, "%s: question is NULL", w);
     LZ_CHECK_ARG(d->n_docs == 0 || (d->docs && d->doc_lengths), "%s: docs or doc_lengths is NULL",
                  w);
+    int B = lz_cache_block_size(c);
     int64_t blocks = 0, tokens = 0;
     for (int i = 0; i < d->n_docs; i++) {
         LZ_CHECK_ARG(d->doc_lengths[i] >= 1, "%s: document %d has length %d", w, i,
                      (int)d->doc_lengths[i]);
         LZ_CHECK_ARG(d->docs[i] != NULL, "%s: document %d is NULL", w, i);
         tokens += d->doc_lengths[i]; /* at most 2^31 documents of 2^31 tokens: no overflow */
-        blocks += lz_ceil_div(d->doc_lengths[i], c->block_size);
+        blocks += lz_ceil_div(d->doc_lengths[i], B);
     }
     int64_t total = (int64_t)d->n_prefix + tokens + d->n_question + d->max_new_tokens;
     if (total > (int64_t)LAZYATTN_MAX_POSITION + 1)
@@ -145,9 +232,34 @@ static int lz_check_desc(const lazyattn_cache *c, const lazyattn_request_desc *d
     return LAZYATTN_STATUS_OK;
 }
 
-/* Chain key of one PREFIX block. */
-static uint64_t lz_prefix_key(uint64_t parent, int first_of_doc, const int32_t *tokens, int n) {
-    return lz_hash_tokens(lz_hash_pair(parent, (uint64_t)first_of_doc), tokens, n);
+/* The planner pins what a decision reuses, in prompt order. */
+static void lz_plan_reuse(void *user, lz_entry *e) {
+    lazyattn_request *r = user;
+    lz_cache_pin(r->cache, e);
+    lz_hold_push(r, e, 0);
+}
+
+static void lz_tally_document(lz_tally *t, const lz_decision *p) {
+    t->lookups++;
+    t->doc_tokens += p->n_tokens;
+    t->doc_blocks += p->n_blocks;
+    switch (p->action) {
+    case LAZYATTN_ACTION_REUSE:
+    case LAZYATTN_ACTION_PARTIAL:
+        if (p->action == LAZYATTN_ACTION_REUSE)
+            t->hits++;
+        else
+            t->partial_hits++;
+        t->hit_tokens += p->n_cached;
+        t->hit_blocks += p->n_hit_blocks;
+        break;
+    case LAZYATTN_ACTION_COPY:
+        t->copy_hits++;
+        t->copy_tokens += p->n_cached;
+        t->copy_blocks += p->n_blocks;
+        break;
+    default: t->misses++; break;
+    }
 }
 
 int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
@@ -155,25 +267,29 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     LZ_CHECK_ARG(out != NULL, "lazyattn_request_create: out is NULL");
     *out = NULL;
     LZ_CHECK_ARG(c && d, "lazyattn_request_create: NULL argument");
-    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_request_create", "cache");
-    int64_t doc_blocks_total = 0, doc_tokens_total = 0;
-    int st = lz_check_desc(c, d, &doc_blocks_total, &doc_tokens_total);
+    int st = lz_cache_check_live(c, "lazyattn_request_create");
     if (st) return st;
-    const int B = c->block_size;
-    const lazyattn_cache_policy policy = c->config.policy;
+    st = lz_cache_check_idle(c, "lazyattn_request_create");
+    if (st) return st;
+    int64_t doc_blocks_total = 0, doc_tokens_total = 0;
+    st = lz_check_request_desc(c, d, "lazyattn_request_create", &doc_blocks_total,
+                                   &doc_tokens_total);
+    if (st) return st;
+    const int B = lz_cache_block_size(c);
+    const lz_policy *policy = lz_cache_policy(c);
 
     int n_prefix_blocks = lz_ceil_div(d->n_prefix, B);
     int n_tail_blocks = lz_ceil_div((int64_t)d->n_question + d->max_new_tokens, B);
     int64_t max_entries = n_prefix_blocks + doc_blocks_total + n_tail_blocks;
     int64_t max_prefill = (int64_t)d->n_prefix + doc_tokens_total + d->n_question;
 
-    struct lazyattn_request *r = calloc(1, sizeof *r);
-    lz_doc_plan *dp = calloc((size_t)d->n_docs + 1, sizeof *dp);
-    int32_t *fresh = NULL;
-    int64_t next = -1; /* fresh[] blocks handed to own or to an entry; -1: none allocated */
+    lazyattn_request *r = calloc(1, sizeof *r);
+    lz_decision *dp = calloc((size_t)d->n_docs + 1, sizeof *dp);
     if (!r || !dp) goto oom;
     r->magic = LZ_MAGIC_REQUEST;
     r->cache = c;
+    r->policy = policy;
+    r->next_fresh = -1; /* no block taken yet */
     r->cap_holds = (int)(doc_blocks_total + 2 * (int64_t)d->n_docs + 1);
     r->holds = malloc((size_t)r->cap_holds * sizeof *r->holds);
     r->cap_own = n_prefix_blocks + n_tail_blocks + 1;
@@ -184,90 +300,44 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     r->prefill_pos = malloc((size_t)(max_prefill + 1) * sizeof(int32_t));
     r->copy_src = malloc((size_t)(doc_blocks_total + 1) * sizeof(uint64_t));
     r->copy_dst = malloc((size_t)(doc_blocks_total + 1) * sizeof(int32_t));
+    if (policy->chained) r->keys = malloc((size_t)(doc_blocks_total + 1) * sizeof(uint64_t));
     if (!r->holds || !r->own || !r->segments || !r->prefill_slots || !r->prefill_stored ||
-        !r->prefill_pos || !r->copy_src || !r->copy_dst || !lz_table_reserve(r, (int)max_entries + 1))
+        !r->prefill_pos || !r->copy_src || !r->copy_dst || (policy->chained && !r->keys) ||
+        !lz_table_reserve(r, (int)max_entries + 1))
         goto oom;
-    lz_cache_link_request(c, r);
+    lz_cache_link_request(c, &r->link);
 
     // ---- decide, pinning what is reused (nothing allocated yet) ----
     int64_t need = n_prefix_blocks + n_tail_blocks;
     int32_t pos = d->n_prefix;
-    /* PREFIX: chains are rooted at a hash of the prefix tokens. */
-    const uint64_t root = lz_hash_tokens(c->config.model_id ^ 0x5052454649584B59ull, d->prefix,
-                                         d->n_prefix);
-    uint64_t parent = root;
-    int chain_broken = 0;
+    lz_lookup lk = {c, lz_cache_model_id(c), B, 0, 0, r->keys, 0, lz_plan_reuse, r};
+    if (policy->begin) policy->begin(&lk, d);
     for (int i = 0; i < d->n_docs; i++) {
-        lz_doc_plan *p = &dp[i];
-        const int32_t *tok = d->docs[i];
+        lz_decision *p = &dp[i];
         int len = d->doc_lengths[i];
-        p->start = pos;
-        p->n_blocks = lz_ceil_div(len, B);
-        p->hash = lz_hash_tokens(c->config.model_id, tok, len);
-        p->action = LAZYATTN_ACTION_PREFILL;
+        int first_hold = r->n_holds;
+        lz_lookup_document(&lk, policy, d->docs[i], len, pos, p);
+        p->first_hold = first_hold;
         pos += len;
-        if (policy == LAZYATTN_CACHE_POLICY_LAZY) {
-            p->reuse = lz_cache_find(c, p->hash, p->hash, 0, 0, tok, len);
-        } else if (policy == LAZYATTN_CACHE_POLICY_POSITION) {
-            uint64_t key = lz_hash_pair(p->hash, (uint64_t)(uint32_t)p->start);
-            p->reuse = lz_cache_find(c, key, p->hash, p->start, 0, tok, len);
-            if (!p->reuse) {
-                p->reuse = lz_cache_find_doc(c, p->hash, tok, len);
-                if (p->reuse) p->action = LAZYATTN_ACTION_COPY;
-            }
-        } else if (policy == LAZYATTN_CACHE_POLICY_PREFIX) {
-            p->first_hold = r->n_holds;
-            for (int j = 0; j < p->n_blocks && !chain_broken; j++) {
-                int n = lz_block_len(len, j, B);
-                uint64_t key = lz_prefix_key(parent, j == 0, tok + j * B, n);
-                lz_entry *e = lz_cache_find(c, key, parent, p->start + j * B, j == 0, tok + j * B, n);
-                if (!e) {
-                    chain_broken = 1;
-                    break;
-                }
-                lz_cache_pin(c, e);
-                lz_hold_push(r, e, 0);
-                parent = key;
-                p->n_hit_blocks++;
-            }
-            if (p->n_hit_blocks == p->n_blocks)
-                p->action = LAZYATTN_ACTION_REUSE;
-            else if (p->n_hit_blocks)
-                p->action = LAZYATTN_ACTION_PARTIAL;
-            need += p->n_blocks - p->n_hit_blocks;
-            continue;
-        }
-        /* Holds in prompt order: the reused or copied entry, then a slot
-         * for the new blocks, filled once they are allocated. */
-        if (p->reuse) {
-            if (p->action != LAZYATTN_ACTION_COPY) p->action = LAZYATTN_ACTION_REUSE;
-            lz_cache_pin(c, p->reuse);
-            lz_hold_push(r, p->reuse, 0);
-        }
-        p->first_hold = r->n_holds;
-        if (p->action != LAZYATTN_ACTION_REUSE) {
-            need += p->n_blocks;
-            lz_hold_push(r, NULL, 1);
+        need += p->n_blocks - p->n_hit_blocks;
+        if (!policy->chained) {
+            p->new_hold = r->n_holds;
+            if (p->action != LAZYATTN_ACTION_REUSE) lz_hold_push(r, NULL, 1);
         }
     }
 
-    // ---- room and blocks, all at once ----
-    st = lz_cache_make_room(c, need, "lazyattn_request_create");
-    if (st) {
-        c->stats.budget_failures++;
-        goto fail;
-    }
-    fresh = malloc((size_t)(need + 1) * sizeof *fresh);
-    if (!fresh) goto oom_linked;
-    st = lazyattn_pool_alloc(c->pool, (int)need, fresh);
-    if (st) goto fail; /* another cache took the room meanwhile: cannot happen single-threaded */
-    lz_cache_add_held(c, need);
+    // ---- blocks, all at once ----
+    r->fresh = malloc((size_t)(need + 1) * sizeof *r->fresh);
+    if (!r->fresh) goto oom_linked;
+    st = lz_cache_take_blocks(c, need, r->fresh, 1, "lazyattn_request_create");
+    if (st) goto fail;
+    r->n_fresh = need;
     /* Own blocks first: from here on the release path frees everything
-     * that was taken from fresh[], the rest is freed below on failure. */
-    memcpy(r->own, fresh, (size_t)(n_prefix_blocks + n_tail_blocks) * sizeof *fresh);
+     * handed out of fresh[], the rest is given back below on failure. */
+    memcpy(r->own, r->fresh, (size_t)(n_prefix_blocks + n_tail_blocks) * sizeof *r->fresh);
     r->n_own = n_prefix_blocks + n_tail_blocks;
     r->n_prefix_blocks = n_prefix_blocks;
-    next = r->n_own;
+    r->next_fresh = r->n_own;
 
     // ---- segments, prefill list, copies, table, in prompt order ----
     lazyattn_segment *seg;
@@ -280,94 +350,34 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         seg->prefill_offset = r->n_prefill;
         seg->first_entry = r->n_entries;
         seg->n_entries = n_prefix_blocks;
-        for (int t = 0; t < d->n_prefix; t++) lz_prefill_put(r, r->own[t / B], t % B, t, t);
+        for (int t = 0; t < d->n_prefix; t++) lz_plan_prefill(r, r->own[t / B], t % B, t, t);
         for (int j = 0; j < n_prefix_blocks; j++)
-            lz_table_put(r, r->own[j], 0, lz_block_len(d->n_prefix, j, B), j * B);
+            lz_plan_entry(r, r->own[j], 0, lz_block_len(d->n_prefix, j, B), j * B);
     }
-    parent = root;
+    lz_tally tally = {0};
     for (int i = 0; i < d->n_docs; i++) {
-        lz_doc_plan *p = &dp[i];
-        const int32_t *tok = d->docs[i];
-        int len = d->doc_lengths[i];
+        const lz_decision *p = &dp[i];
         seg = &r->segments[r->n_segments++];
         seg->kind = LAZYATTN_SEGMENT_DOCUMENT;
         seg->action = p->action;
         seg->doc_index = i;
         seg->logical_start = p->start;
-        seg->n_tokens = len;
+        seg->stored_start = p->stored_start;
+        seg->n_tokens = p->n_tokens;
+        seg->n_cached = p->n_cached;
         seg->first_entry = r->n_entries;
         seg->n_entries = p->n_blocks;
         seg->prefill_offset = r->n_prefill;
-        r->doc_tokens += len;
-        r->doc_blocks += p->n_blocks;
-
-        if (policy == LAZYATTN_CACHE_POLICY_PREFIX) {
-            seg->stored_start = p->start;
-            for (int j = 0; j < p->n_blocks; j++) {
-                int n = lz_block_len(len, j, B);
-                lz_entry *e;
-                uint64_t key = lz_prefix_key(parent, j == 0, tok + j * B, n);
-                if (j < p->n_hit_blocks) {
-                    e = r->holds[p->first_hold + j].entry;
-                    seg->n_cached += n;
-                    r->hit_tokens += n;
-                    r->hit_blocks++;
-                } else {
-                    e = lz_entry_new(&fresh[next], 1, tok + j * B, n);
-                    if (!e) goto oom_linked;
-                    next++;
-                    e->key = key;
-                    e->doc_hash = parent;
-                    e->stored_start = p->start + j * B;
-                    e->first_of_doc = j == 0;
-                    lz_hold_push(r, e, 1);
-                    for (int t = 0; t < n; t++)
-                        lz_prefill_put(r, e->blocks[0], t, p->start + j * B + t,
-                                       p->start + j * B + t);
-                }
-                lz_table_put(r, e->blocks[0], 0, n, p->start + j * B);
-                parent = key;
-            }
-            continue;
-        }
-
-        lz_entry *e = NULL;
-        if (p->action == LAZYATTN_ACTION_REUSE) {
-            e = p->reuse;
-            seg->n_cached = len;
-            r->hit_tokens += len;
-            r->hit_blocks += p->n_blocks;
-        } else {
-            e = lz_entry_new(&fresh[next], p->n_blocks, tok, len);
-            if (!e) goto oom_linked;
-            next += p->n_blocks;
-            int lazy = policy == LAZYATTN_CACHE_POLICY_LAZY;
-            e->doc_hash = p->hash;
-            e->stored_start = lazy ? 0 : p->start;
-            e->key = lazy ? p->hash : lz_hash_pair(p->hash, (uint64_t)(uint32_t)p->start);
-            r->holds[p->first_hold].entry = e;
-            if (p->action == LAZYATTN_ACTION_COPY) {
-                const lz_entry *src = p->reuse;
-                seg->n_cached = len;
-                r->copy_tokens += len;
-                r->copy_blocks += p->n_blocks;
-                for (int j = 0; j < p->n_blocks; j++) {
-                    int n = lz_block_len(len, j, B);
-                    lazyattn_entry_pack(src->blocks[j], p->start - src->stored_start, n,
-                                        &r->copy_src[r->n_copies]);
-                    r->copy_dst[r->n_copies++] = e->blocks[j];
-                }
-            } else {
-                for (int t = 0; t < len; t++)
-                    lz_prefill_put(r, e->blocks[t / B], t % B, e->stored_start + t, p->start + t);
-            }
-        }
-        seg->stored_start = e->stored_start;
-        for (int j = 0; j < p->n_blocks; j++) {
-            int n = lz_block_len(len, j, B);
-            lz_table_put(r, e->blocks[j], p->start - e->stored_start, n, p->start + j * B);
-        }
+        st = policy->build(r, p, d->docs[i]);
+        if (st) goto oom_linked;
+        lz_tally_document(&tally, p);
     }
+    r->doc_tokens = (int)tally.doc_tokens;
+    r->hit_tokens = (int)tally.hit_tokens;
+    r->copy_tokens = (int)tally.copy_tokens;
+    r->doc_blocks = (int)tally.doc_blocks;
+    r->hit_blocks = (int)tally.hit_blocks;
+    r->copy_blocks = (int)tally.copy_blocks;
     r->tail_start = pos;
     r->tail_tokens = d->n_question;
     r->n_fixed_entries = r->n_entries;
@@ -383,30 +393,16 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         seg->first_entry = r->n_entries;
         seg->n_entries = lz_ceil_div(d->n_question, B);
         for (int t = 0; t < d->n_question; t++)
-            lz_prefill_put(r, r->own[n_prefix_blocks + t / B], t % B, pos + t, pos + t);
+            lz_plan_prefill(r, r->own[n_prefix_blocks + t / B], t % B, pos + t, pos + t);
     }
     lz_table_tail(r);
-    free(fresh);
+    free(r->fresh);
+    r->fresh = NULL;
+    free(r->keys);
+    r->keys = NULL;
     free(dp);
-
-    // ---- accounting ----
-    c->stats.requests++;
-    for (int i = 0; i < d->n_docs; i++) {
-        c->stats.lookups++;
-        switch (r->segments[(d->n_prefix > 0) + i].action) {
-        case LAZYATTN_ACTION_REUSE: c->stats.hits++; break;
-        case LAZYATTN_ACTION_COPY: c->stats.copy_hits++; break;
-        case LAZYATTN_ACTION_PARTIAL: c->stats.partial_hits++; break;
-        default: c->stats.misses++; break;
-        }
-    }
-    c->stats.doc_tokens += r->doc_tokens;
-    c->stats.hit_tokens += r->hit_tokens;
-    c->stats.copy_tokens += r->copy_tokens;
-    c->stats.doc_blocks += r->doc_blocks;
-    c->stats.hit_blocks += r->hit_blocks;
-    c->stats.copy_blocks += r->copy_blocks;
-    if (policy == LAZYATTN_CACHE_POLICY_NONE) r->committed = 1; /* nothing to publish */
+    lz_cache_count_request(c, &tally);
+    if (!policy->publishes) r->committed = 1; /* nothing to publish */
     *out = r;
     return LAZYATTN_STATUS_OK;
 
@@ -418,14 +414,11 @@ oom_linked:
     st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_request_create");
 fail:
     /* Blocks of fresh[] not yet handed to own or to an entry go back. */
-    if (next >= 0 && need > next) {
-        lazyattn_pool_free(c->pool, (int)(need - next), fresh + next);
-        lz_cache_add_held(c, -(need - next));
-    }
+    if (r->next_fresh >= 0)
+        lz_cache_give_blocks(c, r->n_fresh - r->next_fresh, r->fresh + r->next_fresh);
     lz_request_release(r);
-    lz_cache_unlink_request(c, r);
+    lz_cache_unlink_request(c, &r->link);
     lz_request_free(r);
-    free(fresh);
     free(dp);
     return st;
 }
@@ -461,6 +454,8 @@ int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
 int lazyattn_request_commit(lazyattn_request *r) {
     LZ_CHECK_ARG(r != NULL, "lazyattn_request_commit: request is NULL");
     LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_commit", "request");
+    int st = lz_cache_check_idle(r->cache, "lazyattn_request_commit");
+    if (st) return st;
     if (r->committed) return LAZYATTN_STATUS_OK;
     /* Prompt order, so that a document repeated within the request
      * publishes its first copy; later duplicates stay private. */
@@ -468,7 +463,7 @@ int lazyattn_request_commit(lazyattn_request *r) {
         if (r->holds[h].owned && r->holds[h].entry && !r->holds[h].entry->committed)
             lz_cache_insert(r->cache, r->holds[h].entry);
     r->committed = 1;
-    lz_cache_trim_to(r->cache, r->cache->retain_bytes);
+    lz_cache_trim_retained(r->cache);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -477,8 +472,10 @@ int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t 
     LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_append", "request");
     LZ_CHECK_ARG(n >= 0, "lazyattn_request_append: negative count %d", n);
     LZ_CHECK_ARG(n == 0 || (slots && positions), "lazyattn_request_append: NULL output");
+    int busy = lz_cache_check_idle(r->cache, "lazyattn_request_append");
+    if (busy) return busy;
     lazyattn_cache *c = r->cache;
-    const int B = c->block_size;
+    const int B = lz_cache_block_size(c);
     int64_t total = (int64_t)r->tail_start + r->tail_tokens + n;
     if (total > (int64_t)LAZYATTN_MAX_POSITION + 1)
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
@@ -497,14 +494,9 @@ int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t 
         r->cap_own = cap;
     }
     if (more) {
-        int st = lz_cache_make_room(c, more, "lazyattn_request_append");
-        if (!st) st = lazyattn_pool_alloc(c->pool, more, r->own + r->n_own);
-        if (st) {
-            c->stats.budget_failures++;
-            return st;
-        }
+        int st = lz_cache_take_blocks(c, more, r->own + r->n_own, 1, "lazyattn_request_append");
+        if (st) return st;
         r->n_own += more;
-        lz_cache_add_held(c, more);
     }
     for (int i = 0; i < n; i++) {
         int t = r->tail_tokens + i;

@@ -16,6 +16,7 @@
 #define SERVE_H
 
 #include "lazyattn.h"
+#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 #include <stdint.h>
 #include <stdio.h>

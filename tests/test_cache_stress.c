@@ -7,12 +7,17 @@
  * changes an answer). Bookkeeping pools: no device needed. */
 #include "test_common.h"
 
+#include "cache_internal.h" /* lz_cache_fingerprint */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define N_DOCS 24
 #define MAX_LIVE 4
+
+/* Probe results checked against a plan, by action, over all worlds. */
+static long probe_actions_checked[4];
 
 /* What a KV slot holds: which token, computed in which context, rotated
  * at which stored position. ctx: hash of the document's tokens up to and
@@ -48,6 +53,7 @@ typedef struct world {
     int n_live;
     uint64_t next_id;
     long n_created, n_refused;
+    long n_probes, n_probe_checked;
 } world;
 
 static void check_live(world *w, const live *l) {
@@ -142,6 +148,23 @@ static void step_create(world *w) {
     for (int i = 0; i < nq; i++) question[i] = lt_int(&w->rng, 0, 50);
     lazyattn_request_desc d = {np, prefixes[lt_int(&w->rng, 0, 1)], n_docs, docs, lens, nq,
                                question, lt_int(&w->rng, 0, 6)};
+    /* The probe first: it must change nothing, and the plan must agree. */
+    lazyattn_probe_segment probe[10];
+    lazyattn_probe_summary sum;
+    lazyattn_cache_stats s0, s1;
+    lazyattn_pool_info i0, i1;
+    lazyattn_cache_get_stats(w->cache, &s0);
+    lazyattn_pool_get_info(w->pool, &i0);
+    uint64_t fp0 = lz_cache_fingerprint(w->cache);
+    lt_assert_status(lazyattn_cache_probe(w->cache, &d, probe, 10, &sum), LAZYATTN_STATUS_OK);
+    lazyattn_cache_get_stats(w->cache, &s1);
+    lazyattn_pool_get_info(w->pool, &i1);
+    assert_memory_equal(&s0, &s1, sizeof s0);
+    assert_memory_equal(&i0, &i1, sizeof i0);
+    assert_true(lz_cache_fingerprint(w->cache) == fp0);
+    lt_assert_status(lazyattn_cache_validate(w->cache), LAZYATTN_STATUS_OK);
+    w->n_probes++;
+
     live l = {0};
     int st = lazyattn_request_create(w->cache, &d, &l.req);
     if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED) {
@@ -179,6 +202,39 @@ static void step_create(world *w) {
     l.n_pos = pos;
     lazyattn_plan p;
     lazyattn_request_get_plan(l.req, &p);
+    /* The plan agrees with the probe, segment by segment. */
+    lazyattn_pool_info i2;
+    lazyattn_pool_get_info(w->pool, &i2);
+    assert_int_equal(i2.n_allocs - i0.n_allocs, sum.blocks_needed);
+    assert_int_equal(p.n_segments, sum.n_segments);
+    for (int s = 0; s < p.n_segments; s++) {
+        const lazyattn_segment *g = &p.segments[s];
+        assert_int_equal(g->kind, probe[s].kind);
+        assert_int_equal(g->action, probe[s].action);
+        assert_int_equal(g->doc_index, probe[s].doc_index);
+        assert_int_equal(g->logical_start, probe[s].logical_start);
+        assert_int_equal(g->n_tokens, probe[s].n_tokens);
+        assert_int_equal(g->n_cached, probe[s].n_cached);
+        assert_int_equal(g->n_entries, probe[s].n_blocks);
+        if (g->kind == LAZYATTN_SEGMENT_DOCUMENT) {
+            uint64_t h;
+            lazyattn_doc_hash(0, docs[g->doc_index], lens[g->doc_index], &h);
+            assert_true(probe[s].doc_hash == h);
+            int blocks_cached = g->action == LAZYATTN_ACTION_PREFILL ? 0
+                                : g->action == LAZYATTN_ACTION_PARTIAL
+                                    ? g->n_cached / w->block_size
+                                    : g->n_entries;
+            assert_int_equal(probe[s].n_cached_blocks, blocks_cached);
+            probe_actions_checked[g->action]++;
+        }
+    }
+    assert_int_equal(p.doc_tokens, sum.doc_tokens);
+    assert_int_equal(p.hit_tokens, sum.hit_tokens);
+    assert_int_equal(p.copy_tokens, sum.copy_tokens);
+    assert_int_equal(p.doc_blocks, sum.doc_blocks);
+    assert_int_equal(p.hit_blocks, sum.hit_blocks);
+    assert_int_equal(p.copy_blocks, sum.copy_blocks);
+    w->n_probe_checked++;
     execute(w, &l, &p);
     w->lives[w->n_live++] = l;
 }
@@ -265,10 +321,10 @@ static void run_world(uint64_t seed, lazyattn_cache_policy policy, int steps) {
     assert_int_equal(info.n_used, 0);
     assert_int_equal(info.n_allocs, info.n_frees);
     if (getenv("LAZYATTN_STRESS_VERBOSE"))
-        printf("seed %llx %s B=%d blocks=%d: %ld requests, %ld refused, %lld hits %lld copy %lld "
-               "miss %lld evictions\n",
+        printf("seed %llx %s B=%d blocks=%d: %ld requests, %ld refused, %ld probes (%ld checked "
+               "against a plan), %lld hits %lld copy %lld miss %lld evictions\n",
                (unsigned long long)seed, lazyattn_cache_policy_name(policy), w->block_size,
-               n_blocks, w->n_created, w->n_refused, (long long)st.hits, (long long)st.copy_hits,
+               n_blocks, w->n_created, w->n_refused, w->n_probes, w->n_probe_checked, (long long)st.hits, (long long)st.copy_hits,
                (long long)st.misses, (long long)st.evictions);
     lazyattn_pool_destroy(w->pool);
     free(w->kv);
@@ -286,6 +342,11 @@ static void test_stress(void **state) {
                           lazyattn_cache_policy_name((lazyattn_cache_policy)p));
             run_world(s, (lazyattn_cache_policy)p, 1500);
         }
+    print_message("probes checked against plans: %ld prefill, %ld reuse, %ld copy, %ld partial\n",
+                  probe_actions_checked[0], probe_actions_checked[1], probe_actions_checked[2],
+                  probe_actions_checked[3]);
+    if (worlds >= 10)
+        for (int a = 0; a < 4; a++) assert_true(probe_actions_checked[a] > 0);
 }
 
 int main(void) {

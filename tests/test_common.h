@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "lazyattn.h"
+#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 /* Splitmix64: small, seeded, reproducible on every platform. */
 typedef struct lt_rng {

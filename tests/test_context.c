@@ -88,6 +88,100 @@ static void test_device_choice(void **state) {
     assert_null(lazyattn_context_queue(NULL));
 }
 
+/* Devices listed by global index, chosen by index through the options and
+ * the environment; digits alone in LAZYATTN_DEVICE are an index, never a
+ * name substring. */
+static void test_device_index(void **state) {
+    (void)state;
+    int count = -1;
+    lt_assert_status(lazyattn_device_count(&count), LAZYATTN_STATUS_OK);
+    assert_true(count >= 1);
+    lazyattn_device_info info;
+    for (int i = 0; i < count; i++) {
+        lt_assert_status(lazyattn_device_get_info(i, &info), LAZYATTN_STATUS_OK);
+        print_message("device #%d: %s / %s (%s), %s, %.1f GiB, %d units\n", info.index,
+                      info.platform, info.name, info.vendor,
+                      info.kind == LAZYATTN_DEVICE_GPU   ? "GPU"
+                      : info.kind == LAZYATTN_DEVICE_CPU ? "CPU"
+                                                         : "other",
+                      info.global_memory / 1073741824.0, info.compute_units);
+        assert_int_equal(info.index, i);
+        assert_true(info.platform_index >= 0);
+        assert_true(strlen(info.name) > 0 && strlen(info.platform) > 0);
+        assert_true(info.global_memory > 0 && info.compute_units >= 1);
+        /* Chosen by index: that device, whatever the kind asks. */
+        lazyattn_context_options o;
+        lazyattn_context_options_init(&o);
+        assert_int_equal(o.device_index, -1);
+        o.device_index = i;
+        lazyattn_context *ctx = NULL;
+        lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_OK);
+        char want[300];
+        snprintf(want, sizeof want, "%s / %s", info.platform, info.name);
+        assert_string_equal(lazyattn_context_device_name(ctx), want);
+        char name[128] = "";
+        clGetDeviceInfo(lazyattn_context_device(ctx), CL_DEVICE_NAME, sizeof name, name, NULL);
+        assert_string_equal(name, info.name);
+        lazyattn_context_destroy(ctx);
+    }
+    lt_assert_status(lazyattn_device_get_info(count, &info), LAZYATTN_STATUS_NO_DEVICE);
+    lt_assert_status(lazyattn_device_get_info(-1, &info), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_device_get_info(0, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_device_count(NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_device_get_info(0, &info), LAZYATTN_STATUS_OK);
+
+    lazyattn_context_options o;
+    lazyattn_context_options_init(&o);
+    lazyattn_context *ctx = (lazyattn_context *)0x1;
+    o.device_index = count;
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_NO_DEVICE);
+    assert_null(ctx);
+    assert_non_null(strstr(lazyattn_last_error(), "there are"));
+    o.device_index = -2;
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    o.device_index = -1;
+    o.device = "#0";
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_OK);
+    lazyattn_context_destroy(ctx);
+    o.device = "#zero";
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_INVALID_ARGUMENT);
+
+    /* The environment. */
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", count);
+    setenv("LAZYATTN_DEVICE", idx, 1); /* one past the last: an index, so no device */
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_NO_DEVICE);
+    setenv("LAZYATTN_DEVICE", "1", 1); /* "1" is device #1, never a name ("avx512") */
+    lt_assert_status(lazyattn_context_create(NULL, &ctx),
+                     count > 1 ? LAZYATTN_STATUS_OK : LAZYATTN_STATUS_NO_DEVICE);
+    lazyattn_context_destroy(ctx);
+    ctx = NULL;
+    setenv("LAZYATTN_DEVICE", "#0", 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_OK);
+    lazyattn_context_destroy(ctx);
+    setenv("LAZYATTN_DEVICE", "#", 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    char part[5] = "";
+    memcpy(part, info.name, 4); /* a name substring still works */
+    setenv("LAZYATTN_DEVICE", part, 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_OK);
+    lazyattn_context_destroy(ctx);
+    unsetenv("LAZYATTN_DEVICE");
+    setenv("LAZYATTN_DEVICE_INDEX", "0", 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_OK);
+    lazyattn_context_destroy(ctx);
+    setenv("LAZYATTN_DEVICE_INDEX", idx, 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_NO_DEVICE);
+    setenv("LAZYATTN_DEVICE_INDEX", "gpu", 1);
+    lt_assert_status(lazyattn_context_create(NULL, &ctx), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    /* The options win over the environment. */
+    o.device = NULL;
+    o.device_index = 0;
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_OK);
+    lazyattn_context_destroy(ctx);
+    unsetenv("LAZYATTN_DEVICE_INDEX");
+}
+
 /* An engine hands its own context/queue in; destroy releases only our
  * references. */
 static void test_wrap_engine_objects(void **state) {
@@ -129,6 +223,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_strings_and_version),
         cmocka_unit_test(test_device_choice),
+        cmocka_unit_test(test_device_index),
         cmocka_unit_test(test_wrap_engine_objects),
         cmocka_unit_test(test_program_cache_and_build_errors),
     };

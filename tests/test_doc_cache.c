@@ -417,6 +417,100 @@ static void test_concurrent_duplicate(void **state) {
     lazyattn_pool_destroy(pool);
 }
 
+/* The probe by hand, for each policy: after [A, B] is committed, probing
+ * [prefix] [B, A2] [question] tells what a request would get. B = 4. */
+static void test_probe(void **state) {
+    (void)state;
+    const int32_t *ab[] = {doc_a, doc_b}, *ba2[] = {doc_b, doc_a2};
+    const int32_t lab[] = {6, 4}, lba2[] = {4, 6};
+    /* LAZY: B whole (4 tokens, 1 block), A2 recomputed (A's tail differs).
+     * POSITION: B moved from 6 to 2: a copy. PREFIX: B starts the chain
+     * now: nothing. NONE: nothing. */
+    static const int want_action[4][2] = {{LAZYATTN_ACTION_REUSE, LAZYATTN_ACTION_PREFILL},
+                                          {LAZYATTN_ACTION_COPY, LAZYATTN_ACTION_PREFILL},
+                                          {LAZYATTN_ACTION_PREFILL, LAZYATTN_ACTION_PREFILL},
+                                          {LAZYATTN_ACTION_PREFILL, LAZYATTN_ACTION_PREFILL}};
+    for (int p = 0; p < 4; p++) {
+        lazyattn_pool *pool = pool_of(64);
+        lazyattn_cache *cache = cache_of(pool, (lazyattn_cache_policy)p);
+        run r = start(cache, prefix, 2, ab, lab, 1);
+        lazyattn_request_destroy(r.req);
+        lazyattn_request_desc d = {2, prefix, 2, ba2, lba2, 3, question, 5};
+        lazyattn_probe_segment seg[4];
+        lazyattn_probe_summary sum;
+        lt_assert_status(lazyattn_cache_probe(cache, &d, seg, 4, &sum), LAZYATTN_STATUS_OK);
+        assert_int_equal(sum.n_segments, 4);
+        assert_int_equal(seg[0].kind, LAZYATTN_SEGMENT_PREFIX);
+        assert_int_equal(seg[0].n_tokens, 2);
+        assert_int_equal(seg[3].kind, LAZYATTN_SEGMENT_QUESTION);
+        assert_int_equal(seg[3].logical_start, 12);
+        assert_int_equal(seg[1].logical_start, 2);
+        assert_int_equal(seg[2].logical_start, 6);
+        assert_int_equal(seg[1].action, want_action[p][0]);
+        assert_int_equal(seg[2].action, want_action[p][1]);
+        int b_cached = want_action[p][0] == LAZYATTN_ACTION_PREFILL ? 0 : 4;
+        assert_int_equal(seg[1].n_cached, b_cached);
+        assert_int_equal(seg[1].n_cached_blocks, b_cached / 4);
+        assert_int_equal(seg[2].n_cached, 0);
+        assert_int_equal(sum.doc_tokens, 10);
+        assert_int_equal(sum.doc_blocks, 3);
+        assert_int_equal(sum.hit_tokens, p == 0 ? 4 : 0);
+        assert_int_equal(sum.copy_tokens, p == 1 ? 4 : 0);
+        /* own: prefix 1 block, question + 5 new tokens 2 blocks; A2 2
+         * blocks; B 1 block unless reused as is. */
+        assert_int_equal(sum.blocks_needed, 3 + 2 + (p == 0 ? 0 : 1));
+        uint64_t h;
+        lazyattn_doc_hash(42, doc_b, 4, &h);
+        assert_true(seg[1].doc_hash == h);
+        /* A summary alone, and a request that agrees. */
+        lazyattn_probe_summary only;
+        lt_assert_status(lazyattn_cache_probe(cache, &d, NULL, 0, &only), LAZYATTN_STATUS_OK);
+        assert_memory_equal(&only, &sum, sizeof sum);
+        lazyattn_request *q;
+        lt_assert_status(lazyattn_request_create(cache, &d, &q), LAZYATTN_STATUS_OK);
+        lazyattn_plan plan;
+        lazyattn_request_get_plan(q, &plan);
+        assert_int_equal(plan.segments[1].action, want_action[p][0]);
+        assert_int_equal(plan.hit_tokens, sum.hit_tokens);
+        assert_int_equal(plan.copy_tokens, sum.copy_tokens);
+        lazyattn_request_destroy(q);
+        lazyattn_cache_destroy(cache);
+        lazyattn_pool_destroy(pool);
+    }
+}
+
+static void test_probe_bad_inputs(void **state) {
+    (void)state;
+    lazyattn_pool *pool = pool_of(16);
+    lazyattn_cache *cache = cache_of(pool, LAZYATTN_CACHE_POLICY_LAZY);
+    const int32_t *ab[] = {doc_a, doc_b};
+    int32_t lab[] = {6, 4};
+    lazyattn_request_desc d = {2, prefix, 2, ab, lab, 3, question, 0};
+    lazyattn_probe_segment seg[4];
+    lazyattn_probe_summary sum;
+    lt_assert_status(lazyattn_cache_probe(NULL, &d, seg, 4, &sum), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_probe(cache, NULL, seg, 4, &sum), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_probe(cache, &d, seg, -1, &sum), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_probe(cache, &d, NULL, 4, &sum), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_probe(cache, &d, NULL, 0, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    /* Four segments, room for three. */
+    lt_assert_status(lazyattn_cache_probe(cache, &d, seg, 3, &sum), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(lazyattn_last_error(), "room for 3"));
+    lab[1] = 0;
+    lt_assert_status(lazyattn_cache_probe(cache, &d, seg, 4, &sum), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lab[1] = 4;
+    d.max_new_tokens = LAZYATTN_MAX_POSITION;
+    lt_assert_status(lazyattn_cache_probe(cache, &d, seg, 4, &sum), LAZYATTN_STATUS_OUT_OF_RANGE);
+    d.max_new_tokens = -1;
+    lt_assert_status(lazyattn_cache_probe(cache, &d, seg, 4, &sum), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.requests, 0);
+    assert_int_equal(s.lookups, 0);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+}
+
 static void test_bad_inputs(void **state) {
     (void)state;
     lazyattn_pool *pool = pool_of(16);
@@ -683,6 +777,8 @@ int main(void) {
         cmocka_unit_test(test_retain_limit),
         cmocka_unit_test(test_concurrent_duplicate),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_probe),
+        cmocka_unit_test(test_probe_bad_inputs),
         cmocka_unit_test(test_lengths_checked_to_the_end),
         cmocka_unit_test(test_slot_range),
         cmocka_unit_test(test_out_of_host_memory),

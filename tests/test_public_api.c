@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "lazyattn.h"
+#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 static float rnd(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
@@ -140,8 +141,98 @@ static void test_positional_helpers(void **state) {
     assert_int_equal(lazyattn_reference_attention(&cfg, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
 }
 
+/* Every config and args struct's _init: the documented defaults, usable as
+ * they come where they are complete, and NULL is a no-op. Structs are
+ * filled with garbage first so that nothing is left unset. */
+static void test_init_functions(void **state) {
+    (void)state;
+    lazyattn_pool_config pc;
+    memset(&pc, 0xA5, sizeof pc);
+    lazyattn_pool_config_init(&pc);
+    assert_int_equal(pc.n_layers, 32);
+    assert_int_equal(pc.n_kv_heads, 8);
+    assert_int_equal(pc.head_dim, 128);
+    assert_int_equal(pc.block_size, 16);
+    assert_int_equal(pc.dtype, LAZYATTN_DTYPE_F16);
+    assert_true(pc.budget_bytes == (uint64_t)1 << 30);
+    lazyattn_pool *pool;
+    assert_int_equal(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
+    lazyattn_pool_info info;
+    lazyattn_pool_get_info(pool, &info);
+    assert_int_equal(info.n_blocks, 512); /* 1 GiB / (2 * 32 * 8 * 16 * 128 * 2 B = 2 MiB) */
+
+    lazyattn_cache_config cc;
+    memset(&cc, 0xA5, sizeof cc);
+    lazyattn_cache_config_init(&cc);
+    assert_int_equal(cc.policy, LAZYATTN_CACHE_POLICY_LAZY);
+    assert_true(cc.model_id == 0 && cc.retain_bytes == 0);
+    lazyattn_cache *cache;
+    assert_int_equal(lazyattn_cache_create(pool, &cc, &cache), LAZYATTN_STATUS_OK);
+
+    lazyattn_request_desc d;
+    memset(&d, 0xA5, sizeof d);
+    lazyattn_request_desc_init(&d);
+    assert_true(d.n_prefix == 0 && d.prefix == NULL && d.n_docs == 0 && d.docs == NULL &&
+                d.doc_lengths == NULL && d.n_question == 0 && d.question == NULL &&
+                d.max_new_tokens == 0);
+    const int32_t doc[3] = {1, 2, 3};
+    const int32_t *docs[1] = {doc};
+    const int32_t lens[1] = {3};
+    d.n_docs = 1, d.docs = docs, d.doc_lengths = lens;
+    lazyattn_request *r;
+    assert_int_equal(lazyattn_request_create(cache, &d, &r), LAZYATTN_STATUS_OK);
+    lazyattn_request_destroy(r);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+
+    lazyattn_attention_config a, b;
+    memset(&a, 0xA5, sizeof a);
+    memset(&b, 0x5A, sizeof b);
+    lazyattn_attention_config_init(&a);
+    lazyattn_attention_config_default(&b);
+    assert_memory_equal(&a, &b, sizeof a);
+
+    lazyattn_prefill_args pa;
+    memset(&pa, 0xA5, sizeof pa);
+    lazyattn_prefill_args_init(&pa);
+    assert_true(pa.n_queries == 0 && pa.n_entries == 0 && pa.q == NULL && pa.q_pos == NULL &&
+                pa.table == NULL && pa.entry_pos == NULL && pa.out == NULL);
+    lazyattn_decode_args da;
+    memset(&da, 0xA5, sizeof da);
+    lazyattn_decode_args_init(&da);
+    assert_true(da.n_seqs == 0 && da.max_entries == 0 && da.n_splits == 0 && da.q == NULL &&
+                da.q_pos == NULL && da.seq_offsets == NULL && da.table == NULL &&
+                da.entry_pos == NULL && da.out == NULL);
+    lazyattn_reference_args ra;
+    memset(&ra, 0xA5, sizeof ra);
+    lazyattn_reference_args_init(&ra);
+    assert_true(ra.n_queries == 0 && ra.n_keys == 0 && ra.q == NULL && ra.out == NULL);
+    lazyattn_context_options co;
+    memset(&co, 0xA5, sizeof co);
+    lazyattn_context_options_init(&co);
+    assert_true(co.platform == NULL && co.device == NULL && co.kind == LAZYATTN_DEVICE_DEFAULT &&
+                co.device_index == -1 && co.log == NULL && co.profiling == 0);
+    lazyattn_workload_config w, paper;
+    memset(&w, 0xA5, sizeof w);
+    lazyattn_workload_config_init(&w);
+    assert_int_equal(lazyattn_workload_config_preset("paper", &paper), LAZYATTN_STATUS_OK);
+    assert_memory_equal(&w, &paper, sizeof w);
+    assert_int_equal(w.n_docs, 100);
+
+    lazyattn_pool_config_init(NULL);
+    lazyattn_cache_config_init(NULL);
+    lazyattn_request_desc_init(NULL);
+    lazyattn_attention_config_init(NULL);
+    lazyattn_prefill_args_init(NULL);
+    lazyattn_decode_args_init(NULL);
+    lazyattn_reference_args_init(NULL);
+    lazyattn_context_options_init(NULL);
+    lazyattn_workload_config_init(NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_init_functions),
         cmocka_unit_test(test_positional_helpers),
         cmocka_unit_test(test_one_document_two_positions),
     };

@@ -1,0 +1,652 @@
+/* Document KV export and import, and the eviction callback, on the default
+ * device (PoCL in CI): a document computed in one cache and imported into a
+ * fresh cache and pool (in this process and in a second one) gives
+ * bit-identical attention output, and both match the float64 reference at
+ * any logical start; mismatched, corrupt and truncated imports are refused
+ * and leave the cache as it was. Reuses the (d = 64, B = 16, f32) program
+ * of test_attention. */
+#include "test_common.h"
+
+#include "cache_internal.h" /* lz_cache_fingerprint */
+
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define L 2 /* layers */
+#define NKV 2
+#define NQH 4
+#define D 64
+#define B 16 /* f32 engines; the f16 round trip uses 32 */
+#define ROW (NKV * D)
+#define NQ 5
+#define N_DOCS 4
+#define MODEL 7
+#define OUT_N ((size_t)L * NQ * NQH * D)
+
+static const int doc_len[N_DOCS] = {37, 16, 9, 23};
+
+static void doc_tokens(int id, int32_t *tok) {
+    for (int t = 0; t < doc_len[id]; t++) tok[t] = 1000 * (id + 1) + 3 * t;
+}
+
+/* K/V of a document depend on the document and the layer only; fixed seeds
+ * so that a second process computes the same. */
+static void doc_kv(int id, int layer, float *k, float *v) {
+    lt_rng r = {0xD0C0000ull + 16u * (uint64_t)id + (uint64_t)layer};
+    lt_fill(&r, k, (size_t)doc_len[id] * ROW, 1.0f);
+    lt_fill(&r, v, (size_t)doc_len[id] * ROW, 1.0f);
+}
+
+typedef struct engine {
+    lazyattn_context *ctx;
+    int block_size;
+    lazyattn_dtype dtype;
+    lazyattn_attention_config c;
+    lazyattn_attention *attn;
+    lazyattn_pool *pool;
+    lazyattn_cache *cache;
+} engine;
+
+static void engine_open_as(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
+                           int block_size, lazyattn_dtype dtype) {
+    memset(e, 0, sizeof *e);
+    e->ctx = ctx;
+    e->block_size = block_size;
+    e->dtype = dtype;
+    lazyattn_attention_config_default(&e->c);
+    e->c.n_q_heads = NQH;
+    e->c.n_kv_heads = NKV;
+    e->c.head_dim = D;
+    e->c.block_size = block_size;
+    e->c.dtype = dtype;
+    e->c.rope.theta = 10000.0;
+    e->c.rope.llama3_factor = 0;
+    lazyattn_pool_config pc = {L, NKV, D, block_size, dtype,
+                               (uint64_t)n_blocks * 2 * L * block_size * ROW *
+                                   lazyattn_dtype_size(dtype)};
+    lazyattn_cache_config cc;
+    lazyattn_cache_config_init(&cc);
+    cc.model_id = model;
+    lt_assert_status(lazyattn_pool_create(ctx, &pc, &e->pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_attention_create(ctx, &e->c, &e->attn), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_create(e->pool, &cc, &e->cache), LAZYATTN_STATUS_OK);
+}
+
+static void engine_open(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model) {
+    engine_open_as(e, ctx, n_blocks, model, B, LAZYATTN_DTYPE_F32);
+}
+
+static void engine_close(engine *e) {
+    lazyattn_cache_destroy(e->cache);
+    lazyattn_attention_destroy(e->attn);
+    lazyattn_pool_destroy(e->pool);
+}
+
+/*
+ * Runs [docs...] [question] through the cache: writes what the plan
+ * prefills (every layer), commits, prefills the question on every layer.
+ * out: [L, NQ, NQH, D]; actions: [n_docs]. Checks each layer against the
+ * float64 reference over the whole prompt at absolute positions.
+ */
+static void run_request(engine *e, int n_docs, const int *ids, float *out,
+                        lazyattn_segment_action *actions) {
+    int32_t tok[N_DOCS][64];
+    const int32_t *docs[N_DOCS];
+    int32_t lens[N_DOCS];
+    for (int i = 0; i < n_docs; i++) {
+        doc_tokens(ids[i], tok[i]);
+        docs[i] = tok[i];
+        lens[i] = doc_len[ids[i]];
+    }
+    int32_t question[NQ] = {5, 6, 7, 8, 9};
+    lazyattn_request_desc d = {0, NULL, n_docs, docs, lens, NQ, question, 0};
+    lazyattn_request *req;
+    lt_assert_status(lazyattn_request_create(e->cache, &d, &req), LAZYATTN_STATUS_OK);
+    lazyattn_plan p;
+    lazyattn_request_get_plan(req, &p);
+    int n_pos = p.n_positions;
+    for (int i = 0; i < n_docs; i++) actions[i] = p.segments[i].action;
+    float *k = malloc(sizeof(float) * n_pos * ROW), *v = malloc(sizeof(float) * n_pos * ROW);
+    float *q = malloc(sizeof(float) * NQ * NQH * D);
+    double *ref = malloc(sizeof(double) * NQ * NQH * D);
+    int32_t *kpos = malloc(sizeof(int32_t) * n_pos), qpos[NQ];
+    assert_true(k && v && q && ref && kpos);
+    for (int t = 0; t < n_pos; t++) kpos[t] = t;
+    for (int t = 0; t < NQ; t++) qpos[t] = n_pos - NQ + t;
+    for (int l = 0; l < L; l++) {
+        lt_rng r = {0x9E57ull + (uint64_t)l};
+        lt_fill(&r, k + (size_t)(n_pos - NQ) * ROW, (size_t)NQ * ROW, 1.0f);
+        lt_fill(&r, v + (size_t)(n_pos - NQ) * ROW, (size_t)NQ * ROW, 1.0f);
+        lt_fill(&r, q, (size_t)NQ * NQH * D, 2.0f);
+        for (int s = 0; s < p.n_segments; s++)
+            if (p.segments[s].kind == LAZYATTN_SEGMENT_DOCUMENT)
+                doc_kv(ids[p.segments[s].doc_index], l, k + (size_t)p.segments[s].logical_start * ROW,
+                       v + (size_t)p.segments[s].logical_start * ROW);
+        if (p.n_prefill) {
+            float *pk = malloc(sizeof(float) * p.n_prefill * ROW);
+            float *pv = malloc(sizeof(float) * p.n_prefill * ROW);
+            for (int i = 0; i < p.n_prefill; i++) {
+                memcpy(pk + (size_t)i * ROW, k + (size_t)p.prefill_pos[i] * ROW, sizeof(float) * ROW);
+                memcpy(pv + (size_t)i * ROW, v + (size_t)p.prefill_pos[i] * ROW, sizeof(float) * ROW);
+            }
+            cl_mem km = lt_buffer(e->ctx, pk, sizeof(float) * p.n_prefill * ROW);
+            cl_mem vm = lt_buffer(e->ctx, pv, sizeof(float) * p.n_prefill * ROW);
+            cl_mem sm = lt_buffer(e->ctx, p.prefill_slots, sizeof(int32_t) * p.n_prefill);
+            cl_mem stm = lt_buffer(e->ctx, p.prefill_stored_pos, sizeof(int32_t) * p.n_prefill);
+            lt_assert_status(lazyattn_write_kv(e->attn, e->pool, l, p.n_prefill, km, vm, sm, stm,
+                                               NULL, NULL),
+                             LAZYATTN_STATUS_OK);
+            clReleaseMemObject(km);
+            clReleaseMemObject(vm);
+            clReleaseMemObject(sm);
+            clReleaseMemObject(stm);
+            free(pk);
+            free(pv);
+        }
+        cl_mem qm = lt_buffer(e->ctx, q, sizeof(float) * NQ * NQH * D);
+        cl_mem qpm = lt_buffer(e->ctx, qpos, sizeof qpos);
+        cl_mem tm = lt_buffer(e->ctx, p.table, sizeof(uint64_t) * p.n_entries);
+        cl_mem epm = lt_buffer(e->ctx, p.entry_pos, sizeof(int32_t) * p.n_entries);
+        cl_mem om = lt_buffer(e->ctx, NULL, sizeof(float) * NQ * NQH * D);
+        lt_assert_status(lazyattn_rope_apply(e->attn, NQ, NQH, qm, qpm, NULL, NULL),
+                         LAZYATTN_STATUS_OK);
+        lazyattn_prefill_args a = {NQ, p.n_entries, qm, qpm, tm, epm, om};
+        lt_assert_status(lazyattn_prefill(e->attn, e->pool, l, &a, NULL, NULL), LAZYATTN_STATUS_OK);
+        lt_assert_status(lazyattn_attention_check(e->attn, NULL), LAZYATTN_STATUS_OK);
+        float *o = out + (size_t)l * NQ * NQH * D;
+        lt_read(e->ctx, om, o, sizeof(float) * NQ * NQH * D);
+        clReleaseMemObject(qm);
+        clReleaseMemObject(qpm);
+        clReleaseMemObject(tm);
+        clReleaseMemObject(epm);
+        clReleaseMemObject(om);
+        lazyattn_reference_args ra = {NQ, n_pos, q, qpos, k, v, kpos, ref};
+        lt_assert_status(lazyattn_reference_attention(&e->c, &ra), LAZYATTN_STATUS_OK);
+        double err = lazyattn_normalised_error(o, ref, (size_t)NQ * NQH * D);
+        double tol = e->dtype == LAZYATTN_DTYPE_F32 ? 2e-5 : 2e-3;
+        if (err > tol) print_error("layer %d: normalised error %.3g\n", l, err);
+        assert_true(err <= tol);
+    }
+    lt_assert_status(lazyattn_request_commit(req), LAZYATTN_STATUS_OK);
+    lazyattn_request_destroy(req);
+    lt_assert_status(lazyattn_cache_validate(e->cache), LAZYATTN_STATUS_OK);
+    free(k);
+    free(v);
+    free(q);
+    free(ref);
+    free(kpos);
+}
+
+static uint64_t hash_of(int id) {
+    int32_t tok[64];
+    doc_tokens(id, tok);
+    uint64_t h;
+    lt_assert_status(lazyattn_doc_hash(MODEL, tok, doc_len[id], &h), LAZYATTN_STATUS_OK);
+    return h;
+}
+
+typedef struct membuf {
+    uint8_t *data;
+    size_t n, cap, pos;
+    int fail_at; /* reads fail once pos would pass it; -1: never */
+} membuf;
+
+static int mem_write(void *user, const void *data, size_t n) {
+    membuf *m = user;
+    if (m->n + n > m->cap) {
+        size_t cap = (m->n + n) * 2;
+        uint8_t *d = realloc(m->data, cap);
+        if (!d) return 1;
+        m->data = d;
+        m->cap = cap;
+    }
+    memcpy(m->data + m->n, data, n);
+    m->n += n;
+    return 0;
+}
+
+static int mem_read(void *user, void *data, size_t n) {
+    membuf *m = user;
+    if (m->pos + n > m->n || (m->fail_at >= 0 && m->pos + n > (size_t)m->fail_at)) return 1;
+    memcpy(data, m->data + m->pos, n);
+    m->pos += n;
+    return 0;
+}
+
+/* Exports document id of e's cache: buffer and callback give the same bytes. */
+static uint8_t *export_doc(engine *e, int id, size_t *size) {
+    size_t n, written;
+    lt_assert_status(lazyattn_cache_export_size(e->cache, hash_of(id), &n), LAZYATTN_STATUS_OK);
+    /* header + tokens + 2 L blocks of [NKV, block_size, D] dtype */
+    int blocks = (doc_len[id] + e->block_size - 1) / e->block_size;
+    assert_int_equal(n, 96 + 4 * doc_len[id] + (size_t)2 * L * blocks * NKV * e->block_size * D *
+                                                   lazyattn_dtype_size(e->dtype));
+    uint8_t *buf = malloc(n);
+    assert_non_null(buf);
+    lt_assert_status(lazyattn_cache_export(e->cache, hash_of(id), buf, n - 1, &written),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_export(e->cache, hash_of(id), buf, n, &written),
+                     LAZYATTN_STATUS_OK);
+    assert_int_equal(written, n);
+    membuf m = {0};
+    m.fail_at = -1;
+    lt_assert_status(lazyattn_cache_export_to(e->cache, hash_of(id), mem_write, &m),
+                     LAZYATTN_STATUS_OK);
+    assert_int_equal(m.n, n);
+    assert_memory_equal(m.data, buf, n);
+    free(m.data);
+    *size = n;
+    return buf;
+}
+
+/* Export from one cache, import into a fresh cache and pool (whose block
+ * ids differ), same output bits at the same place, reference at others. */
+static void test_round_trip(void **state) {
+    lazyattn_context *ctx = *state;
+    engine a, b;
+    engine_open(&a, ctx, 24, MODEL);
+    static float out_a[OUT_N], out_b[OUT_N], out_c[OUT_N];
+    lazyattn_segment_action act[3];
+    const int first[] = {0};
+    run_request(&a, 1, first, out_a, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    lazyattn_cache_stats sa0, sa1;
+    lazyattn_cache_get_stats(a.cache, &sa0);
+    uint64_t fp = lz_cache_fingerprint(a.cache);
+    size_t n;
+    uint8_t *blob = export_doc(&a, 0, &n);
+    /* Export changes nothing. */
+    lazyattn_cache_get_stats(a.cache, &sa1);
+    assert_memory_equal(&sa0, &sa1, sizeof sa0);
+    assert_true(lz_cache_fingerprint(a.cache) == fp);
+
+    engine_open(&b, ctx, 30, MODEL);
+    int32_t taken[5];
+    lt_assert_status(lazyattn_pool_alloc(b.pool, 5, taken), LAZYATTN_STATUS_OK); /* other ids */
+    uint64_t h = 0;
+    lt_assert_status(lazyattn_cache_import(b.cache, blob, n, &h), LAZYATTN_STATUS_OK);
+    assert_true(h == hash_of(0));
+    lazyattn_cache_stats sb;
+    lazyattn_cache_get_stats(b.cache, &sb);
+    assert_int_equal(sb.imports, 1);
+    assert_int_equal(sb.n_entries, 1);
+    lt_assert_status(lazyattn_cache_validate(b.cache), LAZYATTN_STATUS_OK);
+    /* Importing again leaves it as it is. */
+    lt_assert_status(lazyattn_cache_import(b.cache, blob, n, NULL), LAZYATTN_STATUS_OK);
+    lazyattn_cache_get_stats(b.cache, &sb);
+    assert_int_equal(sb.imports, 1);
+    run_request(&b, 1, first, out_b, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    assert_memory_equal(out_a, out_b, sizeof out_a);
+    /* And at another logical start, after a document computed here. */
+    const int moved[] = {2, 0, 1};
+    run_request(&b, 3, moved, out_c, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    assert_int_equal(act[1], LAZYATTN_ACTION_REUSE);
+    assert_int_equal(act[2], LAZYATTN_ACTION_PREFILL);
+    /* Through the read callback, into a third cache. */
+    engine c3;
+    engine_open(&c3, ctx, 8, MODEL);
+    membuf m = {blob, n, n, 0, -1};
+    lt_assert_status(lazyattn_cache_import_from(c3.cache, mem_read, &m, NULL), LAZYATTN_STATUS_OK);
+    run_request(&c3, 1, first, out_c, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    assert_memory_equal(out_a, out_c, sizeof out_a);
+    engine_close(&c3);
+    free(blob);
+    lazyattn_pool_free(b.pool, 5, taken);
+    engine_close(&b);
+    engine_close(&a);
+}
+
+/* f16 storage (the usual engine's), B = 32 (the program of test_attention):
+ * the stored halves travel as they are. */
+static void test_round_trip_f16(void **state) {
+    lazyattn_context *ctx = *state;
+    engine a, b;
+    engine_open_as(&a, ctx, 12, MODEL, 32, LAZYATTN_DTYPE_F16);
+    engine_open_as(&b, ctx, 12, MODEL, 32, LAZYATTN_DTYPE_F16);
+    static float out_a[OUT_N], out_b[OUT_N];
+    lazyattn_segment_action act[2];
+    const int ids[] = {0, 3};
+    run_request(&a, 2, ids, out_a, act);
+    int32_t taken[3];
+    lt_assert_status(lazyattn_pool_alloc(b.pool, 3, taken), LAZYATTN_STATUS_OK);
+    for (int k = 0; k < 2; k++) {
+        size_t n;
+        uint8_t *blob = export_doc(&a, ids[k], &n);
+        lt_assert_status(lazyattn_cache_import(b.cache, blob, n, NULL), LAZYATTN_STATUS_OK);
+        free(blob);
+    }
+    run_request(&b, 2, ids, out_b, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    assert_int_equal(act[1], LAZYATTN_ACTION_REUSE);
+    assert_memory_equal(out_a, out_b, sizeof out_a);
+    lazyattn_pool_free(b.pool, 3, taken);
+    engine_close(&b);
+    engine_close(&a);
+}
+
+static void expect_refused(lazyattn_cache *cache, const uint8_t *data, size_t n, int status,
+                           const char *what) {
+    lazyattn_cache_stats s0, s1;
+    lazyattn_cache_get_stats(cache, &s0);
+    uint64_t fp = lz_cache_fingerprint(cache);
+    int st = lazyattn_cache_import(cache, data, n, NULL);
+    if (st != status)
+        print_error("%s: import gave %d (%s), expected %d\n", what, st, lazyattn_last_error(),
+                    status);
+    assert_int_equal(st, status);
+    assert_true(lazyattn_last_error()[0] != '\0');
+    lazyattn_cache_get_stats(cache, &s1);
+    assert_memory_equal(&s0, &s1, sizeof s0);
+    assert_true(lz_cache_fingerprint(cache) == fp);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+}
+
+/* Another identity or geometry, corrupt and truncated data: refused with a
+ * clear status, the cache unchanged. Bookkeeping pools hold the targets. */
+static void test_refusals(void **state) {
+    lazyattn_context *ctx = *state;
+    engine a;
+    engine_open(&a, ctx, 8, MODEL);
+    static float out[OUT_N];
+    lazyattn_segment_action act[1];
+    const int ids[] = {3};
+    run_request(&a, 1, ids, out, act);
+    size_t n;
+    uint8_t *blob = export_doc(&a, 3, &n);
+    uint8_t *bad = malloc(n + 1);
+    assert_non_null(bad);
+
+    /* The same geometry on a bookkeeping pool imports it (no K/V). */
+    lazyattn_pool_config pc = {L, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)64 * 2 * L * B * ROW * 4};
+    lazyattn_pool *pool;
+    lazyattn_cache *cache;
+    lazyattn_cache_config cc = {LAZYATTN_CACHE_POLICY_LAZY, MODEL, 0};
+    lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_create(pool, &cc, &cache), LAZYATTN_STATUS_OK);
+    /* Something cached and pinned, so that "unchanged" means something. */
+    int32_t other[20];
+    for (int t = 0; t < 20; t++) other[t] = 77 + t;
+    const int32_t *od[] = {other};
+    int32_t ol[] = {20};
+    lazyattn_request_desc d = {0, NULL, 1, od, ol, 2, other, 3};
+    lazyattn_request *live;
+    lt_assert_status(lazyattn_request_create(cache, &d, &live), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_commit(live), LAZYATTN_STATUS_OK);
+
+    /* What the header says, without a cache. */
+    lazyattn_kv_info ki;
+    lt_assert_status(lazyattn_kv_describe(blob, n, &ki), LAZYATTN_STATUS_OK);
+    assert_int_equal(ki.version, LAZYATTN_KV_FORMAT_VERSION);
+    assert_true(ki.model_id == MODEL && ki.doc_hash == hash_of(3));
+    assert_true(ki.n_layers == L && ki.n_kv_heads == NKV && ki.head_dim == D && ki.block_size == B);
+    assert_int_equal(ki.dtype, LAZYATTN_DTYPE_F32);
+    assert_int_equal(ki.n_tokens, doc_len[3]);
+    assert_int_equal(ki.n_blocks, 2);
+    assert_true(ki.total_bytes == n);
+    lt_assert_status(lazyattn_kv_describe(blob, LAZYATTN_KV_HEADER_BYTES, &ki), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_kv_describe(blob, LAZYATTN_KV_HEADER_BYTES - 1, &ki),
+                     LAZYATTN_STATUS_FORMAT);
+    lt_assert_status(lazyattn_kv_describe(NULL, n, &ki), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_kv_describe(blob, n, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    for (size_t i = 0; i < LAZYATTN_KV_HEADER_BYTES; i++) {
+        memcpy(bad, blob, n);
+        bad[i] ^= 0x01;
+        lt_assert_status(lazyattn_kv_describe(bad, n, &ki), LAZYATTN_STATUS_FORMAT);
+    }
+
+    /* Corrupt: every single-byte change of the header and a sample of the
+     * payload; truncations; a trailing byte. */
+    for (size_t i = 0; i < n; i += (i < 96 ? 1 : 97)) {
+        memcpy(bad, blob, n);
+        bad[i] ^= 0x20;
+        int want = LAZYATTN_STATUS_FORMAT;
+        expect_refused(cache, bad, n, want, "flipped byte");
+    }
+    size_t cuts[] = {0, 1, 8, 95, 96, 97, 96 + 4 * 23, n / 2, n - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
+        expect_refused(cache, blob, cuts[i], LAZYATTN_STATUS_FORMAT, "truncated");
+    memcpy(bad, blob, n);
+    bad[n] = 0;
+    expect_refused(cache, bad, n + 1, LAZYATTN_STATUS_FORMAT, "trailing byte");
+    for (size_t cut = 0; cut < n; cut += n / 7 + 1) {
+        membuf m = {blob, n, n, 0, (int)cut};
+        lt_assert_status(lazyattn_cache_import_from(cache, mem_read, &m, NULL),
+                         LAZYATTN_STATUS_FORMAT);
+    }
+
+    /* Another model or geometry: INVALID_ARGUMENT. */
+    const struct {
+        int layers, heads, dim, block;
+        lazyattn_dtype dtype;
+        uint64_t model;
+    } other_id[] = {{L, NKV, D, B, LAZYATTN_DTYPE_F32, MODEL + 1},
+                    {L + 1, NKV, D, B, LAZYATTN_DTYPE_F32, MODEL},
+                    {L, NKV + 1, D, B, LAZYATTN_DTYPE_F32, MODEL},
+                    {L, NKV, D / 2, B, LAZYATTN_DTYPE_F32, MODEL},
+                    {L, NKV, D, B / 2, LAZYATTN_DTYPE_F32, MODEL},
+                    {L, NKV, D, B, LAZYATTN_DTYPE_F16, MODEL},
+                    {L, NKV, D, B, LAZYATTN_DTYPE_BF16, MODEL}};
+    for (size_t i = 0; i < sizeof other_id / sizeof other_id[0]; i++) {
+        lazyattn_pool_config opc = {other_id[i].layers, other_id[i].heads, other_id[i].dim,
+                                    other_id[i].block, other_id[i].dtype, (uint64_t)1 << 24};
+        lazyattn_cache_config occ = {LAZYATTN_CACHE_POLICY_LAZY, other_id[i].model, 0};
+        lazyattn_pool *op;
+        lazyattn_cache *oc;
+        lt_assert_status(lazyattn_pool_create(NULL, &opc, &op), LAZYATTN_STATUS_OK);
+        lt_assert_status(lazyattn_cache_create(op, &occ, &oc), LAZYATTN_STATUS_OK);
+        expect_refused(oc, blob, n, LAZYATTN_STATUS_INVALID_ARGUMENT, "other identity");
+        lazyattn_cache_destroy(oc);
+        lazyattn_pool_destroy(op);
+    }
+    /* Not LAZY: UNSUPPORTED, both ways. */
+    for (int p = 1; p < 4; p++) {
+        lazyattn_cache_config occ = {(lazyattn_cache_policy)p, MODEL, 0};
+        lazyattn_pool *op;
+        lazyattn_cache *oc;
+        size_t sz;
+        lt_assert_status(lazyattn_pool_create(NULL, &pc, &op), LAZYATTN_STATUS_OK);
+        lt_assert_status(lazyattn_cache_create(op, &occ, &oc), LAZYATTN_STATUS_OK);
+        expect_refused(oc, blob, n, LAZYATTN_STATUS_UNSUPPORTED, "policy");
+        lt_assert_status(lazyattn_cache_export_size(oc, hash_of(3), &sz), LAZYATTN_STATUS_UNSUPPORTED);
+        lazyattn_cache_destroy(oc);
+        lazyattn_pool_destroy(op);
+    }
+    /* Bad arguments and what cannot be exported. */
+    size_t sz, written;
+    lt_assert_status(lazyattn_cache_import(NULL, blob, n, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_import(cache, NULL, n, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_import_from(cache, NULL, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_export_size(NULL, 1, &sz), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_export_size(a.cache, 1, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_export_size(a.cache, hash_of(1), &sz), LAZYATTN_STATUS_NOT_FOUND);
+    lt_assert_status(lazyattn_cache_export(a.cache, hash_of(3), NULL, n, &written),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_export_to(a.cache, hash_of(3), NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+
+    /* The untouched blob imports into the bookkeeping cache. */
+    lt_assert_status(lazyattn_cache_import(cache, blob, n, NULL), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_export_size(cache, hash_of(3), &sz), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_export(cache, hash_of(3), bad, n + 1, &written),
+                     LAZYATTN_STATUS_UNSUPPORTED); /* no K/V on a bookkeeping pool */
+    lazyattn_request_destroy(live);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+    free(bad);
+    free(blob);
+    engine_close(&a);
+}
+
+/* The eviction callback spills each evicted document; importing it back
+ * later serves the same bits. */
+typedef struct spill {
+    int calls;
+    uint8_t *blob[8];
+    size_t size[8];
+    uint64_t hash[8];
+    int refused_inside; /* request_create inside the callback was refused */
+} spill;
+
+static void on_evict(void *user, lazyattn_cache *cache, const lazyattn_evicted *ev) {
+    spill *s = user;
+    assert_int_equal(ev->policy, LAZYATTN_CACHE_POLICY_LAZY);
+    assert_int_equal(ev->stored_start, 0);
+    size_t n, written;
+    if (lazyattn_cache_export_size(cache, ev->doc_hash, &n) != LAZYATTN_STATUS_OK || s->calls >= 8)
+        return;
+    uint8_t *b = malloc(n);
+    if (!b) return;
+    if (lazyattn_cache_export(cache, ev->doc_hash, b, n, &written) != LAZYATTN_STATUS_OK) {
+        free(b);
+        return;
+    }
+    lazyattn_request *r = NULL;
+    lazyattn_request_desc d = {0};
+    if (lazyattn_request_create(cache, &d, &r) == LAZYATTN_STATUS_INVALID_ARGUMENT &&
+        lazyattn_cache_trim(cache, 0) == LAZYATTN_STATUS_INVALID_ARGUMENT &&
+        lazyattn_cache_reset_stats(cache) == LAZYATTN_STATUS_INVALID_ARGUMENT &&
+        lazyattn_cache_import(cache, b, written, NULL) == LAZYATTN_STATUS_INVALID_ARGUMENT &&
+        lazyattn_cache_set_evict_callback(cache, NULL, NULL) == LAZYATTN_STATUS_INVALID_ARGUMENT) {
+        lazyattn_cache_destroy(cache); /* refused: the test goes on with this cache */
+        if (strstr(lazyattn_last_error(), "eviction callback")) s->refused_inside++;
+    }
+    s->blob[s->calls] = b;
+    s->size[s->calls] = written;
+    s->hash[s->calls] = ev->doc_hash;
+    s->calls++;
+}
+
+static void test_evict_callback_spills(void **state) {
+    lazyattn_context *ctx = *state;
+    engine e;
+    /* 5 blocks: document 0 (3 blocks) + question (1) fit, then document 3
+     * (2 blocks) + question (1) evicts document 0. */
+    engine_open(&e, ctx, 5, MODEL);
+    spill s = {0};
+    lt_assert_status(lazyattn_cache_set_evict_callback(e.cache, on_evict, &s), LAZYATTN_STATUS_OK);
+    static float first[OUT_N], again[OUT_N];
+    lazyattn_segment_action act[1];
+    const int d0[] = {0}, d3[] = {3};
+    run_request(&e, 1, d0, first, act);
+    assert_int_equal(s.calls, 0);
+    run_request(&e, 1, d3, again, act);
+    assert_int_equal(s.calls, 1);
+    assert_true(s.hash[0] == hash_of(0));
+    assert_int_equal(s.refused_inside, 1);
+    lazyattn_cache_stats st;
+    lazyattn_cache_get_stats(e.cache, &st);
+    assert_int_equal(st.evictions, 1);
+    /* Back from the spill: reused, same bits (the question's block evicts
+     * document 3, spilled too). */
+    lt_assert_status(lazyattn_cache_import(e.cache, s.blob[0], s.size[0], NULL), LAZYATTN_STATUS_OK);
+    run_request(&e, 1, d0, again, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    assert_memory_equal(first, again, sizeof first);
+    assert_int_equal(s.calls, 2);
+    assert_true(s.hash[1] == hash_of(3));
+    /* trim evicts through the callback too; destroy does not. */
+    int before = s.calls;
+    lt_assert_status(lazyattn_cache_trim(e.cache, 0), LAZYATTN_STATUS_OK);
+    assert_true(s.calls > before);
+    lt_assert_status(lazyattn_cache_set_evict_callback(NULL, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    run_request(&e, 1, d0, again, act);
+    before = s.calls;
+    engine_close(&e);
+    assert_int_equal(s.calls, before);
+    for (int i = 0; i < s.calls; i++) free(s.blob[i]);
+}
+
+// ---- a second process ----
+
+static int child_main(const char *in_path, const char *out_path) {
+    lazyattn_context *ctx;
+    if (lazyattn_context_create(NULL, &ctx)) return 2;
+    FILE *f = fopen(in_path, "rb");
+    if (!f) return 3;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *blob = malloc((size_t)n);
+    if (!blob || fread(blob, 1, (size_t)n, f) != (size_t)n) return 4;
+    fclose(f);
+    engine e;
+    engine_open(&e, ctx, 12, MODEL);
+    if (lazyattn_cache_import(e.cache, blob, (size_t)n, NULL) != LAZYATTN_STATUS_OK) return 5;
+    static float out[OUT_N];
+    lazyattn_segment_action act[1];
+    const int ids[] = {0};
+    run_request(&e, 1, ids, out, act);
+    if (act[0] != LAZYATTN_ACTION_REUSE) return 6;
+    f = fopen(out_path, "wb");
+    if (!f || fwrite(out, sizeof out, 1, f) != 1) return 7;
+    fclose(f);
+    engine_close(&e);
+    lazyattn_context_destroy(ctx);
+    free(blob);
+    return 0;
+}
+
+static char self_path[4096];
+
+static void test_second_process(void **state) {
+    lazyattn_context *ctx = *state;
+    engine a;
+    engine_open(&a, ctx, 12, MODEL);
+    static float out_a[OUT_N], out_b[OUT_N];
+    lazyattn_segment_action act[1];
+    const int ids[] = {0};
+    run_request(&a, 1, ids, out_a, act);
+    size_t n;
+    uint8_t *blob = export_doc(&a, 0, &n);
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    char in_path[4200], out_path[4200];
+    snprintf(in_path, sizeof in_path, "%s/lazyattn_export_%d.kv", tmp, (int)getpid());
+    snprintf(out_path, sizeof out_path, "%s/lazyattn_export_%d.out", tmp, (int)getpid());
+    FILE *f = fopen(in_path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(blob, 1, n, f), n);
+    fclose(f);
+    char *argv[] = {self_path, "--import-child", in_path, out_path, NULL};
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, self_path, NULL, NULL, argv, environ), 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0) print_error("child exited with %d\n", WEXITSTATUS(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    f = fopen(out_path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(out_b, sizeof out_b, 1, f), 1);
+    fclose(f);
+    assert_memory_equal(out_a, out_b, sizeof out_a);
+    remove(in_path);
+    remove(out_path);
+    free(blob);
+    engine_close(&a);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "--import-child") == 0) return child_main(argv[2], argv[3]);
+    ssize_t len = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (len <= 0) snprintf(self_path, sizeof self_path, "%s", argv[0]);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_round_trip_f16),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_evict_callback_spills),
+        cmocka_unit_test(test_second_process),
+    };
+    return cmocka_run_group_tests_name("doc_export", tests, lt_context_setup, lt_context_teardown);
+}
