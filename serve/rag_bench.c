@@ -172,6 +172,8 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     if (cli_given(opts, N_OPTS, "--rate") && cli_given(opts, N_OPTS, "--concurrency"))
         return cli_fail("rag_bench", "--rate", "Poisson arrivals or a closed loop "
                         "(--concurrency), not both");
+    if (strlen(o->out_prefix) > 900) /* the output paths are PREFIX + a suffix in 1 KiB */
+        return cli_fail("rag_bench", "--out", "the prefix is longer than 900 characters");
     if (progress && no_progress)
         return cli_fail("rag_bench", "--progress", "and --no-progress both given");
     if (o->wl.docs_per_request > o->wl.n_docs)

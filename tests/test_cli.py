@@ -104,6 +104,7 @@ BAD = [
     ("rag_bench", ["--gguf", ""], USAGE, "--gguf"),
     ("rag_bench", ["--gguf", "x.gguf", "--model", "tiny"], USAGE, "--gguf"),
     ("rag_bench", ["--out"], USAGE, "--out"),
+    ("rag_bench", ["--out", "x" * 901], USAGE, "--out"),
     ("rag_bench", ["extra"], USAGE, "extra"),
     ("rag_bench", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
     # every request refused: 4 KiB holds one block of the tiny model, a request needs more
