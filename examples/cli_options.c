@@ -162,9 +162,10 @@ int cli_parse_size_list(const char *prog, const char *opt, const char *text,
 
 /* Word of an enum: choices' index, or parse_item's value. */
 static int parse_enum_word(const char *prog, const cli_option *o, const char *word, int *out) {
+    const char *listed = o->choices ? o->choices : "see --help";
     if (o->parse_item) {
         if (o->parse_item(word, out) == 0) return CLI_OK;
-        return cli_fail(prog, o->name, "unknown value \"%s\" (%s)", word, o->choices);
+        return cli_fail(prog, o->name, "unknown value \"%s\" (%s)", word, listed);
     }
     const char *c = o->choices;
     size_t wl = strlen(word);
@@ -178,7 +179,7 @@ static int parse_enum_word(const char *prog, const cli_option *o, const char *wo
         if (!bar) break;
         c = bar + 1;
     }
-    return cli_fail(prog, o->name, "unknown value \"%s\" (%s)", word, o->choices);
+    return cli_fail(prog, o->name, "unknown value \"%s\" (%s)", word, listed);
 }
 
 static int parse_range(const char *prog, const cli_option *o, const char *s, int out[2]) {
