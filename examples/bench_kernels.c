@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "lazyattn.h"
 #include "lazyattn_testing.h" /* the reference, the workload generator */
 
@@ -498,21 +499,32 @@ static void bench_decode(void) {
     lazyattn_attention_destroy(attn);
 }
 
+static const char usage_text[] =
+    "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n"
+    "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
+    "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
+    "  --no-checks      skip the correctness checks against the float64 reference\n"
+    "  --only WHAT      time only the prefill or only the decode shapes\n"
+    "Needs a GPU (OpenCL device of type GPU). Exit status: 0 all checks passed, 1 a check or\n"
+    "the run failed, 2 a bad command line.\n";
+
 int main(int argc, char **argv) {
     const char *csv = NULL;
-    int skip_checks = 0;
-    const char *only = "";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-checks")) skip_checks = 1;
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-        else {
-            fprintf(stderr, "usage: %s [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n", argv[0]);
-            return 2;
-        }
+    int skip_checks = 0, only = -1;
+    cli_option opts[] = {
+        {.name = "--csv", .type = CLI_STRING, .dest = &csv},
+        {.name = "--reps", .type = CLI_INT, .dest = &g_reps, .min = 20, .max = 256},
+        {.name = "--no-checks", .type = CLI_FLAG, .dest = &skip_checks},
+        {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode"},
+    };
+    int r = cli_parse("bench_kernels", usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc,
+                      argv);
+    if (r) return r == CLI_HELP ? 0 : 2;
+    /* the CSV file opens before hours of timing, not after */
+    if (csv && !(g_csv = fopen(csv, "w"))) {
+        fprintf(stderr, "bench_kernels: --csv: cannot write %s\n", csv);
+        return 1;
     }
-    if (g_reps < 20) g_reps = 20;
     lazyattn_context_options o;
     lazyattn_context_options_init(&o);
     o.kind = LAZYATTN_DEVICE_GPU;
@@ -544,10 +556,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "the NVIDIA fast path failed to build (log above): not timing\n");
         return 1;
     }
-    if (strcmp(only, "decode")) bench_prefill();
-    if (strcmp(only, "prefill")) bench_decode();
+    if (only != 1) bench_prefill();
+    if (only != 0) bench_decode();
 
-    if (csv) g_csv = fopen(csv, "w");
     if (g_csv) fprintf(g_csv, "name,ms,ms_zero,flops,bytes,read_gbs,mma_tflops\n");
     printf("\n%-28s %9s %9s %8s %8s %7s %7s %9s\n", "shape", "ms", "ms(d=0)", "TFLOP/s", "GB/s",
            "%mma", "%read", "rot.ovh");
@@ -561,7 +572,10 @@ int main(int argc, char **argv) {
             fprintf(g_csv, "%s,%.6f,%.6f,%.6g,%.6g,%.1f,%.1f\n", r->name, r->ms, r->ms_zero,
                     r->flops, r->bytes, g_read_gbs, g_mma_tflops);
     }
-    if (g_csv) fclose(g_csv);
+    if (g_csv && fclose(g_csv)) {
+        fprintf(stderr, "bench_kernels: --csv: cannot write %s\n", csv);
+        g_failures++;
+    }
     clReleaseProgram(g_bench);
     lazyattn_context_destroy(g_ctx);
     return g_failures ? 1 : 0;

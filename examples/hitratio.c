@@ -18,6 +18,7 @@
  * (re-rotated copies: no recompute, but a copy kernel and more memory) are
  * not hits; the table shows them apart and "hit+copy" counts them as hits.
  * Budgets take B, KiB, MiB, GiB or tok (tokens of the model shape). */
+#include "cli_options.h"
 #include "lazyattn.h"
 #include "lazyattn_testing.h" /* the reference, the workload generator */
 
@@ -53,53 +54,9 @@ static const char usage_text[] =
     "                [--prefix N] [--warmup W] [--budgets auto|LIST] [--points N]\n"
     "                [--layers L --kv-heads H --head-dim D --dtype f16|bf16|f32 --block-size B]\n"
     "                [--strict] [--csv FILE] [--svg FILE] [--quiet]\n"
-    "Budgets take B, KiB, MiB, GiB or tok (tokens of the model shape), comma separated.\n"
+    "Budgets take B, KiB, MiB, GiB, TiB or tok (tokens of the model shape), comma separated.\n"
     "Default: --preset paper, Llama-3.1-8B KV shape, budgets from one document to the whole pool,\n"
     "hitratio.csv and hitratio.svg. Budget = KV kept between requests; --strict: the whole pool.\n";
-
-/* --help prints the usage and succeeds; a bad command line says why and fails. */
-static int usage(const char *msg, const char *arg) {
-    if (!msg) {
-        fputs(usage_text, stdout);
-        return 0;
-    }
-    fprintf(stderr, "hitratio: %s%s%s\n%s", msg, arg ? ": " : "", arg ? arg : "", usage_text);
-    return 2;
-}
-
-static int parse_int(const char *s, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < -2147483647L || v > 2147483647L) return 0;
-    *out = (int)v;
-    return 1;
-}
-
-static int parse_range(const char *s, int *lo, int *hi) {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", s);
-    char *dash = strchr(buf + 1, '-');
-    if (!dash) return parse_int(buf, lo) && parse_int(buf, hi);
-    *dash = 0;
-    return parse_int(buf, lo) && parse_int(dash + 1, hi);
-}
-
-/* "1GiB", "512MiB", "300KiB", "8192tok", "1234" (bytes). */
-static int parse_size(const char *s, uint64_t token_bytes, uint64_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v < 0) return 0;
-    double mul = 1;
-    if (!*end || !strcmp(end, "B")) mul = 1;
-    else if (!strcmp(end, "KiB") || !strcmp(end, "K")) mul = 1024.0;
-    else if (!strcmp(end, "MiB") || !strcmp(end, "M")) mul = 1024.0 * 1024;
-    else if (!strcmp(end, "GiB") || !strcmp(end, "G")) mul = 1024.0 * 1024 * 1024;
-    else if (!strcmp(end, "tok")) mul = (double)token_bytes;
-    else return 0;
-    if (v * mul > 1.8e19) return 0;
-    *out = (uint64_t)(v * mul + 0.5);
-    return 1;
-}
 
 static void format_size(uint64_t b, char *buf, size_t n) {
     if (b >= (1ull << 30)) snprintf(buf, n, "%.3gGiB", b / 1073741824.0);
@@ -233,6 +190,9 @@ static int write_svg(const char *path, const options *o, const result res[][4], 
 
 // ---- main ----
 
+/* Largest budget (and KV of the document pool) the study takes: 1 PiB. */
+#define MAX_BUDGET_BYTES 1125899906842624.0
+
 int main(int argc, char **argv) {
     options o;
     memset(&o, 0, sizeof o);
@@ -244,55 +204,78 @@ int main(int argc, char **argv) {
     o.points = 12;
     o.csv = "hitratio.csv";
     o.svg = "hitratio.svg";
-    const char *preset = "paper";
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--preset") && i + 1 < argc) preset = argv[i + 1];
-    if (lazyattn_workload_config_preset(preset, &o.wl)) return usage("unknown preset", preset);
+    int preset = 0, dtype = 0, range_q[2], range_g[2], doc_len = 0;
+    static const char *const preset_names[] = {"paper", "rag"};
+    static const lazyattn_dtype dtypes[] = {LAZYATTN_DTYPE_F16, LAZYATTN_DTYPE_BF16,
+                                            LAZYATTN_DTYPE_F32};
     const char *budget_arg = "auto";
-
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = 1, used = 1;
-        int lo, hi;
-        if (!strcmp(a, "--strict")) { o.strict = 1; used = 0; }
-        else if (!strcmp(a, "--quiet")) { o.quiet = 1; used = 0; }
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(NULL, NULL);
-        else if (!v) return usage("missing value after", a);
-        else if (!strcmp(a, "--preset")) ;
-        else if (!strcmp(a, "--docs")) ok = parse_int(v, &o.wl.n_docs);
-        else if (!strcmp(a, "--doc-len")) {
-            ok = parse_int(v, &o.wl.doc_len_min);
-            o.wl.doc_len_max = o.wl.doc_len_min;
-        } else if (!strcmp(a, "--doc-len-min")) ok = parse_int(v, &o.wl.doc_len_min);
-        else if (!strcmp(a, "--doc-len-max")) ok = parse_int(v, &o.wl.doc_len_max);
-        else if (!strcmp(a, "--k")) ok = parse_int(v, &o.wl.docs_per_request);
-        else if (!strcmp(a, "--alpha")) { char *e; o.wl.alpha = strtod(v, &e); ok = e != v && !*e; }
-        else if (!strcmp(a, "--requests")) ok = parse_int(v, &o.wl.n_requests);
-        else if (!strcmp(a, "--seed")) { char *e; o.wl.seed = strtoull(v, &e, 0); ok = e != v && !*e; }
-        else if (!strcmp(a, "--question")) { ok = parse_range(v, &lo, &hi); o.wl.question_min = lo; o.wl.question_max = hi; }
-        else if (!strcmp(a, "--gen")) { ok = parse_range(v, &lo, &hi); o.wl.gen_min = lo; o.wl.gen_max = hi; }
-        else if (!strcmp(a, "--prefix")) ok = parse_int(v, &o.wl.prefix_len);
-        else if (!strcmp(a, "--warmup")) ok = parse_int(v, &o.warmup) && o.warmup >= 0;
-        else if (!strcmp(a, "--budgets")) budget_arg = v;
-        else if (!strcmp(a, "--points")) ok = parse_int(v, &o.points) && o.points >= 2 && o.points <= 40;
-        else if (!strcmp(a, "--layers")) ok = parse_int(v, &o.n_layers);
-        else if (!strcmp(a, "--kv-heads")) ok = parse_int(v, &o.n_kv_heads);
-        else if (!strcmp(a, "--head-dim")) ok = parse_int(v, &o.head_dim);
-        else if (!strcmp(a, "--block-size")) ok = parse_int(v, &o.block_size);
-        else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(v, "f16")) o.dtype = LAZYATTN_DTYPE_F16;
-            else if (!strcmp(v, "bf16")) o.dtype = LAZYATTN_DTYPE_BF16;
-            else if (!strcmp(v, "f32")) o.dtype = LAZYATTN_DTYPE_F32;
-            else ok = 0;
-        } else if (!strcmp(a, "--csv")) o.csv = v;
-        else if (!strcmp(a, "--svg")) o.svg = v;
-        else return usage("unknown option", a);
-        if (!ok) return usage("bad value for", a);
-        i += used;
+    cli_option opts[] = {
+        {.name = "--preset", .type = CLI_ENUM, .dest = &preset, .choices = "paper|rag"},
+        {.name = "--docs", .type = CLI_INT, .dest = &o.wl.n_docs, .min = 1, .max = 1000000},
+        {.name = "--doc-len", .type = CLI_INT, .dest = &doc_len, .min = 1, .max = 1 << 20},
+        {.name = "--doc-len-min", .type = CLI_INT, .dest = &o.wl.doc_len_min, .min = 1, .max = 1 << 20},
+        {.name = "--doc-len-max", .type = CLI_INT, .dest = &o.wl.doc_len_max, .min = 1, .max = 1 << 20},
+        {.name = "--k", .type = CLI_INT, .dest = &o.wl.docs_per_request, .min = 1, .max = 1024},
+        {.name = "--alpha", .type = CLI_DOUBLE, .dest = &o.wl.alpha, .min = 1e-3, .max = 100},
+        {.name = "--requests", .type = CLI_INT, .dest = &o.wl.n_requests, .min = 1, .max = 1000000},
+        {.name = "--seed", .type = CLI_U64, .dest = &o.wl.seed},
+        {.name = "--question", .type = CLI_RANGE, .dest = range_q, .min = 0, .max = 1 << 20},
+        {.name = "--gen", .type = CLI_RANGE, .dest = range_g, .min = 0, .max = 1 << 20},
+        {.name = "--prefix", .type = CLI_INT, .dest = &o.wl.prefix_len, .min = 0, .max = 1 << 20},
+        {.name = "--warmup", .type = CLI_INT, .dest = &o.warmup, .min = 0, .max = 1000000},
+        {.name = "--budgets", .type = CLI_STRING, .dest = &budget_arg},
+        {.name = "--points", .type = CLI_INT, .dest = &o.points, .min = 2, .max = 40},
+        {.name = "--layers", .type = CLI_INT, .dest = &o.n_layers, .min = 1, .max = 1024},
+        {.name = "--kv-heads", .type = CLI_INT, .dest = &o.n_kv_heads, .min = 1, .max = 1024},
+        {.name = "--head-dim", .type = CLI_INT, .dest = &o.head_dim, .min = 1, .max = 1024},
+        {.name = "--block-size", .type = CLI_INT, .dest = &o.block_size, .min = 1,
+         .max = LAZYATTN_MAX_BLOCK_SIZE},
+        {.name = "--dtype", .type = CLI_ENUM, .dest = &dtype, .choices = "f16|bf16|f32"},
+        {.name = "--strict", .type = CLI_FLAG, .dest = &o.strict},
+        {.name = "--quiet", .type = CLI_FLAG, .dest = &o.quiet},
+        {.name = "--csv", .type = CLI_STRING, .dest = &o.csv, .allow_empty = 1},
+        {.name = "--svg", .type = CLI_STRING, .dest = &o.svg, .allow_empty = 1},
+    };
+    enum { N_OPTS = sizeof opts / sizeof opts[0] };
+    /* Twice: the first pass finds the preset, the second overrides it. */
+    int r = cli_parse("hitratio", usage_text, opts, N_OPTS, argc, argv);
+    if (r) return r == CLI_HELP ? 0 : 2;
+    if (lazyattn_workload_config_preset(preset_names[preset], &o.wl))
+        return cli_fail("hitratio", "--preset", "%s", lazyattn_last_error());
+    r = cli_parse("hitratio", usage_text, opts, N_OPTS, argc, argv);
+    if (r) return r == CLI_HELP ? 0 : 2;
+    const cli_option *given = opts;
+#define GIVEN(name) cli_given(given, N_OPTS, name)
+    o.dtype = dtypes[dtype];
+    if (GIVEN("--doc-len")) {
+        if (GIVEN("--doc-len-min") || GIVEN("--doc-len-max"))
+            return cli_fail("hitratio", "--doc-len", "give either --doc-len or --doc-len-min/max");
+        o.wl.doc_len_min = o.wl.doc_len_max = doc_len;
     }
-    if (o.warmup >= o.wl.n_requests && o.wl.n_requests > 0)
-        return usage("--warmup must be below --requests", NULL);
+    if (o.wl.doc_len_min > o.wl.doc_len_max)
+        return cli_fail("hitratio", "--doc-len-min", "%d exceeds the longest document (%d)",
+                        o.wl.doc_len_min, o.wl.doc_len_max);
+    if (o.wl.docs_per_request > o.wl.n_docs)
+        return cli_fail("hitratio", "--k", "%d documents per request, only %d documents",
+                        o.wl.docs_per_request, o.wl.n_docs);
+    if (GIVEN("--question")) o.wl.question_min = range_q[0], o.wl.question_max = range_q[1];
+    if (GIVEN("--gen")) o.wl.gen_min = range_g[0], o.wl.gen_max = range_g[1];
+    if (o.warmup >= o.wl.n_requests)
+        return cli_fail("hitratio", "--warmup", "%d warm-up requests leave none of %d measured",
+                        o.warmup, o.wl.n_requests);
+#undef GIVEN
+    /* the budgets' syntax now (tokens counted as 1 byte), their values below */
+    uint64_t probe_budgets[MAX_BUDGETS];
+    int n_probe = 0;
+    if (strcmp(budget_arg, "auto") &&
+        cli_parse_size_list("hitratio", "--budgets", budget_arg, "tok", 1, 0, MAX_BUDGET_BYTES,
+                            probe_budgets, MAX_BUDGETS, &n_probe))
+        return 2;
+
+    /* documents' tokens live in host memory: 2^28 of them (1 GiB) at most */
+    if ((int64_t)o.wl.n_docs * o.wl.doc_len_max > ((int64_t)1 << 28))
+        return cli_fail("hitratio", "--docs", "%d documents of up to %d tokens exceed 2^28 tokens",
+                        o.wl.n_docs, o.wl.doc_len_max);
 
     lazyattn_workload *wl = NULL;
     int st = lazyattn_workload_create(&o.wl, &wl);
@@ -341,24 +324,30 @@ int main(int argc, char **argv) {
         }
         if (b > ws_max) ws_max = b;
     }
+    /* every size below fits 2^63 (double: exact enough to compare) */
+    double pool_bytes = (double)pool_doc_blocks * (double)block_bytes;
+    double ws_bytes = (double)ws_max * (double)block_bytes;
+    if (pool_bytes > MAX_BUDGET_BYTES || ws_bytes > MAX_BUDGET_BYTES) {
+        fprintf(stderr, "hitratio: the documents' KV (%.4g B) or a request's working set (%.4g B) "
+                        "exceeds 1 PiB: a smaller model shape or workload\n",
+                pool_bytes, ws_bytes);
+        lazyattn_workload_destroy(wl);
+        return 2;
+    }
     uint64_t headroom = (uint64_t)ws_max * block_bytes;
 
     if (!strcmp(budget_arg, "auto")) {
         /* Geometric from one document to the whole pool, plus 1 GiB. */
-        double lo = (double)doc_blocks_max * block_bytes, hi = (double)pool_doc_blocks * block_bytes;
+        double lo = (double)doc_blocks_max * block_bytes, hi = pool_bytes;
         if (o.strict && lo < (double)headroom) lo = (double)headroom;
         if (hi < lo) hi = lo;
         for (int i = 0; i < o.points; i++)
             o.budgets[o.n_budgets++] = (uint64_t)(lo * pow(hi / lo, (double)i / (o.points - 1)));
         o.budgets[o.n_budgets++] = 1ull << 30;
-    } else {
-        char buf[1024];
-        snprintf(buf, sizeof buf, "%s", budget_arg);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            if (o.n_budgets == MAX_BUDGETS) return usage("too many budgets", NULL);
-            if (!parse_size(tok, token_bytes, &o.budgets[o.n_budgets++]))
-                return usage("bad budget", tok);
-        }
+    } else if (cli_parse_size_list("hitratio", "--budgets", budget_arg, "tok", token_bytes, 1,
+                                   MAX_BUDGET_BYTES, o.budgets, MAX_BUDGETS, &o.n_budgets)) {
+        lazyattn_workload_destroy(wl);
+        return 2;
     }
     qsort(o.budgets, (size_t)o.n_budgets, sizeof o.budgets[0], cmp_u64);
     int nb = 0;
@@ -369,7 +358,7 @@ int main(int argc, char **argv) {
         char buf[32];
         format_size(o.budgets[i], buf, sizeof buf);
         if (o.budgets[i] < block_bytes) {
-            fprintf(stderr, "hitratio: budget %s holds no block (%llu B per block)\n", buf,
+            fprintf(stderr, "hitratio: --budgets: %s holds no block (%llu B per block)\n", buf,
                     (unsigned long long)block_bytes);
             lazyattn_workload_destroy(wl);
             return 2;
@@ -377,7 +366,7 @@ int main(int argc, char **argv) {
         if (o.strict && o.budgets[i] < headroom) {
             char need[32];
             format_size(headroom, need, sizeof need);
-            fprintf(stderr, "hitratio: --strict: budget %s is smaller than one request's working "
+            fprintf(stderr, "hitratio: --budgets: --strict: budget %s is smaller than one request's working "
                             "set (%s, with copies); drop --strict to study the cache alone\n",
                     buf, need);
             lazyattn_workload_destroy(wl);
@@ -386,7 +375,11 @@ int main(int argc, char **argv) {
     }
 
     result(*res)[4] = calloc((size_t)nb, sizeof *res);
-    if (!res) return 2;
+    if (!res) {
+        fprintf(stderr, "hitratio: out of host memory\n");
+        lazyattn_workload_destroy(wl);
+        return 1;
+    }
     printf("# lazyattn hit-ratio study: D=%d docs of %d-%d tokens, k=%d, alpha=%g, %d requests "
            "(%d warm-up excluded), Q %d-%d, G %d-%d, prefix %d, seed %llu\n",
            o.wl.n_docs, o.wl.doc_len_min, o.wl.doc_len_max, o.wl.docs_per_request, o.wl.alpha,

@@ -1,6 +1,7 @@
 /* Lists every OpenCL device with the global index that LAZYATTN_DEVICE=#N,
  * LAZYATTN_DEVICE_INDEX=N and lazyattn_context_options.device_index take,
  * and the device the default choice picks. Usage: list_devices */
+#include "cli_options.h"
 #include "lazyattn.h"
 
 #include <stdio.h>
@@ -9,12 +10,15 @@ static const char *kind_name(lazyattn_device_kind k) {
     return k == LAZYATTN_DEVICE_GPU ? "GPU" : k == LAZYATTN_DEVICE_CPU ? "CPU" : "other";
 }
 
+static const char usage_text[] =
+    "usage: list_devices\n"
+    "Lists every OpenCL device with its global index (LAZYATTN_DEVICE=#N or\n"
+    "LAZYATTN_DEVICE_INDEX=N choose it) and the device the default choice takes. No options.\n"
+    "Exit status: 0 listed, 1 no OpenCL platform or device, 2 a bad command line.\n";
+
 int main(int argc, char **argv) {
-    (void)argv;
-    if (argc > 1) {
-        fprintf(stderr, "usage: list_devices (no options)\n");
-        return 2;
-    }
+    int r = cli_parse("list_devices", usage_text, NULL, 0, argc, argv);
+    if (r) return r == CLI_HELP ? 0 : 2;
     int n = 0;
     int st = lazyattn_device_count(&n);
     if (st) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_options.h"
 #include "lazyattn.h"
 #include "lazyattn_testing.h" /* the reference, the workload generator */
 
@@ -120,7 +121,16 @@ static int run_request(lazyattn_context *ctx, lazyattn_attention *attn, lazyattn
     return 0;
 }
 
-int main(void) {
+static const char usage_text[] =
+    "usage: quickstart\n"
+    "Caches two documents, uses them in two requests in opposite orders and checks both\n"
+    "answers against the float64 reference on the default OpenCL device (LAZYATTN_PLATFORM /\n"
+    "LAZYATTN_DEVICE pick another). No options. Exit status: 0 both answers within tolerance,\n"
+    "1 a failure or a wrong answer, 2 a bad command line.\n";
+
+int main(int argc, char **argv) {
+    int r = cli_parse("quickstart", usage_text, NULL, 0, argc, argv);
+    if (r) return r == CLI_HELP ? 0 : 2;
     lazyattn_context *ctx;
     CHECK(lazyattn_context_create(NULL, &ctx));
     printf("lazyattn %s on %s\n", lazyattn_version_string(), lazyattn_context_device_name(ctx));

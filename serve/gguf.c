@@ -34,6 +34,7 @@ struct serve_gguf {
     serve_gguf_kv *kv;       /* [n_kv] */
     uint64_t n_tensors;
     serve_gguf_tensor *tensors; /* [n_tensors], names owned */
+    const serve_gguf_tensor **by_name; /* [n_tensors] sorted by name (lookups) */
     uint64_t alignment;
     uint64_t data_start;
 };
@@ -43,6 +44,7 @@ struct serve_gguf {
 typedef struct serve_reader {
     FILE *f;
     uint64_t pos, size;
+    uint64_t last_len; /* length of the last string read */
 } serve_reader;
 
 static int gguf_truncated(serve_reader *r, uint64_t need, const char *what) {
@@ -100,6 +102,7 @@ static int gguf_string(serve_reader *r, char **out, const char *what) {
         return st;
     }
     s[len] = 0;
+    r->last_len = len;
     *out = s;
     return LAZYATTN_STATUS_OK;
 }
@@ -189,6 +192,7 @@ void serve_gguf_close(serve_gguf *g) {
     if (g->tensors)
         for (uint64_t i = 0; i < g->n_tensors; i++) free((char *)g->tensors[i].name);
     free(g->tensors);
+    free(g->by_name);
     if (g->file) fclose(g->file);
     free(g->path);
     free(g);
@@ -216,8 +220,91 @@ static void *gguf_grow(void *table, uint64_t *cap, uint64_t i, size_t size) {
     return t;
 }
 
+/* Keys and tensor names are C strings here: an empty one, or one with a NUL
+ * inside (it would read as a shorter, perhaps another, name), is refused. */
+static int gguf_check_name(const char *s, uint64_t len, const char *what, uint64_t index) {
+    if (len == 0)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s %llu is empty", what,
+                          (unsigned long long)index);
+    if (strlen(s) != len)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s \"%s\" has a NUL byte inside", what, s);
+    return LAZYATTN_STATUS_OK;
+}
+
+static int gguf_cmp_names(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name of names[0..n) that appears twice, or NULL (sorts names). */
+static const char *gguf_repeated_name(const char **names, uint64_t n) {
+    qsort(names, (size_t)n, sizeof *names, gguf_cmp_names);
+    for (uint64_t i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) return names[i];
+    return NULL;
+}
+
+static int gguf_check_unique_keys(const serve_gguf *g) {
+    if (g->n_kv < 2) return LAZYATTN_STATUS_OK;
+    const char **names = malloc((size_t)g->n_kv * sizeof *names);
+    if (!names) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF metadata");
+    for (uint64_t i = 0; i < g->n_kv; i++) names[i] = g->kv[i].key;
+    const char *dup = gguf_repeated_name(names, g->n_kv);
+    int st = dup ? serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: metadata key %s appears twice", dup)
+                 : LAZYATTN_STATUS_OK;
+    free(names);
+    return st;
+}
+
+static int gguf_cmp_offsets(const void *a, const void *b) {
+    const serve_gguf_tensor *x = *(const serve_gguf_tensor *const *)a,
+                            *y = *(const serve_gguf_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int gguf_cmp_tensor_names(const void *a, const void *b) {
+    return strcmp((*(const serve_gguf_tensor *const *)a)->name,
+                  (*(const serve_gguf_tensor *const *)b)->name);
+}
+
+/* Tensor names are unique (g->by_name: the tensors sorted by name) and no
+ * two tensors' bytes overlap. */
+static int gguf_check_tensor_layout(serve_gguf *g) {
+    size_t n = (size_t)g->n_tensors;
+    if (n == 0) return LAZYATTN_STATUS_OK;
+    g->by_name = malloc(n * sizeof *g->by_name);
+    const serve_gguf_tensor **by_offset = malloc(n * sizeof *by_offset);
+    int st = LAZYATTN_STATUS_OK;
+    if (!g->by_name || !by_offset) {
+        st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF tensor infos");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) g->by_name[i] = by_offset[i] = &g->tensors[i];
+    qsort(g->by_name, n, sizeof *g->by_name, gguf_cmp_tensor_names);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(g->by_name[i - 1]->name, g->by_name[i]->name) == 0) {
+            st = serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s appears twice",
+                            g->by_name[i]->name);
+            goto done;
+        }
+    qsort(by_offset, n, sizeof *by_offset, gguf_cmp_offsets);
+    for (size_t i = 1; i < n; i++) {
+        const serve_gguf_tensor *a = by_offset[i - 1], *b = by_offset[i];
+        if (a->offset + a->n_bytes > b->offset) { /* both end inside the file: no wrap */
+            st = serve_fail(LAZYATTN_STATUS_FORMAT,
+                            "GGUF: tensors %s (bytes %llu..%llu) and %s (from %llu) overlap",
+                            a->name, (unsigned long long)a->offset,
+                            (unsigned long long)(a->offset + a->n_bytes), b->name,
+                            (unsigned long long)b->offset);
+            goto done;
+        }
+    }
+done:
+    free(by_offset);
+    return st;
+}
+
 static int gguf_parse(serve_gguf *g) {
-    serve_reader r = {g->file, 0, g->file_size};
+    serve_reader r = {g->file, 0, g->file_size, 0};
     unsigned char magic[4];
     int st = gguf_read(&r, magic, 4, "magic");
     if (st) return st;
@@ -248,6 +335,7 @@ static int gguf_parse(serve_gguf *g) {
         serve_gguf_kv *kv = &g->kv[i];
         g->n_kv = i + 1; /* so that close frees what is read so far */
         if ((st = gguf_string(&r, &kv->key, "metadata key"))) return st;
+        if ((st = gguf_check_name(kv->key, r.last_len, "metadata key", i))) return st;
         if ((st = gguf_u32(&r, &kv->type, kv->key))) return st;
         if (kv->type == GGUF_STRING) {
             if ((st = gguf_string(&r, &kv->s, kv->key))) return st;
@@ -267,6 +355,8 @@ static int gguf_parse(serve_gguf *g) {
         }
     }
 
+    if ((st = gguf_check_unique_keys(g))) return st;
+
     cap = 0;
     for (uint64_t i = 0; i < n_tensors; i++) {
         serve_gguf_tensor *grown = gguf_grow(g->tensors, &cap, i, sizeof *g->tensors);
@@ -277,6 +367,7 @@ static int gguf_parse(serve_gguf *g) {
         char *name;
         if ((st = gguf_string(&r, &name, "tensor name"))) return st;
         t->name = name;
+        if ((st = gguf_check_name(name, r.last_len, "tensor name", i))) return st;
         uint32_t n_dims;
         if ((st = gguf_u32(&r, &n_dims, name))) return st;
         if (n_dims < 1 || n_dims > 4)
@@ -321,7 +412,7 @@ static int gguf_parse(serve_gguf *g) {
                               (unsigned long long)t->offset);
         t->offset += start;
     }
-    return LAZYATTN_STATUS_OK;
+    return gguf_check_tensor_layout(g);
 }
 
 int serve_gguf_open(const char *path, serve_gguf **out) {
@@ -405,11 +496,18 @@ int serve_gguf_get_string(const serve_gguf *g, const char *key, const char **val
 int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gguf_tensor **out) {
     if (!g || !name || !out)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_find_tensor: NULL");
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->tensors[i].name, name) == 0) {
-            *out = &g->tensors[i];
+    /* binary search of the name index (complete once the file is open) */
+    size_t lo = 0, hi = g->by_name ? (size_t)g->n_tensors : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(g->by_name[mid]->name, name);
+        if (c == 0) {
+            *out = g->by_name[mid];
             return LAZYATTN_STATUS_OK;
         }
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     *out = NULL;
     return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no tensor %s", name);
 }
@@ -481,6 +579,76 @@ static int gguf_need_int(const serve_gguf *g, const char *key, int lo, int hi, i
     return LAZYATTN_STATUS_OK;
 }
 
+/* An optional integer key in lo..hi: *found = 0 when absent; a key of
+ * another type or out of range is FORMAT (never read as "absent"). */
+static int gguf_opt_int(const serve_gguf *g, const char *key, int64_t lo, int64_t hi, int *found,
+                        int64_t *out) {
+    int st = serve_gguf_get_int(g, key, out);
+    *found = st == LAZYATTN_STATUS_OK;
+    if (st == LAZYATTN_STATUS_NOT_FOUND) return LAZYATTN_STATUS_OK;
+    if (st) return st;
+    if (*out < lo || *out > hi)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s = %lld outside %lld..%lld", key,
+                          (long long)*out, (long long)lo, (long long)hi);
+    return LAZYATTN_STATUS_OK;
+}
+
+/* An optional number key, finite, in [lo, hi] (lo excluded when lo_open):
+ * NaN, infinities and out-of-range values are FORMAT with the key's name. */
+static int gguf_opt_float(const serve_gguf *g, const char *key, double lo, int lo_open, double hi,
+                          int *found, double *out) {
+    int st = serve_gguf_get_float(g, key, out);
+    *found = st == LAZYATTN_STATUS_OK;
+    if (st == LAZYATTN_STATUS_NOT_FOUND) return LAZYATTN_STATUS_OK;
+    if (st) return st;
+    double v = *out;
+    if (v != v || v < lo || (lo_open && v == lo) || v > hi) /* NaN fails v == v, inf the range */
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s = %g is not in %c%g, %g]", key, v,
+                          lo_open ? '(' : '[', lo, hi);
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Every tensor the decoder reads exists with the shape the metadata says
+ * (so that the file, not its counts, bounds what the model allocates).
+ * ggml order: dims[0] is the row length. */
+static int gguf_check_model_tensors(const serve_gguf *g, const serve_model_config *c) {
+    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, ff = (uint64_t)c->ffn,
+             V = (uint64_t)c->vocab;
+    struct {
+        const char *suffix;
+        uint64_t d0, d1;
+    } per_layer[] = {{"attn_norm", h, 1}, {"attn_q", h, qd},     {"attn_k", h, kvd},
+                     {"attn_v", h, kvd},  {"attn_output", qd, h}, {"ffn_norm", h, 1},
+                     {"ffn_gate", h, ff}, {"ffn_up", h, ff},      {"ffn_down", ff, h}};
+    int n_per_layer = (int)(sizeof per_layer / sizeof per_layer[0]);
+    char name[96];
+    for (int i = -3; i < c->n_layers * n_per_layer; i++) {
+        uint64_t d0 = h, d1 = 1;
+        if (i == -3) snprintf(name, sizeof name, "token_embd.weight"), d1 = V;
+        else if (i == -2) snprintf(name, sizeof name, "output_norm.weight");
+        else if (i == -1) {
+            if (c->tied_embeddings) continue;
+            snprintf(name, sizeof name, "output.weight"), d1 = V;
+        } else {
+            int l = i / n_per_layer, k = i % n_per_layer;
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, per_layer[k].suffix);
+            d0 = per_layer[k].d0, d1 = per_layer[k].d1;
+        }
+        const serve_gguf_tensor *t;
+        if (serve_gguf_find_tensor(g, name, &t) != LAZYATTN_STATUS_OK)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama model lacks tensor %s", name);
+        uint64_t t1 = t->n_dims > 1 ? t->dims[1] : 1;
+        if (t->dims[0] != d0 || t1 != d1 || t->n_elements != d0 * d1)
+            return serve_fail(LAZYATTN_STATUS_FORMAT,
+                              "GGUF: tensor %s has shape [%llu, %llu], the metadata says "
+                              "[%llu, %llu]",
+                              name, (unsigned long long)t->dims[0], (unsigned long long)t1,
+                              (unsigned long long)d0, (unsigned long long)d1);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
 int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
     if (!g || !cfg) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_model_config");
     const char *arch;
@@ -494,46 +662,67 @@ int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
         (st = gguf_need_int(g, "llama.feed_forward_length", 1, 1 << 20, &c.ffn)) ||
         (st = gguf_need_int(g, "llama.attention.head_count", 1, 4096, &c.n_heads)))
         return st;
-    c.n_kv_heads = c.n_heads;
+    int found;
     int64_t v;
-    if (serve_gguf_get_int(g, "llama.attention.head_count_kv", &v) == LAZYATTN_STATUS_OK) {
-        if (v < 1 || v > c.n_heads)
-            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: head_count_kv %lld", (long long)v);
-        c.n_kv_heads = (int)v;
-    }
+    if ((st = gguf_opt_int(g, "llama.attention.head_count_kv", 1, c.n_heads, &found, &v)))
+        return st;
+    c.n_kv_heads = found ? (int)v : c.n_heads;
+    if (c.n_heads % c.n_kv_heads != 0)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.attention.head_count %d is not a "
+                          "multiple of llama.attention.head_count_kv %d", c.n_heads, c.n_kv_heads);
     if (c.hidden % c.n_heads != 0)
-        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: embedding_length %d not a multiple of "
-                          "head_count %d", c.hidden, c.n_heads);
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.embedding_length %d not a multiple "
+                          "of llama.attention.head_count %d", c.hidden, c.n_heads);
     c.head_dim = c.hidden / c.n_heads;
+    if (c.head_dim < 16 || c.head_dim > 256 || c.head_dim % 8)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.embedding_length %d / "
+                          "llama.attention.head_count %d = head dim %d: lazyattn needs 16..256, a "
+                          "multiple of 8", c.hidden, c.n_heads, c.head_dim);
     double f;
     c.rope.style = LAZYATTN_ROPE_GPTJ; /* llama.cpp's converter permutes Q/K for pair (2i, 2i+1) */
     c.rope.theta = 10000.0;
-    if (serve_gguf_get_float(g, "llama.rope.freq_base", &f) == LAZYATTN_STATUS_OK) c.rope.theta = f;
+    /* base: above 1 (frequencies must fall), at most 1e12 (beyond, every
+     * rotation but the first is below float resolution) */
+    if ((st = gguf_opt_float(g, "llama.rope.freq_base", 1.0, 1, 1e12, &found, &f))) return st;
+    if (found) c.rope.theta = f;
     c.rope.rotary_dim = 0;
-    if (serve_gguf_get_int(g, "llama.rope.dimension_count", &v) == LAZYATTN_STATUS_OK) {
-        if (v < 2 || v > c.head_dim || v % 2)
-            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: rope.dimension_count %lld", (long long)v);
+    if ((st = gguf_opt_int(g, "llama.rope.dimension_count", 2, c.head_dim, &found, &v))) return st;
+    if (found) {
+        if (v % 2)
+            return serve_fail(LAZYATTN_STATUS_FORMAT,
+                              "GGUF: llama.rope.dimension_count = %lld is odd", (long long)v);
         c.rope.rotary_dim = v == c.head_dim ? 0 : (int)v;
     }
     /* Llama-3 scaling lives in a rope_freqs tensor in llama.cpp files; use
-     * the metadata factor when given, none otherwise. */
+     * the metadata factor when given (1: none), none otherwise. */
     c.rope.llama3_factor = 0.0;
-    if (serve_gguf_get_float(g, "llama.rope.scaling.factor", &f) == LAZYATTN_STATUS_OK && f > 1.0) {
+    if ((st = gguf_opt_float(g, "llama.rope.scaling.factor", 1.0, 0, 1024.0, &found, &f))) return st;
+    if (found && f > 1.0) {
         c.rope.llama3_factor = f;
         c.rope.llama3_low_freq_factor = 1.0;
         c.rope.llama3_high_freq_factor = 4.0;
         c.rope.llama3_original_context = 8192;
-        if (serve_gguf_get_int(g, "llama.rope.scaling.original_context_length", &v) ==
-                LAZYATTN_STATUS_OK && v > 0 && v < (1 << 24))
-            c.rope.llama3_original_context = (int)v;
+        if ((st = gguf_opt_int(g, "llama.rope.scaling.original_context_length", 1, 1 << 24,
+                               &found, &v)))
+            return st;
+        if (found) c.rope.llama3_original_context = (int)v;
     }
+    /* epsilon: positive (0 divides by zero on a zero row), at most 1 (larger
+     * drowns the activations: all-equal outputs) */
     c.rms_eps = 1e-5f;
-    if (serve_gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &f) == LAZYATTN_STATUS_OK)
+    if ((st = gguf_opt_float(g, "llama.attention.layer_norm_rms_epsilon", 0.0, 1, 1.0, &found, &f)))
+        return st;
+    if (found) {
+        if ((float)f == 0.0f)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.attention.layer_norm_rms_epsilon"
+                              " = %g is zero in float", f);
         c.rms_eps = (float)f;
+    }
     const serve_gguf_tensor *t;
     if ((st = serve_gguf_find_tensor(g, "token_embd.weight", &t)))
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: no token_embd.weight");
-    if (t->n_dims != 2 || t->dims[0] != (uint64_t)c.hidden || t->dims[1] > (1u << 22))
+    if (t->n_dims != 2 || t->dims[0] != (uint64_t)c.hidden || t->dims[1] < 2 ||
+        t->dims[1] > (1u << 22))
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: token_embd.weight has a bad shape");
     c.vocab = (int)t->dims[1];
     c.tied_embeddings = serve_gguf_find_tensor(g, "output.weight", &t) != LAZYATTN_STATUS_OK;
@@ -542,6 +731,7 @@ int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
         snprintf(detail, sizeof detail, "%s", serve_last_error());
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: unsupported shape: %s", detail);
     }
+    if ((st = gguf_check_model_tensors(g, &c))) return st;
     *cfg = c;
     return LAZYATTN_STATUS_OK;
 }

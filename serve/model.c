@@ -438,6 +438,11 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
                           name, (unsigned long long)t->dims[0], (unsigned long long)t1,
                           (unsigned long long)d0, (unsigned long long)d1);
     if ((st = serve_gguf_read_f32(g, t, host, d0 * d1))) return st;
+    /* a NaN or infinite weight makes every logit NaN: refuse the file */
+    for (uint64_t i = 0; i < d0 * d1; i++)
+        if (!isfinite(host[i]))
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s element %llu is %g", name,
+                              (unsigned long long)i, (double)host[i]);
     const float *src = host;
     if (transpose && d1 > 1) {
         /* [d1, d0] -> [d0, d1] in tiles, for the cache's sake */

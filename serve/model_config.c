@@ -51,7 +51,22 @@ int serve_model_config_check(const serve_model_config *c) {
                 "head_dim %d: lazyattn needs 16..256, a multiple of 8", c->head_dim);
     SERVE_CHECK(c->ffn >= 1 && c->ffn <= (1 << 20), "ffn %d outside 1..2^20", c->ffn);
     SERVE_CHECK(c->vocab >= 2 && c->vocab <= (1 << 22), "vocab %d outside 2..2^22", c->vocab);
-    SERVE_CHECK(c->rms_eps > 0, "rms_eps must be positive");
+    /* NaN fails every comparison, infinity the upper bounds */
+    SERVE_CHECK(c->rms_eps > 0 && c->rms_eps <= 1, "rms_eps %g outside (0, 1]", (double)c->rms_eps);
+    SERVE_CHECK(c->rope.style == LAZYATTN_ROPE_NONE ||
+                    (c->rope.theta > 1 && c->rope.theta <= 1e12),
+                "rope theta %g outside (1, 1e12]", c->rope.theta);
+    SERVE_CHECK(c->rope.llama3_factor == 0 ||
+                    (c->rope.llama3_factor >= 1 && c->rope.llama3_factor <= 1024 &&
+                     c->rope.llama3_low_freq_factor > 0 &&
+                     c->rope.llama3_high_freq_factor > c->rope.llama3_low_freq_factor &&
+                     c->rope.llama3_high_freq_factor <= 1e6 &&
+                     c->rope.llama3_original_context >= 1 &&
+                     c->rope.llama3_original_context <= (1 << 24)),
+                "Llama-3 RoPE scaling: factor %g outside 1..1024, or its frequency factors "
+                "(%g, %g) or original context %d out of range", c->rope.llama3_factor,
+                c->rope.llama3_low_freq_factor, c->rope.llama3_high_freq_factor,
+                c->rope.llama3_original_context);
     SERVE_CHECK(c->block_size >= 1 && c->block_size <= LAZYATTN_MAX_BLOCK_SIZE,
                 "block_size %d outside 1..%d", c->block_size, LAZYATTN_MAX_BLOCK_SIZE);
     SERVE_CHECK(c->max_rows >= 1 && c->max_rows <= (1 << 16), "max_rows %d outside 1..65536",

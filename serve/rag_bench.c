@@ -19,6 +19,7 @@
  * table on stdout, PREFIX.csv (per request), PREFIX_summary.csv,
  * PREFIX_ttft.svg and PREFIX_budget.svg.
  */
+#include "cli_options.h"
 #include "serve.h"
 
 #include <math.h>
@@ -34,7 +35,6 @@ typedef struct bench_options {
     const char *gguf;       /* weights (and shape) from a GGUF file */
     const char *workload;   /* "small" (default), "paper", "rag" */
     lazyattn_workload_config wl;
-    int requests_override;
     int warmup;
     int concurrency;        /* closed loop clients */
     double rate;            /* > 0: Poisson arrivals, requests per second */
@@ -52,59 +52,32 @@ typedef struct bench_options {
     int no_profiling;
 } bench_options;
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: rag_bench [options]\n"
-            "  --model tiny|small|8b     model shape, random weights (default small;\n"
-            "                            8b = Llama-3.1-8B shape, vocab reduced to 32000)\n"
-            "  --gguf FILE               llama GGUF (f32/f16): shape and weights from the file\n"
-            "  --workload small|paper|rag  workload preset (default small)\n"
-            "  --requests N  --warmup N  --docs D  --doc-len MIN:MAX  --k K  --alpha A\n"
-            "  --question MIN:MAX  --gen MIN:MAX  --prefix N  --workload-seed S\n"
-            "  --concurrency C           closed loop with C clients (default 4)\n"
-            "  --rate R                  Poisson arrivals at R requests/s instead\n"
-            "  --max-batch B             most requests per decode step (default 64)\n"
-            "  --budget LIST             KV budgets, e.g. 2MiB,8MiB or 1GiB,4GiB (K/M/G[iB])\n"
-            "  --policies LIST           lazy,position,prefix,none (default all four)\n"
-            "  --out PREFIX              output files PREFIX.csv, PREFIX_summary.csv,\n"
-            "                            PREFIX_ttft.svg, PREFIX_budget.svg (default rag_bench)\n"
-            "  --run-seconds S           stop admitting requests S seconds into a run\n"
-            "  --max-rows N              most tokens per forward (prefill chunk)\n"
-            "  --kv-f32                  K/V stored as f32 (default f16)\n"
-            "  --no-profiling            queue without profiling (no device time per phase)\n"
-            "  --seed S                  weight seed (default 1)\n"
-            "  --progress / --no-progress\n"
-            "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n");
-}
-
-static int parse_range(const char *s, int *lo, int *hi) {
-    char *end;
-    long a = strtol(s, &end, 10), b = a;
-    if (end == s) return -1;
-    if (*end == ':' || *end == '-') {
-        const char *t = end + 1;
-        b = strtol(t, &end, 10);
-        if (end == t) return -1;
-    }
-    if (*end || a < 0 || b < a || b > 1 << 24) return -1;
-    *lo = (int)a, *hi = (int)b;
-    return 0;
-}
-
-static int parse_bytes(const char *s, uint64_t *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || v <= 0) return -1;
-    double mul = 1;
-    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024, end++;
-    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024 * 1024, end++;
-    if (*end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    *out = (uint64_t)(v * mul);
-    return 0;
-}
+static const char usage_text[] =
+    "usage: rag_bench [options]\n"
+    "  --model tiny|small|8b     model shape, random weights (default small;\n"
+    "                            8b = Llama-3.1-8B shape, vocab reduced to 32000)\n"
+    "  --gguf FILE               llama GGUF (f32/f16): shape and weights from the file\n"
+    "  --workload small|paper|rag  workload preset (default small)\n"
+    "  --requests N (1..1000000)  --warmup N (0..1000000)  --docs D (1..1000000)\n"
+    "  --doc-len MIN:MAX  --k K (1..1024)  --alpha A (0.001..100)\n"
+    "  --question MIN:MAX  --gen MIN:MAX  --prefix N  --workload-seed S\n"
+    "  --concurrency C           closed loop with C clients (default 4, 1..65536)\n"
+    "  --rate R                  Poisson arrivals at R requests/s instead (0.001..1000000)\n"
+    "  --max-batch B             most requests per decode step (default 64, 1..65536)\n"
+    "  --budget LIST             KV budgets, e.g. 2MiB,8MiB or 1GiB,4GiB (B, KiB, MiB, GiB, TiB;\n"
+    "                            at most 16, each 1 KiB..1 PiB)\n"
+    "  --policies LIST           lazy,position,prefix,none (default all four)\n"
+    "  --out PREFIX              output files PREFIX.csv, PREFIX_summary.csv,\n"
+    "                            PREFIX_ttft.svg, PREFIX_budget.svg (default rag_bench)\n"
+    "  --run-seconds S           stop admitting requests S seconds into a run\n"
+    "  --max-rows N              most tokens per forward (prefill chunk, 1..65536)\n"
+    "  --kv-f32                  K/V stored as f32 (default f16)\n"
+    "  --no-profiling            queue without profiling (no device time per phase)\n"
+    "  --seed S                  weight seed (default 1)\n"
+    "  --progress / --no-progress\n"
+    "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n"
+    "Exit status: 0 every run served requests, 1 a failure or a run that completed no request\n"
+    "(e.g. every request refused by the budget), 2 a bad command line.\n";
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -128,153 +101,101 @@ static void workload_small(lazyattn_workload_config *c) {
     c->seed = 1;
 }
 
+static int policy_word(const char *word, int *value) {
+    lazyattn_cache_policy p;
+    if (lazyattn_cache_policy_parse(word, &p) != LAZYATTN_STATUS_OK) return -1;
+    *value = (int)p;
+    return 0;
+}
+
+/* CLI_OK, CLI_HELP or CLI_USAGE_ERROR (the reason printed). */
 static int parse_args(int argc, char **argv, bench_options *o) {
+    static const char *const models[] = {"tiny", "small", "8b"};
+    static const char *const workloads[] = {"small", "paper", "rag"};
     memset(o, 0, sizeof *o);
-    o->model = "small";
-    o->workload = "small";
     o->concurrency = 4;
     o->max_batch = 64;
     o->out_prefix = "rag_bench";
     o->progress = -1;
     o->seed = 1;
-    o->requests_override = -1;
-    /* presets first, then overrides in order */
-    for (int i = 1; i < argc - 1; i++)
-        if (strcmp(argv[i], "--workload") == 0) o->workload = argv[i + 1];
-    if (strcmp(o->workload, "small") == 0) {
-        workload_small(&o->wl);
-    } else if (lazyattn_workload_config_preset(o->workload, &o->wl) != 0) {
-        fprintf(stderr, "rag_bench: unknown workload \"%s\" (small, paper, rag)\n", o->workload);
-        return -1;
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                            \
-    do {                                                                   \
-        if (!v) {                                                          \
-            fprintf(stderr, "rag_bench: %s needs a value\n", a);           \
-            return -1;                                                     \
-        }                                                                  \
-        i++;                                                               \
-    } while (0)
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            exit(0); /* the program's own command line, not library code */
-        } else if (strcmp(a, "--model") == 0) {
-            NEEDV();
-            o->model = v;
-        } else if (strcmp(a, "--gguf") == 0) {
-            NEEDV();
-            o->gguf = v;
-        } else if (strcmp(a, "--workload") == 0) {
-            NEEDV();
-        } else if (strcmp(a, "--requests") == 0) {
-            NEEDV();
-            o->requests_override = atoi(v);
-        } else if (strcmp(a, "--warmup") == 0) {
-            NEEDV();
-            o->warmup = atoi(v);
-        } else if (strcmp(a, "--docs") == 0) {
-            NEEDV();
-            o->wl.n_docs = atoi(v);
-        } else if (strcmp(a, "--doc-len") == 0) {
-            NEEDV();
-            if (parse_range(v, &o->wl.doc_len_min, &o->wl.doc_len_max)) goto bad;
-        } else if (strcmp(a, "--k") == 0) {
-            NEEDV();
-            o->wl.docs_per_request = atoi(v);
-        } else if (strcmp(a, "--alpha") == 0) {
-            NEEDV();
-            o->wl.alpha = atof(v);
-        } else if (strcmp(a, "--question") == 0) {
-            NEEDV();
-            if (parse_range(v, &o->wl.question_min, &o->wl.question_max)) goto bad;
-        } else if (strcmp(a, "--gen") == 0) {
-            NEEDV();
-            if (parse_range(v, &o->wl.gen_min, &o->wl.gen_max)) goto bad;
-        } else if (strcmp(a, "--prefix") == 0) {
-            NEEDV();
-            o->wl.prefix_len = atoi(v);
-        } else if (strcmp(a, "--workload-seed") == 0) {
-            NEEDV();
-            o->wl.seed = strtoull(v, NULL, 10);
-        } else if (strcmp(a, "--concurrency") == 0) {
-            NEEDV();
-            o->concurrency = atoi(v);
-        } else if (strcmp(a, "--rate") == 0) {
-            NEEDV();
-            o->rate = atof(v);
-        } else if (strcmp(a, "--max-batch") == 0) {
-            NEEDV();
-            o->max_batch = atoi(v);
-        } else if (strcmp(a, "--budget") == 0 || strcmp(a, "--budgets") == 0) {
-            NEEDV();
-            char buf[512];
-            snprintf(buf, sizeof buf, "%s", v);
-            o->n_budgets = 0;
-            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                if (o->n_budgets == 16 || parse_bytes(t, &o->budgets[o->n_budgets])) goto bad;
-                o->n_budgets++;
-            }
-        } else if (strcmp(a, "--policies") == 0 || strcmp(a, "--policy") == 0) {
-            NEEDV();
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", v);
-            o->n_policies = 0;
-            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                if (o->n_policies == 4 ||
-                    lazyattn_cache_policy_parse(t, &o->policies[o->n_policies]) != 0)
-                    goto bad;
-                o->n_policies++;
-            }
-        } else if (strcmp(a, "--out") == 0) {
-            NEEDV();
-            o->out_prefix = v;
-        } else if (strcmp(a, "--run-seconds") == 0) {
-            NEEDV();
-            o->run_seconds = atof(v);
-        } else if (strcmp(a, "--max-rows") == 0) {
-            NEEDV();
-            o->max_rows = atoi(v);
-        } else if (strcmp(a, "--seed") == 0) {
-            NEEDV();
-            o->seed = strtoull(v, NULL, 10);
-        } else if (strcmp(a, "--no-profiling") == 0) {
-            o->no_profiling = 1;
-        } else if (strcmp(a, "--kv-f32") == 0) {
-            o->kv_f32 = 1;
-        } else if (strcmp(a, "--progress") == 0) {
-            o->progress = 1;
-        } else if (strcmp(a, "--no-progress") == 0) {
-            o->progress = 0;
-        } else {
-            fprintf(stderr, "rag_bench: unknown option %s\n", a);
-            usage(stderr);
-            return -1;
-        }
-        continue;
-    bad:
-        fprintf(stderr, "rag_bench: bad value for %s: %s\n", a, v);
-        return -1;
-#undef NEEDV
-    }
-    if (o->requests_override >= 0) o->wl.n_requests = o->requests_override;
+    int model = 1, workload = 0, progress = 0, no_progress = 0, policies[4];
+    int doc_len[2], question[2], gen[2];
+    cli_option opts[] = {
+        {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
+        {.name = "--gguf", .type = CLI_STRING, .dest = &o->gguf},
+        {.name = "--workload", .type = CLI_ENUM, .dest = &workload, .choices = "small|paper|rag"},
+        {.name = "--requests", .type = CLI_INT, .dest = &o->wl.n_requests, .min = 1, .max = 1000000},
+        {.name = "--warmup", .type = CLI_INT, .dest = &o->warmup, .min = 0, .max = 1000000},
+        {.name = "--docs", .type = CLI_INT, .dest = &o->wl.n_docs, .min = 1, .max = 1000000},
+        {.name = "--doc-len", .type = CLI_RANGE, .dest = doc_len, .min = 1, .max = 1 << 20},
+        {.name = "--k", .type = CLI_INT, .dest = &o->wl.docs_per_request, .min = 1, .max = 1024},
+        {.name = "--alpha", .type = CLI_DOUBLE, .dest = &o->wl.alpha, .min = 1e-3, .max = 100},
+        {.name = "--question", .type = CLI_RANGE, .dest = question, .min = 1, .max = 1 << 20},
+        {.name = "--gen", .type = CLI_RANGE, .dest = gen, .min = 0, .max = 1 << 20},
+        {.name = "--prefix", .type = CLI_INT, .dest = &o->wl.prefix_len, .min = 0, .max = 1 << 20},
+        {.name = "--workload-seed", .type = CLI_U64, .dest = &o->wl.seed},
+        {.name = "--concurrency", .type = CLI_INT, .dest = &o->concurrency, .min = 1, .max = 65536},
+        /* below 0.001/s a run waits hours per arrival; the gaps stay finite */
+        {.name = "--rate", .type = CLI_DOUBLE, .dest = &o->rate, .min = 1e-3, .max = 1e6},
+        {.name = "--max-batch", .type = CLI_INT, .dest = &o->max_batch, .min = 1, .max = 65536},
+        {.name = "--budget", .type = CLI_SIZE_LIST, .dest = o->budgets, .min = 1024,
+         .max = 1125899906842624.0, .max_items = 16, .count = &o->n_budgets},
+        {.name = "--policies", .type = CLI_ENUM_LIST, .dest = policies, .choices =
+         "lazy|position|prefix|none", .parse_item = policy_word, .max_items = 4,
+         .count = &o->n_policies},
+        {.name = "--out", .type = CLI_STRING, .dest = &o->out_prefix},
+        {.name = "--run-seconds", .type = CLI_DOUBLE, .dest = &o->run_seconds, .min = 1e-3,
+         .max = 1e6},
+        {.name = "--max-rows", .type = CLI_INT, .dest = &o->max_rows, .min = 1, .max = 65536},
+        {.name = "--seed", .type = CLI_U64, .dest = &o->seed},
+        {.name = "--no-profiling", .type = CLI_FLAG, .dest = &o->no_profiling},
+        {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
+        {.name = "--progress", .type = CLI_FLAG, .dest = &progress},
+        {.name = "--no-progress", .type = CLI_FLAG, .dest = &no_progress},
+    };
+    enum { N_OPTS = sizeof opts / sizeof opts[0] };
+    /* Twice: the first pass finds the workload preset, the second overrides it. */
+    int r = cli_parse("rag_bench", usage_text, opts, N_OPTS, argc, argv);
+    if (r) return r;
+    o->workload = workloads[workload];
+    if (workload == 0) workload_small(&o->wl);
+    else if (lazyattn_workload_config_preset(o->workload, &o->wl) != 0)
+        return cli_fail("rag_bench", "--workload", "%s", lazyattn_last_error());
+    if ((r = cli_parse("rag_bench", usage_text, opts, N_OPTS, argc, argv))) return r;
+    o->model = models[model];
+    if (cli_given(opts, N_OPTS, "--doc-len")) o->wl.doc_len_min = doc_len[0], o->wl.doc_len_max = doc_len[1];
+    if (cli_given(opts, N_OPTS, "--question"))
+        o->wl.question_min = question[0], o->wl.question_max = question[1];
+    if (cli_given(opts, N_OPTS, "--gen")) o->wl.gen_min = gen[0], o->wl.gen_max = gen[1];
+    if (cli_given(opts, N_OPTS, "--gguf") && cli_given(opts, N_OPTS, "--model"))
+        return cli_fail("rag_bench", "--gguf", "the file gives the model's shape: drop --model");
+    if (cli_given(opts, N_OPTS, "--rate") && cli_given(opts, N_OPTS, "--concurrency"))
+        return cli_fail("rag_bench", "--rate", "Poisson arrivals or a closed loop "
+                        "(--concurrency), not both");
+    if (strlen(o->out_prefix) > 900) /* the output paths are PREFIX + a suffix in 1 KiB */
+        return cli_fail("rag_bench", "--out", "the prefix is longer than 900 characters");
+    if (progress && no_progress)
+        return cli_fail("rag_bench", "--progress", "and --no-progress both given");
+    if (o->wl.docs_per_request > o->wl.n_docs)
+        return cli_fail("rag_bench", "--k", "%d documents per request, only %d documents",
+                        o->wl.docs_per_request, o->wl.n_docs);
+    if (o->wl.question_min < 1)
+        return cli_fail("rag_bench", "--question", "a question has at least one token");
+    /* documents' tokens live in host memory: 2^28 of them (1 GiB) at most */
+    if ((int64_t)o->wl.n_docs * o->wl.doc_len_max > ((int64_t)1 << 28))
+        return cli_fail("rag_bench", "--docs", "%d documents of up to %d tokens exceed 2^28 tokens",
+                        o->wl.n_docs, o->wl.doc_len_max);
     if (o->n_policies == 0) {
         o->policies[0] = LAZYATTN_CACHE_POLICY_LAZY;
         o->policies[1] = LAZYATTN_CACHE_POLICY_POSITION;
         o->policies[2] = LAZYATTN_CACHE_POLICY_PREFIX;
         o->policies[3] = LAZYATTN_CACHE_POLICY_NONE;
         o->n_policies = 4;
+    } else {
+        for (int i = 0; i < o->n_policies; i++) o->policies[i] = (lazyattn_cache_policy)policies[i];
     }
-    if (o->concurrency < 1 || o->max_batch < 1 || o->warmup < 0 || o->rate < 0 ||
-        o->wl.question_min < 1) {
-        fprintf(stderr, "rag_bench: need concurrency >= 1, max-batch >= 1, warmup >= 0, "
-                        "question length >= 1\n");
-        return -1;
-    }
-    if (o->progress < 0) o->progress = isatty(2);
-    return 0;
+    o->progress = progress ? 1 : no_progress ? 0 : isatty(2);
+    return CLI_OK;
 }
 
 /* ---- one run: one policy under one budget ---- */
@@ -315,9 +236,12 @@ static void progress(const bench *b, const char *label, int done, int total, dou
     fflush(stderr);
 }
 
+/* Sleeps until when (seconds after t0), one second at most: the loop
+ * looks at the clock again (and at --run-seconds) between naps. */
 static void sleep_until(double t0, double when) {
     double d = when - (serve_now() - t0);
-    if (d <= 0) return;
+    if (!(d > 0)) return;
+    if (d > 1.0) d = 1.0;
     struct timespec ts = {(time_t)d, (long)((d - floor(d)) * 1e9)};
     nanosleep(&ts, NULL);
 }
@@ -610,7 +534,8 @@ static void bench_free(bench *b) {
 
 int main(int argc, char **argv) {
     bench_options o;
-    if (parse_args(argc, argv, &o)) return 2;
+    int r = parse_args(argc, argv, &o);
+    if (r) return r == CLI_HELP ? 0 : 2;
     bench b;
     memset(&b, 0, sizeof b);
     b.opt = &o;
@@ -631,17 +556,24 @@ int main(int argc, char **argv) {
     o.wl.vocab_size = mc.vocab;
     if (o.n_budgets == 0) {
         /* default: half and twice the KV of the whole document pool, and
-         * never less than two requests' working sets */
-        uint64_t per_tok = serve_model_kv_bytes_per_token(&mc);
-        uint64_t B = (uint64_t)mc.block_size;
-        uint64_t doc_blocks = ((uint64_t)(o.wl.doc_len_min + o.wl.doc_len_max) / 2 + B - 1) / B;
-        uint64_t pool = per_tok * B * doc_blocks * (uint64_t)o.wl.n_docs;
-        uint64_t req = per_tok * B *
-                       (((uint64_t)o.wl.prefix_len + B - 1) / B +
-                        (uint64_t)o.wl.docs_per_request * (((uint64_t)o.wl.doc_len_max + B - 1) / B) +
-                        ((uint64_t)o.wl.question_max + o.wl.gen_max + B - 1) / B);
-        o.budgets[0] = pool / 2 > 2 * req ? pool / 2 : 2 * req;
-        o.budgets[1] = pool * 2 > 2 * o.budgets[0] ? pool * 2 : 2 * o.budgets[0];
+         * never less than two requests' working sets (in double: a GGUF
+         * shape times a large workload may pass 2^64 bytes) */
+        double per_tok = (double)serve_model_kv_bytes_per_token(&mc);
+        double B = (double)mc.block_size;
+        double doc_blocks = ceil(((double)o.wl.doc_len_min + o.wl.doc_len_max) / 2 / B);
+        double pool = per_tok * B * doc_blocks * o.wl.n_docs;
+        double req = per_tok * B *
+                     (ceil(o.wl.prefix_len / B) + o.wl.docs_per_request * ceil(o.wl.doc_len_max / B) +
+                      ceil(((double)o.wl.question_max + o.wl.gen_max) / B));
+        double b0 = pool / 2 > 2 * req ? pool / 2 : 2 * req;
+        double b1 = pool * 2 > 2 * b0 ? pool * 2 : 2 * b0;
+        if (b1 > 1125899906842624.0) {
+            fprintf(stderr, "rag_bench: --budget: the default budgets (%.4g and %.4g B) exceed "
+                            "1 PiB for this model and workload; give --budget\n", b0, b1);
+            return 2;
+        }
+        o.budgets[0] = (uint64_t)b0;
+        o.budgets[1] = (uint64_t)b1;
         o.n_budgets = 2;
     }
     qsort(o.budgets, (size_t)o.n_budgets, sizeof o.budgets[0], cmp_u64);
@@ -738,10 +670,20 @@ int main(int argc, char **argv) {
     if ((st = serve_write_svg_budget(path, runs, n_runs))) goto fail;
     printf("\nwrote %s.csv, %s_summary.csv, %s_ttft.svg, %s_budget.svg; total %.1f s\n",
            o.out_prefix, o.out_prefix, o.out_prefix, o.out_prefix, serve_now() - t_start);
+    /* A run that completed no request measured nothing: say so, and fail. */
+    int empty = 0;
+    for (int i = 0; i < n_runs; i++)
+        if (runs[i].n_ok == 0) {
+            fprintf(stderr, "rag_bench: %s at %llu B completed none of its %d requests (%s)\n",
+                    runs[i].policy, (unsigned long long)runs[i].budget_bytes, o.wl.n_requests,
+                    runs[i].n_failed ? "refused: the budget cannot hold a request's working set"
+                                     : "--run-seconds ended the run first");
+            empty++;
+        }
     for (int i = 0; i < n_runs; i++) serve_run_release(&runs[i]);
     free(runs);
     bench_free(&b);
-    return 0;
+    return empty ? 1 : 0;
 fail:
     fprintf(stderr, "rag_bench: %s: %s\n", lazyattn_status_string(st), serve_last_error());
     serve_gguf_close(gguf);

@@ -52,13 +52,6 @@ static void kv_u32(gbuf *b, const char *k, uint32_t v) {
     put_u32(b, 4);
     put_u32(b, v);
 }
-static void kv_f32(gbuf *b, const char *k, float f) {
-    uint32_t v;
-    memcpy(&v, &f, 4);
-    put_str(b, k);
-    put_u32(b, 6);
-    put_u32(b, v);
-}
 static void kv_str(gbuf *b, const char *k, const char *s) {
     put_str(b, k);
     put_u32(b, 8);
@@ -109,7 +102,35 @@ static uint16_t f16_bits(float f) {
     return (uint16_t)(sign | (uint32_t)e << 10 | ((x >> 13) & 0x3FF));
 }
 
+/* A metadata value written in place of the default one (or added, for a
+ * key the writer does not write): GGUF type 4 u32, 5 i32, 6 f32, 8 string
+ * ("text"), 12 f64. */
+typedef struct kv_override {
+    const char *key;
+    uint32_t type;
+    double value;
+} kv_override;
+
+#define N_DEFAULT_KEYS 12
+static const char *const default_keys[N_DEFAULT_KEYS] = {
+    "general.architecture", "general.alignment", "llama.block_count", "llama.embedding_length",
+    "llama.feed_forward_length", "llama.attention.head_count", "llama.attention.head_count_kv",
+    "llama.rope.freq_base", "llama.attention.layer_norm_rms_epsilon", "tokenizer.ggml.tokens",
+    "test.u32s", "general.name"};
+
+static int is_default_key(const char *k) {
+    for (int i = 0; i < N_DEFAULT_KEYS; i++)
+        if (!strcmp(default_keys[i], k)) return 1;
+    return 0;
+}
+
 typedef struct corrupt {
+    kv_override kv[2];        /* hostile metadata values */
+    int dup_key;              /* llama.block_count written twice */
+    int dup_tensor;           /* the last tensor named like the one before it */
+    int overlap;              /* output_norm.weight at token_embd.weight's offset */
+    int nul_key;              /* a key with a NUL byte inside */
+    int nan_weight;           /* output_norm.weight element 3 is NaN */
     uint32_t version;         /* 0: 3 */
     int bad_magic;
     uint32_t q_type;          /* type of attn_q (default 1 = F16) */
@@ -122,6 +143,32 @@ typedef struct corrupt {
     int unknown_kv_type;
 } corrupt;
 
+static void kv_value(gbuf *b, uint32_t type, double v) {
+    if (type == 4 || type == 5) {
+        put_u32(b, type == 4 ? (uint32_t)v : (uint32_t)(int32_t)v);
+    } else if (type == 6) {
+        float f = (float)v;
+        uint32_t w;
+        memcpy(&w, &f, 4);
+        put_u32(b, w);
+    } else if (type == 12) {
+        uint64_t w;
+        memcpy(&w, &v, 8);
+        put_u64(b, w);
+    } else {
+        put_str(b, "text");
+    }
+}
+
+/* Key k of GGUF type with value v, or the override c names for k. */
+static void kv_num(gbuf *b, const corrupt *c, const char *k, uint32_t type, double v) {
+    for (int i = 0; i < 2; i++)
+        if (c->kv[i].key && !strcmp(c->kv[i].key, k)) type = c->kv[i].type, v = c->kv[i].value;
+    put_str(b, k);
+    put_u32(b, type);
+    kv_value(b, type, v);
+}
+
 /* Writes the file and returns its size. */
 static size_t write_gguf(const char *path, const corrupt *c) {
     gbuf b = {0};
@@ -129,17 +176,28 @@ static size_t write_gguf(const char *path, const corrupt *c) {
     put_u32(&b, c->version ? c->version : 3);
     put_u64(&b, N_TENSORS);
     uint32_t align = c->alignment ? c->alignment : 32;
-    int n_kv = 12;
+    int n_kv = N_DEFAULT_KEYS + !!c->dup_key + !!c->nul_key;
+    for (int i = 0; i < 2; i++) n_kv += c->kv[i].key && !is_default_key(c->kv[i].key);
     put_u64(&b, c->n_kv_override ? c->n_kv_override : (uint64_t)n_kv);
     kv_str(&b, "general.architecture", "llama");
     kv_u32(&b, "general.alignment", align);
-    kv_u32(&b, "llama.block_count", 1);
-    kv_u32(&b, "llama.embedding_length", T_HIDDEN);
-    kv_u32(&b, "llama.feed_forward_length", T_FFN);
-    kv_u32(&b, "llama.attention.head_count", T_HEADS);
-    kv_u32(&b, "llama.attention.head_count_kv", T_KV);
-    kv_f32(&b, "llama.rope.freq_base", 10000.0f);
-    kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    kv_num(&b, c, "llama.block_count", 4, 1);
+    kv_num(&b, c, "llama.embedding_length", 4, T_HIDDEN);
+    kv_num(&b, c, "llama.feed_forward_length", 4, T_FFN);
+    kv_num(&b, c, "llama.attention.head_count", 4, T_HEADS);
+    kv_num(&b, c, "llama.attention.head_count_kv", 4, T_KV);
+    kv_num(&b, c, "llama.rope.freq_base", 6, 10000.0f);
+    kv_num(&b, c, "llama.attention.layer_norm_rms_epsilon", 6, 1e-6f);
+    for (int i = 0; i < 2; i++)
+        if (c->kv[i].key && !is_default_key(c->kv[i].key))
+            kv_num(&b, c, c->kv[i].key, c->kv[i].type, c->kv[i].value);
+    if (c->dup_key) kv_u32(&b, "llama.block_count", 1);
+    if (c->nul_key) {
+        put_u64(&b, 9);
+        put(&b, "llama.x\0y", 9);
+        put_u32(&b, 4);
+        put_u32(&b, 1);
+    }
     /* an array of strings (like a tokenizer) and of u32, skipped */
     put_str(&b, "tokenizer.ggml.tokens");
     put_u32(&b, 9);
@@ -168,7 +226,7 @@ static size_t write_gguf(const char *path, const corrupt *c) {
     for (int t = 0; t < N_TENSORS; t++) {
         const tspec *s = &tensors[t];
         uint32_t type = strcmp(s->name, "blk.0.attn_q.weight") == 0 && c->q_type ? c->q_type : s->type;
-        put_str(&b, s->name);
+        put_str(&b, c->dup_tensor && t == N_TENSORS - 1 ? tensors[t - 1].name : s->name);
         int nd = c->five_dims && t == 2 ? 5 : s->d1 > 1 ? 2 : 1;
         put_u32(&b, (uint32_t)nd);
         put_u64(&b, s->d0);
@@ -178,6 +236,7 @@ static size_t write_gguf(const char *path, const corrupt *c) {
         offsets[t] = off;
         uint64_t o = off + (c->misalign && t == 0 ? 1 : 0);
         if (c->past_end && t == N_TENSORS - 1) o += 4096;
+        if (c->overlap && t == 1) o = offsets[0];
         put_u64(&b, o);
         uint64_t bytes = s->d0 * s->d1 * (s->type == 0 ? 4 : 2);
         off = (off + bytes + align - 1) / align * align;
@@ -189,6 +248,7 @@ static size_t write_gguf(const char *path, const corrupt *c) {
         while (b.n < data_start + offsets[t]) put(&b, "\0", 1);
         for (uint64_t i = 0; i < s->d0 * s->d1; i++) {
             float v = tvalue(t, i);
+            if (c->nan_weight && t == 1 && i == 3) v = NAN;
             if (s->type == 0) {
                 put(&b, &v, 4);
             } else {
@@ -539,6 +599,134 @@ static void test_truncated(void **state) {
     remove(tmp_path());
 }
 
+/* Opens the file and reads the model's shape from it: status and message. */
+static int open_and_configure(serve_model_config *cfg) {
+    serve_gguf *g = NULL;
+    serve_model_config_preset(cfg, "tiny");
+    int st = serve_gguf_open(tmp_path(), &g);
+    if (!st) {
+        assert_non_null(g);
+        st = serve_gguf_model_config(g, cfg);
+    } else {
+        assert_null(g);
+    }
+    serve_gguf_close(g);
+    return st;
+}
+
+/* Values that parse but cannot be right: each file is refused with FORMAT
+ * and a message naming the key (or tensor), at open or when the model's
+ * shape is read from it. */
+static void test_hostile_values(void **state) {
+    (void)state;
+    const double inf = INFINITY, nan = NAN;
+    static const char *const EPS = "llama.attention.layer_norm_rms_epsilon",
+                             *BASE = "llama.rope.freq_base", *FACTOR = "llama.rope.scaling.factor",
+                             *CTX = "llama.rope.scaling.original_context_length",
+                             *KV = "llama.attention.head_count_kv",
+                             *DIMS = "llama.rope.dimension_count";
+    struct {
+        corrupt c;
+        const char *needle;
+    } cases[] = {
+        {{.kv = {{EPS, 6, inf}}}, EPS},
+        {{.kv = {{EPS, 6, -inf}}}, EPS},
+        {{.kv = {{EPS, 6, nan}}}, EPS},
+        {{.kv = {{EPS, 6, 0.0}}}, EPS},
+        {{.kv = {{EPS, 6, -1e-5}}}, EPS},
+        {{.kv = {{EPS, 6, 2.0}}}, EPS},
+        {{.kv = {{EPS, 12, 1e-50}}}, EPS}, /* zero as a float */
+        {{.kv = {{EPS, 12, 1e300}}}, EPS}, /* infinite as a float */
+        {{.kv = {{EPS, 8, 0}}}, EPS},      /* a string */
+        {{.kv = {{BASE, 6, inf}}}, BASE},
+        {{.kv = {{BASE, 6, nan}}}, BASE},
+        {{.kv = {{BASE, 6, 1.0}}}, BASE},
+        {{.kv = {{BASE, 6, 0.5}}}, BASE},
+        {{.kv = {{BASE, 6, -10000.0}}}, BASE},
+        {{.kv = {{BASE, 12, 1e300}}}, BASE},
+        {{.kv = {{BASE, 8, 0}}}, BASE},
+        {{.kv = {{FACTOR, 6, inf}}}, FACTOR},
+        {{.kv = {{FACTOR, 6, nan}}}, FACTOR},
+        {{.kv = {{FACTOR, 6, 0.5}}}, FACTOR},
+        {{.kv = {{FACTOR, 6, -8.0}}}, FACTOR},
+        {{.kv = {{FACTOR, 6, 1e9}}}, FACTOR},
+        {{.kv = {{FACTOR, 6, 8.0}, {CTX, 4, 0}}}, CTX},
+        {{.kv = {{FACTOR, 6, 8.0}, {CTX, 5, -8192}}}, CTX},
+        {{.kv = {{FACTOR, 6, 8.0}, {CTX, 6, 8192}}}, CTX}, /* a float */
+        {{.kv = {{KV, 4, 0}}}, KV},
+        {{.kv = {{KV, 4, 3}}}, KV},
+        {{.kv = {{KV, 6, 1}}}, KV},
+        {{.kv = {{DIMS, 4, 0}}}, DIMS},
+        {{.kv = {{DIMS, 4, 7}}}, DIMS},
+        {{.kv = {{DIMS, 4, 18}}}, DIMS},
+        {{.kv = {{"llama.block_count", 4, 0}}}, "llama.block_count"},
+        {{.kv = {{"llama.block_count", 6, 1}}}, "llama.block_count"},
+        {{.kv = {{"llama.block_count", 4, 2}}}, "blk.1.attn_norm.weight"}, /* no such layer */
+        {{.kv = {{"llama.embedding_length", 4, 4000000}}}, "llama.embedding_length"},
+        {{.kv = {{"llama.feed_forward_length", 4, 64}}}, "blk.0.ffn_gate.weight"},
+        {{.kv = {{"llama.attention.head_count", 4, 4}}}, "llama.attention.head_count"}, /* d 8 */
+        {{.dup_key = 1}, "llama.block_count appears twice"},
+        {{.dup_tensor = 1}, "blk.0.ffn_up.weight appears twice"},
+        {{.overlap = 1}, "overlap"},
+        {{.nul_key = 1}, "NUL"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_gguf(tmp_path(), &cases[i].c);
+        serve_model_config cfg;
+        int st = open_and_configure(&cfg);
+        if (st != LAZYATTN_STATUS_FORMAT || !strstr(serve_last_error(), cases[i].needle))
+            fail_msg("case %zu: status %d, message \"%s\", want FORMAT naming %s", i, st,
+                     serve_last_error(), cases[i].needle);
+        printf("# case %zu refused: %s\n", i, serve_last_error());
+    }
+
+    /* the same keys with sensible values are read as given */
+    corrupt ok = {.kv = {{FACTOR, 6, 8.0}, {CTX, 4, 4096}}};
+    write_gguf(tmp_path(), &ok);
+    serve_model_config cfg;
+    int st = open_and_configure(&cfg);
+    if (st) print_error("%s\n", serve_last_error());
+    assert_int_equal(st, 0);
+    assert_true(cfg.rope.llama3_factor == 8.0);
+    assert_int_equal(cfg.rope.llama3_original_context, 4096);
+    assert_true(cfg.rope.theta == 10000.0);
+    corrupt one = {.kv = {{FACTOR, 6, 1.0}, {EPS, 12, 0.25}}}; /* factor 1: no scaling */
+    write_gguf(tmp_path(), &one);
+    assert_int_equal(open_and_configure(&cfg), 0);
+    assert_true(cfg.rope.llama3_factor == 0.0);
+    assert_true(cfg.rms_eps == 0.25f);
+    remove(tmp_path());
+}
+
+/* A NaN weight parses (the file is well formed) but is refused when the
+ * weights are loaded, naming the tensor. */
+static void test_nan_weight(void **state) {
+    (void)state;
+    corrupt c = {.nan_weight = 1};
+    write_gguf(tmp_path(), &c);
+    serve_gguf *g = NULL;
+    assert_int_equal(serve_gguf_open(tmp_path(), &g), 0);
+    serve_model_config cfg;
+    serve_model_config_preset(&cfg, "tiny");
+    assert_int_equal(serve_gguf_model_config(g, &cfg), 0);
+    lazyattn_context *ctx = NULL;
+    if (lazyattn_context_create(NULL, &ctx) != 0) {
+        serve_gguf_close(g);
+        remove(tmp_path());
+        skip();
+    }
+    serve_model *m = NULL;
+    assert_int_equal(serve_model_create(ctx, &cfg, &m), 0);
+    int st = serve_model_load_gguf(m, g);
+    assert_int_equal(st, LAZYATTN_STATUS_FORMAT);
+    if (!strstr(serve_last_error(), "output_norm.weight") || !strstr(serve_last_error(), "nan"))
+        fail_msg("message \"%s\" lacks the tensor or the value", serve_last_error());
+    serve_model_destroy(m);
+    lazyattn_context_destroy(ctx);
+    serve_gguf_close(g);
+    remove(tmp_path());
+}
+
 int main(void) {
     /* SERVE_TEST_FILTER=test_truncated etc. (e.g. host tests under valgrind) */
     if (getenv("SERVE_TEST_FILTER")) cmocka_set_test_filter(getenv("SERVE_TEST_FILTER"));
@@ -547,6 +735,8 @@ int main(void) {
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_huge_counts),
+        cmocka_unit_test(test_hostile_values),
+        cmocka_unit_test(test_nan_weight),
         cmocka_unit_test(test_load_on_device),
     };
     return cmocka_run_group_tests_name("gguf", tests, NULL, NULL);

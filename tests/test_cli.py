@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""The programs' command lines (examples/cli_options.c), table-driven.
+
+Every bad option set must exit non-zero (2 for a bad command line, 1 for a
+run that could not do what was asked) with a message on stderr naming the
+option; a few small good runs must exit 0 and write what they promise.
+
+usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, hitratio, bench_kernels,
+probe_wgmma_layout, rag_bench; a program not given is not tested).
+Runs in a scratch directory, so output files never land in the tree.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+# (program, arguments, expected exit status, text stderr must contain)
+USAGE = 2
+FAILED = 1
+
+# A hitratio run in a few milliseconds: 6 documents of 32 tokens, a one-layer model.
+HR_SMALL = ["--docs", "6", "--doc-len", "32", "--k", "2", "--requests", "8", "--layers", "1",
+            "--kv-heads", "1", "--head-dim", "16", "--quiet"]
+# A rag_bench run of two requests on the tiny model (kernels built in well under a minute on PoCL).
+RB_SMALL = ["--model", "tiny", "--requests", "2", "--docs", "4", "--doc-len", "8:16", "--k", "2",
+            "--question", "4:4", "--gen", "2:2", "--prefix", "0", "--policies", "lazy",
+            "--no-progress", "--no-profiling"]
+
+BAD = [
+    # hitratio: the attack's cases first
+    ("hitratio", ["--budgets", ",,,"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "1GiB,,2GiB"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "1GiB,"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", ""], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "nan"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "inf"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "1e30"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "99999999999999999999999GiB"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "-1GiB"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "1GiBx"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "1.2.3MiB"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", "2000TiB"], USAGE, "--budgets"),
+    ("hitratio", ["--budgets", ",".join(["1MiB"] * 65)], USAGE, "--budgets"),
+    ("hitratio", HR_SMALL + ["--budgets", "1e40tok"], USAGE, "--budgets"),
+    ("hitratio", ["--docs", "12abc"], USAGE, "--docs"),
+    ("hitratio", ["--docs", "2147483648"], USAGE, "--docs"),
+    ("hitratio", ["--docs", "99999999999999999999999"], USAGE, "--docs"),
+    ("hitratio", ["--docs", "-5"], USAGE, "--docs"),
+    ("hitratio", ["--docs", " 5"], USAGE, "--docs"),
+    ("hitratio", ["--docs"], USAGE, "--docs"),
+    ("hitratio", ["--docs", "5", "--docs", "6"], USAGE, "--docs"),
+    ("hitratio", ["--docs", "1000000", "--doc-len", "1000000"], USAGE, "--docs"),
+    ("hitratio", ["--k", "7", "--docs", "6"], USAGE, "--k"),
+    ("hitratio", ["--alpha", "nan"], USAGE, "--alpha"),
+    ("hitratio", ["--alpha", "inf"], USAGE, "--alpha"),
+    ("hitratio", ["--alpha", "1e400"], USAGE, "--alpha"),
+    ("hitratio", ["--alpha", "0x10"], USAGE, "--alpha"),
+    ("hitratio", ["--alpha", "0"], USAGE, "--alpha"),
+    ("hitratio", ["--dtype", "f8"], USAGE, "--dtype"),
+    ("hitratio", ["--preset", "bogus"], USAGE, "--preset"),
+    ("hitratio", ["--points", "1"], USAGE, "--points"),
+    ("hitratio", ["--requests", "0"], USAGE, "--requests"),
+    ("hitratio", ["--warmup", "10", "--requests", "5"], USAGE, "--warmup"),
+    ("hitratio", ["--seed", "-1"], USAGE, "--seed"),
+    ("hitratio", ["--question", "5-2"], USAGE, "--question"),
+    ("hitratio", ["--gen", "1-x"], USAGE, "--gen"),
+    ("hitratio", ["--doc-len", "32", "--doc-len-min", "8"], USAGE, "--doc-len"),
+    ("hitratio", ["--doc-len-min", "64", "--doc-len-max", "32"], USAGE, "--doc-len-min"),
+    ("hitratio", ["--block-size", "257"], USAGE, "--block-size"),
+    ("hitratio", ["--layers", "0"], USAGE, "--layers"),
+    ("hitratio", ["--quiet=1"], USAGE, "--quiet"),
+    ("hitratio", ["--csv", "--quiet"], USAGE, "--csv"),
+    ("hitratio", ["--frobnicate"], USAGE, "--frobnicate"),
+    ("hitratio", ["stray"], USAGE, "stray"),
+    ("hitratio", HR_SMALL + ["--budgets", "100B"], USAGE, "--budgets"),
+    ("hitratio", HR_SMALL + ["--budgets", "16KiB", "--csv", "no/such/dir/x.csv", "--svg", ""],
+     FAILED, "no/such/dir/x.csv"),
+    # rag_bench
+    ("rag_bench", ["--requests", "-5"], USAGE, "--requests"),
+    ("rag_bench", ["--requests", "0"], USAGE, "--requests"),
+    ("rag_bench", ["--rate", "1e-300"], USAGE, "--rate"),
+    ("rag_bench", ["--rate", "nan"], USAGE, "--rate"),
+    ("rag_bench", ["--rate", "0"], USAGE, "--rate"),
+    ("rag_bench", ["--rate", "2", "--concurrency", "3"], USAGE, "--rate"),
+    ("rag_bench", ["--budget", "1e30"], USAGE, "--budget"),
+    ("rag_bench", ["--budget", "nan"], USAGE, "--budget"),
+    ("rag_bench", ["--budget", ","], USAGE, "--budget"),
+    ("rag_bench", ["--budget", "1"], USAGE, "--budget"),
+    ("rag_bench", ["--policies", "lazy,,none"], USAGE, "--policies"),
+    ("rag_bench", ["--policies", "lazy,lazy"], USAGE, "--policies"),
+    ("rag_bench", ["--policies", "bogus"], USAGE, "--policies"),
+    ("rag_bench", ["--max-batch", "0"], USAGE, "--max-batch"),
+    ("rag_bench", ["--concurrency", "0"], USAGE, "--concurrency"),
+    ("rag_bench", ["--k", "0"], USAGE, "--k"),
+    ("rag_bench", ["--k", "30"], USAGE, "--k"),
+    ("rag_bench", ["--model", "huge"], USAGE, "--model"),
+    ("rag_bench", ["--workload", "bogus"], USAGE, "--workload"),
+    ("rag_bench", ["--progress", "--no-progress"], USAGE, "--progress"),
+    ("rag_bench", ["--run-seconds", "-1"], USAGE, "--run-seconds"),
+    ("rag_bench", ["--doc-len", "5:2"], USAGE, "--doc-len"),
+    ("rag_bench", ["--question", "0:4"], USAGE, "--question"),
+    ("rag_bench", ["--seed", "1x"], USAGE, "--seed"),
+    ("rag_bench", ["--max-rows", "70000"], USAGE, "--max-rows"),
+    ("rag_bench", ["--gguf", ""], USAGE, "--gguf"),
+    ("rag_bench", ["--gguf", "x.gguf", "--model", "tiny"], USAGE, "--gguf"),
+    ("rag_bench", ["--out"], USAGE, "--out"),
+    ("rag_bench", ["--out", "x" * 901], USAGE, "--out"),
+    ("rag_bench", ["extra"], USAGE, "extra"),
+    ("rag_bench", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
+    # every request refused: 4 KiB holds one block of the tiny model, a request needs more
+    ("rag_bench", RB_SMALL + ["--budget", "4KiB"], FAILED, "completed none"),
+    # a rate so low that nothing arrives before --run-seconds: ends, and says nothing was done
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--rate", "0.001", "--run-seconds", "0.2"],
+     FAILED, "completed none"),
+    # bench_kernels (needs a GPU to run; its command line is checked first)
+    ("bench_kernels", ["--reps", "5"], USAGE, "--reps"),
+    ("bench_kernels", ["--reps", "1e3"], USAGE, "--reps"),
+    ("bench_kernels", ["--only", "both"], USAGE, "--only"),
+    ("bench_kernels", ["--csv"], USAGE, "--csv"),
+    ("bench_kernels", ["--no-checks", "--no-checks"], USAGE, "--no-checks"),
+    ("bench_kernels", ["--csv", "no/such/dir/x.csv"], FAILED, "no/such/dir/x.csv"),
+    ("bench_kernels", ["--fast"], USAGE, "--fast"),
+    # programs without options
+    ("quickstart", ["--verbose"], USAGE, "--verbose"),
+    ("quickstart", ["extra"], USAGE, "extra"),
+    ("cache_path", ["--verbose"], USAGE, "--verbose"),
+    ("cache_path", ["extra"], USAGE, "extra"),
+    ("list_devices", ["--all"], USAGE, "--all"),
+    ("list_devices", ["extra"], USAGE, "extra"),
+    ("probe_wgmma_layout", ["--layout", "1"], USAGE, "--layout"),
+]
+
+GOOD = [
+    # (program, arguments, files it must write)
+    ("hitratio", HR_SMALL + ["--budgets", "4KiB,16KiB,64tok", "--csv", "h.csv", "--svg", "h.svg"],
+     ["h.csv", "h.svg"]),
+    ("hitratio", HR_SMALL + ["--points", "3", "--csv=", "--svg", ""], []),
+    ("hitratio", ["--help"], []),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--out", "rb"],
+     ["rb.csv", "rb_summary.csv", "rb_ttft.svg", "rb_budget.svg"]),
+    ("rag_bench", ["--help"], []),
+    ("bench_kernels", ["--help"], []),
+    ("quickstart", [], []),
+    ("quickstart", ["-h"], []),
+    ("cache_path", ["--help"], []),
+    ("list_devices", [], []),
+    ("list_devices", ["-h"], []),
+    ("probe_wgmma_layout", ["--help"], []),
+]
+
+
+def run(path, args, cwd):
+    return subprocess.run([path] + args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, errors="replace", timeout=600)
+
+
+def main():
+    programs = dict(a.split("=", 1) for a in sys.argv[1:])
+    failures, checked = [], 0
+    with tempfile.TemporaryDirectory(prefix="lazyattn_cli_") as cwd:
+        for prog, args, want, needle in BAD:
+            if prog not in programs:
+                continue
+            checked += 1
+            r = run(programs[prog], args, cwd)
+            line = "%s %s" % (prog, " ".join(repr(a) if not a or " " in a else a for a in args))
+            if r.returncode != want or needle not in r.stderr:
+                failures.append("%s: exit %d (want %d), stderr %r lacks %r or is otherwise wrong"
+                                % (line, r.returncode, want, r.stderr[-400:], needle))
+            elif "AddressSanitizer" in r.stderr or "runtime error" in r.stderr:
+                failures.append("%s: sanitizer report: %s" % (line, r.stderr[-800:]))
+            else:
+                print("ok   %-70.70s exit %d: %s" % (line, r.returncode,
+                                                     r.stderr.strip().splitlines()[-1][:90]))
+        for prog, args, files in GOOD:
+            if prog not in programs:
+                continue
+            checked += 1
+            for f in files:
+                if os.path.exists(os.path.join(cwd, f)):
+                    os.remove(os.path.join(cwd, f))
+            r = run(programs[prog], args, cwd)
+            line = "%s %s" % (prog, " ".join(args))
+            missing = [f for f in files if not os.path.getsize(os.path.join(cwd, f))
+                       ] if all(os.path.exists(os.path.join(cwd, f)) for f in files) else files
+            if r.returncode != 0 or missing or "runtime error" in r.stderr:
+                failures.append("%s: exit %d, missing/empty %s, stderr %r"
+                                % (line, r.returncode, missing, r.stderr[-800:]))
+            elif args and args[-1] in ("--help", "-h") and "usage:" not in r.stdout:
+                failures.append("%s: no usage on stdout" % line)
+            else:
+                print("ok   %-70.70s exit 0" % line)
+    for f in failures:
+        print("FAIL " + f)
+    print("%d cases, %d failed" % (checked, len(failures)))
+    if checked == 0:
+        print("no program given")
+        return 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
