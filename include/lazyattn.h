@@ -172,6 +172,20 @@ typedef enum lazyattn_device_kind {
 /* Device choice, in order of precedence: these options, then the
  * environment (LAZYATTN_PLATFORM, LAZYATTN_DEVICE: name substrings;
  * LAZYATTN_PORTABLE=1: never use vendor fast paths), then the default. */
+/* How the kernel programs reach the device (README "Kernel programs: SPIR-V
+ * or source"). The library embeds the OpenCL C source of every program and,
+ * when built with clang + llvm-spirv, SPIR-V for a supported set of
+ * (head dim, block size, storage) specialisations. */
+typedef enum lazyattn_program_format {
+    LAZYATTN_PROGRAM_DEFAULT = 0, /* the LAZYATTN_PROGRAM environment variable (auto, source
+                                     or il) decides; unset = AUTO */
+    LAZYATTN_PROGRAM_AUTO = 1,    /* SPIR-V where the device lists it in CL_DEVICE_IL_VERSION
+                                     and a variant was built for the program, else source */
+    LAZYATTN_PROGRAM_SOURCE = 2,  /* always the OpenCL C source */
+    LAZYATTN_PROGRAM_IL = 3       /* SPIR-V only: creating a program that cannot use it fails
+                                     with LAZYATTN_STATUS_UNSUPPORTED */
+} lazyattn_program_format;
+
 typedef struct lazyattn_context_options {
     const char *platform;      /* substring of the platform name; NULL = any */
     const char *device;        /* substring of the device name; NULL = any */
@@ -180,6 +194,8 @@ typedef struct lazyattn_context_options {
     int profiling;             /* 1: the context's queue has profiling enabled */
     lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors */
     void *log_user;
+    lazyattn_program_format program; /* default LAZYATTN_PROGRAM_DEFAULT; the log (level INFO)
+                                        says which format each program was built from */
 } lazyattn_context_options;
 
 LAZYATTN_API void lazyattn_context_options_init(lazyattn_context_options *options);
