@@ -19,6 +19,9 @@ typedef struct lk_case {
     int doc_len[4];
     int n_question;
     int n_splits; /* decode KV splits (> 1 exercises the split reduction) */
+    int corrupt;  /* 1: the first entry (and materialise source) names a block outside the
+                     pool and the last a length above the block size: the kernels must skip
+                     them and report LAZYATTN_STATUS_OUT_OF_RANGE, nothing is compared */
 } lk_case;
 
 /* Normalised errors against the float64 reference:
@@ -35,7 +38,8 @@ typedef struct lk_result {
 } lk_result;
 
 /* Runs the case on ctx. Returns a lazyattn status; on OK the errors are
- * filled in (and lazyattn_attention_check found nothing). */
+ * filled in (and lazyattn_attention_check found nothing, or for a corrupt
+ * case reported the bad entries). */
 int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r);
 
 /* The normalised-error tolerance of a storage type (as test_attention). */
