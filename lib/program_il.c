@@ -4,6 +4,7 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,15 +74,33 @@ static char *lz_device_string(cl_device_id device, cl_device_info what) {
     return s;
 }
 
-/* The entry point for IL programs: clCreateProgramWithILKHR where the
- * device has cl_khr_il_program, else the core function (OpenCL 2.1+), both
- * through clGetExtensionFunctionAddressForPlatform since the headers target
- * OpenCL 1.2. NULL when neither is there. */
+/* Whether the platform's version ("OpenCL M.m ...") is at least 2.1. */
+static int lz_platform_2_1(const lazyattn_context *ctx) {
+    char version[128] = "";
+    int major = 0, minor = 0;
+    clGetPlatformInfo(ctx->platform, CL_PLATFORM_VERSION, sizeof version - 1, version, NULL);
+    if (sscanf(version, "OpenCL %d.%d", &major, &minor) != 2) return 0;
+    return major > 2 || (major == 2 && minor >= 1);
+}
+
+/* The entry point for IL programs. The headers target OpenCL 1.2, which
+ * declares neither, so: clCreateProgramWithILKHR through
+ * clGetExtensionFunctionAddressForPlatform where the device has
+ * cl_khr_il_program (Intel's runtime takes this one), else, on an OpenCL
+ * 2.1+ platform, the core clCreateProgramWithIL looked up at run time
+ * (from the ICD loader already loaded, so that the library still loads with
+ * a 1.2 loader). NULL when neither is there. */
 static lz_create_with_il_fn lz_il_entry(const lazyattn_context *ctx, const char *extensions) {
     void *fn = NULL;
     if (extensions && lz_list_has(extensions, "cl_khr_il_program"))
         fn = clGetExtensionFunctionAddressForPlatform(ctx->platform, "clCreateProgramWithILKHR");
-    if (!fn) fn = clGetExtensionFunctionAddressForPlatform(ctx->platform, "clCreateProgramWithIL");
+    if (!fn && lz_platform_2_1(ctx)) {
+        void *self = dlopen(NULL, RTLD_LAZY);
+        if (self) {
+            fn = dlsym(self, "clCreateProgramWithIL");
+            dlclose(self);
+        }
+    }
     lz_create_with_il_fn f;
     memcpy(&f, &fn, sizeof f); /* object to function pointer, as dlsym's users do */
     return f;
@@ -110,8 +129,8 @@ int lz_il_create(lazyattn_context *ctx, const lz_il_program *p, cl_program *out)
     free(extensions);
     if (!create)
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
-                       "the platform exports neither clCreateProgramWithIL nor "
-                       "clCreateProgramWithILKHR");
+                       "the device has no cl_khr_il_program and the platform is older than "
+                       "OpenCL 2.1 (no clCreateProgramWithIL)");
     cl_int err = CL_SUCCESS;
     cl_program program = create(ctx->context, p->il, p->size, &err);
     if (err != CL_SUCCESS || !program) {
