@@ -85,6 +85,10 @@ int main(int argc, char **argv) {
             failed++;
             continue;
         }
+        if (c->corrupt) {
+            printf("%-14s ok: bad entries skipped and reported\n", c->name);
+            continue;
+        }
         double tol = lk_tolerance(c->dtype);
         int ok = r.prefill < tol && r.decode < tol && r.materialised < tol && r.rope < 2e-6;
         printf("%-14s %s: rope %.1e, prefill %.1e, decode %.1e, materialised %.1e (tolerance %.0e)\n",
