@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+int lk_quiet = 0;
+
 double lk_tolerance(lazyattn_dtype t) {
     return t == LAZYATTN_DTYPE_F32 ? 2e-5 : t == LAZYATTN_DTYPE_F16 ? 2e-3 : 1.6e-2;
 }
@@ -52,8 +54,9 @@ static void lk_release(lk_run_state *s) {
     do {                                                                                 \
         st = (expr);                                                                     \
         if (st) {                                                                        \
-            fprintf(stderr, "%s: %s -> %s (%s)\n", c->name, #expr, lazyattn_status_string(st), \
-                    lazyattn_last_error());                                              \
+            if (!lk_quiet)                                                               \
+                fprintf(stderr, "%s: %s -> %s (%s)\n", c->name, #expr,                   \
+                        lazyattn_status_string(st), lazyattn_last_error());              \
             goto done;                                                                   \
         }                                                                                \
     } while (0)

@@ -42,6 +42,9 @@ typedef struct lk_result {
  * case reported the bad entries). */
 int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r);
 
+/* Nonzero: lk_run does not print the call that failed (for expected failures). */
+extern int lk_quiet;
+
 /* The normalised-error tolerance of a storage type (as test_attention). */
 double lk_tolerance(lazyattn_dtype dtype);
 
