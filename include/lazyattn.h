@@ -192,7 +192,8 @@ typedef struct lazyattn_context_options {
     lazyattn_device_kind kind; /* default LAZYATTN_DEVICE_DEFAULT */
     int portable_only;         /* 1: portable kernels only; 0: env decides */
     int profiling;             /* 1: the context's queue has profiling enabled */
-    lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors */
+    lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors, or up to
+                                  LAZYATTN_LOG=warn|info|debug */
     void *log_user;
     lazyattn_program_format program; /* default LAZYATTN_PROGRAM_DEFAULT; the log (level INFO)
                                         says which format each program was built from */
