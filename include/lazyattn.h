@@ -233,6 +233,21 @@ LAZYATTN_API int lazyattn_device_get_info(int index, lazyattn_device_info *info)
  *   LAZYATTN_DEVICE=text     first device whose name contains text (any case)
  *   LAZYATTN_PLATFORM=text   only platforms whose name contains text
  *   LAZYATTN_PORTABLE=1      never use vendor fast paths */
+
+/* How the kernel programs reach the device (README "Kernel programs: SPIR-V
+ * or source"). The library embeds the OpenCL C source of every program and,
+ * when built with clang + llvm-spirv, SPIR-V for a supported set of
+ * (head dim, block size, storage) specialisations. */
+typedef enum lazyattn_program_format {
+    LAZYATTN_PROGRAM_DEFAULT = 0, /* the LAZYATTN_PROGRAM environment variable (auto, source
+                                     or il) decides; unset = AUTO */
+    LAZYATTN_PROGRAM_AUTO = 1,    /* SPIR-V where the device lists it in CL_DEVICE_IL_VERSION
+                                     and a variant was built for the program, else source */
+    LAZYATTN_PROGRAM_SOURCE = 2,  /* always the OpenCL C source */
+    LAZYATTN_PROGRAM_IL = 3       /* SPIR-V only: creating a program that cannot use it fails
+                                     with LAZYATTN_STATUS_UNSUPPORTED */
+} lazyattn_program_format;
+
 typedef struct lazyattn_context_options {
     const char *platform;      /* substring of the platform name; NULL = any */
     const char *device;        /* substring of the device name, or "#N" for index N;
@@ -240,12 +255,15 @@ typedef struct lazyattn_context_options {
     lazyattn_device_kind kind; /* default LAZYATTN_DEVICE_DEFAULT */
     int portable_only;         /* 1: portable kernels only; 0: env decides */
     int profiling;             /* 1: the context's queue has profiling enabled */
-    lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors */
+    lazyattn_log_fn log;       /* build logs and diagnostics; NULL = stderr for errors, or up to
+                                  LAZYATTN_LOG=warn|info|debug */
     void *log_user;
     int device_index;          /* global index (lazyattn_device_get_info); -1 (what
                                   _init sets) = choose by name and kind. Fill the
                                   struct with lazyattn_context_options_init: 0 is
                                   device #0. */
+    lazyattn_program_format program; /* default LAZYATTN_PROGRAM_DEFAULT; the log (level INFO)
+                                        says which format each program was built from */
 } lazyattn_context_options;
 
 /* All defaults: any platform and name, kind DEFAULT, device_index -1. */

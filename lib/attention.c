@@ -243,6 +243,19 @@ static int lz_nv_build(lazyattn_attention *a) {
     return LAZYATTN_STATUS_OK;
 }
 
+int lz_portable_program(const lazyattn_attention_config *config, lz_program_spec *out) {
+    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "kv_write",
+                                          "rope_apply",  "prefill",  "decode",     "materialise"};
+    out->sources = sources;
+    out->n_sources = (int)(sizeof sources / sizeof *sources);
+    int n = snprintf(out->options, sizeof out->options,
+                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_BQ=%d",
+                     config->head_dim, config->block_size, (int)config->dtype, LZ_PREFILL_ROWS);
+    if (n < 0 || (size_t)n >= sizeof out->options)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "portable program options too long");
+    return LAZYATTN_STATUS_OK;
+}
+
 int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_config *config,
                               lazyattn_attention **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_attention_create: out is NULL");
@@ -260,14 +273,10 @@ int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_co
                      : (config->rope.rotary_dim ? config->rope.rotary_dim : config->head_dim);
     a->group = config->n_q_heads / config->n_kv_heads;
 
-    char options[256];
-    snprintf(options, sizeof options,
-             "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_BQ=%d",
-             config->head_dim, config->block_size, (int)config->dtype, LZ_PREFILL_ROWS);
-    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "kv_write",
-                                          "rope_apply",  "prefill",  "decode",     "materialise"};
+    lz_program_spec spec;
     cl_program program;
-    st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
+    st = lz_portable_program(config, &spec);
+    if (!st) st = lz_program_get(ctx, spec.sources, spec.n_sources, spec.options, &program);
     if (st) goto fail;
     for (int k = 0; k < LZ_K_COUNT; k++) {
         cl_int err;

@@ -10,6 +10,17 @@
 #define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
 #endif
 
+/* Without a log callback, messages up to LAZYATTN_LOG (error, warn, info or
+ * debug; default error) go to stderr. */
+static lazyattn_log_level lz_stderr_level(void) {
+    const char *env = getenv("LAZYATTN_LOG");
+    if (!env) return LAZYATTN_LOG_ERROR;
+    if (!strcmp(env, "debug")) return LAZYATTN_LOG_DEBUG;
+    if (!strcmp(env, "info")) return LAZYATTN_LOG_INFO;
+    if (!strcmp(env, "warn")) return LAZYATTN_LOG_WARN;
+    return LAZYATTN_LOG_ERROR;
+}
+
 void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -18,7 +29,7 @@ void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *f
     va_end(ap);
     if (ctx && ctx->log)
         ctx->log(ctx->log_user, level, msg);
-    else if (level == LAZYATTN_LOG_ERROR)
+    else if (level <= lz_stderr_level())
         fprintf(stderr, "lazyattn: %s\n", msg);
 }
 
@@ -299,6 +310,7 @@ static lazyattn_context *lz_context_new(const lazyattn_context_options *o) {
     if (o) {
         ctx->log = o->log;
         ctx->log_user = o->log_user;
+        ctx->program_format = o->program;
     }
     return ctx;
 }
@@ -312,6 +324,9 @@ int lazyattn_context_create(const lazyattn_context_options *options, lazyattn_co
     if (o->kind < LAZYATTN_DEVICE_DEFAULT || o->kind > LAZYATTN_DEVICE_ANY)
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                        "lazyattn_context_create: unknown device kind %d", (int)o->kind);
+    if (o->program < LAZYATTN_PROGRAM_DEFAULT || o->program > LAZYATTN_PROGRAM_IL)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "lazyattn_context_create: unknown program format %d", (int)o->program);
     const char *want_platform = o->platform ? o->platform : lz_env("LAZYATTN_PLATFORM");
     const char *want_device = o->device ? o->device : lz_env("LAZYATTN_DEVICE");
     int want_index;
@@ -352,6 +367,10 @@ int lazyattn_context_create_from_cl(cl_context context, cl_device_id device, cl_
     *out = NULL;
     LZ_CHECK_ARG(context && device && queue,
                  "lazyattn_context_create_from_cl: context, device and queue are required");
+    LZ_CHECK_ARG(!options || (options->program >= LAZYATTN_PROGRAM_DEFAULT &&
+                              options->program <= LAZYATTN_PROGRAM_IL),
+                 "lazyattn_context_create_from_cl: unknown program format %d",
+                 (int)options->program);
     cl_platform_id platform = NULL;
     cl_int err = clGetDeviceInfo(device, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");

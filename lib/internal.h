@@ -72,6 +72,7 @@ struct lazyattn_context {
     void *log_user;
     lz_mutex programs_lock;     /* guards `programs` (threads share a context) */
     lz_program_entry *programs; /* built-program cache */
+    lazyattn_program_format program_format; /* as given in the options (DEFAULT: env decides) */
 };
 
 void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...)
@@ -97,6 +98,46 @@ int lz_program_get(lazyattn_context *ctx, const char *const *source_names, int n
 void lz_program_cache_clear(lazyattn_context *ctx);
 /* Looks an embedded source up by name; NULL if absent. */
 const char *lz_source_text(const char *name);
+/* The cache key of a program: "name+name+...+|options" (malloc'ed, NULL when
+ * out of memory). The embedded SPIR-V is looked up by the same key, formed by
+ * this function at build time too (tools/spirv_programs.c). */
+char *lz_program_key(const char *const *source_names, int n_sources, const char *options);
+
+/* A program as a launcher builds it: the embedded sources it concatenates
+ * and its build options. */
+typedef struct lz_program_spec {
+    const char *const *sources;
+    int n_sources;
+    char options[512];
+} lz_program_spec;
+/* The portable program of a configuration (attention.c): exactly what
+ * lazyattn_attention_create builds; tools/spirv_programs.c precompiles the
+ * supported set to SPIR-V through this function. */
+int lz_portable_program(const lazyattn_attention_config *config, lz_program_spec *out);
+
+/* ---- SPIR-V programs (program_il.c) ---- */
+
+/* A program precompiled to SPIR-V at build time (tools/spirv_embed.py). */
+typedef struct lz_il_program {
+    const char *key; /* lz_program_key() of the sources and options it was compiled from */
+    const unsigned char *il;
+    size_t size;
+} lz_il_program;
+
+/* The format this context builds programs from: AUTO, SOURCE or IL (the
+ * context option, else LAZYATTN_PROGRAM). Invalid values are an error. */
+int lz_program_format(const lazyattn_context *ctx, lazyattn_program_format *out);
+/* How many programs were precompiled to SPIR-V (0 without clang/llvm-spirv). */
+int lz_il_count(void);
+/* The embedded SPIR-V of a program key; NULL if none was built. */
+const lz_il_program *lz_il_find(const char *key);
+/* A program created (not built) from the SPIR-V p on the context's device.
+ * LAZYATTN_STATUS_UNSUPPORTED with the reason in lazyattn_last_error() when
+ * the device or platform cannot take it. */
+int lz_il_create(lazyattn_context *ctx, const lz_il_program *p, cl_program *out);
+/* The build options of an IL program: `options` without the preprocessor
+ * options (-D, -U, -I, -cl-std), which the SPIR-V compile already applied. */
+void lz_il_build_options(const char *options, char *out, size_t size);
 
 /* ---- PTX round trip (ptx_sm90a.c) ---- */
 

@@ -1,5 +1,6 @@
-/* Builds OpenCL programs from the embedded cl/ sources, once per
- * (context, sources, options), and hands build logs to the log callback. */
+/* Builds OpenCL programs from the embedded cl/ sources, or from their
+ * SPIR-V precompiled at build time (program_il.c), once per (context,
+ * sources, options), and hands build logs to the log callback. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -15,7 +16,7 @@ const char *lz_source_text(const char *name) {
     return NULL;
 }
 
-static char *lz_make_key(const char *const *names, int n, const char *options) {
+char *lz_program_key(const char *const *names, int n, const char *options) {
     size_t len = strlen(options) + 2;
     for (int i = 0; i < n; i++) len += strlen(names[i]) + 1;
     char *key = malloc(len);
@@ -80,34 +81,20 @@ static cl_program lz_program_insert(lazyattn_context *ctx, lz_program_entry *e) 
     return found;
 }
 
-int lz_program_get(lazyattn_context *ctx, const char *const *names, int n, const char *options,
-                   cl_program *out) {
+/* Builds a program from its OpenCL C source. */
+static int lz_build_source(lazyattn_context *ctx, const char *const *names, int n,
+                           const char *options, const char *key, cl_program *out) {
     *out = NULL;
-    char *key = lz_make_key(names, n, options);
-    if (!key) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "program key");
-    if ((*out = lz_program_lookup(ctx, key)) != NULL) {
-        free(key);
-        return LAZYATTN_STATUS_OK;
-    }
-
     const char *texts[16];
-    if (n > 16) {
-        free(key);
-        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "too many program sources");
-    }
+    if (n > 16) return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "too many program sources");
     for (int i = 0; i < n; i++) {
         texts[i] = lz_source_text(names[i]);
-        if (!texts[i]) {
-            free(key);
+        if (!texts[i])
             return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "no embedded kernel source \"%s\"", names[i]);
-        }
     }
     cl_int err;
     cl_program program = clCreateProgramWithSource(ctx->context, (cl_uint)n, texts, NULL, &err);
-    if (err != CL_SUCCESS) {
-        free(key);
-        return lz_cl_fail(err, "clCreateProgramWithSource");
-    }
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "clCreateProgramWithSource");
     err = clBuildProgram(program, 1, &ctx->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         lz_log_build(ctx, program, LAZYATTN_LOG_ERROR, key);
@@ -115,10 +102,83 @@ int lz_program_get(lazyattn_context *ctx, const char *const *names, int n, const
         lz_fail(st, "clBuildProgram [%s]: %s (%d); the build log went to the log callback", key,
                 lz_cl_error_name(err), (int)err);
         clReleaseProgram(program);
-        free(key);
         return st;
     }
     lz_log_build(ctx, program, LAZYATTN_LOG_DEBUG, key);
+    *out = program;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Builds a program from its embedded SPIR-V (lz_il_create says why not). */
+static int lz_build_il(lazyattn_context *ctx, const lz_il_program *il, const char *options,
+                       const char *key, cl_program *out) {
+    cl_program program;
+    int st = lz_il_create(ctx, il, &program);
+    if (st) return st;
+    char il_options[512];
+    lz_il_build_options(options, il_options, sizeof il_options);
+    cl_int err = clBuildProgram(program, 1, &ctx->device, il_options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        lz_log_build(ctx, program, LAZYATTN_LOG_WARN, key);
+        st = lz_cl_fail(err, "clBuildProgram");
+        lz_fail(st, "clBuildProgram of the SPIR-V [%s]: %s (%d)", key, lz_cl_error_name(err),
+                (int)err);
+        clReleaseProgram(program);
+        return st;
+    }
+    lz_log_build(ctx, program, LAZYATTN_LOG_DEBUG, key);
+    *out = program;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Builds a program from the embedded SPIR-V where the format allows, the
+ * device takes it and a variant exists for the key, else from source; the
+ * log says which, per program. */
+static int lz_program_build(lazyattn_context *ctx, const char *const *names, int n,
+                            const char *options, const char *key, cl_program *out) {
+    lazyattn_program_format format;
+    int st = lz_program_format(ctx, &format);
+    if (st) return st;
+    char why[320] = "source forced (LAZYATTN_PROGRAM=source or the context option)";
+    lazyattn_log_level level = LAZYATTN_LOG_INFO;
+    if (format != LAZYATTN_PROGRAM_SOURCE) {
+        const lz_il_program *il = lz_il_find(key);
+        if (!il) {
+            snprintf(why, sizeof why, "no SPIR-V variant was built for these options");
+        } else {
+            st = lz_build_il(ctx, il, options, key, out);
+            if (!st) {
+                lz_log(ctx, LAZYATTN_LOG_INFO, "program [%s]: SPIR-V IL (%zu bytes)", key, il->size);
+                return LAZYATTN_STATUS_OK;
+            }
+            snprintf(why, sizeof why, "%s", lazyattn_last_error());
+            if (st != LAZYATTN_STATUS_UNSUPPORTED) level = LAZYATTN_LOG_WARN; /* a failed build */
+        }
+        if (format == LAZYATTN_PROGRAM_IL)
+            return lz_fail(LAZYATTN_STATUS_UNSUPPORTED, "program [%s]: SPIR-V required, but %s", key,
+                           why);
+    }
+    st = lz_build_source(ctx, names, n, options, key, out);
+    if (!st) lz_log(ctx, level, "program [%s]: OpenCL C source (%s)", key, why);
+    return st;
+}
+
+int lz_program_get(lazyattn_context *ctx, const char *const *names, int n, const char *options,
+                   cl_program *out) {
+    *out = NULL;
+    char *key = lz_program_key(names, n, options);
+    if (!key) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "program key");
+    if ((*out = lz_program_lookup(ctx, key)) != NULL) {
+        free(key);
+        return LAZYATTN_STATUS_OK;
+    }
+
+    cl_program program;
+    int st = lz_program_build(ctx, names, n, options, key, &program);
+    if (st) {
+        free(key);
+        return st;
+    }
     lz_program_entry *e = malloc(sizeof *e);
     if (!e) {
         clReleaseProgram(program);

@@ -1,0 +1,52 @@
+/* One small end-to-end run of every portable kernel against the float64
+ * reference, shared by test_program.c (SPIR-V against source) and
+ * oclgrind_cases.c (the kernels under Oclgrind's memory and race checks). */
+#ifndef LAZYATTN_KERNEL_CASES_H
+#define LAZYATTN_KERNEL_CASES_H
+
+#include "lazyattn.h"
+#include "lazyattn_testing.h" /* the float64 reference */
+
+/* Documents stored once at positions 0..len-1, placed in reverse order at
+ * logical positions 0.. (so each block carries a delta, and lengths that
+ * are not multiples of the block size make ragged blocks), then a question
+ * of n_question tokens stored where it sits. */
+typedef struct lk_case {
+    const char *name;
+    int head_dim, block_size;
+    lazyattn_dtype dtype;
+    int n_q_heads, n_kv_heads; /* GQA group = n_q_heads / n_kv_heads */
+    int n_docs;
+    int doc_len[4];
+    int n_question;
+    int n_splits; /* decode KV splits (> 1 exercises the split reduction) */
+    int corrupt;  /* 1: the first entry (and materialise source) names a block outside the
+                     pool and the last a length above the block size: the kernels must skip
+                     them and report LAZYATTN_STATUS_OUT_OF_RANGE, nothing is compared */
+} lk_case;
+
+/* Normalised errors against the float64 reference:
+ *   rope:         the question's queries after lazyattn_rope_apply
+ *   prefill:      lazy prefill of the question over documents + question
+ *   decode:       lazy decode of the last question token, n_splits splits
+ *   materialised: prefill over materialised (re-rotated) copies of the documents
+ *   outputs:      prefill output [n_question, n_q_heads, head_dim], then the
+ *                 decode output [n_q_heads, head_dim] (malloc'ed; NULL to skip) */
+typedef struct lk_result {
+    double rope, prefill, decode, materialised;
+    float *outputs;
+    size_t n_outputs;
+} lk_result;
+
+/* Runs the case on ctx. Returns a lazyattn status; on OK the errors are
+ * filled in (and lazyattn_attention_check found nothing, or for a corrupt
+ * case reported the bad entries). */
+int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r);
+
+/* Nonzero: lk_run does not print the call that failed (for expected failures). */
+extern int lk_quiet;
+
+/* The normalised-error tolerance of a storage type (as test_attention). */
+double lk_tolerance(lazyattn_dtype dtype);
+
+#endif
