@@ -103,7 +103,8 @@ static const char usage_text[] =
     "consecutive documents (what the paper's sweep script samples; docs/HITRATIO.md).\n";
 
 static void format_size(uint64_t b, char *buf, size_t n) {
-    if (b >= (1ull << 30)) snprintf(buf, n, "%.3gGiB", b / 1073741824.0);
+    if (b >= (1ull << 40)) snprintf(buf, n, "%.3gTiB", b / 1099511627776.0);
+    else if (b >= (1ull << 30)) snprintf(buf, n, "%.3gGiB", b / 1073741824.0);
     else if (b >= (1ull << 20)) snprintf(buf, n, "%.4gMiB", b / 1048576.0);
     else snprintf(buf, n, "%lluB", (unsigned long long)b);
 }
