@@ -51,6 +51,7 @@
 #define MAX_BUDGETS 64
 #define MAX_TIERS 8
 #define MAX_SEEDS 1000
+#define MODEL_ID 0x11a3a3 /* the caches' model id: documents hash under it */
 
 typedef struct options {
     lazyattn_workload_config wl;
@@ -278,7 +279,7 @@ static int run_one(const options *o, lazyattn_workload *wl, const doc_key *keys,
                                o->strict ? budget : budget + headroom};
     lazyattn_pool *pool = NULL;
     lazyattn_cache *cache = NULL;
-    lazyattn_cache_config cc = {policy, 0x11a3a3, o->strict ? 0 : budget};
+    lazyattn_cache_config cc = {policy, MODEL_ID, o->strict ? 0 : budget};
     /* Tiers only where a document-keyed tier is defined (docs/HITRATIO.md). */
     int tiered = policy == LAZYATTN_CACHE_POLICY_LAZY || policy == LAZYATTN_CACHE_POLICY_POSITION;
     tier_sim sim;
@@ -386,7 +387,10 @@ static int hash_documents(const lazyattn_workload *wl, int n_docs, doc_key *keys
         lazyattn_workload_get_doc(wl, d, &t, &n);
         doc_len[d] = n;
         keys[d].doc = d;
-        if (lazyattn_doc_hash(0x11a3a3, t, n, &keys[d].hash)) return -1;
+        if (lazyattn_doc_hash(MODEL_ID, t, n, &keys[d].hash)) {
+            fprintf(stderr, "hitratio: document %d: %s\n", d, lazyattn_last_error());
+            return -1;
+        }
     }
     qsort(keys, (size_t)n_docs, sizeof *keys, cmp_key);
     for (int d = 1; d < n_docs; d++)
@@ -449,8 +453,13 @@ static int write_svg(const char *path, const options *o, const uint64_t *budgets
     for (int sidx = 0; sidx < n_series; sidx++) {
         int p = sidx < 4 ? sidx : sidx == 4 ? 1 : 0;
         const char *dash = sidx == 4 ? " stroke-dasharray=\"6,4\"" : sidx > 4 ? " stroke-dasharray=\"2,3\"" : "";
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colours[p],
-                dash);
+        /* tier series: lighter as the tier grows */
+        char opacity[40] = "";
+        if (sidx > 4)
+            snprintf(opacity, sizeof opacity, " stroke-opacity=\"%.2f\"",
+                     1.0 - 0.6 * (sidx - 5) / (n_series - 5));
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s%s points=\"",
+                colours[p], opacity, dash);
         for (int i = 0; i < nb; i++) {
             double v = sidx < 5 ? mean[i][sidx] : gpu_tier[i][tier_of[sidx - 5]];
             fprintf(f, "%.1f,%.1f ", X(budgets[i]), Y(v));
@@ -466,8 +475,8 @@ static int write_svg(const char *path, const options *o, const uint64_t *budgets
             snprintf(name, sizeof name, "lazy + %s tier", tb);
         }
         double ly = T + 16 + sidx * 20;
-        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
-                L + pw + 12, ly - 4, L + pw + 36, ly - 4, colours[p], dash);
+        fprintf(f, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"%s%s/>\n",
+                L + pw + 12, ly - 4, L + pw + 36, ly - 4, colours[p], opacity, dash);
         fprintf(f, "<text x=\"%g\" y=\"%g\">%s</text>\n", L + pw + 42, ly, name);
     }
     fprintf(f, "</svg>\n");
@@ -787,9 +796,13 @@ int main(int argc, char **argv) {
         lazyattn_workload_config c = o.wl;
         c.seed = seed0 + (uint64_t)sd;
         lazyattn_workload *wl = NULL;
-        if (lazyattn_workload_create(&c, &wl) || hash_documents(wl, o.wl.n_docs, keys, doc_lens)) {
+        if (lazyattn_workload_create(&c, &wl)) {
             fprintf(stderr, "hitratio: seed %llu: %s\n", (unsigned long long)c.seed,
                     lazyattn_last_error());
+            failed = 1;
+            break;
+        }
+        if (hash_documents(wl, o.wl.n_docs, keys, doc_lens)) { /* says why */
             lazyattn_workload_destroy(wl);
             failed = 1;
             break;
