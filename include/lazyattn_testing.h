@@ -57,14 +57,40 @@ LAZYATTN_API double lazyattn_normalised_error(const float *a, const double *b, s
 /* ---- RAG workload generator ----------------------------------------------- */
 
 /*
- * Seeded, reproducible: D documents with lengths uniform in
- * [doc_len_min, doc_len_max]; each request draws docs_per_request distinct
- * documents by Zipf(alpha) popularity over the whole pool (doc id r-1 has
- * rank r, probability proportional to r^-alpha, drawn without replacement),
- * in random order, a question of uniform length in [question_min,
- * question_max] and a generated length in [gen_min, gen_max]. Token ids of
- * document i are a fixed function of (i, index) in [0, vocab_size), so a
- * document hashes the same under every seed.
+ * Seeded, reproducible (same config, same seed: the same documents and
+ * requests): D documents with lengths from length_dist (below); each
+ * request draws docs_per_request distinct documents by Zipf(alpha)
+ * popularity over the whole pool (doc id r-1 has rank r, probability
+ * proportional to r^-alpha, drawn without replacement), in random order, a
+ * question of uniform length in [question_min, question_max] and a
+ * generated length in [gen_min, gen_max]. Token ids of document i are a
+ * fixed function of (i, index) in [0, vocab_size), so a document hashes the
+ * same under every seed.
+ *
+ * Document lengths (length_dist), always within [doc_len_min, doc_len_max]:
+ *   UNIFORM    uniform integers in [doc_len_min, doc_len_max].
+ *   LOGNORMAL  round(exp(N(mu, length_sigma^2))) with
+ *              mu = ln(length_mean) - length_sigma^2 / 2 (so the mean of the
+ *              untruncated law is length_mean, the standard deviation of
+ *              ln(length) is length_sigma), clamped to the bounds.
+ *   BIMODAL    with probability length_long_fraction uniform in
+ *              [length_long_min, doc_len_max] (long documents), else uniform
+ *              in [doc_len_min, length_short_max] (short passages).
+ * Popularity drift (drift_at > 0): from request drift_at on, every document
+ * id a request draws is mapped through one seeded random permutation of the
+ * pool (the Zipf ranks move to other documents; the rank draws themselves
+ * are the same as without drift).
+ * Samplers (sampler):
+ *   ZIPF                 the Zipf draw above.
+ *   PAPER_FIXED_PROMPTS  what the LazyAttention paper's hit-ratio sweep
+ *                        script ends up sampling (docs/HITRATIO.md): n_prompts
+ *                        fixed prompts, prompt p holding the docs_per_request
+ *                        consecutive ids (o_p + j) mod D, j = 0..k-1, in that
+ *                        order, o_p uniform in [0, D); each request is one of
+ *                        the prompts drawn uniformly with replacement (alpha
+ *                        is not used).
+ * A config zeroed with memset and filled field by field gets the uniform
+ * lengths, no drift and the Zipf sampler (the behaviour before these fields).
  */
 typedef struct lazyattn_workload lazyattn_workload;
 
@@ -75,6 +101,18 @@ typedef struct lazyattn_workload lazyattn_workload;
 #define LAZYATTN_WORKLOAD_MAX_DOCS (1 << 24)
 #define LAZYATTN_WORKLOAD_MAX_REQUESTS (1 << 24)
 #define LAZYATTN_WORKLOAD_MAX_TOKENS ((int64_t)1 << 27)
+
+/* Document-length laws and request samplers of a workload (see above). */
+typedef enum lazyattn_length_dist {
+    LAZYATTN_LENGTH_UNIFORM = 0,
+    LAZYATTN_LENGTH_LOGNORMAL = 1,
+    LAZYATTN_LENGTH_BIMODAL = 2
+} lazyattn_length_dist;
+
+typedef enum lazyattn_sampler {
+    LAZYATTN_SAMPLER_ZIPF = 0,
+    LAZYATTN_SAMPLER_PAPER_FIXED_PROMPTS = 1
+} lazyattn_sampler;
 
 typedef struct lazyattn_workload_config {
     int n_docs;
@@ -87,6 +125,17 @@ typedef struct lazyattn_workload_config {
     int n_requests;
     int vocab_size; /* default 128256 */
     uint64_t seed;
+    /* document lengths (see above); the presets set UNIFORM and the
+     * parameters of the other two laws for the preset's range */
+    lazyattn_length_dist length_dist;
+    double length_mean;          /* LOGNORMAL: > 0 */
+    double length_sigma;         /* LOGNORMAL: >= 0, <= 4 */
+    int length_short_max;        /* BIMODAL: doc_len_min <= short_max <= doc_len_max */
+    int length_long_min;         /* BIMODAL: doc_len_min <= long_min <= doc_len_max */
+    double length_long_fraction; /* BIMODAL: in [0, 1] */
+    int drift_at;                /* > 0: popularity permuted from this request on; 0 none */
+    lazyattn_sampler sampler;    /* ZIPF (presets) */
+    int n_prompts;               /* PAPER_FIXED_PROMPTS: fixed prompts (presets: 200) */
 } lazyattn_workload_config;
 
 /* One request, borrowed from the workload (valid until its destroy).
@@ -98,11 +147,17 @@ typedef struct lazyattn_workload_request {
     int n_question;
     const int32_t *question;
     int n_generate;
+    int prompt_index; /* PAPER_FIXED_PROMPTS: the fixed prompt drawn; else -1 */
 } lazyattn_workload_request;
 
 /* "paper": D = 100, length 2048, k = 5, alpha = 2.1, Q 16-32, G 8-16,
  * 200 requests. "rag": D = 10000, lengths 100-400, k = 10, alpha = 0.9,
- * Q 16-32, G 8-16, 1000 requests. Both: prefix 0, seed 1, vocab 128256. */
+ * Q 16-32, G 8-16, 1000 requests. Both: prefix 0, seed 1, vocab 128256,
+ * UNIFORM lengths, no drift, ZIPF sampler, n_prompts 200; LOGNORMAL
+ * parameters length_mean = (doc_len_min + doc_len_max) / 2, length_sigma
+ * 0.5; BIMODAL: short_max = min + (max - min) / 4, long_min = max - (max -
+ * min) / 4, long fraction 0.25 (over the preset's range; widen the range
+ * to make them matter for "paper"). Unknown names: INVALID_ARGUMENT. */
 LAZYATTN_API int lazyattn_workload_config_preset(const char *name,
                                                  lazyattn_workload_config *config);
 /* The "paper" preset. */

@@ -1,5 +1,7 @@
-/* Seeded RAG workload: a document pool, Zipf(alpha) popularity, requests
- * of k distinct documents plus a question and a generation length. */
+/* Seeded RAG workload: a document pool (uniform, lognormal or bimodal
+ * lengths), Zipf(alpha) popularity (optionally drifting once) or the
+ * paper's fixed prompts, requests of k distinct documents plus a question
+ * and a generation length. */
 #include "cache_internal.h"
 
 #include <math.h>
@@ -15,6 +17,7 @@ struct lazyattn_workload {
     int64_t *q_offset;   /* [n_requests + 1] into q_tokens */
     int32_t *q_tokens;
     int32_t *gen;        /* [n_requests] */
+    int32_t *prompt;     /* [n_requests] PAPER_FIXED_PROMPTS: prompt index; else NULL */
 };
 
 // ---- xoshiro256**, seeded through splitmix64 ----
@@ -67,6 +70,16 @@ static int32_t lz_doc_token(int doc, int64_t index, int vocab) {
 
 // ---- presets and checks ----
 
+/* The lognormal and bimodal parameters for the range [doc_len_min, doc_len_max]. */
+static void lz_workload_length_defaults(lazyattn_workload_config *c) {
+    int span = c->doc_len_max - c->doc_len_min;
+    c->length_mean = (c->doc_len_min + (double)c->doc_len_max) / 2;
+    c->length_sigma = 0.5;
+    c->length_short_max = c->doc_len_min + span / 4;
+    c->length_long_min = c->doc_len_max - span / 4;
+    c->length_long_fraction = 0.25;
+}
+
 int lazyattn_workload_config_preset(const char *name, lazyattn_workload_config *c) {
     LZ_CHECK_ARG(name && c, "lazyattn_workload_config_preset: NULL argument");
     memset(c, 0, sizeof *c);
@@ -93,6 +106,11 @@ int lazyattn_workload_config_preset(const char *name, lazyattn_workload_config *
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                        "lazyattn_workload_config_preset: unknown preset '%s' (paper, rag)", name);
     }
+    lz_workload_length_defaults(c);
+    c->length_dist = LAZYATTN_LENGTH_UNIFORM;
+    c->drift_at = 0;
+    c->sampler = LAZYATTN_SAMPLER_ZIPF;
+    c->n_prompts = 200;
     return LAZYATTN_STATUS_OK;
 }
 
@@ -113,6 +131,38 @@ static int lz_workload_check(const lazyattn_workload_config *c) {
     LZ_CHECK_ARG(c->prefix_len >= 0, "%s: prefix length %d < 0", w, c->prefix_len);
     LZ_CHECK_ARG(c->n_requests >= 0, "%s: %d requests", w, c->n_requests);
     LZ_CHECK_ARG(c->vocab_size >= 0, "%s: vocab_size %d < 0", w, c->vocab_size);
+    switch (c->length_dist) {
+    case LAZYATTN_LENGTH_UNIFORM: break;
+    case LAZYATTN_LENGTH_LOGNORMAL:
+        LZ_CHECK_ARG(c->length_mean > 0 && isfinite(c->length_mean) && c->length_mean <= 1e9,
+                     "%s: lognormal length_mean %g (need 0 < mean <= 1e9)", w, c->length_mean);
+        LZ_CHECK_ARG(c->length_sigma >= 0 && c->length_sigma <= 4,
+                     "%s: lognormal length_sigma %g (need 0 <= sigma <= 4)", w, c->length_sigma);
+        break;
+    case LAZYATTN_LENGTH_BIMODAL:
+        LZ_CHECK_ARG(c->length_short_max >= c->doc_len_min && c->length_short_max <= c->doc_len_max,
+                     "%s: bimodal length_short_max %d outside doc_len_min..doc_len_max %d..%d", w,
+                     c->length_short_max, c->doc_len_min, c->doc_len_max);
+        LZ_CHECK_ARG(c->length_long_min >= c->doc_len_min && c->length_long_min <= c->doc_len_max,
+                     "%s: bimodal length_long_min %d outside doc_len_min..doc_len_max %d..%d", w,
+                     c->length_long_min, c->doc_len_min, c->doc_len_max);
+        LZ_CHECK_ARG(c->length_long_fraction >= 0 && c->length_long_fraction <= 1,
+                     "%s: bimodal length_long_fraction %g outside 0..1", w,
+                     c->length_long_fraction);
+        break;
+    default:
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown length_dist %d", w,
+                       (int)c->length_dist);
+    }
+    LZ_CHECK_ARG(c->drift_at >= 0, "%s: drift_at %d < 0", w, c->drift_at);
+    if (c->sampler == LAZYATTN_SAMPLER_PAPER_FIXED_PROMPTS) {
+        LZ_CHECK_ARG(c->n_prompts >= 1 && c->n_prompts <= LAZYATTN_WORKLOAD_MAX_REQUESTS,
+                     "%s: n_prompts %d outside 1..%d", w, c->n_prompts,
+                     LAZYATTN_WORKLOAD_MAX_REQUESTS);
+    } else if (c->sampler != LAZYATTN_SAMPLER_ZIPF) {
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown sampler %d", w,
+                       (int)c->sampler);
+    }
     /* sizes up front, before anything is allocated (int64: no product of
      * two int32 values wraps) */
     if (c->n_docs > LAZYATTN_WORKLOAD_MAX_DOCS)
@@ -131,6 +181,10 @@ static int lz_workload_check(const lazyattn_workload_config *c) {
         {"document slots (n_requests x docs_per_request)",
          (int64_t)c->n_requests * c->docs_per_request},
         {"prefix tokens", c->prefix_len},
+        {"prompt slots (n_prompts x docs_per_request)",
+         c->sampler == LAZYATTN_SAMPLER_PAPER_FIXED_PROMPTS
+             ? (int64_t)c->n_prompts * c->docs_per_request
+             : 0},
     };
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         if (sizes[i].value > LAZYATTN_WORKLOAD_MAX_TOKENS)
@@ -203,6 +257,37 @@ static void lz_draw_distinct(lz_rng *rng, const double *cdf, int n, int k, int32
     }
 }
 
+/* One document length under the configured law (c checked). UNIFORM draws
+ * exactly what the generator drew before the other laws existed. */
+static int lz_draw_length(lz_rng *rng, const lazyattn_workload_config *c) {
+    switch (c->length_dist) {
+    case LAZYATTN_LENGTH_LOGNORMAL: {
+        /* Box-Muller: u1 in (0, 1], u2 in [0, 1). */
+        double u1 = 1.0 - lz_rng_unit(rng), u2 = lz_rng_unit(rng);
+        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        double mu = log(c->length_mean) - c->length_sigma * c->length_sigma / 2;
+        double x = round(exp(mu + c->length_sigma * z)); /* inf and 0 clamp below */
+        if (!(x >= c->doc_len_min)) return c->doc_len_min;
+        if (x > c->doc_len_max) return c->doc_len_max;
+        return (int)x;
+    }
+    case LAZYATTN_LENGTH_BIMODAL:
+        if (lz_rng_unit(rng) < c->length_long_fraction)
+            return lz_rng_range(rng, c->length_long_min, c->doc_len_max);
+        return lz_rng_range(rng, c->doc_len_min, c->length_short_max);
+    default: return lz_rng_range(rng, c->doc_len_min, c->doc_len_max);
+    }
+}
+
+/* PAPER_FIXED_PROMPTS: prompt p holds the k consecutive ids (o_p + j) mod
+ * D from a uniform start o_p, in that order. prompts: [n_prompts * k]. */
+static void lz_make_prompts(lz_rng *rng, int D, int k, int n_prompts, int32_t *prompts) {
+    for (int p = 0; p < n_prompts; p++) {
+        int o = lz_rng_range(rng, 0, D - 1);
+        for (int j = 0; j < k; j++) prompts[(size_t)p * k + j] = (int32_t)((o + j) % D);
+    }
+}
+
 int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_workload **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_workload_create: out is NULL");
     *out = NULL;
@@ -215,15 +300,19 @@ int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_wo
     lazyattn_workload_config *c = &wl->config;
     if (c->vocab_size == 0) c->vocab_size = 128256;
     int D = c->n_docs, k = c->docs_per_request, R = c->n_requests;
+    const int paper = c->sampler == LAZYATTN_SAMPLER_PAPER_FIXED_PROMPTS;
     double *cdf = malloc((size_t)D * sizeof *cdf);
     uint8_t *taken = calloc((size_t)D, 1);
+    int32_t *perm = c->drift_at > 0 ? malloc((size_t)D * sizeof *perm) : NULL;
+    int32_t *prompts = paper ? malloc((size_t)c->n_prompts * k * sizeof *prompts) : NULL;
+    if (paper) wl->prompt = malloc(((size_t)R + 1) * sizeof *wl->prompt);
     wl->doc_offset = malloc(((size_t)D + 1) * sizeof *wl->doc_offset);
     wl->prefix = malloc(((size_t)c->prefix_len + 1) * sizeof *wl->prefix);
     wl->req_docs = malloc(((size_t)R * k + 1) * sizeof *wl->req_docs);
     wl->q_offset = malloc(((size_t)R + 1) * sizeof *wl->q_offset);
     wl->gen = malloc(((size_t)R + 1) * sizeof *wl->gen);
     if (!cdf || !taken || !wl->doc_offset || !wl->prefix || !wl->req_docs || !wl->q_offset ||
-        !wl->gen)
+        !wl->gen || (c->drift_at > 0 && !perm) || (paper && (!prompts || !wl->prompt)))
         goto oom;
 
     /* Separate streams, so that e.g. more requests leave lengths alone. */
@@ -234,7 +323,7 @@ int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_wo
 
     wl->doc_offset[0] = 0;
     for (int i = 0; i < D; i++)
-        wl->doc_offset[i + 1] = wl->doc_offset[i] + lz_rng_range(&len_rng, c->doc_len_min, c->doc_len_max);
+        wl->doc_offset[i + 1] = wl->doc_offset[i] + lz_draw_length(&len_rng, c);
     wl->doc_tokens = malloc(((size_t)wl->doc_offset[D] + 1) * sizeof *wl->doc_tokens);
     if (!wl->doc_tokens) goto oom;
     for (int i = 0; i < D; i++)
@@ -246,8 +335,35 @@ int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_wo
     double acc = 0;
     for (int r = 0; r < D; r++) cdf[r] = acc += pow(r + 1, -c->alpha);
     wl->q_offset[0] = 0;
+    /* Streams of their own (4: drift, 5: prompts): the Zipf requests of a
+     * config without them are drawn exactly as before. */
+    if (perm) {
+        lz_rng drift_rng;
+        lz_rng_seed(&drift_rng, lz_hash_pair(c->seed, 4));
+        for (int i = 0; i < D; i++) perm[i] = i;
+        for (int i = D - 1; i > 0; i--) {
+            int j = lz_rng_range(&drift_rng, 0, i);
+            int32_t t = perm[i];
+            perm[i] = perm[j];
+            perm[j] = t;
+        }
+    }
+    if (paper) {
+        lz_rng prompt_rng;
+        lz_rng_seed(&prompt_rng, lz_hash_pair(c->seed, 5));
+        lz_make_prompts(&prompt_rng, D, k, c->n_prompts, prompts);
+    }
     for (int q = 0; q < R; q++) {
-        lz_draw_distinct(&req_rng, cdf, D, k, wl->req_docs + (size_t)q * k, taken);
+        int32_t *docs = wl->req_docs + (size_t)q * k;
+        if (paper) {
+            int p = lz_rng_range(&req_rng, 0, c->n_prompts - 1);
+            wl->prompt[q] = p;
+            memcpy(docs, prompts + (size_t)p * k, (size_t)k * sizeof *docs);
+        } else {
+            lz_draw_distinct(&req_rng, cdf, D, k, docs, taken);
+        }
+        if (perm && q >= c->drift_at)
+            for (int j = 0; j < k; j++) docs[j] = perm[docs[j]];
         wl->q_offset[q + 1] = wl->q_offset[q] + lz_rng_range(&req_rng, c->question_min, c->question_max);
         wl->gen[q] = lz_rng_range(&req_rng, c->gen_min, c->gen_max);
     }
@@ -257,11 +373,15 @@ int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_wo
         wl->q_tokens[t] = (int32_t)(lz_rng_next(&q_rng) % (uint64_t)c->vocab_size);
     free(cdf);
     free(taken);
+    free(perm);
+    free(prompts);
     *out = wl;
     return LAZYATTN_STATUS_OK;
 oom:
     free(cdf);
     free(taken);
+    free(perm);
+    free(prompts);
     lazyattn_workload_destroy(wl);
     return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_workload_create");
 }
@@ -275,6 +395,7 @@ void lazyattn_workload_destroy(lazyattn_workload *wl) {
     free(wl->q_offset);
     free(wl->q_tokens);
     free(wl->gen);
+    free(wl->prompt);
     free(wl);
 }
 
@@ -317,6 +438,7 @@ int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
     req->n_question = (int)(wl->q_offset[index + 1] - wl->q_offset[index]);
     req->question = wl->q_tokens + wl->q_offset[index];
     req->n_generate = wl->gen[index];
+    req->prompt_index = wl->prompt ? wl->prompt[index] : -1;
     return LAZYATTN_STATUS_OK;
 }
 
