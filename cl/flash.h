@@ -1,0 +1,256 @@
+/*
+ * Tiled flash attention of LZ_FR rows over a range of block-table entries:
+ * the portable core of lz_prefill (cl/prefill.cl) and lz_decode
+ * (cl/decode.cl), built once per kernel with its own tile parameters.
+ *
+ * Rows: row r is query token t0 + r / LZ_G, query head kvh * LZ_G + r % LZ_G;
+ * the LZ_G heads of one KV head share every staged K/V tile (GQA).
+ * Key tiles: up to LZ_FTK key slots of consecutive entries that share one
+ * delta (a block longer than LZ_FTK spans several tiles). The query tile is
+ * re-rotated by -delta when the delta changes (once per document), so K and
+ * V are staged as stored: q' = R(-delta) q, q' . k_stored = q . R(delta) k.
+ * Per key tile: stage K (and V) in local memory with vector loads; each
+ * work-item computes a LZ_FRM x LZ_FRN register tile of scores; one online
+ * softmax step per row and tile; each work-item accumulates a LZ_FOM x
+ * LZ_FON register tile of the output.
+ *
+ * Tile parameters (-D, chosen by lib/tuning.c; the host checks the local
+ * memory they need):
+ *   LZ_G    query heads per KV head       LZ_FR   rows (a multiple of LZ_G)
+ *   LZ_FTK  key slots per tile            LZ_FWG  work-items per group
+ *   LZ_FRM, LZ_FRN  score register tile (LZ_FRN divides LZ_FTK)
+ *   LZ_FOM, LZ_FON  output register tile (LZ_FON a multiple of 4 dividing LZ_HEAD_DIM)
+ *   LZ_FKV  1: K and V staged at once in two buffers; 0: V reuses K's buffer
+ *
+ * Race freedom: every local buffer is written and read in phases separated
+ * by barriers that every work-item reaches (the tile loop is uniform: all
+ * work-items compute the same tile bounds from the same table words).
+ */
+#define LZ_QS (LZ_HEAD_DIM + 4) /* padded row stride of the Q and K/V tiles */
+#define LZ_NRT ((LZ_FR + LZ_FRM - 1) / LZ_FRM)
+#define LZ_NKT (LZ_FTK / LZ_FRN)
+#define LZ_NORT ((LZ_FR + LZ_FOM - 1) / LZ_FOM)
+#define LZ_NODT (LZ_HEAD_DIM / LZ_FON)
+#define LZ_OPI ((LZ_NORT * LZ_NODT + LZ_FWG - 1) / LZ_FWG)
+#if LZ_BLOCK <= LZ_FTK
+#define LZ_TILE_ENTRIES (LZ_FTK / LZ_BLOCK)
+#else
+#define LZ_TILE_ENTRIES 1
+#endif
+#define LZ_NO_KEY 0x7FFFFFFF
+
+/* Local memory of the core, declared by the kernel and passed in. */
+typedef struct lz_flash_local {
+    __local float *q;     /* [LZ_FR][LZ_QS] query tile, rotated by -delta */
+    __local float *k;     /* [LZ_FTK][LZ_QS] */
+    __local float *v;     /* [LZ_FTK][LZ_QS] (== k when LZ_FKV is 0) */
+    __local float *p;     /* [LZ_FR][LZ_FTK] scores, then probabilities */
+    __local float *row;   /* [3][LZ_FR] running max, sum, rescale factor */
+    __local int *key_pos; /* [LZ_FTK] logical position of each slot, LZ_NO_KEY if none */
+    __local int *row_pos; /* [LZ_FR] query position of each row, -1 if inactive */
+} lz_flash_local;
+
+/* An entry the kernels must skip (and report). */
+inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
+    return LAZYATTN_ENTRY_BLOCK(w) >= n_blocks || LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK ||
+           pos0 < 0 || pos0 > LZ_MAX_POSITION;
+}
+
+/* Stages the V (or K) rows of the tile's slots as floats; empty slots are zeros. */
+inline void lz_stage(__local float *dst, __global const LZ_STORE_T *src, __global const ulong *table,
+                     int e0, int j0, int n_slots, int kvh, int n_kv_heads, int n_blocks, int lid) {
+    for (int i = lid; i < LZ_FTK * (LZ_HEAD_DIM / 4); i += LZ_FWG) {
+        const int kk = i / (LZ_HEAD_DIM / 4), c = (i % (LZ_HEAD_DIM / 4)) * 4;
+        const int slot = j0 + kk, e = e0 + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
+        float4 x = (float4)(0.0f);
+        if (kk < n_slots) {
+            const ulong w = table[e];
+            if (!lz_entry_bad(w, 0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w))
+                x = LZ_LOAD4(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c);
+        }
+        vstore4(x, 0, dst + kk * LZ_QS + c);
+    }
+}
+
+/* Records a bad entry (the tiles skip its keys). */
+inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
+    if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
+    else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
+    else if (pos0 < 0 || pos0 > LZ_MAX_POSITION) lz_raise(err, LZ_ERR_POSITION);
+}
+
+/* Runs the core over entries [e_first, e_last) for the rows of tokens
+ * t0 .. t0 + LZ_FR / LZ_G - 1 (those below t_end are active) of KV head kvh.
+ * Leaves the unnormalised output in acc and each row's (max, sum) in
+ * loc.row[0..2*LZ_FR). */
+inline void lz_flash(__global const float *q, __global const int *q_pos,
+                     __global const ulong *table, __global const int *entry_pos,
+                     __global const LZ_STORE_T *kc, __global const LZ_STORE_T *vc,
+                     __global const float2 *freq, __global const float *slopes, int rope_style,
+                     int rot_dim, int alibi, float scale, int n_q_heads, int n_kv_heads,
+                     int n_blocks, __global int *err, int t0, int t_end, int kvh, int e_first,
+                     int e_last, lz_flash_local loc, float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4]) {
+    const int lid = get_local_id(0);
+    __local float *m_row = loc.row, *l_row = loc.row + LZ_FR, *a_row = loc.row + 2 * LZ_FR;
+
+    /* rows: positions, running state, the query tile at delta 0 */
+    for (int r = lid; r < LZ_FR; r += LZ_FWG) {
+        const int t = t0 + r / LZ_G;
+        int qp = t < t_end ? q_pos[t] : -1;
+        if (qp > LZ_MAX_POSITION || (t < t_end && qp < 0)) {
+            lz_raise(err, LZ_ERR_POSITION);
+            qp = -1;
+        }
+        loc.row_pos[r] = qp;
+        m_row[r] = -INFINITY;
+        l_row[r] = 0.0f;
+    }
+    for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 4); i += LZ_FWG) {
+        const int r = i / (LZ_HEAD_DIM / 4), c = (i % (LZ_HEAD_DIM / 4)) * 4, t = t0 + r / LZ_G;
+        const float4 x = t < t_end ? vload4(0, q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM + c)
+                                   : (float4)(0.0f);
+        vstore4(x, 0, loc.q + r * LZ_QS + c);
+    }
+    for (int o = 0; o < LZ_OPI; o++)
+        for (int m = 0; m < LZ_FOM; m++)
+            for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] = (float4)(0.0f);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int max_pos = -1;
+    for (int r = 0; r < LZ_FR; r++) max_pos = max(max_pos, loc.row_pos[r]);
+    int cur_delta = 0;
+
+    int e = e_first, j0 = 0;
+    while (e < e_last) {
+        /* ---- the tile: entries e .. e + ne - 1 of one delta, slots j0 .. ---- */
+        const int delta = LAZYATTN_ENTRY_DELTA(table[e]);
+        int ne = 1, min_pos = entry_pos[e];
+        if (lid == 0 && j0 == 0) lz_check_entry(table[e], min_pos, n_blocks, err);
+        while (ne < LZ_TILE_ENTRIES && e + ne < e_last &&
+               LAZYATTN_ENTRY_DELTA(table[e + ne]) == delta) {
+            const int pos0 = entry_pos[e + ne];
+            if (lid == 0) lz_check_entry(table[e + ne], pos0, n_blocks, err);
+            min_pos = min(min_pos, pos0);
+            ne++;
+        }
+        int n_slots = LZ_BLOCK <= LZ_FTK ? ne * LZ_BLOCK : min(LZ_FTK, LZ_BLOCK - j0);
+        const int te = e, tj0 = j0;
+        if (LZ_BLOCK <= LZ_FTK || j0 + LZ_FTK >= LZ_BLOCK) {
+            e += ne;
+            j0 = 0;
+        } else {
+            j0 += LZ_FTK;
+        }
+        /* a tile in every row's future is skipped; its barriers are still
+         * reached (uniformly), so the loop's structure does not depend on data */
+        if (min_pos + tj0 > max_pos && min_pos >= 0) n_slots = 0;
+
+        /* ---- stage: slot positions, K (and V), the query re-rotated if the delta changed ---- */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = lid; kk < LZ_FTK; kk += LZ_FWG) {
+            int kp = LZ_NO_KEY;
+            const int slot = tj0 + kk, ee = te + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
+            if (kk < n_slots) {
+                const ulong w = table[ee];
+                const int pos0 = entry_pos[ee];
+                if (!lz_entry_bad(w, pos0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w)) {
+                    kp = pos0 + tok;
+                }
+            }
+            loc.key_pos[kk] = kp;
+        }
+        lz_stage(loc.k, kc, table, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+#if LZ_FKV
+        lz_stage(loc.v, vc, table, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+#endif
+        if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
+            for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 2); i += LZ_FWG) {
+                const int r = i / (LZ_HEAD_DIM / 2), pr = i % (LZ_HEAD_DIM / 2), t = t0 + r / LZ_G;
+                const int2 d = lz_rope_pair(pr, rope_style, rot_dim);
+                float2 x = (float2)(0.0f);
+                if (t < t_end) {
+                    __global const float *qr = q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;
+                    x = lz_rotate((float2)(qr[d.x], qr[d.y]), lz_rope_cs(-delta, pr, rope_style, rot_dim, freq));
+                }
+                loc.q[r * LZ_QS + d.x] = x.x;
+                loc.q[r * LZ_QS + d.y] = x.y;
+            }
+            cur_delta = delta;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* ---- scores: register tiles of LZ_FRM rows x LZ_FRN keys ---- */
+        for (int st = lid; st < LZ_NRT * LZ_NKT; st += LZ_FWG) {
+            const int kt = st % LZ_NKT, rt = st / LZ_NKT;
+            float s[LZ_FRM][LZ_FRN];
+            for (int m = 0; m < LZ_FRM; m++)
+                for (int n = 0; n < LZ_FRN; n++) s[m][n] = 0.0f;
+            for (int d = 0; d < LZ_HEAD_DIM; d += 4) {
+                float4 a[LZ_FRM], b[LZ_FRN];
+                for (int m = 0; m < LZ_FRM; m++) a[m] = vload4(0, loc.q + min(rt * LZ_FRM + m, LZ_FR - 1) * LZ_QS + d);
+                for (int n = 0; n < LZ_FRN; n++) b[n] = vload4(0, loc.k + (kt + n * LZ_NKT) * LZ_QS + d);
+                for (int m = 0; m < LZ_FRM; m++)
+                    for (int n = 0; n < LZ_FRN; n++) {
+                        float x = s[m][n];
+                        x = fma(a[m].x, b[n].x, x);
+                        x = fma(a[m].y, b[n].y, x);
+                        x = fma(a[m].z, b[n].z, x);
+                        s[m][n] = fma(a[m].w, b[n].w, x);
+                    }
+            }
+            for (int m = 0; m < LZ_FRM; m++) {
+                const int r = rt * LZ_FRM + m;
+                if (r >= LZ_FR) break;
+                const int qp = loc.row_pos[r];
+                const float slope = alibi ? slopes[kvh * LZ_G + r % LZ_G] : 0.0f;
+                for (int n = 0; n < LZ_FRN; n++) {
+                    const int kk = kt + n * LZ_NKT, kp = loc.key_pos[kk];
+                    loc.p[r * LZ_FTK + kk] = kp <= qp ? s[m][n] * scale + slope * (float)(kp - qp) : -INFINITY;
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* ---- online softmax, one step per row; V staged meanwhile ---- */
+        for (int r = lid; r < LZ_FR; r += LZ_FWG) {
+            __local float *pr = loc.p + r * LZ_FTK;
+            float tmax = -INFINITY;
+            for (int kk = 0; kk < n_slots; kk++) tmax = fmax(tmax, pr[kk]);
+            const float m_old = m_row[r], m_new = fmax(m_old, tmax);
+            const float alpha = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
+            float sum = 0.0f;
+            for (int kk = 0; kk < LZ_FTK; kk++) {
+                const float x = kk < n_slots && pr[kk] != -INFINITY ? exp(pr[kk] - m_new) : 0.0f;
+                pr[kk] = x;
+                sum += x;
+            }
+            m_row[r] = m_new;
+            l_row[r] = fma(l_row[r], alpha, sum);
+            a_row[r] = alpha;
+        }
+#if !LZ_FKV
+        lz_stage(loc.v, vc, table, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* ---- output: register tiles of LZ_FOM rows x LZ_FON dims ---- */
+        for (int o = 0; o < LZ_OPI; o++) {
+            const int ot = lid + o * LZ_FWG;
+            if (ot >= LZ_NORT * LZ_NODT) break;
+            const int dt = ot % LZ_NODT, rt = ot / LZ_NODT;
+            float pm[LZ_FOM];
+            for (int m = 0; m < LZ_FOM; m++) {
+                const int r = min(rt * LZ_FOM + m, LZ_FR - 1);
+                const float alpha = a_row[r];
+                for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] *= alpha;
+            }
+            for (int kk = 0; kk < n_slots; kk++) {
+                for (int m = 0; m < LZ_FOM; m++) pm[m] = loc.p[min(rt * LZ_FOM + m, LZ_FR - 1) * LZ_FTK + kk];
+                for (int c = 0; c < LZ_FON / 4; c++) {
+                    const float4 x = vload4(0, loc.v + kk * LZ_QS + (dt + c * LZ_NODT) * 4);
+                    for (int m = 0; m < LZ_FOM; m++) acc[o][m][c] = fma((float4)(pm[m]), x, acc[o][m][c]);
+                }
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
