@@ -56,19 +56,25 @@ inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
            pos0 < 0 || pos0 > LZ_MAX_POSITION;
 }
 
-/* Stages the V (or K) rows of the tile's slots as floats; empty slots are zeros. */
+/* Stages the V (or K) rows of the tile's slots as floats; empty slots are
+ * zeros. Chunks of 8 elements (16 bytes of f16); a fixed trip count so that
+ * the compiler can issue every load of a work-item before its stores. */
+#define LZ_STAGE_CHUNKS (LZ_FTK * (LZ_HEAD_DIM / 8))
 inline void lz_stage(__local float *dst, __global const LZ_STORE_T *src, __global const ulong *table,
                      int e0, int j0, int n_slots, int kvh, int n_kv_heads, int n_blocks, int lid) {
-    for (int i = lid; i < LZ_FTK * (LZ_HEAD_DIM / 4); i += LZ_FWG) {
-        const int kk = i / (LZ_HEAD_DIM / 4), c = (i % (LZ_HEAD_DIM / 4)) * 4;
+#pragma unroll
+    for (int it = 0; it < (LZ_STAGE_CHUNKS + LZ_FWG - 1) / LZ_FWG; it++) {
+        const int i = lid + it * LZ_FWG;
+        if (i >= LZ_STAGE_CHUNKS) break;
+        const int kk = i / (LZ_HEAD_DIM / 8), c = (i % (LZ_HEAD_DIM / 8)) * 8;
         const int slot = j0 + kk, e = e0 + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
-        float4 x = (float4)(0.0f);
+        float8 x = (float8)(0.0f);
         if (kk < n_slots) {
             const ulong w = table[e];
             if (!lz_entry_bad(w, 0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w))
-                x = LZ_LOAD4(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c);
+                x = LZ_LOAD8(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c);
         }
-        vstore4(x, 0, dst + kk * LZ_QS + c);
+        vstore8(x, 0, dst + kk * LZ_QS + c);
     }
 }
 

@@ -254,6 +254,8 @@ static int lz_portable_build(lazyattn_attention *a) {
         if (lz_tile_options(which ? &a->tune.decode : &a->tune.prefill, a->group, options + n,
                             sizeof options - (size_t)n))
             return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "lazyattn_attention_create: options too long");
+        if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
+            strncat(options, " -cl-nv-verbose", sizeof options - strlen(options) - 1);
         cl_program program;
         int st = which ? lz_program_get(a->ctx, decode_src, 5, options, &program)
                        : lz_program_get(a->ctx, prefill_src, 8, options, &program);
