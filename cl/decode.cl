@@ -21,18 +21,20 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                         __global const float *slopes, int rope_style, int rot_dim, int alibi,
                         float scale, int entries_per_split, int n_splits, int n_q_heads,
                         int n_kv_heads, int n_blocks, int n_table, __global int *err) {
-    __local float q_tile[LZ_FR * LZ_QS];
-    __local float k_tile[LZ_FTK * LZ_QS];
+    __local float4 q_tile[LZ_FR * LZ_QS4];
+    __local float4 k_tile[LZ_FTK * LZ_QS4];
 #if LZ_FKV
-    __local float v_tile[LZ_FTK * LZ_QS];
+    __local float4 v_tile[LZ_FTK * LZ_QS4];
 #endif
     __local float p_tile[LZ_FR * LZ_FTK];
-    __local float row[3 * LZ_FR];
+    __local float row[2 * LZ_FR];
     __local int key_pos[LZ_FTK];
     __local int row_pos[LZ_FR];
+    __local ulong tab[LZ_TC];
+    __local int tpos[LZ_TC];
     lz_flash_local loc;
     loc.q = q_tile, loc.k = k_tile, loc.p = p_tile, loc.row = row;
-    loc.key_pos = key_pos, loc.row_pos = row_pos;
+    loc.key_pos = key_pos, loc.row_pos = row_pos, loc.tab = tab, loc.tpos = tpos;
 #if LZ_FKV
     loc.v = v_tile;
 #else
@@ -48,23 +50,21 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     const int last = bad_table ? 0 : min(end, first + entries_per_split);
 
     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4];
+    float l[LZ_OPI][LZ_FOM];
     lz_flash(q, q_pos, table, entry_pos, kc, vc, freq, slopes, rope_style, rot_dim, alibi, scale,
-             n_q_heads, n_kv_heads, n_blocks, err, seq, seq + 1, kvh, first, last, loc, acc);
+             n_q_heads, n_kv_heads, n_blocks, err, seq, seq + 1, kvh, first, last, loc, acc, l);
 
-    for (int r = lid; r < LZ_FR; r += LZ_FWG) {
-        const size_t part = ((size_t)seq * n_q_heads + kvh * LZ_G + r) * n_splits + split;
-        part_ml[part] = (float2)(row[r], row[LZ_FR + r]);
-    }
+    /* (max, sum) of each row from the work-item of its first dims */
     for (int o = 0; o < LZ_OPI; o++) {
-        const int ot = lid + o * LZ_FWG;
-        if (ot >= LZ_NORT * LZ_NODT) break;
-        const int dt = ot % LZ_NODT, rt = ot / LZ_NODT;
+        const int ot = lid + o * LZ_FWG, dt = ot % LZ_NODT, rt = ot / LZ_NODT;
         for (int m = 0; m < LZ_FOM; m++) {
             const int r = rt * LZ_FOM + m;
-            if (r >= LZ_FR) break;
-            const size_t part = ((size_t)seq * n_q_heads + kvh * LZ_G + r) * n_splits + split;
-            for (int c = 0; c < LZ_FON / 4; c++)
-                vstore4(acc[o][m][c], 0, part_acc + part * LZ_HEAD_DIM + (dt + c * LZ_NODT) * 4);
+            if (ot < LZ_NOT && r < LZ_FR) {
+                const size_t part = ((size_t)seq * n_q_heads + kvh * LZ_G + r) * n_splits + split;
+                if (dt == 0) part_ml[part] = (float2)(row[r], l[o][m]);
+                for (int c = 0; c < LZ_FON / 4; c++)
+                    vstore4(acc[o][m][c], dt + c * LZ_NODT, part_acc + part * LZ_HEAD_DIM);
+            }
         }
     }
 }

@@ -9,10 +9,12 @@
  * delta (a block longer than LZ_FTK spans several tiles). The query tile is
  * re-rotated by -delta when the delta changes (once per document), so K and
  * V are staged as stored: q' = R(-delta) q, q' . k_stored = q . R(delta) k.
- * Per key tile: stage K (and V) in local memory with vector loads; each
- * work-item computes a LZ_FRM x LZ_FRN register tile of scores; one online
- * softmax step per row and tile; each work-item accumulates a LZ_FOM x
- * LZ_FON register tile of the output.
+ * Per key tile: stage K (and V) in local memory with 16-byte loads; each
+ * work-item computes a LZ_FRM x LZ_FRN register tile of scores; the rows'
+ * maxima (one work-item per row), then the probabilities (one per score);
+ * each work-item accumulates a LZ_FOM x LZ_FON register tile of the output
+ * and the running sums of its rows. Local tiles are float4 arrays, so every
+ * local access is a 16-byte one.
  *
  * Tile parameters (-D, chosen by lib/tuning.c; the host checks the local
  * memory they need):
@@ -26,28 +28,33 @@
  * by barriers that every work-item reaches (the tile loop is uniform: all
  * work-items compute the same tile bounds from the same table words).
  */
-#define LZ_QS (LZ_HEAD_DIM + 4) /* padded row stride of the Q and K/V tiles */
+#define LZ_QS4 (LZ_HEAD_DIM / 4 + 1) /* padded row stride of the Q and K/V tiles, in float4 */
 #define LZ_NRT ((LZ_FR + LZ_FRM - 1) / LZ_FRM)
 #define LZ_NKT (LZ_FTK / LZ_FRN)
 #define LZ_NORT ((LZ_FR + LZ_FOM - 1) / LZ_FOM)
 #define LZ_NODT (LZ_HEAD_DIM / LZ_FON)
-#define LZ_OPI ((LZ_NORT * LZ_NODT + LZ_FWG - 1) / LZ_FWG)
+#define LZ_NOT (LZ_NORT * LZ_NODT)
+#define LZ_OPI ((LZ_NOT + LZ_FWG - 1) / LZ_FWG)
 #if LZ_BLOCK <= LZ_FTK
 #define LZ_TILE_ENTRIES (LZ_FTK / LZ_BLOCK)
 #else
 #define LZ_TILE_ENTRIES 1
 #endif
 #define LZ_NO_KEY 0x7FFFFFFF
+/* entries of the table cached in local memory at a time */
+#define LZ_TC (4 * LZ_TILE_ENTRIES > 64 ? 4 * LZ_TILE_ENTRIES : 64)
 
 /* Local memory of the core, declared by the kernel and passed in. */
 typedef struct lz_flash_local {
-    __local float *q;     /* [LZ_FR][LZ_QS] query tile, rotated by -delta */
-    __local float *k;     /* [LZ_FTK][LZ_QS] */
-    __local float *v;     /* [LZ_FTK][LZ_QS] (== k when LZ_FKV is 0) */
+    __local float4 *q;    /* [LZ_FR][LZ_QS4] query tile, rotated by -delta */
+    __local float4 *k;    /* [LZ_FTK][LZ_QS4] */
+    __local float4 *v;    /* [LZ_FTK][LZ_QS4] (== k when LZ_FKV is 0) */
     __local float *p;     /* [LZ_FR][LZ_FTK] scores, then probabilities */
-    __local float *row;   /* [3][LZ_FR] running max, sum, rescale factor */
+    __local float *row;   /* [2][LZ_FR] running max, rescale factor of the tile */
     __local int *key_pos; /* [LZ_FTK] logical position of each slot, LZ_NO_KEY if none */
     __local int *row_pos; /* [LZ_FR] query position of each row, -1 if inactive */
+    __local ulong *tab;   /* [LZ_TC] table entries c0 .. c0 + LZ_TC - 1 */
+    __local int *tpos;    /* [LZ_TC] their entry_pos */
 } lz_flash_local;
 
 /* An entry the kernels must skip (and report). */
@@ -56,25 +63,27 @@ inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
            pos0 < 0 || pos0 > LZ_MAX_POSITION;
 }
 
-/* Stages the V (or K) rows of the tile's slots as floats; empty slots are
+/* Stages the K (or V) rows of the tile's slots as floats; empty slots are
  * zeros. Chunks of 8 elements (16 bytes of f16); a fixed trip count so that
  * the compiler can issue every load of a work-item before its stores. */
 #define LZ_STAGE_CHUNKS (LZ_FTK * (LZ_HEAD_DIM / 8))
-inline void lz_stage(__local float *dst, __global const LZ_STORE_T *src, __global const ulong *table,
+inline void lz_stage(__local float4 *dst, __global const LZ_STORE_T *src, __local const ulong *table,
                      int e0, int j0, int n_slots, int kvh, int n_kv_heads, int n_blocks, int lid) {
 #pragma unroll
     for (int it = 0; it < (LZ_STAGE_CHUNKS + LZ_FWG - 1) / LZ_FWG; it++) {
         const int i = lid + it * LZ_FWG;
-        if (i >= LZ_STAGE_CHUNKS) break;
-        const int kk = i / (LZ_HEAD_DIM / 8), c = (i % (LZ_HEAD_DIM / 8)) * 8;
+        const int kk = i / (LZ_HEAD_DIM / 8), c = i % (LZ_HEAD_DIM / 8);
         const int slot = j0 + kk, e = e0 + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
         float8 x = (float8)(0.0f);
-        if (kk < n_slots) {
+        if (i < LZ_STAGE_CHUNKS && kk < n_slots) {
             const ulong w = table[e];
             if (!lz_entry_bad(w, 0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w))
-                x = LZ_LOAD8(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c);
+                x = LZ_LOAD8(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c * 8);
         }
-        vstore8(x, 0, dst + kk * LZ_QS + c);
+        if (i < LZ_STAGE_CHUNKS) {
+            dst[kk * LZ_QS4 + 2 * c] = x.lo;
+            dst[kk * LZ_QS4 + 2 * c + 1] = x.hi;
+        }
     }
 }
 
@@ -87,19 +96,22 @@ inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
 
 /* Runs the core over entries [e_first, e_last) for the rows of tokens
  * t0 .. t0 + LZ_FR / LZ_G - 1 (those below t_end are active) of KV head kvh.
- * Leaves the unnormalised output in acc and each row's (max, sum) in
- * loc.row[0..2*LZ_FR). */
+ * Leaves in acc[o][m] / l[o][m] the unnormalised output and the sum of
+ * output tile o's row m (tile lid + o * LZ_FWG, see lz_out_tile) and each
+ * row's maximum in loc.row[0..LZ_FR). */
 inline void lz_flash(__global const float *q, __global const int *q_pos,
                      __global const ulong *table, __global const int *entry_pos,
                      __global const LZ_STORE_T *kc, __global const LZ_STORE_T *vc,
                      __global const float2 *freq, __global const float *slopes, int rope_style,
                      int rot_dim, int alibi, float scale, int n_q_heads, int n_kv_heads,
                      int n_blocks, __global int *err, int t0, int t_end, int kvh, int e_first,
-                     int e_last, lz_flash_local loc, float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4]) {
+                     int e_last, lz_flash_local loc, float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4],
+                     float l[LZ_OPI][LZ_FOM]) {
     const int lid = get_local_id(0);
-    __local float *m_row = loc.row, *l_row = loc.row + LZ_FR, *a_row = loc.row + 2 * LZ_FR;
+    __local float *m_row = loc.row, *a_row = loc.row + LZ_FR;
+    __local float *qf = (__local float *)loc.q;
 
-    /* rows: positions, running state, the query tile at delta 0 */
+    /* rows: positions, running maxima, the query tile at delta 0 */
     for (int r = lid; r < LZ_FR; r += LZ_FWG) {
         const int t = t0 + r / LZ_G;
         int qp = t < t_end ? q_pos[t] : -1;
@@ -109,32 +121,43 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
         }
         loc.row_pos[r] = qp;
         m_row[r] = -INFINITY;
-        l_row[r] = 0.0f;
     }
     for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 4); i += LZ_FWG) {
-        const int r = i / (LZ_HEAD_DIM / 4), c = (i % (LZ_HEAD_DIM / 4)) * 4, t = t0 + r / LZ_G;
-        const float4 x = t < t_end ? vload4(0, q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM + c)
-                                   : (float4)(0.0f);
-        vstore4(x, 0, loc.q + r * LZ_QS + c);
+        const int r = i / (LZ_HEAD_DIM / 4), c = i % (LZ_HEAD_DIM / 4), t = t0 + r / LZ_G;
+        loc.q[r * LZ_QS4 + c] =
+            t < t_end ? vload4(c, q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM)
+                      : (float4)(0.0f);
     }
     for (int o = 0; o < LZ_OPI; o++)
-        for (int m = 0; m < LZ_FOM; m++)
+        for (int m = 0; m < LZ_FOM; m++) {
+            l[o][m] = 0.0f;
             for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] = (float4)(0.0f);
+        }
     barrier(CLK_LOCAL_MEM_FENCE);
     int max_pos = -1;
     for (int r = 0; r < LZ_FR; r++) max_pos = max(max_pos, loc.row_pos[r]);
     int cur_delta = 0;
 
-    int e = e_first, j0 = 0;
+    int e = e_first, j0 = 0, c0 = e_first - LZ_TC; /* no entry cached yet */
     while (e < e_last) {
+        /* ---- the table window: entries c0 .. c0 + LZ_TC - 1 in local memory ---- */
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (e + LZ_TILE_ENTRIES > c0 + LZ_TC) {
+            c0 = e;
+            for (int i = lid; i < LZ_TC; i += LZ_FWG)
+                if (c0 + i < e_last) loc.tab[i] = table[c0 + i], loc.tpos[i] = entry_pos[c0 + i];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local const ulong *tab = loc.tab - c0; /* indexed by entry */
+        __local const int *tpos = loc.tpos - c0;
+
         /* ---- the tile: entries e .. e + ne - 1 of one delta, slots j0 .. ---- */
-        const int delta = LAZYATTN_ENTRY_DELTA(table[e]);
-        int ne = 1, min_pos = entry_pos[e];
-        if (lid == 0 && j0 == 0) lz_check_entry(table[e], min_pos, n_blocks, err);
-        while (ne < LZ_TILE_ENTRIES && e + ne < e_last &&
-               LAZYATTN_ENTRY_DELTA(table[e + ne]) == delta) {
-            const int pos0 = entry_pos[e + ne];
-            if (lid == 0) lz_check_entry(table[e + ne], pos0, n_blocks, err);
+        const int delta = LAZYATTN_ENTRY_DELTA(tab[e]);
+        int ne = 1, min_pos = tpos[e];
+        if (lid == 0 && j0 == 0) lz_check_entry(tab[e], min_pos, n_blocks, err);
+        while (ne < LZ_TILE_ENTRIES && e + ne < e_last && LAZYATTN_ENTRY_DELTA(tab[e + ne]) == delta) {
+            const int pos0 = tpos[e + ne];
+            if (lid == 0) lz_check_entry(tab[e + ne], pos0, n_blocks, err);
             min_pos = min(min_pos, pos0);
             ne++;
         }
@@ -146,27 +169,26 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
         } else {
             j0 += LZ_FTK;
         }
-        /* a tile in every row's future is skipped; its barriers are still
-         * reached (uniformly), so the loop's structure does not depend on data */
+        /* A tile in every row's future is skipped; its barriers are still
+         * reached. Never `continue` past the barriers below: PoCL 3.1
+         * miscompiles a loop whose (uniform) continue skips them (the
+         * old kernels' block-size-1 bug, issue 10 class 6). */
         if (min_pos + tj0 > max_pos && min_pos >= 0) n_slots = 0;
 
         /* ---- stage: slot positions, K (and V), the query re-rotated if the delta changed ---- */
-        barrier(CLK_LOCAL_MEM_FENCE);
         for (int kk = lid; kk < LZ_FTK; kk += LZ_FWG) {
             int kp = LZ_NO_KEY;
             const int slot = tj0 + kk, ee = te + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
             if (kk < n_slots) {
-                const ulong w = table[ee];
-                const int pos0 = entry_pos[ee];
-                if (!lz_entry_bad(w, pos0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w)) {
-                    kp = pos0 + tok;
-                }
+                const ulong w = tab[ee];
+                const int pos0 = tpos[ee];
+                if (!lz_entry_bad(w, pos0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w)) kp = pos0 + tok;
             }
             loc.key_pos[kk] = kp;
         }
-        lz_stage(loc.k, kc, table, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+        lz_stage(loc.k, kc, tab, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
 #if LZ_FKV
-        lz_stage(loc.v, vc, table, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+        lz_stage(loc.v, vc, tab, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
 #endif
         if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
             for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 2); i += LZ_FWG) {
@@ -177,8 +199,8 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                     __global const float *qr = q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;
                     x = lz_rotate((float2)(qr[d.x], qr[d.y]), lz_rope_cs(-delta, pr, rope_style, rot_dim, freq));
                 }
-                loc.q[r * LZ_QS + d.x] = x.x;
-                loc.q[r * LZ_QS + d.y] = x.y;
+                qf[r * 4 * LZ_QS4 + d.x] = x.x;
+                qf[r * 4 * LZ_QS4 + d.y] = x.y;
             }
             cur_delta = delta;
         }
@@ -190,10 +212,10 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
             float s[LZ_FRM][LZ_FRN];
             for (int m = 0; m < LZ_FRM; m++)
                 for (int n = 0; n < LZ_FRN; n++) s[m][n] = 0.0f;
-            for (int d = 0; d < LZ_HEAD_DIM; d += 4) {
+            for (int d = 0; d < LZ_HEAD_DIM / 4; d++) {
                 float4 a[LZ_FRM], b[LZ_FRN];
-                for (int m = 0; m < LZ_FRM; m++) a[m] = vload4(0, loc.q + min(rt * LZ_FRM + m, LZ_FR - 1) * LZ_QS + d);
-                for (int n = 0; n < LZ_FRN; n++) b[n] = vload4(0, loc.k + (kt + n * LZ_NKT) * LZ_QS + d);
+                for (int m = 0; m < LZ_FRM; m++) a[m] = loc.q[min(rt * LZ_FRM + m, LZ_FR - 1) * LZ_QS4 + d];
+                for (int n = 0; n < LZ_FRN; n++) b[n] = loc.k[(kt + n * LZ_NKT) * LZ_QS4 + d];
                 for (int m = 0; m < LZ_FRM; m++)
                     for (int n = 0; n < LZ_FRN; n++) {
                         float x = s[m][n];
@@ -205,54 +227,55 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
             }
             for (int m = 0; m < LZ_FRM; m++) {
                 const int r = rt * LZ_FRM + m;
-                if (r >= LZ_FR) break;
-                const int qp = loc.row_pos[r];
-                const float slope = alibi ? slopes[kvh * LZ_G + r % LZ_G] : 0.0f;
-                for (int n = 0; n < LZ_FRN; n++) {
-                    const int kk = kt + n * LZ_NKT, kp = loc.key_pos[kk];
-                    loc.p[r * LZ_FTK + kk] = kp <= qp ? s[m][n] * scale + slope * (float)(kp - qp) : -INFINITY;
+                if (r < LZ_FR) {
+                    const int qp = loc.row_pos[r];
+                    const float slope = alibi ? slopes[kvh * LZ_G + r % LZ_G] : 0.0f;
+                    for (int n = 0; n < LZ_FRN; n++) {
+                        const int kk = kt + n * LZ_NKT, kp = loc.key_pos[kk];
+                        loc.p[r * LZ_FTK + kk] = kp <= qp ? s[m][n] * scale + slope * (float)(kp - qp) : -INFINITY;
+                    }
                 }
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* ---- online softmax, one step per row; V staged meanwhile ---- */
+        /* ---- each row's new maximum and rescale factor ---- */
         for (int r = lid; r < LZ_FR; r += LZ_FWG) {
-            __local float *pr = loc.p + r * LZ_FTK;
             float tmax = -INFINITY;
-            for (int kk = 0; kk < n_slots; kk++) tmax = fmax(tmax, pr[kk]);
+            for (int kk = 0; kk < LZ_FTK; kk++) tmax = fmax(tmax, loc.p[r * LZ_FTK + kk]);
             const float m_old = m_row[r], m_new = fmax(m_old, tmax);
-            const float alpha = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
-            float sum = 0.0f;
-            for (int kk = 0; kk < LZ_FTK; kk++) {
-                const float x = kk < n_slots && pr[kk] != -INFINITY ? exp(pr[kk] - m_new) : 0.0f;
-                pr[kk] = x;
-                sum += x;
-            }
+            a_row[r] = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
             m_row[r] = m_new;
-            l_row[r] = fma(l_row[r], alpha, sum);
-            a_row[r] = alpha;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* ---- probabilities, one work-item per score; V staged meanwhile ---- */
+        for (int i = lid; i < LZ_FR * LZ_FTK; i += LZ_FWG) {
+            const float x = loc.p[i];
+            loc.p[i] = x == -INFINITY ? 0.0f : exp(x - m_row[i / LZ_FTK]);
         }
 #if !LZ_FKV
-        lz_stage(loc.v, vc, table, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+        lz_stage(loc.v, vc, tab, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* ---- output: register tiles of LZ_FOM rows x LZ_FON dims ---- */
         for (int o = 0; o < LZ_OPI; o++) {
-            const int ot = lid + o * LZ_FWG;
-            if (ot >= LZ_NORT * LZ_NODT) break;
+            const int ot = min(lid + o * LZ_FWG, LZ_NOT - 1); /* extra work-items repeat the last tile */
             const int dt = ot % LZ_NODT, rt = ot / LZ_NODT;
-            float pm[LZ_FOM];
             for (int m = 0; m < LZ_FOM; m++) {
-                const int r = min(rt * LZ_FOM + m, LZ_FR - 1);
-                const float alpha = a_row[r];
+                const float alpha = a_row[min(rt * LZ_FOM + m, LZ_FR - 1)];
+                l[o][m] *= alpha;
                 for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] *= alpha;
             }
             for (int kk = 0; kk < n_slots; kk++) {
-                for (int m = 0; m < LZ_FOM; m++) pm[m] = loc.p[min(rt * LZ_FOM + m, LZ_FR - 1) * LZ_FTK + kk];
+                float pm[LZ_FOM];
+                for (int m = 0; m < LZ_FOM; m++) {
+                    pm[m] = loc.p[min(rt * LZ_FOM + m, LZ_FR - 1) * LZ_FTK + kk];
+                    l[o][m] += pm[m];
+                }
                 for (int c = 0; c < LZ_FON / 4; c++) {
-                    const float4 x = vload4(0, loc.v + kk * LZ_QS + (dt + c * LZ_NODT) * 4);
+                    const float4 x = loc.v[kk * LZ_QS4 + dt + c * LZ_NODT];
                     for (int m = 0; m < LZ_FOM; m++) acc[o][m][c] = fma((float4)(pm[m]), x, acc[o][m][c]);
                 }
             }

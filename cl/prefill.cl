@@ -19,18 +19,20 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
                          __global const float *slopes, int rope_style, int rot_dim, int alibi,
                          float scale, int n_queries, int n_entries, int n_q_heads,
                          int n_kv_heads, int n_blocks, __global int *err) {
-    __local float q_tile[LZ_FR * LZ_QS];
-    __local float k_tile[LZ_FTK * LZ_QS];
+    __local float4 q_tile[LZ_FR * LZ_QS4];
+    __local float4 k_tile[LZ_FTK * LZ_QS4];
 #if LZ_FKV
-    __local float v_tile[LZ_FTK * LZ_QS];
+    __local float4 v_tile[LZ_FTK * LZ_QS4];
 #endif
     __local float p_tile[LZ_FR * LZ_FTK];
-    __local float row[3 * LZ_FR];
+    __local float row[2 * LZ_FR];
     __local int key_pos[LZ_FTK];
     __local int row_pos[LZ_FR];
+    __local ulong tab[LZ_TC];
+    __local int tpos[LZ_TC];
     lz_flash_local loc;
     loc.q = q_tile, loc.k = k_tile, loc.p = p_tile, loc.row = row;
-    loc.key_pos = key_pos, loc.row_pos = row_pos;
+    loc.key_pos = key_pos, loc.row_pos = row_pos, loc.tab = tab, loc.tpos = tpos;
 #if LZ_FKV
     loc.v = v_tile;
 #else
@@ -38,19 +40,19 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
 #endif
     const int kvh = get_group_id(1), t0 = get_group_id(0) * (LZ_FR / LZ_G), lid = get_local_id(0);
     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4];
+    float l[LZ_OPI][LZ_FOM];
     lz_flash(q, q_pos, table, entry_pos, kc, vc, freq, slopes, rope_style, rot_dim, alibi, scale,
-             n_q_heads, n_kv_heads, n_blocks, err, t0, n_queries, kvh, 0, n_entries, loc, acc);
+             n_q_heads, n_kv_heads, n_blocks, err, t0, n_queries, kvh, 0, n_entries, loc, acc, l);
 
     for (int o = 0; o < LZ_OPI; o++) {
-        const int ot = lid + o * LZ_FWG;
-        if (ot >= LZ_NORT * LZ_NODT) break;
-        const int dt = ot % LZ_NODT, rt = ot / LZ_NODT;
+        const int ot = lid + o * LZ_FWG, dt = ot % LZ_NODT, rt = ot / LZ_NODT;
         for (int m = 0; m < LZ_FOM; m++) {
             const int r = rt * LZ_FOM + m, t = t0 + r / LZ_G;
-            if (r >= LZ_FR || t >= n_queries) break;
-            const float l = row[LZ_FR + r], inv = l > 0.0f ? 1.0f / l : 0.0f;
-            __global float *o_row = out + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;
-            for (int c = 0; c < LZ_FON / 4; c++) vstore4(acc[o][m][c] * inv, 0, o_row + (dt + c * LZ_NODT) * 4);
+            if (ot < LZ_NOT && r < LZ_FR && t < n_queries) {
+                const float inv = l[o][m] > 0.0f ? 1.0f / l[o][m] : 0.0f;
+                __global float *o_row = out + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;
+                for (int c = 0; c < LZ_FON / 4; c++) vstore4(acc[o][m][c] * inv, dt + c * LZ_NODT, o_row);
+            }
         }
     }
 }

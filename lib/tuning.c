@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "tuning.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* One row of the database: the tuned geometry of a device name for one
@@ -21,8 +22,8 @@ static const lz_tuning_row lz_tuning_db[] = {
 size_t lz_tile_local_bytes(const lazyattn_tile_params *t, int head_dim) {
     size_t stride = (size_t)head_dim + 4, bufs = t->kv_together == 1 ? 2 : 1;
     return sizeof(float) * (((size_t)t->rows + (size_t)t->keys * bufs) * stride +
-                            (size_t)t->rows * t->keys + 5 * (size_t)t->rows + (size_t)t->keys) +
-           64;
+                            (size_t)t->rows * t->keys + 3 * (size_t)t->rows + (size_t)t->keys) +
+           12 * (size_t)(4 * t->keys > 64 ? 4 * t->keys : 64) /* table window, at most */ + 64;
 }
 
 /* Output tiles per work-item (the kernels keep them in registers). */
@@ -153,10 +154,13 @@ int lz_tuning_choose(const lazyattn_context *ctx, const lazyattn_attention_confi
     if (!out->decode_groups_per_cu) out->decode_groups_per_cu = 8;
     int st = lz_tile_check(ctx, &out->prefill, group, c->head_dim, "prefill");
     if (!st) st = lz_tile_check(ctx, &out->decode, group, c->head_dim, "decode");
-    if (st == LAZYATTN_STATUS_UNSUPPORTED)
+    if (st == LAZYATTN_STATUS_UNSUPPORTED) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", lazyattn_last_error());
         return lz_fail(st, "attention config: head_dim %d, group %d, block %d: %s (local memory "
                            "and work-group limits are the device's)",
-                       c->head_dim, group, c->block_size, lazyattn_last_error());
+                       c->head_dim, group, c->block_size, why);
+    }
     return st;
 }
 
