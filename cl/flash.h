@@ -207,7 +207,8 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* ---- scores: register tiles of LZ_FRM rows x LZ_FRN keys ---- */
-        for (int st = lid; st < LZ_NRT * LZ_NKT; st += LZ_FWG) {
+        const int n_score = n_slots > 0 ? LZ_NRT * LZ_NKT : 0; /* a skipped tile computes nothing */
+        for (int st = lid; st < n_score; st += LZ_FWG) {
             const int kt = st % LZ_NKT, rt = st / LZ_NKT;
             float s[LZ_FRM][LZ_FRN];
             for (int m = 0; m < LZ_FRM; m++)
@@ -242,6 +243,7 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
         /* ---- each row's new maximum and rescale factor ---- */
         for (int r = lid; r < LZ_FR; r += LZ_FWG) {
             float tmax = -INFINITY;
+#pragma unroll 8
             for (int kk = 0; kk < LZ_FTK; kk++) tmax = fmax(tmax, loc.p[r * LZ_FTK + kk]);
             const float m_old = m_row[r], m_new = fmax(m_old, tmax);
             a_row[r] = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
@@ -268,7 +270,12 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                 l[o][m] *= alpha;
                 for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] *= alpha;
             }
-            for (int kk = 0; kk < n_slots; kk++) {
+            /* every slot of the tile (a fixed trip count the compiler unrolls
+             * and pipelines): past n_slots the probabilities are zeros and
+             * the staged rows zeros too */
+            if (n_slots > 0)
+#pragma unroll 8
+            for (int kk = 0; kk < LZ_FTK; kk++) {
                 float pm[LZ_FOM];
                 for (int m = 0; m < LZ_FOM; m++) {
                     pm[m] = loc.p[min(rt * LZ_FOM + m, LZ_FR - 1) * LZ_FTK + kk];

@@ -338,17 +338,23 @@ int main(int argc, char **argv) {
             }
 
     /* ---- decode sweep ---- */
-    static const int keys[] = {32, 64, 16}, wgs[] = {128, 256, 64}, gpc[] = {8, 4, 16};
-    const int n_keys = small ? 2 : 3, n_wg = small ? 2 : 3, n_gpc = small ? 1 : 3;
+    /* register tiles: one (row, key) score and one (row, 4 dims) output per
+     * work-item, or all the group's rows per work-item (each K/V row read
+     * from local memory once) */
+    static const int keys[] = {32, 16, 64}, wgs[] = {128, 32, 64, 256}, gpc[] = {8, 4, 16};
+    const int n_keys = small ? 2 : 3, n_wg = small ? 2 : 4, n_gpc = small ? 1 : 3;
+    const int rb = group <= 16 ? group : 16;
     double best_score = 2.0;
     for (int i = 0; i < n_keys; i++)
         for (int j = 0; j < n_wg; j++)
             for (int kv = 1; kv <= 2; kv++)
-                for (int g = 0; g < n_gpc; g++) {
+                for (int g = 0; g < n_gpc; g++)
+                    for (int tile = 0; tile < 2; tile++) {
                     lazyattn_kernel_tuning t;
                     memset(&t, 0, sizeof t);
                     t.prefill = best.prefill;
-                    t.decode = (lazyattn_tile_params){0, keys[i], wgs[j], 1, 1, 1, 4, kv};
+                    t.decode = tile ? (lazyattn_tile_params){0, keys[i], wgs[j], rb, 1, rb, 4, kv}
+                                    : (lazyattn_tile_params){0, keys[i], wgs[j], 1, 1, 1, 4, kv};
                     t.decode_groups_per_cu = gpc[g];
                     lazyattn_attention *a;
                     int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);
