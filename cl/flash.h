@@ -23,6 +23,7 @@
  *   LZ_FRM, LZ_FRN  score register tile (LZ_FRN divides LZ_FTK)
  *   LZ_FOM, LZ_FON  output register tile (LZ_FON a multiple of 4 dividing LZ_HEAD_DIM)
  *   LZ_FKV  1: K and V staged at once in two buffers; 0: V reuses K's buffer
+ *   LZ_FPF  1: the next tile's K/V loaded into registers during this tile (needs LZ_FKV)
  *
  * Race freedom: every local buffer is written and read in phases separated
  * by barriers that every work-item reaches (the tile loop is uniform: all
@@ -41,6 +42,12 @@
 #define LZ_TILE_ENTRIES 1
 #endif
 #define LZ_NO_KEY 0x7FFFFFFF
+#ifndef LZ_FPF
+#define LZ_FPF 0
+#endif
+#if LZ_FPF && !LZ_FKV
+#error "LZ_FPF (prefetch into registers) needs LZ_FKV (K and V tiles in two buffers)"
+#endif
 /* entries of the table cached in local memory at a time */
 #define LZ_TC (4 * LZ_TILE_ENTRIES > 64 ? 4 * LZ_TILE_ENTRIES : 64)
 
@@ -63,26 +70,53 @@ inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
            pos0 < 0 || pos0 > LZ_MAX_POSITION;
 }
 
-/* Stages the K (or V) rows of the tile's slots as floats; empty slots are
- * zeros. Chunks of 8 elements (16 bytes of f16); a fixed trip count so that
- * the compiler can issue every load of a work-item before its stores. */
+/* Loads the K (or V) rows of the tile's slots as floats into registers
+ * (empty slots are zeros): chunks of 8 elements (16 bytes of f16), a fixed
+ * trip count, so every load of a work-item is issued before any is used. */
 #define LZ_STAGE_CHUNKS (LZ_FTK * (LZ_HEAD_DIM / 8))
-inline void lz_stage(__local float4 *dst, __global const LZ_STORE_T *src, __local const ulong *table,
+#define LZ_NCH ((LZ_STAGE_CHUNKS + LZ_FWG - 1) / LZ_FWG)
+inline void lz_fetch(float8 x[LZ_NCH], __global const LZ_STORE_T *src, __local const ulong *table,
                      int e0, int j0, int n_slots, int kvh, int n_kv_heads, int n_blocks, int lid) {
 #pragma unroll
-    for (int it = 0; it < (LZ_STAGE_CHUNKS + LZ_FWG - 1) / LZ_FWG; it++) {
+    for (int it = 0; it < LZ_NCH; it++) {
         const int i = lid + it * LZ_FWG;
         const int kk = i / (LZ_HEAD_DIM / 8), c = i % (LZ_HEAD_DIM / 8);
         const int slot = j0 + kk, e = e0 + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
-        float8 x = (float8)(0.0f);
+        x[it] = (float8)(0.0f);
         if (i < LZ_STAGE_CHUNKS && kk < n_slots) {
             const ulong w = table[e];
             if (!lz_entry_bad(w, 0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w))
-                x = LZ_LOAD8(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c * 8);
+                x[it] = LZ_LOAD8(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c * 8);
         }
+    }
+}
+
+/* Stores what lz_fetch loaded into a local tile. */
+inline void lz_put(__local float4 *dst, const float8 x[LZ_NCH], int lid) {
+#pragma unroll
+    for (int it = 0; it < LZ_NCH; it++) {
+        const int i = lid + it * LZ_FWG;
+        const int kk = i / (LZ_HEAD_DIM / 8), c = i % (LZ_HEAD_DIM / 8);
         if (i < LZ_STAGE_CHUNKS) {
-            dst[kk * LZ_QS4 + 2 * c] = x.lo;
-            dst[kk * LZ_QS4 + 2 * c + 1] = x.hi;
+            dst[kk * LZ_QS4 + 2 * c] = x[it].lo;
+            dst[kk * LZ_QS4 + 2 * c + 1] = x[it].hi;
+        }
+    }
+}
+
+/* Logical positions of the slots kk = lid, lid + LZ_FWG, ... of a tile
+ * (LZ_NO_KEY where there is no valid key). */
+#define LZ_NKP ((LZ_FTK + LZ_FWG - 1) / LZ_FWG)
+inline void lz_key_pos(int kp[LZ_NKP], __local const ulong *tab, __local const int *tpos, int te,
+                       int tj0, int n_slots, int n_blocks, int lid) {
+    for (int it = 0; it < LZ_NKP; it++) {
+        const int kk = lid + it * LZ_FWG;
+        const int slot = tj0 + kk, ee = te + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
+        kp[it] = LZ_NO_KEY;
+        if (kk < LZ_FTK && kk < n_slots) {
+            const ulong w = tab[ee];
+            const int pos0 = tpos[ee];
+            if (!lz_entry_bad(w, pos0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w)) kp[it] = pos0 + tok;
         }
     }
 }
@@ -93,6 +127,76 @@ inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
     else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
     else if (pos0 < 0 || pos0 > LZ_MAX_POSITION) lz_raise(err, LZ_ERR_POSITION);
 }
+
+/* Pieces of the tile loop of lz_flash (macros over its variables). */
+/* Reloads the table window when the next tile's entries are not all in it. */
+#define LZ_WINDOW()                                                                            \
+    if (e < e_last && e + LZ_TILE_ENTRIES > c0 + LZ_TC) {                                      \
+        c0 = e;                                                                                \
+        for (int i = lid; i < LZ_TC; i += LZ_FWG)                                              \
+            if (c0 + i < e_last) loc.tab[i] = table[c0 + i], loc.tpos[i] = entry_pos[c0 + i];  \
+    }
+/* Describes the next tile (from the window) and loads its K/V into registers. */
+#define LZ_NEXT_TILE()                                                                         \
+    have_next = e < e_last;                                                                    \
+    if (have_next) {                                                                           \
+        __local const ulong *tab = loc.tab - c0; /* indexed by entry */                        \
+        __local const int *tpos = loc.tpos - c0;                                               \
+        next_delta = LAZYATTN_ENTRY_DELTA(tab[e]);                                             \
+        int ne = 1, min_pos = tpos[e];                                                         \
+        if (lid == 0 && j0 == 0) lz_check_entry(tab[e], min_pos, n_blocks, err);               \
+        while (ne < LZ_TILE_ENTRIES && e + ne < e_last &&                                      \
+               LAZYATTN_ENTRY_DELTA(tab[e + ne]) == next_delta) {                              \
+            const int pos0 = tpos[e + ne];                                                     \
+            if (lid == 0) lz_check_entry(tab[e + ne], pos0, n_blocks, err);                    \
+            min_pos = min(min_pos, pos0);                                                      \
+            ne++;                                                                              \
+        }                                                                                      \
+        next_slots = LZ_BLOCK <= LZ_FTK ? ne * LZ_BLOCK : min(LZ_FTK, LZ_BLOCK - j0);          \
+        const int te = e, tj0 = j0;                                                            \
+        tile_e = te, tile_j0 = tj0;                                                            \
+        if (LZ_BLOCK <= LZ_FTK || j0 + LZ_FTK >= LZ_BLOCK) {                                   \
+            e += ne;                                                                           \
+            j0 = 0;                                                                            \
+        } else {                                                                               \
+            j0 += LZ_FTK;                                                                      \
+        }                                                                                      \
+        /* a tile in every row's future is skipped (its barriers still reached) */            \
+        if (min_pos + tj0 > max_pos && min_pos >= 0) next_slots = 0;                           \
+        lz_key_pos(kp, tab, tpos, te, tj0, next_slots, n_blocks, lid);                         \
+        lz_fetch(rk, kc, tab, te, tj0, next_slots, kvh, n_kv_heads, n_blocks, lid);            \
+        LZ_FETCH_V();                                                                          \
+    }
+#if LZ_FKV
+#define LZ_FETCH_V() lz_fetch(rv, vc, tab, te, tj0, next_slots, kvh, n_kv_heads, n_blocks, lid)
+#define LZ_PUT_V() lz_put(loc.v, rv, lid)
+#else
+#define LZ_FETCH_V()
+#define LZ_PUT_V()
+#endif
+/* Stages the current tile: slot positions, K (and V), the query re-rotated
+ * by -delta when the delta changed. */
+#define LZ_STAGE()                                                                             \
+    for (int it = 0; it < LZ_NKP; it++)                                                        \
+        if (lid + it * LZ_FWG < LZ_FTK) loc.key_pos[lid + it * LZ_FWG] = kp[it];               \
+    lz_put(loc.k, rk, lid);                                                                    \
+    LZ_PUT_V();                                                                                \
+    if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {                                    \
+        for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 2); i += LZ_FWG) {                        \
+            const int r = i / (LZ_HEAD_DIM / 2), pr = i % (LZ_HEAD_DIM / 2), t = t0 + r / LZ_G; \
+            const int2 d = lz_rope_pair(pr, rope_style, rot_dim);                              \
+            float2 x = (float2)(0.0f);                                                         \
+            if (t < t_end) {                                                                   \
+                __global const float *qr =                                                     \
+                    q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;         \
+                x = lz_rotate((float2)(qr[d.x], qr[d.y]),                                      \
+                              lz_rope_cs(-delta, pr, rope_style, rot_dim, freq));              \
+            }                                                                                  \
+            qf[r * 4 * LZ_QS4 + d.x] = x.x;                                                    \
+            qf[r * 4 * LZ_QS4 + d.y] = x.y;                                                    \
+        }                                                                                      \
+        cur_delta = delta;                                                                     \
+    }
 
 /* Runs the core over entries [e_first, e_last) for the rows of tokens
  * t0 .. t0 + LZ_FR / LZ_G - 1 (those below t_end are active) of KV head kvh.
@@ -138,74 +242,43 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
     for (int r = 0; r < LZ_FR; r++) max_pos = max(max_pos, loc.row_pos[r]);
     int cur_delta = 0;
 
+    /* Tiles: entries e .. e + ne - 1 of one delta (slots j0 .. of them);
+     * the table window (entries c0 .. c0 + LZ_TC - 1) in local memory. With
+     * LZ_FPF the next tile's K/V are loaded into registers while the
+     * current one is computed. Every loop below has a uniform trip count
+     * and no `continue`/`break` past a barrier: PoCL 3.1 miscompiles a
+     * loop whose (uniform) continue skips its barriers (the old kernels'
+     * block-size-1 bug, issue 10 class 6). */
     int e = e_first, j0 = 0, c0 = e_first - LZ_TC; /* no entry cached yet */
-    while (e < e_last) {
-        /* ---- the table window: entries c0 .. c0 + LZ_TC - 1 in local memory ---- */
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (e + LZ_TILE_ENTRIES > c0 + LZ_TC) {
-            c0 = e;
-            for (int i = lid; i < LZ_TC; i += LZ_FWG)
-                if (c0 + i < e_last) loc.tab[i] = table[c0 + i], loc.tpos[i] = entry_pos[c0 + i];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        __local const ulong *tab = loc.tab - c0; /* indexed by entry */
-        __local const int *tpos = loc.tpos - c0;
-
-        /* ---- the tile: entries e .. e + ne - 1 of one delta, slots j0 .. ---- */
-        const int delta = LAZYATTN_ENTRY_DELTA(tab[e]);
-        int ne = 1, min_pos = tpos[e];
-        if (lid == 0 && j0 == 0) lz_check_entry(tab[e], min_pos, n_blocks, err);
-        while (ne < LZ_TILE_ENTRIES && e + ne < e_last && LAZYATTN_ENTRY_DELTA(tab[e + ne]) == delta) {
-            const int pos0 = tpos[e + ne];
-            if (lid == 0) lz_check_entry(tab[e + ne], pos0, n_blocks, err);
-            min_pos = min(min_pos, pos0);
-            ne++;
-        }
-        int n_slots = LZ_BLOCK <= LZ_FTK ? ne * LZ_BLOCK : min(LZ_FTK, LZ_BLOCK - j0);
-        const int te = e, tj0 = j0;
-        if (LZ_BLOCK <= LZ_FTK || j0 + LZ_FTK >= LZ_BLOCK) {
-            e += ne;
-            j0 = 0;
-        } else {
-            j0 += LZ_FTK;
-        }
-        /* A tile in every row's future is skipped; its barriers are still
-         * reached. Never `continue` past the barriers below: PoCL 3.1
-         * miscompiles a loop whose (uniform) continue skips them (the
-         * old kernels' block-size-1 bug, issue 10 class 6). */
-        if (min_pos + tj0 > max_pos && min_pos >= 0) n_slots = 0;
-
-        /* ---- stage: slot positions, K (and V), the query re-rotated if the delta changed ---- */
-        for (int kk = lid; kk < LZ_FTK; kk += LZ_FWG) {
-            int kp = LZ_NO_KEY;
-            const int slot = tj0 + kk, ee = te + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
-            if (kk < n_slots) {
-                const ulong w = tab[ee];
-                const int pos0 = tpos[ee];
-                if (!lz_entry_bad(w, pos0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w)) kp = pos0 + tok;
-            }
-            loc.key_pos[kk] = kp;
-        }
-        lz_stage(loc.k, kc, tab, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+    int n_slots = 0, delta = 0, next_slots = 0, next_delta = 0, tile_e = 0, tile_j0 = 0;
+    int kp[LZ_NKP];
+    float8 rk[LZ_NCH];
 #if LZ_FKV
-        lz_stage(loc.v, vc, tab, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+    float8 rv[LZ_NCH];
 #endif
-        if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
-            for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 2); i += LZ_FWG) {
-                const int r = i / (LZ_HEAD_DIM / 2), pr = i % (LZ_HEAD_DIM / 2), t = t0 + r / LZ_G;
-                const int2 d = lz_rope_pair(pr, rope_style, rot_dim);
-                float2 x = (float2)(0.0f);
-                if (t < t_end) {
-                    __global const float *qr = q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;
-                    x = lz_rotate((float2)(qr[d.x], qr[d.y]), lz_rope_cs(-delta, pr, rope_style, rot_dim, freq));
-                }
-                qf[r * 4 * LZ_QS4 + d.x] = x.x;
-                qf[r * 4 * LZ_QS4 + d.y] = x.y;
-            }
-            cur_delta = delta;
-        }
+#if LZ_FPF
+    int have_next = 0;
+    LZ_WINDOW();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    LZ_NEXT_TILE();
+    while (have_next) {
         barrier(CLK_LOCAL_MEM_FENCE);
-
+        n_slots = next_slots, delta = next_delta;
+        LZ_STAGE();
+        LZ_WINDOW();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LZ_NEXT_TILE();
+#else
+    int have_next = 1;
+    while (e < e_last) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LZ_WINDOW();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LZ_NEXT_TILE();
+        n_slots = next_slots, delta = next_delta;
+        LZ_STAGE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         /* ---- scores: register tiles of LZ_FRM rows x LZ_FRN keys ---- */
         const int n_score = n_slots > 0 ? LZ_NRT * LZ_NKT : 0; /* a skipped tile computes nothing */
         for (int st = lid; st < n_score; st += LZ_FWG) {
@@ -257,7 +330,9 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
             loc.p[i] = x == -INFINITY ? 0.0f : exp(x - m_row[i / LZ_FTK]);
         }
 #if !LZ_FKV
-        lz_stage(loc.v, vc, tab, te, tj0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+        /* V into the K tile (the scores are done with it) */
+        lz_fetch(rk, vc, loc.tab - c0, tile_e, tile_j0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+        lz_put(loc.k, rk, lid);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
 

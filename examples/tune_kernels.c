@@ -237,8 +237,8 @@ static double max_rel_diff(const float *a, const float *b, size_t n) {
 }
 
 static void print_tile(FILE *f, const lazyattn_tile_params *t) {
-    fprintf(f, "{%d, %d, %d, %d, %d, %d, %d, %d}", t->rows, t->keys, t->work_group, t->score_rows,
-            t->score_keys, t->out_rows, t->out_dims, t->kv_together);
+    fprintf(f, "{%d, %d, %d, %d, %d, %d, %d, %d, %d}", t->rows, t->keys, t->work_group, t->score_rows,
+            t->score_keys, t->out_rows, t->out_dims, t->kv_together, t->prefetch);
 }
 
 int main(int argc, char **argv) {
@@ -318,7 +318,7 @@ int main(int argc, char **argv) {
                 lazyattn_kernel_tuning t;
                 memset(&t, 0, sizeof t);
                 t.prefill = (lazyattn_tile_params){rk[i][0] < group ? group : rk[i][0] / group * group,
-                                                   rk[i][1], 0, sc[j][0], sc[j][1], ot[k][0], ot[k][1], 2};
+                                                   rk[i][1], 0, sc[j][0], sc[j][1], ot[k][0], ot[k][1], 2, 2};
                 t.decode = def_t.decode;
                 t.decode_groups_per_cu = def_t.decode_groups_per_cu;
                 lazyattn_attention *a;
@@ -342,19 +342,20 @@ int main(int argc, char **argv) {
      * work-item, or all the group's rows per work-item (each K/V row read
      * from local memory once) */
     static const int keys[] = {32, 16, 64}, wgs[] = {128, 32, 64, 256}, gpc[] = {8, 4, 16};
-    const int n_keys = small ? 2 : 3, n_wg = small ? 2 : 4, n_gpc = small ? 1 : 3;
+    const int n_keys = 2, n_wg = small ? 2 : 3, n_gpc = small ? 1 : 2;
     const int rb = group <= 16 ? group : 16;
     double best_score = 2.0;
     for (int i = 0; i < n_keys; i++)
         for (int j = 0; j < n_wg; j++)
-            for (int kv = 1; kv <= 2; kv++)
+            for (int kv = 1; kv <= 3; kv++) /* 3: two buffers and the register prefetch */
                 for (int g = 0; g < n_gpc; g++)
                     for (int tile = 0; tile < 2; tile++) {
                     lazyattn_kernel_tuning t;
                     memset(&t, 0, sizeof t);
                     t.prefill = best.prefill;
-                    t.decode = tile ? (lazyattn_tile_params){0, keys[i], wgs[j], rb, 1, rb, 4, kv}
-                                    : (lazyattn_tile_params){0, keys[i], wgs[j], 1, 1, 1, 4, kv};
+                    const int kvt = kv == 2 ? 2 : 1, pf = kv == 3 ? 1 : 2;
+                    t.decode = tile ? (lazyattn_tile_params){0, keys[i], wgs[j], rb, 1, rb, 4, kvt, pf}
+                                    : (lazyattn_tile_params){0, keys[i], wgs[j], 1, 1, 1, 4, kvt, pf};
                     t.decode_groups_per_cu = gpc[g];
                     lazyattn_attention *a;
                     int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);

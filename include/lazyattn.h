@@ -326,6 +326,8 @@ typedef struct lazyattn_tile_params {
     int out_rows;    /* register tile of the output: rows x dims per work-item */
     int out_dims;    /* multiple of 4 dividing head_dim */
     int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose */
+    int prefetch;    /* 1: the next K/V tile is loaded into registers while one is computed
+                      * (needs kv_together 1), 2: not; 0: choose */
 } lazyattn_tile_params;
 
 typedef struct lazyattn_kernel_tuning {

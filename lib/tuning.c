@@ -50,6 +50,8 @@ static int lz_tile_check(const lazyattn_context *ctx, const lazyattn_tile_params
                  what, t->out_rows, t->out_dims, head_dim);
     LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
                  "tuning (%s): kv_together %d must be 0, 1 or 2", what, t->kv_together);
+    LZ_CHECK_ARG((t->prefetch == 1 && t->kv_together == 1) || t->prefetch == 2,
+                 "tuning (%s): prefetch %d must be 0, 1 (with kv_together 1) or 2", what, t->prefetch);
     LZ_CHECK_ARG(t->work_group >= 1 && t->work_group <= 1024,
                  "tuning (%s): work_group %d outside 1..1024", what, t->work_group);
     LZ_CHECK_ARG(lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims <= 256,
@@ -81,6 +83,7 @@ static void lz_tile_defaults(const lazyattn_context *ctx, lazyattn_tile_params *
         if (!t->out_dims) t->out_dims = 4;
         if (!t->kv_together) t->kv_together = 1;
         if (!t->keys) t->keys = 32;
+        if (!t->prefetch) t->prefetch = t->kv_together == 1 ? 1 : 2;
     } else {
         if (!t->rows) t->rows = group * (group < 32 ? 32 / group : 1);
         if (!t->score_rows) t->score_rows = t->rows >= 4 ? 4 : 1;
@@ -89,10 +92,11 @@ static void lz_tile_defaults(const lazyattn_context *ctx, lazyattn_tile_params *
         if (!t->out_dims) t->out_dims = head_dim % 8 == 0 ? 8 : 4;
         if (!t->kv_together) t->kv_together = 2;
         if (!t->keys) t->keys = 32;
+        if (!t->prefetch) t->prefetch = 2;
     }
     /* shrink what was not set until the tiles fit the local memory */
     for (int i = 0; i < 16 && lz_tile_local_bytes(t, head_dim) > ctx->local_mem_size; i++) {
-        if (!set.kv_together && t->kv_together == 1) t->kv_together = 2;
+        if (!set.kv_together && !set.prefetch && t->kv_together == 1) t->kv_together = 2, t->prefetch = 2;
         else if (!set.keys && t->keys > 8 && t->keys / 2 % t->score_keys == 0) t->keys /= 2;
         else if (!decode && !set.rows && t->rows / 2 >= group && t->rows / 2 % group == 0) t->rows /= 2;
         else break;
@@ -167,8 +171,8 @@ int lz_tuning_choose(const lazyattn_context *ctx, const lazyattn_attention_confi
 int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t size) {
     int n = snprintf(buf, size,
                      " -DLZ_G=%d -DLZ_FR=%d -DLZ_FTK=%d -DLZ_FWG=%d -DLZ_FRM=%d -DLZ_FRN=%d "
-                     "-DLZ_FOM=%d -DLZ_FON=%d -DLZ_FKV=%d",
+                     "-DLZ_FOM=%d -DLZ_FON=%d -DLZ_FKV=%d -DLZ_FPF=%d",
                      group, t->rows, t->keys, t->work_group, t->score_rows, t->score_keys,
-                     t->out_rows, t->out_dims, t->kv_together == 1);
+                     t->out_rows, t->out_dims, t->kv_together == 1, t->prefetch == 1);
     return n > 0 && (size_t)n < size ? 0 : -1;
 }

@@ -200,8 +200,8 @@ static void test_odd_tiles(void **state) {
         const int group = cases[i].n_q_heads / cases[i].n_kv_heads;
         lazyattn_kernel_tuning t;
         memset(&t, 0, sizeof t);
-        t.prefill = (lazyattn_tile_params){3 * group, 6, 37, 3, 3, 3, 4, 1};
-        t.decode = (lazyattn_tile_params){0, 5, 33, 3, 5, 2, 4, 2};
+        t.prefill = (lazyattn_tile_params){3 * group, 6, 37, 3, 3, 3, 4, 1, 1};
+        t.decode = (lazyattn_tile_params){0, 5, 33, 3, 5, 2, 4, 2, 2};
         t.decode_groups_per_cu = 3;
         run_case(ctx, &cases[i], &t, &r);
     }
@@ -230,6 +230,9 @@ static void test_tuning_api(void **state) {
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.decode.kv_together = 3;
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    memset(&t, 0, sizeof t);
+    t.prefill.prefetch = 1, t.prefill.kv_together = 2; /* prefetch needs two buffers */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.decode_groups_per_cu = -2;
