@@ -54,9 +54,6 @@ static int lz_tile_check(const lazyattn_context *ctx, const lazyattn_tile_params
                  "tuning (%s): prefetch %d must be 0, 1 (with kv_together 1) or 2", what, t->prefetch);
     LZ_CHECK_ARG(t->work_group >= 1 && t->work_group <= 1024,
                  "tuning (%s): work_group %d outside 1..1024", what, t->work_group);
-    LZ_CHECK_ARG(lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims <= 256,
-                 "tuning (%s): %ld output values per work-item (at most 256)", what,
-                 lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims);
     if ((size_t)t->work_group > ctx->max_work_group_size)
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "tuning (%s): work-group %d exceeds the device's work-group limit %zu", what,
@@ -67,6 +64,9 @@ static int lz_tile_check(const lazyattn_context *ctx, const lazyattn_tile_params
                        "tuning (%s): tiles of %d rows x %d keys x head_dim %d need %zu B of local "
                        "memory, the device has %llu B",
                        what, t->rows, t->keys, head_dim, need, (unsigned long long)ctx->local_mem_size);
+    LZ_CHECK_ARG(lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims <= 256,
+                 "tuning (%s): %ld output values per work-item (at most 256)", what,
+                 lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -83,7 +83,8 @@ static void lz_tile_defaults(const lazyattn_context *ctx, lazyattn_tile_params *
         if (!t->out_dims) t->out_dims = 4;
         if (!t->kv_together) t->kv_together = 1;
         if (!t->keys) t->keys = 32;
-        if (!t->prefetch) t->prefetch = t->kv_together == 1 ? 1 : 2;
+        /* the register prefetch measured slower on the H200 (docs/PERFLOG.md, portable p4) */
+        if (!t->prefetch) t->prefetch = 2;
     } else {
         if (!t->rows) t->rows = group * (group < 32 ? 32 / group : 1);
         if (!t->score_rows) t->score_rows = t->rows >= 4 ? 4 : 1;
