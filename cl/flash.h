@@ -29,6 +29,33 @@
  * by barriers that every work-item reaches (the tile loop is uniform: all
  * work-items compute the same tile bounds from the same table words).
  */
+#ifndef LZ_G /* defaults: one head per KV head, small tiles (lib/tuning.c always sets them) */
+#define LZ_G 1
+#endif
+#ifndef LZ_FR
+#define LZ_FR LZ_G
+#endif
+#ifndef LZ_FTK
+#define LZ_FTK 32
+#endif
+#ifndef LZ_FWG
+#define LZ_FWG 64
+#endif
+#ifndef LZ_FRM
+#define LZ_FRM 1
+#endif
+#ifndef LZ_FRN
+#define LZ_FRN 1
+#endif
+#ifndef LZ_FOM
+#define LZ_FOM 1
+#endif
+#ifndef LZ_FON
+#define LZ_FON 4
+#endif
+#ifndef LZ_FKV
+#define LZ_FKV 1
+#endif
 #define LZ_QS4 (LZ_HEAD_DIM / 4 + 1) /* padded row stride of the Q and K/V tiles, in float4 */
 #define LZ_NRT ((LZ_FR + LZ_FRM - 1) / LZ_FRM)
 #define LZ_NKT (LZ_FTK / LZ_FRN)

@@ -243,6 +243,10 @@ static void test_tuning_api(void **state) {
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_UNSUPPORTED);
     assert_non_null(strstr(lazyattn_last_error(), "local memory"));
     lt_assert_status(lazyattn_attention_get_tuning(NULL, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_attention_create_tuned(NULL, &c, NULL, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(a);
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, NULL, NULL, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
 
     /* the chosen geometry is resolved and kept */
     memset(&t, 0, sizeof t);
