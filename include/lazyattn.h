@@ -310,12 +310,15 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
  * query tokens x the group's query heads; the decode has one token, so its
  * rows are always the group size).
  *
- * Limits: the tiles need about 4 * ((rows + keys * (1 + kv_together)) *
- * (head_dim + 4) + rows * keys) bytes of local memory; a configuration whose
- * smallest tiles exceed the device's local memory (CL_DEVICE_LOCAL_MEM_SIZE:
- * 48 KiB on NVIDIA, so e.g. a GQA group of 32 with head_dim 256) is refused
- * with LAZYATTN_STATUS_UNSUPPORTED naming the local memory. The limit is the
- * device's, not the library's: the same configuration may run elsewhere.
+ * Limits: the tiles need about 4 * ((rows + keys * buffers) * (head_dim + 4)
+ * + rows * keys) bytes of local memory (buffers: 2 with kv_together 1, else
+ * 1); when the smallest tiles (rows = the group, keys shrunk) exceed the
+ * device's local memory (CL_DEVICE_LOCAL_MEM_SIZE) the configuration is
+ * refused with LAZYATTN_STATUS_UNSUPPORTED naming the local memory: e.g. 64
+ * query heads per KV head with head_dim 256 on NVIDIA's 48 KiB, 32 per KV
+ * head with head_dim 256 on a 32 KiB device. The limit is the device's, not
+ * the library's: the same configuration may run elsewhere. Block sizes do
+ * not enter it.
  */
 typedef struct lazyattn_tile_params {
     int rows;        /* prefill: multiple of the group; decode: ignored (the group) */

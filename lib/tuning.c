@@ -98,7 +98,7 @@ static void lz_tile_defaults(const lazyattn_context *ctx, lazyattn_tile_params *
     /* shrink what was not set until the tiles fit the local memory */
     for (int i = 0; i < 16 && lz_tile_local_bytes(t, head_dim) > ctx->local_mem_size; i++) {
         if (!set.kv_together && !set.prefetch && t->kv_together == 1) t->kv_together = 2, t->prefetch = 2;
-        else if (!set.keys && t->keys > 8 && t->keys / 2 % t->score_keys == 0) t->keys /= 2;
+        else if (!set.keys && t->keys > 1 && t->keys / 2 % t->score_keys == 0) t->keys /= 2;
         else if (!decode && !set.rows && t->rows / 2 >= group && t->rows / 2 % group == 0) t->rows /= 2;
         else break;
     }
