@@ -167,7 +167,10 @@ typedef struct lazyattn_attention_config {
     int n_q_heads;  /* multiple of n_kv_heads (GQA; MQA when n_kv_heads = 1) */
     int n_kv_heads;
     int head_dim;   /* 16..256, multiple of 8 */
-    int block_size; /* tokens per KV block, 1..LAZYATTN_MAX_BLOCK_SIZE; default 16 */
+    int block_size; /* tokens per KV block, 1..LAZYATTN_MAX_BLOCK_SIZE; default 16. The
+                     * portable kernels' local memory does not grow with it (tiles of
+                     * lazyattn_tile_params); what a device refuses is head_dim x group
+                     * tiles over its local memory (UNSUPPORTED, see there) */
     lazyattn_dtype dtype;      /* K/V storage type */
     lazyattn_rope_config rope; /* style NONE for no rotation */
     int alibi;                 /* 1: add slope_h * (key_pos - query_pos) (standard ALiBi slopes) */
@@ -416,6 +419,56 @@ LAZYATTN_API int lazyattn_attention_create(lazyattn_context *ctx,
 LAZYATTN_API void lazyattn_attention_destroy(lazyattn_attention *attn);
 LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
                                                lazyattn_attention_config *config);
+
+/*
+ * Launch geometry of the portable kernels (cl/flash.h), CLBlast style: each
+ * field becomes a -D build option. Zero in any field means "choose": from
+ * the tuning database (lib/tuning_db.inc, written by examples/tune_kernels)
+ * for this device name, head_dim, group and dtype, else from the device's
+ * local memory, compute units and work-group limit. A tile is a register-
+ * tiled flash attention step over `keys` key slots for `rows` rows (rows =
+ * query tokens x the group's query heads; the decode has one token, so its
+ * rows are always the group size).
+ *
+ * Limits: the tiles need about 4 * ((rows + keys * buffers) * (head_dim + 4)
+ * + rows * keys) bytes of local memory (buffers: 2 with kv_together 1, else
+ * 1); when the smallest tiles (rows = the group, keys shrunk) exceed the
+ * device's local memory (CL_DEVICE_LOCAL_MEM_SIZE) the configuration is
+ * refused with LAZYATTN_STATUS_UNSUPPORTED naming the local memory: e.g. 64
+ * query heads per KV head with head_dim 256 on NVIDIA's 48 KiB, 32 per KV
+ * head with head_dim 256 on a 32 KiB device. The limit is the device's, not
+ * the library's: the same configuration may run elsewhere. Block sizes do
+ * not enter it.
+ */
+typedef struct lazyattn_tile_params {
+    int rows;        /* prefill: multiple of the group; decode: ignored (the group) */
+    int keys;        /* key slots per staged tile, >= 1 */
+    int work_group;  /* work-items per group, >= 1 and <= the device's limit */
+    int score_rows;  /* register tile of scores: rows x keys per work-item */
+    int score_keys;  /* divides keys */
+    int out_rows;    /* register tile of the output: rows x dims per work-item */
+    int out_dims;    /* multiple of 4 dividing head_dim */
+    int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose */
+    int prefetch;    /* 1: the next K/V tile is loaded into registers while one is computed
+                      * (needs kv_together 1), 2: not; 0: choose */
+} lazyattn_tile_params;
+
+typedef struct lazyattn_kernel_tuning {
+    lazyattn_tile_params prefill;
+    lazyattn_tile_params decode;
+    int decode_groups_per_cu; /* decode split-KV target: work-groups per compute unit; 0: choose */
+} lazyattn_kernel_tuning;
+
+/* Like lazyattn_attention_create, with the portable kernels' geometry given
+ * (tuning may be NULL: all chosen). Fields outside their range give
+ * INVALID_ARGUMENT; tiles that do not fit the device give UNSUPPORTED. */
+LAZYATTN_API int lazyattn_attention_create_tuned(lazyattn_context *ctx,
+                                                 const lazyattn_attention_config *config,
+                                                 const lazyattn_kernel_tuning *tuning,
+                                                 lazyattn_attention **out);
+/* The geometry in use (every field resolved). */
+LAZYATTN_API int lazyattn_attention_get_tuning(const lazyattn_attention *attn,
+                                               lazyattn_kernel_tuning *tuning);
 
 /*
  * The kernels never read or write outside the pool or the tables, and never

@@ -2,6 +2,7 @@
  * every launch on the host, and enqueues write_kv, rope, prefill, decode and
  * materialise. */
 #include "checked_size.h"
+#include "tuning.h"
 
 #include "../cl/kernel_abi.h"
 
@@ -14,9 +15,6 @@ _Static_assert(LZ_MAX_POSITION == LAZYATTN_MAX_POSITION, "kernel and host larges
 _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_ROPE_NEOX &&
                    LZ_ROPE_GPTJ == LAZYATTN_ROPE_GPTJ,
                "kernel and host RoPE style codes");
-
-/* Query rows per prefill work-group on the portable path. */
-#define LZ_PREFILL_ROWS 16
 
 /* NVIDIA tensor-core path (cl/prefill_nv.cl, cl/decode_nv.cl), taken when
  * the context has fast_nv (NVIDIA, compute capability >= 8, not
@@ -46,6 +44,7 @@ struct lazyattn_attention {
     lazyattn_attention_config cfg;
     int rot_dim;
     int group; /* query heads per KV head */
+    lazyattn_kernel_tuning tune; /* portable kernels' geometry (tuning.c) */
     cl_kernel kernels[LZ_K_COUNT];
     cl_mem freq;   /* [max(1, rot_dim / 2)] float2 (hi, lo) */
     cl_mem slopes; /* [n_q_heads] float */
@@ -77,18 +76,7 @@ static int lz_check_config(const lazyattn_context *ctx, const lazyattn_attention
         int st = lazyattn_rope_frequencies(&c->rope, c->head_dim, probe);
         if (st) return st;
     }
-    if (ctx) {
-        size_t group = (size_t)(c->n_q_heads / c->n_kv_heads);
-        size_t local = (2 * (size_t)c->block_size * c->head_dim + c->head_dim) * sizeof(float) + 64;
-        if (local > ctx->local_mem_size ||
-            (size_t)c->block_size * group > ctx->max_work_group_size ||
-            (size_t)LZ_PREFILL_ROWS * group > ctx->max_work_group_size)
-            return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
-                           "attention config: block %d x head_dim %d x group %zu exceeds the "
-                           "device (local memory %llu B, work-group %zu)",
-                           c->block_size, c->head_dim, group,
-                           (unsigned long long)ctx->local_mem_size, ctx->max_work_group_size);
-    }
+    (void)ctx; /* the device's limits are checked with the tiles (tuning.c) */
     return LAZYATTN_STATUS_OK;
 }
 
@@ -243,25 +231,73 @@ static int lz_nv_build(lazyattn_attention *a) {
     return LAZYATTN_STATUS_OK;
 }
 
-int lz_portable_program(const lazyattn_attention_config *config, lz_program_spec *out) {
-    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "kv_write",
-                                          "rope_apply",  "prefill",  "decode",     "materialise"};
-    out->sources = sources;
-    out->n_sources = (int)(sizeof sources / sizeof *sources);
+
+int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_config *config,
+                              lazyattn_attention **out) {
+    return lazyattn_attention_create_tuned(ctx, config, NULL, out);
+}
+
+int lazyattn_attention_get_tuning(const lazyattn_attention *a, lazyattn_kernel_tuning *tuning) {
+    LZ_CHECK_ARG(a && tuning, "lazyattn_attention_get_tuning: NULL argument");
+    *tuning = a->tune;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* The portable programs: 0 holds the prefill's tiles (and write, rope,
+ * materialise), 1 the decode's. */
+int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_kernel_tuning *tune,
+                        int which, lz_program_spec *out) {
+    static const char *const prefill_src[] = {"block_entry", "kernel_abi", "storage", "rope",
+                                              "kv_write", "rope_apply", "flash", "prefill",
+                                              "materialise"};
+    static const char *const decode_src[] = {"block_entry", "kernel_abi", "storage", "rope",
+                                             "flash", "decode"};
+    LZ_CHECK_ARG(which == 0 || which == 1, "lz_portable_program: program %d (0 or 1)", which);
+    out->sources = which ? decode_src : prefill_src;
+    out->n_sources = which ? (int)(sizeof decode_src / sizeof *decode_src)
+                           : (int)(sizeof prefill_src / sizeof *prefill_src);
     int n = snprintf(out->options, sizeof out->options,
-                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_BQ=%d",
-                     config->head_dim, config->block_size, (int)config->dtype, LZ_PREFILL_ROWS);
-    if (n < 0 || (size_t)n >= sizeof out->options)
+                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d", config->head_dim,
+                     config->block_size, (int)config->dtype);
+    if (n < 0 || (size_t)n >= sizeof out->options ||
+        lz_tile_options(which ? &tune->decode : &tune->prefill,
+                        config->n_q_heads / config->n_kv_heads, out->options + n,
+                        sizeof out->options - (size_t)n))
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "portable program options too long");
     return LAZYATTN_STATUS_OK;
 }
 
-int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_config *config,
-                              lazyattn_attention **out) {
+/* Builds the portable kernels: the two programs of lz_portable_program. */
+static int lz_portable_build(lazyattn_attention *a) {
+    for (int which = 0; which < 2; which++) {
+        lz_program_spec spec;
+        int st = lz_portable_program(&a->cfg, &a->tune, which, &spec);
+        if (st) return st;
+        if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
+            strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
+        cl_program program;
+        st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);
+        if (st) return st;
+        for (int k = 0; k < LZ_K_COUNT; k++) {
+            if ((k == LZ_K_DECODE || k == LZ_K_REDUCE) != which) continue;
+            cl_int err;
+            a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
+            if (err != CL_SUCCESS) return lz_cl_fail(err, lz_kernel_names[k]);
+        }
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+
+int lazyattn_attention_create_tuned(lazyattn_context *ctx, const lazyattn_attention_config *config,
+                                    const lazyattn_kernel_tuning *tuning, lazyattn_attention **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_attention_create: out is NULL");
     *out = NULL;
     LZ_CHECK_ARG(ctx && config, "lazyattn_attention_create: NULL context or config");
     int st = lz_check_config(ctx, config);
+    if (st) return st;
+    lazyattn_kernel_tuning tune;
+    st = lz_tuning_choose(ctx, config, tuning, &tune);
     if (st) return st;
     lazyattn_attention *a = calloc(1, sizeof *a);
     if (!a) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_attention_create");
@@ -272,20 +308,9 @@ int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_co
                      ? 0
                      : (config->rope.rotary_dim ? config->rope.rotary_dim : config->head_dim);
     a->group = config->n_q_heads / config->n_kv_heads;
-
-    lz_program_spec spec;
-    cl_program program;
-    st = lz_portable_program(config, &spec);
-    if (!st) st = lz_program_get(ctx, spec.sources, spec.n_sources, spec.options, &program);
+    a->tune = tune;
+    st = lz_portable_build(a);
     if (st) goto fail;
-    for (int k = 0; k < LZ_K_COUNT; k++) {
-        cl_int err;
-        a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
-        if (err != CL_SUCCESS) {
-            st = lz_cl_fail(err, lz_kernel_names[k]);
-            goto fail;
-        }
-    }
     st = lz_nv_build(a);
     if (st) goto fail;
     st = lz_upload_tables(a);
@@ -539,8 +564,9 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
                                             global, local, 0, NULL, event);
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
     }
-    size_t local[2] = {LZ_PREFILL_ROWS, (size_t)a->group};
-    size_t global[2] = {lz_round_up((size_t)p->n_queries, LZ_PREFILL_ROWS), (size_t)nqh};
+    const size_t tokens = (size_t)(a->tune.prefill.rows / a->group);
+    size_t local[2] = {(size_t)a->tune.prefill.work_group, 1};
+    size_t global[2] = {lz_round_up((size_t)p->n_queries, tokens) / tokens * local[0], (size_t)nkv};
     return lz_enqueue(a, LZ_K_PREFILL, 2, global, local, queue, event, fn);
 }
 
@@ -566,9 +592,13 @@ static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_ent
         if (want > max_entries / 8) want = max_entries / 8;
         return want < 1 ? 1 : (int)want;
     }
-    int64_t want = ((int64_t)4 * a->ctx->compute_units + groups - 1) / groups;
+    /* aim at decode_groups_per_cu work-groups per compute unit, each split
+     * at least two key tiles long */
+    int64_t want = ((int64_t)a->tune.decode_groups_per_cu * a->ctx->compute_units + groups - 1) / groups;
+    int64_t tile_entries = a->tune.decode.keys >= a->cfg.block_size ? a->tune.decode.keys / a->cfg.block_size : 1;
+    int64_t most = max_entries / (2 * tile_entries);
+    if (want > most) want = most;
     if (want < 1) want = 1;
-    if (want > max_entries) want = max_entries > 0 ? max_entries : 1;
     return (int)want;
 }
 
@@ -660,11 +690,9 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
         if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
         if (n_splits == 1) return LAZYATTN_STATUS_OK;
     } else {
-        lz_arg(&g, (size_t)a->group * a->cfg.head_dim * sizeof(float), NULL);
-        lz_arg(&g, (size_t)a->group * a->cfg.block_size * sizeof(float), NULL);
         if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
-        size_t local[3] = {(size_t)a->cfg.block_size, (size_t)a->group, 1};
-        size_t global[3] = {(size_t)a->cfg.block_size * n_splits, (size_t)nqh, (size_t)d->n_seqs};
+        size_t local[3] = {(size_t)a->tune.decode.work_group, 1, 1};
+        size_t global[3] = {local[0] * n_splits, (size_t)nkv, (size_t)d->n_seqs};
         st = lz_enqueue(a, LZ_K_DECODE, 3, global, local, queue, NULL, fn);
         if (st) return st;
     }

@@ -5,7 +5,7 @@ Every bad option set must exit non-zero (2 for a bad command line, 1 for a
 run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
-usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, hitratio, bench_kernels,
+usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
 probe_wgmma_layout, rag_bench; a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
@@ -164,6 +164,11 @@ BAD = [
     ("cache_path", ["extra"], USAGE, "extra"),
     ("list_devices", ["--all"], USAGE, "--all"),
     ("list_devices", ["extra"], USAGE, "extra"),
+    ("tune_kernels", ["--reps", "0"], USAGE, "--reps"),
+    ("tune_kernels", ["--head-dim", "12x"], USAGE, "--head-dim"),
+    ("tune_kernels", ["--dtype", "f64"], USAGE, "--dtype"),
+    ("tune_kernels", ["--block"], USAGE, "--block"),
+    ("tune_kernels", ["--bogus"], USAGE, "--bogus"),
     ("probe_wgmma_layout", ["--layout", "1"], USAGE, "--layout"),
 ]
 
@@ -192,6 +197,7 @@ GOOD = [
     ("cache_path", ["--help"], []),
     ("list_devices", [], []),
     ("list_devices", ["-h"], []),
+    ("tune_kernels", ["--help"], []),
     ("probe_wgmma_layout", ["--help"], []),
 ]
 

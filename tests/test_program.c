@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "tuning.h"
 #include "kernel_cases.h"
 
 /* The log of a context, kept for inspection. */
@@ -43,7 +44,8 @@ static lazyattn_context *make_context(lazyattn_program_format format, log_captur
 static lazyattn_attention_config config_of(int head_dim, int block, lazyattn_dtype dtype) {
     lazyattn_attention_config c;
     lazyattn_attention_config_default(&c);
-    c.n_q_heads = 4, c.n_kv_heads = 2, c.head_dim = head_dim, c.block_size = block, c.dtype = dtype;
+    /* group 4, as the precompiled set (tools/spirv_programs.c) */
+    c.n_q_heads = 8, c.n_kv_heads = 2, c.head_dim = head_dim, c.block_size = block, c.dtype = dtype;
     return c;
 }
 
@@ -152,34 +154,53 @@ static void test_strict_il(void **state) {
 }
 
 /* Every configuration of the supported set (tools/spirv_programs.c) has a
- * variant under the key the library forms at run time, and each variant
- * is SPIR-V. */
+ * variant under the key the library forms at run time, for each of the
+ * Intel CPU runtime's profiles (its limits, with and without its tuning
+ * database row), and each variant is SPIR-V. */
 static void test_embedded_variants(void **state) {
     (void)state;
     if (lz_il_count() == 0) {
         print_message("built without clang + llvm-spirv: no SPIR-V embedded\n");
         skip();
     }
+    const lz_device_limits profiles[] = {
+        {NULL, 262144, 8192},
+        {"Intel(R) OpenCL / Intel(R) Xeon(R) Processor", 262144, 8192},
+    };
     const int dims[] = {64, 128}, blocks[] = {16, 32};
+    char *seen[256];
     int found = 0;
     for (int d = 0; d < 2; d++)
         for (int b = 0; b < 2; b++)
-            for (int t = 0; t < 3; t++) {
-                lazyattn_attention_config c = config_of(dims[d], blocks[b], (lazyattn_dtype)t);
-                lz_program_spec spec;
-                lt_assert_status(lz_portable_program(&c, &spec), LAZYATTN_STATUS_OK);
-                char *key = lz_program_key(spec.sources, spec.n_sources, spec.options);
-                assert_non_null(key);
-                const lz_il_program *p = lz_il_find(key);
-                if (!p) print_error("no variant for [%s]\n", key);
-                free(key);
-                assert_non_null(p);
-                assert_true(p->size > 20 && p->size % 4 == 0);
-                assert_int_equal(p->il[0] | p->il[1] << 8 | p->il[2] << 16 | (unsigned)p->il[3] << 24,
-                                 0x07230203u);
-                found++;
-            }
-    assert_int_equal(found, lz_il_count());
+            for (int t = 0; t < 3; t++)
+                for (int p = 0; p < 2; p++)
+                    for (int which = 0; which < 2; which++) {
+                        lazyattn_attention_config c = config_of(dims[d], blocks[b], (lazyattn_dtype)t);
+                        lazyattn_kernel_tuning tune;
+                        lt_assert_status(lz_tuning_choose_for(&profiles[p], &c, NULL, &tune),
+                                         LAZYATTN_STATUS_OK);
+                        lz_program_spec spec;
+                        lt_assert_status(lz_portable_program(&c, &tune, which, &spec), LAZYATTN_STATUS_OK);
+                        char *key = lz_program_key(spec.sources, spec.n_sources, spec.options);
+                        assert_non_null(key);
+                        const lz_il_program *il = lz_il_find(key);
+                        if (!il) print_error("no variant for [%s]\n", key);
+                        assert_non_null(il);
+                        assert_true(il->size > 20 && il->size % 4 == 0);
+                        assert_int_equal(il->il[0] | il->il[1] << 8 | il->il[2] << 16 |
+                                             (unsigned)il->il[3] << 24,
+                                         0x07230203u);
+                        int again = 0;
+                        for (int i = 0; i < found && !again; i++) again = !strcmp(seen[i], key);
+                        if (again) {
+                            free(key);
+                        } else {
+                            assert_true(found < 256);
+                            seen[found++] = key;
+                        }
+                    }
+    assert_int_equal(found, lz_il_count()); /* no variant without a configuration */
+    for (int i = 0; i < found; i++) free(seen[i]);
     assert_null(lz_il_find("block_entry+|-DLZ_HEAD_DIM=64"));
 }
 

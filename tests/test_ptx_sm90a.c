@@ -47,9 +47,9 @@ static void test_patch_text(void **state) {
 
 static void test_not_ptx(void **state) {
     lazyattn_context *ctx = *state;
-    static const char *const names[] = {"block_entry", "kernel_abi", "storage", "rope", "decode"};
+    static const char *const names[] = {"block_entry", "kernel_abi", "storage", "rope", "flash", "decode"};
     cl_program program, out = (cl_program)&out;
-    assert_int_equal(lz_program_get(ctx, names, 4, "-DLZ_HEAD_DIM=64", &program), LAZYATTN_STATUS_OK);
+    assert_int_equal(lz_program_get(ctx, names, 5, "-DLZ_HEAD_DIM=64", &program), LAZYATTN_STATUS_OK);
     int st = lz_ptx_sm90a(ctx, program, "", &out);
     if (lazyattn_context_fast_path(ctx)) {
         /* NVIDIA: sm_90 PTX, but this program has no markers */

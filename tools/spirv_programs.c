@@ -14,11 +14,18 @@
  * says so; LAZYATTN_PROGRAM=il turns that into an error).
  *
  * The supported set: head dim 64 and 128 (most open models), block size 16
- * and 32, every storage type. Other configurations are built from source.
+ * and 32, every storage type, GQA group 4 (lazyattn_attention_config_default),
+ * for each device profile below. The portable programs carry their tile
+ * geometry as -D options, chosen per device (lib/tuning.c: the device's row
+ * of lib/tuning_db.inc, else defaults from its local memory and work-group
+ * limit), so a variant serves the devices whose choice gives the same
+ * options. Other configurations and devices are built from source.
  */
 #include "internal.h"
+#include "tuning.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The library's IL table, empty here: this program produces it. */
@@ -28,13 +35,42 @@ const int lz_n_embedded_il = 0;
 static const int head_dims[] = {64, 128};
 static const int block_sizes[] = {16, 32};
 static const lazyattn_dtype dtypes[] = {LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F16, LAZYATTN_DTYPE_BF16};
+/* Devices that take SPIR-V: Intel's OpenCL CPU runtime (256 KiB of local
+ * memory, work-groups of up to 8192), without a database row and with its
+ * row. PoCL and NVIDIA's driver list no IL. */
+static const lz_device_limits profiles[] = {
+    {NULL, 262144, 8192},
+    {"Intel(R) OpenCL / Intel(R) Xeon(R) Processor", 262144, 8192},
+};
 
-static int emit(const char *dir, int index, const lz_program_spec *spec) {
+/* Keys already written: two profiles may choose the same geometry. */
+static char *emitted[512];
+static int n_emitted;
+
+/* Writes the program as OUTDIR/<index>.cl and its manifest line, once per key. */
+static int emit(const char *dir, int *index, const lz_program_spec *spec) {
+    char *key = lz_program_key(spec->sources, spec->n_sources, spec->options);
+    if (!key || strchr(key, '\t') || strchr(key, '\n')) {
+        fprintf(stderr, "spirv_programs: no key, or a key with a tab or newline\n");
+        free(key);
+        return 1;
+    }
+    for (int i = 0; i < n_emitted; i++)
+        if (!strcmp(emitted[i], key)) {
+            free(key);
+            return 0;
+        }
+    if (n_emitted == (int)(sizeof emitted / sizeof *emitted)) {
+        fprintf(stderr, "spirv_programs: more than %d programs\n", n_emitted);
+        free(key);
+        return 1;
+    }
     char path[4096];
-    snprintf(path, sizeof path, "%s/%d.cl", dir, index);
+    snprintf(path, sizeof path, "%s/%d.cl", dir, *index);
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "spirv_programs: cannot write %s\n", path);
+        free(key);
         return 1;
     }
     for (int i = 0; i < spec->n_sources; i++) {
@@ -42,19 +78,17 @@ static int emit(const char *dir, int index, const lz_program_spec *spec) {
         if (!text) {
             fprintf(stderr, "spirv_programs: no embedded source \"%s\"\n", spec->sources[i]);
             fclose(f);
+            free(key);
             return 1;
         }
         fputs(text, f);
     }
-    if (fclose(f) != 0) return 1;
-    char *key = lz_program_key(spec->sources, spec->n_sources, spec->options);
-    if (!key || strchr(key, '\t') || strchr(key, '\n')) {
-        fprintf(stderr, "spirv_programs: no key, or a key with a tab or newline\n");
+    if (fclose(f) != 0) {
         free(key);
         return 1;
     }
-    printf("%d\t%s\t%s\n", index, key, spec->options);
-    free(key);
+    printf("%d\t%s\t%s\n", (*index)++, key, spec->options);
+    emitted[n_emitted++] = key;
     return 0;
 }
 
@@ -72,12 +106,20 @@ int main(int argc, char **argv) {
                 c.head_dim = head_dims[d];
                 c.block_size = block_sizes[b];
                 c.dtype = dtypes[t];
-                lz_program_spec spec;
-                if (lz_portable_program(&c, &spec) != LAZYATTN_STATUS_OK) {
-                    fprintf(stderr, "spirv_programs: %s\n", lazyattn_last_error());
-                    return 1;
+                for (size_t p = 0; p < sizeof profiles / sizeof *profiles; p++) {
+                    lazyattn_kernel_tuning tune;
+                    if (lz_tuning_choose_for(&profiles[p], &c, NULL, &tune) != LAZYATTN_STATUS_OK)
+                        goto fail;
+                    for (int which = 0; which < 2; which++) {
+                        lz_program_spec spec;
+                        if (lz_portable_program(&c, &tune, which, &spec) != LAZYATTN_STATUS_OK)
+                            goto fail;
+                        if (emit(argv[1], &index, &spec)) return 1;
+                    }
                 }
-                if (emit(argv[1], index++, &spec)) return 1;
             }
     return fflush(stdout) == 0 ? 0 : 1;
+fail:
+    fprintf(stderr, "spirv_programs: %s\n", lazyattn_last_error());
+    return 1;
 }

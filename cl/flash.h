@@ -1,0 +1,401 @@
+/*
+ * Tiled flash attention of LZ_FR rows over a range of block-table entries:
+ * the portable core of lz_prefill (cl/prefill.cl) and lz_decode
+ * (cl/decode.cl), built once per kernel with its own tile parameters.
+ *
+ * Rows: row r is query token t0 + r / LZ_G, query head kvh * LZ_G + r % LZ_G;
+ * the LZ_G heads of one KV head share every staged K/V tile (GQA).
+ * Key tiles: up to LZ_FTK key slots of consecutive entries that share one
+ * delta (a block longer than LZ_FTK spans several tiles). The query tile is
+ * re-rotated by -delta when the delta changes (once per document), so K and
+ * V are staged as stored: q' = R(-delta) q, q' . k_stored = q . R(delta) k.
+ * Per key tile: stage K (and V) in local memory with 16-byte loads; each
+ * work-item computes a LZ_FRM x LZ_FRN register tile of scores; the rows'
+ * maxima (one work-item per row), then the probabilities (one per score);
+ * each work-item accumulates a LZ_FOM x LZ_FON register tile of the output
+ * and the running sums of its rows. Local tiles are float4 arrays, so every
+ * local access is a 16-byte one.
+ *
+ * Tile parameters (-D, chosen by lib/tuning.c; the host checks the local
+ * memory they need):
+ *   LZ_G    query heads per KV head       LZ_FR   rows (a multiple of LZ_G)
+ *   LZ_FTK  key slots per tile            LZ_FWG  work-items per group
+ *   LZ_FRM, LZ_FRN  score register tile (LZ_FRN divides LZ_FTK)
+ *   LZ_FOM, LZ_FON  output register tile (LZ_FON a multiple of 4 dividing LZ_HEAD_DIM)
+ *   LZ_FKV  1: K and V staged at once in two buffers; 0: V reuses K's buffer
+ *   LZ_FPF  1: the next tile's K/V loaded into registers during this tile (needs LZ_FKV)
+ *
+ * Race freedom: every local buffer is written and read in phases separated
+ * by barriers that every work-item reaches (the tile loop is uniform: all
+ * work-items compute the same tile bounds from the same table words).
+ */
+#ifndef LZ_G /* defaults: one head per KV head, small tiles (lib/tuning.c always sets them) */
+#define LZ_G 1
+#endif
+#ifndef LZ_FR
+#define LZ_FR LZ_G
+#endif
+#ifndef LZ_FTK
+#define LZ_FTK 32
+#endif
+#ifndef LZ_FWG
+#define LZ_FWG 64
+#endif
+#ifndef LZ_FRM
+#define LZ_FRM 1
+#endif
+#ifndef LZ_FRN
+#define LZ_FRN 1
+#endif
+#ifndef LZ_FOM
+#define LZ_FOM 1
+#endif
+#ifndef LZ_FON
+#define LZ_FON 4
+#endif
+#ifndef LZ_FKV
+#define LZ_FKV 1
+#endif
+#define LZ_QS4 (LZ_HEAD_DIM / 4 + 1) /* padded row stride of the Q and K/V tiles, in float4 */
+#define LZ_NRT ((LZ_FR + LZ_FRM - 1) / LZ_FRM)
+#define LZ_NKT (LZ_FTK / LZ_FRN)
+#define LZ_NORT ((LZ_FR + LZ_FOM - 1) / LZ_FOM)
+#define LZ_NODT (LZ_HEAD_DIM / LZ_FON)
+#define LZ_NOT (LZ_NORT * LZ_NODT)
+#define LZ_OPI ((LZ_NOT + LZ_FWG - 1) / LZ_FWG)
+#if LZ_BLOCK <= LZ_FTK
+#define LZ_TILE_ENTRIES (LZ_FTK / LZ_BLOCK)
+#else
+#define LZ_TILE_ENTRIES 1
+#endif
+#define LZ_NO_KEY 0x7FFFFFFF
+#ifndef LZ_FPF
+#define LZ_FPF 0
+#endif
+#if LZ_FPF && !LZ_FKV
+#error "LZ_FPF (prefetch into registers) needs LZ_FKV (K and V tiles in two buffers)"
+#endif
+/* entries of the table cached in local memory at a time */
+#define LZ_TC (4 * LZ_TILE_ENTRIES > 64 ? 4 * LZ_TILE_ENTRIES : 64)
+
+/* Local memory of the core, declared by the kernel and passed in. */
+typedef struct lz_flash_local {
+    __local float4 *q;    /* [LZ_FR][LZ_QS4] query tile, rotated by -delta */
+    __local float4 *k;    /* [LZ_FTK][LZ_QS4] */
+    __local float4 *v;    /* [LZ_FTK][LZ_QS4] (== k when LZ_FKV is 0) */
+    __local float *p;     /* [LZ_FR][LZ_FTK] scores, then probabilities */
+    __local float *row;   /* [2][LZ_FR] running max, rescale factor of the tile */
+    __local int *key_pos; /* [LZ_FTK] logical position of each slot, LZ_NO_KEY if none */
+    __local int *row_pos; /* [LZ_FR] query position of each row, -1 if inactive */
+    __local ulong *tab;   /* [LZ_TC] table entries c0 .. c0 + LZ_TC - 1 */
+    __local int *tpos;    /* [LZ_TC] their entry_pos */
+} lz_flash_local;
+
+/* An entry the kernels must skip (and report). */
+inline int lz_entry_storage_bad(ulong w, int n_blocks) {
+    return LAZYATTN_ENTRY_BLOCK(w) >= n_blocks || LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK;
+}
+
+/* An entry the tiles skip: outside the pool, or logical start pos0 or stored
+ * start pos0 - delta out of 0..LZ_MAX_POSITION over its valid length. */
+inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
+    return lz_entry_storage_bad(w, n_blocks) ||
+           !LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w));
+}
+
+/* Loads the K (or V) rows of the tile's slots as floats into registers
+ * (empty slots are zeros): chunks of 8 elements (16 bytes of f16), a fixed
+ * trip count, so every load of a work-item is issued before any is used. */
+#define LZ_STAGE_CHUNKS (LZ_FTK * (LZ_HEAD_DIM / 8))
+#define LZ_NCH ((LZ_STAGE_CHUNKS + LZ_FWG - 1) / LZ_FWG)
+inline void lz_fetch(float8 x[LZ_NCH], __global const LZ_STORE_T *src, __local const ulong *table,
+                     int e0, int j0, int n_slots, int kvh, int n_kv_heads, int n_blocks, int lid) {
+#pragma unroll
+    for (int it = 0; it < LZ_NCH; it++) {
+        const int i = lid + it * LZ_FWG;
+        const int kk = i / (LZ_HEAD_DIM / 8), c = i % (LZ_HEAD_DIM / 8);
+        const int slot = j0 + kk, e = e0 + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
+        x[it] = (float8)(0.0f);
+        if (i < LZ_STAGE_CHUNKS && kk < n_slots) {
+            const ulong w = table[e];
+            if (!lz_entry_storage_bad(w, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w))
+                x[it] = LZ_LOAD8(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c * 8);
+        }
+    }
+}
+
+/* Stores what lz_fetch loaded into a local tile. */
+inline void lz_put(__local float4 *dst, const float8 x[LZ_NCH], int lid) {
+#pragma unroll
+    for (int it = 0; it < LZ_NCH; it++) {
+        const int i = lid + it * LZ_FWG;
+        const int kk = i / (LZ_HEAD_DIM / 8), c = i % (LZ_HEAD_DIM / 8);
+        if (i < LZ_STAGE_CHUNKS) {
+            dst[kk * LZ_QS4 + 2 * c] = x[it].lo;
+            dst[kk * LZ_QS4 + 2 * c + 1] = x[it].hi;
+        }
+    }
+}
+
+/* Logical positions of the slots kk = lid, lid + LZ_FWG, ... of a tile
+ * (LZ_NO_KEY where there is no valid key). */
+#define LZ_NKP ((LZ_FTK + LZ_FWG - 1) / LZ_FWG)
+inline void lz_key_pos(int kp[LZ_NKP], __local const ulong *tab, __local const int *tpos, int te,
+                       int tj0, int n_slots, int n_blocks, int lid) {
+    for (int it = 0; it < LZ_NKP; it++) {
+        const int kk = lid + it * LZ_FWG;
+        const int slot = tj0 + kk, ee = te + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
+        kp[it] = LZ_NO_KEY;
+        if (kk < LZ_FTK && kk < n_slots) {
+            const ulong w = tab[ee];
+            const int pos0 = tpos[ee];
+            if (!lz_entry_bad(w, pos0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w)) kp[it] = pos0 + tok;
+        }
+    }
+}
+
+/* Records a bad entry (the tiles skip its keys). */
+inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
+    if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
+    else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
+    else if (!LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w)))
+        lz_raise(err, LZ_ERR_ENTRY_POSITION);
+}
+
+/* Pieces of the tile loop of lz_flash (macros over its variables). */
+/* Reloads the table window when the next tile's entries are not all in it. */
+#define LZ_WINDOW()                                                                            \
+    if (e < e_last && e + LZ_TILE_ENTRIES > c0 + LZ_TC) {                                      \
+        c0 = e;                                                                                \
+        for (int i = lid; i < LZ_TC; i += LZ_FWG)                                              \
+            if (c0 + i < e_last) loc.tab[i] = table[c0 + i], loc.tpos[i] = entry_pos[c0 + i];  \
+    }
+/* Describes the next tile (from the window) and loads its K/V into registers. */
+#define LZ_NEXT_TILE()                                                                         \
+    have_next = e < e_last;                                                                    \
+    if (have_next) {                                                                           \
+        __local const ulong *tab = loc.tab - c0; /* indexed by entry */                        \
+        __local const int *tpos = loc.tpos - c0;                                               \
+        next_delta = LAZYATTN_ENTRY_DELTA(tab[e]);                                             \
+        int ne = 1, min_pos = tpos[e];                                                         \
+        if (lid == 0 && j0 == 0) lz_check_entry(tab[e], min_pos, n_blocks, err);               \
+        while (ne < LZ_TILE_ENTRIES && e + ne < e_last &&                                      \
+               LAZYATTN_ENTRY_DELTA(tab[e + ne]) == next_delta) {                              \
+            const int pos0 = tpos[e + ne];                                                     \
+            if (lid == 0) lz_check_entry(tab[e + ne], pos0, n_blocks, err);                    \
+            min_pos = min(min_pos, pos0);                                                      \
+            ne++;                                                                              \
+        }                                                                                      \
+        next_slots = LZ_BLOCK <= LZ_FTK ? ne * LZ_BLOCK : min(LZ_FTK, LZ_BLOCK - j0);          \
+        const int te = e, tj0 = j0;                                                            \
+        tile_e = te, tile_j0 = tj0;                                                            \
+        if (LZ_BLOCK <= LZ_FTK || j0 + LZ_FTK >= LZ_BLOCK) {                                   \
+            e += ne;                                                                           \
+            j0 = 0;                                                                            \
+        } else {                                                                               \
+            j0 += LZ_FTK;                                                                      \
+        }                                                                                      \
+        /* a tile in every row's future is skipped (its barriers still reached) */            \
+        if (min_pos > max_pos - tj0 && min_pos >= 0) next_slots = 0;                           \
+        lz_key_pos(kp, tab, tpos, te, tj0, next_slots, n_blocks, lid);                         \
+        lz_fetch(rk, kc, tab, te, tj0, next_slots, kvh, n_kv_heads, n_blocks, lid);            \
+        LZ_FETCH_V();                                                                          \
+    }
+#if LZ_FKV
+#define LZ_FETCH_V() lz_fetch(rv, vc, tab, te, tj0, next_slots, kvh, n_kv_heads, n_blocks, lid)
+#define LZ_PUT_V() lz_put(loc.v, rv, lid)
+#else
+#define LZ_FETCH_V()
+#define LZ_PUT_V()
+#endif
+/* Stages the current tile: slot positions, K (and V), the query re-rotated
+ * by -delta when the delta changed. */
+#define LZ_STAGE()                                                                             \
+    for (int it = 0; it < LZ_NKP; it++)                                                        \
+        if (lid + it * LZ_FWG < LZ_FTK) loc.key_pos[lid + it * LZ_FWG] = kp[it];               \
+    lz_put(loc.k, rk, lid);                                                                    \
+    LZ_PUT_V();                                                                                \
+    if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {                                    \
+        for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 2); i += LZ_FWG) {                        \
+            const int r = i / (LZ_HEAD_DIM / 2), pr = i % (LZ_HEAD_DIM / 2), t = t0 + r / LZ_G; \
+            const int2 d = lz_rope_pair(pr, rope_style, rot_dim);                              \
+            float2 x = (float2)(0.0f);                                                         \
+            if (t < t_end) {                                                                   \
+                __global const float *qr =                                                     \
+                    q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;         \
+                x = lz_rotate((float2)(qr[d.x], qr[d.y]),                                      \
+                              lz_rope_cs(-delta, pr, rope_style, rot_dim, freq));              \
+            }                                                                                  \
+            qf[r * 4 * LZ_QS4 + d.x] = x.x;                                                    \
+            qf[r * 4 * LZ_QS4 + d.y] = x.y;                                                    \
+        }                                                                                      \
+        cur_delta = delta;                                                                     \
+    }
+
+/* Runs the core over entries [e_first, e_last) for the rows of tokens
+ * t0 .. t0 + LZ_FR / LZ_G - 1 (those below t_end are active) of KV head kvh.
+ * Leaves in acc[o][m] / l[o][m] the unnormalised output and the sum of
+ * output tile o's row m (tile lid + o * LZ_FWG, see lz_out_tile) and each
+ * row's maximum in loc.row[0..LZ_FR). */
+inline void lz_flash(__global const float *q, __global const int *q_pos,
+                     __global const ulong *table, __global const int *entry_pos,
+                     __global const LZ_STORE_T *kc, __global const LZ_STORE_T *vc,
+                     __global const float2 *freq, __global const float *slopes, int rope_style,
+                     int rot_dim, int alibi, float scale, int n_q_heads, int n_kv_heads,
+                     int n_blocks, __global int *err, int t0, int t_end, int kvh, int e_first,
+                     int e_last, lz_flash_local loc, float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4],
+                     float l[LZ_OPI][LZ_FOM]) {
+    const int lid = get_local_id(0);
+    __local float *m_row = loc.row, *a_row = loc.row + LZ_FR;
+    __local float *qf = (__local float *)loc.q;
+
+    /* rows: positions, running maxima, the query tile at delta 0 */
+    for (int r = lid; r < LZ_FR; r += LZ_FWG) {
+        const int t = t0 + r / LZ_G;
+        int qp = t < t_end ? q_pos[t] : -1;
+        if (t < t_end && !LZ_POSITION_OK(qp)) { /* recorded; that query sees no key */
+            lz_raise(err, LZ_ERR_QUERY_POSITION);
+            qp = -1;
+        }
+        loc.row_pos[r] = qp;
+        m_row[r] = -INFINITY;
+    }
+    for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 4); i += LZ_FWG) {
+        const int r = i / (LZ_HEAD_DIM / 4), c = i % (LZ_HEAD_DIM / 4), t = t0 + r / LZ_G;
+        loc.q[r * LZ_QS4 + c] =
+            t < t_end ? vload4(c, q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM)
+                      : (float4)(0.0f);
+    }
+    for (int o = 0; o < LZ_OPI; o++)
+        for (int m = 0; m < LZ_FOM; m++) {
+            l[o][m] = 0.0f;
+            for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] = (float4)(0.0f);
+        }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    int max_pos = -1;
+    for (int r = 0; r < LZ_FR; r++) max_pos = max(max_pos, loc.row_pos[r]);
+    int cur_delta = 0;
+
+    /* Tiles: entries e .. e + ne - 1 of one delta (slots j0 .. of them);
+     * the table window (entries c0 .. c0 + LZ_TC - 1) in local memory. With
+     * LZ_FPF the next tile's K/V are loaded into registers while the
+     * current one is computed. Every loop below has a uniform trip count
+     * and no `continue`/`break` past a barrier: PoCL 3.1 miscompiles a
+     * loop whose (uniform) continue skips its barriers (the old kernels'
+     * block-size-1 bug, issue 10 class 6). */
+    int e = e_first, j0 = 0, c0 = e_first - LZ_TC; /* no entry cached yet */
+    int n_slots = 0, delta = 0, next_slots = 0, next_delta = 0, tile_e = 0, tile_j0 = 0;
+    int kp[LZ_NKP];
+    float8 rk[LZ_NCH];
+#if LZ_FKV
+    float8 rv[LZ_NCH];
+#endif
+#if LZ_FPF
+    int have_next = 0;
+    LZ_WINDOW();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    LZ_NEXT_TILE();
+    while (have_next) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        n_slots = next_slots, delta = next_delta;
+        LZ_STAGE();
+        LZ_WINDOW();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LZ_NEXT_TILE();
+#else
+    int have_next = 1;
+    while (e < e_last) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LZ_WINDOW();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LZ_NEXT_TILE();
+        n_slots = next_slots, delta = next_delta;
+        LZ_STAGE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+        /* ---- scores: register tiles of LZ_FRM rows x LZ_FRN keys ---- */
+        const int n_score = n_slots > 0 ? LZ_NRT * LZ_NKT : 0; /* a skipped tile computes nothing */
+        for (int st = lid; st < n_score; st += LZ_FWG) {
+            const int kt = st % LZ_NKT, rt = st / LZ_NKT;
+            float s[LZ_FRM][LZ_FRN];
+            for (int m = 0; m < LZ_FRM; m++)
+                for (int n = 0; n < LZ_FRN; n++) s[m][n] = 0.0f;
+            for (int d = 0; d < LZ_HEAD_DIM / 4; d++) {
+                float4 a[LZ_FRM], b[LZ_FRN];
+                for (int m = 0; m < LZ_FRM; m++) a[m] = loc.q[min(rt * LZ_FRM + m, LZ_FR - 1) * LZ_QS4 + d];
+                for (int n = 0; n < LZ_FRN; n++) b[n] = loc.k[(kt + n * LZ_NKT) * LZ_QS4 + d];
+                for (int m = 0; m < LZ_FRM; m++)
+                    for (int n = 0; n < LZ_FRN; n++) {
+                        float x = s[m][n];
+                        x = fma(a[m].x, b[n].x, x);
+                        x = fma(a[m].y, b[n].y, x);
+                        x = fma(a[m].z, b[n].z, x);
+                        s[m][n] = fma(a[m].w, b[n].w, x);
+                    }
+            }
+            for (int m = 0; m < LZ_FRM; m++) {
+                const int r = rt * LZ_FRM + m;
+                if (r < LZ_FR) {
+                    const int qp = loc.row_pos[r];
+                    const float slope = alibi ? slopes[kvh * LZ_G + r % LZ_G] : 0.0f;
+                    for (int n = 0; n < LZ_FRN; n++) {
+                        const int kk = kt + n * LZ_NKT, kp = loc.key_pos[kk];
+                        loc.p[r * LZ_FTK + kk] = kp <= qp ? s[m][n] * scale + slope * (float)(kp - qp) : -INFINITY;
+                    }
+                }
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* ---- each row's new maximum and rescale factor ---- */
+        for (int r = lid; r < LZ_FR; r += LZ_FWG) {
+            float tmax = -INFINITY;
+#pragma unroll 8
+            for (int kk = 0; kk < LZ_FTK; kk++) tmax = fmax(tmax, loc.p[r * LZ_FTK + kk]);
+            const float m_old = m_row[r], m_new = fmax(m_old, tmax);
+            a_row[r] = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
+            m_row[r] = m_new;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* ---- probabilities, one work-item per score; V staged meanwhile ---- */
+        for (int i = lid; i < LZ_FR * LZ_FTK; i += LZ_FWG) {
+            const float x = loc.p[i];
+            loc.p[i] = x == -INFINITY ? 0.0f : exp(x - m_row[i / LZ_FTK]);
+        }
+#if !LZ_FKV
+        /* V into the K tile (the scores are done with it) */
+        lz_fetch(rk, vc, loc.tab - c0, tile_e, tile_j0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+        lz_put(loc.k, rk, lid);
+#endif
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* ---- output: register tiles of LZ_FOM rows x LZ_FON dims ---- */
+        for (int o = 0; o < LZ_OPI; o++) {
+            const int ot = min(lid + o * LZ_FWG, LZ_NOT - 1); /* extra work-items repeat the last tile */
+            const int dt = ot % LZ_NODT, rt = ot / LZ_NODT;
+            for (int m = 0; m < LZ_FOM; m++) {
+                const float alpha = a_row[min(rt * LZ_FOM + m, LZ_FR - 1)];
+                l[o][m] *= alpha;
+                for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] *= alpha;
+            }
+            /* every slot of the tile (a fixed trip count the compiler unrolls
+             * and pipelines): past n_slots the probabilities are zeros and
+             * the staged rows zeros too */
+            if (n_slots > 0)
+#pragma unroll 8
+            for (int kk = 0; kk < LZ_FTK; kk++) {
+                float pm[LZ_FOM];
+                for (int m = 0; m < LZ_FOM; m++) {
+                    pm[m] = loc.p[min(rt * LZ_FOM + m, LZ_FR - 1) * LZ_FTK + kk];
+                    l[o][m] += pm[m];
+                }
+                for (int c = 0; c < LZ_FON / 4; c++) {
+                    const float4 x = loc.v[kk * LZ_QS4 + dt + c * LZ_NODT];
+                    for (int m = 0; m < LZ_FOM; m++) acc[o][m][c] = fma((float4)(pm[m]), x, acc[o][m][c]);
+                }
+            }
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}

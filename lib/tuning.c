@@ -1,0 +1,185 @@
+/* Launch geometry of the portable kernels (cl/flash.h): the caller's
+ * override, else the tuning database for the device, else defaults from the
+ * device's limits; checked against the device's local memory. */
+#include "internal.h"
+#include "tuning.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* One row of the database: the tuned geometry of a device name for one
+ * (head_dim, group, dtype). Written by examples/tune_kernels. */
+typedef struct lz_tuning_row {
+    const char *device;
+    int head_dim, group, dtype;
+    lazyattn_kernel_tuning t;
+} lz_tuning_row;
+
+static const lz_tuning_row lz_tuning_db[] = {
+#include "tuning_db.inc"
+    {NULL, 0, 0, 0, {{0}, {0}, 0}}};
+
+size_t lz_tile_local_bytes(const lazyattn_tile_params *t, int head_dim) {
+    size_t stride = (size_t)head_dim + 4, bufs = t->kv_together == 1 ? 2 : 1;
+    return sizeof(float) * (((size_t)t->rows + (size_t)t->keys * bufs) * stride +
+                            (size_t)t->rows * t->keys + 3 * (size_t)t->rows + (size_t)t->keys) +
+           12 * (size_t)(4 * t->keys > 64 ? 4 * t->keys : 64) /* table window, at most */ + 64;
+}
+
+/* Output tiles per work-item (the kernels keep them in registers). */
+static long lz_out_per_item(const lazyattn_tile_params *t, int head_dim) {
+    long n = (long)((t->rows + t->out_rows - 1) / t->out_rows) * (head_dim / t->out_dims);
+    return (n + t->work_group - 1) / t->work_group;
+}
+
+/* Checks the ranges of a set tile (every field non-zero). */
+static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params *t, int group,
+                         int head_dim, const char *what) {
+    LZ_CHECK_ARG(t->rows >= group && t->rows % group == 0 && t->rows <= 1024,
+                 "tuning (%s): rows %d must be a multiple of the group %d, at most 1024", what,
+                 t->rows, group);
+    LZ_CHECK_ARG(t->keys >= 1 && t->keys <= 1024, "tuning (%s): keys %d outside 1..1024", what, t->keys);
+    LZ_CHECK_ARG(t->score_rows >= 1 && t->score_rows <= 16 && t->score_keys >= 1 &&
+                     t->score_keys <= 16 && t->keys % t->score_keys == 0,
+                 "tuning (%s): score tile %dx%d must be 1..16 each, the keys %d a multiple of it",
+                 what, t->score_rows, t->score_keys, t->keys);
+    LZ_CHECK_ARG(t->out_rows >= 1 && t->out_rows <= 16 && t->out_dims >= 4 && t->out_dims <= 32 &&
+                     t->out_dims % 4 == 0 && head_dim % t->out_dims == 0,
+                 "tuning (%s): output tile %dx%d: rows 1..16, dims a multiple of 4 in 4..32 "
+                 "dividing head_dim %d",
+                 what, t->out_rows, t->out_dims, head_dim);
+    LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
+                 "tuning (%s): kv_together %d must be 0, 1 or 2", what, t->kv_together);
+    LZ_CHECK_ARG((t->prefetch == 1 && t->kv_together == 1) || t->prefetch == 2,
+                 "tuning (%s): prefetch %d must be 0, 1 (with kv_together 1) or 2", what, t->prefetch);
+    LZ_CHECK_ARG(t->work_group >= 1 && t->work_group <= 1024,
+                 "tuning (%s): work_group %d outside 1..1024", what, t->work_group);
+    if ((size_t)t->work_group > ctx->max_work_group_size)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "tuning (%s): work-group %d exceeds the device's work-group limit %zu", what,
+                       t->work_group, ctx->max_work_group_size);
+    size_t need = lz_tile_local_bytes(t, head_dim);
+    if (need > ctx->local_mem_size)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "tuning (%s): tiles of %d rows x %d keys x head_dim %d need %zu B of local "
+                       "memory, the device has %llu B",
+                       what, t->rows, t->keys, head_dim, need, (unsigned long long)ctx->local_mem_size);
+    LZ_CHECK_ARG(lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims <= 256,
+                 "tuning (%s): %ld output values per work-item (at most 256)", what,
+                 lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims);
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Fills the zero fields of t: the register tiles first, then the largest
+ * tiles that fit the device's local memory. */
+static void lz_tile_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group,
+                             int head_dim, int decode) {
+    const lazyattn_tile_params set = *t;
+    if (decode) {
+        t->rows = group;
+        if (!t->score_rows) t->score_rows = 1;
+        if (!t->score_keys) t->score_keys = 1;
+        if (!t->out_rows) t->out_rows = 1;
+        if (!t->out_dims) t->out_dims = 4;
+        if (!t->kv_together) t->kv_together = 1;
+        if (!t->keys) t->keys = 32;
+        /* the register prefetch measured slower on the H200 (docs/PERFLOG.md, portable p4) */
+        if (!t->prefetch) t->prefetch = 2;
+    } else {
+        if (!t->rows) t->rows = group * (group < 32 ? 32 / group : 1);
+        if (!t->score_rows) t->score_rows = t->rows >= 4 ? 4 : 1;
+        if (!t->score_keys) t->score_keys = 4;
+        if (!t->out_rows) t->out_rows = t->rows >= 8 ? 8 : t->rows;
+        if (!t->out_dims) t->out_dims = head_dim % 8 == 0 ? 8 : 4;
+        if (!t->kv_together) t->kv_together = 2;
+        if (!t->keys) t->keys = 32;
+        if (!t->prefetch) t->prefetch = 2;
+    }
+    /* shrink what was not set until the tiles fit the local memory */
+    for (int i = 0; i < 16 && lz_tile_local_bytes(t, head_dim) > ctx->local_mem_size; i++) {
+        if (!set.kv_together && !set.prefetch && t->kv_together == 1) t->kv_together = 2, t->prefetch = 2;
+        else if (!set.keys && t->keys > 1 && t->keys / 2 % t->score_keys == 0) t->keys /= 2;
+        else if (!decode && !set.rows && t->rows / 2 >= group && t->rows / 2 % group == 0) t->rows /= 2;
+        else break;
+    }
+    if (!set.score_keys && t->keys % t->score_keys) t->score_keys = 1;
+    if (!t->work_group) {
+        /* one work-item per score tile, within the device's limit */
+        long wg = (long)((t->rows + t->score_rows - 1) / t->score_rows) * (t->keys / t->score_keys);
+        if (decode && wg < 128) wg = 128;
+        if (wg > (long)ctx->max_work_group_size) wg = (long)ctx->max_work_group_size;
+        if (wg > 1024) wg = 1024;
+        t->work_group = (int)wg;
+        while (lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims > 256 &&
+               t->work_group * 2 <= (int)ctx->max_work_group_size && t->work_group < 1024)
+            t->work_group *= 2;
+    }
+}
+
+static const lazyattn_kernel_tuning *lz_tuning_lookup(const lz_device_limits *ctx,
+                                                      const lazyattn_attention_config *c) {
+    const int group = c->n_q_heads / c->n_kv_heads;
+    for (const lz_tuning_row *r = lz_tuning_db; r->device; r++)
+        if (ctx->device_name && !strcmp(r->device, ctx->device_name) && r->head_dim == c->head_dim &&
+            r->group == group && r->dtype == (int)c->dtype)
+            return &r->t;
+    return NULL;
+}
+
+static void lz_merge(lazyattn_tile_params *dst, const lazyattn_tile_params *src) {
+    const int *s = (const int *)src;
+    int *d = (int *)dst;
+    for (size_t i = 0; i < sizeof *dst / sizeof(int); i++)
+        if (!d[i]) d[i] = s[i];
+}
+
+int lz_tuning_choose_for(const lz_device_limits *ctx, const lazyattn_attention_config *c,
+                     const lazyattn_kernel_tuning *user, lazyattn_kernel_tuning *out) {
+    const int group = c->n_q_heads / c->n_kv_heads;
+    memset(out, 0, sizeof *out);
+    if (user) {
+        const int *f = (const int *)&user->prefill;
+        for (size_t i = 0; i < 2 * sizeof user->prefill / sizeof(int); i++)
+            LZ_CHECK_ARG(f[i] >= 0, "tuning: field %zu is negative (%d)", i, f[i]);
+        LZ_CHECK_ARG(user->decode_groups_per_cu >= 0 && user->decode_groups_per_cu <= 1024,
+                     "tuning: decode_groups_per_cu %d outside 0..1024", user->decode_groups_per_cu);
+        *out = *user;
+    }
+    out->decode.rows = 0;
+    const lazyattn_kernel_tuning *db = lz_tuning_lookup(ctx, c);
+    if (db) {
+        lazyattn_tile_params dbd = db->decode;
+        dbd.rows = 0;
+        lz_merge(&out->prefill, &db->prefill);
+        lz_merge(&out->decode, &dbd);
+        if (!out->decode_groups_per_cu) out->decode_groups_per_cu = db->decode_groups_per_cu;
+    }
+    lz_tile_defaults(ctx, &out->prefill, group, c->head_dim, 0);
+    lz_tile_defaults(ctx, &out->decode, group, c->head_dim, 1);
+    if (!out->decode_groups_per_cu) out->decode_groups_per_cu = 8;
+    int st = lz_tile_check(ctx, &out->prefill, group, c->head_dim, "prefill");
+    if (!st) st = lz_tile_check(ctx, &out->decode, group, c->head_dim, "decode");
+    if (st == LAZYATTN_STATUS_UNSUPPORTED) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", lazyattn_last_error());
+        return lz_fail(st, "attention config: head_dim %d, group %d, block %d: %s (local memory "
+                           "and work-group limits are the device's)",
+                       c->head_dim, group, c->block_size, why);
+    }
+    return st;
+}
+
+int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t size) {
+    int n = snprintf(buf, size,
+                     " -DLZ_G=%d -DLZ_FR=%d -DLZ_FTK=%d -DLZ_FWG=%d -DLZ_FRM=%d -DLZ_FRN=%d "
+                     "-DLZ_FOM=%d -DLZ_FON=%d -DLZ_FKV=%d -DLZ_FPF=%d",
+                     group, t->rows, t->keys, t->work_group, t->score_rows, t->score_keys,
+                     t->out_rows, t->out_dims, t->kv_together == 1, t->prefetch == 1);
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+int lz_tuning_choose(const lazyattn_context *ctx, const lazyattn_attention_config *c,
+                     const lazyattn_kernel_tuning *user, lazyattn_kernel_tuning *out) {
+    const lz_device_limits dev = {ctx->device_name, ctx->local_mem_size, ctx->max_work_group_size};
+    return lz_tuning_choose_for(&dev, c, user, out);
+}
