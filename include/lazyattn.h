@@ -651,7 +651,11 @@ typedef struct lazyattn_cache_stats {
                                  loads from the tier) */
     /* document tier (lazyattn_cache_set_tier); counters, reset like the
      * ones above. A document is a GPU hit (hits), a tier hit or recomputed
-     * (misses): hits + tier_hits + misses = lookups for a LAZY cache. */
+     * (misses): hits + tier_hits + misses = lookups for a LAZY cache, and
+     * tier_lookups = tier_hits + tier_misses + tier_errors + tier_rejected.
+     * Lookups are counted with their request, as lookups are: a request
+     * refused (BUDGET_EXCEEDED) counts none (what it imported stays cached
+     * and counts in imports). Writes are counted when they happen. */
     int64_t tier_lookups;     /* GPU misses looked up in the tier */
     int64_t tier_hits;        /* of which loaded from the tier, not recomputed */
     int64_t tier_hit_tokens;  /* their tokens (not in hit_tokens) */

@@ -110,6 +110,8 @@ typedef struct lz_tally {
     int64_t doc_tokens, hit_tokens, copy_tokens;
     int64_t doc_blocks, hit_blocks, copy_blocks;
     int64_t tier_hits, tier_hit_tokens, recomputed_tokens;
+    int64_t tier_misses, tier_errors, tier_rejected; /* lookups that did not load */
+    uint64_t tier_read_bytes;
 } lz_tally;
 
 /* ---- the tier (doc_tier.c; state kept by doc_cache.c) ---- */
@@ -117,19 +119,13 @@ typedef struct lz_tally {
 /* The cache's tier store (NULL: none) and mode. */
 lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode);
 void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode);
-/* What happened to one tier lookup or write, for the statistics. */
-typedef enum lz_tier_event {
-    LZ_TIER_MISS,
-    LZ_TIER_ERROR,
-    LZ_TIER_REJECTED,
-    LZ_TIER_LOADED, /* bytes read; the hit itself is counted with the request */
-    LZ_TIER_WRITTEN,
-    LZ_TIER_WRITE_ERROR
-} lz_tier_event;
-void lz_cache_count_tier(lazyattn_cache *c, lz_tier_event event, uint64_t bytes);
+/* A tier write (counted at once; lookups are counted with their request,
+ * in its lz_tally). */
+void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes);
 /* Looks a GPU-missed document up in the tier and imports it: 1 when
- * imported (the caller looks it up again), 0 otherwise (counted). */
-int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens);
+ * imported (the caller looks it up again), 0 otherwise (counted in t). */
+int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens,
+                 lz_tally *t);
 /* Writes a committed entry to the tier unless it is there already
  * (failures counted and logged; the cache is not changed). */
 void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);

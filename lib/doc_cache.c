@@ -387,6 +387,11 @@ void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t) {
     s->tier_hits += t->tier_hits;
     s->tier_hit_tokens += t->tier_hit_tokens;
     s->recomputed_tokens += t->recomputed_tokens;
+    s->tier_lookups += t->tier_hits + t->tier_misses + t->tier_errors + t->tier_rejected;
+    s->tier_misses += t->tier_misses;
+    s->tier_errors += t->tier_errors;
+    s->tier_rejected += t->tier_rejected;
+    s->tier_read_bytes += t->tier_read_bytes;
 }
 
 lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode) {
@@ -399,15 +404,12 @@ void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tie
     c->tier_mode = mode;
 }
 
-void lz_cache_count_tier(lazyattn_cache *c, lz_tier_event event, uint64_t bytes) {
-    lazyattn_cache_stats *s = &c->stats;
-    switch (event) {
-    case LZ_TIER_MISS: s->tier_lookups++, s->tier_misses++; break;
-    case LZ_TIER_ERROR: s->tier_lookups++, s->tier_errors++; break;
-    case LZ_TIER_REJECTED: s->tier_lookups++, s->tier_rejected++; break;
-    case LZ_TIER_LOADED: s->tier_lookups++, s->tier_read_bytes += bytes; break;
-    case LZ_TIER_WRITTEN: s->tier_writes++, s->tier_write_bytes += bytes; break;
-    case LZ_TIER_WRITE_ERROR: s->tier_write_errors++; break;
+void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes) {
+    if (ok) {
+        c->stats.tier_writes++;
+        c->stats.tier_write_bytes += bytes;
+    } else {
+        c->stats.tier_write_errors++;
     }
 }
 

@@ -32,24 +32,28 @@ int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_t
     return LAZYATTN_STATUS_OK;
 }
 
-int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens) {
+int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens,
+                 lz_tally *t) {
     lazyattn_doc_key key = {lz_cache_model_id(c), doc_hash};
     lazyattn_store_value v;
     int st = lazyattn_store_get(store, key, &v);
     if (st == LAZYATTN_STATUS_NOT_FOUND) {
-        lz_cache_count_tier(c, LZ_TIER_MISS, 0);
+        t->tier_misses++;
         return 0;
     }
     if (st) {
         /* FORMAT: the store found something it could not assemble (Redis:
          * a chunk missing or mixed): refused data, not a store failure */
-        lz_cache_count_tier(c, st == LAZYATTN_STATUS_FORMAT ? LZ_TIER_REJECTED : LZ_TIER_ERROR, 0);
+        if (st == LAZYATTN_STATUS_FORMAT)
+            t->tier_rejected++;
+        else
+            t->tier_errors++;
         lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_DEBUG,
                "tier: %s; recomputing the document", lazyattn_last_error());
         return 0;
     }
     lazyattn_kv_info info;
-    lz_tier_event ev = LZ_TIER_LOADED;
+    int rejected = 0;
     st = lazyattn_kv_describe(v.data, v.size, &info);
     if (!st && (info.model_id != key.model_id || info.doc_hash != doc_hash ||
                 info.n_tokens != n_tokens || info.total_bytes != v.size))
@@ -58,19 +62,22 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, in
                      "(or truncated)",
                      lazyattn_store_name(store), (unsigned long long)doc_hash);
     if (st)
-        ev = LZ_TIER_REJECTED;
+        rejected = 1;
     else {
         uint64_t got = 0;
         st = lz_cache_import_bytes(c, v.data, v.size, &got, "tier import");
-        if (st) /* refused data, or no room next to the pinned working set */
-            ev = st == LAZYATTN_STATUS_FORMAT || st == LAZYATTN_STATUS_INVALID_ARGUMENT
-                     ? LZ_TIER_REJECTED
-                     : LZ_TIER_ERROR;
+        /* refused data, or no room next to the pinned working set */
+        rejected = st == LAZYATTN_STATUS_FORMAT || st == LAZYATTN_STATUS_INVALID_ARGUMENT;
     }
     if (st)
         lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
                "tier: %s; recomputing the document", lazyattn_last_error());
-    lz_cache_count_tier(c, ev, st ? 0 : (uint64_t)v.size);
+    if (rejected)
+        t->tier_rejected++;
+    else if (st)
+        t->tier_errors++;
+    else
+        t->tier_read_bytes += (uint64_t)v.size;
     lazyattn_store_release(store, &v);
     return st == LAZYATTN_STATUS_OK;
 }
@@ -93,12 +100,12 @@ void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
     if (!st) st = lazyattn_store_put(store, key, buf, written);
     free(buf);
     if (st) {
-        lz_cache_count_tier(c, LZ_TIER_WRITE_ERROR, 0);
+        lz_cache_count_tier_write(c, 0, 0);
         lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
                "tier: document %016llx not written to the %s store: %s",
                (unsigned long long)e->doc_hash, lazyattn_store_name(store), lazyattn_last_error());
         return;
     }
     e->in_tier = 1;
-    lz_cache_count_tier(c, LZ_TIER_WRITTEN, written);
+    lz_cache_count_tier_write(c, 1, written);
 }

@@ -319,6 +319,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     int32_t pos = d->n_prefix;
     lz_lookup lk = {c, lz_cache_model_id(c), B, 0, 0, r->keys, 0, lz_plan_reuse, r};
     lazyattn_store *tier = policy->tiered ? lz_cache_tier(c, NULL) : NULL;
+    lz_tally tally = {0};
     if (policy->begin) policy->begin(&lk, d);
     for (int i = 0; i < d->n_docs; i++) {
         lz_decision *p = &dp[i];
@@ -328,13 +329,13 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         /* A GPU miss: the tier (LAZY only) before a recompute. Documents
          * before this one are pinned, so the import's evictions spare them. */
         if (tier && p->action == LAZYATTN_ACTION_PREFILL &&
-            lz_tier_load(c, tier, p->hash, len)) {
+            lz_tier_load(c, tier, p->hash, len, &tally)) {
             lz_lookup_document(&lk, policy, d->docs[i], len, pos, p);
             if (p->action == LAZYATTN_ACTION_REUSE) {
                 p->from_tier = 1;
                 p->found->in_tier = 1;
             } else { /* imported, then trimmed away or another document's hash */
-                lz_cache_count_tier(c, LZ_TIER_ERROR, 0);
+                tally.tier_errors++;
             }
         }
         p->first_hold = first_hold;
@@ -374,7 +375,6 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         for (int j = 0; j < n_prefix_blocks; j++)
             lz_plan_entry(r, r->own[j], 0, lz_block_len(d->n_prefix, j, B), j * B);
     }
-    lz_tally tally = {0};
     for (int i = 0; i < d->n_docs; i++) {
         const lz_decision *p = &dp[i];
         seg = &r->segments[r->n_segments++];

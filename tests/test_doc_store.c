@@ -478,11 +478,12 @@ static long long raw_integer(redisContext *c, const char *fmt, const char *key) 
 static void test_redis_store(void **state) {
     (void)state;
 #ifndef LAZYATTN_HAVE_HIREDIS
+    print_message("Redis tests skipped: built without hiredis\n");
     skip();
 #else
     lazyattn_store *s = open_redis(1024);
     if (!s) {
-        print_message("LAZYATTN_TEST_REDIS unset: Redis tests skipped\n");
+        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
     assert_string_equal(lazyattn_store_name(s), "redis");
@@ -555,11 +556,15 @@ static void test_redis_store(void **state) {
 static void test_redis_two_processes(void **state) {
     (void)state;
 #ifndef LAZYATTN_HAVE_HIREDIS
+    print_message("Redis tests skipped: built without hiredis\n");
     skip();
 #else
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) skip();
+    if (!redis_target(host, sizeof host, &port)) {
+        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
+        skip();
+    }
     fflush(NULL);
     pid_t pid = fork();
     assert_true(pid >= 0);
