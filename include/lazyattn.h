@@ -994,7 +994,8 @@ typedef struct lazyattn_store_value {
 } lazyattn_store_value;
 
 /* What an engine implements to plug its own store in. Every function
- * returns a lazyattn_status (with lz-style detail through its own means):
+ * returns a lazyattn_status (lazyattn_last_error() is the library's: an
+ * engine's store reports its own detail its own way):
  *   get:     OK and *value filled, NOT_FOUND when absent, IO/... on failure
  *   release: gives a value of get back (never fails)
  *   put:     stores size bytes under key (replacing any value), whole or
@@ -1063,6 +1064,8 @@ LAZYATTN_API const char *lazyattn_store_name(const lazyattn_store *store);
 /* NOT_FOUND when absent; a value got must be released. */
 LAZYATTN_API int lazyattn_store_get(lazyattn_store *store, lazyattn_doc_key key,
                                     lazyattn_store_value *value);
+/* Gives a value of lazyattn_store_get back (zeroed); NULL store or value, or
+ * an empty value: nothing. */
 LAZYATTN_API void lazyattn_store_release(lazyattn_store *store, lazyattn_store_value *value);
 LAZYATTN_API int lazyattn_store_put(lazyattn_store *store, lazyattn_doc_key key, const void *data,
                                     size_t size);

@@ -81,6 +81,7 @@ typedef struct bench_options {
     tier_spec tier;
     int tier_mode;          /* lazyattn_tier_mode */
     int processes;          /* 0: one process, the per-policy table */
+    int rounds;             /* --processes: rounds of (separate, shared) */
 } bench_options;
 
 static const char usage_text[] =
@@ -113,6 +114,7 @@ static const char usage_text[] =
     "                            (process i starts at request i*R/N): once with N separate\n"
     "                            caches, once sharing --tier (dir: or redis://); compares\n"
     "                            recomputed document tokens and TTFT\n"
+    "  --rounds K                --processes: K rounds of both, alternating (1..100, default 1)\n"
     "  --progress / --no-progress\n"
     "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n"
     "Exit status: 0 every run served requests, 1 a failure or a run that completed no request\n"
@@ -209,6 +211,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     int model = 1, workload = 0, progress = 0, no_progress = 0, policies[4];
     int doc_len[2], question[2], gen[2];
     o->tier_mode = LAZYATTN_TIER_WRITE_THROUGH;
+    o->rounds = 1;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
         {.name = "--gguf", .type = CLI_STRING, .dest = &o->gguf},
@@ -242,6 +245,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
         {.name = "--tier-mode", .type = CLI_ENUM, .dest = &o->tier_mode, .choices = "read|back|through"},
         {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
+        {.name = "--rounds", .type = CLI_INT, .dest = &o->rounds, .min = 1, .max = 100},
         {.name = "--progress", .type = CLI_FLAG, .dest = &progress},
         {.name = "--no-progress", .type = CLI_FLAG, .dest = &no_progress},
     };
@@ -288,6 +292,8 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     } else if (cli_given(opts, N_OPTS, "--tier-mode")) {
         return cli_fail("rag_bench", "--tier-mode", "needs --tier");
     }
+    if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
+        return cli_fail("rag_bench", "--rounds", "needs --processes");
     if (cli_given(opts, N_OPTS, "--processes")) {
         if (!o->tier_text)
             return cli_fail("rag_bench", "--processes", "needs --tier dir:PATH or "
@@ -460,7 +466,9 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             r->n_prompt = desc.n_prefix + desc.n_question;
             for (int d = 0; d < desc.n_docs; d++) r->n_prompt += desc.doc_lengths[d];
             lazyattn_request *req = NULL;
+            double t_plan = serve_now();
             st = lazyattn_request_create(cache, &desc, &req);
+            r->plan_s = serve_now() - t_plan;
             if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED && n_live > 0) {
                 st = 0;
                 break; /* wait for running requests to release their blocks */
@@ -730,7 +738,8 @@ out:
 
 /* ---- --processes: N serving processes, separate caches against a shared tier ---- */
 
-/* What a serving process sends its parent (then n_ttft doubles, seconds). */
+/* What a serving process sends its parent (then n_ttft TTFTs and n_ttft
+ * planning times, seconds, of its completed requests). */
 typedef struct proc_summary {
     int status; /* 0: the run completed */
     int n_ok, n_failed, n_ttft;
@@ -781,7 +790,7 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
     b.rotate = (int)((int64_t)index * o->wl.n_requests / o->processes);
     if (!st && shared) st = tier_open(&o->tier, &b.tier);
     if (!st) st = bench_run(&b, LAZYATTN_CACHE_POLICY_LAZY, o->budgets[o->n_budgets - 1], &run);
-    double *ttft = calloc((size_t)run.n_requests + 1, sizeof *ttft);
+    double *ttft = calloc(2 * (size_t)run.n_requests + 1, sizeof *ttft); /* TTFT, then plan */
     sum.status = st ? st : ttft ? 0 : LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
     if (st) {
         fprintf(stderr, "rag_bench [process %d]: %s: %s\n", index, lazyattn_status_string(st),
@@ -794,29 +803,34 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
         for (int i = 0; i < run.n_requests; i++)
             if (run.requests[i].ok)
                 ttft[sum.n_ttft++] = run.requests[i].first_token - run.requests[i].arrival;
+        for (int i = 0, j = 0; i < run.n_requests; i++)
+            if (run.requests[i].ok) ttft[sum.n_ttft + j++] = run.requests[i].plan_s;
     }
     int bad = write_all(fd, &sum, sizeof sum) ||
-              (sum.n_ttft && write_all(fd, ttft, (size_t)sum.n_ttft * sizeof *ttft));
+              (sum.n_ttft && write_all(fd, ttft, 2 * (size_t)sum.n_ttft * sizeof *ttft));
     free(ttft);
     serve_run_release(&run);
     bench_free(&b);
     return sum.status || bad ? 1 : 0;
 }
 
+/* One phase (separate caches, or the shared tier), summed over its rounds. */
 typedef struct phase_result {
     int n_failed_procs;
     int n_ok, n_failed;
-    double wall_max;
-    lazyattn_cache_stats total; /* counters summed over the processes */
-    int64_t recomputed[64];     /* per process */
-    double ttft_mean, ttft_p50, ttft_p99;
+    double wall_sum;            /* the slowest process of each round */
+    lazyattn_cache_stats total; /* counters summed over processes and rounds */
+    int64_t recomputed[64];     /* per process, summed over rounds */
+    double *ttft, *plan;        /* [n_ttft] seconds, every completed request */
+    int n_ttft;
+    double ttft_mean, ttft_p50, ttft_p99, plan_mean;
 } phase_result;
 
-/* Forks the N processes of one phase and gathers what they send. */
+/* Forks the N processes of one round of a phase and adds what they send to out. */
 static int run_phase(const bench_options *o, const serve_model_config *mc, int shared,
                      phase_result *out) {
-    memset(out, 0, sizeof *out);
     int n = o->processes, started = 0, st = 0;
+    double wall_max = 0;
     pid_t pids[64];
     int fds[64];
     fflush(NULL);
@@ -842,18 +856,24 @@ static int run_phase(const bench_options *o, const serve_model_config *mc, int s
         pids[started] = pid;
         fds[started] = p[0];
     }
-    double *ttft = NULL;
-    int n_ttft = 0;
     for (int i = 0; i < started; i++) {
         proc_summary sum;
-        int ok = read_all(fds[i], &sum, sizeof sum) == 0 && sum.status == 0 && sum.n_ttft >= 0;
-        double *more = ok ? realloc(ttft, (size_t)(n_ttft + sum.n_ttft + 1) * sizeof *ttft) : NULL;
-        if (more) ttft = more;
-        if (ok && more && read_all(fds[i], ttft + n_ttft, (size_t)sum.n_ttft * sizeof *ttft) == 0) {
-            n_ttft += sum.n_ttft;
+        int ok = read_all(fds[i], &sum, sizeof sum) == 0 && sum.status == 0 && sum.n_ttft >= 0 &&
+                 sum.n_ttft <= 1 << 24;
+        double *got = ok ? malloc(2 * (size_t)sum.n_ttft * sizeof *got + 1) : NULL;
+        double *t2 = got ? realloc(out->ttft, (size_t)(out->n_ttft + sum.n_ttft + 1) * sizeof *t2)
+                         : NULL;
+        if (t2) out->ttft = t2;
+        double *p2 = t2 ? realloc(out->plan, (size_t)(out->n_ttft + sum.n_ttft + 1) * sizeof *p2)
+                        : NULL;
+        if (p2) out->plan = p2;
+        if (p2 && read_all(fds[i], got, 2 * (size_t)sum.n_ttft * sizeof *got) == 0) {
+            memcpy(out->ttft + out->n_ttft, got, (size_t)sum.n_ttft * sizeof *got);
+            memcpy(out->plan + out->n_ttft, got + sum.n_ttft, (size_t)sum.n_ttft * sizeof *got);
+            out->n_ttft += sum.n_ttft;
             out->n_ok += sum.n_ok;
             out->n_failed += sum.n_failed;
-            if (sum.wall_s > out->wall_max) out->wall_max = sum.wall_s;
+            if (sum.wall_s > wall_max) wall_max = sum.wall_s;
             lazyattn_cache_stats *t = &out->total, *s = &sum.stats;
             t->doc_tokens += s->doc_tokens;
             t->hit_tokens += s->hit_tokens;
@@ -869,13 +889,15 @@ static int run_phase(const bench_options *o, const serve_model_config *mc, int s
             t->tier_write_errors += s->tier_write_errors;
             t->tier_read_bytes += s->tier_read_bytes;
             t->tier_write_bytes += s->tier_write_bytes;
-            out->recomputed[i] = s->recomputed_tokens;
+            if (out->recomputed[i] >= 0) out->recomputed[i] += s->recomputed_tokens;
         } else {
             out->n_failed_procs++;
             out->recomputed[i] = -1;
         }
+        free(got);
         close(fds[i]);
     }
+    out->wall_sum += wall_max;
     for (int i = 0; i < started; i++) {
         int status;
         while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {}
@@ -885,23 +907,30 @@ static int run_phase(const bench_options *o, const serve_model_config *mc, int s
         }
     }
     if (started < n) out->n_failed_procs += n - started;
-    double sum_ttft = 0;
-    for (int i = 0; i < n_ttft; i++) sum_ttft += ttft[i];
-    out->ttft_mean = n_ttft ? sum_ttft / n_ttft : NAN;
-    out->ttft_p50 = n_ttft ? serve_percentile(ttft, n_ttft, 50) : NAN;
-    out->ttft_p99 = n_ttft ? serve_percentile(ttft, n_ttft, 99) : NAN;
-    free(ttft);
     return st;
+}
+
+/* Means and percentiles once every round is in; frees the samples. */
+static void phase_finish(phase_result *r) {
+    double sum_ttft = 0, sum_plan = 0;
+    for (int i = 0; i < r->n_ttft; i++) sum_ttft += r->ttft[i], sum_plan += r->plan[i];
+    r->ttft_mean = r->n_ttft ? sum_ttft / r->n_ttft : NAN;
+    r->plan_mean = r->n_ttft ? sum_plan / r->n_ttft : NAN;
+    r->ttft_p50 = r->n_ttft ? serve_percentile(r->ttft, r->n_ttft, 50) : NAN;
+    r->ttft_p99 = r->n_ttft ? serve_percentile(r->ttft, r->n_ttft, 99) : NAN;
+    free(r->ttft);
+    free(r->plan);
+    r->ttft = r->plan = NULL;
 }
 
 static void print_phase(const char *label, int n, const phase_result *r) {
     const lazyattn_cache_stats *t = &r->total;
-    printf("| %-28s | %d | %d (%d) | %lld | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.1f | "
+    printf("| %s | %d | %d (%d) | %lld | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.2f | %.1f | "
            "%lld / %lld / %lld |\n",
            label, n, r->n_ok, r->n_failed, (long long)t->doc_tokens, (long long)t->recomputed_tokens,
            (long long)t->hit_tokens, (long long)t->tier_hit_tokens, r->ttft_mean * 1e3,
-           r->ttft_p50 * 1e3, r->ttft_p99 * 1e3, r->wall_max, (long long)t->tier_writes,
-           (long long)t->tier_errors, (long long)t->tier_rejected);
+           r->ttft_p50 * 1e3, r->ttft_p99 * 1e3, r->plan_mean * 1e3, r->wall_sum,
+           (long long)t->tier_writes, (long long)t->tier_errors, (long long)t->tier_rejected);
 }
 
 static int run_processes(bench_options *o, const serve_model_config *mc) {
@@ -911,6 +940,9 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     wc.n_requests = o->warmup + o->wl.n_requests;
     lazyattn_workload *wl = NULL;
     lazyattn_store *store = NULL;
+    phase_result sep, shr;
+    memset(&sep, 0, sizeof sep);
+    memset(&shr, 0, sizeof shr);
     int st = lazyattn_workload_create(&wc, &wl);
     if (st) {
         serve_lz_fail(st, "lazyattn_workload_create");
@@ -931,23 +963,28 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
            "replicated: every process serves all of them, process i from request i*%d/%d on\n",
            o->workload, o->wl.n_docs, o->wl.doc_len_min, o->wl.doc_len_max,
            o->wl.docs_per_request, o->wl.alpha, o->wl.n_requests, o->wl.n_requests, n);
-    printf("# tier %s, mode %s; first %d processes with separate caches, then %d sharing the "
-           "tier (emptied of this workload's documents before)\n",
-           o->tier_text, modes[o->tier_mode], n, n);
+    printf("# tier %s, mode %s; %d round%s of: %d processes with separate caches, then %d "
+           "sharing the tier (emptied of this workload's documents before each phase)\n",
+           o->tier_text, modes[o->tier_mode], o->rounds, o->rounds > 1 ? "s" : "", n, n);
     fflush(stdout);
-    phase_result sep, shr;
-    if ((st = run_phase(o, mc, 0, &sep))) goto fail;
-    if ((st = tier_open(&o->tier, &store)) || (st = tier_clear(store, wl))) goto fail;
-    lazyattn_store_destroy(store);
-    store = NULL;
-    if ((st = run_phase(o, mc, 1, &shr))) goto fail;
+    /* Rounds alternate the phases, so that a load on the machine that
+     * drifts over time weighs on both alike. */
+    for (int round = 0; round < o->rounds; round++)
+        for (int shared = 0; shared < 2; shared++) {
+            if ((st = tier_open(&o->tier, &store)) || (st = tier_clear(store, wl))) goto fail;
+            lazyattn_store_destroy(store);
+            store = NULL;
+            if ((st = run_phase(o, mc, shared, shared ? &shr : &sep))) goto fail;
+        }
     if (!tier_open(&o->tier, &store)) tier_clear(store, wl); /* leave the tier as found */
     lazyattn_store_destroy(store);
     store = NULL;
+    phase_finish(&sep);
+    phase_finish(&shr);
     printf("\n| caches | processes | requests (failed) | doc tokens | recomputed | GPU hit tokens "
-           "| tier hit tokens | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | wall s | tier writes / "
-           "errors / rejected |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+           "| tier hit tokens | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | plan + tier load mean ms "
+           "| wall s | tier writes / errors / rejected |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     char label[64];
     print_phase("separate", n, &sep);
     snprintf(label, sizeof label, "shared %s", o->tier_text);
@@ -976,10 +1013,12 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
         }
     }
     free(seen);
-    printf("distinct document tokens of the workload (each computed once: the floor of the "
-           "shared tier): %lld; computed more than once in the shared run: %lld tokens (documents "
+    distinct *= o->rounds;
+    printf("distinct document tokens of the workload%s (each computed once: the floor of the "
+           "shared tier): %lld; computed more than once in the shared runs: %lld tokens (documents "
            "several processes missed before the first write reached the tier)\n",
-           (long long)distinct, (long long)(shr.total.recomputed_tokens - distinct));
+           o->rounds > 1 ? ", times the rounds" : "", (long long)distinct,
+           (long long)(shr.total.recomputed_tokens - distinct));
     printf("recomputed per process: separate");
     for (int i = 0; i < n; i++) printf(" %lld", (long long)sep.recomputed[i]);
     printf("; shared");
@@ -1000,6 +1039,7 @@ fail:
     fprintf(stderr, "rag_bench: %s: %s\n", lazyattn_status_string(st), serve_last_error());
     lazyattn_store_destroy(store);
     lazyattn_workload_destroy(wl);
+    free(sep.ttft), free(sep.plan), free(shr.ttft), free(shr.plan);
     return 1;
 }
 

@@ -380,6 +380,7 @@ static void test_dir_killed_writer(void **state) {
 
 // ---- Redis ----
 
+#ifdef LAZYATTN_HAVE_HIREDIS
 static int redis_target(char *host, size_t n, int *port) {
     const char *t = getenv("LAZYATTN_TEST_REDIS");
     if (!t || !*t) return 0;
@@ -391,8 +392,11 @@ static int redis_target(char *host, size_t n, int *port) {
     return *port > 0;
 }
 
+#endif
+
 static char redis_prefix[64];
 
+#ifdef LAZYATTN_HAVE_HIREDIS
 static lazyattn_store *open_redis(size_t chunk) {
     char host[128];
     int port = 0;
@@ -408,6 +412,7 @@ static lazyattn_store *open_redis(size_t chunk) {
     lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_OK);
     return s;
 }
+#endif
 
 /* A port where nothing listens (bound, then closed). */
 static int free_port(void) {
