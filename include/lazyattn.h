@@ -1042,9 +1042,11 @@ LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **ou
  *                                                size and count, checksum
  * (ids in 16 hex digits). A value is read only through its manifest and
  * checked against it, so a write cut off before its manifest is never read,
- * and missing or mixed chunks are a miss (FORMAT), not data. Each call
- * reconnects if the connection was lost; a server down or slower than
- * timeout_ms gives IO. UNSUPPORTED when lazyattn was built without hiredis
+ * and missing or mixed chunks are a miss (FORMAT), not data. A server down
+ * or slower than timeout_ms gives IO; the connection is then dropped and,
+ * for retry_ms, every call fails at once (IO, "not retried") instead of
+ * waiting again, so a stalled server costs one timeout per retry_ms, not
+ * one per document; the next call after that reconnects. UNSUPPORTED when lazyattn was built without hiredis
  * (Debian: libhiredis-dev). */
 typedef struct lazyattn_redis_config {
     const char *host;    /* default "127.0.0.1" */
@@ -1052,6 +1054,8 @@ typedef struct lazyattn_redis_config {
     int timeout_ms;      /* connect and each command; default 2000, 1..600000 */
     size_t chunk_bytes;  /* default 4 MiB, 1 KiB .. 512 MiB (Redis's value limit) */
     const char *prefix;  /* key prefix, default "lazyattn"; no '{' or '}' */
+    int retry_ms;        /* after a failed connection: calls fail at once for this long;
+                            default 1000, 0..600000 */
 } lazyattn_redis_config;
 
 LAZYATTN_API void lazyattn_redis_config_init(lazyattn_redis_config *config);

@@ -66,6 +66,7 @@ void lazyattn_redis_config_init(lazyattn_redis_config *c) {
     c->timeout_ms = 2000;
     c->chunk_bytes = (size_t)4 << 20;
     c->prefix = "lazyattn";
+    c->retry_ms = 1000;
 }
 
 int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_store **out) {
@@ -81,6 +82,8 @@ int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_st
                  "%s: timeout %d ms outside 1..600000", w, c.timeout_ms);
     LZ_CHECK_ARG(c.chunk_bytes >= 1024 && c.chunk_bytes <= ((size_t)512 << 20),
                  "%s: chunk of %zu bytes outside 1 KiB .. 512 MiB", w, c.chunk_bytes);
+    LZ_CHECK_ARG(c.retry_ms >= 0 && c.retry_ms <= 600000, "%s: retry of %d ms outside 0..600000",
+                 w, c.retry_ms);
     LZ_CHECK_ARG(c.prefix && c.prefix[0] && !strpbrk(c.prefix, "{}") && strlen(c.prefix) <= 200,
                  "%s: the key prefix must be 1..200 characters without '{' or '}'", w);
     void *impl;

@@ -46,14 +46,30 @@ static void lz_redis_destroy(void *i) { (void)i; }
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 typedef struct lz_redis {
     lz_mutex lock;
     redisContext *rc; /* NULL or broken: reconnect */
     char *host, *prefix;
-    int port, timeout_ms;
+    int port, timeout_ms, retry_ms;
     size_t chunk_bytes;
+    int64_t down_since_ms, retry_at_ms; /* last failure of the connection; 0: none */
 } lz_redis;
+
+static int64_t lz_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The connection failed: drop it, and wait retry_ms before the next try. */
+static void lz_redis_down(lz_redis *r) {
+    if (r->rc) redisFree(r->rc);
+    r->rc = NULL;
+    r->down_since_ms = lz_now_ms();
+    r->retry_at_ms = r->down_since_ms + r->retry_ms;
+}
 
 static struct timeval lz_tv(int ms) {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -63,16 +79,23 @@ static struct timeval lz_tv(int ms) {
 /* Connected, or IO with the reason. Caller holds the lock. */
 static int lz_redis_connect(lz_redis *r, const char *who) {
     if (r->rc && !r->rc->err) return LAZYATTN_STATUS_OK;
-    if (r->rc) redisFree(r->rc);
+    if (r->rc) lz_redis_down(r);
+    int64_t now = lz_now_ms();
+    if (r->retry_at_ms && now < r->retry_at_ms)
+        return lz_fail(LAZYATTN_STATUS_IO,
+                       "%s: redis %s:%d failed %lld ms ago; not retried for another %lld ms "
+                       "(retry_ms %d)",
+                       who, r->host, r->port, (long long)(now - r->down_since_ms),
+                       (long long)(r->retry_at_ms - now), r->retry_ms);
     r->rc = redisConnectWithTimeout(r->host, r->port, lz_tv(r->timeout_ms));
     if (!r->rc) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: redis context", who);
     if (r->rc->err || redisSetTimeout(r->rc, lz_tv(r->timeout_ms)) != REDIS_OK) {
         int st = lz_fail(LAZYATTN_STATUS_IO, "%s: redis %s:%d: %s", who, r->host, r->port,
                          r->rc->err ? r->rc->errstr : "cannot set the timeout");
-        redisFree(r->rc);
-        r->rc = NULL;
+        lz_redis_down(r);
         return st;
     }
+    r->retry_at_ms = 0;
     return LAZYATTN_STATUS_OK;
 }
 
@@ -87,10 +110,7 @@ static int lz_redis_fail(lz_redis *r, redisReply *reply, const char *who, const 
     else
         st = lz_fail(LAZYATTN_STATUS_IO, "%s: redis %s: unexpected reply", who, what);
     if (reply) freeReplyObject(reply);
-    if (r->rc && r->rc->err) {
-        redisFree(r->rc);
-        r->rc = NULL;
-    }
+    if (r->rc && r->rc->err) lz_redis_down(r);
     return st;
 }
 
@@ -336,6 +356,7 @@ int lz_store_redis_open(const lazyattn_redis_config *c, void **impl) {
     }
     r->port = c->port;
     r->timeout_ms = c->timeout_ms;
+    r->retry_ms = c->retry_ms;
     r->chunk_bytes = c->chunk_bytes;
     int st = lz_redis_connect(r, "lazyattn_store_create_redis");
     if (!st) { /* a server that answers, not only a port that accepts */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@
 #ifdef LAZYATTN_HAVE_HIREDIS
 #include <hiredis/hiredis.h>
 #endif
+
+extern char **environ;
 
 /* A value of n bytes for key k: a pattern no other key or length shares. */
 static void fill_value(uint8_t *p, size_t n, uint64_t k) {
@@ -163,6 +166,13 @@ static void test_bad_input(void **state) {
         lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
         assert_null(s);
     }
+
+    lazyattn_redis_config_init(&rc);
+    rc.retry_ms = -1;
+    lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    rc.retry_ms = 600001;
+    lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(s);
 
     lt_assert_status(lazyattn_store_create_host(1 << 20, &s), LAZYATTN_STATUS_OK);
     assert_string_equal(lazyattn_store_name(s), "host");
@@ -557,6 +567,74 @@ static void test_redis_store(void **state) {
 #endif
 }
 
+/* A server that stalls (SIGSTOP) under a live store: the call waiting on it
+ * times out (IO); for retry_ms afterwards calls fail at once ("not
+ * retried") instead of each waiting for the timeout; a store whose retry
+ * window has passed reconnects. */
+static void test_redis_stalled(void **state) {
+    (void)state;
+#ifndef LAZYATTN_HAVE_HIREDIS
+    print_message("Redis tests skipped: built without hiredis\n");
+    skip();
+#else
+    char host[128];
+    int shared_port = 0;
+    if (!redis_target(host, sizeof host, &shared_port)) {
+        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
+        skip();
+    }
+    int port = free_port();
+    char port_text[16];
+    snprintf(port_text, sizeof port_text, "%d", port);
+    char *argv[] = {"redis-server", "--port", port_text, "--bind", "127.0.0.1", "--save", "",
+                    "--appendonly", "no", "--loglevel", "warning", "--logfile", "/dev/null", NULL};
+    pid_t pid;
+    fflush(NULL);
+    assert_int_equal(posix_spawnp(&pid, "redis-server", NULL, NULL, argv, environ), 0);
+    lazyattn_redis_config rc;
+    lazyattn_redis_config_init(&rc);
+    assert_int_equal(rc.retry_ms, 1000);
+    rc.port = port;
+    rc.timeout_ms = 300;
+    rc.retry_ms = 600000; /* longer than the test */
+    rc.prefix = redis_prefix;
+    lazyattn_store *s = NULL;
+    for (int i = 0; i < 100 && lazyattn_store_create_redis(&rc, &s) != LAZYATTN_STATUS_OK; i++) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    assert_non_null(s);
+    put_value(s, 21, 3000);
+    expect_stored(s, 21, 3000);
+    kill(pid, SIGSTOP);
+    lazyattn_store_value v;
+    lt_assert_status(lazyattn_store_get(s, key_of(21), &v), LAZYATTN_STATUS_IO);
+    assert_null(strstr(lazyattn_last_error(), "not retried"));
+    assert_null(v.data);
+    kill(pid, SIGCONT); /* back, but the store waits out its retry window */
+    lt_assert_status(lazyattn_store_get(s, key_of(21), &v), LAZYATTN_STATUS_IO);
+    assert_non_null(strstr(lazyattn_last_error(), "not retried"));
+    int there = 1;
+    lt_assert_status(lazyattn_store_exists(s, key_of(21), &there), LAZYATTN_STATUS_IO);
+    uint8_t byte = 1;
+    lt_assert_status(lazyattn_store_put(s, key_of(22), &byte, 1), LAZYATTN_STATUS_IO);
+    lazyattn_store_destroy(s);
+    /* without a retry window the next call reconnects */
+    rc.retry_ms = 0;
+    lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_OK);
+    expect_stored(s, 21, 3000);
+    kill(pid, SIGSTOP);
+    lt_assert_status(lazyattn_store_get(s, key_of(21), &v), LAZYATTN_STATUS_IO);
+    kill(pid, SIGCONT);
+    expect_stored(s, 21, 3000); /* reconnected */
+    lt_assert_status(lazyattn_store_delete(s, key_of(21)), LAZYATTN_STATUS_OK);
+    lazyattn_store_destroy(s);
+    kill(pid, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+#endif
+}
+
 /* Two processes share one Redis: values written by either are whole for both. */
 static void test_redis_two_processes(void **state) {
     (void)state;
@@ -624,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_redis_down_or_slow),
         cmocka_unit_test(test_redis_store),
         cmocka_unit_test(test_redis_two_processes),
+        cmocka_unit_test(test_redis_stalled),
     };
     return cmocka_run_group_tests_name("doc_store", tests, NULL, NULL);
 }

@@ -724,7 +724,7 @@ static void test_redis_stopped(void **state) {
     char port_text[16];
     snprintf(port_text, sizeof port_text, "%d", port);
     char *argv[] = {"redis-server", "--port", port_text, "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no", "--loglevel", "warning", NULL};
+                    "--appendonly", "no", "--loglevel", "warning", "--logfile", "/dev/null", NULL};
     pid_t pid;
     fflush(NULL);
     assert_int_equal(posix_spawnp(&pid, "redis-server", NULL, NULL, argv, environ), 0);
