@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -688,7 +689,88 @@ static void test_redis_two_processes(void **state) {
 #endif
 }
 
-int main(void) {
+/* Threads share one store (the header says the library's stores are
+ * thread-safe): each puts, reads back and deletes values of overlapping
+ * keys; the host store's small budget evicts values other threads are
+ * reading. Every value read must be whole. Run under ThreadSanitizer in CI
+ * (test_doc_store --threads). */
+typedef struct hammer_arg {
+    lazyattn_store *store;
+    int id;
+    int bad;
+} hammer_arg;
+
+static void *hammer(void *p) {
+    hammer_arg *a = p;
+    uint8_t *buf = malloc(9000);
+    for (int i = 0; i < 200 && buf; i++) {
+        uint64_t k = (uint64_t)((i * 7 + a->id * 3) % 12);
+        size_t n = 1000 + 500 * (size_t)k;
+        fill_value(buf, n, k);
+        int st = lazyattn_store_put(a->store, key_of(k), buf, n);
+        a->bad |= st != LAZYATTN_STATUS_OK;
+        lazyattn_store_value v;
+        for (uint64_t j = k; j < k + 3; j++) {
+            st = lazyattn_store_get(a->store, key_of(j % 12), &v);
+            if (st == LAZYATTN_STATUS_OK) {
+                a->bad |= !value_is(&v, 1000 + 500 * (size_t)(j % 12), j % 12);
+                lazyattn_store_release(a->store, &v);
+            } else {
+                a->bad |= st != LAZYATTN_STATUS_NOT_FOUND;
+            }
+        }
+        int there;
+        a->bad |= lazyattn_store_exists(a->store, key_of((k + 5) % 12), &there) != 0;
+        if (i % 5 == 0) {
+            st = lazyattn_store_delete(a->store, key_of((k + 1) % 12));
+            a->bad |= st != LAZYATTN_STATUS_OK && st != LAZYATTN_STATUS_NOT_FOUND;
+        }
+    }
+    if (!buf) a->bad = 1;
+    free(buf);
+    return NULL;
+}
+
+static void hammer_store(lazyattn_store *s) {
+    enum { N = 4 };
+    pthread_t t[N];
+    hammer_arg a[N];
+    for (int i = 0; i < N; i++) {
+        a[i].store = s;
+        a[i].id = i;
+        a[i].bad = 0;
+        assert_int_equal(pthread_create(&t[i], NULL, hammer, &a[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_false(a[i].bad);
+    }
+    for (uint64_t k = 0; k < 12; k++) lazyattn_store_delete(s, key_of(k));
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create_host(12000, &s), LAZYATTN_STATUS_OK);
+    hammer_store(s);
+    lazyattn_store_destroy(s);
+    char dir[512];
+    make_tmp_dir(dir, sizeof dir, "threads");
+    lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
+    hammer_store(s);
+    lazyattn_store_destroy(s);
+    assert_int_equal(count_files(dir, ".tmp-"), 0);
+    remove_tree(dir);
+#ifdef LAZYATTN_HAVE_HIREDIS
+    s = open_redis(1024); /* NULL without a server */
+    if (s) {
+        hammer_store(s);
+        lazyattn_store_destroy(s);
+    }
+#endif
+}
+
+int main(int argc, char **argv) {
     const char *t = getenv("TMPDIR");
     snprintf(tmp_root, sizeof tmp_root, "%s", t && *t ? t : "/tmp");
     /* one prefix per run, shared with forked children */
@@ -703,6 +785,12 @@ int main(void) {
         cmocka_unit_test(test_redis_store),
         cmocka_unit_test(test_redis_two_processes),
         cmocka_unit_test(test_redis_stalled),
+        cmocka_unit_test(test_threads),
     };
+    /* --threads: the threaded test alone (CI runs it under ThreadSanitizer) */
+    if (argc == 2 && strcmp(argv[1], "--threads") == 0) {
+        const struct CMUnitTest threaded[] = {cmocka_unit_test(test_threads)};
+        return cmocka_run_group_tests_name("doc_store_threads", threaded, NULL, NULL);
+    }
     return cmocka_run_group_tests_name("doc_store", tests, NULL, NULL);
 }
