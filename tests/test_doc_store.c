@@ -168,6 +168,7 @@ static void test_bad_input(void **state) {
         assert_null(s);
     }
 
+    lazyattn_redis_config_init(NULL); /* nothing */
     lazyattn_redis_config_init(&rc);
     rc.retry_ms = -1;
     lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
@@ -636,6 +637,65 @@ static void test_redis_stalled(void **state) {
 #endif
 }
 
+/* A Redis writer SIGKILLed in the middle of its writes (two versions of one
+ * key, of different lengths, written in turn in 64 KiB chunks): a reader
+ * gets a whole version, or nothing (no manifest yet: NOT_FOUND; new chunks
+ * under an older manifest: FORMAT), never part of one. */
+static void test_redis_killed_writer(void **state) {
+    (void)state;
+#ifndef LAZYATTN_HAVE_HIREDIS
+    print_message("Redis tests skipped: built without hiredis\n");
+    skip();
+#else
+    char host[128];
+    int port = 0;
+    if (!redis_target(host, sizeof host, &port)) {
+        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
+        skip();
+    }
+    const size_t len[2] = {(size_t)6 << 20, (size_t)5 << 20};
+    int outcomes[3] = {0, 0, 0}; /* whole, absent, refused */
+    for (int attempt = 0; attempt < 6; attempt++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            lazyattn_store *w = open_redis((size_t)64 << 10);
+            uint8_t *p = malloc(len[0]);
+            if (!w || !p) _exit(3);
+            for (int v = attempt;; v++) { /* until killed */
+                fill_value(p, len[v % 2], 30 + (uint64_t)(v % 2));
+                lazyattn_store_put(w, key_of(30), p, len[v % 2]);
+            }
+        }
+        struct timespec ts = {0, 30000000L * (attempt + 1)};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        lazyattn_store *s = open_redis((size_t)64 << 10);
+        lazyattn_store_value v;
+        int st = lazyattn_store_get(s, key_of(30), &v);
+        if (st == LAZYATTN_STATUS_OK) {
+            assert_true(value_is(&v, len[0], 30) || value_is(&v, len[1], 31));
+            lazyattn_store_release(s, &v);
+            outcomes[0]++;
+        } else {
+            assert_true(st == LAZYATTN_STATUS_NOT_FOUND || st == LAZYATTN_STATUS_FORMAT);
+            assert_null(v.data);
+            outcomes[st == LAZYATTN_STATUS_NOT_FOUND ? 1 : 2]++;
+        }
+        lazyattn_store_destroy(s);
+    }
+    print_message("killed Redis writer: %d whole, %d absent, %d refused\n", outcomes[0],
+                  outcomes[1], outcomes[2]);
+    lazyattn_store *s = open_redis((size_t)64 << 10);
+    int st = lazyattn_store_delete(s, key_of(30));
+    assert_true(st == LAZYATTN_STATUS_OK || st == LAZYATTN_STATUS_NOT_FOUND);
+    lazyattn_store_destroy(s);
+#endif
+}
+
 /* Two processes share one Redis: values written by either are whole for both. */
 static void test_redis_two_processes(void **state) {
     (void)state;
@@ -785,6 +845,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_redis_store),
         cmocka_unit_test(test_redis_two_processes),
         cmocka_unit_test(test_redis_stalled),
+        cmocka_unit_test(test_redis_killed_writer),
         cmocka_unit_test(test_threads),
     };
     /* --threads: the threaded test alone (CI runs it under ThreadSanitizer) */
