@@ -1152,18 +1152,24 @@ int main(int argc, char **argv) {
         printf("\nDocument tier (%s): per lookup a GPU hit, a tier hit or a recompute\n\n",
                o.tier_text);
         printf("| policy | budget | doc tokens | GPU hit tokens | tier hit tokens | recomputed | "
-               "tier writes | tier errors | tier rejected | write errors | MiB read / written |\n");
-        printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+               "tier writes | tier errors | tier rejected | write errors | MiB read / written | "
+               "plan + tier load mean ms |\n");
+        printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
         for (int i = 0; i < n_runs; i++) {
             const lazyattn_cache_stats *t = &runs[i].stats;
+            double plan = 0;
+            int n_plan = 0;
+            for (int q = 0; q < runs[i].n_requests; q++)
+                if (runs[i].requests[q].ok) plan += runs[i].requests[q].plan_s, n_plan++;
             printf("| %s | %.4g MiB | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld | "
-                   "%.2f / %.2f |\n",
+                   "%.2f / %.2f | %.2f |\n",
                    runs[i].policy, (double)runs[i].budget_bytes / (1 << 20),
                    (long long)t->doc_tokens, (long long)t->hit_tokens,
                    (long long)t->tier_hit_tokens, (long long)t->recomputed_tokens,
                    (long long)t->tier_writes, (long long)t->tier_errors,
                    (long long)t->tier_rejected, (long long)t->tier_write_errors,
-                   (double)t->tier_read_bytes / (1 << 20), (double)t->tier_write_bytes / (1 << 20));
+                   (double)t->tier_read_bytes / (1 << 20), (double)t->tier_write_bytes / (1 << 20),
+                   n_plan ? plan / n_plan * 1e3 : 0.0);
         }
     }
     char path[1024];
