@@ -1046,8 +1046,8 @@ LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **ou
  * or slower than timeout_ms gives IO; the connection is then dropped and,
  * for retry_ms, every call fails at once (IO, "not retried") instead of
  * waiting again, so a stalled server costs one timeout per retry_ms, not
- * one per document; the next call after that reconnects. UNSUPPORTED when lazyattn was built without hiredis
- * (Debian: libhiredis-dev). */
+ * one per document; the next call after that reconnects. UNSUPPORTED when
+ * lazyattn was built without hiredis (Debian: libhiredis-dev). */
 typedef struct lazyattn_redis_config {
     const char *host;    /* default "127.0.0.1" */
     int port;            /* default 6379 */
@@ -1104,8 +1104,10 @@ typedef enum lazyattn_tier_mode {
  * counted (tier_write_errors) and logged (WARN, the context's log
  * callback); the cache is unchanged by them. Entries still cached at
  * lazyattn_cache_destroy are not written. lazyattn_cache_probe looks at
- * the GPU cache only. Without a tier the planner pays one pointer test per
- * missed document.
+ * the GPU cache only. Loads are synchronous: request_create waits for the
+ * store and for the context's queue (the upload), so a request's time, and
+ * its TTFT, include them. Without a tier the planner pays one pointer test
+ * per missed document.
  * UNSUPPORTED for a cache that is not LAZY (only LAZY documents are
  * position-independent, so only they can be exported and shared) or a pool
  * without device memory; INVALID_ARGUMENT for an unknown mode or inside the
