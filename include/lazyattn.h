@@ -718,7 +718,30 @@ typedef struct lazyattn_cache_stats {
                                  requests' own and pending blocks) */
     uint64_t peak_bytes_in_use;
     /* counters, reset like the ones above */
-    int64_t imports;          /* documents imported (lazyattn_cache_import*) */
+    int64_t imports;          /* documents imported (lazyattn_cache_import*, and
+                                 loads from the tier) */
+    /* document tier (lazyattn_cache_set_tier); counters, reset like the
+     * ones above. A document is a GPU hit (hits), a tier hit or recomputed
+     * (misses): hits + tier_hits + misses = lookups for a LAZY cache, and
+     * tier_lookups = tier_hits + tier_misses + tier_errors + tier_rejected.
+     * Lookups are counted with their request, as lookups are: a request
+     * refused (BUDGET_EXCEEDED) counts none (what it imported stays cached
+     * and counts in imports). Writes are counted when they happen. */
+    int64_t tier_lookups;     /* GPU misses looked up in the tier */
+    int64_t tier_hits;        /* of which loaded from the tier, not recomputed */
+    int64_t tier_hit_tokens;  /* their tokens (not in hit_tokens) */
+    int64_t tier_misses;      /* not in the store */
+    int64_t tier_errors;      /* the store failed (down, timed out, I/O) or the loaded
+                                 document could not be placed: recomputed */
+    int64_t tier_rejected;    /* the store's value was refused (truncated, corrupt,
+                                 another identity): recomputed, nothing entered */
+    int64_t tier_writes;      /* documents written to the store */
+    int64_t tier_write_errors;/* writes the store refused (full disk, down...); the
+                                 cache is unchanged by them */
+    uint64_t tier_read_bytes; /* bytes loaded from the store */
+    uint64_t tier_write_bytes;
+    int64_t recomputed_tokens;/* document tokens prefilled (every policy): doc_tokens
+                                 - hit_tokens - copy_tokens - tier_hit_tokens */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -835,6 +858,8 @@ typedef struct lazyattn_plan {
     /* this request's document accounting (as added to the cache stats) */
     int doc_tokens, hit_tokens, copy_tokens;
     int doc_blocks, hit_blocks, copy_blocks;
+    /* documents loaded from the cache's tier (REUSE segments, not in hit_tokens) */
+    int tier_tokens;
 } lazyattn_plan;
 
 /*
@@ -1002,6 +1027,165 @@ typedef struct lazyattn_kv_info {
  * checksum, sizes that agree): FORMAT otherwise. data needs at least
  * LAZYATTN_KV_HEADER_BYTES; the payload is not read (import checks it). */
 LAZYATTN_API int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv_info *info);
+
+
+/* ---- document stores: where documents live outside the GPU -------------- */
+
+/*
+ * A store keeps exported documents (the bytes of lazyattn_cache_export) by
+ * key = (model_id, doc_hash), outside the GPU: in host memory, in a
+ * directory, in Redis, or in anything an engine implements with
+ * lazyattn_store_ops. A store holds bytes only; what it returns is checked
+ * by the reader (lazyattn_cache_import checks format, checksums and
+ * identity before the cache changes), so a store that loses, truncates or
+ * corrupts a value costs a recompute, never a wrong answer.
+ *
+ * Threads and processes: the three stores of the library are thread-safe
+ * (each takes its own mutex; Redis serialises on its one connection), and
+ * the directory and Redis stores may be shared by any number of processes
+ * and (Redis, or a shared file system) machines at once. A store made from
+ * an engine's own ops is as thread-safe as those ops: the library adds no
+ * lock. A store used by caches on several threads must be thread-safe. A
+ * destroy must not race with any other use, and a store must outlive the
+ * caches it is attached to (lazyattn_cache_set_tier).
+ */
+typedef struct lazyattn_store lazyattn_store;
+
+typedef struct lazyattn_doc_key {
+    uint64_t model_id; /* the cache's model_id (lazyattn_cache_config) */
+    uint64_t doc_hash; /* lazyattn_doc_hash(model_id, tokens) */
+} lazyattn_doc_key;
+
+/* A value read from a store, borrowed until lazyattn_store_release:
+ * data: [size] bytes (host memory, a read-only mapping of a file, ...). */
+typedef struct lazyattn_store_value {
+    const void *data;
+    size_t size;
+    void *handle; /* the store's (what release frees) */
+} lazyattn_store_value;
+
+/* What an engine implements to plug its own store in. Every function
+ * returns a lazyattn_status (lazyattn_last_error() is the library's: an
+ * engine's store reports its own detail its own way):
+ *   get:     OK and *value filled, NOT_FOUND when absent, IO/... on failure
+ *   release: gives a value of get back (never fails)
+ *   put:     stores size bytes under key (replacing any value), whole or
+ *            not at all as far as get can tell
+ *   exists:  *exists = 1 or 0
+ *   remove:  OK, or NOT_FOUND when absent
+ *   destroy: frees impl (lazyattn_store_destroy calls it; may be NULL) */
+typedef struct lazyattn_store_ops {
+    const char *name; /* "host", "dir", "redis", or the engine's */
+    int (*get)(void *impl, lazyattn_doc_key key, lazyattn_store_value *value);
+    void (*release)(void *impl, lazyattn_store_value *value);
+    int (*put)(void *impl, lazyattn_doc_key key, const void *data, size_t size);
+    int (*exists)(void *impl, lazyattn_doc_key key, int *exists);
+    int (*remove)(void *impl, lazyattn_doc_key key);
+    void (*destroy)(void *impl);
+} lazyattn_store_ops;
+
+/* A store from an engine's ops (copied; every function pointer but destroy
+ * required) and its state impl. */
+LAZYATTN_API int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl,
+                                       lazyattn_store **out);
+
+/* Host memory: values copied in, least recently used evicted to keep their
+ * bytes under budget_bytes (>= 1). A value larger than the budget is
+ * refused (BUDGET_EXCEEDED). A value borrowed by a reader stays valid
+ * after its eviction until released. */
+LAZYATTN_API int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out);
+
+/* A directory (created if absent, parent must exist): one file per
+ * document, "<model_id>-<doc_hash>.lzkv" (16 hex digits each). put writes
+ * ".tmp-..." in the same directory, fsyncs it, renames it over the final
+ * name and fsyncs the directory, so a reader (any process) sees a whole
+ * file or none; a writer killed mid-way leaves only a ".tmp-" file, which
+ * readers never open. get maps the file read-only (mmap). A full disk: IO
+ * with the system's reason ("No space left on device"), nothing published.
+ * No budget: the file system's size is the limit. */
+LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **out);
+
+/* Redis (through hiredis). Keys, all under one hash tag per document so
+ * that Redis Cluster keeps a document on one node:
+ *   <prefix>:{<model_id>:<doc_hash>}:chunk:<i>   i = 0 .. n-1, chunk_bytes each
+ *                                                (the last one shorter)
+ *   <prefix>:{<model_id>:<doc_hash>}:manifest    written last: total bytes, chunk
+ *                                                size and count, checksum
+ * (ids in 16 hex digits). A value is read only through its manifest and
+ * checked against it, so a write cut off before its manifest is never read,
+ * and missing or mixed chunks are a miss (FORMAT), not data. A server down
+ * or slower than timeout_ms gives IO; the connection is then dropped and,
+ * for retry_ms, every call fails at once (IO, "not retried") instead of
+ * waiting again, so a stalled server costs one timeout per retry_ms, not
+ * one per document; the next call after that reconnects. UNSUPPORTED when
+ * lazyattn was built without hiredis (Debian: libhiredis-dev). */
+typedef struct lazyattn_redis_config {
+    const char *host;    /* default "127.0.0.1" */
+    int port;            /* default 6379 */
+    int timeout_ms;      /* connect and each command; default 2000, 1..600000 */
+    size_t chunk_bytes;  /* default 4 MiB, 1 KiB .. 512 MiB (Redis's value limit) */
+    const char *prefix;  /* key prefix, default "lazyattn"; no '{' or '}' */
+    int retry_ms;        /* after a failed connection: calls fail at once for this long;
+                            default 1000, 0..600000 */
+} lazyattn_redis_config;
+
+LAZYATTN_API void lazyattn_redis_config_init(lazyattn_redis_config *config);
+/* Connects at once: IO when the server cannot be reached. */
+LAZYATTN_API int lazyattn_store_create_redis(const lazyattn_redis_config *config,
+                                             lazyattn_store **out);
+
+/* The store's name ("host", "dir", "redis", or its ops' name). */
+LAZYATTN_API const char *lazyattn_store_name(const lazyattn_store *store);
+/* NOT_FOUND when absent; a value got must be released. */
+LAZYATTN_API int lazyattn_store_get(lazyattn_store *store, lazyattn_doc_key key,
+                                    lazyattn_store_value *value);
+/* Gives a value of lazyattn_store_get back (zeroed); NULL store or value, or
+ * an empty value: nothing. */
+LAZYATTN_API void lazyattn_store_release(lazyattn_store *store, lazyattn_store_value *value);
+LAZYATTN_API int lazyattn_store_put(lazyattn_store *store, lazyattn_doc_key key, const void *data,
+                                    size_t size);
+LAZYATTN_API int lazyattn_store_exists(lazyattn_store *store, lazyattn_doc_key key, int *exists);
+/* NOT_FOUND when absent. */
+LAZYATTN_API int lazyattn_store_delete(lazyattn_store *store, lazyattn_doc_key key);
+LAZYATTN_API void lazyattn_store_destroy(lazyattn_store *store);
+
+/* ---- the tier: a store behind a LAZY cache ----------------------------- */
+
+typedef enum lazyattn_tier_mode {
+    LAZYATTN_TIER_READ_ONLY = 0,     /* load misses from the store, never write */
+    LAZYATTN_TIER_WRITE_BACK = 1,    /* ... and write each evicted document not
+                                        in the store yet (spill on eviction) */
+    LAZYATTN_TIER_WRITE_THROUGH = 2  /* ... and write each document at the commit
+                                        that publishes it (shared by processes
+                                        at once) */
+} lazyattn_tier_mode;
+
+/*
+ * Attaches a store as the tier of a LAZY cache (store NULL detaches it).
+ * lazyattn_request_create then looks every document missed on the GPU up
+ * in the store before planning its recompute: a value found is checked
+ * (lazyattn_kv_describe: its key; lazyattn_cache_import: format, checksums,
+ * identity, its tokens against the request's) and imported, and the
+ * document is served as REUSE (segment action REUSE, counted in tier_hits,
+ * not in hits). A store that fails, is slow past its timeout, or returns
+ * data that is refused costs that document a recompute, counted
+ * (tier_errors, tier_rejected); the request goes on. Writes (WRITE_BACK at
+ * eviction, WRITE_THROUGH at commit: exported on the context's queue, so
+ * the document's K/V must have been written on that queue) that fail are
+ * counted (tier_write_errors) and logged (WARN, the context's log
+ * callback); the cache is unchanged by them. Entries still cached at
+ * lazyattn_cache_destroy are not written. lazyattn_cache_probe looks at
+ * the GPU cache only. Loads are synchronous: request_create waits for the
+ * store and for the context's queue (the upload), so a request's time, and
+ * its TTFT, include them. Without a tier the planner pays one pointer test
+ * per missed document.
+ * UNSUPPORTED for a cache that is not LAZY (only LAZY documents are
+ * position-independent, so only they can be exported and shared) or a pool
+ * without device memory; INVALID_ARGUMENT for an unknown mode or inside the
+ * eviction callback.
+ */
+LAZYATTN_API int lazyattn_cache_set_tier(lazyattn_cache *cache, lazyattn_store *store,
+                                         lazyattn_tier_mode mode);
 
 /* LAZYATTN_CACHE_API_END */
 

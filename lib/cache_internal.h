@@ -34,6 +34,7 @@ typedef struct lz_entry {
     int refcount;         /* live requests holding it */
     int committed;        /* in the index (a cache entry); else owned by one request */
     int scratch;          /* lazyattn_cache_validate */
+    int in_tier;          /* loaded from or written to the cache's tier */
     struct lz_entry *hnext;   /* key chain */
     struct lz_entry *dnext;   /* doc chain (POSITION) */
     struct lz_entry *lru_prev, *lru_next; /* in the LRU list iff committed && !refcount */
@@ -108,7 +109,26 @@ typedef struct lz_tally {
     int64_t lookups, hits, partial_hits, copy_hits, misses;
     int64_t doc_tokens, hit_tokens, copy_tokens;
     int64_t doc_blocks, hit_blocks, copy_blocks;
+    int64_t tier_hits, tier_hit_tokens, recomputed_tokens;
+    int64_t tier_misses, tier_errors, tier_rejected; /* lookups that did not load */
+    uint64_t tier_read_bytes;
 } lz_tally;
+
+/* ---- the tier (doc_tier.c; state kept by doc_cache.c) ---- */
+
+/* The cache's tier store (NULL: none) and mode. */
+lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode);
+void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode);
+/* A tier write (counted at once; lookups are counted with their request,
+ * in its lz_tally). */
+void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes);
+/* Looks a GPU-missed document up in the tier and imports it: 1 when
+ * imported (the caller looks it up again), 0 otherwise (counted in t). */
+int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens,
+                 lz_tally *t);
+/* Writes a committed entry to the tier unless it is there already
+ * (failures counted and logged; the cache is not changed). */
+void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
 void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t);
 
 /* Fingerprint of the whole cache state (entries, index, LRU order, pins,
@@ -120,6 +140,9 @@ uint64_t lz_cache_fingerprint(const lazyattn_cache *c);
 
 /* The checksum of the export format (header and payload). */
 uint64_t lz_kv_checksum(const uint8_t *p, size_t n);
+/* lazyattn_cache_import without the public checks; who names the caller. */
+int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
+                          const char *who);
 
 /* ---- what requests offer the cache (request_plan.c) ---- */
 

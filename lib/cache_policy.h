@@ -28,6 +28,7 @@ typedef struct lz_decision {
     int first_key;          /* PREFIX: its block keys start at lookup.keys[first_key] */
     int first_hold;         /* planner: the request's holds of it start here */
     int new_hold;           /* planner: the hold slot of its new entry (one-entry policies) */
+    int from_tier;          /* planner: loaded from the tier (REUSE, counted as a tier hit) */
 } lz_decision;
 
 /* State of one request's lookups, document after document. */
@@ -54,6 +55,7 @@ typedef struct lz_policy {
     int release_deepest_first; /* unpin in reverse prompt order (PREFIX chains) */
     int publishes;             /* commit publishes new entries (not NONE) */
     int chained;               /* one entry per block in a chain, not one per document */
+    int tiered;                /* a tier may serve its misses (LAZY: exported documents) */
     /* Before the first document: chain roots and the like (may be NULL). */
     void (*begin)(lz_lookup *lk, const lazyattn_request_desc *desc);
     /* Decides one document; p's common fields (hash, start, n_tokens,

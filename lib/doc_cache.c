@@ -33,6 +33,8 @@ struct lazyattn_cache {
     lazyattn_evict_fn on_evict; /* NULL: none */
     void *evict_user;
     int in_evict_callback;     /* on_evict is running */
+    lazyattn_store *tier;      /* NULL: none (lazyattn_cache_set_tier) */
+    lazyattn_tier_mode tier_mode;
 };
 
 // ---- policy names ----
@@ -243,6 +245,12 @@ void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
 
 /* notify: call the eviction callback first (not at cache destroy). */
 static void lz_cache_evict(lazyattn_cache *c, lz_entry *e, int notify) {
+    /* Write-back first: the entry is still cached and exportable. */
+    if (notify && c->tier && c->tier_mode == LAZYATTN_TIER_WRITE_BACK) {
+        c->in_evict_callback = 1; /* nothing may change the cache meanwhile */
+        lz_tier_write(c, c->tier, e);
+        c->in_evict_callback = 0;
+    }
     if (notify && c->on_evict) {
         lazyattn_evicted ev = {c->config.policy, c->policy->chained ? e->key : e->doc_hash, e->n_tokens,
                                e->n_blocks, e->stored_start};
@@ -376,6 +384,33 @@ void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t) {
     s->doc_blocks += t->doc_blocks;
     s->hit_blocks += t->hit_blocks;
     s->copy_blocks += t->copy_blocks;
+    s->tier_hits += t->tier_hits;
+    s->tier_hit_tokens += t->tier_hit_tokens;
+    s->recomputed_tokens += t->recomputed_tokens;
+    s->tier_lookups += t->tier_hits + t->tier_misses + t->tier_errors + t->tier_rejected;
+    s->tier_misses += t->tier_misses;
+    s->tier_errors += t->tier_errors;
+    s->tier_rejected += t->tier_rejected;
+    s->tier_read_bytes += t->tier_read_bytes;
+}
+
+lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode) {
+    if (mode) *mode = c->tier_mode;
+    return c->tier;
+}
+
+void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
+    c->tier = store;
+    c->tier_mode = mode;
+}
+
+void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes) {
+    if (ok) {
+        c->stats.tier_writes++;
+        c->stats.tier_write_bytes += bytes;
+    } else {
+        c->stats.tier_write_errors++;
+    }
 }
 
 static uint64_t lz_fp_add(uint64_t h, uint64_t v) { return lz_hash_pair(h, v); }

@@ -411,6 +411,11 @@ out:
     return st;
 }
 
+int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
+                          const char *who) {
+    return lz_import(c, data, size, doc_hash, who);
+}
+
 int lazyattn_cache_import(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash) {
     LZ_CHECK_ARG(c && data, "lazyattn_cache_import: NULL argument");
     int live = lz_cache_check_live(c, "lazyattn_cache_import");

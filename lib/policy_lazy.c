@@ -18,6 +18,7 @@ static void lz_lazy_decide(lz_lookup *lk, const int32_t *tokens, lz_decision *p)
 const lz_policy lz_policy_lazy = {
     .id = LAZYATTN_CACHE_POLICY_LAZY,
     .publishes = 1,
+    .tiered = 1,
     .decide = lz_lazy_decide,
     .build = lz_plan_whole_document,
 };

@@ -33,6 +33,7 @@ struct lazyattn_request {
     int n_generated;
     int committed;
     int doc_tokens, hit_tokens, copy_tokens, doc_blocks, hit_blocks, copy_blocks;
+    int tier_tokens;
     /* while planning only */
     int32_t *fresh;   /* blocks taken for the plan; [next_fresh, n_fresh) not handed out */
     int64_t n_fresh, next_fresh;
@@ -243,6 +244,12 @@ static void lz_tally_document(lz_tally *t, const lz_decision *p) {
     t->lookups++;
     t->doc_tokens += p->n_tokens;
     t->doc_blocks += p->n_blocks;
+    t->recomputed_tokens += p->n_tokens - p->n_cached;
+    if (p->from_tier) { /* a tier hit is neither a GPU hit nor a recompute */
+        t->tier_hits++;
+        t->tier_hit_tokens += p->n_tokens;
+        return;
+    }
     switch (p->action) {
     case LAZYATTN_ACTION_REUSE:
     case LAZYATTN_ACTION_PARTIAL:
@@ -311,12 +318,26 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     int64_t need = n_prefix_blocks + n_tail_blocks;
     int32_t pos = d->n_prefix;
     lz_lookup lk = {c, lz_cache_model_id(c), B, 0, 0, r->keys, 0, lz_plan_reuse, r};
+    lazyattn_store *tier = policy->tiered ? lz_cache_tier(c, NULL) : NULL;
+    lz_tally tally = {0};
     if (policy->begin) policy->begin(&lk, d);
     for (int i = 0; i < d->n_docs; i++) {
         lz_decision *p = &dp[i];
         int len = d->doc_lengths[i];
         int first_hold = r->n_holds;
         lz_lookup_document(&lk, policy, d->docs[i], len, pos, p);
+        /* A GPU miss: the tier (LAZY only) before a recompute. Documents
+         * before this one are pinned, so the import's evictions spare them. */
+        if (tier && p->action == LAZYATTN_ACTION_PREFILL &&
+            lz_tier_load(c, tier, p->hash, len, &tally)) {
+            lz_lookup_document(&lk, policy, d->docs[i], len, pos, p);
+            if (p->action == LAZYATTN_ACTION_REUSE) {
+                p->from_tier = 1;
+                p->found->in_tier = 1;
+            } else { /* imported, then trimmed away or another document's hash */
+                tally.tier_errors++;
+            }
+        }
         p->first_hold = first_hold;
         pos += len;
         need += p->n_blocks - p->n_hit_blocks;
@@ -354,7 +375,6 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         for (int j = 0; j < n_prefix_blocks; j++)
             lz_plan_entry(r, r->own[j], 0, lz_block_len(d->n_prefix, j, B), j * B);
     }
-    lz_tally tally = {0};
     for (int i = 0; i < d->n_docs; i++) {
         const lz_decision *p = &dp[i];
         seg = &r->segments[r->n_segments++];
@@ -378,6 +398,7 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     r->doc_blocks = (int)tally.doc_blocks;
     r->hit_blocks = (int)tally.hit_blocks;
     r->copy_blocks = (int)tally.copy_blocks;
+    r->tier_tokens = (int)tally.tier_hit_tokens;
     r->tail_start = pos;
     r->tail_tokens = d->n_question;
     r->n_fixed_entries = r->n_entries;
@@ -448,6 +469,7 @@ int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
     p->doc_blocks = r->doc_blocks;
     p->hit_blocks = r->hit_blocks;
     p->copy_blocks = r->copy_blocks;
+    p->tier_tokens = r->tier_tokens;
     return LAZYATTN_STATUS_OK;
 }
 
@@ -459,9 +481,13 @@ int lazyattn_request_commit(lazyattn_request *r) {
     if (r->committed) return LAZYATTN_STATUS_OK;
     /* Prompt order, so that a document repeated within the request
      * publishes its first copy; later duplicates stay private. */
+    lazyattn_tier_mode mode;
+    lazyattn_store *tier = r->policy->tiered ? lz_cache_tier(r->cache, &mode) : NULL;
     for (int h = 0; h < r->n_holds; h++)
-        if (r->holds[h].owned && r->holds[h].entry && !r->holds[h].entry->committed)
-            lz_cache_insert(r->cache, r->holds[h].entry);
+        if (r->holds[h].owned && r->holds[h].entry && !r->holds[h].entry->committed &&
+            lz_cache_insert(r->cache, r->holds[h].entry) && tier &&
+            mode == LAZYATTN_TIER_WRITE_THROUGH)
+            lz_tier_write(r->cache, tier, r->holds[h].entry);
     r->committed = 1;
     lz_cache_trim_retained(r->cache);
     return LAZYATTN_STATUS_OK;

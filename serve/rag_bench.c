@@ -18,15 +18,42 @@
  * device time per phase from profiling events. Outputs: the per-policy
  * table on stdout, PREFIX.csv (per request), PREFIX_summary.csv,
  * PREFIX_ttft.svg and PREFIX_budget.svg.
+ *
+ * With --tier, the LAZY cache has a document tier (host memory, a
+ * directory or Redis): GPU misses are loaded from it before they are
+ * recomputed (TTFT includes the load). With --processes N, N serving
+ * processes (fork; each its own context, model and cache) run the same
+ * workload twice: first with N separate caches, then sharing the tier, and
+ * the recomputed document tokens and TTFT of both are compared. The
+ * workload is replicated, not split: every process serves every request,
+ * process i starting at request i*R/N and wrapping around, as replicas
+ * behind a balancer see the same popular documents at different times. A
+ * replicated workload makes "N separate caches compute each document N
+ * times, a shared tier about once" measurable directly; a split one would
+ * mix that with how the shares overlap.
  */
 #include "cli_options.h"
 #include "serve.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ---- the tier's store, from --tier ---- */
+
+typedef enum tier_kind { TIER_NONE = 0, TIER_HOST, TIER_DIR, TIER_REDIS } tier_kind;
+
+typedef struct tier_spec {
+    tier_kind kind;
+    uint64_t host_bytes;  /* host:SIZE */
+    const char *path;     /* dir:PATH */
+    char host[256];       /* redis://HOST:PORT */
+    int port;
+} tier_spec;
 
 /* ---- options ---- */
 
@@ -50,6 +77,11 @@ typedef struct bench_options {
     int max_rows;
     int kv_f32;
     int no_profiling;
+    const char *tier_text;  /* --tier as given */
+    tier_spec tier;
+    int tier_mode;          /* lazyattn_tier_mode */
+    int processes;          /* 0: one process, the per-policy table */
+    int rounds;             /* --processes: rounds of (separate, shared) */
 } bench_options;
 
 static const char usage_text[] =
@@ -74,6 +106,15 @@ static const char usage_text[] =
     "  --kv-f32                  K/V stored as f32 (default f16)\n"
     "  --no-profiling            queue without profiling (no device time per phase)\n"
     "  --seed S                  weight seed (default 1)\n"
+    "  --tier host:SIZE|dir:PATH|redis://HOST:PORT\n"
+    "                            a document tier behind the LAZY cache (lazy policy only):\n"
+    "                            GPU misses are loaded from it before being recomputed\n"
+    "  --tier-mode through|back|read  write at commit (default), at eviction, or never\n"
+    "  --processes N             N serving processes (1..64) on the workload, replicated\n"
+    "                            (process i starts at request i*R/N): once with N separate\n"
+    "                            caches, once sharing --tier (dir: or redis://); compares\n"
+    "                            recomputed document tokens and TTFT\n"
+    "  --rounds K                --processes: K rounds of both, alternating (1..100, default 1)\n"
     "  --progress / --no-progress\n"
     "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n"
     "Exit status: 0 every run served requests, 1 a failure or a run that completed no request\n"
@@ -101,6 +142,55 @@ static void workload_small(lazyattn_workload_config *c) {
     c->seed = 1;
 }
 
+/* host:SIZE, dir:PATH or redis://HOST:PORT; CLI_OK or a usage error printed. */
+static int tier_parse(const char *text, tier_spec *t) {
+    memset(t, 0, sizeof *t);
+    if (strncmp(text, "host:", 5) == 0) {
+        t->kind = TIER_HOST;
+        return cli_parse_size("rag_bench", "--tier", text + 5, NULL, 0, 1024, 1125899906842624.0,
+                              &t->host_bytes);
+    }
+    if (strncmp(text, "dir:", 4) == 0) {
+        t->kind = TIER_DIR;
+        t->path = text + 4;
+        if (!t->path[0]) return cli_fail("rag_bench", "--tier", "dir: needs a path");
+        return CLI_OK;
+    }
+    if (strncmp(text, "redis://", 8) == 0) {
+        t->kind = TIER_REDIS;
+        const char *hp = text + 8, *colon = strrchr(hp, ':');
+        if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof t->host)
+            return cli_fail("rag_bench", "--tier", "'%s': expected redis://HOST:PORT", text);
+        memcpy(t->host, hp, (size_t)(colon - hp));
+        t->host[colon - hp] = '\0';
+        char *end;
+        errno = 0;
+        long port = strtol(colon + 1, &end, 10);
+        if (errno || end == colon + 1 || *end || port < 1 || port > 65535)
+            return cli_fail("rag_bench", "--tier", "'%s': the port must be 1..65535", text);
+        t->port = (int)port;
+        return CLI_OK;
+    }
+    return cli_fail("rag_bench", "--tier", "'%s': expected host:SIZE, dir:PATH or redis://HOST:PORT",
+                    text);
+}
+
+static int tier_open(const tier_spec *t, lazyattn_store **out) {
+    int st;
+    if (t->kind == TIER_HOST) {
+        st = lazyattn_store_create_host(t->host_bytes, out);
+    } else if (t->kind == TIER_DIR) {
+        st = lazyattn_store_create_dir(t->path, out);
+    } else {
+        lazyattn_redis_config rc;
+        lazyattn_redis_config_init(&rc);
+        rc.host = t->host;
+        rc.port = t->port;
+        st = lazyattn_store_create_redis(&rc, out);
+    }
+    return st ? serve_lz_fail(st, "opening the tier's store") : LAZYATTN_STATUS_OK;
+}
+
 static int policy_word(const char *word, int *value) {
     lazyattn_cache_policy p;
     if (lazyattn_cache_policy_parse(word, &p) != LAZYATTN_STATUS_OK) return -1;
@@ -120,6 +210,8 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     o->seed = 1;
     int model = 1, workload = 0, progress = 0, no_progress = 0, policies[4];
     int doc_len[2], question[2], gen[2];
+    o->tier_mode = LAZYATTN_TIER_WRITE_THROUGH;
+    o->rounds = 1;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
         {.name = "--gguf", .type = CLI_STRING, .dest = &o->gguf},
@@ -150,6 +242,10 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--seed", .type = CLI_U64, .dest = &o->seed},
         {.name = "--no-profiling", .type = CLI_FLAG, .dest = &o->no_profiling},
         {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
+        {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
+        {.name = "--tier-mode", .type = CLI_ENUM, .dest = &o->tier_mode, .choices = "read|back|through"},
+        {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
+        {.name = "--rounds", .type = CLI_INT, .dest = &o->rounds, .min = 1, .max = 100},
         {.name = "--progress", .type = CLI_FLAG, .dest = &progress},
         {.name = "--no-progress", .type = CLI_FLAG, .dest = &no_progress},
     };
@@ -185,6 +281,32 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     if ((int64_t)o->wl.n_docs * o->wl.doc_len_max > ((int64_t)1 << 28))
         return cli_fail("rag_bench", "--docs", "%d documents of up to %d tokens exceed 2^28 tokens",
                         o->wl.n_docs, o->wl.doc_len_max);
+    if (o->tier_text) {
+        int r2 = tier_parse(o->tier_text, &o->tier);
+        if (r2) return r2;
+        for (int i = 0; i < o->n_policies; i++)
+            if (policies[i] != LAZYATTN_CACHE_POLICY_LAZY)
+                return cli_fail("rag_bench", "--tier", "only the lazy policy has a tier "
+                                "(its documents are position-independent): --policies lazy");
+        if (o->n_policies == 0) policies[0] = LAZYATTN_CACHE_POLICY_LAZY, o->n_policies = 1;
+    } else if (cli_given(opts, N_OPTS, "--tier-mode")) {
+        return cli_fail("rag_bench", "--tier-mode", "needs --tier");
+    }
+    if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
+        return cli_fail("rag_bench", "--rounds", "needs --processes");
+    if (cli_given(opts, N_OPTS, "--processes")) {
+        if (!o->tier_text)
+            return cli_fail("rag_bench", "--processes", "needs --tier dir:PATH or "
+                            "redis://HOST:PORT (the tier the processes share)");
+        if (o->tier.kind == TIER_HOST)
+            return cli_fail("rag_bench", "--processes", "host memory is not shared between "
+                            "processes: use --tier dir:PATH or redis://HOST:PORT");
+        if (o->n_budgets > 1)
+            return cli_fail("rag_bench", "--processes", "one --budget per process (the same "
+                            "for all), not a list");
+        if (o->tier_mode == LAZYATTN_TIER_READ_ONLY)
+            return cli_fail("rag_bench", "--tier-mode", "read: the processes would share nothing");
+    }
     if (o->n_policies == 0) {
         o->policies[0] = LAZYATTN_CACHE_POLICY_LAZY;
         o->policies[1] = LAZYATTN_CACHE_POLICY_POSITION;
@@ -199,6 +321,27 @@ static int parse_args(int argc, char **argv, bench_options *o) {
 }
 
 /* ---- one run: one policy under one budget ---- */
+
+#define BENCH_MODEL_ID 0x11A3A11Aull
+
+/* Deletes the workload's documents from the store, so that a run starts
+ * from an empty tier (earlier runs or processes may have left them). */
+static int tier_clear(lazyattn_store *store, const lazyattn_workload *wl) {
+    lazyattn_workload_config wc;
+    lazyattn_workload_get_config(wl, &wc);
+    for (int d = 0; d < wc.n_docs; d++) {
+        const int32_t *tok;
+        int32_t len;
+        uint64_t h;
+        int st = lazyattn_workload_get_doc(wl, d, &tok, &len);
+        if (!st) st = lazyattn_doc_hash(BENCH_MODEL_ID, tok, len, &h);
+        if (st) return serve_lz_fail(st, "workload document");
+        lazyattn_doc_key key = {BENCH_MODEL_ID, h};
+        st = lazyattn_store_delete(store, key);
+        if (st && st != LAZYATTN_STATUS_NOT_FOUND) return serve_lz_fail(st, "clearing the tier");
+    }
+    return LAZYATTN_STATUS_OK;
+}
 
 typedef struct bench_live {
     int index; /* workload request index */
@@ -215,6 +358,8 @@ typedef struct bench {
     serve_model *model;
     lazyattn_workload *wl;
     serve_timer timer;
+    lazyattn_store *tier; /* NULL: none */
+    int rotate;           /* measured request i is workload request warmup + (i + rotate) % R */
     /* scratch */
     const int32_t **docs;
     int32_t *doc_lengths;
@@ -305,12 +450,15 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
         while (head < tail && n_live < max_batch) {
             int k = b->waiting[head];
             serve_request_result *r = &rec[k];
-            r->id = first + k;
+            int index = first + k;
+            if (b->rotate && index >= o->warmup)
+                index = o->warmup + (index - o->warmup + b->rotate) % o->wl.n_requests;
+            r->id = index;
             lazyattn_request_desc desc;
             lazyattn_workload_request wr;
-            if ((st = lazyattn_workload_get_request_desc(b->wl, first + k, b->docs, b->doc_lengths,
+            if ((st = lazyattn_workload_get_request_desc(b->wl, index, b->docs, b->doc_lengths,
                                                          &desc)) ||
-                (st = lazyattn_workload_get_request(b->wl, first + k, &wr))) {
+                (st = lazyattn_workload_get_request(b->wl, index, &wr))) {
                 serve_lz_fail(st, "workload request");
                 goto out;
             }
@@ -318,7 +466,9 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             r->n_prompt = desc.n_prefix + desc.n_question;
             for (int d = 0; d < desc.n_docs; d++) r->n_prompt += desc.doc_lengths[d];
             lazyattn_request *req = NULL;
+            double t_plan = serve_now();
             st = lazyattn_request_create(cache, &desc, &req);
+            r->plan_s = serve_now() - t_plan;
             if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED && n_live > 0) {
                 st = 0;
                 break; /* wait for running requests to release their blocks */
@@ -423,12 +573,18 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
         serve_lz_fail(st, "lazyattn_pool_create");
         goto done;
     }
-    lazyattn_cache_config cc = {policy, 0x11A3A11Aull, 0};
+    lazyattn_cache_config cc = {policy, BENCH_MODEL_ID, 0};
     if ((st = lazyattn_cache_create(pool, &cc, &cache))) {
         serve_lz_fail(st, "lazyattn_cache_create");
         goto done;
     }
     if ((st = serve_engine_create(b->model, pool, &eng))) goto done;
+    if (b->tier && b->opt->processes == 0 && (st = tier_clear(b->tier, b->wl))) goto done;
+    if (b->tier && policy == LAZYATTN_CACHE_POLICY_LAZY &&
+        (st = lazyattn_cache_set_tier(cache, b->tier, (lazyattn_tier_mode)o->tier_mode))) {
+        serve_lz_fail(st, "lazyattn_cache_set_tier");
+        goto done;
+    }
     out->requests = calloc((size_t)(n_measured ? n_measured : 1), sizeof *out->requests);
     warm = calloc((size_t)(o->warmup ? o->warmup : 1), sizeof *warm);
     if (!out->requests || !warm) {
@@ -518,6 +674,8 @@ done:
 /* ---- main ---- */
 
 static void bench_free(bench *b) {
+    lazyattn_store_destroy(b->tier);
+    b->tier = NULL;
     free(b->docs);
     free(b->doc_lengths);
     free(b->live);
@@ -530,6 +688,359 @@ static void bench_free(bench *b) {
     lazyattn_workload_destroy(b->wl);
     serve_model_destroy(b->model);
     lazyattn_context_destroy(b->ctx);
+}
+
+/* Context, model (random weights or gguf's; gguf is closed here), kernels
+ * built, workload and scratch: everything a run needs but its cache. */
+static int bench_setup(bench *b, const bench_options *o, const serve_model_config *mc,
+                       serve_gguf *gguf, double *t_model) {
+    lazyattn_context_options co;
+    lazyattn_context_options_init(&co);
+    co.profiling = !o->no_profiling;
+    int st = lazyattn_context_create(&co, &b->ctx);
+    if (st) {
+        serve_lz_fail(st, "lazyattn_context_create");
+        goto out;
+    }
+    double t0 = serve_now();
+    if ((st = serve_model_create(b->ctx, mc, &b->model))) goto out;
+    st = gguf ? serve_model_load_gguf(b->model, gguf) : serve_model_init_random(b->model, o->seed);
+    if (st) goto out;
+    if ((st = bench_compile_warmup(b))) goto out;
+    *t_model = serve_now() - t0;
+    b->timer.enabled = !o->no_profiling;
+    serve_model_set_timer(b->model, &b->timer);
+
+    int total = o->warmup + o->wl.n_requests;
+    lazyattn_workload_config wc = o->wl;
+    wc.n_requests = total;
+    if ((st = lazyattn_workload_create(&wc, &b->wl))) {
+        serve_lz_fail(st, "lazyattn_workload_create");
+        goto out;
+    }
+    int k = o->wl.docs_per_request > 0 ? o->wl.docs_per_request : 1;
+    int nb = o->max_batch + 1;
+    b->docs = calloc((size_t)k, sizeof *b->docs);
+    b->doc_lengths = calloc((size_t)k, sizeof *b->doc_lengths);
+    b->live = calloc((size_t)nb, sizeof *b->live);
+    b->batch_reqs = calloc((size_t)nb, sizeof *b->batch_reqs);
+    b->batch_tokens = calloc((size_t)nb, sizeof *b->batch_tokens);
+    b->batch_next = calloc((size_t)nb, sizeof *b->batch_next);
+    b->waiting = calloc((size_t)total + 1, sizeof *b->waiting);
+    b->arrivals = calloc((size_t)total + 1, sizeof *b->arrivals);
+    if (!b->docs || !b->doc_lengths || !b->live || !b->batch_reqs || !b->batch_tokens ||
+        !b->batch_next || !b->waiting || !b->arrivals)
+        st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "rag_bench");
+out:
+    serve_gguf_close(gguf);
+    return st;
+}
+
+/* ---- --processes: N serving processes, separate caches against a shared tier ---- */
+
+/* What a serving process sends its parent (then n_ttft TTFTs and n_ttft
+ * planning times, seconds, of its completed requests). */
+typedef struct proc_summary {
+    int status; /* 0: the run completed */
+    int n_ok, n_failed, n_ttft;
+    double wall_s;
+    lazyattn_cache_stats stats;
+} proc_summary;
+
+static int write_all(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n) {
+    char *c = p;
+    while (n > 0) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* One serving process (a forked child): its own context, model and cache
+ * (and its own connection to the tier when shared); serves every request
+ * of the workload, starting at request index*R/N. */
+static int process_main(const bench_options *o, const serve_model_config *mc, int index,
+                        int shared, int fd) {
+    bench b;
+    memset(&b, 0, sizeof b);
+    b.opt = o;
+    serve_run_result run;
+    memset(&run, 0, sizeof run);
+    proc_summary sum;
+    memset(&sum, 0, sizeof sum);
+    serve_gguf *g = NULL;
+    double t_model;
+    int st = o->gguf ? serve_gguf_open(o->gguf, &g) : 0;
+    if (!st) st = bench_setup(&b, o, mc, g, &t_model);
+    b.rotate = (int)((int64_t)index * o->wl.n_requests / o->processes);
+    if (!st && shared) st = tier_open(&o->tier, &b.tier);
+    if (!st) st = bench_run(&b, LAZYATTN_CACHE_POLICY_LAZY, o->budgets[o->n_budgets - 1], &run);
+    double *ttft = calloc(2 * (size_t)run.n_requests + 1, sizeof *ttft); /* TTFT, then plan */
+    sum.status = st ? st : ttft ? 0 : LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
+    if (st) {
+        fprintf(stderr, "rag_bench [process %d]: %s: %s\n", index, lazyattn_status_string(st),
+                serve_last_error());
+    } else if (ttft) {
+        sum.n_ok = run.n_ok;
+        sum.n_failed = run.n_failed;
+        sum.wall_s = run.wall_s;
+        sum.stats = run.stats;
+        for (int i = 0; i < run.n_requests; i++)
+            if (run.requests[i].ok)
+                ttft[sum.n_ttft++] = run.requests[i].first_token - run.requests[i].arrival;
+        for (int i = 0, j = 0; i < run.n_requests; i++)
+            if (run.requests[i].ok) ttft[sum.n_ttft + j++] = run.requests[i].plan_s;
+    }
+    int bad = write_all(fd, &sum, sizeof sum) ||
+              (sum.n_ttft && write_all(fd, ttft, 2 * (size_t)sum.n_ttft * sizeof *ttft));
+    free(ttft);
+    serve_run_release(&run);
+    bench_free(&b);
+    return sum.status || bad ? 1 : 0;
+}
+
+/* One phase (separate caches, or the shared tier), summed over its rounds. */
+typedef struct phase_result {
+    int n_failed_procs;
+    int n_ok, n_failed;
+    double wall_sum;            /* the slowest process of each round */
+    lazyattn_cache_stats total; /* counters summed over processes and rounds */
+    int64_t recomputed[64];     /* per process, summed over rounds */
+    double *ttft, *plan;        /* [n_ttft] seconds, every completed request */
+    int n_ttft;
+    double ttft_mean, ttft_p50, ttft_p99, plan_mean;
+} phase_result;
+
+/* Forks the N processes of one round of a phase and adds what they send to out. */
+static int run_phase(const bench_options *o, const serve_model_config *mc, int shared,
+                     phase_result *out) {
+    int n = o->processes, started = 0, st = 0;
+    double wall_max = 0;
+    pid_t pids[64];
+    int fds[64];
+    fflush(NULL);
+    for (; started < n; started++) {
+        int p[2];
+        if (pipe(p) != 0) {
+            st = serve_fail(LAZYATTN_STATUS_IO, "pipe: %s", strerror(errno));
+            break;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            st = serve_fail(LAZYATTN_STATUS_IO, "fork: %s", strerror(errno));
+            close(p[0]);
+            close(p[1]);
+            break;
+        }
+        if (pid == 0) {
+            close(p[0]);
+            for (int i = 0; i < started; i++) close(fds[i]);
+            _exit(process_main(o, mc, started, shared, p[1]));
+        }
+        close(p[1]);
+        pids[started] = pid;
+        fds[started] = p[0];
+    }
+    for (int i = 0; i < started; i++) {
+        proc_summary sum;
+        int ok = read_all(fds[i], &sum, sizeof sum) == 0 && sum.status == 0 && sum.n_ttft >= 0 &&
+                 sum.n_ttft <= 1 << 24;
+        double *got = ok ? malloc(2 * (size_t)sum.n_ttft * sizeof *got + 1) : NULL;
+        double *t2 = got ? realloc(out->ttft, (size_t)(out->n_ttft + sum.n_ttft + 1) * sizeof *t2)
+                         : NULL;
+        if (t2) out->ttft = t2;
+        double *p2 = t2 ? realloc(out->plan, (size_t)(out->n_ttft + sum.n_ttft + 1) * sizeof *p2)
+                        : NULL;
+        if (p2) out->plan = p2;
+        if (p2 && read_all(fds[i], got, 2 * (size_t)sum.n_ttft * sizeof *got) == 0) {
+            memcpy(out->ttft + out->n_ttft, got, (size_t)sum.n_ttft * sizeof *got);
+            memcpy(out->plan + out->n_ttft, got + sum.n_ttft, (size_t)sum.n_ttft * sizeof *got);
+            out->n_ttft += sum.n_ttft;
+            out->n_ok += sum.n_ok;
+            out->n_failed += sum.n_failed;
+            if (sum.wall_s > wall_max) wall_max = sum.wall_s;
+            lazyattn_cache_stats *t = &out->total, *s = &sum.stats;
+            t->doc_tokens += s->doc_tokens;
+            t->hit_tokens += s->hit_tokens;
+            t->tier_hit_tokens += s->tier_hit_tokens;
+            t->recomputed_tokens += s->recomputed_tokens;
+            t->lookups += s->lookups;
+            t->hits += s->hits;
+            t->tier_hits += s->tier_hits;
+            t->misses += s->misses;
+            t->tier_errors += s->tier_errors;
+            t->tier_rejected += s->tier_rejected;
+            t->tier_writes += s->tier_writes;
+            t->tier_write_errors += s->tier_write_errors;
+            t->tier_read_bytes += s->tier_read_bytes;
+            t->tier_write_bytes += s->tier_write_bytes;
+            if (out->recomputed[i] >= 0) out->recomputed[i] += s->recomputed_tokens;
+        } else {
+            out->n_failed_procs++;
+            out->recomputed[i] = -1;
+        }
+        free(got);
+        close(fds[i]);
+    }
+    out->wall_sum += wall_max;
+    for (int i = 0; i < started; i++) {
+        int status;
+        while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {}
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            if (out->recomputed[i] >= 0) out->n_failed_procs++;
+            out->recomputed[i] = -1;
+        }
+    }
+    if (started < n) out->n_failed_procs += n - started;
+    return st;
+}
+
+/* Means and percentiles once every round is in; frees the samples. */
+static void phase_finish(phase_result *r) {
+    double sum_ttft = 0, sum_plan = 0;
+    for (int i = 0; i < r->n_ttft; i++) sum_ttft += r->ttft[i], sum_plan += r->plan[i];
+    r->ttft_mean = r->n_ttft ? sum_ttft / r->n_ttft : NAN;
+    r->plan_mean = r->n_ttft ? sum_plan / r->n_ttft : NAN;
+    r->ttft_p50 = r->n_ttft ? serve_percentile(r->ttft, r->n_ttft, 50) : NAN;
+    r->ttft_p99 = r->n_ttft ? serve_percentile(r->ttft, r->n_ttft, 99) : NAN;
+    free(r->ttft);
+    free(r->plan);
+    r->ttft = r->plan = NULL;
+}
+
+static void print_phase(const char *label, int n, const phase_result *r) {
+    const lazyattn_cache_stats *t = &r->total;
+    printf("| %s | %d | %d (%d) | %lld | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.2f | %.1f | "
+           "%lld / %lld / %lld |\n",
+           label, n, r->n_ok, r->n_failed, (long long)t->doc_tokens, (long long)t->recomputed_tokens,
+           (long long)t->hit_tokens, (long long)t->tier_hit_tokens, r->ttft_mean * 1e3,
+           r->ttft_p50 * 1e3, r->ttft_p99 * 1e3, r->plan_mean * 1e3, r->wall_sum,
+           (long long)t->tier_writes, (long long)t->tier_errors, (long long)t->tier_rejected);
+}
+
+static int run_processes(bench_options *o, const serve_model_config *mc) {
+    double t_start = serve_now();
+    o->progress = 0;
+    lazyattn_workload_config wc = o->wl;
+    wc.n_requests = o->warmup + o->wl.n_requests;
+    lazyattn_workload *wl = NULL;
+    lazyattn_store *store = NULL;
+    phase_result sep, shr;
+    memset(&sep, 0, sizeof sep);
+    memset(&shr, 0, sizeof shr);
+    int st = lazyattn_workload_create(&wc, &wl);
+    if (st) {
+        serve_lz_fail(st, "lazyattn_workload_create");
+        goto fail;
+    }
+    /* the parent's connection is closed before any fork */
+    if ((st = tier_open(&o->tier, &store)) || (st = tier_clear(store, wl))) goto fail;
+    lazyattn_store_destroy(store);
+    store = NULL;
+    int n = o->processes;
+    static const char *const modes[] = {"read", "back", "through"};
+    printf("# rag_bench: %d serving processes, each its own context, model and LAZY cache of "
+           "%.4g MiB\n", n, (double)o->budgets[o->n_budgets - 1] / (1 << 20));
+    printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, vocab %d; KV %s\n",
+           o->gguf ? o->gguf : o->model, mc->n_layers, mc->hidden, mc->n_heads, mc->n_kv_heads,
+           mc->head_dim, mc->vocab, mc->kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32");
+    printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, %d requests, "
+           "replicated: every process serves all of them, process i from request i*%d/%d on\n",
+           o->workload, o->wl.n_docs, o->wl.doc_len_min, o->wl.doc_len_max,
+           o->wl.docs_per_request, o->wl.alpha, o->wl.n_requests, o->wl.n_requests, n);
+    printf("# tier %s, mode %s; %d round%s of: %d processes with separate caches, then %d "
+           "sharing the tier (emptied of this workload's documents before each phase)\n",
+           o->tier_text, modes[o->tier_mode], o->rounds, o->rounds > 1 ? "s" : "", n, n);
+    fflush(stdout);
+    /* Rounds alternate the phases, so that a load on the machine that
+     * drifts over time weighs on both alike. */
+    for (int round = 0; round < o->rounds; round++)
+        for (int shared = 0; shared < 2; shared++) {
+            if ((st = tier_open(&o->tier, &store)) || (st = tier_clear(store, wl))) goto fail;
+            lazyattn_store_destroy(store);
+            store = NULL;
+            if ((st = run_phase(o, mc, shared, shared ? &shr : &sep))) goto fail;
+        }
+    if (!tier_open(&o->tier, &store)) tier_clear(store, wl); /* leave the tier as found */
+    lazyattn_store_destroy(store);
+    store = NULL;
+    phase_finish(&sep);
+    phase_finish(&shr);
+    printf("\n| caches | processes | requests (failed) | doc tokens | recomputed | GPU hit tokens "
+           "| tier hit tokens | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | plan + tier load mean ms "
+           "| wall s | tier writes / errors / rejected |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    char label[64];
+    print_phase("separate", n, &sep);
+    snprintf(label, sizeof label, "shared %s", o->tier_text);
+    print_phase(label, n, &shr);
+    double ratio = sep.total.recomputed_tokens
+                       ? (double)shr.total.recomputed_tokens / (double)sep.total.recomputed_tokens
+                       : NAN;
+    printf("\nrecomputed document tokens, shared tier / separate caches: %lld / %lld = %.3f "
+           "(1/N = %.3f); mean TTFT %.1f ms -> %.1f ms (%.2fx)\n",
+           (long long)shr.total.recomputed_tokens, (long long)sep.total.recomputed_tokens, ratio,
+           1.0 / n, sep.ttft_mean * 1e3, shr.ttft_mean * 1e3, sep.ttft_mean / shr.ttft_mean);
+    /* The floor: each distinct document of the measured requests computed once. */
+    int64_t distinct = 0;
+    char *seen = calloc((size_t)o->wl.n_docs, 1);
+    for (int i = 0; seen && i < o->wl.n_requests; i++) {
+        lazyattn_workload_request wr;
+        if (lazyattn_workload_get_request(wl, o->warmup + i, &wr)) break;
+        for (int d = 0; d < wr.n_docs; d++) {
+            int id = wr.doc_ids[d];
+            const int32_t *tok;
+            int32_t len;
+            if (!seen[id] && !lazyattn_workload_get_doc(wl, id, &tok, &len)) {
+                seen[id] = 1;
+                distinct += len;
+            }
+        }
+    }
+    free(seen);
+    distinct *= o->rounds;
+    printf("distinct document tokens of the workload%s (each computed once: the floor of the "
+           "shared tier): %lld; computed more than once in the shared runs: %lld tokens (documents "
+           "several processes missed before the first write reached the tier)\n",
+           o->rounds > 1 ? ", times the rounds" : "", (long long)distinct,
+           (long long)(shr.total.recomputed_tokens - distinct));
+    printf("recomputed per process: separate");
+    for (int i = 0; i < n; i++) printf(" %lld", (long long)sep.recomputed[i]);
+    printf("; shared");
+    for (int i = 0; i < n; i++) printf(" %lld", (long long)shr.recomputed[i]);
+    printf("\ntotal %.1f s\n", serve_now() - t_start);
+    lazyattn_workload_destroy(wl);
+    if (sep.n_failed_procs || shr.n_failed_procs) {
+        fprintf(stderr, "rag_bench: %d of %d processes failed\n",
+                sep.n_failed_procs + shr.n_failed_procs, 2 * n);
+        return 1;
+    }
+    if (sep.n_ok == 0 || shr.n_ok == 0) {
+        fprintf(stderr, "rag_bench: a phase completed no request\n");
+        return 1;
+    }
+    return 0;
+fail:
+    fprintf(stderr, "rag_bench: %s: %s\n", lazyattn_status_string(st), serve_last_error());
+    lazyattn_store_destroy(store);
+    lazyattn_workload_destroy(wl);
+    free(sep.ttft), free(sep.plan), free(shr.ttft), free(shr.plan);
+    return 1;
 }
 
 int main(int argc, char **argv) {
@@ -577,50 +1088,28 @@ int main(int argc, char **argv) {
         o.n_budgets = 2;
     }
     qsort(o.budgets, (size_t)o.n_budgets, sizeof o.budgets[0], cmp_u64);
-
-    lazyattn_context_options co;
-    lazyattn_context_options_init(&co);
-    co.profiling = !o.no_profiling;
-    if ((st = lazyattn_context_create(&co, &b.ctx))) {
-        serve_lz_fail(st, "lazyattn_context_create");
-        goto fail;
+    if (o.processes > 0) {
+        /* each process opens the GGUF file itself: nothing is shared through fork */
+        serve_gguf_close(gguf);
+        return run_processes(&o, &mc);
     }
-    double t_model = serve_now();
-    if ((st = serve_model_create(b.ctx, &mc, &b.model))) goto fail;
-    st = gguf ? serve_model_load_gguf(b.model, gguf) : serve_model_init_random(b.model, o.seed);
-    if (st) goto fail;
-    serve_gguf_close(gguf);
+
+    double t_model = 0;
+    st = bench_setup(&b, &o, &mc, gguf, &t_model);
     gguf = NULL;
-    if ((st = bench_compile_warmup(&b))) goto fail;
-    t_model = serve_now() - t_model;
-    b.timer.enabled = !o.no_profiling;
-    serve_model_set_timer(b.model, &b.timer);
-
-    int total = o.warmup + o.wl.n_requests;
-    lazyattn_workload_config wc = o.wl;
-    wc.n_requests = total;
-    if ((st = lazyattn_workload_create(&wc, &b.wl))) {
-        serve_lz_fail(st, "lazyattn_workload_create");
-        goto fail;
-    }
-    int k = o.wl.docs_per_request > 0 ? o.wl.docs_per_request : 1;
-    int nb = o.max_batch + 1;
-    b.docs = calloc((size_t)k, sizeof *b.docs);
-    b.doc_lengths = calloc((size_t)k, sizeof *b.doc_lengths);
-    b.live = calloc((size_t)nb, sizeof *b.live);
-    b.batch_reqs = calloc((size_t)nb, sizeof *b.batch_reqs);
-    b.batch_tokens = calloc((size_t)nb, sizeof *b.batch_tokens);
-    b.batch_next = calloc((size_t)nb, sizeof *b.batch_next);
-    b.waiting = calloc((size_t)total + 1, sizeof *b.waiting);
-    b.arrivals = calloc((size_t)total + 1, sizeof *b.arrivals);
+    if (st) goto fail;
     runs = calloc((size_t)(o.n_budgets * o.n_policies), sizeof *runs);
-    if (!b.docs || !b.doc_lengths || !b.live || !b.batch_reqs || !b.batch_tokens ||
-        !b.batch_next || !b.waiting || !b.arrivals || !runs) {
+    if (!runs) {
         st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "rag_bench");
         goto fail;
     }
-
+    if (o.tier_text && (st = tier_open(&o.tier, &b.tier))) goto fail;
     printf("# rag_bench on %s\n", lazyattn_context_device_name(b.ctx));
+    if (b.tier)
+        printf("# tier %s (mode %s) behind the lazy cache, emptied of the workload's documents "
+               "before each run\n", o.tier_text,
+               o.tier_mode == LAZYATTN_TIER_READ_ONLY ? "read"
+               : o.tier_mode == LAZYATTN_TIER_WRITE_BACK ? "back" : "through");
     printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, FFN %d, vocab %d "
            "(%.3g M params, f32 weights %s, %.1f s to set up and build kernels); KV %s, %llu B/token, block %d\n",
            o.gguf ? o.gguf : o.model, mc.n_layers, mc.hidden, mc.n_heads, mc.n_kv_heads,
@@ -659,6 +1148,30 @@ int main(int argc, char **argv) {
     serve_print_phases(stdout, runs, n_runs);
     printf("\nHost time inside enqueue calls (launch overhead), blocking uploads and waits:\n\n");
     serve_print_host(stdout, runs, n_runs);
+    if (b.tier) {
+        printf("\nDocument tier (%s): per lookup a GPU hit, a tier hit or a recompute\n\n",
+               o.tier_text);
+        printf("| policy | budget | doc tokens | GPU hit tokens | tier hit tokens | recomputed | "
+               "tier writes | tier errors | tier rejected | write errors | MiB read / written | "
+               "plan + tier load mean ms |\n");
+        printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+        for (int i = 0; i < n_runs; i++) {
+            const lazyattn_cache_stats *t = &runs[i].stats;
+            double plan = 0;
+            int n_plan = 0;
+            for (int q = 0; q < runs[i].n_requests; q++)
+                if (runs[i].requests[q].ok) plan += runs[i].requests[q].plan_s, n_plan++;
+            printf("| %s | %.4g MiB | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld | "
+                   "%.2f / %.2f | %.2f |\n",
+                   runs[i].policy, (double)runs[i].budget_bytes / (1 << 20),
+                   (long long)t->doc_tokens, (long long)t->hit_tokens,
+                   (long long)t->tier_hit_tokens, (long long)t->recomputed_tokens,
+                   (long long)t->tier_writes, (long long)t->tier_errors,
+                   (long long)t->tier_rejected, (long long)t->tier_write_errors,
+                   (double)t->tier_read_bytes / (1 << 20), (double)t->tier_write_bytes / (1 << 20),
+                   n_plan ? plan / n_plan * 1e3 : 0.0);
+        }
+    }
     char path[1024];
     snprintf(path, sizeof path, "%s.csv", o.out_prefix);
     if ((st = serve_write_csv(path, runs, n_runs))) goto fail;

@@ -275,6 +275,7 @@ typedef struct serve_request_result {
     int n_prompt;       /* prompt tokens (prefix + documents + question) */
     int n_generated;
     int doc_tokens, hit_tokens, copy_tokens;
+    double plan_s;      /* in lazyattn_request_create (planning, and loads from a tier) */
 } serve_request_result;
 
 typedef struct serve_run_result {

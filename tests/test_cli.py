@@ -149,6 +149,33 @@ BAD = [
     # a rate so low that nothing arrives before --run-seconds: ends, and says nothing was done
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--rate", "0.001", "--run-seconds", "0.2"],
      FAILED, "completed none"),
+    # rag_bench's document tier (--tier, --tier-mode, --processes)
+    ("rag_bench", ["--tier", "bogus:1"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "host:0"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "host:1x"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "dir:"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:0"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:99999"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:12ab"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://:80"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "host:1MiB", "--policies", "lazy,position"], USAGE, "--tier"),
+    ("rag_bench", ["--tier-mode", "back"], USAGE, "--tier-mode"),
+    ("rag_bench", ["--tier", "host:1MiB", "--tier-mode", "sideways"], USAGE, "--tier-mode"),
+    ("rag_bench", ["--processes", "2"], USAGE, "--processes"),
+    ("rag_bench", ["--tier", "host:1MiB", "--processes", "2"], USAGE, "--processes"),
+    ("rag_bench", ["--tier", "dir:x", "--processes", "0"], USAGE, "--processes"),
+    ("rag_bench", ["--tier", "dir:x", "--processes", "65"], USAGE, "--processes"),
+    ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--budget", "1MiB,2MiB"], USAGE,
+     "--processes"),
+    ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--tier-mode", "read"], USAGE,
+     "--tier-mode"),
+    ("rag_bench", ["--tier", "dir:x", "--rounds", "2"], USAGE, "--rounds"),
+    ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--rounds", "0"], USAGE, "--rounds"),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:/proc/version"], FAILED,
+     "not a directory"),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "redis://127.0.0.1:1"], FAILED,
+     "redis"),
     # bench_kernels (needs a GPU to run; its command line is checked first)
     ("bench_kernels", ["--reps", "5"], USAGE, "--reps"),
     ("bench_kernels", ["--reps", "1e3"], USAGE, "--reps"),
@@ -190,6 +217,10 @@ GOOD = [
       "--svg", ""], []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--out", "rb"],
      ["rb.csv", "rb_summary.csv", "rb_ttft.svg", "rb_budget.svg"]),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "host:1MiB", "--tier-mode", "back",
+                              "--out", "rbt"], ["rbt.csv"]),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tier", "--processes", "2",
+                              "--rounds", "2"], []),
     ("rag_bench", ["--help"], []),
     ("bench_kernels", ["--help"], []),
     ("quickstart", [], []),
@@ -200,6 +231,12 @@ GOOD = [
     ("tune_kernels", ["--help"], []),
     ("probe_wgmma_layout", ["--help"], []),
 ]
+
+# Two serving processes sharing Redis, where a server is given (CI starts one).
+if os.environ.get("LAZYATTN_TEST_REDIS"):
+    GOOD.append(("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier",
+                                          "redis://" + os.environ["LAZYATTN_TEST_REDIS"],
+                                          "--processes", "2"], []))
 
 
 def run(path, args, cwd):

@@ -1,12 +1,13 @@
 #!/bin/sh
 # Installs what a fresh Debian/Ubuntu machine lacks (as root, or through
-# sudo), then configures and builds lazyattn into ./build.
+# sudo), then configures and builds lazyattn into ./build. libhiredis-dev
+# gives the Redis document store (the library builds without it).
 # Usage: sh tools/bootstrap.sh [extra meson setup options]
 set -eu
 cd "$(dirname "$0")/.."
 
 packages="gcc pkg-config python3 meson ninja-build ocl-icd-libopencl1 ocl-icd-opencl-dev
-opencl-c-headers pocl-opencl-icd libclblast-dev libcmocka-dev"
+opencl-c-headers pocl-opencl-icd libclblast-dev libcmocka-dev libhiredis-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -1,0 +1,111 @@
+/* The tier: a document store behind a LAZY cache. The planner asks it for
+ * every document the GPU cache misses (lz_tier_load, from
+ * lazyattn_request_create); the cache writes to it on eviction or at
+ * commit (lz_tier_write). Everything read is checked before it enters the
+ * GPU cache (the key against the export's header, then import's own
+ * checks: format, checksums, identity); any failure is a recompute. */
+#include "cache_policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
+    const char *w = "lazyattn_cache_set_tier";
+    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
+    int st = lz_cache_check_live(c, w);
+    if (st) return st;
+    if ((st = lz_cache_check_idle(c, w))) return st;
+    LZ_CHECK_ARG(mode == LAZYATTN_TIER_READ_ONLY || mode == LAZYATTN_TIER_WRITE_BACK ||
+                     mode == LAZYATTN_TIER_WRITE_THROUGH,
+                 "%s: unknown mode %d", w, (int)mode);
+    if (store && !lazyattn_store_name(store))
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: not a live store", w);
+    if (store && !lz_cache_policy(c)->tiered)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: only a LAZY cache has a tier (its documents are position-independent "
+                       "and exportable); this cache is %s",
+                       w, lazyattn_cache_policy_name(lz_cache_policy(c)->id));
+    if (store && !lz_pool_context(lz_cache_pool(c)))
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: the pool keeps accounting only: there is no K/V to load or store", w);
+    lz_cache_attach_tier(c, store, mode);
+    return LAZYATTN_STATUS_OK;
+}
+
+int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens,
+                 lz_tally *t) {
+    lazyattn_doc_key key = {lz_cache_model_id(c), doc_hash};
+    lazyattn_store_value v;
+    int st = lazyattn_store_get(store, key, &v);
+    if (st == LAZYATTN_STATUS_NOT_FOUND) {
+        t->tier_misses++;
+        return 0;
+    }
+    if (st) {
+        /* FORMAT: the store found something it could not assemble (Redis:
+         * a chunk missing or mixed): refused data, not a store failure */
+        if (st == LAZYATTN_STATUS_FORMAT)
+            t->tier_rejected++;
+        else
+            t->tier_errors++;
+        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_DEBUG,
+               "tier: %s; recomputing the document", lazyattn_last_error());
+        return 0;
+    }
+    lazyattn_kv_info info;
+    int rejected = 0;
+    st = lazyattn_kv_describe(v.data, v.size, &info);
+    if (!st && (info.model_id != key.model_id || info.doc_hash != doc_hash ||
+                info.n_tokens != n_tokens || info.total_bytes != v.size))
+        st = lz_fail(LAZYATTN_STATUS_FORMAT,
+                     "tier: the %s store's value for document %016llx is another document's "
+                     "(or truncated)",
+                     lazyattn_store_name(store), (unsigned long long)doc_hash);
+    if (st)
+        rejected = 1;
+    else {
+        uint64_t got = 0;
+        st = lz_cache_import_bytes(c, v.data, v.size, &got, "tier import");
+        /* refused data, or no room next to the pinned working set */
+        rejected = st == LAZYATTN_STATUS_FORMAT || st == LAZYATTN_STATUS_INVALID_ARGUMENT;
+    }
+    if (st)
+        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
+               "tier: %s; recomputing the document", lazyattn_last_error());
+    if (rejected)
+        t->tier_rejected++;
+    else if (st)
+        t->tier_errors++;
+    else
+        t->tier_read_bytes += (uint64_t)v.size;
+    lazyattn_store_release(store, &v);
+    return st == LAZYATTN_STATUS_OK;
+}
+
+void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
+    if (e->in_tier) return;
+    lazyattn_doc_key key = {lz_cache_model_id(c), e->doc_hash};
+    int there = 0;
+    size_t n = 0, written = 0;
+    uint8_t *buf = NULL;
+    int st = lazyattn_store_exists(store, key, &there);
+    if (!st && there) { /* another process or an earlier write put it there */
+        e->in_tier = 1;
+        return;
+    }
+    if (!st) st = lazyattn_cache_export_size(c, e->doc_hash, &n);
+    if (!st && !(buf = malloc(n)))
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier write: %zu bytes", n);
+    if (!st) st = lazyattn_cache_export(c, e->doc_hash, buf, n, &written);
+    if (!st) st = lazyattn_store_put(store, key, buf, written);
+    free(buf);
+    if (st) {
+        lz_cache_count_tier_write(c, 0, 0);
+        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
+               "tier: document %016llx not written to the %s store: %s",
+               (unsigned long long)e->doc_hash, lazyattn_store_name(store), lazyattn_last_error());
+        return;
+    }
+    e->in_tier = 1;
+    lz_cache_count_tier_write(c, 1, written);
+}

@@ -1,0 +1,189 @@
+/* The directory store: one file per document. A write goes to a temporary
+ * file in the same directory, is fsync'ed and renamed over the final name
+ * (then the directory is fsync'ed), so readers in any process see a whole
+ * file or none; a reader maps the file read-only. POSIX only. */
+#include "store_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct lz_dir {
+    char *path;
+    atomic_uint next_tmp; /* temporary names unique within the process */
+} lz_dir;
+
+/* dir + "/" + name; NULL when out of memory. */
+static char *lz_dir_join(const lz_dir *d, const char *name) {
+    size_t n = strlen(d->path) + 1 + strlen(name) + 1;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", d->path, name);
+    return p;
+}
+
+static char *lz_dir_file(const lz_dir *d, lazyattn_doc_key key) {
+    char t[34], name[48];
+    lz_store_key_text(key, t);
+    snprintf(name, sizeof name, "%s.lzkv", t);
+    return lz_dir_join(d, name);
+}
+
+static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
+    lz_dir *d = impl;
+    char *file = lz_dir_file(d, key);
+    if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        int st = e == ENOENT ? lz_fail(LAZYATTN_STATUS_NOT_FOUND, "dir store: no file %s", file)
+                             : lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(e));
+        free(file);
+        return st;
+    }
+    struct stat sb;
+    int st = LAZYATTN_STATUS_OK;
+    if (fstat(fd, &sb) != 0) {
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(errno));
+    } else if (sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX) {
+        st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s: %lld bytes", file,
+                     (long long)sb.st_size);
+    } else {
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+            st = lz_fail(LAZYATTN_STATUS_IO, "dir store: mmap %s: %s", file, strerror(errno));
+        } else {
+            v->data = m;
+            v->size = (size_t)sb.st_size;
+            v->handle = m;
+        }
+    }
+    close(fd);
+    free(file);
+    return st;
+}
+
+static void lz_dir_release(void *impl, lazyattn_store_value *v) {
+    (void)impl;
+    if (v->handle) munmap(v->handle, v->size);
+}
+
+static int lz_write_all(int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (w == 0) return EIO;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int lz_dir_put(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
+    lz_dir *d = impl;
+    char t[34], name[96];
+    lz_store_key_text(key, t);
+    snprintf(name, sizeof name, ".tmp-%s-%ld-%u", t, (long)getpid(),
+             atomic_fetch_add(&d->next_tmp, 1u));
+    char *tmp = lz_dir_join(d, name), *file = lz_dir_file(d, key);
+    if (!tmp || !file) {
+        free(tmp);
+        free(file);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    }
+    int st = LAZYATTN_STATUS_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    int e = lz_write_all(fd, data, size);
+    const char *step = "write";
+    if (!e && fsync(fd) != 0) e = errno, step = "fsync";
+    if (close(fd) != 0 && !e) e = errno, step = "close";
+    if (!e && rename(tmp, file) != 0) e = errno, step = "rename";
+    if (e) {
+        unlink(tmp);
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s %s (%zu bytes): %s; nothing published",
+                     step, tmp, size, strerror(e));
+        goto out;
+    }
+    /* The rename itself durable: best effort (some file systems refuse). */
+    int dfd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+out:
+    free(tmp);
+    free(file);
+    return st;
+}
+
+static int lz_dir_exists(void *impl, lazyattn_doc_key key, int *exists) {
+    char *file = lz_dir_file(impl, key);
+    if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    struct stat sb;
+    int st = LAZYATTN_STATUS_OK;
+    if (stat(file, &sb) == 0)
+        *exists = 1;
+    else if (errno == ENOENT)
+        *exists = 0;
+    else
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(errno));
+    free(file);
+    return st;
+}
+
+static int lz_dir_remove(void *impl, lazyattn_doc_key key) {
+    char *file = lz_dir_file(impl, key);
+    if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    int st = LAZYATTN_STATUS_OK;
+    if (unlink(file) != 0)
+        st = errno == ENOENT
+                 ? lz_fail(LAZYATTN_STATUS_NOT_FOUND, "dir store: no file %s", file)
+                 : lz_fail(LAZYATTN_STATUS_IO, "dir store: unlink %s: %s", file, strerror(errno));
+    free(file);
+    return st;
+}
+
+static void lz_dir_destroy(void *impl) {
+    lz_dir *d = impl;
+    if (!d) return;
+    free(d->path);
+    free(d);
+}
+
+int lz_store_dir_open(const char *path, void **impl) {
+    *impl = NULL;
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return lz_fail(LAZYATTN_STATUS_IO, "lazyattn_store_create_dir: mkdir %s: %s", path,
+                       strerror(errno));
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return lz_fail(LAZYATTN_STATUS_IO, "lazyattn_store_create_dir: %s is not a directory",
+                       path);
+    if (access(path, R_OK | W_OK | X_OK) != 0)
+        return lz_fail(LAZYATTN_STATUS_IO, "lazyattn_store_create_dir: %s: %s", path,
+                       strerror(errno));
+    lz_dir *d = calloc(1, sizeof *d);
+    if (d) d->path = strdup(path);
+    if (!d || !d->path) {
+        free(d);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_store_create_dir");
+    }
+    atomic_init(&d->next_tmp, 0u);
+    *impl = d;
+    return LAZYATTN_STATUS_OK;
+}
+
+const lazyattn_store_ops lz_store_dir_ops = {"dir",         lz_dir_get,    lz_dir_release,
+                                             lz_dir_put,    lz_dir_exists, lz_dir_remove,
+                                             lz_dir_destroy};

@@ -1,0 +1,21 @@
+/* What the stores (store_host.c, store_dir.c, store_redis.c) share with
+ * the store wrapper (store.c). Not installed. */
+#ifndef LAZYATTN_STORE_INTERNAL_H
+#define LAZYATTN_STORE_INTERNAL_H
+
+#include "internal.h"
+
+#define LZ_MAGIC_STORE 0x4c5a5354u /* "LZST" */
+
+/* "<model_id>-<doc_hash>", 16 hex digits each (33 bytes with the NUL). */
+void lz_store_key_text(lazyattn_doc_key key, char out[34]);
+
+/* The built-in stores' ops and constructors of their state. */
+extern const lazyattn_store_ops lz_store_host_ops;
+extern const lazyattn_store_ops lz_store_dir_ops;
+extern const lazyattn_store_ops lz_store_redis_ops;
+int lz_store_host_open(uint64_t budget_bytes, void **impl);
+int lz_store_dir_open(const char *path, void **impl);
+int lz_store_redis_open(const lazyattn_redis_config *config, void **impl);
+
+#endif
