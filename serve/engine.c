@@ -145,8 +145,45 @@ static int serve_engine_cut_table(serve_engine *e, const lazyattn_plan *plan, in
     return LAZYATTN_STATUS_OK;
 }
 
+/* Host time of one engine call, the blocking token reads excluded. */
+typedef struct serve_host_clock {
+    double t0, wait0, cpu0, wait_cpu0;
+} serve_host_clock;
+
+static serve_host_clock serve_host_start(const serve_engine *e) {
+    serve_timer *t = serve_model_timer(e->model);
+    serve_host_clock c = {serve_now(), t ? t->wait_s : 0, serve_thread_cpu_now(),
+                          t ? t->wait_cpu_s : 0};
+    return c;
+}
+
+static void serve_host_stop(const serve_engine *e, serve_host_clock c, double *sum, double *cpu,
+                            int64_t *count, int64_t forwards) {
+    serve_timer *t = serve_model_timer(e->model);
+    if (!t) return;
+    *sum += serve_now() - c.t0 - (t->wait_s - c.wait0);
+    *cpu += serve_thread_cpu_now() - c.cpu0 - (t->wait_cpu_s - c.wait_cpu0);
+    *count += forwards;
+}
+
+static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
+                                      const lazyattn_request_desc *desc, int32_t *first_token,
+                                      int64_t *forwards);
+
 int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_request_desc *desc,
                          int32_t *first_token) {
+    if (!e) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: NULL argument");
+    serve_host_clock c = serve_host_start(e);
+    int64_t forwards = 0;
+    int st = serve_engine_prefill_timed(e, req, desc, first_token, &forwards);
+    serve_timer *t = serve_model_timer(e->model);
+    if (t) serve_host_stop(e, c, &t->prefill_host_s, &t->prefill_cpu_s, &t->prefill_forwards, forwards);
+    return st;
+}
+
+static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
+                                      const lazyattn_request_desc *desc, int32_t *first_token,
+                                      int64_t *forwards) {
     if (!e || !req || !desc || !first_token)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: NULL argument");
     if (desc->n_question < 1)
@@ -195,6 +232,7 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
                                      .entry_pos = e->entry_pos,
                                      .want_logits = is_question && b == seg->n_tokens};
             if ((st = serve_model_prefill(e->model, e->pool, &pa, first_token))) return st;
+            (*forwards)++;
             got_token |= pa.want_logits;
         }
     }
@@ -209,8 +247,21 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
 
 /* ---- decode ---- */
 
+static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *const *reqs,
+                                     const int32_t *tokens, int32_t *next);
+
 int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
                         const int32_t *tokens, int32_t *next) {
+    if (!e) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_decode: NULL engine");
+    serve_host_clock c = serve_host_start(e);
+    int st = serve_engine_decode_timed(e, n, reqs, tokens, next);
+    serve_timer *t = serve_model_timer(e->model);
+    if (t && !st) serve_host_stop(e, c, &t->decode_host_s, &t->decode_cpu_s, &t->decode_steps, 1);
+    return st;
+}
+
+static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *const *reqs,
+                                     const int32_t *tokens, int32_t *next) {
     if (!e || !reqs || !tokens || !next || n < 1 || n > e->row_cap)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_engine_decode: bad arguments (%d sequences, at most %d)", n,

@@ -570,10 +570,11 @@ static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * c->hidden,
                          m->output, m->logits, 0, 0.0f));
     SERVE_TRY(serve_argmax(m, n));
-    double t0 = serve_now();
+    double t0 = serve_now(), c0 = serve_thread_cpu_now();
     cl_int err = clEnqueueReadBuffer(m->queue, m->next, CL_TRUE, 0, (size_t)n * sizeof(int32_t),
                                      next, 0, NULL, NULL);
     if (m->timer) m->timer->wait_s += serve_now() - t0;
+    if (m->timer) m->timer->wait_cpu_s += serve_thread_cpu_now() - c0;
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "read next tokens");
 }
 

@@ -446,6 +446,9 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     memset(b->timer.seconds, 0, sizeof b->timer.seconds);
     memset(b->timer.host_s, 0, sizeof b->timer.host_s);
     b->timer.upload_s = b->timer.wait_s = 0;
+    b->timer.decode_host_s = b->timer.prefill_host_s = 0;
+    b->timer.decode_steps = b->timer.prefill_forwards = 0;
+    b->timer.decode_cpu_s = b->timer.prefill_cpu_s = b->timer.wait_cpu_s = 0;
     char bt[32];
     snprintf(bt, sizeof bt, "%.4g MiB", (double)budget / (1 << 20));
     snprintf(label, sizeof label, "%s @ %s", out->policy, bt);
@@ -459,6 +462,12 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     memcpy(out->host_s, b->timer.host_s, sizeof out->host_s);
     out->upload_s = b->timer.upload_s;
     out->wait_s = b->timer.wait_s;
+    out->decode_host_s = b->timer.decode_host_s;
+    out->prefill_host_s = b->timer.prefill_host_s;
+    out->decode_steps = b->timer.decode_steps;
+    out->prefill_forwards = b->timer.prefill_forwards;
+    out->decode_cpu_s = b->timer.decode_cpu_s;
+    out->prefill_cpu_s = b->timer.prefill_cpu_s;
     serve_run_summarise(out);
 done:
     free(warm);

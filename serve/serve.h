@@ -57,6 +57,13 @@ typedef struct serve_timer {
     double host_s[SERVE_PHASE_COUNT];  /* host time inside the enqueue calls */
     double upload_s;                   /* blocking uploads of tokens and tables */
     double wait_s;                     /* blocking reads of the next tokens */
+    /* host time per forward (serve_engine_*): everything the host does for a
+     * decode step or a request's prefill, the blocking token reads excluded */
+    double decode_host_s, prefill_host_s;
+    int64_t decode_steps, prefill_forwards; /* prefill: chunks of max_rows tokens */
+    /* the same in CPU time of the calling thread (serve_thread_cpu_now): not
+     * inflated when the host thread is descheduled, e.g. by PoCL's workers */
+    double decode_cpu_s, prefill_cpu_s, wait_cpu_s;
 } serve_timer;
 
 /* An event slot to pass to an enqueue call, or NULL (disabled, or no
@@ -287,6 +294,9 @@ typedef struct serve_run_result {
     double phase_s[SERVE_PHASE_COUNT];
     double host_s[SERVE_PHASE_COUNT];
     double upload_s, wait_s;
+    double decode_host_s, prefill_host_s; /* host time per forward (serve_timer) */
+    int64_t decode_steps, prefill_forwards;
+    double decode_cpu_s, prefill_cpu_s;
     /* filled by serve_run_summarise */
     int n_ok, n_failed;
     double hit_ratio, copy_ratio, block_hit_ratio;
@@ -315,5 +325,8 @@ int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n
 /* ---- small helpers -------------------------------------------------------- */
 
 double serve_now(void); /* monotonic seconds */
+/* CPU seconds the calling thread has used (0 where the clock is missing):
+ * host work without the time the thread waited or was descheduled. */
+double serve_thread_cpu_now(void);
 
 #endif
