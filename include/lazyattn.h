@@ -969,7 +969,10 @@ LAZYATTN_API int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv
  * lazyattn_request_append of one token, the last entry of each sequence (and
  * a new entry when a block boundary is crossed), q_pos, and seq_offsets when
  * an entry count changed. Nearby changed ranges are written as one (at most
- * 4 KiB of unchanged bytes in between); all bytes of one update go through
+ * 4 KiB of unchanged bytes in between), and each array gets at most 8
+ * writes per update (beyond, the closest ranges are merged: a batch of long
+ * sequences costs a few writes, not one per sequence, carrying some
+ * unchanged entries along); all bytes of one update go through
  * one host staging block, freed by the completion callback of its last
  * write, so the caller's arrays may change as soon as update returns.
  * When the entries outgrow the capacity, the buffers grow geometrically

@@ -11,6 +11,11 @@
 /* Changed ranges closer than this are written as one (the unchanged bytes
  * in between cost less than another enqueued write). */
 #define LZ_PLAN_MERGE_GAP_BYTES 4096
+/* At most this many writes per array and update: beyond, the ranges with
+ * the smallest gaps are merged (a batch of long sequences each changing its
+ * tail is a few writes carrying some unchanged entries, not one per
+ * sequence). */
+#define LZ_PLAN_MAX_WRITES 8
 
 struct lazyattn_device_plan {
     uint32_t magic; /* LZ_MAGIC_DEVICE_PLAN while live */
@@ -264,6 +269,33 @@ static void lz_dp_diff(void *shadow, const void *src, size_t n, size_t known, si
     *l = b;
 }
 
+static int lz_dp_cmp_size(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Merges ranges until at most LZ_PLAN_MAX_WRITES remain: every gap up to
+ * the (n - MAX)-th smallest. gaps: scratch of at least r->n - 1. */
+static void lz_dp_range_cap(lz_dp_ranges *r, size_t *gaps) {
+    if (r->n <= LZ_PLAN_MAX_WRITES) return;
+    for (int k = 0; k + 1 < r->n; k++) gaps[k] = r->first[k + 1] - (r->first[k] + r->count[k]);
+    qsort(gaps, (size_t)r->n - 1, sizeof *gaps, lz_dp_cmp_size);
+    size_t limit = gaps[r->n - LZ_PLAN_MAX_WRITES - 1];
+    int w = 0;
+    for (int k = 1; k < r->n; k++) {
+        size_t end = r->first[w] + r->count[w];
+        if (r->first[k] - end <= limit) {
+            r->bytes += (r->first[k] - end) * r->elem;
+            r->count[w] = r->first[k] + r->count[k] - r->first[w];
+        } else {
+            w++;
+            r->first[w] = r->first[k];
+            r->count[w] = r->count[k];
+        }
+    }
+    r->n = w + 1;
+}
+
 static void CL_CALLBACK lz_dp_staging_done(cl_event e, cl_int status, void *staging) {
     (void)e;
     (void)status;
@@ -304,7 +336,7 @@ int lazyattn_device_plan_update(lazyattn_device_plan *p, int n_seqs, const lazya
 
     /* the changed ranges: up to one per sequence for the tables, one each
      * for seq_offsets and q_pos */
-    size_t *idx = lz_dp_malloc(4 * (size_t)n_seqs * sizeof(size_t));
+    size_t *idx = lz_dp_malloc(5 * (size_t)n_seqs * sizeof(size_t));
     if (!idx) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %d ranges", fn, n_seqs);
     lz_dp_ranges r[LZ_DP_ARRAYS] = {
         {sizeof(uint64_t), idx, idx + n_seqs, 0, n_seqs, 0},
@@ -347,6 +379,8 @@ int lazyattn_device_plan_update(lazyattn_device_plan *p, int n_seqs, const lazya
         if (of == SIZE_MAX) of = (size_t)n_seqs;
         ol = (size_t)n_seqs + 1;
     }
+    lz_dp_range_cap(&r[LZ_DP_TABLE], idx + 4 * (size_t)n_seqs);
+    lz_dp_range_cap(&r[LZ_DP_POS], idx + 4 * (size_t)n_seqs);
     if (of != SIZE_MAX) lz_dp_range_add(&r[LZ_DP_OFFSETS], of, ol - of);
     if (qf != SIZE_MAX) lz_dp_range_add(&r[LZ_DP_QPOS], qf, ql - qf);
 

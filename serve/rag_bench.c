@@ -50,6 +50,7 @@ typedef struct bench_options {
     int max_rows;
     int kv_f32;
     int no_profiling;
+    int no_device_plans;
 } bench_options;
 
 static const char usage_text[] =
@@ -73,6 +74,7 @@ static const char usage_text[] =
     "  --max-rows N              most tokens per forward (prefill chunk, 1..65536)\n"
     "  --kv-f32                  K/V stored as f32 (default f16)\n"
     "  --no-profiling            queue without profiling (no device time per phase)\n"
+    "  --no-device-plans         upload host tables every forward (to compare host time)\n"
     "  --seed S                  weight seed (default 1)\n"
     "  --progress / --no-progress\n"
     "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n"
@@ -149,6 +151,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--max-rows", .type = CLI_INT, .dest = &o->max_rows, .min = 1, .max = 65536},
         {.name = "--seed", .type = CLI_U64, .dest = &o->seed},
         {.name = "--no-profiling", .type = CLI_FLAG, .dest = &o->no_profiling},
+        {.name = "--no-device-plans", .type = CLI_FLAG, .dest = &o->no_device_plans},
         {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
         {.name = "--progress", .type = CLI_FLAG, .dest = &progress},
         {.name = "--no-progress", .type = CLI_FLAG, .dest = &no_progress},
@@ -429,6 +432,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
         goto done;
     }
     if ((st = serve_engine_create(b->model, pool, &eng))) goto done;
+    serve_engine_use_device_plans(eng, !o->no_device_plans);
     out->requests = calloc((size_t)(n_measured ? n_measured : 1), sizeof *out->requests);
     warm = calloc((size_t)(o->warmup ? o->warmup : 1), sizeof *warm);
     if (!out->requests || !warm) {
@@ -449,6 +453,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     b->timer.decode_host_s = b->timer.prefill_host_s = 0;
     b->timer.decode_steps = b->timer.prefill_forwards = 0;
     b->timer.decode_cpu_s = b->timer.prefill_cpu_s = b->timer.wait_cpu_s = 0;
+    b->timer.upload_cpu_s = b->timer.decode_tables_s = b->timer.decode_tables_cpu_s = 0;
     char bt[32];
     snprintf(bt, sizeof bt, "%.4g MiB", (double)budget / (1 << 20));
     snprintf(label, sizeof label, "%s @ %s", out->policy, bt);
@@ -468,6 +473,8 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     out->prefill_forwards = b->timer.prefill_forwards;
     out->decode_cpu_s = b->timer.decode_cpu_s;
     out->prefill_cpu_s = b->timer.prefill_cpu_s;
+    out->decode_tables_s = b->timer.decode_tables_s;
+    out->decode_tables_cpu_s = b->timer.decode_tables_cpu_s;
     serve_run_summarise(out);
 done:
     free(warm);

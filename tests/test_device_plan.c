@@ -386,6 +386,46 @@ static void test_incremental_writes(void **state) {
     assert_int_equal(da.n_seqs, N - 1);
     assert_int_equal(da.max_entries, LEN + 1);
 
+    /* many long sequences each changing its last entry: at most 8 table
+     * writes; equal gaps of 699 entries all merge into one range */
+    {
+        enum { M = 20 };
+        host_seq many[M];
+        lazyattn_plan_seq ms[M];
+        memset(many, 0, sizeof many);
+        for (int i = 0; i < M; i++) {
+            for (int k = 0; k < LEN; k++) host_seq_push(&many[i], lt_next(&r), 16 * k);
+            many[i].q_pos = 5;
+            ms[i] = as_plan_seq(&many[i]);
+        }
+        lazyattn_device_plan_config mc = {M, 64};
+        lazyattn_device_plan *mp = NULL;
+        lt_assert_status(lazyattn_device_plan_create(ctx, &mc, &mp), LAZYATTN_STATUS_OK);
+        lt_assert_status(lazyattn_device_plan_update(mp, M, ms, NULL, NULL), LAZYATTN_STATUS_OK);
+        int64_t mw = 0, mb = 0, me = 0;
+        EXPECT_DELTA(mp, mw, mb, me, 4, M * LEN * 12 + (M + 1) * 4 + M * 4, M * LEN);
+        for (int i = 0; i < M; i++) many[i].table[LEN - 1] ^= 1;
+        lt_assert_status(lazyattn_device_plan_update(mp, M, ms, NULL, NULL), LAZYATTN_STATUS_OK);
+        int span = (M - 1) * LEN + 1;
+        EXPECT_DELTA(mp, mw, mb, me, 1, span * 8, span);
+        check_device_tables(ctx, mp, M, ms);
+        /* unequal gaps: sequences 0..9 change, 10..19 only every third; 8
+         * writes at most, and never more entries than the covering range */
+        for (int i = 0; i < M; i++)
+            if (i < 10 || i % 3 == 0) many[i].table[LEN - 1 - (i % 4)] ^= 2;
+        lt_assert_status(lazyattn_device_plan_update(mp, M, ms, NULL, NULL), LAZYATTN_STATUS_OK);
+        int64_t w2, b2, e2;
+        counters(mp, &w2, &b2, &e2);
+        assert_true(w2 - mw >= 1 && w2 - mw <= 8);
+        assert_true(e2 - me >= 13 && e2 - me <= (M - 1) * LEN + 1); /* 13 changed */
+        check_device_tables(ctx, mp, M, ms);
+        lazyattn_device_plan_destroy(mp);
+        for (int i = 0; i < M; i++) {
+            free(many[i].table);
+            free(many[i].pos);
+        }
+    }
+
     /* growth past 4096 entries: a device-side copy, then only the new tail */
     lazyattn_device_plan_info before;
     lt_assert_status(lazyattn_device_plan_get_info(plan, &before), LAZYATTN_STATUS_OK);
