@@ -1044,9 +1044,12 @@ LAZYATTN_API int lazyattn_plan_seq_from_request(const lazyattn_request *req,
  * from the previous update (see above); grows the buffers when needed.
  * Sizes are checked before anything changes: n_seqs in 1..max_seqs, every
  * n_entries >= 1, the total at most INT_MAX entries (OUT_OF_RANGE) and its
- * bytes within the device's largest allocation. A failure of an OpenCL call
- * or of host memory leaves the plan valid but unknown to the device: the
- * next successful update writes everything again.
+ * bytes within the device's largest allocation (OUT_OF_DEVICE_MEMORY). A
+ * failure of an OpenCL call or of host memory (OUT_OF_DEVICE_MEMORY,
+ * OUT_OF_HOST_MEMORY, OPENCL) either leaves the tables of the last update
+ * (growing failed: nothing changed) or leaves the plan without tables
+ * (n_seqs 0: *_args refuse) until the next successful update, which then
+ * writes everything again. Nothing leaks either way.
  *   seqs: [n_seqs]
  */
 LAZYATTN_API int lazyattn_device_plan_update(lazyattn_device_plan *plan, int n_seqs,
