@@ -1189,6 +1189,146 @@ LAZYATTN_API int lazyattn_cache_set_tier(lazyattn_cache *cache, lazyattn_store *
 
 /* LAZYATTN_CACHE_API_END */
 
+/* ---- device-resident plans ------------------------------------------------ */
+
+/*
+ * A plan's tables kept on the device: uploaded once, then updated in place.
+ * One object holds the tables of a batch of n_seqs sequences (n_seqs = 1
+ * for a single request), laid out the way lazyattn_decode reads them:
+ *   table:       [capacity] packed uint64; sequence s's entries are
+ *                table[seq_offsets[s] .. seq_offsets[s+1]), sequences back
+ *                to back in the order of the last update
+ *   entry_pos:   [capacity] int32, logical start of each entry
+ *   seq_offsets: [max_seqs + 1] int32, seq_offsets[0] = 0
+ *   q_pos:       [max_seqs] int32, each sequence's decode query position
+ * Each lazyattn_device_plan_update compares the new host tables with what
+ * the device holds (a host shadow of it) and writes only what changed: after
+ * lazyattn_request_append of one token, the last entry of each sequence (and
+ * a new entry when a block boundary is crossed), q_pos, and seq_offsets when
+ * an entry count changed. Nearby changed ranges are written as one (at most
+ * 4 KiB of unchanged bytes in between), and each array gets at most 8
+ * writes per update (beyond, the closest ranges are merged: a batch of long
+ * sequences costs a few writes, not one per sequence, carrying some
+ * unchanged entries along); all bytes of one update go through
+ * one host staging block, freed by the completion callback of its last
+ * write, so the caller's arrays may change as soon as update returns.
+ * When the entries outgrow the capacity, the buffers grow geometrically
+ * (x2) and the old contents are copied on the device.
+ *
+ * Because sequences lie back to back (lazyattn_decode_args has one
+ * seq_offsets array, no per-sequence end), a sequence that gains or loses
+ * entries moves every later sequence of the batch: those are rewritten
+ * too. Prefill takes no table offset, so only sequence 0's table can feed
+ * lazyattn_prefill (lazyattn_device_plan_prefill_args).
+ *
+ * Queues: like every enqueueing function, update takes the caller's queue
+ * (NULL = the context's) and an optional cl_event *, and never waits. The
+ * queue must be in order (as the context's is) and the one the plan's
+ * buffers are used on, so that an update runs after the launches enqueued
+ * before it and before those enqueued after it. The cl_mem handles change
+ * when the buffers grow: take them from get_info / *_args after every
+ * update (launches already enqueued keep the old buffers alive).
+ *
+ * Not thread-safe: one thread at a time (like an attention object). The
+ * context must outlive the plan.
+ */
+typedef struct lazyattn_device_plan lazyattn_device_plan;
+
+/* Most sequences of one device plan. */
+#define LAZYATTN_DEVICE_PLAN_MAX_SEQS (1 << 24)
+
+typedef struct lazyattn_device_plan_config {
+    int max_seqs;        /* sequences of one batch, 1..LAZYATTN_DEVICE_PLAN_MAX_SEQS
+                            (sizes q_pos and seq_offsets); default 1 */
+    int initial_entries; /* table capacity to start with, in entries (>= 1); default 256 */
+} lazyattn_device_plan_config;
+
+/* max_seqs 1, initial_entries 256. */
+LAZYATTN_API void lazyattn_device_plan_config_init(lazyattn_device_plan_config *config);
+
+/* Creates the device buffers (nothing uploaded yet). config may be NULL
+ * (defaults). OUT_OF_RANGE for a capacity whose bytes do not fit,
+ * OUT_OF_DEVICE_MEMORY above CL_DEVICE_MAX_MEM_ALLOC_SIZE. */
+LAZYATTN_API int lazyattn_device_plan_create(lazyattn_context *ctx,
+                                             const lazyattn_device_plan_config *config,
+                                             lazyattn_device_plan **out);
+/* Releases the buffers (launches already enqueued keep them alive until
+ * they complete). NULL is a no-op. */
+LAZYATTN_API void lazyattn_device_plan_destroy(lazyattn_device_plan *plan);
+
+/* One sequence's host tables for an update (read during the call only).
+ *   table:     [n_entries] packed uint64 (lazyattn_entry_pack), n_entries >= 1
+ *   entry_pos: [n_entries] int32 logical start of each entry
+ *   q_pos:     the decode query's position (the last appended token's);
+ *              not used by prefill */
+typedef struct lazyattn_plan_seq {
+    int n_entries;
+    const uint64_t *table;
+    const int32_t *entry_pos;
+    int32_t q_pos;
+} lazyattn_plan_seq;
+
+/* A request's current tables (lazyattn_request_get_plan), q_pos = its
+ * n_positions - 1 (after lazyattn_request_append of one token: that
+ * token's position). The pointers are borrowed as lazyattn_plan's are. */
+LAZYATTN_API int lazyattn_plan_seq_from_request(const lazyattn_request *req,
+                                                lazyattn_plan_seq *seq);
+
+/*
+ * Makes the device tables those of seqs[0 .. n_seqs) in this order (the
+ * batch may change from one update to the next: sequences joining, leaving
+ * or reordered are handled as changed tables). Writes only what differs
+ * from the previous update (see above); grows the buffers when needed.
+ * Sizes are checked before anything changes: n_seqs in 1..max_seqs, every
+ * n_entries >= 1, the total at most INT_MAX entries (OUT_OF_RANGE) and its
+ * bytes within the device's largest allocation (OUT_OF_DEVICE_MEMORY). A
+ * failure of an OpenCL call or of host memory (OUT_OF_DEVICE_MEMORY,
+ * OUT_OF_HOST_MEMORY, OPENCL) either leaves the tables of the last update
+ * (growing failed: nothing changed) or leaves the plan without tables
+ * (n_seqs 0: *_args refuse) until the next successful update, which then
+ * writes everything again. Nothing leaks either way.
+ *   seqs: [n_seqs]
+ */
+LAZYATTN_API int lazyattn_device_plan_update(lazyattn_device_plan *plan, int n_seqs,
+                                             const lazyattn_plan_seq *seqs,
+                                             cl_command_queue queue, cl_event *event);
+
+/* The buffers and counts of the last update, and counters since creation. */
+typedef struct lazyattn_device_plan_info {
+    int n_seqs;          /* of the last update (0 before the first) */
+    int n_entries;       /* all sequences' entries: seq_offsets[n_seqs] */
+    int max_entries;     /* the most of any one sequence */
+    int capacity;        /* entries the table and entry_pos buffers hold */
+    int max_seqs;
+    cl_mem table;        /* [capacity] uint64 */
+    cl_mem entry_pos;    /* [capacity] int32 */
+    cl_mem seq_offsets;  /* [max_seqs + 1] int32 */
+    cl_mem q_pos;        /* [max_seqs] int32 */
+    int64_t updates;         /* successful updates */
+    int64_t writes;          /* buffer writes enqueued */
+    int64_t bytes_written;   /* bytes those writes carried */
+    int64_t entries_written; /* table entries among them */
+    int64_t grows;           /* capacity growths (device-side copies) */
+} lazyattn_device_plan_info;
+
+/* The cl_mem handles are borrowed: valid until the next update or destroy. */
+LAZYATTN_API int lazyattn_device_plan_get_info(const lazyattn_device_plan *plan,
+                                               lazyattn_device_plan_info *info);
+
+/* Fills the plan's fields of decode args for all its sequences: n_seqs,
+ * max_entries, q_pos, seq_offsets, table, entry_pos (q, out and n_splits
+ * are left as they are). INVALID_ARGUMENT before the first update. */
+LAZYATTN_API int lazyattn_device_plan_decode_args(const lazyattn_device_plan *plan,
+                                                  lazyattn_decode_args *args);
+
+/* Fills n_entries, table and entry_pos of prefill args with sequence seq's
+ * table (q, q_pos, out and n_queries are the caller's). Only seq 0:
+ * lazyattn_prefill_args has no table offset, and a sub-buffer cannot start
+ * at an arbitrary 8-byte entry (CL_DEVICE_MEM_BASE_ADDR_ALIGN), so another
+ * sequence gives UNSUPPORTED. */
+LAZYATTN_API int lazyattn_device_plan_prefill_args(const lazyattn_device_plan *plan, int seq,
+                                                   lazyattn_prefill_args *args);
+
 #ifdef __cplusplus
 }
 #endif

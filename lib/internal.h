@@ -36,6 +36,7 @@ const char *lz_cl_error_name(cl_int err);
 #define LZ_MAGIC_POOL 0x4c5a504fu    /* "LZPO" */
 #define LZ_MAGIC_CACHE 0x4c5a4341u   /* "LZCA" */
 #define LZ_MAGIC_REQUEST 0x4c5a5251u /* "LZRQ" */
+#define LZ_MAGIC_DEVICE_PLAN 0x4c5a4450u /* "LZDP" */
 
 /* Returns INVALID_ARGUMENT "fn: not a live <kind>" unless obj is NULL (left
  * to the caller's own NULL check) or carries its magic word. */
@@ -178,6 +179,13 @@ int64_t lz_pool_n_blocks(const lazyattn_pool *pool);
  * destroyed (INVALID_ARGUMENT). */
 int lz_pool_attach(lazyattn_pool *pool, const char *fn);
 void lz_pool_detach(lazyattn_pool *pool);
+
+/* ---- device plans (device_plan.c) ---- */
+
+/* For tests of the error paths: the nth host allocation or OpenCL call that
+ * device_plan.c makes from now on fails as if out of memory (0: none). A
+ * plain global, not thread-safe: single-threaded tests only. */
+void lz_device_plan_fail_at(int nth);
 
 /* ---- small helpers ---- */
 

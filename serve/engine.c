@@ -1,6 +1,9 @@
 /* The serving engine: turns a lazyattn request plan into model work
  * (copies, isolated document prefills, the question prefill) and runs
- * decode steps over a batch of requests. */
+ * decode steps over a batch of requests. The decode batch's tables live in
+ * a lazyattn device plan, updated in place each step (only what the
+ * appends changed is written); the question's prefill reads its table from
+ * a one-sequence device plan. */
 #include "serve.h"
 
 #include <stdlib.h>
@@ -20,6 +23,11 @@ struct serve_engine {
     int32_t *entry_pos;
     int table_cap;
     int32_t *seq_offsets; /* [row_cap + 1] */
+    /* device-resident tables */
+    int use_plans;                /* 1 (default); 0: host tables uploaded per forward */
+    lazyattn_device_plan *batch;  /* decode: up to row_cap sequences */
+    lazyattn_device_plan *single; /* the question prefill: one sequence */
+    lazyattn_plan_seq *seqs;      /* [row_cap] */
 };
 
 void serve_engine_destroy(serve_engine *e) {
@@ -33,6 +41,9 @@ void serve_engine_destroy(serve_engine *e) {
     free(e->table);
     free(e->entry_pos);
     free(e->seq_offsets);
+    lazyattn_device_plan_destroy(e->batch);
+    lazyattn_device_plan_destroy(e->single);
+    free(e->seqs);
     free(e);
 }
 
@@ -52,10 +63,24 @@ int serve_engine_create(serve_model *model, lazyattn_pool *pool, serve_engine **
     e->slots = malloc((size_t)rows * sizeof(int32_t));
     e->stored = malloc((size_t)rows * sizeof(int32_t));
     e->seq_offsets = malloc((size_t)(rows + 1) * sizeof(int32_t));
-    if (!e->tokens || !e->q_pos || !e->slots || !e->stored || !e->seq_offsets) {
+    e->seqs = malloc((size_t)rows * sizeof *e->seqs);
+    if (!e->tokens || !e->q_pos || !e->slots || !e->stored || !e->seq_offsets || !e->seqs) {
         serve_engine_destroy(e);
         return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_engine_create");
     }
+    lazyattn_device_plan_config pc;
+    lazyattn_device_plan_config_init(&pc);
+    pc.max_seqs = rows;
+    int st = lazyattn_device_plan_create(serve_model_context(model), &pc, &e->batch);
+    if (!st) {
+        pc.max_seqs = 1;
+        st = lazyattn_device_plan_create(serve_model_context(model), &pc, &e->single);
+    }
+    if (st) {
+        serve_engine_destroy(e);
+        return serve_lz_fail(st, "lazyattn_device_plan_create");
+    }
+    e->use_plans = 1;
     *out = e;
     return LAZYATTN_STATUS_OK;
 }
@@ -145,8 +170,45 @@ static int serve_engine_cut_table(serve_engine *e, const lazyattn_plan *plan, in
     return LAZYATTN_STATUS_OK;
 }
 
+/* Host time of one engine call, the blocking token reads excluded. */
+typedef struct serve_host_clock {
+    double t0, wait0, cpu0, wait_cpu0;
+} serve_host_clock;
+
+static serve_host_clock serve_host_start(const serve_engine *e) {
+    serve_timer *t = serve_model_timer(e->model);
+    serve_host_clock c = {serve_now(), t ? t->wait_s : 0, serve_thread_cpu_now(),
+                          t ? t->wait_cpu_s : 0};
+    return c;
+}
+
+static void serve_host_stop(const serve_engine *e, serve_host_clock c, double *sum, double *cpu,
+                            int64_t *count, int64_t forwards) {
+    serve_timer *t = serve_model_timer(e->model);
+    if (!t) return;
+    *sum += serve_now() - c.t0 - (t->wait_s - c.wait0);
+    *cpu += serve_thread_cpu_now() - c.cpu0 - (t->wait_cpu_s - c.wait_cpu0);
+    *count += forwards;
+}
+
+static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
+                                      const lazyattn_request_desc *desc, int32_t *first_token,
+                                      int64_t *forwards);
+
 int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_request_desc *desc,
                          int32_t *first_token) {
+    if (!e) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: NULL argument");
+    serve_host_clock c = serve_host_start(e);
+    int64_t forwards = 0;
+    int st = serve_engine_prefill_timed(e, req, desc, first_token, &forwards);
+    serve_timer *t = serve_model_timer(e->model);
+    if (t) serve_host_stop(e, c, &t->prefill_host_s, &t->prefill_cpu_s, &t->prefill_forwards, forwards);
+    return st;
+}
+
+static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
+                                      const lazyattn_request_desc *desc, int32_t *first_token,
+                                      int64_t *forwards) {
     if (!e || !req || !desc || !first_token)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: NULL argument");
     if (desc->n_question < 1)
@@ -182,9 +244,23 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
                 e->q_pos[i] = plan.prefill_pos[off + i] - base;
             }
             int n_table = 0;
-            if ((st = serve_engine_cut_table(e, &plan, first, n_ent, base, e->q_pos[n - 1] + 1,
-                                             &n_table)))
+            const lazyattn_device_plan *dplan = NULL;
+            /* The question's last chunk sees the whole plan as it is
+             * (positions from 0, every entry, nothing cut): the device plan
+             * of the request. Other chunks see a cut table. */
+            int32_t limit = e->q_pos[n - 1] + 1;
+            if (e->use_plans && is_question && first == 0 && n_ent == plan.n_entries &&
+                limit == plan.n_positions) {
+                lazyattn_plan_seq seq;
+                if ((st = lazyattn_plan_seq_from_request(req, &seq)) ||
+                    (st = lazyattn_device_plan_update(e->single, 1, &seq,
+                                                      serve_model_queue(e->model), NULL)))
+                    return serve_lz_fail(st, "device plan of the question");
+                dplan = e->single;
+            } else if ((st = serve_engine_cut_table(e, &plan, first, n_ent, base, limit,
+                                                    &n_table))) {
                 return st;
+            }
             serve_prefill_args pa = {.n_tokens = n,
                                      .tokens = e->tokens,
                                      .q_pos = e->q_pos,
@@ -193,8 +269,10 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
                                      .n_entries = n_table,
                                      .table = e->table,
                                      .entry_pos = e->entry_pos,
-                                     .want_logits = is_question && b == seg->n_tokens};
+                                     .want_logits = is_question && b == seg->n_tokens,
+                                     .plan = dplan};
             if ((st = serve_model_prefill(e->model, e->pool, &pa, first_token))) return st;
+            (*forwards)++;
             got_token |= pa.want_logits;
         }
     }
@@ -209,13 +287,53 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
 
 /* ---- decode ---- */
 
+static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *const *reqs,
+                                     const int32_t *tokens, int32_t *next);
+
 int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
                         const int32_t *tokens, int32_t *next) {
+    if (!e) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_decode: NULL engine");
+    serve_host_clock c = serve_host_start(e);
+    serve_timer *t = serve_model_timer(e->model);
+    double up0 = t ? t->upload_s : 0, upc0 = t ? t->upload_cpu_s : 0;
+    int st = serve_engine_decode_timed(e, n, reqs, tokens, next);
+    if (t && !st) {
+        serve_host_stop(e, c, &t->decode_host_s, &t->decode_cpu_s, &t->decode_steps, 1);
+        t->decode_tables_s += t->upload_s - up0;
+        t->decode_tables_cpu_s += t->upload_cpu_s - upc0;
+    }
+    return st;
+}
+
+static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *const *reqs,
+                                     const int32_t *tokens, int32_t *next) {
     if (!e || !reqs || !tokens || !next || n < 1 || n > e->row_cap)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_engine_decode: bad arguments (%d sequences, at most %d)", n,
                           e ? e->row_cap : 0);
     int total = 0, max_entries = 0, st;
+    serve_timer *timer = serve_model_timer(e->model);
+    double t0 = serve_now(), c0 = serve_thread_cpu_now();
+    if (e->use_plans) {
+        /* the batch's tables stay on the device: each step writes what the
+         * appends changed (mostly each sequence's last entry and q_pos) */
+        for (int i = 0; i < n; i++) {
+            int32_t pos;
+            if ((st = lazyattn_request_append(reqs[i], 1, &e->slots[i], &pos)))
+                return serve_lz_fail(st, "lazyattn_request_append");
+            if ((st = lazyattn_plan_seq_from_request(reqs[i], &e->seqs[i])))
+                return serve_lz_fail(st, "lazyattn_plan_seq_from_request");
+        }
+        if ((st = lazyattn_device_plan_update(e->batch, n, e->seqs, serve_model_queue(e->model),
+                                              NULL)))
+            return serve_lz_fail(st, "lazyattn_device_plan_update");
+        if (timer) {
+            timer->decode_tables_s += serve_now() - t0;
+            timer->decode_tables_cpu_s += serve_thread_cpu_now() - c0;
+        }
+        serve_decode_args da = {.n_seqs = n, .tokens = tokens, .slots = e->slots, .plan = e->batch};
+        return serve_model_decode(e->model, e->pool, &da, next);
+    }
     e->seq_offsets[0] = 0;
     for (int i = 0; i < n; i++) {
         int32_t slot, pos;
@@ -235,6 +353,10 @@ int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
         e->q_pos[i] = pos;
         e->stored[i] = pos;
     }
+    if (timer) {
+        timer->decode_tables_s += serve_now() - t0;
+        timer->decode_tables_cpu_s += serve_thread_cpu_now() - c0;
+    }
     serve_decode_args da = {.n_seqs = n,
                             .tokens = e->tokens,
                             .q_pos = e->q_pos,
@@ -245,4 +367,8 @@ int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
                             .entry_pos = e->entry_pos,
                             .max_entries = max_entries};
     return serve_model_decode(e->model, e->pool, &da, next);
+}
+
+void serve_engine_use_device_plans(serve_engine *e, int on) {
+    if (e) e->use_plans = on ? 1 : 0;
 }

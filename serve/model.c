@@ -101,7 +101,7 @@ static void CL_CALLBACK serve_upload_done(cl_event e, cl_int status, void *copy)
  * runs this one (a blocking write would drain the queue first). */
 static int serve_upload(serve_model *m, cl_mem dst, const void *src, size_t bytes) {
     if (bytes == 0) return LAZYATTN_STATUS_OK;
-    double t0 = serve_now();
+    double t0 = serve_now(), c0 = m->timer ? serve_thread_cpu_now() : 0;
     void *copy = malloc(bytes);
     cl_int err;
     if (!copy) { /* no memory for the copy: fall back to a blocking write */
@@ -119,6 +119,7 @@ static int serve_upload(serve_model *m, cl_mem dst, const void *src, size_t byte
         if (ev) clReleaseEvent(ev);
     }
     if (m->timer) m->timer->upload_s += serve_now() - t0;
+    if (m->timer) m->timer->upload_cpu_s += serve_thread_cpu_now() - c0;
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "clEnqueueWriteBuffer");
 }
 
@@ -382,6 +383,7 @@ void serve_model_set_timer(serve_model *m, serve_timer *timer) {
 serve_timer *serve_model_timer(const serve_model *m) { return m ? m->timer : NULL; }
 cl_context serve_model_cl_context(const serve_model *m) { return m ? m->cl : NULL; }
 cl_command_queue serve_model_queue(const serve_model *m) { return m ? m->queue : NULL; }
+lazyattn_context *serve_model_context(const serve_model *m) { return m ? m->ctx : NULL; }
 
 /* ---- weights ---- */
 
@@ -531,11 +533,13 @@ static int serve_gemm_m(serve_model *m, int rows, int out, int in, cl_mem a, siz
 static cl_event *serve_ev(serve_model *m, serve_phase p) { return serve_timer_slot(m->timer, p); }
 
 /* The layers shared by prefill and decode: x[n, hidden] in, x out.
- * attend() runs the attention of layer l from m->q into m->att. */
+ * attend() runs the attention of layer l from m->q into m->att. Queries are
+ * rotated at q_pos, keys written at stored_pos ([n] int32 each: the
+ * uploaded rows, or a device plan's q_pos in decode). */
 typedef int (*serve_attend_fn)(serve_model *m, lazyattn_pool *pool, int layer, const void *args);
 
-static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, serve_attend_fn attend,
-                        const void *args) {
+static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
+                        cl_mem stored_pos, serve_attend_fn attend, const void *args) {
     const serve_model_config *c = &m->cfg;
     int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
@@ -545,10 +549,10 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, serve_attend
         SERVE_TRY(serve_gemm_m(m, n, kvd, h, m->h, 0, L->wk, m->k, 0, 0.0f));
         SERVE_TRY(serve_gemm_m(m, n, kvd, h, m->h, 0, L->wv, m->v, 0, 0.0f));
         /* queries at their logical positions, keys at their stored ones */
-        SERVE_TRY_LZ(lazyattn_rope_apply(m->attn, n, c->n_heads, m->q, m->q_pos, m->queue,
+        SERVE_TRY_LZ(lazyattn_rope_apply(m->attn, n, c->n_heads, m->q, q_pos, m->queue,
                                          serve_ev(m, SERVE_PHASE_ATTENTION)),
                      "lazyattn_rope_apply");
-        SERVE_TRY_LZ(lazyattn_write_kv(m->attn, pool, l, n, m->k, m->v, m->slots, m->stored_pos,
+        SERVE_TRY_LZ(lazyattn_write_kv(m->attn, pool, l, n, m->k, m->v, m->slots, stored_pos,
                                        m->queue, serve_ev(m, SERVE_PHASE_ATTENTION)),
                      "lazyattn_write_kv");
         SERVE_TRY(attend(m, pool, l, args));
@@ -570,10 +574,11 @@ static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * c->hidden,
                          m->output, m->logits, 0, 0.0f));
     SERVE_TRY(serve_argmax(m, n));
-    double t0 = serve_now();
+    double t0 = serve_now(), c0 = serve_thread_cpu_now();
     cl_int err = clEnqueueReadBuffer(m->queue, m->next, CL_TRUE, 0, (size_t)n * sizeof(int32_t),
                                      next, 0, NULL, NULL);
     if (m->timer) m->timer->wait_s += serve_now() - t0;
+    if (m->timer) m->timer->wait_cpu_s += serve_thread_cpu_now() - c0;
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "read next tokens");
 }
 
@@ -603,6 +608,9 @@ static int serve_attend_prefill(serve_model *m, lazyattn_pool *pool, int layer, 
                                 .table = m->table,
                                 .entry_pos = m->entry_pos,
                                 .out = m->att};
+    if (a->plan) /* the table of the plan's sequence 0, already on the device */
+        SERVE_TRY_LZ(lazyattn_device_plan_prefill_args(a->plan, 0, &pa),
+                     "lazyattn_device_plan_prefill_args");
     SERVE_TRY_LZ(lazyattn_prefill(m->attn, pool, layer, &pa, m->queue,
                                   serve_ev(m, SERVE_PHASE_ATTENTION)),
                  "lazyattn_prefill");
@@ -612,19 +620,22 @@ static int serve_attend_prefill(serve_model *m, lazyattn_pool *pool, int layer, 
 int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill_args *a,
                         int32_t *next_token) {
     if (!m || !pool || !a || !a->tokens || !a->q_pos || !a->slots || !a->stored_pos ||
-        !a->table || !a->entry_pos || (a->want_logits && !next_token))
+        (!a->plan && (!a->table || !a->entry_pos)) || (a->want_logits && !next_token))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_prefill: NULL argument");
-    if (a->n_tokens < 1 || a->n_tokens > m->cfg.max_rows || a->n_entries < 1)
+    if (a->n_tokens < 1 || a->n_tokens > m->cfg.max_rows || (!a->plan && a->n_entries < 1))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_model_prefill: %d tokens (1..%d), %d entries", a->n_tokens,
                           m->cfg.max_rows, a->n_entries);
     SERVE_TRY(serve_check_tokens(m, a->n_tokens, a->tokens));
-    SERVE_TRY(serve_table_reserve(m, a->n_entries));
     SERVE_TRY(serve_upload_rows(m, a->n_tokens, a->tokens, a->q_pos, a->slots, a->stored_pos));
-    SERVE_TRY(serve_upload(m, m->table, a->table, (size_t)a->n_entries * sizeof(uint64_t)));
-    SERVE_TRY(serve_upload(m, m->entry_pos, a->entry_pos, (size_t)a->n_entries * sizeof(int32_t)));
+    if (!a->plan) {
+        SERVE_TRY(serve_table_reserve(m, a->n_entries));
+        SERVE_TRY(serve_upload(m, m->table, a->table, (size_t)a->n_entries * sizeof(uint64_t)));
+        SERVE_TRY(
+            serve_upload(m, m->entry_pos, a->entry_pos, (size_t)a->n_entries * sizeof(int32_t)));
+    }
     SERVE_TRY(serve_embed(m, a->n_tokens));
-    SERVE_TRY(serve_layers(m, pool, a->n_tokens, serve_attend_prefill, a));
+    SERVE_TRY(serve_layers(m, pool, a->n_tokens, m->q_pos, m->stored_pos, serve_attend_prefill, a));
     if (a->want_logits) return serve_head(m, a->n_tokens - 1, 1, next_token);
     return LAZYATTN_STATUS_OK;
 }
@@ -640,14 +651,40 @@ static int serve_attend_decode(serve_model *m, lazyattn_pool *pool, int layer, c
                                .table = m->table,
                                .entry_pos = m->entry_pos,
                                .out = m->att};
+    if (a->plan) /* every sequence's table, q_pos and offsets, already on the device */
+        SERVE_TRY_LZ(lazyattn_device_plan_decode_args(a->plan, &da),
+                     "lazyattn_device_plan_decode_args");
     SERVE_TRY_LZ(lazyattn_decode(m->attn, pool, layer, &da, m->queue,
                                  serve_ev(m, SERVE_PHASE_ATTENTION)),
                  "lazyattn_decode");
     return LAZYATTN_STATUS_OK;
 }
 
+/* Decode over a device plan: only the tokens and slots go up; the plan
+ * holds the tables, offsets and q_pos (also the positions the new keys are
+ * stored at: a generated token's stored position is its position). */
+static int serve_model_decode_plan(serve_model *m, lazyattn_pool *pool, const serve_decode_args *a,
+                                   int32_t *next_tokens) {
+    lazyattn_device_plan_info info;
+    SERVE_TRY_LZ(lazyattn_device_plan_get_info(a->plan, &info), "lazyattn_device_plan_get_info");
+    if (info.n_seqs != a->n_seqs)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_model_decode: %d sequences, the device plan holds %d", a->n_seqs,
+                          info.n_seqs);
+    SERVE_TRY(serve_check_tokens(m, a->n_seqs, a->tokens));
+    size_t b = (size_t)a->n_seqs * sizeof(int32_t);
+    SERVE_TRY(serve_upload(m, m->tokens, a->tokens, b));
+    SERVE_TRY(serve_upload(m, m->slots, a->slots, b));
+    SERVE_TRY(serve_embed(m, a->n_seqs));
+    SERVE_TRY(serve_layers(m, pool, a->n_seqs, info.q_pos, info.q_pos, serve_attend_decode, a));
+    return serve_head(m, 0, a->n_seqs, next_tokens);
+}
+
 int serve_model_decode(serve_model *m, lazyattn_pool *pool, const serve_decode_args *a,
                        int32_t *next_tokens) {
+    if (m && pool && a && a->plan && a->tokens && a->slots && next_tokens &&
+        a->n_seqs >= 1 && a->n_seqs <= m->cfg.max_rows)
+        return serve_model_decode_plan(m, pool, a, next_tokens);
     if (!m || !pool || !a || !a->tokens || !a->q_pos || !a->slots || !a->stored_pos ||
         !a->seq_offsets || !a->table || !a->entry_pos || !next_tokens)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_decode: NULL argument");
@@ -664,7 +701,7 @@ int serve_model_decode(serve_model *m, lazyattn_pool *pool, const serve_decode_a
     SERVE_TRY(serve_upload(m, m->table, a->table, (size_t)n_entries * sizeof(uint64_t)));
     SERVE_TRY(serve_upload(m, m->entry_pos, a->entry_pos, (size_t)n_entries * sizeof(int32_t)));
     SERVE_TRY(serve_embed(m, a->n_seqs));
-    SERVE_TRY(serve_layers(m, pool, a->n_seqs, serve_attend_decode, a));
+    SERVE_TRY(serve_layers(m, pool, a->n_seqs, m->q_pos, m->stored_pos, serve_attend_decode, a));
     return serve_head(m, 0, a->n_seqs, next_tokens);
 }
 

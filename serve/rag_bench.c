@@ -82,6 +82,7 @@ typedef struct bench_options {
     int tier_mode;          /* lazyattn_tier_mode */
     int processes;          /* 0: one process, the per-policy table */
     int rounds;             /* --processes: rounds of (separate, shared) */
+    int no_device_plans;
 } bench_options;
 
 static const char usage_text[] =
@@ -105,6 +106,7 @@ static const char usage_text[] =
     "  --max-rows N              most tokens per forward (prefill chunk, 1..65536)\n"
     "  --kv-f32                  K/V stored as f32 (default f16)\n"
     "  --no-profiling            queue without profiling (no device time per phase)\n"
+    "  --no-device-plans         upload host tables every forward (to compare host time)\n"
     "  --seed S                  weight seed (default 1)\n"
     "  --tier host:SIZE|dir:PATH|redis://HOST:PORT\n"
     "                            a document tier behind the LAZY cache (lazy policy only):\n"
@@ -241,6 +243,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--max-rows", .type = CLI_INT, .dest = &o->max_rows, .min = 1, .max = 65536},
         {.name = "--seed", .type = CLI_U64, .dest = &o->seed},
         {.name = "--no-profiling", .type = CLI_FLAG, .dest = &o->no_profiling},
+        {.name = "--no-device-plans", .type = CLI_FLAG, .dest = &o->no_device_plans},
         {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
         {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
         {.name = "--tier-mode", .type = CLI_ENUM, .dest = &o->tier_mode, .choices = "read|back|through"},
@@ -585,6 +588,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
         serve_lz_fail(st, "lazyattn_cache_set_tier");
         goto done;
     }
+    serve_engine_use_device_plans(eng, !o->no_device_plans);
     out->requests = calloc((size_t)(n_measured ? n_measured : 1), sizeof *out->requests);
     warm = calloc((size_t)(o->warmup ? o->warmup : 1), sizeof *warm);
     if (!out->requests || !warm) {
@@ -602,6 +606,10 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     memset(b->timer.seconds, 0, sizeof b->timer.seconds);
     memset(b->timer.host_s, 0, sizeof b->timer.host_s);
     b->timer.upload_s = b->timer.wait_s = 0;
+    b->timer.decode_host_s = b->timer.prefill_host_s = 0;
+    b->timer.decode_steps = b->timer.prefill_forwards = 0;
+    b->timer.decode_cpu_s = b->timer.prefill_cpu_s = b->timer.wait_cpu_s = 0;
+    b->timer.upload_cpu_s = b->timer.decode_tables_s = b->timer.decode_tables_cpu_s = 0;
     char bt[32];
     snprintf(bt, sizeof bt, "%.4g MiB", (double)budget / (1 << 20));
     snprintf(label, sizeof label, "%s @ %s", out->policy, bt);
@@ -615,6 +623,14 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     memcpy(out->host_s, b->timer.host_s, sizeof out->host_s);
     out->upload_s = b->timer.upload_s;
     out->wait_s = b->timer.wait_s;
+    out->decode_host_s = b->timer.decode_host_s;
+    out->prefill_host_s = b->timer.prefill_host_s;
+    out->decode_steps = b->timer.decode_steps;
+    out->prefill_forwards = b->timer.prefill_forwards;
+    out->decode_cpu_s = b->timer.decode_cpu_s;
+    out->prefill_cpu_s = b->timer.prefill_cpu_s;
+    out->decode_tables_s = b->timer.decode_tables_s;
+    out->decode_tables_cpu_s = b->timer.decode_tables_cpu_s;
     serve_run_summarise(out);
 done:
     free(warm);

@@ -102,15 +102,29 @@ void serve_print_table(FILE *f, const serve_run_result *runs, int n) {
 
 void serve_print_host(FILE *f, const serve_run_result *runs, int n) {
     fprintf(f, "| policy | budget | wall s | gemm enqueue s | attention enqueue s | elementwise "
-               "enqueue s | uploads s | wait for tokens s |\n| --- | --- | --- | --- | --- | --- "
-               "| --- | --- |\n");
+               "enqueue s | uploads s | wait for tokens s | host ms / decode step (steps) | "
+               "host ms / prefill forward (forwards) | host CPU ms / decode step | host CPU "
+               "ms / prefill forward | of a decode step: tables + uploads us (CPU us) |\n| --- "
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (int i = 0; i < n; i++) {
         const serve_run_result *r = &runs[i];
         char b[32];
         serve_budget_text(r->budget_bytes, b, sizeof b);
-        fprintf(f, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r->policy, b,
-                r->wall_s, r->host_s[SERVE_PHASE_GEMM], r->host_s[SERVE_PHASE_ATTENTION],
-                r->host_s[SERVE_PHASE_ELEMENTWISE], r->upload_s, r->wait_s);
+        double dec = r->decode_steps ? 1e3 * r->decode_host_s / (double)r->decode_steps : 0;
+        double pre = r->prefill_forwards ? 1e3 * r->prefill_host_s / (double)r->prefill_forwards : 0;
+        double dec_cpu = r->decode_steps ? 1e3 * r->decode_cpu_s / (double)r->decode_steps : 0;
+        double pre_cpu =
+            r->prefill_forwards ? 1e3 * r->prefill_cpu_s / (double)r->prefill_forwards : 0;
+        double tab = r->decode_steps ? 1e6 * r->decode_tables_s / (double)r->decode_steps : 0;
+        double tab_cpu =
+            r->decode_steps ? 1e6 * r->decode_tables_cpu_s / (double)r->decode_steps : 0;
+        fprintf(f,
+                "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f (%lld) | %.3f (%lld) "
+                "| %.3f | %.3f | %.1f (%.1f) |\n",
+                r->policy, b, r->wall_s, r->host_s[SERVE_PHASE_GEMM],
+                r->host_s[SERVE_PHASE_ATTENTION], r->host_s[SERVE_PHASE_ELEMENTWISE], r->upload_s,
+                r->wait_s, dec, (long long)r->decode_steps, pre, (long long)r->prefill_forwards,
+                dec_cpu, pre_cpu, tab, tab_cpu);
     }
 }
 

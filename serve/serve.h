@@ -57,6 +57,17 @@ typedef struct serve_timer {
     double host_s[SERVE_PHASE_COUNT];  /* host time inside the enqueue calls */
     double upload_s;                   /* blocking uploads of tokens and tables */
     double wait_s;                     /* blocking reads of the next tokens */
+    /* host time per forward (serve_engine_*): everything the host does for a
+     * decode step or a request's prefill, the blocking token reads excluded */
+    double decode_host_s, prefill_host_s;
+    int64_t decode_steps, prefill_forwards; /* prefill: chunks of max_rows tokens */
+    /* the same in CPU time of the calling thread (serve_thread_cpu_now): not
+     * inflated when the host thread is descheduled, e.g. by PoCL's workers */
+    double decode_cpu_s, prefill_cpu_s, wait_cpu_s;
+    double upload_cpu_s; /* upload_s in CPU time */
+    /* of a decode step's host time, the part spent on its tables: appends,
+     * packing or the device plan update, and the model's uploads */
+    double decode_tables_s, decode_tables_cpu_s;
 } serve_timer;
 
 /* An event slot to pass to an enqueue call, or NULL (disabled, or no
@@ -161,6 +172,7 @@ void serve_model_set_timer(serve_model *m, serve_timer *timer);
 serve_timer *serve_model_timer(const serve_model *m);
 cl_context serve_model_cl_context(const serve_model *m);
 cl_command_queue serve_model_queue(const serve_model *m);
+lazyattn_context *serve_model_context(const serve_model *m);
 
 /* Seeded random weights, generated on the device (a counter hash per
  * element), so an 8B shape takes seconds: projections uniform with
@@ -180,6 +192,9 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
  *                       written tokens (see lazyattn_prefill)
  * want_logits: 1 computes the LM head of the last token: its argmax goes to
  * *next_token and its logits are readable with serve_model_read_logits.
+ * plan: non-NULL = the table is sequence 0 of this device plan (already
+ * updated on the model's queue); n_entries, table and entry_pos are then
+ * not used.
  */
 typedef struct serve_prefill_args {
     int n_tokens;
@@ -191,6 +206,7 @@ typedef struct serve_prefill_args {
     const uint64_t *table;
     const int32_t *entry_pos;
     int want_logits;
+    const lazyattn_device_plan *plan;
 } serve_prefill_args;
 
 int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill_args *args,
@@ -201,6 +217,10 @@ int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill
  *   tokens, q_pos, slots, stored_pos: [n_seqs] int32
  *   seq_offsets: [n_seqs + 1] int32 into table / entry_pos (lazyattn_decode)
  *   next_tokens: [n_seqs] argmax of each row's logits
+ * plan: non-NULL = tables, seq_offsets, q_pos (= stored_pos) and
+ * max_entries are those of this device plan (already updated on the
+ * model's queue, holding n_seqs sequences); only tokens and slots are
+ * uploaded, the other host arrays are not used.
  */
 typedef struct serve_decode_args {
     int n_seqs;
@@ -212,6 +232,7 @@ typedef struct serve_decode_args {
     const uint64_t *table;
     const int32_t *entry_pos;
     int max_entries;
+    const lazyattn_device_plan *plan;
 } serve_decode_args;
 
 int serve_model_decode(serve_model *m, lazyattn_pool *pool, const serve_decode_args *args,
@@ -264,6 +285,13 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
 int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
                         const int32_t *tokens, int32_t *next);
 
+/* 1 (the default): decode steps keep the batch's tables in a lazyattn
+ * device plan and write only what changed; the question's last prefill
+ * chunk reads the request's table from a device plan. 0: host tables are
+ * packed and uploaded for every forward (the way before device plans; kept
+ * to compare them, bit for bit and in host time). */
+void serve_engine_use_device_plans(serve_engine *e, int on);
+
 /* ---- results, table, CSV and SVG plots (report.c) ------------------------ */
 
 typedef struct serve_request_result {
@@ -288,6 +316,10 @@ typedef struct serve_run_result {
     double phase_s[SERVE_PHASE_COUNT];
     double host_s[SERVE_PHASE_COUNT];
     double upload_s, wait_s;
+    double decode_host_s, prefill_host_s; /* host time per forward (serve_timer) */
+    int64_t decode_steps, prefill_forwards;
+    double decode_cpu_s, prefill_cpu_s;
+    double decode_tables_s, decode_tables_cpu_s;
     /* filled by serve_run_summarise */
     int n_ok, n_failed;
     double hit_ratio, copy_ratio, block_hit_ratio;
@@ -316,5 +348,8 @@ int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n
 /* ---- small helpers -------------------------------------------------------- */
 
 double serve_now(void); /* monotonic seconds */
+/* CPU seconds the calling thread has used (0 where the clock is missing):
+ * host work without the time the thread waited or was descheduled. */
+double serve_thread_cpu_now(void);
 
 #endif

@@ -85,7 +85,8 @@ static int teardown(void **state) {
 /* Prefills the requests in order (each commits its documents before the
  * next is planned), then decodes all of them in one batch until each has
  * its tokens. */
-static void run_policy(eq_state *s, lazyattn_cache_policy policy, eq_result *res) {
+static void run_policy_plans(eq_state *s, lazyattn_cache_policy policy, eq_result *res,
+                             int use_plans) {
     const serve_model_config *mc = serve_model_get_config(s->model);
     int V = mc->vocab;
     res->logits = calloc((size_t)N_REQ * MAX_GEN * V, sizeof(float));
@@ -99,6 +100,7 @@ static void run_policy(eq_state *s, lazyattn_cache_policy policy, eq_result *res
     lazyattn_cache_config cc = {policy, 42, 0};
     CHECK(lazyattn_cache_create(pool, &cc, &cache));
     CHECK(serve_engine_create(s->model, pool, &eng));
+    serve_engine_use_device_plans(eng, use_plans);
 
     lazyattn_request *reqs[N_REQ];
     int target[N_REQ];
@@ -143,6 +145,10 @@ static void run_policy(eq_state *s, lazyattn_cache_policy policy, eq_result *res
     serve_engine_destroy(eng);
     lazyattn_cache_destroy(cache);
     lazyattn_pool_destroy(pool);
+}
+
+static void run_policy(eq_state *s, lazyattn_cache_policy policy, eq_result *res) {
+    run_policy_plans(s, policy, res, 1);
 }
 
 static void compare(const eq_state *s, const char *name, const eq_result *a, const eq_result *b,
@@ -197,6 +203,37 @@ static void test_policies_agree(void **state) {
     free(none.logits);
 }
 
+/* The engine's device plans (decode batch tables updated in place, the
+ * question's table on the device) against host tables uploaded for every
+ * forward: the same tokens and bit-identical logits, under the policies
+ * whose tables differ most (lazy deltas; position-aware copies). */
+static void test_device_plans_bit_identical(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    lazyattn_cache_policy policies[2] = {LAZYATTN_CACHE_POLICY_LAZY, LAZYATTN_CACHE_POLICY_POSITION};
+    int V = serve_model_get_config(s->model)->vocab;
+    for (int p = 0; p < 2; p++) {
+        eq_result plans = {0}, host = {0};
+        run_policy_plans(s, policies[p], &plans, 1);
+        run_policy_plans(s, policies[p], &host, 0);
+        int rows = 0;
+        for (int r = 0; r < N_REQ; r++) {
+            assert_int_equal(plans.n_gen[r], host.n_gen[r]);
+            assert_true(plans.n_gen[r] >= 2); /* decode steps ran */
+            for (int g = 0; g < plans.n_gen[r]; g++, rows++) {
+                assert_int_equal(plans.tokens[r][g], host.tokens[r][g]);
+                assert_memory_equal(plans.logits + ((size_t)r * MAX_GEN + g) * V,
+                                    host.logits + ((size_t)r * MAX_GEN + g) * V,
+                                    (size_t)V * sizeof(float));
+            }
+        }
+        printf("# %s: %d logit rows bit-identical with and without device plans\n",
+               lazyattn_cache_policy_name(policies[p]), rows);
+        free(plans.logits);
+        free(host.logits);
+    }
+}
+
 /* A decode batch of fewer rows than max_rows over a large vocabulary: the
  * LM head SGEMM pads the rows up to CLBlast's tile, which takes temporary
  * memory that max_rows itself (a multiple of the tile) does not; the model
@@ -229,7 +266,7 @@ static void test_wide_decode_batch(void **state) {
         CHECK(lazyattn_entry_pack(blocks[i], 0, 1, &table[i]));
     }
     offsets[N] = N;
-    serve_decode_args da = {N, tokens, pos, slots, pos, offsets, table, entry_pos, 1};
+    serve_decode_args da = {N, tokens, pos, slots, pos, offsets, table, entry_pos, 1, NULL};
     CHECK(serve_model_decode(m, pool, &da, next));
     float *rows = malloc((size_t)N * cfg.vocab * sizeof(float));
     float *alone = malloc((size_t)cfg.vocab * sizeof(float));
@@ -238,7 +275,7 @@ static void test_wide_decode_batch(void **state) {
     CHECK(serve_model_read_logits(m, N, rows));
     for (int i = 0; i < N; i += 33) {
         serve_decode_args d1 = {1, &tokens[i], pos, &slots[i], pos, offsets, &table[i],
-                                entry_pos, 1};
+                                entry_pos, 1, NULL};
         CHECK(serve_model_decode(m, pool, &d1, &one));
         CHECK(serve_model_read_logits(m, 1, alone));
         assert_int_equal(one, next[i]);
@@ -258,6 +295,7 @@ static void test_wide_decode_batch(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policies_agree),
+        cmocka_unit_test(test_device_plans_bit_identical),
         cmocka_unit_test(test_wide_decode_batch),
     };
     return cmocka_run_group_tests_name("serve_equivalence", tests, setup, teardown);

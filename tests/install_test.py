@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Install test: `meson install --destdir` of this build into a temporary
+directory (no root, nothing outside it is touched), then examples/cache_path.c
+and examples/quickstart.c built against the installed header and library with
+`pkg-config --cflags --libs lazyattn` (PKG_CONFIG_PATH into the stage,
+PKG_CONFIG_SYSROOT_DIR = the stage, as for any DESTDIR install; pkgconf then
+prefixes the stage to the Requires' paths too, /usr/include etc., which do
+not exist there and leave the compiler's defaults in charge) and run: each
+checks its answers against the float64 reference and exits non-zero
+otherwise.
+
+Also checked: the .pc file names the configured prefix (not the stage), the
+pkg-config flags point into the stage only, the compiler read the installed
+lazyattn.h (not the source tree's), and the programs loaded the installed
+liblazyattn.so.
+
+usage: install_test.py --meson MESON --build-root DIR --source-root DIR
+       --prefix P --libdir L --includedir I [--sanitize S] -- CC [ARGS...]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def fail(msg):
+    print(f"install_test: FAIL: {msg}")
+    sys.exit(1)
+
+
+def run(cmd, **kw):
+    print("+ " + " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+    if r.stdout:
+        print(r.stdout.rstrip())
+    if r.returncode != 0:
+        fail(f"{cmd[0]} exited with {r.returncode}")
+    return r.stdout
+
+
+def under(path, root):
+    path, root = os.path.realpath(path), os.path.realpath(root)
+    return path == root or path.startswith(root + os.sep)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--meson", nargs="+", required=True)
+    ap.add_argument("--build-root", required=True)
+    ap.add_argument("--source-root", required=True)
+    ap.add_argument("--prefix", required=True)
+    ap.add_argument("--libdir", required=True)
+    ap.add_argument("--includedir", required=True)
+    ap.add_argument("--sanitize", default="none")
+    ap.add_argument("cc", nargs="+")
+    a = ap.parse_args()
+
+    libdir = os.path.join(a.prefix, a.libdir)  # join keeps an absolute libdir as is
+    includedir = os.path.join(a.prefix, a.includedir)
+    tmp = tempfile.mkdtemp(prefix="lazyattn-install-")
+    try:
+        stage = os.path.join(tmp, "stage")
+        # --no-rebuild: the build is current (meson test built it); never
+        # start ninja from inside a test run.
+        run(a.meson + ["install", "-C", a.build_root, "--destdir", stage, "--no-rebuild", "--quiet"])
+        staged = lambda p: os.path.join(stage, p.lstrip("/"))
+        pc = staged(os.path.join(libdir, "pkgconfig", "lazyattn.pc"))
+        for f in (pc, staged(os.path.join(includedir, "lazyattn.h")),
+                  staged(os.path.join(includedir, "lazyattn_testing.h")),
+                  staged(os.path.join(libdir, "liblazyattn.so"))):
+            if not os.path.isfile(f):
+                fail(f"{f} was not installed")
+        # The .pc names the final prefix; DESTDIR is the packager's business.
+        fields = dict(l.split("=", 1) for l in open(pc).read().splitlines() if "=" in l and ":" not in l.split("=", 1)[0])
+        if fields.get("prefix") != a.prefix:
+            fail(f"{pc}: prefix={fields.get('prefix')!r}, the build's prefix is {a.prefix!r}")
+
+        env = dict(os.environ)
+        env["PKG_CONFIG_PATH"] = os.path.dirname(pc)
+        env["PKG_CONFIG_SYSROOT_DIR"] = stage
+        cflags = run(["pkg-config", "--cflags", "lazyattn"], env=env).split()
+        libs = run(["pkg-config", "--libs", "lazyattn"], env=env).split()
+        if "-I" + staged(includedir) not in cflags:
+            fail(f"pkg-config --cflags {cflags} lacks -I{staged(includedir)}")
+        if "-L" + staged(libdir) not in libs or "-llazyattn" not in libs:
+            fail(f"pkg-config --libs {libs} lacks -L{staged(libdir)} -llazyattn")
+        for flag in cflags + libs:
+            if flag[:2] in ("-I", "-L") and a.prefix != "/usr" and flag[2:].startswith(a.prefix):
+                fail(f"{flag}: a path outside the stage (the prefix itself)")
+
+        san = [] if a.sanitize in ("", "none") else ["-fsanitize=" + a.sanitize]
+        examples = os.path.join(a.source_root, "examples")
+        # the stage's library only: meson test puts the build tree's on the
+        # path, which would hide a program linked to the wrong one
+        run_env = dict(os.environ)
+        keep = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
+                if d and not under(d, a.build_root)]
+        run_env["LD_LIBRARY_PATH"] = ":".join([staged(libdir)] + keep)
+        for prog in ("cache_path", "quickstart"):
+            src = os.path.join(examples, prog + ".c")
+            exe = os.path.join(tmp, prog)
+            # the option parser is the programs' own helper, not the library's API;
+            # examples/ holds no lazyattn header, so the installed one is the only one
+            srcs = [src, os.path.join(examples, "cli_options.c")]
+            common = a.cc + ["-std=c11", "-D_POSIX_C_SOURCE=200809L"] + san + ["-I" + examples] + cflags
+            deps = run(common + ["-M", src], env=env)
+            headers = [w for w in deps.replace("\\\n", " ").split() if w.endswith("lazyattn.h")]
+            if not headers or not all(under(h, stage) for h in headers):
+                fail(f"{prog}: lazyattn.h came from {headers}, not from the stage")
+            run(common + srcs + ["-o", exe] + san + libs + ["-lm"], env=env)
+            ldd = run(["ldd", exe], env=run_env)
+            line = [l for l in ldd.splitlines() if "liblazyattn.so" in l]
+            if not line or staged(libdir) not in line[0]:
+                fail(f"{prog} does not load the installed liblazyattn.so: {line}")
+            out = run([exe], env=run_env, cwd=tmp)  # exits non-zero off the reference
+            last = [l for l in out.splitlines() if l.strip()][-1:]
+            if not last or not last[0].rstrip().endswith("ok"):
+                fail(f"{prog}: its last line is not the reference check's 'ok': {last}")
+        print("install_test: installed into a temporary DESTDIR, built with pkg-config, both "
+              "programs within the float64 reference's tolerance")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
