@@ -6,12 +6,12 @@
  * server: LAZYATTN_TEST_REDIS=127.0.0.1:PORT (CI starts one); without it
  * they are reported as skipped. */
 #include "test_common.h"
+#include "redis_server.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,6 @@
 #include <hiredis/hiredis.h>
 #endif
 
-extern char **environ;
 
 /* A value of n bytes for key k: a pattern no other key or length shares. */
 static void fill_value(uint8_t *p, size_t n, uint64_t k) {
@@ -392,27 +391,13 @@ static void test_dir_killed_writer(void **state) {
 
 // ---- Redis ----
 
-#ifdef LAZYATTN_HAVE_HIREDIS
-static int redis_target(char *host, size_t n, int *port) {
-    const char *t = getenv("LAZYATTN_TEST_REDIS");
-    if (!t || !*t) return 0;
-    const char *colon = strrchr(t, ':');
-    if (!colon || (size_t)(colon - t) >= n) return 0;
-    memcpy(host, t, (size_t)(colon - t));
-    host[colon - t] = '\0';
-    *port = atoi(colon + 1);
-    return *port > 0;
-}
-
-#endif
-
 static char redis_prefix[64];
 
 #ifdef LAZYATTN_HAVE_HIREDIS
 static lazyattn_store *open_redis(size_t chunk) {
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) return NULL;
+    if (!lt_redis_target(host, sizeof host, &port)) return NULL;
     lazyattn_redis_config rc;
     lazyattn_redis_config_init(&rc);
     rc.host = host;
@@ -426,24 +411,11 @@ static lazyattn_store *open_redis(size_t chunk) {
 }
 #endif
 
-/* A port where nothing listens (bound, then closed). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_redis_down_or_slow(void **state) {
     (void)state;
     lazyattn_redis_config rc;
     lazyattn_redis_config_init(&rc);
-    rc.port = free_port();
+    rc.port = lt_free_port();
     rc.timeout_ms = 300;
     lazyattn_store *s = (lazyattn_store *)1;
 #ifndef LAZYATTN_HAVE_HIREDIS
@@ -475,7 +447,7 @@ static void test_redis_down_or_slow(void **state) {
 static redisContext *raw_redis(void) {
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) return NULL;
+    if (!lt_redis_target(host, sizeof host, &port)) return NULL;
     redisContext *c = redisConnect(host, port);
     assert_non_null(c);
     assert_int_equal(c->err, 0);
@@ -581,18 +553,12 @@ static void test_redis_stalled(void **state) {
 #else
     char host[128];
     int shared_port = 0;
-    if (!redis_target(host, sizeof host, &shared_port)) {
+    if (!lt_redis_target(host, sizeof host, &shared_port)) {
         print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
-    int port = free_port();
-    char port_text[16];
-    snprintf(port_text, sizeof port_text, "%d", port);
-    char *argv[] = {"redis-server", "--port", port_text, "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no", "--loglevel", "warning", "--logfile", "/dev/null", NULL};
-    pid_t pid;
-    fflush(NULL);
-    assert_int_equal(posix_spawnp(&pid, "redis-server", NULL, NULL, argv, environ), 0);
+    int port = lt_free_port();
+    pid_t pid = lt_redis_spawn(port);
     lazyattn_redis_config rc;
     lazyattn_redis_config_init(&rc);
     assert_int_equal(rc.retry_ms, 1000);
@@ -649,7 +615,7 @@ static void test_redis_killed_writer(void **state) {
 #else
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) {
+    if (!lt_redis_target(host, sizeof host, &port)) {
         print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
@@ -705,7 +671,7 @@ static void test_redis_two_processes(void **state) {
 #else
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) {
+    if (!lt_redis_target(host, sizeof host, &port)) {
         print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
