@@ -34,10 +34,11 @@
  *    object, belong to one thread at a time (one per scheduler thread).
  *    lazyattn_last_error() is per thread. A destroy must not race with any
  *    other use of the same object.
- *  - Use after destroy is forbidden. As a net, a pool, cache or request that
- *    was destroyed (while its memory is not reused yet), or a handle of
- *    another kind, is refused with INVALID_ARGUMENT "<function>: not a live
- *    cache" (a magic word checked at entry points; not a guarantee).
+ *  - Use after destroy is forbidden. As a net, a pool, cache, request,
+ *    device plan or store that was destroyed (while its memory is not reused
+ *    yet), or a handle of another kind, is refused with INVALID_ARGUMENT
+ *    "<function>: not a live cache" (a magic word checked at entry points;
+ *    not a guarantee).
  */
 #ifndef LAZYATTN_H
 #define LAZYATTN_H
