@@ -516,6 +516,17 @@ static void test_redis_store(void **state) {
     r = redisCommand(c, "SET %s garbage", key);
     freeReplyObject(r);
     lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_FORMAT);
+    /* manifests whose chunk count holds only in wrapped arithmetic (10 bytes
+     * in 0 chunks of 2^64 - 1), or with more chunks than one DEL can name */
+    const char *hostile[2] = {"LZMF1 10 18446744073709551615 0 0",
+                              "LZMF1 4294967296 2 2147483648 0"};
+    for (int i = 0; i < 2; i++) {
+        r = redisCommand(c, "SET %s %s", key, hostile[i]);
+        freeReplyObject(r);
+        lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_FORMAT);
+        assert_null(v.data);
+        assert_non_null(strstr(lazyattn_last_error(), "does not parse"));
+    }
     lt_assert_status(lazyattn_store_delete(s, key_of(7)), LAZYATTN_STATUS_OK);
     expect_absent(s, 7);
     /* one chunk only (a large chunk size), and a value of exactly one chunk */
