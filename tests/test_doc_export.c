@@ -7,7 +7,7 @@
  * of test_attention. */
 #include "doc_engine.h"
 
-#include "cache_internal.h" /* lz_cache_fingerprint */
+#include "cache_internal.h" /* lz_cache_fingerprint, lz_kv_checksum */
 
 #include <spawn.h>
 #include <stdio.h>
@@ -228,6 +228,18 @@ static void test_refusals(void **state) {
         memcpy(bad, blob, n);
         bad[i] ^= 0x01;
         lt_assert_status(lazyattn_kv_describe(bad, n, &ki), LAZYATTN_STATUS_FORMAT);
+    }
+    /* A well-formed header (checksum right) whose geometry no pool can have:
+     * head dim past LAZYATTN_MAX_HEAD_DIM, layers past LAZYATTN_MAX_LAYERS. */
+    const size_t field[2] = {32, 24}; /* head_dim, n_layers */
+    const uint32_t value[2] = {LAZYATTN_MAX_HEAD_DIM + 8, LAZYATTN_MAX_LAYERS + 1};
+    for (int i = 0; i < 2; i++) {
+        memcpy(bad, blob, n);
+        for (int b = 0; b < 4; b++) bad[field[i] + b] = (uint8_t)(value[i] >> (8 * b));
+        uint64_t sum = lz_kv_checksum(bad, 88);
+        for (int b = 0; b < 8; b++) bad[88 + b] = (uint8_t)(sum >> (8 * b));
+        lt_assert_status(lazyattn_kv_describe(bad, n, &ki), LAZYATTN_STATUS_FORMAT);
+        assert_non_null(strstr(lazyattn_last_error(), "past the limits"));
     }
 
     /* Corrupt: every single-byte change of the header and a sample of the
