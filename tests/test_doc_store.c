@@ -295,30 +295,31 @@ static void test_dir_store(void **state) {
     remove_tree(dir);
 }
 
-/* Two processes write and read the same keys at once: every value read is whole. */
-static void test_dir_two_processes(void **state) {
-    (void)state;
-    char dir[512];
-    make_tmp_dir(dir, sizeof dir, "shared");
+/* This process and a fork each open the store (open(arg); NULL: failed),
+ * then put keys 0..n_keys-1 (key k: base + step * k bytes) three times over,
+ * the two starting half-way apart, reading every key back after each put:
+ * a value read must be whole or absent, never part of one, in both. */
+static void share_between_processes(lazyattn_store *(*open)(const char *), const char *arg,
+                                    uint64_t n_keys, size_t base, size_t step) {
     fflush(NULL);
     pid_t pid = fork();
     assert_true(pid >= 0);
     int me = pid == 0;
-    lazyattn_store *s = NULL;
-    int bad = lazyattn_store_create_dir(dir, &s) != LAZYATTN_STATUS_OK;
+    lazyattn_store *s = open(arg);
+    int bad = s == NULL;
     for (int round = 0; round < 3 && !bad; round++)
-        for (uint64_t k = 0; k < 16 && !bad; k++) {
-            uint64_t key = (k + (uint64_t)me * 8) % 16; /* the two start apart */
-            size_t n = 4096 + 1000 * (size_t)key;
+        for (uint64_t k = 0; k < n_keys && !bad; k++) {
+            uint64_t key = (k + (uint64_t)me * (n_keys / 2)) % n_keys; /* the two start apart */
+            size_t n = base + step * (size_t)key;
             uint8_t *p = malloc(n);
             fill_value(p, n, key);
             bad |= lazyattn_store_put(s, key_of(key), p, n) != LAZYATTN_STATUS_OK;
             free(p);
-            for (uint64_t j = 0; j < 16 && !bad; j++) {
+            for (uint64_t j = 0; j < n_keys && !bad; j++) {
                 lazyattn_store_value v;
                 int st = lazyattn_store_get(s, key_of(j), &v);
                 if (st == LAZYATTN_STATUS_OK) {
-                    bad |= !value_is(&v, 4096 + 1000 * (size_t)j, j);
+                    bad |= !value_is(&v, base + step * (size_t)j, j);
                     lazyattn_store_release(s, &v);
                 } else {
                     bad |= st != LAZYATTN_STATUS_NOT_FOUND;
@@ -332,6 +333,20 @@ static void test_dir_two_processes(void **state) {
     assert_false(bad);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static lazyattn_store *open_dir(const char *dir) {
+    lazyattn_store *s = NULL;
+    return lazyattn_store_create_dir(dir, &s) == LAZYATTN_STATUS_OK ? s : NULL;
+}
+
+/* Two processes write and read the same keys at once: every value read is whole. */
+static void test_dir_two_processes(void **state) {
+    (void)state;
+    char dir[512];
+    make_tmp_dir(dir, sizeof dir, "shared");
+    share_between_processes(open_dir, dir, 16, 4096, 1000);
+    lazyattn_store *s = NULL;
     lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
     for (uint64_t k = 0; k < 16; k++) expect_stored(s, k, 4096 + 1000 * (size_t)k);
     assert_int_equal(count_files(dir, ".tmp-"), 0);
@@ -408,6 +423,12 @@ static lazyattn_store *open_redis(size_t chunk) {
     lazyattn_store *s = NULL;
     lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_OK);
     return s;
+}
+
+/* open_redis with 4 KiB chunks, as share_between_processes opens stores. */
+static lazyattn_store *open_redis_4k(const char *unused) {
+    (void)unused;
+    return open_redis(4096);
 }
 #endif
 
@@ -686,38 +707,8 @@ static void test_redis_two_processes(void **state) {
         print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    int me = pid == 0, bad = 0;
+    share_between_processes(open_redis_4k, NULL, 8, 5000, 3000);
     lazyattn_store *s = open_redis(4096);
-    for (int round = 0; round < 3 && !bad; round++)
-        for (uint64_t k = 0; k < 8 && !bad; k++) {
-            uint64_t key = (k + (uint64_t)me * 4) % 8;
-            size_t n = 5000 + 3000 * (size_t)key;
-            uint8_t *p = malloc(n);
-            fill_value(p, n, key);
-            bad |= lazyattn_store_put(s, key_of(key), p, n) != LAZYATTN_STATUS_OK;
-            free(p);
-            for (uint64_t j = 0; j < 8 && !bad; j++) {
-                lazyattn_store_value v;
-                int st = lazyattn_store_get(s, key_of(j), &v);
-                if (st == LAZYATTN_STATUS_OK) {
-                    bad |= !value_is(&v, 5000 + 3000 * (size_t)j, j);
-                    lazyattn_store_release(s, &v);
-                } else {
-                    bad |= st != LAZYATTN_STATUS_NOT_FOUND;
-                }
-            }
-        }
-    lazyattn_store_destroy(s);
-    if (me) _exit(bad ? 3 : 0);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_false(bad);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    s = open_redis(4096);
     for (uint64_t k = 0; k < 8; k++) {
         expect_stored(s, k, 5000 + 3000 * (size_t)k);
         lt_assert_status(lazyattn_store_delete(s, key_of(k)), LAZYATTN_STATUS_OK);
