@@ -34,10 +34,11 @@
  *    object, belong to one thread at a time (one per scheduler thread).
  *    lazyattn_last_error() is per thread. A destroy must not race with any
  *    other use of the same object.
- *  - Use after destroy is forbidden. As a net, a pool, cache or request that
- *    was destroyed (while its memory is not reused yet), or a handle of
- *    another kind, is refused with INVALID_ARGUMENT "<function>: not a live
- *    cache" (a magic word checked at entry points; not a guarantee).
+ *  - Use after destroy is forbidden. As a net, a pool, cache, request,
+ *    device plan or store that was destroyed (while its memory is not reused
+ *    yet), or a handle of another kind, is refused with INVALID_ARGUMENT
+ *    "<function>: not a live cache" (a magic word checked at entry points;
+ *    not a guarantee).
  */
 #ifndef LAZYATTN_H
 #define LAZYATTN_H
@@ -896,7 +897,9 @@ LAZYATTN_API void lazyattn_request_destroy(lazyattn_request *req);
 /* One segment of a probed request, in the order of lazyattn_plan.segments:
  * the action and the cached counts lazyattn_request_create would give now
  * (a later request_create agrees as long as nothing changes the cache in
- * between and its budget check passes). */
+ * between and its budget check passes). The probe asks the GPU cache only,
+ * never a tier (lazyattn_cache_set_tier): a document it reports PREFILL may
+ * still be loaded from the store by request_create and served as REUSE. */
 typedef struct lazyattn_probe_segment {
     lazyattn_segment_kind kind;
     lazyattn_segment_action action;

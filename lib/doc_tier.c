@@ -66,7 +66,9 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, in
     else {
         uint64_t got = 0;
         st = lz_cache_import_bytes(c, v.data, v.size, &got, "tier import");
-        /* refused data, or no room next to the pinned working set */
+        /* refused data (FORMAT; INVALID_ARGUMENT: another identity) is
+         * rejected; anything else (no room next to the pinned working set,
+         * out of memory) counts as an error */
         rejected = st == LAZYATTN_STATUS_FORMAT || st == LAZYATTN_STATUS_INVALID_ARGUMENT;
     }
     if (st)

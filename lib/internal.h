@@ -28,15 +28,17 @@ const char *lz_cl_error_name(cl_int err);
 
 /* ---- live-object checks ---- */
 
-/* The first field of every pool, cache and request holds its kind's magic
- * word while the object is live; destroy clears it. A public entry point
- * handed a destroyed object (while its memory is not yet reused) or another
- * kind of handle then answers INVALID_ARGUMENT instead of corrupting memory.
- * A cheap net for bugs the header forbids, not a guarantee. */
-#define LZ_MAGIC_POOL 0x4c5a504fu    /* "LZPO" */
-#define LZ_MAGIC_CACHE 0x4c5a4341u   /* "LZCA" */
-#define LZ_MAGIC_REQUEST 0x4c5a5251u /* "LZRQ" */
+/* The first field of every pool, cache, request, device plan and store
+ * holds its kind's magic word while the object is live; destroy clears it.
+ * A public entry point handed a destroyed object (while its memory is not
+ * yet reused) or another kind of handle then answers INVALID_ARGUMENT
+ * instead of corrupting memory. A cheap net for bugs the header forbids,
+ * not a guarantee. */
+#define LZ_MAGIC_POOL 0x4c5a504fu        /* "LZPO" */
+#define LZ_MAGIC_CACHE 0x4c5a4341u       /* "LZCA" */
+#define LZ_MAGIC_REQUEST 0x4c5a5251u     /* "LZRQ" */
 #define LZ_MAGIC_DEVICE_PLAN 0x4c5a4450u /* "LZDP" */
+#define LZ_MAGIC_STORE 0x4c5a5354u       /* "LZST" */
 
 /* Returns INVALID_ARGUMENT "fn: not a live <kind>" unless obj is NULL (left
  * to the caller's own NULL check) or carries its magic word. */

@@ -5,8 +5,6 @@
 
 #include "internal.h"
 
-#define LZ_MAGIC_STORE 0x4c5a5354u /* "LZST" */
-
 /* "<model_id>-<doc_hash>", 16 hex digits each (33 bytes with the NUL). */
 void lz_store_key_text(lazyattn_doc_key key, char out[34]);
 

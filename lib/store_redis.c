@@ -43,6 +43,7 @@ static void lz_redis_destroy(void *i) { (void)i; }
 
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -145,7 +146,8 @@ static int lz_redis_manifest(lz_redis *r, lazyattn_doc_key k, lz_manifest *m, co
     if (sscanf(text, "LZMF1 %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNx64 "%c", &m->total,
                &m->chunk, &m->n_chunks, &m->checksum, &tail) != 4 ||
         m->chunk == 0 || m->total == 0 || m->total > SIZE_MAX ||
-        m->n_chunks != (m->total + m->chunk - 1) / m->chunk)
+        m->n_chunks != m->total / m->chunk + (m->total % m->chunk != 0) || /* no wrap */
+        m->n_chunks > (uint64_t)INT_MAX - 2) /* a DEL names the manifest and every chunk */
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: manifest %s does not parse ('%s')", who, key,
                        text);
     return LAZYATTN_STATUS_OK;

@@ -5,9 +5,9 @@
  * any logical start; mismatched, corrupt and truncated imports are refused
  * and leave the cache as it was. Reuses the (d = 64, B = 16, f32) program
  * of test_attention. */
-#include "test_common.h"
+#include "doc_engine.h"
 
-#include "cache_internal.h" /* lz_cache_fingerprint */
+#include "cache_internal.h" /* lz_cache_fingerprint, lz_kv_checksum */
 
 #include <spawn.h>
 #include <stdio.h>
@@ -17,179 +17,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-#define L 2 /* layers */
-#define NKV 2
-#define NQH 4
-#define D 64
-#define B 16 /* f32 engines; the f16 round trip uses 32 */
-#define ROW (NKV * D)
-#define NQ 5
-#define N_DOCS 4
-#define MODEL 7
-#define OUT_N ((size_t)L * NQ * NQH * D)
-
-static const int doc_len[N_DOCS] = {37, 16, 9, 23};
-
-static void doc_tokens(int id, int32_t *tok) {
-    for (int t = 0; t < doc_len[id]; t++) tok[t] = 1000 * (id + 1) + 3 * t;
-}
-
-/* K/V of a document depend on the document and the layer only; fixed seeds
- * so that a second process computes the same. */
-static void doc_kv(int id, int layer, float *k, float *v) {
-    lt_rng r = {0xD0C0000ull + 16u * (uint64_t)id + (uint64_t)layer};
-    lt_fill(&r, k, (size_t)doc_len[id] * ROW, 1.0f);
-    lt_fill(&r, v, (size_t)doc_len[id] * ROW, 1.0f);
-}
-
-typedef struct engine {
-    lazyattn_context *ctx;
-    int block_size;
-    lazyattn_dtype dtype;
-    lazyattn_attention_config c;
-    lazyattn_attention *attn;
-    lazyattn_pool *pool;
-    lazyattn_cache *cache;
-} engine;
-
-static void engine_open_as(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
-                           int block_size, lazyattn_dtype dtype) {
-    memset(e, 0, sizeof *e);
-    e->ctx = ctx;
-    e->block_size = block_size;
-    e->dtype = dtype;
-    lazyattn_attention_config_default(&e->c);
-    e->c.n_q_heads = NQH;
-    e->c.n_kv_heads = NKV;
-    e->c.head_dim = D;
-    e->c.block_size = block_size;
-    e->c.dtype = dtype;
-    e->c.rope.theta = 10000.0;
-    e->c.rope.llama3_factor = 0;
-    lazyattn_pool_config pc = {L, NKV, D, block_size, dtype,
-                               (uint64_t)n_blocks * 2 * L * block_size * ROW *
-                                   lazyattn_dtype_size(dtype)};
-    lazyattn_cache_config cc;
-    lazyattn_cache_config_init(&cc);
-    cc.model_id = model;
-    lt_assert_status(lazyattn_pool_create(ctx, &pc, &e->pool), LAZYATTN_STATUS_OK);
-    lt_assert_status(lazyattn_attention_create(ctx, &e->c, &e->attn), LAZYATTN_STATUS_OK);
-    lt_assert_status(lazyattn_cache_create(e->pool, &cc, &e->cache), LAZYATTN_STATUS_OK);
-}
-
-static void engine_open(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model) {
-    engine_open_as(e, ctx, n_blocks, model, B, LAZYATTN_DTYPE_F32);
-}
-
-static void engine_close(engine *e) {
-    lazyattn_cache_destroy(e->cache);
-    lazyattn_attention_destroy(e->attn);
-    lazyattn_pool_destroy(e->pool);
-}
-
-/*
- * Runs [docs...] [question] through the cache: writes what the plan
- * prefills (every layer), commits, prefills the question on every layer.
- * out: [L, NQ, NQH, D]; actions: [n_docs]. Checks each layer against the
- * float64 reference over the whole prompt at absolute positions.
- */
-static void run_request(engine *e, int n_docs, const int *ids, float *out,
-                        lazyattn_segment_action *actions) {
-    int32_t tok[N_DOCS][64];
-    const int32_t *docs[N_DOCS];
-    int32_t lens[N_DOCS];
-    for (int i = 0; i < n_docs; i++) {
-        doc_tokens(ids[i], tok[i]);
-        docs[i] = tok[i];
-        lens[i] = doc_len[ids[i]];
-    }
-    int32_t question[NQ] = {5, 6, 7, 8, 9};
-    lazyattn_request_desc d = {0, NULL, n_docs, docs, lens, NQ, question, 0};
-    lazyattn_request *req;
-    lt_assert_status(lazyattn_request_create(e->cache, &d, &req), LAZYATTN_STATUS_OK);
-    lazyattn_plan p;
-    lazyattn_request_get_plan(req, &p);
-    int n_pos = p.n_positions;
-    for (int i = 0; i < n_docs; i++) actions[i] = p.segments[i].action;
-    float *k = malloc(sizeof(float) * n_pos * ROW), *v = malloc(sizeof(float) * n_pos * ROW);
-    float *q = malloc(sizeof(float) * NQ * NQH * D);
-    double *ref = malloc(sizeof(double) * NQ * NQH * D);
-    int32_t *kpos = malloc(sizeof(int32_t) * n_pos), qpos[NQ];
-    assert_true(k && v && q && ref && kpos);
-    for (int t = 0; t < n_pos; t++) kpos[t] = t;
-    for (int t = 0; t < NQ; t++) qpos[t] = n_pos - NQ + t;
-    for (int l = 0; l < L; l++) {
-        lt_rng r = {0x9E57ull + (uint64_t)l};
-        lt_fill(&r, k + (size_t)(n_pos - NQ) * ROW, (size_t)NQ * ROW, 1.0f);
-        lt_fill(&r, v + (size_t)(n_pos - NQ) * ROW, (size_t)NQ * ROW, 1.0f);
-        lt_fill(&r, q, (size_t)NQ * NQH * D, 2.0f);
-        for (int s = 0; s < p.n_segments; s++)
-            if (p.segments[s].kind == LAZYATTN_SEGMENT_DOCUMENT)
-                doc_kv(ids[p.segments[s].doc_index], l, k + (size_t)p.segments[s].logical_start * ROW,
-                       v + (size_t)p.segments[s].logical_start * ROW);
-        if (p.n_prefill) {
-            float *pk = malloc(sizeof(float) * p.n_prefill * ROW);
-            float *pv = malloc(sizeof(float) * p.n_prefill * ROW);
-            for (int i = 0; i < p.n_prefill; i++) {
-                memcpy(pk + (size_t)i * ROW, k + (size_t)p.prefill_pos[i] * ROW, sizeof(float) * ROW);
-                memcpy(pv + (size_t)i * ROW, v + (size_t)p.prefill_pos[i] * ROW, sizeof(float) * ROW);
-            }
-            cl_mem km = lt_buffer(e->ctx, pk, sizeof(float) * p.n_prefill * ROW);
-            cl_mem vm = lt_buffer(e->ctx, pv, sizeof(float) * p.n_prefill * ROW);
-            cl_mem sm = lt_buffer(e->ctx, p.prefill_slots, sizeof(int32_t) * p.n_prefill);
-            cl_mem stm = lt_buffer(e->ctx, p.prefill_stored_pos, sizeof(int32_t) * p.n_prefill);
-            lt_assert_status(lazyattn_write_kv(e->attn, e->pool, l, p.n_prefill, km, vm, sm, stm,
-                                               NULL, NULL),
-                             LAZYATTN_STATUS_OK);
-            clReleaseMemObject(km);
-            clReleaseMemObject(vm);
-            clReleaseMemObject(sm);
-            clReleaseMemObject(stm);
-            free(pk);
-            free(pv);
-        }
-        cl_mem qm = lt_buffer(e->ctx, q, sizeof(float) * NQ * NQH * D);
-        cl_mem qpm = lt_buffer(e->ctx, qpos, sizeof qpos);
-        cl_mem tm = lt_buffer(e->ctx, p.table, sizeof(uint64_t) * p.n_entries);
-        cl_mem epm = lt_buffer(e->ctx, p.entry_pos, sizeof(int32_t) * p.n_entries);
-        cl_mem om = lt_buffer(e->ctx, NULL, sizeof(float) * NQ * NQH * D);
-        lt_assert_status(lazyattn_rope_apply(e->attn, NQ, NQH, qm, qpm, NULL, NULL),
-                         LAZYATTN_STATUS_OK);
-        lazyattn_prefill_args a = {NQ, p.n_entries, qm, qpm, tm, epm, om};
-        lt_assert_status(lazyattn_prefill(e->attn, e->pool, l, &a, NULL, NULL), LAZYATTN_STATUS_OK);
-        lt_assert_status(lazyattn_attention_check(e->attn, NULL), LAZYATTN_STATUS_OK);
-        float *o = out + (size_t)l * NQ * NQH * D;
-        lt_read(e->ctx, om, o, sizeof(float) * NQ * NQH * D);
-        clReleaseMemObject(qm);
-        clReleaseMemObject(qpm);
-        clReleaseMemObject(tm);
-        clReleaseMemObject(epm);
-        clReleaseMemObject(om);
-        lazyattn_reference_args ra = {NQ, n_pos, q, qpos, k, v, kpos, ref};
-        lt_assert_status(lazyattn_reference_attention(&e->c, &ra), LAZYATTN_STATUS_OK);
-        double err = lazyattn_normalised_error(o, ref, (size_t)NQ * NQH * D);
-        double tol = e->dtype == LAZYATTN_DTYPE_F32 ? 2e-5 : 2e-3;
-        if (err > tol) print_error("layer %d: normalised error %.3g\n", l, err);
-        assert_true(err <= tol);
-    }
-    lt_assert_status(lazyattn_request_commit(req), LAZYATTN_STATUS_OK);
-    lazyattn_request_destroy(req);
-    lt_assert_status(lazyattn_cache_validate(e->cache), LAZYATTN_STATUS_OK);
-    free(k);
-    free(v);
-    free(q);
-    free(ref);
-    free(kpos);
-}
-
-static uint64_t hash_of(int id) {
-    int32_t tok[64];
-    doc_tokens(id, tok);
-    uint64_t h;
-    lt_assert_status(lazyattn_doc_hash(MODEL, tok, doc_len[id], &h), LAZYATTN_STATUS_OK);
-    return h;
-}
 
 typedef struct membuf {
     uint8_t *data;
@@ -401,6 +228,18 @@ static void test_refusals(void **state) {
         memcpy(bad, blob, n);
         bad[i] ^= 0x01;
         lt_assert_status(lazyattn_kv_describe(bad, n, &ki), LAZYATTN_STATUS_FORMAT);
+    }
+    /* A well-formed header (checksum right) whose geometry no pool can have:
+     * head dim past LAZYATTN_MAX_HEAD_DIM, layers past LAZYATTN_MAX_LAYERS. */
+    const size_t field[2] = {32, 24}; /* head_dim, n_layers */
+    const uint32_t value[2] = {LAZYATTN_MAX_HEAD_DIM + 8, LAZYATTN_MAX_LAYERS + 1};
+    for (int i = 0; i < 2; i++) {
+        memcpy(bad, blob, n);
+        for (int b = 0; b < 4; b++) bad[field[i] + b] = (uint8_t)(value[i] >> (8 * b));
+        uint64_t sum = lz_kv_checksum(bad, 88);
+        for (int b = 0; b < 8; b++) bad[88 + b] = (uint8_t)(sum >> (8 * b));
+        lt_assert_status(lazyattn_kv_describe(bad, n, &ki), LAZYATTN_STATUS_FORMAT);
+        assert_non_null(strstr(lazyattn_last_error(), "past the limits"));
     }
 
     /* Corrupt: every single-byte change of the header and a sample of the

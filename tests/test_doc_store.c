@@ -6,12 +6,12 @@
  * server: LAZYATTN_TEST_REDIS=127.0.0.1:PORT (CI starts one); without it
  * they are reported as skipped. */
 #include "test_common.h"
+#include "redis_server.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,6 @@
 #include <hiredis/hiredis.h>
 #endif
 
-extern char **environ;
 
 /* A value of n bytes for key k: a pattern no other key or length shares. */
 static void fill_value(uint8_t *p, size_t n, uint64_t k) {
@@ -296,30 +295,31 @@ static void test_dir_store(void **state) {
     remove_tree(dir);
 }
 
-/* Two processes write and read the same keys at once: every value read is whole. */
-static void test_dir_two_processes(void **state) {
-    (void)state;
-    char dir[512];
-    make_tmp_dir(dir, sizeof dir, "shared");
+/* This process and a fork each open the store (open(arg); NULL: failed),
+ * then put keys 0..n_keys-1 (key k: base + step * k bytes) three times over,
+ * the two starting half-way apart, reading every key back after each put:
+ * a value read must be whole or absent, never part of one, in both. */
+static void share_between_processes(lazyattn_store *(*open)(const char *), const char *arg,
+                                    uint64_t n_keys, size_t base, size_t step) {
     fflush(NULL);
     pid_t pid = fork();
     assert_true(pid >= 0);
     int me = pid == 0;
-    lazyattn_store *s = NULL;
-    int bad = lazyattn_store_create_dir(dir, &s) != LAZYATTN_STATUS_OK;
+    lazyattn_store *s = open(arg);
+    int bad = s == NULL;
     for (int round = 0; round < 3 && !bad; round++)
-        for (uint64_t k = 0; k < 16 && !bad; k++) {
-            uint64_t key = (k + (uint64_t)me * 8) % 16; /* the two start apart */
-            size_t n = 4096 + 1000 * (size_t)key;
+        for (uint64_t k = 0; k < n_keys && !bad; k++) {
+            uint64_t key = (k + (uint64_t)me * (n_keys / 2)) % n_keys; /* the two start apart */
+            size_t n = base + step * (size_t)key;
             uint8_t *p = malloc(n);
             fill_value(p, n, key);
             bad |= lazyattn_store_put(s, key_of(key), p, n) != LAZYATTN_STATUS_OK;
             free(p);
-            for (uint64_t j = 0; j < 16 && !bad; j++) {
+            for (uint64_t j = 0; j < n_keys && !bad; j++) {
                 lazyattn_store_value v;
                 int st = lazyattn_store_get(s, key_of(j), &v);
                 if (st == LAZYATTN_STATUS_OK) {
-                    bad |= !value_is(&v, 4096 + 1000 * (size_t)j, j);
+                    bad |= !value_is(&v, base + step * (size_t)j, j);
                     lazyattn_store_release(s, &v);
                 } else {
                     bad |= st != LAZYATTN_STATUS_NOT_FOUND;
@@ -333,6 +333,20 @@ static void test_dir_two_processes(void **state) {
     assert_false(bad);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static lazyattn_store *open_dir(const char *dir) {
+    lazyattn_store *s = NULL;
+    return lazyattn_store_create_dir(dir, &s) == LAZYATTN_STATUS_OK ? s : NULL;
+}
+
+/* Two processes write and read the same keys at once: every value read is whole. */
+static void test_dir_two_processes(void **state) {
+    (void)state;
+    char dir[512];
+    make_tmp_dir(dir, sizeof dir, "shared");
+    share_between_processes(open_dir, dir, 16, 4096, 1000);
+    lazyattn_store *s = NULL;
     lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
     for (uint64_t k = 0; k < 16; k++) expect_stored(s, k, 4096 + 1000 * (size_t)k);
     assert_int_equal(count_files(dir, ".tmp-"), 0);
@@ -392,27 +406,13 @@ static void test_dir_killed_writer(void **state) {
 
 // ---- Redis ----
 
-#ifdef LAZYATTN_HAVE_HIREDIS
-static int redis_target(char *host, size_t n, int *port) {
-    const char *t = getenv("LAZYATTN_TEST_REDIS");
-    if (!t || !*t) return 0;
-    const char *colon = strrchr(t, ':');
-    if (!colon || (size_t)(colon - t) >= n) return 0;
-    memcpy(host, t, (size_t)(colon - t));
-    host[colon - t] = '\0';
-    *port = atoi(colon + 1);
-    return *port > 0;
-}
-
-#endif
-
 static char redis_prefix[64];
 
 #ifdef LAZYATTN_HAVE_HIREDIS
 static lazyattn_store *open_redis(size_t chunk) {
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) return NULL;
+    if (!lt_redis_target(host, sizeof host, &port)) return NULL;
     lazyattn_redis_config rc;
     lazyattn_redis_config_init(&rc);
     rc.host = host;
@@ -424,26 +424,19 @@ static lazyattn_store *open_redis(size_t chunk) {
     lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_OK);
     return s;
 }
-#endif
 
-/* A port where nothing listens (bound, then closed). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+/* open_redis with 4 KiB chunks, as share_between_processes opens stores. */
+static lazyattn_store *open_redis_4k(const char *unused) {
+    (void)unused;
+    return open_redis(4096);
 }
+#endif
 
 static void test_redis_down_or_slow(void **state) {
     (void)state;
     lazyattn_redis_config rc;
     lazyattn_redis_config_init(&rc);
-    rc.port = free_port();
+    rc.port = lt_free_port();
     rc.timeout_ms = 300;
     lazyattn_store *s = (lazyattn_store *)1;
 #ifndef LAZYATTN_HAVE_HIREDIS
@@ -475,7 +468,7 @@ static void test_redis_down_or_slow(void **state) {
 static redisContext *raw_redis(void) {
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) return NULL;
+    if (!lt_redis_target(host, sizeof host, &port)) return NULL;
     redisContext *c = redisConnect(host, port);
     assert_non_null(c);
     assert_int_equal(c->err, 0);
@@ -544,6 +537,17 @@ static void test_redis_store(void **state) {
     r = redisCommand(c, "SET %s garbage", key);
     freeReplyObject(r);
     lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_FORMAT);
+    /* manifests whose chunk count holds only in wrapped arithmetic (10 bytes
+     * in 0 chunks of 2^64 - 1), or with more chunks than one DEL can name */
+    const char *hostile[2] = {"LZMF1 10 18446744073709551615 0 0",
+                              "LZMF1 4294967296 2 2147483648 0"};
+    for (int i = 0; i < 2; i++) {
+        r = redisCommand(c, "SET %s %s", key, hostile[i]);
+        freeReplyObject(r);
+        lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_FORMAT);
+        assert_null(v.data);
+        assert_non_null(strstr(lazyattn_last_error(), "does not parse"));
+    }
     lt_assert_status(lazyattn_store_delete(s, key_of(7)), LAZYATTN_STATUS_OK);
     expect_absent(s, 7);
     /* one chunk only (a large chunk size), and a value of exactly one chunk */
@@ -581,18 +585,12 @@ static void test_redis_stalled(void **state) {
 #else
     char host[128];
     int shared_port = 0;
-    if (!redis_target(host, sizeof host, &shared_port)) {
+    if (!lt_redis_target(host, sizeof host, &shared_port)) {
         print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
-    int port = free_port();
-    char port_text[16];
-    snprintf(port_text, sizeof port_text, "%d", port);
-    char *argv[] = {"redis-server", "--port", port_text, "--bind", "127.0.0.1", "--save", "",
-                    "--appendonly", "no", "--loglevel", "warning", "--logfile", "/dev/null", NULL};
-    pid_t pid;
-    fflush(NULL);
-    assert_int_equal(posix_spawnp(&pid, "redis-server", NULL, NULL, argv, environ), 0);
+    int port = lt_free_port();
+    pid_t pid = lt_redis_spawn(port);
     lazyattn_redis_config rc;
     lazyattn_redis_config_init(&rc);
     assert_int_equal(rc.retry_ms, 1000);
@@ -649,7 +647,7 @@ static void test_redis_killed_writer(void **state) {
 #else
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) {
+    if (!lt_redis_target(host, sizeof host, &port)) {
         print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
@@ -705,42 +703,12 @@ static void test_redis_two_processes(void **state) {
 #else
     char host[128];
     int port = 0;
-    if (!redis_target(host, sizeof host, &port)) {
+    if (!lt_redis_target(host, sizeof host, &port)) {
         print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
         skip();
     }
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    int me = pid == 0, bad = 0;
+    share_between_processes(open_redis_4k, NULL, 8, 5000, 3000);
     lazyattn_store *s = open_redis(4096);
-    for (int round = 0; round < 3 && !bad; round++)
-        for (uint64_t k = 0; k < 8 && !bad; k++) {
-            uint64_t key = (k + (uint64_t)me * 4) % 8;
-            size_t n = 5000 + 3000 * (size_t)key;
-            uint8_t *p = malloc(n);
-            fill_value(p, n, key);
-            bad |= lazyattn_store_put(s, key_of(key), p, n) != LAZYATTN_STATUS_OK;
-            free(p);
-            for (uint64_t j = 0; j < 8 && !bad; j++) {
-                lazyattn_store_value v;
-                int st = lazyattn_store_get(s, key_of(j), &v);
-                if (st == LAZYATTN_STATUS_OK) {
-                    bad |= !value_is(&v, 5000 + 3000 * (size_t)j, j);
-                    lazyattn_store_release(s, &v);
-                } else {
-                    bad |= st != LAZYATTN_STATUS_NOT_FOUND;
-                }
-            }
-        }
-    lazyattn_store_destroy(s);
-    if (me) _exit(bad ? 3 : 0);
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_false(bad);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    s = open_redis(4096);
     for (uint64_t k = 0; k < 8; k++) {
         expect_stored(s, k, 5000 + 3000 * (size_t)k);
         lt_assert_status(lazyattn_store_delete(s, key_of(k)), LAZYATTN_STATUS_OK);

@@ -1,0 +1,61 @@
+/* A small engine over a LAZY document cache, shared by the document export
+ * and tier tests (test_doc_export.c, test_doc_tier.c): N_DOCS documents whose
+ * tokens and K/V depend on the document (and layer) only, so that a second
+ * process computes the same, and requests run through the cache on the
+ * device, every layer checked against the float64 reference. */
+#ifndef LAZYATTN_TEST_DOC_ENGINE_H
+#define LAZYATTN_TEST_DOC_ENGINE_H
+
+#include "test_common.h"
+
+#define L 2 /* layers */
+#define NKV 2
+#define NQH 4
+#define D 64
+#define B 16 /* f32 engines; the f16 round trip uses 32 */
+#define ROW (NKV * D)
+#define NQ 5
+#define N_DOCS 4
+#define MODEL 7
+#define OUT_N ((size_t)L * NQ * NQH * D)
+
+/* Length of each document, in tokens. */
+extern const int doc_len[N_DOCS];
+
+/* tok[0 .. doc_len[id]): the document's tokens. */
+void doc_tokens(int id, int32_t *tok);
+/* K/V of a document ([doc_len[id], ROW] each), by document and layer only
+ * (fixed seeds). */
+void doc_kv(int id, int layer, float *k, float *v);
+
+typedef struct engine {
+    lazyattn_context *ctx;
+    int block_size;
+    lazyattn_dtype dtype;
+    lazyattn_attention_config c;
+    lazyattn_attention *attn;
+    lazyattn_pool *pool;
+    lazyattn_cache *cache;
+} engine;
+
+/* A pool of n_blocks blocks (per layer, K and V), attention and a LAZY
+ * cache of this model id, block size and storage type. */
+void engine_open_as(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
+                    int block_size, lazyattn_dtype dtype);
+/* engine_open_as with block size B and f32 storage. */
+void engine_open(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model);
+void engine_close(engine *e);
+
+/*
+ * Runs [docs...] [question] through the cache: writes what the plan
+ * prefills (every layer), commits, prefills the question on every layer.
+ * out: [L, NQ, NQH, D]; actions: [n_docs]. Checks each layer against the
+ * float64 reference over the whole prompt at absolute positions.
+ */
+void run_request(engine *e, int n_docs, const int *ids, float *out,
+                 lazyattn_segment_action *actions);
+
+/* The document hash of document id under MODEL. */
+uint64_t hash_of(int id);
+
+#endif
