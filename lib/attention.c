@@ -248,46 +248,64 @@ int lazyattn_attention_get_tuning(const lazyattn_attention *a, lazyattn_kernel_t
 }
 
 /* The portable programs: 0 holds the prefill's tiles (and write, rope,
- * materialise), 1 the decode's. */
+ * materialise), 1 the decode's, 2 the batched prefill's (the prefill's tile
+ * options; its own program, see internal.h). */
 int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_kernel_tuning *tune,
                         int which, lz_program_spec *out) {
     static const char *const prefill_src[] = {"block_entry", "kernel_abi", "storage", "rope",
                                               "kv_write", "rope_apply", "flash", "prefill",
-                                              "materialise", "prefill_batched"};
+                                              "materialise"};
     static const char *const decode_src[] = {"block_entry", "kernel_abi", "storage", "rope",
                                              "flash", "decode"};
-    LZ_CHECK_ARG(which == 0 || which == 1, "lz_portable_program: program %d (0 or 1)", which);
-    out->sources = which ? decode_src : prefill_src;
-    out->n_sources = which ? (int)(sizeof decode_src / sizeof *decode_src)
-                           : (int)(sizeof prefill_src / sizeof *prefill_src);
+    static const char *const batched_src[] = {"block_entry", "kernel_abi", "storage", "rope",
+                                              "flash", "prefill_batched"};
+    LZ_CHECK_ARG(which >= 0 && which < LZ_PORTABLE_PROGRAMS,
+                 "lz_portable_program: program %d (0 .. %d)", which, LZ_PORTABLE_PROGRAMS - 1);
+    out->sources = which == 0 ? prefill_src : which == 1 ? decode_src : batched_src;
+    out->n_sources = which == 0   ? (int)(sizeof prefill_src / sizeof *prefill_src)
+                     : which == 1 ? (int)(sizeof decode_src / sizeof *decode_src)
+                                  : (int)(sizeof batched_src / sizeof *batched_src);
     int n = snprintf(out->options, sizeof out->options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d", config->head_dim,
                      config->block_size, (int)config->dtype);
     if (n < 0 || (size_t)n >= sizeof out->options ||
-        lz_tile_options(which ? &tune->decode : &tune->prefill,
+        lz_tile_options(which == 1 ? &tune->decode : &tune->prefill,
                         config->n_q_heads / config->n_kv_heads, out->options + n,
                         sizeof out->options - (size_t)n))
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "portable program options too long");
     return LAZYATTN_STATUS_OK;
 }
 
-/* Builds the portable kernels: the two programs of lz_portable_program. */
+/* The program of each portable kernel (lz_portable_program). */
+static int lz_kernel_program(int k) {
+    return k == LZ_K_DECODE || k == LZ_K_REDUCE ? 1 : k == LZ_K_PREFILL_BATCHED ? 2 : 0;
+}
+
+/* Builds portable program `which` and creates its kernels. */
+static int lz_portable_build_one(lazyattn_attention *a, int which) {
+    lz_program_spec spec;
+    int st = lz_portable_program(&a->cfg, &a->tune, which, &spec);
+    if (st) return st;
+    if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
+        strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
+    cl_program program;
+    st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);
+    if (st) return st;
+    for (int k = 0; k < LZ_K_COUNT; k++) {
+        if (lz_kernel_program(k) != which) continue;
+        cl_int err;
+        a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
+        if (err != CL_SUCCESS) return lz_cl_fail(err, lz_kernel_names[k]);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Builds the portable kernels of programs 0 and 1 (program 2, the batched
+ * prefill, at its first use). */
 static int lz_portable_build(lazyattn_attention *a) {
     for (int which = 0; which < 2; which++) {
-        lz_program_spec spec;
-        int st = lz_portable_program(&a->cfg, &a->tune, which, &spec);
+        int st = lz_portable_build_one(a, which);
         if (st) return st;
-        if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
-            strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
-        cl_program program;
-        st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);
-        if (st) return st;
-        for (int k = 0; k < LZ_K_COUNT; k++) {
-            if ((k == LZ_K_DECODE || k == LZ_K_REDUCE) != which) continue;
-            cl_int err;
-            a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
-            if (err != CL_SUCCESS) return lz_cl_fail(err, lz_kernel_names[k]);
-        }
     }
     return LAZYATTN_STATUS_OK;
 }
@@ -767,6 +785,10 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     LZ_TRY(lz_size_product(&groups, fn, "work-groups (tiles x KV heads x sequences)", tiles,
                            (size_t)a->cfg.n_kv_heads, (size_t)p->n_seqs));
 
+    if (!a->fast && !a->kernels[LZ_K_PREFILL_BATCHED]) { /* built at the first use */
+        st = lz_portable_build_one(a, 2);
+        if (st) return st;
+    }
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);

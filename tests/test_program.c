@@ -252,6 +252,7 @@ static void test_il_matches_source(void **state) {
                       b.decode, diff);
         assert_true(a.prefill < tol && a.decode < tol && a.materialised < tol && a.rope < 2e-6);
         assert_true(b.prefill < tol && b.decode < tol && b.materialised < tol && b.rope < 2e-6);
+        assert_true(a.batched < tol && b.batched < tol);
         assert_true(diff < 1e-4);
         free(a.outputs);
         free(b.outputs);
