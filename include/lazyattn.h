@@ -549,12 +549,16 @@ LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool 
  * q_indptr[s] .. q_indptr[s+1]-1 of q / q_pos / out over table entries
  * table_indptr[s] .. table_indptr[s+1]-1 (entry_pos likewise); its queries
  * see only its own entries. So one launch can prefill a request's missed
- * documents in isolation (each document a sequence over its own entries,
- * at document-local positions: the plan's prefill_stored_pos as q_pos and
- * an entry_pos of 0, B, 2B, ... with delta 0) next to several requests'
- * new tokens (each over its request's whole table). Each sequence's output
- * is bit-identical to lazyattn_prefill of that sequence alone (the same
- * kernel core and tiles, on both kernel paths).
+ * documents in isolation (each document a sequence over its own entries:
+ * the plan's segment entries as they are, queries at plan.prefill_pos, or
+ * at document-local positions, entries at 0, B, 2B, ... with delta 0; RoPE
+ * and ALiBi depend on relative positions only, so both give the document's
+ * isolated encoding) next to several requests' new tokens (each over its
+ * request's whole table; ranges are consecutive, so a segment that must see
+ * entries of other sequences needs them again in the table). Each
+ * sequence's output is bit-identical to lazyattn_prefill of that sequence
+ * alone (the same kernel core and tiles, on both kernel paths). The
+ * portable kernel is built at the first call (a program of its own).
  *   q:            [n_queries, n_q_heads, head_dim] f32, rotated at q_pos
  *   q_pos:        [n_queries] int32 logical positions
  *   q_indptr:     [n_seqs + 1] int32, non-decreasing, q_indptr[n_seqs] <= n_queries;
@@ -574,9 +578,9 @@ LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool 
  * n_queries or n_entries, or span more than max_queries rows is skipped
  * whole (nothing of it read or written) and recorded, and so are the
  * sequences after a decrease of q_indptr (their rows could overlap an
- * earlier sequence's); reported by
- * lazyattn_attention_check as "sequence offsets outside the table or the
- * queries, decreasing, or past max_entries / max_queries" (OUT_OF_RANGE).
+ * earlier sequence's); lazyattn_attention_check reports it as "sequence
+ * offsets outside the table or the queries, decreasing, or past
+ * max_entries / max_queries" (OUT_OF_RANGE).
  */
 typedef struct lazyattn_prefill_batch_args {
     int n_seqs;

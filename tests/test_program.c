@@ -174,7 +174,7 @@ static void test_embedded_variants(void **state) {
         for (int b = 0; b < 2; b++)
             for (int t = 0; t < 3; t++)
                 for (int p = 0; p < 2; p++)
-                    for (int which = 0; which < 2; which++) {
+                    for (int which = 0; which < LZ_PORTABLE_PROGRAMS; which++) {
                         lazyattn_attention_config c = config_of(dims[d], blocks[b], (lazyattn_dtype)t);
                         lazyattn_kernel_tuning tune;
                         lt_assert_status(lz_tuning_choose_for(&profiles[p], &c, NULL, &tune),
