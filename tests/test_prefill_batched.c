@@ -685,6 +685,73 @@ static void test_bad_indptr_skipped_and_reported(void **state) {
     lazyattn_pool_destroy(pool);
 }
 
+/* Many small sequences (more than a work-group has work-items, so the
+ * kernels' scan of q_indptr takes several strides): tiny documents of 0 to a
+ * few queries each, every one bit-identical to its own prefill and right
+ * against the reference; then a decrease of q_indptr at sequence 250:
+ * sequences 0..249 unchanged, 250.. skipped and unwritten. */
+static void test_many_sequences(void **state) {
+    lazyattn_context *ctx = *state;
+    lt_rng r = {lt_seed() + 19};
+    lazyattn_attention_config c;
+    small_config(&c);
+    enum { N = 300, BAD = 250 };
+    lazyattn_pool *pool;
+    lazyattn_attention *attn;
+    small_pool(ctx, &c, 5 * N, &pool);
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+    seq *seqs = calloc(N, sizeof *seqs);
+    assert_non_null(seqs);
+    for (int i = 0; i < N; i++) {
+        seq_make(&r, pool, &c, KIND_DOCUMENT, &seqs[i]);
+        if (lt_int(&r, 0, 3) == 0) { /* mostly 0 to 3 queries: the last tokens */
+            seqs[i].n_q = 0;
+        } else if (seqs[i].n_q > 3) {
+            const size_t qrow = (size_t)c.n_q_heads * c.head_dim;
+            memmove(seqs[i].q, seqs[i].q + (seqs[i].n_q - 3) * qrow, 3 * qrow * sizeof(float));
+            seqs[i].n_q = 3;
+        }
+        seq_write(ctx, attn, pool, &seqs[i], &c);
+    }
+    seqs[BAD - 1].n_q = seqs[BAD - 1].n_q ? seqs[BAD - 1].n_q : 1; /* rows before the decrease */
+    batch b;
+    batch_make(ctx, attn, &c, seqs, N, 0, &b);
+    const size_t qrow = (size_t)c.n_q_heads * c.head_dim;
+    lazyattn_prefill_batch_args a;
+    batch_args(&b, &a);
+    lt_assert_status(lazyattn_prefill_batched(attn, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
+    float *clean = malloc(sizeof(float) * b.n_rows * qrow);
+    lt_read(ctx, b.om, clean, sizeof(float) * b.n_rows * qrow);
+    lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK);
+    double worst = 0;
+    int n_checked = 0;
+    for (int i = 0; i < N; i++) {
+        if (!seqs[i].n_q) continue;
+        float *one = prefill_one(ctx, attn, pool, &c, &b, i);
+        assert_memory_equal(clean + b.q_indptr[i] * qrow, one, sizeof(float) * seqs[i].n_q * qrow);
+        double err = seq_reference_error(&c, &seqs[i], clean + b.q_indptr[i] * qrow);
+        assert_true(err <= tolerance(c.dtype));
+        worst = fmax(worst, err);
+        n_checked++;
+        free(one);
+    }
+    printf("# %d sequences (%d with queries, %d rows): bit-identical to per-sequence prefill, worst "
+           "error %.2e\n", N, n_checked, b.n_rows, worst);
+    int32_t qi[N + 1];
+    int good[N];
+    memcpy(qi, b.q_indptr, sizeof qi);
+    qi[BAD + 1] = qi[BAD] - 1;
+    for (int i = 0; i < N; i++) good[i] = i < BAD;
+    run_hostile(ctx, attn, pool, &c, &b, qi, b.t_indptr, b.max_q, good, clean,
+                "q_indptr decreasing at sequence 250 of 300");
+    free(clean);
+    batch_free(&b);
+    for (int i = 0; i < N; i++) seq_free(&seqs[i]);
+    free(seqs);
+    lazyattn_attention_destroy(attn);
+    lazyattn_pool_destroy(pool);
+}
+
 /* Host-side checks: NULLs, counts, buffer sizes. */
 static void test_bad_arguments(void **state) {
     lazyattn_context *ctx = *state;
@@ -782,6 +849,7 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_bad_indptr_skipped_and_reported),
         cmocka_unit_test(test_plan_documents_in_one_launch),
+        cmocka_unit_test(test_many_sequences),
         cmocka_unit_test(test_shape_0),
         cmocka_unit_test(test_shape_1),
         cmocka_unit_test(test_shape_2),
