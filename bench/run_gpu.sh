@@ -16,6 +16,10 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 300 build-nv/tests/test_attention > "$out/test_attention.log" 2>&1
   echo "test_attention on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention.log") ok)"
   grep -E "^# |FAILED|error" "$out/test_attention.log" | head -20
+  # batched ragged prefill against per-sequence prefill (bits) and the reference, fast path
+  LAZYATTN_LOG=info timeout 300 build-nv/tests/test_prefill_batched > "$out/test_prefill_batched.log" 2>&1
+  echo "test_prefill_batched on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_prefill_batched.log") ok, $(grep -c 'NVIDIA tensor-core path' "$out/test_prefill_batched.log") attention objects on the fast path)"
+  grep -E "^# |FAILED|error" "$out/test_prefill_batched.log" | head -20
   # the opt-in wgmma prefill (PTX round trip), same tests and bench checks
   LAZYATTN_NV_WGMMA=1 timeout 300 build-nv/tests/test_attention > "$out/test_attention_wgmma.log" 2>&1
   echo "test_attention with LAZYATTN_NV_WGMMA=1: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_wgmma.log") ok)"

@@ -17,7 +17,9 @@
     X(LENGTH, 2, "valid length above the block size")                                    \
     X(POSITION, 4, "write or rotation position outside 0..2^24-1")                       \
     X(SLOT, 8, "write slot outside the pool")                                            \
-    X(TABLE, 16, "sequence offsets outside the table or past max_entries")               \
+    X(TABLE, 16,                                                                         \
+      "sequence offsets outside the table or the queries, decreasing, or past "          \
+      "max_entries / max_queries")                                                       \
     X(QUERY_POSITION, 32, "query position q_pos outside 0..2^24-1")                      \
     X(ENTRY_POSITION, 64,                                                                \
       "entry_pos (logical start) or stored start entry_pos - delta outside 0..2^24-1 "   \

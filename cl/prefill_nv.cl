@@ -235,31 +235,30 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
 #define LZ_NV_LANDED(pending) LZ_NV_CP_WAIT(pending)
 #endif
 
-__kernel __attribute__((reqd_work_group_size(LZ_NV_THREADS, 1, 1))) void
-lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const ulong *table,
-              __global const int *entry_pos, __global const ushort *kc, __global const ushort *vc,
-              __global float *out, __global const float2 *freq, __global const float *slopes,
-              int rope_style, int rot_dim, int alibi, float scale, int n_queries, int n_entries,
-              int n_q_heads, int n_kv_heads, int n_blocks, __global int *err) {
-    __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
-    __local uchar vring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
-    __local int4 meta[LZ_NV_META][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
-    (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
-
+/* One work-group's rows tok0 .. tok0 + 16 * WM - 1 of one sequence (q, q_pos,
+ * out from its first row, table and entry_pos from its first entry) over its
+ * n_entries entries; flag_entries: this work-group records the sequence's
+ * bad entries. The kernels below give it their local memory. */
+__attribute__((always_inline)) inline void
+lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global const ulong *table,
+                   __global const int *entry_pos, __global const ushort *kc,
+                   __global const ushort *vc, __global float *out, __global const float2 *freq,
+                   int rope_style, int rot_dim, float scale, int n_queries, int n_entries,
+                   int n_q_heads, int n_kv_heads, int n_blocks, __global int *err, int kvh,
+                   int tok0, int flag_entries, __local uchar *kring, __local uchar *vring,
+                   __local int4 (*meta)[LZ_NV_EPT]) {
     const int lid = get_local_id(0);
     const int lane = lid & 31, warp = lid >> 5;
     const int G = n_q_heads / n_kv_heads, WM = LZ_NV_WARPS / G;
     const int gh = warp % G, mi = warp / G;
-    const int kvh = get_group_id(1), h = kvh * G + gh;
-    /* later token blocks see more keys (causal): schedule them first */
-    const int tok0 = (get_num_groups(0) - 1 - get_group_id(0)) * 16 * WM;
+    const int h = kvh * G + gh;
     const int g = lane >> 2, t4 = lane & 3;
     const int r0 = tok0 + mi * 16 + g, r1 = r0 + 8;
     const int qp0 = lz_nv_query_pos(q_pos, r0, n_queries);
     const int qp1 = lz_nv_query_pos(q_pos, r1, n_queries);
 
-    /* bad entries are flagged once per launch, wherever they are */
-    if (get_group_id(0) == 0 && get_group_id(1) == 0)
+    /* bad entries are flagged once per sequence, wherever they are */
+    if (flag_entries)
         for (int e = lid; e < n_entries; e += LZ_NV_THREADS) {
             const ulong w = table[e];
             if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
@@ -391,4 +390,81 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++)
             vstore2((float2)(o[n][2] * i1, o[n][3] * i1), 0, dst + n * 8);
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(LZ_NV_THREADS, 1, 1))) void
+lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const ulong *table,
+              __global const int *entry_pos, __global const ushort *kc, __global const ushort *vc,
+              __global float *out, __global const float2 *freq, __global const float *slopes,
+              int rope_style, int rot_dim, int alibi, float scale, int n_queries, int n_entries,
+              int n_q_heads, int n_kv_heads, int n_blocks, __global int *err) {
+    __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local uchar vring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local int4 meta[LZ_NV_META][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
+    (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
+    const int WM = LZ_NV_WARPS / (n_q_heads / n_kv_heads);
+    /* later token blocks see more keys (causal): schedule them first */
+    const int tok0 = (get_num_groups(0) - 1 - get_group_id(0)) * 16 * WM;
+    lz_prefill_nv_rows(q, q_pos, table, entry_pos, kc, vc, out, freq, rope_style, rot_dim, scale,
+                       n_queries, n_entries, n_q_heads, n_kv_heads, n_blocks, err,
+                       get_group_id(1), tok0, get_group_id(0) == 0 && get_group_id(1) == 0,
+                       kring, vring, meta);
+}
+
+/*
+ * Batched ragged prefill (lazyattn_prefill_batched), the same semantics as
+ * lz_prefill_batched (prefill_batched.cl): work-group (tile, KV head,
+ * sequence) of global (max_tiles * LZ_NV_THREADS, n_kv_heads, n_seqs),
+ * max_tiles = ceil(max_queries / (16 * WM)). Sequence s is rows
+ * q_indptr[s] .. q_indptr[s+1]-1 over entries table_indptr[s] ..
+ * table_indptr[s+1]-1, run by lz_prefill_nv_rows on pointers moved to its
+ * first row and entry, so its tiles and results are those of lz_prefill_nv
+ * on that sequence alone. Bad offsets (negative, decreasing, past n_queries
+ * or n_entries, more than max_queries rows): the sequence is skipped whole
+ * and LZ_ERR_TABLE recorded; so are the sequences after a decrease of
+ * q_indptr (their rows could overlap). Work-groups past a sequence's rows
+ * return at once (before any barrier).
+ */
+__kernel __attribute__((reqd_work_group_size(LZ_NV_THREADS, 1, 1))) void
+lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
+                      __global const int *q_indptr, __global const int *table_indptr,
+                      __global const ulong *table, __global const int *entry_pos,
+                      __global const ushort *kc, __global const ushort *vc, __global float *out,
+                      __global const float2 *freq, __global const float *slopes, int rope_style,
+                      int rot_dim, int alibi, float scale, int n_queries, int n_entries,
+                      int max_queries, int n_q_heads, int n_kv_heads, int n_blocks,
+                      __global int *err) {
+    __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local uchar vring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local int4 meta[LZ_NV_META][LZ_NV_EPT];
+    (void)slopes, (void)alibi;
+    const int seq = get_group_id(2), kvh = get_group_id(1);
+    const int q_begin = q_indptr[seq], q_end = q_indptr[seq + 1];
+    const int t_begin = table_indptr[seq], t_end = table_indptr[seq + 1];
+    const int bad = q_begin < 0 || q_end < q_begin || q_end > n_queries ||
+                    q_end - q_begin > max_queries || t_begin < 0 || t_end < t_begin ||
+                    t_end > n_entries;
+    if (bad) {
+        if (get_group_id(0) == 0 && kvh == 0 && get_local_id(0) == 0) lz_raise(err, LZ_ERR_TABLE);
+        return;
+    }
+    const int WM = LZ_NV_WARPS / (n_q_heads / n_kv_heads), rows = q_end - q_begin;
+    /* later token blocks first, counted from this sequence's last tile */
+    const int n_tiles = (rows + 16 * WM - 1) / (16 * WM);
+    const int tile = n_tiles - 1 - (int)get_group_id(0);
+    if (tile < 0) return; /* past this sequence's rows (or an empty sequence) */
+    /* rows of two sequences never overlap: run only when q_indptr is
+     * non-decreasing up to here (the sequence where it decreases records it) */
+    __local int disorder;
+    if (get_local_id(0) == 0) disorder = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int i = get_local_id(0); i < seq; i += LZ_NV_THREADS)
+        if (q_indptr[i] > q_indptr[i + 1]) atomic_or(&disorder, 1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (disorder) return;
+    const size_t row0 = (size_t)q_begin * n_q_heads * LZ_HEAD_DIM;
+    lz_prefill_nv_rows(q + row0, q_pos + q_begin, table + t_begin, entry_pos + t_begin, kc, vc,
+                       out + row0, freq, rope_style, rot_dim, scale, rows, t_end - t_begin,
+                       n_q_heads, n_kv_heads, n_blocks, err, kvh, tile * 16 * WM,
+                       tile == n_tiles - 1 && kvh == 0, kring, vring, meta);
 }

@@ -481,8 +481,9 @@ LAZYATTN_API int lazyattn_attention_get_tuning(const lazyattn_attention *attn,
  * zeros); an entry whose logical positions entry_pos[e] .. entry_pos[e] +
  * length - 1 or stored positions (entry_pos[e] - delta) + 0 .. length - 1
  * leave 0..LAZYATTN_MAX_POSITION (the entry is skipped); sequence offsets
- * outside the table or past max_entries (the sequence is skipped). This
- * call waits for the queue, returns OUT_OF_RANGE with the detail if
+ * outside the table or past max_entries (decode), or bad query and table
+ * offsets (lazyattn_prefill_batched; the sequence is skipped). This call
+ * waits for the queue, returns OUT_OF_RANGE with the detail if
  * anything was recorded since the last call, and clears the record. Call it
  * after a step when the tables come from untrusted input (tests do after
  * every launch).
@@ -540,6 +541,68 @@ LAZYATTN_API void lazyattn_prefill_args_init(lazyattn_prefill_args *args);
 LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
                                   const lazyattn_prefill_args *args, cl_command_queue queue,
                                   cl_event *event);
+
+/*
+ * Batched ragged prefill: n_seqs sequences in one launch, each a range of
+ * query rows over its own range of the block table, with lazyattn_prefill's
+ * semantics per sequence (causal by position, deltas, bad entries and
+ * positions skipped and recorded). Sequence s is query rows
+ * q_indptr[s] .. q_indptr[s+1]-1 of q / q_pos / out over table entries
+ * table_indptr[s] .. table_indptr[s+1]-1 (entry_pos likewise); its queries
+ * see only its own entries. So one launch can prefill a request's missed
+ * documents in isolation (each document a sequence over its own entries:
+ * the plan's segment entries as they are, queries at plan.prefill_pos, or
+ * at document-local positions, entries at 0, B, 2B, ... with delta 0; RoPE
+ * and ALiBi depend on relative positions only, so both give the document's
+ * isolated encoding) next to several requests' new tokens (each over its
+ * request's whole table; ranges are consecutive, so a segment that must see
+ * entries of other sequences needs them again in the table). Each
+ * sequence's output is bit-identical to lazyattn_prefill of that sequence
+ * alone (the same kernel core and tiles, on both kernel paths). The
+ * portable kernel is built at the first call (a program of its own).
+ *   q:            [n_queries, n_q_heads, head_dim] f32, rotated at q_pos
+ *   q_pos:        [n_queries] int32 logical positions
+ *   q_indptr:     [n_seqs + 1] int32, non-decreasing, q_indptr[n_seqs] <= n_queries;
+ *                 an empty sequence (q_indptr[s] == q_indptr[s+1]) is allowed
+ *   table_indptr: [n_seqs + 1] int32, non-decreasing, at most n_entries; a
+ *                 sequence with no entries sees no key (its output is zeros)
+ *   table:        [n_entries] packed uint64 entries (lazyattn_entry_pack)
+ *   entry_pos:    [n_entries] int32 logical start of each entry
+ *   out:          [n_queries, n_q_heads, head_dim] f32; rows of no sequence
+ *                 are not written
+ *   max_queries:  the most query rows of any one sequence (sizes the launch:
+ *                 n_seqs x ceil(max_queries / tile rows) work-groups per KV
+ *                 head), 1 .. n_queries
+ * The host checks sizes, NULLs and buffer sizes (INVALID_ARGUMENT,
+ * OUT_OF_RANGE for sizes that overflow). The indptr arrays are read on the
+ * device only: a sequence whose offsets are negative, decreasing, past
+ * n_queries or n_entries, or span more than max_queries rows is skipped
+ * whole (nothing of it read or written) and recorded, and so are the
+ * sequences after a decrease of q_indptr (their rows could overlap an
+ * earlier sequence's); lazyattn_attention_check reports it as "sequence
+ * offsets outside the table or the queries, decreasing, or past
+ * max_entries / max_queries" (OUT_OF_RANGE).
+ */
+typedef struct lazyattn_prefill_batch_args {
+    int n_seqs;
+    int n_queries;   /* rows q, q_pos and out hold */
+    int n_entries;   /* entries table and entry_pos hold (>= 0) */
+    int max_queries;
+    cl_mem q;
+    cl_mem q_pos;
+    cl_mem q_indptr;
+    cl_mem table_indptr;
+    cl_mem table;
+    cl_mem entry_pos;
+    cl_mem out;
+} lazyattn_prefill_batch_args;
+
+/* Zero counts, NULL buffers: fill every field before lazyattn_prefill_batched. */
+LAZYATTN_API void lazyattn_prefill_batch_args_init(lazyattn_prefill_batch_args *args);
+
+LAZYATTN_API int lazyattn_prefill_batched(lazyattn_attention *attn, const lazyattn_pool *pool,
+                                          int layer, const lazyattn_prefill_batch_args *args,
+                                          cl_command_queue queue, cl_event *event);
 
 /*
  * Decode: one query token for each of n_seqs sequences, each over its own

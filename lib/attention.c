@@ -35,9 +35,11 @@ typedef struct lz_nv_tune {
     int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
 } lz_nv_tune;
 
-enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE, LZ_K_COUNT };
+enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE,
+       LZ_K_PREFILL_BATCHED, LZ_K_COUNT };
 static const char *const lz_kernel_names[LZ_K_COUNT] = {
-    "lz_kv_write", "lz_rope_apply", "lz_prefill", "lz_decode", "lz_decode_reduce", "lz_materialise"};
+    "lz_kv_write", "lz_rope_apply", "lz_prefill", "lz_decode", "lz_decode_reduce", "lz_materialise",
+    "lz_prefill_batched"};
 
 struct lazyattn_attention {
     lazyattn_context *ctx;
@@ -53,7 +55,7 @@ struct lazyattn_attention {
     size_t part_capacity; /* partial rows (seq * head * split) the scratch holds */
     int fast;             /* the NVIDIA tensor-core kernels below are in use */
     lz_nv_tune nv;
-    cl_kernel nv_prefill, nv_decode, nv_reduce;
+    cl_kernel nv_prefill, nv_decode, nv_reduce, nv_prefill_batched;
 };
 
 /* ---- configuration ------------------------------------------------------ */
@@ -189,10 +191,12 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     a->nv_prefill = clCreateKernel(program, "lz_prefill_nv", &err);
     if (err == CL_SUCCESS) a->nv_decode = clCreateKernel(program, "lz_decode_nv", &err);
     if (err == CL_SUCCESS) a->nv_reduce = clCreateKernel(program, "lz_decode_nv_reduce", &err);
+    if (err == CL_SUCCESS)
+        a->nv_prefill_batched = clCreateKernel(program, "lz_prefill_nv_batched", &err);
     if (patched) clReleaseProgram(patched); /* the kernels keep it */
     if (err != CL_SUCCESS) {
-        cl_kernel *k[] = {&a->nv_prefill, &a->nv_decode, &a->nv_reduce};
-        for (int i = 0; i < 3; i++)
+        cl_kernel *k[] = {&a->nv_prefill, &a->nv_decode, &a->nv_reduce, &a->nv_prefill_batched};
+        for (int i = 0; i < 4; i++)
             if (*k[i]) clReleaseKernel(*k[i]), *k[i] = NULL;
         return lz_cl_fail(err, "lazyattn_attention_create: NVIDIA kernels");
     }
@@ -244,7 +248,8 @@ int lazyattn_attention_get_tuning(const lazyattn_attention *a, lazyattn_kernel_t
 }
 
 /* The portable programs: 0 holds the prefill's tiles (and write, rope,
- * materialise), 1 the decode's. */
+ * materialise), 1 the decode's, 2 the batched prefill's (the prefill's tile
+ * options; its own program, see internal.h). */
 int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_kernel_tuning *tune,
                         int which, lz_program_spec *out) {
     static const char *const prefill_src[] = {"block_entry", "kernel_abi", "storage", "rope",
@@ -252,38 +257,55 @@ int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_
                                               "materialise"};
     static const char *const decode_src[] = {"block_entry", "kernel_abi", "storage", "rope",
                                              "flash", "decode"};
-    LZ_CHECK_ARG(which == 0 || which == 1, "lz_portable_program: program %d (0 or 1)", which);
-    out->sources = which ? decode_src : prefill_src;
-    out->n_sources = which ? (int)(sizeof decode_src / sizeof *decode_src)
-                           : (int)(sizeof prefill_src / sizeof *prefill_src);
+    static const char *const batched_src[] = {"block_entry", "kernel_abi", "storage", "rope",
+                                              "flash", "prefill_batched"};
+    LZ_CHECK_ARG(which >= 0 && which < LZ_PORTABLE_PROGRAMS,
+                 "lz_portable_program: program %d (0 .. %d)", which, LZ_PORTABLE_PROGRAMS - 1);
+    out->sources = which == 0 ? prefill_src : which == 1 ? decode_src : batched_src;
+    out->n_sources = which == 0   ? (int)(sizeof prefill_src / sizeof *prefill_src)
+                     : which == 1 ? (int)(sizeof decode_src / sizeof *decode_src)
+                                  : (int)(sizeof batched_src / sizeof *batched_src);
     int n = snprintf(out->options, sizeof out->options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d", config->head_dim,
                      config->block_size, (int)config->dtype);
     if (n < 0 || (size_t)n >= sizeof out->options ||
-        lz_tile_options(which ? &tune->decode : &tune->prefill,
+        lz_tile_options(which == 1 ? &tune->decode : &tune->prefill,
                         config->n_q_heads / config->n_kv_heads, out->options + n,
                         sizeof out->options - (size_t)n))
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "portable program options too long");
     return LAZYATTN_STATUS_OK;
 }
 
-/* Builds the portable kernels: the two programs of lz_portable_program. */
+/* The program of each portable kernel (lz_portable_program). */
+static int lz_kernel_program(int k) {
+    return k == LZ_K_DECODE || k == LZ_K_REDUCE ? 1 : k == LZ_K_PREFILL_BATCHED ? 2 : 0;
+}
+
+/* Builds portable program `which` and creates its kernels. */
+static int lz_portable_build_one(lazyattn_attention *a, int which) {
+    lz_program_spec spec;
+    int st = lz_portable_program(&a->cfg, &a->tune, which, &spec);
+    if (st) return st;
+    if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
+        strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
+    cl_program program;
+    st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);
+    if (st) return st;
+    for (int k = 0; k < LZ_K_COUNT; k++) {
+        if (lz_kernel_program(k) != which) continue;
+        cl_int err;
+        a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
+        if (err != CL_SUCCESS) return lz_cl_fail(err, lz_kernel_names[k]);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Builds the portable kernels of programs 0 and 1 (program 2, the batched
+ * prefill, at its first use). */
 static int lz_portable_build(lazyattn_attention *a) {
     for (int which = 0; which < 2; which++) {
-        lz_program_spec spec;
-        int st = lz_portable_program(&a->cfg, &a->tune, which, &spec);
+        int st = lz_portable_build_one(a, which);
         if (st) return st;
-        if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
-            strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
-        cl_program program;
-        st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);
-        if (st) return st;
-        for (int k = 0; k < LZ_K_COUNT; k++) {
-            if ((k == LZ_K_DECODE || k == LZ_K_REDUCE) != which) continue;
-            cl_int err;
-            a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
-            if (err != CL_SUCCESS) return lz_cl_fail(err, lz_kernel_names[k]);
-        }
     }
     return LAZYATTN_STATUS_OK;
 }
@@ -329,6 +351,7 @@ void lazyattn_attention_destroy(lazyattn_attention *a) {
     if (a->nv_prefill) clReleaseKernel(a->nv_prefill);
     if (a->nv_decode) clReleaseKernel(a->nv_decode);
     if (a->nv_reduce) clReleaseKernel(a->nv_reduce);
+    if (a->nv_prefill_batched) clReleaseKernel(a->nv_prefill_batched);
     cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc};
     for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
         if (mems[i]) clReleaseMemObject(mems[i]);
@@ -710,4 +733,78 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     }
     size_t rlocal[3] = {(size_t)a->cfg.head_dim, 1, 1};
     return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, rlocal, queue, event, fn);
+}
+
+/* ---- batched ragged prefill ------------------------------------------------ */
+
+/* Many sequences in one launch (cl/prefill_batched.cl, and on the NVIDIA
+ * path lz_prefill_nv_batched in cl/prefill_nv.cl): work-groups (query tile,
+ * KV head, sequence), max_queries sizing the tile dimension. The indptr
+ * arrays stay on the device; the kernels check each sequence's offsets. */
+int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                             const lazyattn_prefill_batch_args *p, cl_command_queue queue,
+                             cl_event *event) {
+    static const char fn[] = "lazyattn_prefill_batched";
+    LZ_CHECK_ARG(a != NULL && p != NULL, "%s: attn or args is NULL", fn);
+    int st = lz_check_pool(a, pool, layer, fn);
+    if (st) return st;
+    LZ_CHECK_ARG(p->n_seqs >= 1, "%s: n_seqs %d must be >= 1", fn, p->n_seqs);
+    LZ_CHECK_ARG(p->n_queries >= 1, "%s: n_queries %d must be >= 1", fn, p->n_queries);
+    LZ_CHECK_ARG(p->n_entries >= 0, "%s: n_entries %d must be >= 0", fn, p->n_entries);
+    LZ_CHECK_ARG(p->max_queries >= 1 && p->max_queries <= p->n_queries,
+                 "%s: max_queries %d outside 1..n_queries (%d)", fn, p->max_queries, p->n_queries);
+    size_t q_bytes = 0, qpos_bytes = 0, indptr_bytes = 0, table_bytes = 0, epos_bytes = 0;
+    LZ_TRY(lz_size_product4(&q_bytes, fn, "q/out bytes (n_queries x n_q_heads x head_dim x 4)",
+                            (size_t)p->n_queries, (size_t)a->cfg.n_q_heads,
+                            (size_t)a->cfg.head_dim, sizeof(float)));
+    LZ_TRY(lz_size_product(&qpos_bytes, fn, "q_pos bytes", (size_t)p->n_queries, sizeof(cl_int), 1));
+    LZ_TRY(lz_size_product(&indptr_bytes, fn, "indptr bytes ((n_seqs + 1) x 4)",
+                           (size_t)p->n_seqs + 1, sizeof(cl_int), 1));
+    LZ_TRY(lz_size_product(&table_bytes, fn, "table bytes", (size_t)p->n_entries, sizeof(cl_ulong), 1));
+    LZ_TRY(lz_size_product(&epos_bytes, fn, "entry_pos bytes", (size_t)p->n_entries, sizeof(cl_int), 1));
+    LZ_CHECK_MEM(p->q, q_bytes, "q");
+    LZ_CHECK_MEM(p->q_pos, qpos_bytes, "q_pos");
+    LZ_CHECK_MEM(p->out, q_bytes, "out");
+    LZ_CHECK_MEM(p->q_indptr, indptr_bytes, "q_indptr");
+    LZ_CHECK_MEM(p->table_indptr, indptr_bytes, "table_indptr");
+    cl_mem table = p->table, entry_pos = p->entry_pos;
+    if (p->n_entries == 0) table = entry_pos = a->freq; /* never read; any valid buffer */
+    LZ_CHECK_MEM(table, table_bytes, "table");
+    LZ_CHECK_MEM(entry_pos, epos_bytes, "entry_pos");
+
+    /* rows per work-group, and the launch: tiles x KV heads x sequences */
+    const size_t tokens = a->fast ? (size_t)16 * (a->nv.warps / a->group)
+                                  : (size_t)(a->tune.prefill.rows / a->group);
+    const size_t local0 = a->fast ? (size_t)32 * a->nv.warps : (size_t)a->tune.prefill.work_group;
+    const size_t tiles = ((size_t)p->max_queries + tokens - 1) / tokens;
+    /* the kernels form q_begin + tile x tokens in int */
+    LZ_TRY(lz_fits_int((int64_t)p->n_queries + (int64_t)(tiles * tokens), fn,
+                       "n_queries + max_queries rounded up to a tile"));
+    size_t global0 = 0, groups = 0;
+    LZ_TRY(lz_size_product(&global0, fn, "work-items along the tiles", tiles, local0, 1));
+    LZ_TRY(lz_size_product(&groups, fn, "work-groups (tiles x KV heads x sequences)", tiles,
+                           (size_t)a->cfg.n_kv_heads, (size_t)p->n_seqs));
+
+    if (!a->fast && !a->kernels[LZ_K_PREFILL_BATCHED]) { /* built at the first use */
+        st = lz_portable_build_one(a, 2);
+        if (st) return st;
+    }
+    cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
+    cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
+    cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
+    cl_float scale = a->cfg.scale;
+    cl_kernel kernel = a->fast ? a->nv_prefill_batched : a->kernels[LZ_K_PREFILL_BATCHED];
+    lz_args g = {kernel, 0, CL_SUCCESS};
+    LZ_ARG(&g, p->q); LZ_ARG(&g, p->q_pos); LZ_ARG(&g, p->q_indptr); LZ_ARG(&g, p->table_indptr);
+    LZ_ARG(&g, table); LZ_ARG(&g, entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, p->out);
+    LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style); LZ_ARG(&g, rot);
+    LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, p->n_queries); LZ_ARG(&g, p->n_entries);
+    LZ_ARG(&g, p->max_queries); LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb);
+    LZ_ARG(&g, a->err);
+    if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_prefill_batched: clSetKernelArg");
+    size_t global[3] = {global0, (size_t)nkv, (size_t)p->n_seqs};
+    size_t local[3] = {local0, 1, 1};
+    cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), kernel, 3, NULL, global, local, 0,
+                                        NULL, event);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
 }

@@ -25,6 +25,10 @@ void lazyattn_prefill_args_init(lazyattn_prefill_args *args) {
     if (args) memset(args, 0, sizeof *args);
 }
 
+void lazyattn_prefill_batch_args_init(lazyattn_prefill_batch_args *args) {
+    if (args) memset(args, 0, sizeof *args);
+}
+
 void lazyattn_decode_args_init(lazyattn_decode_args *args) {
     if (args) memset(args, 0, sizeof *args);
 }

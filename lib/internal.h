@@ -114,9 +114,12 @@ typedef struct lz_program_spec {
     char options[512];
 } lz_program_spec;
 /* Portable program `which` (0: prefill tiles, write, rope, materialise; 1:
- * decode tiles) of a configuration under a resolved tuning (attention.c):
- * exactly what lazyattn_attention_create builds; tools/spirv_programs.c
+ * decode tiles; 2: batched prefill tiles, built at its first use, a program
+ * of its own so that each kernel's local memory is counted alone: Oclgrind
+ * sums every kernel's local arrays of a program) of a configuration under a
+ * resolved tuning (attention.c): exactly what lazyattn_attention_create builds; tools/spirv_programs.c
  * precompiles the supported set to SPIR-V through this function. */
+#define LZ_PORTABLE_PROGRAMS 3
 int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_kernel_tuning *tune,
                         int which, lz_program_spec *out);
 

@@ -160,7 +160,7 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
         }
     }
 
-    if (c->corrupt) {
+    if (c->corrupt == 1) {
         int32_t blk, delta, len;
         LK_TRY(lazyattn_entry_unpack(table[0], &blk, &delta, &len));
         LK_TRY(lazyattn_entry_pack(n_blocks + 3, delta, len, &table[0]));
@@ -211,6 +211,54 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     LK_TRY(lk_read(ctx, om, out, NQ * qrow * sizeof(float)));
     r->prefill = lazyattn_normalised_error(out, ref, NQ * qrow);
 
+    /* batched ragged prefill: the question split in two sequences around an
+     * empty one, each over its own copy of the table (the table twice) */
+    {
+        const int h = NQ / 2;
+        int32_t q_indptr[4] = {0, h, h, NQ}, t_indptr[4] = {0, n_entries, n_entries, 2 * n_entries};
+        if (c->corrupt == 2) { /* hostile offsets: every sequence must be skipped */
+            t_indptr[1] = 2 * n_entries + 5;  /* sequence 0 ends past the table */
+            q_indptr[2] = h - 1;              /* sequence 1 decreases, 2 follows the decrease */
+        }
+        uint64_t *table2 = lk_alloc(&s, 2 * n_entries * sizeof(uint64_t));
+        int32_t *epos2 = lk_alloc(&s, 2 * n_entries * sizeof(int32_t));
+        LK_NEED(table2 && epos2);
+        for (int i = 0; i < 2; i++) {
+            memcpy(table2 + i * n_entries, table, n_entries * sizeof(uint64_t));
+            memcpy(epos2 + i * n_entries, entry_pos, n_entries * sizeof(int32_t));
+        }
+        cl_mem qim = lk_buffer(&s, ctx, q_indptr, sizeof q_indptr);
+        cl_mem tim = lk_buffer(&s, ctx, t_indptr, sizeof t_indptr);
+        cl_mem t2m = lk_buffer(&s, ctx, table2, 2 * n_entries * sizeof(uint64_t));
+        cl_mem e2m = lk_buffer(&s, ctx, epos2, 2 * n_entries * sizeof(int32_t));
+        float *bout = lk_alloc(&s, NQ * qrow * sizeof(float)); /* zeros */
+        LK_NEED(bout);
+        cl_mem bom = lk_buffer(&s, ctx, bout, NQ * qrow * sizeof(float));
+        LK_NEED(qim && tim && t2m && e2m && bom);
+        lazyattn_prefill_batch_args ba;
+        lazyattn_prefill_batch_args_init(&ba);
+        ba.n_seqs = 3, ba.n_queries = NQ, ba.n_entries = 2 * n_entries;
+        ba.max_queries = NQ - h > h ? NQ - h : h;
+        ba.q = qm, ba.q_pos = qpm, ba.q_indptr = qim, ba.table_indptr = tim, ba.table = t2m;
+        ba.entry_pos = e2m, ba.out = bom;
+        LK_TRY(lazyattn_prefill_batched(s.attn, s.pool, 0, &ba, NULL, NULL));
+        LK_TRY(lk_read(ctx, bom, bout, NQ * qrow * sizeof(float)));
+        r->batched = lazyattn_normalised_error(bout, ref, NQ * qrow);
+        if (c->corrupt == 2) {
+            st = lazyattn_attention_check(s.attn, NULL);
+            if (st != LAZYATTN_STATUS_OUT_OF_RANGE || !strstr(lazyattn_last_error(), "sequence offsets")) {
+                fprintf(stderr, "%s: the bad offsets were not reported: %s (%s)\n", c->name,
+                        lazyattn_status_string(st), lazyattn_last_error());
+                st = LAZYATTN_STATUS_OUT_OF_RANGE;
+                goto done;
+            }
+            st = LAZYATTN_STATUS_OK;
+            for (int i = 0; i < NQ * (int)qrow; i++) /* nothing written: the buffer's zeros */
+                LK_NEED(bout[i] == 0.0f);
+            r->batched = 0; /* not compared */
+        }
+    }
+
     cl_int err = clEnqueueCopyBuffer(lazyattn_context_queue(ctx), qm, dqm,
                                      (NQ - 1) * qrow * sizeof(float), 0, qrow * sizeof(float), 0,
                                      NULL, NULL);
@@ -227,11 +275,11 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     LK_NEED(mout);
     LK_TRY(lk_read(ctx, om, mout, NQ * qrow * sizeof(float)));
     r->materialised = lazyattn_normalised_error(mout, ref, NQ * qrow);
-    if (c->corrupt) {
+    if (c->corrupt == 1) {
         st = lazyattn_attention_check(s.attn, NULL);
         if (st == LAZYATTN_STATUS_OUT_OF_RANGE && strstr(lazyattn_last_error(), "block id") &&
             strstr(lazyattn_last_error(), "valid length")) {
-            r->rope = r->prefill = r->decode = r->materialised = 0; /* not compared */
+            r->rope = r->prefill = r->decode = r->materialised = r->batched = 0; /* not compared */
             st = LAZYATTN_STATUS_OK;
         } else {
             fprintf(stderr, "%s: the bad entries were not reported: %s (%s)\n", c->name,

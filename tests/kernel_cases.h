@@ -22,7 +22,10 @@ typedef struct lk_case {
     int n_splits; /* decode KV splits (> 1 exercises the split reduction) */
     int corrupt;  /* 1: the first entry (and materialise source) names a block outside the
                      pool and the last a length above the block size: the kernels must skip
-                     them and report LAZYATTN_STATUS_OUT_OF_RANGE, nothing is compared */
+                     them and report LAZYATTN_STATUS_OUT_OF_RANGE, nothing is compared;
+                     2: the batched prefill's indptr arrays are hostile (a sequence past the
+                     table, a decrease): every sequence skipped, nothing written, reported;
+                     the other kernels are compared as usual */
 } lk_case;
 
 /* Normalised errors against the float64 reference:
@@ -30,10 +33,12 @@ typedef struct lk_case {
  *   prefill:      lazy prefill of the question over documents + question
  *   decode:       lazy decode of the last question token, n_splits splits
  *   materialised: prefill over materialised (re-rotated) copies of the documents
+ *   batched:      lazyattn_prefill_batched of the question as two sequences
+ *                 (around an empty one), each over its own copy of the table
  *   outputs:      prefill output [n_question, n_q_heads, head_dim], then the
  *                 decode output [n_q_heads, head_dim] (malloc'ed; NULL to skip) */
 typedef struct lk_result {
-    double rope, prefill, decode, materialised;
+    double rope, prefill, decode, materialised, batched;
     float *outputs;
     size_t n_outputs;
 } lk_result;

@@ -2,8 +2,8 @@
  * The portable kernels on small cases, for Oclgrind's out-of-bounds and
  * data-race checks (CI: tools/oclgrind-check.sh runs this under
  * `oclgrind --check-api --data-races` and fails on any finding). Each case
- * runs every kernel (kv_write, rope_apply, prefill, decode with its split
- * reduction, materialise) and is checked against the float64 reference, so
+ * runs every kernel (kv_write, rope_apply, prefill, batched prefill, decode
+ * with its split reduction, materialise) and is checked against the float64 reference, so
  * the program also fails on a wrong answer. Small on purpose: Oclgrind
  * interprets every work-item.
  *
@@ -28,6 +28,8 @@ static const lk_case cases[] = {
     {"bf16-d64-b32",  64, 32, LAZYATTN_DTYPE_BF16, 4, 4, 2, {40, 7},  17, 2, 0},
     /* hostile table: a block outside the pool, a length above the block size */
     {"f16-bad-table", 16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1},
+    /* hostile batched-prefill offsets: skipped and reported, nothing written */
+    {"f32-bad-indptr", 16, 4, LAZYATTN_DTYPE_F32,  4, 2, 2, {6, 9},    5, 3, 2},
 };
 
 /* --canary: one out-of-bounds write and one write-write race, so that CI
@@ -85,14 +87,17 @@ int main(int argc, char **argv) {
             failed++;
             continue;
         }
-        if (c->corrupt) {
+        if (c->corrupt == 1) {
             printf("%-14s ok: bad entries skipped and reported\n", c->name);
             continue;
         }
         double tol = lk_tolerance(c->dtype);
-        int ok = r.prefill < tol && r.decode < tol && r.materialised < tol && r.rope < 2e-6;
-        printf("%-14s %s: rope %.1e, prefill %.1e, decode %.1e, materialised %.1e (tolerance %.0e)\n",
-               c->name, ok ? "ok" : "WRONG", r.rope, r.prefill, r.decode, r.materialised, tol);
+        int ok = r.prefill < tol && r.decode < tol && r.materialised < tol && r.batched < tol &&
+                 r.rope < 2e-6;
+        printf("%-14s %s: rope %.1e, prefill %.1e, decode %.1e, materialised %.1e, batched %.1e "
+               "(tolerance %.0e)\n",
+               c->name, ok ? "ok" : "WRONG", r.rope, r.prefill, r.decode, r.materialised, r.batched, tol);
+        if (c->corrupt == 2) printf("%-14s    batched: bad offsets skipped and reported, nothing written\n", "");
         failed += !ok;
         free(r.outputs);
     }

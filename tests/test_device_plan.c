@@ -457,9 +457,21 @@ static void test_error_paths(void **state) {
     lazyattn_device_plan_config cfg = {3, 4};
     lt_assert_status(lazyattn_device_plan_create(ctx, &cfg, &plan), LAZYATTN_STATUS_OK);
     const cl_uint with_plan = context_refs(ctx);
-    assert_true(with_plan >= base + 4);
+    /* PoCL counts each live buffer in the context's reference count, so a
+     * leaked buffer shows there; Intel's CPU runtime does not count buffers,
+     * and on it only the statuses and the recovery are checked (the leak
+     * count runs on PoCL in CI, and ASan checks the host side). */
+    const int counts_buffers = with_plan >= base + 4;
+    if (!counts_buffers)
+        print_message("%s does not count buffers in CL_CONTEXT_REFERENCE_COUNT (%u -> %u): "
+                      "no leak count on this implementation\n",
+                      lazyattn_context_device_name(ctx), base, with_plan);
+#define EXPECT_REFS(n)                                                                           \
+    do {                                                                                         \
+        if (counts_buffers) assert_int_equal(context_refs(ctx), (n));                            \
+    } while (0)
     lazyattn_device_plan_destroy(plan);
-    assert_int_equal(context_refs(ctx), base);
+    EXPECT_REFS(base);
 
     /* create: fail at each allocation in turn */
     int n_points = 0;
@@ -475,7 +487,7 @@ static void test_error_paths(void **state) {
         assert_true(st == LAZYATTN_STATUS_OUT_OF_HOST_MEMORY ||
                     st == LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY);
         assert_null(plan);
-        assert_int_equal(context_refs(ctx), base);
+        EXPECT_REFS(base);
         n_points++;
     }
     assert_int_equal(n_points, 9); /* the struct, 4 shadows, 4 buffers */
@@ -535,24 +547,25 @@ static void test_error_paths(void **state) {
                                  LAZYATTN_STATUS_INVALID_ARGUMENT);
             }
             /* the plan's buffers are the only ones alive: nothing leaked */
-            assert_int_equal(context_refs(ctx), with_plan);
+            EXPECT_REFS(with_plan);
             lt_assert_status(lazyattn_device_plan_update(plan, 3, seqs, NULL, NULL), LAZYATTN_STATUS_OK);
             check_device_tables(ctx, plan, 3, seqs);
         }
         assert_int_equal(clFinish(lazyattn_context_queue(ctx)), CL_SUCCESS);
         lazyattn_device_plan_destroy(plan);
-        assert_int_equal(context_refs(ctx), base);
+        EXPECT_REFS(base);
         hs[1].table[2] ^= 1;
         if (!fired) break;
     }
     /* shadow x2, two buffers, two copies, ranges, staging, 4 writes; the
      * callback's failure is not an error (it waits instead) */
-    printf("# update failed at %d points, each without a leak\n", n_points);
+    printf("# update failed at %d points%s\n", n_points, counts_buffers ? ", each without a leak" : "");
     assert_true(n_points >= 11);
     for (int i = 0; i < 3; i++) {
         free(hs[i].table);
         free(hs[i].pos);
     }
+#undef EXPECT_REFS
 }
 
 /* ---- decode through a plan against fresh tables and the reference ---- */

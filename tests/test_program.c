@@ -174,7 +174,7 @@ static void test_embedded_variants(void **state) {
         for (int b = 0; b < 2; b++)
             for (int t = 0; t < 3; t++)
                 for (int p = 0; p < 2; p++)
-                    for (int which = 0; which < 2; which++) {
+                    for (int which = 0; which < LZ_PORTABLE_PROGRAMS; which++) {
                         lazyattn_attention_config c = config_of(dims[d], blocks[b], (lazyattn_dtype)t);
                         lazyattn_kernel_tuning tune;
                         lt_assert_status(lz_tuning_choose_for(&profiles[p], &c, NULL, &tune),
@@ -252,6 +252,7 @@ static void test_il_matches_source(void **state) {
                       b.decode, diff);
         assert_true(a.prefill < tol && a.decode < tol && a.materialised < tol && a.rope < 2e-6);
         assert_true(b.prefill < tol && b.decode < tol && b.materialised < tol && b.rope < 2e-6);
+        assert_true(a.batched < tol && b.batched < tol);
         assert_true(diff < 1e-4);
         free(a.outputs);
         free(b.outputs);

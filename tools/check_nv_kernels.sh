@@ -33,3 +33,8 @@ done
 for d in 64 128; do
     compile prefill_nv prefill_nv.d$d.wgmma //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1
 done
+# the batched ragged prefill kernel is in the prefill program next to lz_prefill_nv
+for f in "$out"/prefill_nv.d*.b*.ptx; do
+    grep -q '^\.entry lz_prefill_nv_batched' "$f" || { echo "$f: no lz_prefill_nv_batched" >&2; exit 1; }
+done
+echo "lz_prefill_nv_batched: in every prefill_nv PTX"

@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
                     lazyattn_kernel_tuning tune;
                     if (lz_tuning_choose_for(&profiles[p], &c, NULL, &tune) != LAZYATTN_STATUS_OK)
                         goto fail;
-                    for (int which = 0; which < 2; which++) {
+                    for (int which = 0; which < LZ_PORTABLE_PROGRAMS; which++) {
                         lz_program_spec spec;
                         if (lz_portable_program(&c, &tune, which, &spec) != LAZYATTN_STATUS_OK)
                             goto fail;
