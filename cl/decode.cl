@@ -109,64 +109,6 @@ inline long lz_dec_slot(__local const ulong *tab, __local const int *tpos, int k
     return (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok);
 }
 
-/* K/V loads as true vector loads: vload_half8 / vload8 promise only the
- * element's alignment, so a compiler may split them into 2- or 4-byte loads;
- * the rows here start at multiples of 8 elements of 16-byte aligned
- * buffers, so 16-byte (8-byte for 4 halves) loads are safe. f16 is
- * converted in registers: the hardware conversion on NVIDIA (inline PTX;
- * NVIDIA's OpenCL has no cl_khr_fp16), elsewhere exactly with integer
- * operations (subnormals, infinities and NaNs included). */
-#if LZ_DTYPE == 1
-inline float2 lz_h2f2(uint u) { /* the halves of u (low one first) as floats */
-#if defined(cl_nv_pragma_unroll) && !defined(LZ_NO_ASM)
-    float a, b;
-    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
-        : "=f"(a), "=f"(b)
-        : "r"(u));
-    return (float2)(a, b);
-#else
-    const uint2 h = (uint2)(u & 0xFFFFu, u >> 16), em = h & 0x7FFFu, sign = (h & 0x8000u) << 16;
-    /* (em << 13) is the value x 2^-112 as an f32 (normal or subnormal): exact */
-    const float2 f = as_float2((em << 13) | sign) * 0x1p112f;
-    const uint2 special = sign | 0x7F800000u | (em << 13); /* infinity, NaN */
-    return (float2)(em.x >= 0x7C00u ? as_float(special.x) : f.x, em.y >= 0x7C00u ? as_float(special.y) : f.y);
-#endif
-}
-#endif
-/* 8 elements as stored (lz_dec_raw8), then as floats (lz_dec_cvt8): K rows
- * stay in their stored width in registers until used */
-#if LZ_DTYPE == 0
-#define LZ_RAW8_T float8
-inline float8 lz_dec_raw8(__global const LZ_STORE_T *p, long i) {
-    const __global float4 *v = (const __global float4 *)(p + i);
-    return (float8)(v[0], v[1]);
-}
-inline float8 lz_dec_cvt8(float8 x) { return x; }
-#else
-#define LZ_RAW8_T uint4
-inline uint4 lz_dec_raw8(__global const LZ_STORE_T *p, long i) { return *(const __global uint4 *)(p + i); }
-inline float8 lz_dec_cvt8(uint4 u) {
-#if LZ_DTYPE == 1
-    return (float8)(lz_h2f2(u.x), lz_h2f2(u.y), lz_h2f2(u.z), lz_h2f2(u.w));
-#else
-    return as_float8((uint8)(u.x << 16, u.x & 0xFFFF0000u, u.y << 16, u.y & 0xFFFF0000u, u.z << 16,
-                             u.z & 0xFFFF0000u, u.w << 16, u.w & 0xFFFF0000u));
-#endif
-}
-#endif
-inline float4 lz_dec_load4(__global const LZ_STORE_T *p, long i) {
-#if LZ_DTYPE == 0
-    return *(const __global float4 *)(p + i);
-#else
-    const uint2 u = *(const __global uint2 *)(p + i);
-#if LZ_DTYPE == 1
-    return (float4)(lz_h2f2(u.x), lz_h2f2(u.y));
-#else
-    return as_float4((uint4)(u.x << 16, u.x & 0xFFFF0000u, u.y << 16, u.y & 0xFFFF0000u));
-#endif
-#endif
-}
-
 #if LZ_FON % 8 == 0
 #define LZ_VSTEP 8
 #else
@@ -295,12 +237,12 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
                     for (int c = 0; c < LZ_KPC; c++) {
                         const int cc = pc * LZ_KPC + c;
-                        x[c] = cc < LZ_NC8 ? lz_dec_raw8(kc, off + cc * 8) : (LZ_RAW8_T)(0);
+                        x[c] = cc < LZ_NC8 ? lz_raw8(kc, off + cc * 8) : (LZ_RAW8_T)(0);
                     }
 #pragma unroll
                     for (int c = 0; c < LZ_KPC; c++) {
                         const int cc = min(pc * LZ_KPC + c, LZ_NC8 - 1);
-                        const float8 xf = lz_dec_cvt8(x[c]);
+                        const float8 xf = lz_cvt8(x[c]);
 #pragma unroll
                         for (int r = 0; r < LZ_FR; r++) {
                             const float4 a = qv[r * LZ_Q4 + 2 * cc], b = qv[r * LZ_Q4 + 2 * cc + 1];
@@ -380,12 +322,12 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                         LZ_RAW8_T x[LZ_VU];
 #pragma unroll
                         for (int u = 0; u < LZ_VU; u++)
-                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_dec_raw8(vc, off[u] + vo * LZ_FON + c * 8) : (LZ_RAW8_T)(0);
+                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_raw8(vc, off[u] + vo * LZ_FON + c * 8) : (LZ_RAW8_T)(0);
 #else
                         float4 x[LZ_VU];
 #pragma unroll
                         for (int u = 0; u < LZ_VU; u++)
-                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_dec_load4(vc, off[u] + vo * LZ_FON + c * 4) : (float4)(0.0f);
+                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_load4v(vc, off[u] + vo * LZ_FON + c * 4) : (float4)(0.0f);
 #endif
 #pragma unroll
                         for (int u = 0; u < LZ_VU; u++) {
@@ -395,7 +337,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                                 /* invalid slots have probability 0 and rows of zeros */
                                 const float pr = off[u] >= 0 ? sc[r * LZ_DS + kk] : 0.0f;
 #if LZ_VSTEP == 8
-                                const float8 xf = lz_dec_cvt8(x[u]);
+                                const float8 xf = lz_cvt8(x[u]);
                                 acc[i][r][2 * c] = fma((float4)(pr), xf.lo, acc[i][r][2 * c]);
                                 acc[i][r][2 * c + 1] = fma((float4)(pr), xf.hi, acc[i][r][2 * c + 1]);
 #else
