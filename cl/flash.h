@@ -103,36 +103,38 @@ inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
            !LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w));
 }
 
-/* Loads the K (or V) rows of the tile's slots as floats into registers
- * (empty slots are zeros): chunks of 8 elements (16 bytes of f16), a fixed
- * trip count, so every load of a work-item is issued before any is used. */
+/* Loads the K (or V) rows of the tile's slots into registers as stored
+ * (empty slots are zeros): chunks of 8 elements (16-byte loads of f16, see
+ * lz_raw8), a fixed trip count, so every load of a work-item is issued
+ * before any is used; lz_put converts them to floats. */
 #define LZ_STAGE_CHUNKS (LZ_FTK * (LZ_HEAD_DIM / 8))
 #define LZ_NCH ((LZ_STAGE_CHUNKS + LZ_FWG - 1) / LZ_FWG)
-inline void lz_fetch(float8 x[LZ_NCH], __global const LZ_STORE_T *src, __local const ulong *table,
+inline void lz_fetch(LZ_RAW8_T x[LZ_NCH], __global const LZ_STORE_T *src, __local const ulong *table,
                      int e0, int j0, int n_slots, int kvh, int n_kv_heads, int n_blocks, int lid) {
 #pragma unroll
     for (int it = 0; it < LZ_NCH; it++) {
         const int i = lid + it * LZ_FWG;
         const int kk = i / (LZ_HEAD_DIM / 8), c = i % (LZ_HEAD_DIM / 8);
         const int slot = j0 + kk, e = e0 + slot / LZ_BLOCK, tok = slot % LZ_BLOCK;
-        x[it] = (float8)(0.0f);
+        x[it] = (LZ_RAW8_T)(0);
         if (i < LZ_STAGE_CHUNKS && kk < n_slots) {
             const ulong w = table[e];
             if (!lz_entry_storage_bad(w, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w))
-                x[it] = LZ_LOAD8(src, lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c * 8);
+                x[it] = lz_raw8(src, (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c * 8);
         }
     }
 }
 
 /* Stores what lz_fetch loaded into a local tile. */
-inline void lz_put(__local float4 *dst, const float8 x[LZ_NCH], int lid) {
+inline void lz_put(__local float4 *dst, const LZ_RAW8_T x[LZ_NCH], int lid) {
 #pragma unroll
     for (int it = 0; it < LZ_NCH; it++) {
         const int i = lid + it * LZ_FWG;
         const int kk = i / (LZ_HEAD_DIM / 8), c = i % (LZ_HEAD_DIM / 8);
         if (i < LZ_STAGE_CHUNKS) {
-            dst[kk * LZ_QS4 + 2 * c] = x[it].lo;
-            dst[kk * LZ_QS4 + 2 * c + 1] = x[it].hi;
+            const float8 xf = lz_cvt8(x[it]);
+            dst[kk * LZ_QS4 + 2 * c] = xf.lo;
+            dst[kk * LZ_QS4 + 2 * c + 1] = xf.hi;
         }
     }
 }
@@ -286,9 +288,9 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
     int e = e_first, j0 = 0, c0 = e_first - LZ_TC; /* no entry cached yet */
     int n_slots = 0, delta = 0, next_slots = 0, next_delta = 0, tile_e = 0, tile_j0 = 0;
     int kp[LZ_NKP];
-    float8 rk[LZ_NCH];
+    LZ_RAW8_T rk[LZ_NCH];
 #if LZ_FKV
-    float8 rv[LZ_NCH];
+    LZ_RAW8_T rv[LZ_NCH];
 #endif
 #if LZ_FPF
     int have_next = 0;

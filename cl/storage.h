@@ -4,7 +4,8 @@
  *   cl_khr_fp16, which NVIDIA's OpenCL lacks), 2 bf16 (upper half of an f32,
  *   stored round-to-nearest-even).
  * LZ_LOAD(p, i) gives a float, LZ_STORE(p, i, x) stores one, LZ_LOAD4(p, i)
- * gives elements i..i+3 (i a multiple of 4) as a float4, LZ_LOAD8 i..i+7.
+ * gives elements i..i+3 (i a multiple of 4) as a float4, LZ_LOAD8 i..i+7;
+ * lz_raw8 / lz_cvt8 / lz_load4v below are the aligned vector forms.
  */
 #ifndef LZ_DTYPE
 #define LZ_DTYPE 0
@@ -44,6 +45,66 @@ inline ushort lz_bf16_from_float(float x) {
 #ifndef LZ_BLOCK
 #define LZ_BLOCK 16
 #endif
+
+/* K/V loads as true vector loads: vload_half8 / vload8 promise only the
+ * element's alignment, so a compiler may split them into 2- or 4-byte loads
+ * (on the H200 the decode read 2-3x faster without them, docs/PERFLOG.md
+ * portable p5). Callers pass element offsets that are multiples of 8
+ * (lz_raw8) or 4 (lz_load4v) into buffers aligned to 16 bytes, so the
+ * 16-byte (8-byte for 4 halves) loads are aligned. f16 is
+ * converted in registers: the hardware conversion on NVIDIA (inline PTX;
+ * NVIDIA's OpenCL has no cl_khr_fp16), elsewhere exactly with integer
+ * operations (subnormals, infinities and NaNs included). */
+#if LZ_DTYPE == 1
+inline float2 lz_h2f2(uint u) { /* the halves of u (low one first) as floats */
+#if defined(cl_nv_pragma_unroll) && !defined(LZ_NO_ASM)
+    float a, b;
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"
+        : "=f"(a), "=f"(b)
+        : "r"(u));
+    return (float2)(a, b);
+#else
+    const uint2 h = (uint2)(u & 0xFFFFu, u >> 16), em = h & 0x7FFFu, sign = (h & 0x8000u) << 16;
+    /* (em << 13) is the value x 2^-112 as an f32 (normal or subnormal): exact */
+    const float2 f = as_float2((em << 13) | sign) * 0x1p112f;
+    const uint2 special = sign | 0x7F800000u | (em << 13); /* infinity, NaN */
+    return (float2)(em.x >= 0x7C00u ? as_float(special.x) : f.x, em.y >= 0x7C00u ? as_float(special.y) : f.y);
+#endif
+}
+#endif
+/* 8 elements as stored (lz_raw8), then as floats (lz_cvt8): K rows
+ * stay in their stored width in registers until used */
+#if LZ_DTYPE == 0
+#define LZ_RAW8_T float8
+inline float8 lz_raw8(__global const LZ_STORE_T *p, long i) {
+    const __global float4 *v = (const __global float4 *)(p + i);
+    return (float8)(v[0], v[1]);
+}
+inline float8 lz_cvt8(float8 x) { return x; }
+#else
+#define LZ_RAW8_T uint4
+inline uint4 lz_raw8(__global const LZ_STORE_T *p, long i) { return *(const __global uint4 *)(p + i); }
+inline float8 lz_cvt8(uint4 u) {
+#if LZ_DTYPE == 1
+    return (float8)(lz_h2f2(u.x), lz_h2f2(u.y), lz_h2f2(u.z), lz_h2f2(u.w));
+#else
+    return as_float8((uint8)(u.x << 16, u.x & 0xFFFF0000u, u.y << 16, u.y & 0xFFFF0000u, u.z << 16,
+                             u.z & 0xFFFF0000u, u.w << 16, u.w & 0xFFFF0000u));
+#endif
+}
+#endif
+inline float4 lz_load4v(__global const LZ_STORE_T *p, long i) {
+#if LZ_DTYPE == 0
+    return *(const __global float4 *)(p + i);
+#else
+    const uint2 u = *(const __global uint2 *)(p + i);
+#if LZ_DTYPE == 1
+    return (float4)(lz_h2f2(u.x), lz_h2f2(u.y));
+#else
+    return as_float4((uint4)(u.x << 16, u.x & 0xFFFF0000u, u.y << 16, u.y & 0xFFFF0000u));
+#endif
+#endif
+}
 
 /* Records error bits (LZ_ERR_*, cl/kernel_abi.h) in the attention's error
  * word instead of reading or writing out of bounds. */

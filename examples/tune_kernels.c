@@ -337,25 +337,22 @@ int main(int argc, char **argv) {
                 lazyattn_attention_destroy(a);
             }
 
-    /* ---- decode sweep ---- */
-    /* register tiles: one (row, key) score and one (row, 4 dims) output per
-     * work-item, or all the group's rows per work-item (each K/V row read
-     * from local memory once) */
-    static const int keys[] = {32, 16, 64}, wgs[] = {128, 32, 64, 256}, gpc[] = {8, 4, 16};
-    const int n_keys = 2, n_wg = small ? 2 : 3, n_gpc = small ? 1 : 2;
-    const int rb = group <= 16 ? group : 16;
+    /* ---- decode sweep (cl/decode.cl) ---- */
+    /* key slots per chunk, work-items, dims per work-item in the output
+     * step, V rows in flight per work-item (score_keys), work-groups per CU */
+    static const int keys[] = {256, 128, 512}, wgs[] = {128, 64, 256}, vrows[] = {4, 8}, gpc[] = {8, 4, 16};
+    const int n_keys = small ? 2 : 3, n_wg = small ? 2 : 3, n_gpc = small ? 1 : 3;
     double best_score = 2.0;
     for (int i = 0; i < n_keys; i++)
         for (int j = 0; j < n_wg; j++)
-            for (int kv = 1; kv <= 3; kv++) /* 3: two buffers and the register prefetch */
-                for (int g = 0; g < n_gpc; g++)
-                    for (int tile = 0; tile < 2; tile++) {
+            for (int dims = 8; dims >= 4; dims -= 4)
+                for (int v = 0; v < 2; v++)
+                    for (int g = 0; g < n_gpc; g++) {
                     lazyattn_kernel_tuning t;
                     memset(&t, 0, sizeof t);
                     t.prefill = best.prefill;
-                    const int kvt = kv == 2 ? 2 : 1, pf = kv == 3 ? 1 : 2;
-                    t.decode = tile ? (lazyattn_tile_params){0, keys[i], wgs[j], rb, 1, rb, 4, kvt, pf}
-                                    : (lazyattn_tile_params){0, keys[i], wgs[j], 1, 1, 1, 4, kvt, pf};
+                    if (D % dims) continue;
+                    t.decode = (lazyattn_tile_params){0, keys[i], wgs[j], 1, vrows[v], 1, dims, 2, 2};
                     t.decode_groups_per_cu = gpc[g];
                     lazyattn_attention *a;
                     int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);

@@ -169,9 +169,11 @@ typedef struct lazyattn_attention_config {
     int n_kv_heads;
     int head_dim;   /* 16..256, multiple of 8 */
     int block_size; /* tokens per KV block, 1..LAZYATTN_MAX_BLOCK_SIZE; default 16. The
-                     * portable kernels' local memory does not grow with it (tiles of
-                     * lazyattn_tile_params); what a device refuses is head_dim x group
-                     * tiles over its local memory (UNSUPPORTED, see there) */
+                     * portable prefill's local memory does not grow with it (tiles of
+                     * lazyattn_tile_params), the decode's chunks hold at least one
+                     * block (4 x heads x block_size bytes of scores); what a device
+                     * refuses is head_dim x group tiles over its local memory
+                     * (UNSUPPORTED, see there) */
     lazyattn_dtype dtype;      /* K/V storage type */
     lazyattn_rope_config rope; /* style NONE for no rotation */
     int alibi;                 /* 1: add slope_h * (key_pos - query_pos) (standard ALiBi slopes) */
@@ -422,17 +424,21 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
                                                lazyattn_attention_config *config);
 
 /*
- * Launch geometry of the portable kernels (cl/flash.h), CLBlast style: each
- * field becomes a -D build option. Zero in any field means "choose": from
- * the tuning database (lib/tuning_db.inc, written by examples/tune_kernels)
- * for this device name, head_dim, group and dtype, else from the device's
- * local memory, compute units and work-group limit. A tile is a register-
- * tiled flash attention step over `keys` key slots for `rows` rows (rows =
- * query tokens x the group's query heads; the decode has one token, so its
- * rows are always the group size).
+ * Launch geometry of the portable kernels (cl/flash.h, cl/decode.cl),
+ * CLBlast style: each field becomes a -D build option. Zero in any field
+ * means "choose": from the tuning database (lib/tuning_db.inc, written by
+ * examples/tune_kernels) for this device name, head_dim, group and dtype,
+ * else from the device's local memory, compute units and work-group limit.
+ * A prefill tile is a register-tiled flash attention step over `keys` key
+ * slots for `rows` rows (rows = query tokens x the group's query heads).
+ * The decode (no local staging of K/V) uses: rows = query heads per
+ * work-group (always chosen: the largest divisor of the group up to 8 that
+ * fits), keys = key slots per chunk (whole blocks, at least one), work_group,
+ * out_dims = dims per work-item in its output step, score_keys = V rows in
+ * flight per work-item there; the other fields are checked but unused.
  *
- * Limits: the tiles need about 4 * ((rows + keys * buffers) * (head_dim + 4)
- * + rows * keys) bytes of local memory (buffers: 2 with kv_together 1, else
+ * Limits: the prefill's tiles need about 4 * ((rows + keys * buffers) *
+ * (head_dim + 4) + rows * keys) bytes of local memory (buffers: 2 with kv_together 1, else
  * 1); when the smallest tiles (rows = the group, keys shrunk) exceed the
  * device's local memory (CL_DEVICE_LOCAL_MEM_SIZE) the configuration is
  * refused with LAZYATTN_STATUS_UNSUPPORTED naming the local memory: e.g. 64
@@ -442,7 +448,7 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
  * not enter it.
  */
 typedef struct lazyattn_tile_params {
-    int rows;        /* prefill: multiple of the group; decode: ignored (the group) */
+    int rows;        /* prefill: multiple of the group; decode: chosen (heads per work-group) */
     int keys;        /* key slots per staged tile, >= 1 */
     int work_group;  /* work-items per group, >= 1 and <= the device's limit */
     int score_rows;  /* register tile of scores: rows x keys per work-item */

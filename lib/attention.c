@@ -256,7 +256,7 @@ int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_
                                               "kv_write", "rope_apply", "flash", "prefill",
                                               "materialise"};
     static const char *const decode_src[] = {"block_entry", "kernel_abi", "storage", "rope",
-                                             "flash", "decode"};
+                                             "decode"};
     static const char *const batched_src[] = {"block_entry", "kernel_abi", "storage", "rope",
                                               "flash", "prefill_batched"};
     LZ_CHECK_ARG(which >= 0 && which < LZ_PORTABLE_PROGRAMS,
@@ -608,6 +608,7 @@ static int lz_nv_decode_waves(const lazyattn_attention *a) {
  * four times over, but never more splits than entries. */
 static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_entries) {
     int64_t groups = (int64_t)n_seqs * a->cfg.n_kv_heads;
+    if (!a->fast) groups *= a->group / a->tune.decode.rows; /* head subsets (cl/decode.cl) */
     if (a->fast) {
         /* one warp per split: aim at `waves` warps per compute unit, with
          * at least 8 blocks per split so the ring of blocks stays full */
@@ -616,10 +617,10 @@ static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_ent
         return want < 1 ? 1 : (int)want;
     }
     /* aim at decode_groups_per_cu work-groups per compute unit, each split
-     * at least two key tiles long */
+     * at least one chunk of the kernel long */
     int64_t want = ((int64_t)a->tune.decode_groups_per_cu * a->ctx->compute_units + groups - 1) / groups;
     int64_t tile_entries = a->tune.decode.keys >= a->cfg.block_size ? a->tune.decode.keys / a->cfg.block_size : 1;
-    int64_t most = max_entries / (2 * tile_entries);
+    int64_t most = max_entries / tile_entries;
     if (want > most) want = most;
     if (want < 1) want = 1;
     return (int)want;
@@ -714,8 +715,10 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
         if (n_splits == 1) return LAZYATTN_STATUS_OK;
     } else {
         if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
+        /* one work-group per (split, KV head x subset of its heads, sequence) */
         size_t local[3] = {(size_t)a->tune.decode.work_group, 1, 1};
-        size_t global[3] = {local[0] * n_splits, (size_t)nkv, (size_t)d->n_seqs};
+        size_t global[3] = {local[0] * n_splits, (size_t)nkv * (size_t)(a->group / a->tune.decode.rows),
+                            (size_t)d->n_seqs};
         st = lz_enqueue(a, LZ_K_DECODE, 3, global, local, queue, NULL, fn);
         if (st) return st;
     }

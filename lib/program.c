@@ -44,8 +44,8 @@ static void lz_log_build(lazyattn_context *ctx, cl_program program, lazyattn_log
         CL_SUCCESS) {
         log[size] = 0;
         /* lz_log truncates; long logs go out in pieces. */
-        for (size_t off = 0; off < size && log[off]; off += 900)
-            lz_log(ctx, level, "build log [%s]%s: %.900s", key, off ? " (cont.)" : "", log + off);
+        for (size_t off = 0; off < size && log[off]; off += 480)
+            lz_log(ctx, level, "build log [%s]%s: %.480s", key, off ? " (cont.)" : "", log + off);
     }
     free(log);
 }

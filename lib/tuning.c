@@ -32,12 +32,35 @@ static long lz_out_per_item(const lazyattn_tile_params *t, int head_dim) {
     return (n + t->work_group - 1) / t->work_group;
 }
 
+/* The decode kernel (cl/decode.cl): rows = heads per work-group, keys =
+ * key slots per chunk (whole blocks, at least one), out_dims = dims per
+ * work-item of the output step. Its local memory and output registers. */
+static long lz_decode_chunk_slots(const lazyattn_tile_params *t, int block) {
+    return (long)(t->keys >= block ? t->keys / block : 1) * block;
+}
+size_t lz_decode_local_bytes(const lazyattn_tile_params *t, int head_dim, int block) {
+    const size_t rows = (size_t)t->rows, wg = (size_t)t->work_group, nvo = (size_t)(head_dim / t->out_dims);
+    const size_t kg = wg >= nvo ? wg / nvo : 1, rp = wg / rows >= 32 ? 32 : (wg / rows >= 1 ? wg / rows : 1);
+    const size_t slots = (size_t)lz_decode_chunk_slots(t, block), entries = slots / (size_t)block;
+    return sizeof(float) * (2 * rows * (size_t)head_dim + rows * slots + rows * rp + 2 * rows +
+                            kg * (size_t)head_dim + kg) +
+           8 * slots + 12 * entries + 64;
+}
+static long lz_decode_out_per_item(const lazyattn_tile_params *t, int head_dim) {
+    const long nvo = head_dim / t->out_dims, vpi = t->work_group >= nvo ? 1 : (nvo + t->work_group - 1) / t->work_group;
+    return vpi * t->rows * t->out_dims;
+}
+
 /* Checks the ranges of a set tile (every field non-zero). */
 static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params *t, int group,
-                         int head_dim, const char *what) {
-    LZ_CHECK_ARG(t->rows >= group && t->rows % group == 0 && t->rows <= 1024,
-                 "tuning (%s): rows %d must be a multiple of the group %d, at most 1024", what,
-                 t->rows, group);
+                         int head_dim, int block, int decode, const char *what) {
+    if (decode)
+        LZ_CHECK_ARG(t->rows >= 1 && group % t->rows == 0,
+                     "tuning (%s): heads per work-group %d must divide the group %d", what, t->rows, group);
+    else
+        LZ_CHECK_ARG(t->rows >= group && t->rows % group == 0 && t->rows <= 1024,
+                     "tuning (%s): rows %d must be a multiple of the group %d, at most 1024", what,
+                     t->rows, group);
     LZ_CHECK_ARG(t->keys >= 1 && t->keys <= 1024, "tuning (%s): keys %d outside 1..1024", what, t->keys);
     LZ_CHECK_ARG(t->score_rows >= 1 && t->score_rows <= 16 && t->score_keys >= 1 &&
                      t->score_keys <= 16 && t->keys % t->score_keys == 0,
@@ -58,55 +81,80 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "tuning (%s): work-group %d exceeds the device's work-group limit %zu", what,
                        t->work_group, ctx->max_work_group_size);
-    size_t need = lz_tile_local_bytes(t, head_dim);
+    size_t need = decode ? lz_decode_local_bytes(t, head_dim, block) : lz_tile_local_bytes(t, head_dim);
     if (need > ctx->local_mem_size)
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "tuning (%s): tiles of %d rows x %d keys x head_dim %d need %zu B of local "
                        "memory, the device has %llu B",
                        what, t->rows, t->keys, head_dim, need, (unsigned long long)ctx->local_mem_size);
-    LZ_CHECK_ARG(lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims <= 256,
-                 "tuning (%s): %ld output values per work-item (at most 256)", what,
-                 lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims);
+    const long outs = decode ? lz_decode_out_per_item(t, head_dim)
+                             : lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims;
+    LZ_CHECK_ARG(outs <= 256, "tuning (%s): %ld output values per work-item (at most 256)", what, outs);
     return LAZYATTN_STATUS_OK;
 }
 
-/* Fills the zero fields of t: the register tiles first, then the largest
+/* Largest divisor of the group at most `most`. */
+static int lz_group_divisor(int group, int most) {
+    int d = most < group ? most : group;
+    while (d > 1 && group % d) d--;
+    return d < 1 ? 1 : d;
+}
+
+/* The decode's zero fields (cl/decode.cl): heads per work-group up to 8 (a
+ * divisor of the group), chunks of 256 key slots, 128 work-items, 8 dims per
+ * work-item and 4 V rows in flight (score_keys) in the output step; chunks,
+ * then heads, shrink to fit. */
+static void lz_decode_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group,
+                               int head_dim, int block) {
+    const lazyattn_tile_params set = *t;
+    t->rows = lz_group_divisor(group, 8);
+    if (!t->score_rows) t->score_rows = 1;
+    if (!t->out_rows) t->out_rows = 1;
+    if (!t->out_dims) t->out_dims = head_dim % 8 == 0 ? 8 : 4;
+    if (!t->kv_together) t->kv_together = 2;
+    if (!t->prefetch) t->prefetch = 2;
+    if (!t->keys) t->keys = 256;
+    /* score_keys: V rows in flight per work-item in the output step: 4 (or
+     * what divides keys) measured best on the H200 (PERFLOG, portable p5) */
+    if (!t->score_keys)
+        for (t->score_keys = 4; t->keys % t->score_keys; t->score_keys /= 2) {
+        }
+    if (!t->work_group) {
+        t->work_group = 128;
+        if ((size_t)t->work_group > ctx->max_work_group_size) t->work_group = (int)ctx->max_work_group_size;
+    }
+    for (int i = 0; i < 24 && lz_decode_local_bytes(t, head_dim, block) > ctx->local_mem_size; i++) {
+        if (!set.keys && t->keys > block && t->keys / 2 % t->score_keys == 0) t->keys /= 2;
+        else if (t->rows > 1) t->rows = lz_group_divisor(group, t->rows - 1);
+        else break;
+    }
+    while (lz_decode_out_per_item(t, head_dim) > 256 && t->rows > 1) t->rows = lz_group_divisor(group, t->rows - 1);
+}
+
+/* Fills the zero fields of the prefill's t: the register tiles first, then the largest
  * tiles that fit the device's local memory. */
 static void lz_tile_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group,
-                             int head_dim, int decode) {
+                             int head_dim) {
     const lazyattn_tile_params set = *t;
-    if (decode) {
-        t->rows = group;
-        if (!t->score_rows) t->score_rows = 1;
-        if (!t->score_keys) t->score_keys = 1;
-        if (!t->out_rows) t->out_rows = 1;
-        if (!t->out_dims) t->out_dims = 4;
-        if (!t->kv_together) t->kv_together = 1;
-        if (!t->keys) t->keys = 32;
-        /* the register prefetch measured slower on the H200 (docs/PERFLOG.md, portable p4) */
-        if (!t->prefetch) t->prefetch = 2;
-    } else {
-        if (!t->rows) t->rows = group * (group < 32 ? 32 / group : 1);
-        if (!t->score_rows) t->score_rows = t->rows >= 4 ? 4 : 1;
-        if (!t->score_keys) t->score_keys = 4;
-        if (!t->out_rows) t->out_rows = t->rows >= 8 ? 8 : t->rows;
-        if (!t->out_dims) t->out_dims = head_dim % 8 == 0 ? 8 : 4;
-        if (!t->kv_together) t->kv_together = 2;
-        if (!t->keys) t->keys = 32;
-        if (!t->prefetch) t->prefetch = 2;
-    }
+    if (!t->rows) t->rows = group * (group < 32 ? 32 / group : 1);
+    if (!t->score_rows) t->score_rows = t->rows >= 4 ? 4 : 1;
+    if (!t->score_keys) t->score_keys = 4;
+    if (!t->out_rows) t->out_rows = t->rows >= 8 ? 8 : t->rows;
+    if (!t->out_dims) t->out_dims = head_dim % 8 == 0 ? 8 : 4;
+    if (!t->kv_together) t->kv_together = 2;
+    if (!t->keys) t->keys = 32;
+    if (!t->prefetch) t->prefetch = 2;
     /* shrink what was not set until the tiles fit the local memory */
     for (int i = 0; i < 16 && lz_tile_local_bytes(t, head_dim) > ctx->local_mem_size; i++) {
         if (!set.kv_together && !set.prefetch && t->kv_together == 1) t->kv_together = 2, t->prefetch = 2;
         else if (!set.keys && t->keys > 1 && t->keys / 2 % t->score_keys == 0) t->keys /= 2;
-        else if (!decode && !set.rows && t->rows / 2 >= group && t->rows / 2 % group == 0) t->rows /= 2;
+        else if (!set.rows && t->rows / 2 >= group && t->rows / 2 % group == 0) t->rows /= 2;
         else break;
     }
     if (!set.score_keys && t->keys % t->score_keys) t->score_keys = 1;
     if (!t->work_group) {
         /* one work-item per score tile, within the device's limit */
         long wg = (long)((t->rows + t->score_rows - 1) / t->score_rows) * (t->keys / t->score_keys);
-        if (decode && wg < 128) wg = 128;
         if (wg > (long)ctx->max_work_group_size) wg = (long)ctx->max_work_group_size;
         if (wg > 1024) wg = 1024;
         t->work_group = (int)wg;
@@ -154,11 +202,11 @@ int lz_tuning_choose_for(const lz_device_limits *ctx, const lazyattn_attention_c
         lz_merge(&out->decode, &dbd);
         if (!out->decode_groups_per_cu) out->decode_groups_per_cu = db->decode_groups_per_cu;
     }
-    lz_tile_defaults(ctx, &out->prefill, group, c->head_dim, 0);
-    lz_tile_defaults(ctx, &out->decode, group, c->head_dim, 1);
+    lz_tile_defaults(ctx, &out->prefill, group, c->head_dim);
+    lz_decode_defaults(ctx, &out->decode, group, c->head_dim, c->block_size);
     if (!out->decode_groups_per_cu) out->decode_groups_per_cu = 8;
-    int st = lz_tile_check(ctx, &out->prefill, group, c->head_dim, "prefill");
-    if (!st) st = lz_tile_check(ctx, &out->decode, group, c->head_dim, "decode");
+    int st = lz_tile_check(ctx, &out->prefill, group, c->head_dim, c->block_size, 0, "prefill");
+    if (!st) st = lz_tile_check(ctx, &out->decode, group, c->head_dim, c->block_size, 1, "decode");
     if (st == LAZYATTN_STATUS_UNSUPPORTED) {
         char why[400];
         snprintf(why, sizeof why, "%s", lazyattn_last_error());

@@ -21,8 +21,10 @@ typedef struct lz_device_limits {
 } lz_device_limits;
 int lz_tuning_choose_for(const lz_device_limits *device, const lazyattn_attention_config *config,
                          const lazyattn_kernel_tuning *user, lazyattn_kernel_tuning *out);
-/* Local memory the tiles of t need, in bytes. */
+/* Local memory the prefill's tiles of t need, in bytes. */
 size_t lz_tile_local_bytes(const lazyattn_tile_params *t, int head_dim);
+/* Local memory of the decode kernel (cl/decode.cl) with t, in bytes. */
+size_t lz_decode_local_bytes(const lazyattn_tile_params *t, int head_dim, int block);
 /* Appends the -D options of t to buf; -1 if they do not fit. */
 int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t size);
 
