@@ -6,6 +6,7 @@
 #include "serve.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,17 @@ typedef struct serve_layer {
     cl_mem w_up;      /* [hidden, ffn] */
     cl_mem w_down;    /* [ffn, hidden] */
 } serve_layer;
+
+/* One host block a non-blocking upload reads from; reused once the write
+ * that last read it has completed (its event), grown when too small. With
+ * SERVE_STAGING_SLOTS slots a block comes back after that many uploads
+ * (several forwards later), so the wait is almost never a real one. */
+#define SERVE_STAGING_SLOTS 32
+typedef struct serve_staging {
+    void *host;
+    size_t cap;
+    cl_event done; /* the last write from host, NULL when none is pending */
+} serve_staging;
 
 struct serve_model {
     lazyattn_context *ctx;
@@ -66,6 +78,9 @@ struct serve_model {
     int table_cap;
     cl_mem q_indptr, table_indptr; /* [indptr_cap] int32: batched prefill */
     int indptr_cap;
+    /* host staging of the non-blocking uploads, reused round robin */
+    serve_staging staging[SERVE_STAGING_SLOTS];
+    int staging_next;
 };
 
 static size_t serve_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -91,39 +106,55 @@ static void serve_release(cl_mem *b) {
     *b = NULL;
 }
 
-static void CL_CALLBACK serve_upload_done(cl_event e, cl_int status, void *copy) {
-    (void)e;
-    (void)status;
-    free(copy);
-}
-
 /* Uploads small index arrays without waiting for the queue: the bytes are
- * copied into a private host block that the write's completion callback
- * frees, so the host can enqueue the next forward while the device still
- * runs this one (a blocking write would drain the queue first). */
+ * copied into a staging block of the model (round robin, grown on demand,
+ * no allocation per call once grown), so the host can enqueue the next
+ * forward while the device still runs this one (a blocking write would
+ * drain the queue first). */
 static int serve_upload(serve_model *m, cl_mem dst, const void *src, size_t bytes) {
     if (bytes == 0) return LAZYATTN_STATUS_OK;
-    if (m->timer) m->timer->enqueues++;
     double t0 = serve_now(), c0 = m->timer ? serve_thread_cpu_now() : 0;
-    void *copy = malloc(bytes);
-    cl_int err;
-    if (!copy) { /* no memory for the copy: fall back to a blocking write */
+    if (m->timer) m->timer->enqueues++;
+    serve_staging *sl = &m->staging[m->staging_next];
+    m->staging_next = (m->staging_next + 1) % SERVE_STAGING_SLOTS;
+    cl_int err = CL_SUCCESS;
+    if (sl->done) { /* the write that last read this block */
+        err = clWaitForEvents(1, &sl->done);
+        clReleaseEvent(sl->done);
+        sl->done = NULL;
+    }
+    if (err == CL_SUCCESS && bytes > sl->cap) {
+        size_t cap = sl->cap > 4096 ? sl->cap : 4096;
+        while (cap < bytes) cap = cap > SIZE_MAX / 2 ? bytes : 2 * cap;
+        void *p = realloc(sl->host, cap);
+        if (p) sl->host = p, sl->cap = cap;
+    }
+    if (err != CL_SUCCESS) {
+        /* a failed earlier write: report it */
+    } else if (bytes > sl->cap) { /* no memory for the copy: a blocking write */
         err = clEnqueueWriteBuffer(m->queue, dst, CL_TRUE, 0, bytes, src, 0, NULL, NULL);
     } else {
-        memcpy(copy, src, bytes);
-        cl_event ev = NULL;
-        err = clEnqueueWriteBuffer(m->queue, dst, CL_FALSE, 0, bytes, copy, 0, NULL, &ev);
-        if (err != CL_SUCCESS) {
-            free(copy);
-        } else if (clSetEventCallback(ev, CL_COMPLETE, serve_upload_done, copy) != CL_SUCCESS) {
-            clWaitForEvents(1, &ev);
-            free(copy);
-        }
-        if (ev) clReleaseEvent(ev);
+        memcpy(sl->host, src, bytes);
+        err = clEnqueueWriteBuffer(m->queue, dst, CL_FALSE, 0, bytes, sl->host, 0, NULL,
+                                   &sl->done);
+        if (err != CL_SUCCESS) sl->done = NULL;
     }
     if (m->timer) m->timer->upload_s += serve_now() - t0;
     if (m->timer) m->timer->upload_cpu_s += serve_thread_cpu_now() - c0;
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "clEnqueueWriteBuffer");
+}
+
+/* Waits for the pending uploads and frees the staging blocks. */
+static void serve_staging_release(serve_model *m) {
+    for (int i = 0; i < SERVE_STAGING_SLOTS; i++) {
+        serve_staging *sl = &m->staging[i];
+        if (sl->done) {
+            clWaitForEvents(1, &sl->done);
+            clReleaseEvent(sl->done);
+        }
+        free(sl->host);
+        memset(sl, 0, sizeof *sl);
+    }
 }
 
 /* Grows the table buffers to hold n entries. */
@@ -284,6 +315,7 @@ static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float
 
 void serve_model_destroy(serve_model *m) {
     if (!m) return;
+    serve_staging_release(m);
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             serve_layer *L = &m->layers[l];
