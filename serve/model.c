@@ -38,7 +38,7 @@ typedef struct serve_layer {
  * that last read it has completed (its event), grown when too small. With
  * SERVE_STAGING_SLOTS slots a block comes back after that many uploads
  * (several forwards later), so the wait is almost never a real one. */
-#define SERVE_STAGING_SLOTS 32
+#define SERVE_STAGING_SLOTS 128
 typedef struct serve_staging {
     void *host;
     size_t cap;
@@ -118,10 +118,16 @@ static int serve_upload(serve_model *m, cl_mem dst, const void *src, size_t byte
     serve_staging *sl = &m->staging[m->staging_next];
     m->staging_next = (m->staging_next + 1) % SERVE_STAGING_SLOTS;
     cl_int err = CL_SUCCESS;
-    if (sl->done) { /* the write that last read this block */
+    if (sl->done) { /* the write that last read this block: waiting on the device is a wait */
+        double w0 = serve_now(), wc0 = m->timer ? serve_thread_cpu_now() : 0;
         err = clWaitForEvents(1, &sl->done);
         clReleaseEvent(sl->done);
         sl->done = NULL;
+        if (m->timer) {
+            double w = serve_now() - w0, wc = serve_thread_cpu_now() - wc0;
+            m->timer->wait_s += w, m->timer->wait_cpu_s += wc;
+            t0 += w, c0 += wc; /* not an upload's time */
+        }
     }
     if (err == CL_SUCCESS && bytes > sl->cap) {
         size_t cap = sl->cap > 4096 ? sl->cap : 4096;
