@@ -288,6 +288,17 @@ static void test_batched_prefill_matches_segments(void **state) {
     serve_model *chunked = NULL;
     CHECK(serve_model_create(s->ctx, &cfg, &chunked));
     CHECK(serve_model_init_random(chunked, 7)); /* the same weights as s->model */
+    /* a document longer than a chunk: some chunk must end inside it */
+    int longest = 0;
+    for (int r = 0; r < N_REQ; r++) {
+        const int32_t *docs[8];
+        int32_t lens[8];
+        lazyattn_request_desc desc;
+        CHECK(lazyattn_workload_get_request_desc(s->wl, r, docs, lens, &desc));
+        for (int d = 0; d < desc.n_docs; d++)
+            if (desc.doc_lengths[d] > longest) longest = desc.doc_lengths[d];
+    }
+    assert_true(longest > cfg.max_rows);
     lazyattn_cache_policy policies[2] = {LAZYATTN_CACHE_POLICY_LAZY, LAZYATTN_CACHE_POLICY_POSITION};
     for (int p = 0; p < 2; p++) {
         eq_result batched = {0}, segments = {0}, batched24 = {0}, segments24 = {0};
