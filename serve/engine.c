@@ -1,9 +1,13 @@
 /* The serving engine: turns a lazyattn request plan into model work
  * (copies, isolated document prefills, the question prefill) and runs
- * decode steps over a batch of requests. The decode batch's tables live in
- * a lazyattn device plan, updated in place each step (only what the
- * appends changed is written); the question's prefill reads its table from
- * a one-sequence device plan. */
+ * decode steps over a batch of requests. A request's prefill rows (prefix,
+ * missed documents, question) go through one forward per chunk with one
+ * batched ragged prefill per layer over a per-request batch table kept in a
+ * two-sequence device plan (serve_engine_prefill_batched); the previous
+ * per-segment path stays behind serve_engine_use_batched_prefill(e, 0). The
+ * decode batch's tables live in a lazyattn device plan, updated in place
+ * each step (only what the appends changed is written); the per-segment
+ * path's question prefill reads its table from a one-sequence device plan. */
 #include "serve.h"
 
 #include <stdlib.h>
@@ -128,8 +132,6 @@ static int serve_engine_plan_update(serve_engine *e, lazyattn_device_plan *plan,
 
 /* ---- copies (position-aware copy hits) ---- */
 
-static int n_layers_of(const serve_engine *e) { return serve_model_get_config(e->model)->n_layers; }
-
 static int serve_engine_copies(serve_engine *e, const lazyattn_plan *plan) {
     int n = plan->n_copies;
     if (n == 0) return LAZYATTN_STATUS_OK;
@@ -163,8 +165,8 @@ static int serve_engine_copies(serve_engine *e, const lazyattn_plan *plan) {
     if (err != CL_SUCCESS) return serve_cl_fail(err, "upload copy list");
     lazyattn_attention *attn = serve_model_attention(e->model);
     serve_timer *timer = serve_model_timer(e->model);
-    if (timer) timer->enqueues += 2 + n_layers_of(e);
     int n_layers = serve_model_get_config(e->model)->n_layers;
+    if (timer) timer->enqueues += 2 + n_layers;
     for (int l = 0; l < n_layers; l++) {
         double t0 = serve_now();
         int st = lazyattn_materialise(attn, e->pool, l, n, e->copy_src, e->copy_dst, q,

@@ -287,10 +287,12 @@ void serve_engine_destroy(serve_engine *e);
 /*
  * Everything before the first token of one planned request: materialises
  * the copy hits (every layer), prefills what the plan asks in prompt order
- * (the prefix; each missed document alone at document-local positions
- * 0..L-1, its keys written at the stored positions the policy chose; the
- * question over the whole context), commits the request and returns the
- * argmax of the last question token. Chunks of at most max_rows tokens.
+ * (the prefix; each missed document alone, as if at document-local
+ * positions 0..L-1, its keys written at the stored positions the policy
+ * chose; the question over the whole context), commits the request and
+ * returns the argmax of the last question token. Chunks of at most
+ * max_rows tokens: by default each chunk is one forward over all the
+ * segments it holds (serve_engine_use_batched_prefill).
  * desc must be the description the request was created from; it needs a
  * question (n_question >= 1).
  */

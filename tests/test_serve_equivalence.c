@@ -336,6 +336,89 @@ static void test_batched_prefill_matches_segments(void **state) {
     serve_model_destroy(chunked);
 }
 
+/* Bad batched prefill arguments: refused on the host with INVALID_ARGUMENT
+ * before anything is enqueued; then a good batch of two one-block
+ * sequences runs (the model stays usable). */
+static void test_batched_prefill_bad_arguments(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    serve_engine_use_batched_prefill(NULL, 1); /* no-op */
+    const serve_model_config *mc = serve_model_get_config(s->model);
+    lazyattn_pool_config pc;
+    serve_model_pool_config(mc, 1u << 20, &pc);
+    lazyattn_pool *pool = NULL;
+    CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
+    int32_t blocks[2];
+    CHECK(lazyattn_pool_alloc(pool, 2, blocks));
+    int32_t tokens[6] = {1, 2, 3, 4, 5, 6}, pos[6] = {0, 1, 2, 0, 1, 2}, slots[6];
+    uint64_t table[2];
+    int32_t entry_pos[2] = {0, 0};
+    for (int i = 0; i < 6; i++) slots[i] = blocks[i / 3] * mc->block_size + i % 3;
+    CHECK(lazyattn_entry_pack(blocks[0], 0, 3, &table[0]));
+    CHECK(lazyattn_entry_pack(blocks[1], 0, 3, &table[1]));
+    int32_t q_ind[3] = {0, 3, 6}, t_ind[3] = {0, 1, 2};
+    serve_prefill_args a = {.n_tokens = 6, .tokens = tokens, .q_pos = pos, .slots = slots,
+                            .stored_pos = pos, .n_entries = 2, .table = table,
+                            .entry_pos = entry_pos, .n_seqs = 2, .q_indptr = q_ind,
+                            .table_indptr = t_ind, .max_queries = 3};
+    struct {
+        const char *what;
+        int32_t q[3], t[3];
+        int n_seqs, max_q;
+        int null_q;
+    } bad[] = {
+        {"q_indptr NULL", {0, 3, 6}, {0, 1, 2}, 2, 3, 1},
+        {"negative n_seqs", {0, 3, 6}, {0, 1, 2}, -1, 3, 0},
+        {"rows do not end at n_tokens", {0, 3, 5}, {0, 1, 2}, 2, 3, 0},
+        {"first row not 0", {1, 3, 6}, {0, 1, 2}, 2, 3, 0},
+        {"decreasing rows", {0, 4, 3}, {0, 1, 2}, 2, 4, 0},
+        {"sequence longer than max_queries", {0, 3, 6}, {0, 1, 2}, 2, 2, 0},
+        {"max_queries above the rows", {0, 3, 6}, {0, 1, 2}, 2, 7, 0},
+        {"entries past the table", {0, 3, 6}, {0, 1, 3}, 2, 3, 0},
+        {"negative entry offset", {0, 3, 6}, {-1, 1, 2}, 2, 3, 0},
+        {"decreasing entries", {0, 3, 6}, {0, 2, 1}, 2, 3, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        serve_prefill_args b = a;
+        b.q_indptr = bad[i].null_q ? NULL : bad[i].q;
+        b.table_indptr = bad[i].t;
+        b.n_seqs = bad[i].n_seqs;
+        b.max_queries = bad[i].max_q;
+        int st = serve_model_prefill(s->model, pool, &b, NULL);
+        if (st != LAZYATTN_STATUS_INVALID_ARGUMENT)
+            fail_msg("%s: status %d (%s)", bad[i].what, st, serve_last_error());
+    }
+    /* the good batch: two sequences of 3 tokens, each over its own block */
+    int32_t next = -1;
+    a.want_logits = 1;
+    CHECK(serve_model_prefill(s->model, pool, &a, &next));
+    assert_true(next >= 0 && next < mc->vocab);
+    const int V = mc->vocab;
+    float *batched = malloc((size_t)V * sizeof(float)), *alone = malloc((size_t)V * sizeof(float));
+    assert_non_null(batched);
+    assert_non_null(alone);
+    CHECK(serve_model_read_logits(s->model, 1, batched));
+    /* the second sequence alone (its own block rewritten with the same K/V) */
+    serve_prefill_args one = {.n_tokens = 3, .tokens = tokens + 3, .q_pos = pos + 3,
+                              .slots = slots + 3, .stored_pos = pos + 3, .n_entries = 1,
+                              .table = &table[1], .entry_pos = entry_pos, .want_logits = 1};
+    int32_t next_alone = -1;
+    CHECK(serve_model_prefill(s->model, pool, &one, &next_alone));
+    CHECK(serve_model_read_logits(s->model, 1, alone));
+    assert_int_equal(next, next_alone);
+    double diff = 0, scale = 1e-30;
+    for (int v = 0; v < V; v++) {
+        diff = fmax(diff, fabs((double)batched[v] - alone[v]));
+        scale = fmax(scale, fabs((double)alone[v]));
+    }
+    printf("# a 2-sequence batch's last row vs that sequence alone: normalised logit error %.3g\n",
+           diff / scale);
+    assert_true(diff / scale <= 1e-5);
+    free(batched);
+    free(alone);
+    lazyattn_pool_destroy(pool);
+}
+
 /* A decode batch of fewer rows than max_rows over a large vocabulary: the
  * LM head SGEMM pads the rows up to CLBlast's tile, which takes temporary
  * memory that max_rows itself (a multiple of the tile) does not; the model
@@ -399,6 +482,7 @@ int main(void) {
         cmocka_unit_test(test_policies_agree),
         cmocka_unit_test(test_device_plans_bit_identical),
         cmocka_unit_test(test_batched_prefill_matches_segments),
+        cmocka_unit_test(test_batched_prefill_bad_arguments),
         cmocka_unit_test(test_wide_decode_batch),
     };
     return cmocka_run_group_tests_name("serve_equivalence", tests, setup, teardown);
