@@ -1,9 +1,13 @@
 /* The serving engine: turns a lazyattn request plan into model work
  * (copies, isolated document prefills, the question prefill) and runs
- * decode steps over a batch of requests. The decode batch's tables live in
- * a lazyattn device plan, updated in place each step (only what the
- * appends changed is written); the question's prefill reads its table from
- * a one-sequence device plan. */
+ * decode steps over a batch of requests. A request's prefill rows (prefix,
+ * missed documents, question) go through one forward per chunk with one
+ * batched ragged prefill per layer over a per-request batch table kept in a
+ * two-sequence device plan (serve_engine_prefill_batched); the previous
+ * per-segment path stays behind serve_engine_use_batched_prefill(e, 0). The
+ * decode batch's tables live in a lazyattn device plan, updated in place
+ * each step (only what the appends changed is written); the per-segment
+ * path's question prefill reads its table from a one-sequence device plan. */
 #include "serve.h"
 
 #include <stdlib.h>
@@ -28,6 +32,11 @@ struct serve_engine {
     lazyattn_device_plan *batch;  /* decode: up to row_cap sequences */
     lazyattn_device_plan *single; /* the question prefill: one sequence */
     lazyattn_plan_seq *seqs;      /* [row_cap] */
+    /* batched prefill (serve_engine_use_batched_prefill) */
+    int use_batched;              /* 1 (default); 0: one forward per segment chunk */
+    lazyattn_device_plan *prompt; /* the batch table: entries before the question, whole table */
+    int32_t *q_indptr, *t_indptr; /* [indptr_cap] */
+    int indptr_cap;
 };
 
 void serve_engine_destroy(serve_engine *e) {
@@ -43,6 +52,9 @@ void serve_engine_destroy(serve_engine *e) {
     free(e->seq_offsets);
     lazyattn_device_plan_destroy(e->batch);
     lazyattn_device_plan_destroy(e->single);
+    lazyattn_device_plan_destroy(e->prompt);
+    free(e->q_indptr);
+    free(e->t_indptr);
     free(e->seqs);
     free(e);
 }
@@ -76,11 +88,16 @@ int serve_engine_create(serve_model *model, lazyattn_pool *pool, serve_engine **
         pc.max_seqs = 1;
         st = lazyattn_device_plan_create(serve_model_context(model), &pc, &e->single);
     }
+    if (!st) {
+        pc.max_seqs = 2;
+        st = lazyattn_device_plan_create(serve_model_context(model), &pc, &e->prompt);
+    }
     if (st) {
         serve_engine_destroy(e);
         return serve_lz_fail(st, "lazyattn_device_plan_create");
     }
     e->use_plans = 1;
+    e->use_batched = 1;
     *out = e;
     return LAZYATTN_STATUS_OK;
 }
@@ -96,6 +113,20 @@ static int serve_engine_table_reserve(serve_engine *e, int n) {
     if (!p) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "engine table");
     e->entry_pos = p;
     e->table_cap = cap;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* lazyattn_device_plan_update on the model's queue, its writes counted as
+ * enqueues. */
+static int serve_engine_plan_update(serve_engine *e, lazyattn_device_plan *plan, int n,
+                                    const lazyattn_plan_seq *seqs) {
+    serve_timer *timer = serve_model_timer(e->model);
+    lazyattn_device_plan_info before, after;
+    int st = timer ? lazyattn_device_plan_get_info(plan, &before) : 0;
+    if (!st) st = lazyattn_device_plan_update(plan, n, seqs, serve_model_queue(e->model), NULL);
+    if (st) return serve_lz_fail(st, "lazyattn_device_plan_update");
+    if (timer && !lazyattn_device_plan_get_info(plan, &after))
+        timer->enqueues += after.writes - before.writes;
     return LAZYATTN_STATUS_OK;
 }
 
@@ -135,6 +166,7 @@ static int serve_engine_copies(serve_engine *e, const lazyattn_plan *plan) {
     lazyattn_attention *attn = serve_model_attention(e->model);
     serve_timer *timer = serve_model_timer(e->model);
     int n_layers = serve_model_get_config(e->model)->n_layers;
+    if (timer) timer->enqueues += 2 + n_layers;
     for (int l = 0; l < n_layers; l++) {
         double t0 = serve_now();
         int st = lazyattn_materialise(attn, e->pool, l, n, e->copy_src, e->copy_dst, q,
@@ -194,15 +226,28 @@ static void serve_host_stop(const serve_engine *e, serve_host_clock c, double *s
 static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
                                       const lazyattn_request_desc *desc, int32_t *first_token,
                                       int64_t *forwards);
+static int serve_engine_prefill_segments(serve_engine *e, lazyattn_request *req,
+                                         const lazyattn_request_desc *desc,
+                                         const lazyattn_plan *pl, int32_t *first_token,
+                                         int64_t *forwards);
+static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
+                                        const lazyattn_request_desc *desc,
+                                        const lazyattn_plan *plan, int32_t *first_token,
+                                        int64_t *forwards);
 
 int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_request_desc *desc,
                          int32_t *first_token) {
     if (!e) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: NULL argument");
     serve_host_clock c = serve_host_start(e);
     int64_t forwards = 0;
-    int st = serve_engine_prefill_timed(e, req, desc, first_token, &forwards);
     serve_timer *t = serve_model_timer(e->model);
-    if (t) serve_host_stop(e, c, &t->prefill_host_s, &t->prefill_cpu_s, &t->prefill_forwards, forwards);
+    int64_t enq0 = t ? t->enqueues : 0;
+    int st = serve_engine_prefill_timed(e, req, desc, first_token, &forwards);
+    if (t) {
+        serve_host_stop(e, c, &t->prefill_host_s, &t->prefill_cpu_s, &t->prefill_forwards, forwards);
+        t->prefill_enqueues += t->enqueues - enq0;
+        if (!st) t->prefill_requests++;
+    }
     return st;
 }
 
@@ -218,6 +263,26 @@ static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
     int st = lazyattn_request_get_plan(req, &plan);
     if (st) return serve_lz_fail(st, "lazyattn_request_get_plan");
     if ((st = serve_engine_copies(e, &plan))) return st;
+    if (e->use_batched && e->row_cap >= serve_model_get_config(e->model)->block_size)
+        st = serve_engine_prefill_batched(e, req, desc, &plan, first_token, forwards);
+    else
+        st = serve_engine_prefill_segments(e, req, desc, &plan, first_token, forwards);
+    if (st) return st;
+    /* Every prefilled token and copy is enqueued before any later use on
+     * this in-order queue: the new document blocks may be published. */
+    st = lazyattn_request_commit(req);
+    return st ? serve_lz_fail(st, "lazyattn_request_commit") : LAZYATTN_STATUS_OK;
+}
+
+/* One forward per chunk of each segment, over a table cut per chunk: each
+ * document alone at positions 0..L-1 (entries rebased), the question over
+ * the whole context. */
+static int serve_engine_prefill_segments(serve_engine *e, lazyattn_request *req,
+                                         const lazyattn_request_desc *desc,
+                                         const lazyattn_plan *pl, int32_t *first_token,
+                                         int64_t *forwards) {
+    const lazyattn_plan plan = *pl;
+    int st;
     const int max_rows = e->row_cap;
     int got_token = 0;
     for (int s = 0; s < plan.n_segments; s++) {
@@ -252,10 +317,9 @@ static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
             if (e->use_plans && is_question && first == 0 && n_ent == plan.n_entries &&
                 limit == plan.n_positions) {
                 lazyattn_plan_seq seq;
-                if ((st = lazyattn_plan_seq_from_request(req, &seq)) ||
-                    (st = lazyattn_device_plan_update(e->single, 1, &seq,
-                                                      serve_model_queue(e->model), NULL)))
+                if ((st = lazyattn_plan_seq_from_request(req, &seq)))
                     return serve_lz_fail(st, "device plan of the question");
+                if ((st = serve_engine_plan_update(e, e->single, 1, &seq))) return st;
                 dplan = e->single;
             } else if ((st = serve_engine_cut_table(e, &plan, first, n_ent, base, limit,
                                                     &n_table))) {
@@ -279,10 +343,163 @@ static int serve_engine_prefill_timed(serve_engine *e, lazyattn_request *req,
     if (!got_token)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_engine_prefill: the plan has no question segment");
-    /* Every prefilled token and copy is enqueued before any later use on
-     * this in-order queue: the new document blocks may be published. */
-    st = lazyattn_request_commit(req);
-    return st ? serve_lz_fail(st, "lazyattn_request_commit") : LAZYATTN_STATUS_OK;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- batched prefill ---- */
+
+static int serve_engine_indptr_reserve(serve_engine *e, int n) {
+    if (n <= e->indptr_cap) return LAZYATTN_STATUS_OK;
+    int cap = e->indptr_cap ? e->indptr_cap : 64;
+    while (cap < n) cap *= 2;
+    int32_t *q = realloc(e->q_indptr, (size_t)cap * sizeof *q);
+    if (!q) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "engine indptr");
+    e->q_indptr = q;
+    int32_t *t = realloc(e->t_indptr, (size_t)cap * sizeof *t);
+    if (!t) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "engine indptr");
+    e->t_indptr = t;
+    e->indptr_cap = cap;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Where a chunk may end inside segment seg, whose rows [a, n_tokens) are
+ * still to prefill, with room rows left: the furthest segment-local token
+ * t in (a, a + room] at which one of the segment's entries ends (so the
+ * entries before t are written whole and those after are not visible);
+ * n_tokens when the rest fits; 0 when no entry ends in reach. */
+static int serve_chunk_end(const lazyattn_plan *plan, const lazyattn_segment *seg, int a,
+                           int room) {
+    if (seg->n_tokens - a <= room) return seg->n_tokens;
+    int best = 0;
+    for (int i = seg->first_entry; i < seg->first_entry + seg->n_entries; i++) {
+        int32_t block, delta, len;
+        if (lazyattn_entry_unpack(plan->table[i], &block, &delta, &len)) return 0;
+        int end = plan->entry_pos[i] + len - seg->logical_start;
+        if (end > a && end <= a + room && end > best) best = end;
+    }
+    return best;
+}
+
+/* Entries of the segment whose tokens lie below segment-local token t. */
+static int serve_entries_below(const lazyattn_plan *plan, const lazyattn_segment *seg, int t) {
+    int k = 0;
+    for (int i = seg->first_entry; i < seg->first_entry + seg->n_entries; i++)
+        if (plan->entry_pos[i] - seg->logical_start < t) k++;
+    return k;
+}
+
+/* All of a request's prefill rows through one forward per chunk: see
+ * serve_engine_use_batched_prefill. The batch table is the entries before
+ * the question [0, n_before), then the whole table [n_before, n_before +
+ * n_whole): a prefix or document sequence reads its own entries where the
+ * plan has them, the question the second copy. Sequences in a chunk follow
+ * prompt order; an empty sequence skips entries between two ranges. */
+static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
+                                        const lazyattn_request_desc *desc,
+                                        const lazyattn_plan *plan, int32_t *first_token,
+                                        int64_t *forwards) {
+    (void)req;
+    const lazyattn_segment *question = NULL;
+    for (int s = 0; s < plan->n_segments; s++)
+        if (plan->segments[s].kind == LAZYATTN_SEGMENT_QUESTION) question = &plan->segments[s];
+    if (!question || question->n_cached >= question->n_tokens || question->n_entries < 1)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_prefill: the plan has no question segment to prefill");
+    const int n_before = question->first_entry;
+    const int n_whole = question->first_entry + question->n_entries;
+    if (n_whole > plan->n_entries)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: question entries");
+    int st;
+    if (e->use_plans) {
+        lazyattn_plan_seq seqs[2];
+        int ns = 0;
+        if (n_before > 0)
+            seqs[ns++] = (lazyattn_plan_seq){n_before, plan->table, plan->entry_pos, 0};
+        seqs[ns++] = (lazyattn_plan_seq){n_whole, plan->table, plan->entry_pos, 0};
+        if ((st = serve_engine_plan_update(e, e->prompt, ns, seqs))) return st;
+    } else {
+        if ((st = serve_engine_table_reserve(e, n_before + n_whole))) return st;
+        memcpy(e->table, plan->table, (size_t)n_before * sizeof *e->table);
+        memcpy(e->entry_pos, plan->entry_pos, (size_t)n_before * sizeof *e->entry_pos);
+        memcpy(e->table + n_before, plan->table, (size_t)n_whole * sizeof *e->table);
+        memcpy(e->entry_pos + n_before, plan->entry_pos, (size_t)n_whole * sizeof *e->entry_pos);
+    }
+    /* per chunk at most one sequence and one gap per segment */
+    if ((st = serve_engine_indptr_reserve(e, 2 * plan->n_segments + 2))) return st;
+    const int max_rows = e->row_cap;
+    int si = 0, a = plan->n_segments > 0 ? plan->segments[0].n_cached : 0;
+    int got_token = 0;
+    while (si < plan->n_segments) {
+        int n = 0, ns = 0, max_q = 0, want_logits = 0;
+        e->q_indptr[0] = 0;
+        while (si < plan->n_segments && n < max_rows) {
+            const lazyattn_segment *seg = &plan->segments[si];
+            if (a >= seg->n_tokens) { /* cached whole, or done */
+                if (++si < plan->n_segments) a = plan->segments[si].n_cached;
+                continue;
+            }
+            int b = serve_chunk_end(plan, seg, a, max_rows - n);
+            if (b <= a) {
+                if (n > 0) break; /* the next chunk starts with this segment */
+                return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                                  "serve_engine_prefill: no entry of segment %d ends within %d "
+                                  "rows of token %d", si, max_rows, a);
+            }
+            const int32_t *src = seg->kind == LAZYATTN_SEGMENT_PREFIX     ? desc->prefix
+                                 : seg->kind == LAZYATTN_SEGMENT_QUESTION ? desc->question
+                                                                          : desc->docs[seg->doc_index];
+            const int is_question = seg->kind == LAZYATTN_SEGMENT_QUESTION;
+            int off = seg->prefill_offset + (a - seg->n_cached);
+            for (int i = 0; i < b - a; i++) {
+                e->tokens[n + i] = src[a + i];
+                e->slots[n + i] = plan->prefill_slots[off + i];
+                e->stored[n + i] = plan->prefill_stored_pos[off + i];
+                e->q_pos[n + i] = plan->prefill_pos[off + i];
+            }
+            int below = serve_entries_below(plan, seg, b);
+            int r0 = is_question ? n_before : seg->first_entry;
+            int r1 = is_question ? n_before + question->first_entry + below : r0 + below;
+            if (ns == 0) {
+                e->t_indptr[0] = r0;
+            } else if (r0 > e->t_indptr[ns]) { /* an empty sequence over the entries between */
+                e->q_indptr[ns + 1] = e->q_indptr[ns];
+                e->t_indptr[ns + 1] = r0;
+                ns++;
+            } else if (r0 < e->t_indptr[ns]) {
+                return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                                  "serve_engine_prefill: segment %d's entries out of order", si);
+            }
+            n += b - a;
+            e->q_indptr[ns + 1] = n;
+            e->t_indptr[ns + 1] = r1;
+            ns++;
+            if (b - a > max_q) max_q = b - a;
+            want_logits = is_question && b == seg->n_tokens;
+            a = b;
+        }
+        if (n == 0) break;
+        serve_prefill_args pa = {.n_tokens = n,
+                                 .tokens = e->tokens,
+                                 .q_pos = e->q_pos,
+                                 .slots = e->slots,
+                                 .stored_pos = e->stored,
+                                 .n_entries = n_before + n_whole,
+                                 .table = e->table,
+                                 .entry_pos = e->entry_pos,
+                                 .want_logits = want_logits,
+                                 .plan = e->use_plans ? e->prompt : NULL,
+                                 .n_seqs = ns,
+                                 .q_indptr = e->q_indptr,
+                                 .table_indptr = e->t_indptr,
+                                 .max_queries = max_q};
+        if ((st = serve_model_prefill(e->model, e->pool, &pa, first_token))) return st;
+        (*forwards)++;
+        got_token |= want_logits;
+    }
+    if (!got_token)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_prefill: the plan has no question segment");
+    return LAZYATTN_STATUS_OK;
 }
 
 /* ---- decode ---- */
@@ -296,7 +513,9 @@ int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
     serve_host_clock c = serve_host_start(e);
     serve_timer *t = serve_model_timer(e->model);
     double up0 = t ? t->upload_s : 0, upc0 = t ? t->upload_cpu_s : 0;
+    int64_t enq0 = t ? t->enqueues : 0;
     int st = serve_engine_decode_timed(e, n, reqs, tokens, next);
+    if (t) t->decode_enqueues += t->enqueues - enq0;
     if (t && !st) {
         serve_host_stop(e, c, &t->decode_host_s, &t->decode_cpu_s, &t->decode_steps, 1);
         t->decode_tables_s += t->upload_s - up0;
@@ -324,9 +543,7 @@ static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *c
             if ((st = lazyattn_plan_seq_from_request(reqs[i], &e->seqs[i])))
                 return serve_lz_fail(st, "lazyattn_plan_seq_from_request");
         }
-        if ((st = lazyattn_device_plan_update(e->batch, n, e->seqs, serve_model_queue(e->model),
-                                              NULL)))
-            return serve_lz_fail(st, "lazyattn_device_plan_update");
+        if ((st = serve_engine_plan_update(e, e->batch, n, e->seqs))) return st;
         if (timer) {
             timer->decode_tables_s += serve_now() - t0;
             timer->decode_tables_cpu_s += serve_thread_cpu_now() - c0;
@@ -371,4 +588,8 @@ static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *c
 
 void serve_engine_use_device_plans(serve_engine *e, int on) {
     if (e) e->use_plans = on ? 1 : 0;
+}
+
+void serve_engine_use_batched_prefill(serve_engine *e, int on) {
+    if (e) e->use_batched = on ? 1 : 0;
 }

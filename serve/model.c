@@ -6,6 +6,7 @@
 #include "serve.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,17 @@ typedef struct serve_layer {
     cl_mem w_up;      /* [hidden, ffn] */
     cl_mem w_down;    /* [ffn, hidden] */
 } serve_layer;
+
+/* One host block a non-blocking upload reads from; reused once the write
+ * that last read it has completed (its event), grown when too small. With
+ * SERVE_STAGING_SLOTS slots a block comes back after that many uploads
+ * (several forwards later), so the wait is almost never a real one. */
+#define SERVE_STAGING_SLOTS 128
+typedef struct serve_staging {
+    void *host;
+    size_t cap;
+    cl_event done; /* the last write from host, NULL when none is pending */
+} serve_staging;
 
 struct serve_model {
     lazyattn_context *ctx;
@@ -64,6 +76,11 @@ struct serve_model {
     cl_mem table;     /* [table_cap] uint64 */
     cl_mem entry_pos; /* [table_cap] int32 */
     int table_cap;
+    cl_mem q_indptr, table_indptr; /* [indptr_cap] int32: batched prefill */
+    int indptr_cap;
+    /* host staging of the non-blocking uploads, reused round robin */
+    serve_staging staging[SERVE_STAGING_SLOTS];
+    int staging_next;
 };
 
 static size_t serve_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -89,38 +106,61 @@ static void serve_release(cl_mem *b) {
     *b = NULL;
 }
 
-static void CL_CALLBACK serve_upload_done(cl_event e, cl_int status, void *copy) {
-    (void)e;
-    (void)status;
-    free(copy);
-}
-
 /* Uploads small index arrays without waiting for the queue: the bytes are
- * copied into a private host block that the write's completion callback
- * frees, so the host can enqueue the next forward while the device still
- * runs this one (a blocking write would drain the queue first). */
+ * copied into a staging block of the model (round robin, grown on demand,
+ * no allocation per call once grown), so the host can enqueue the next
+ * forward while the device still runs this one (a blocking write would
+ * drain the queue first). */
 static int serve_upload(serve_model *m, cl_mem dst, const void *src, size_t bytes) {
     if (bytes == 0) return LAZYATTN_STATUS_OK;
     double t0 = serve_now(), c0 = m->timer ? serve_thread_cpu_now() : 0;
-    void *copy = malloc(bytes);
-    cl_int err;
-    if (!copy) { /* no memory for the copy: fall back to a blocking write */
+    if (m->timer) m->timer->enqueues++;
+    serve_staging *sl = &m->staging[m->staging_next];
+    m->staging_next = (m->staging_next + 1) % SERVE_STAGING_SLOTS;
+    cl_int err = CL_SUCCESS;
+    if (sl->done) { /* the write that last read this block: waiting on the device is a wait */
+        double w0 = serve_now(), wc0 = m->timer ? serve_thread_cpu_now() : 0;
+        err = clWaitForEvents(1, &sl->done);
+        clReleaseEvent(sl->done);
+        sl->done = NULL;
+        if (m->timer) {
+            double w = serve_now() - w0, wc = serve_thread_cpu_now() - wc0;
+            m->timer->wait_s += w, m->timer->wait_cpu_s += wc;
+            t0 += w, c0 += wc; /* not an upload's time */
+        }
+    }
+    if (err == CL_SUCCESS && bytes > sl->cap) {
+        size_t cap = sl->cap > 4096 ? sl->cap : 4096;
+        while (cap < bytes) cap = cap > SIZE_MAX / 2 ? bytes : 2 * cap;
+        void *p = realloc(sl->host, cap);
+        if (p) sl->host = p, sl->cap = cap;
+    }
+    if (err != CL_SUCCESS) {
+        /* a failed earlier write: report it */
+    } else if (bytes > sl->cap) { /* no memory for the copy: a blocking write */
         err = clEnqueueWriteBuffer(m->queue, dst, CL_TRUE, 0, bytes, src, 0, NULL, NULL);
     } else {
-        memcpy(copy, src, bytes);
-        cl_event ev = NULL;
-        err = clEnqueueWriteBuffer(m->queue, dst, CL_FALSE, 0, bytes, copy, 0, NULL, &ev);
-        if (err != CL_SUCCESS) {
-            free(copy);
-        } else if (clSetEventCallback(ev, CL_COMPLETE, serve_upload_done, copy) != CL_SUCCESS) {
-            clWaitForEvents(1, &ev);
-            free(copy);
-        }
-        if (ev) clReleaseEvent(ev);
+        memcpy(sl->host, src, bytes);
+        err = clEnqueueWriteBuffer(m->queue, dst, CL_FALSE, 0, bytes, sl->host, 0, NULL,
+                                   &sl->done);
+        if (err != CL_SUCCESS) sl->done = NULL;
     }
     if (m->timer) m->timer->upload_s += serve_now() - t0;
     if (m->timer) m->timer->upload_cpu_s += serve_thread_cpu_now() - c0;
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "clEnqueueWriteBuffer");
+}
+
+/* Waits for the pending uploads and frees the staging blocks. */
+static void serve_staging_release(serve_model *m) {
+    for (int i = 0; i < SERVE_STAGING_SLOTS; i++) {
+        serve_staging *sl = &m->staging[i];
+        if (sl->done) {
+            clWaitForEvents(1, &sl->done);
+            clReleaseEvent(sl->done);
+        }
+        free(sl->host);
+        memset(sl, 0, sizeof *sl);
+    }
 }
 
 /* Grows the table buffers to hold n entries. */
@@ -135,6 +175,21 @@ static int serve_table_reserve(serve_model *m, int n) {
     if (!st) st = serve_alloc(m, (size_t)cap * sizeof(int32_t), &m->entry_pos, "entry positions");
     if (st) return st;
     m->table_cap = cap;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Grows the batched prefill's indptr buffers to hold n values. */
+static int serve_indptr_reserve(serve_model *m, int n) {
+    if (n <= m->indptr_cap) return LAZYATTN_STATUS_OK;
+    int cap = m->indptr_cap ? m->indptr_cap : 64;
+    while (cap < n) cap *= 2;
+    serve_release(&m->q_indptr);
+    serve_release(&m->table_indptr);
+    m->indptr_cap = 0;
+    int st = serve_alloc(m, (size_t)cap * sizeof(int32_t), &m->q_indptr, "q_indptr");
+    if (!st) st = serve_alloc(m, (size_t)cap * sizeof(int32_t), &m->table_indptr, "table_indptr");
+    if (st) return st;
+    m->indptr_cap = cap;
     return LAZYATTN_STATUS_OK;
 }
 
@@ -180,7 +235,10 @@ static int serve_build(serve_model *m) {
 
 /* Host time spent inside enqueue calls, per phase (where launch overhead goes). */
 static void serve_host_add(serve_model *m, serve_phase p, double t0) {
-    if (m->timer) m->timer->host_s[p] += serve_now() - t0;
+    if (m->timer) {
+        m->timer->host_s[p] += serve_now() - t0;
+        m->timer->enqueues++;
+    }
 }
 
 static int serve_run(serve_model *m, cl_kernel k, cl_uint dims, const size_t *global,
@@ -263,6 +321,7 @@ static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float
 
 void serve_model_destroy(serve_model *m) {
     if (!m) return;
+    serve_staging_release(m);
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             serve_layer *L = &m->layers[l];
@@ -275,7 +334,7 @@ void serve_model_destroy(serve_model *m) {
     cl_mem *bufs[] = {&m->tok_embd, &m->output_norm, &m->output, &m->x, &m->h, &m->q, &m->k,
                       &m->v, &m->att, &m->g, &m->u, &m->logits, &m->tokens, &m->q_pos,
                       &m->slots, &m->stored_pos, &m->next, &m->seq_offsets, &m->table,
-                      &m->entry_pos, &m->gemm_temp};
+                      &m->entry_pos, &m->gemm_temp, &m->q_indptr, &m->table_indptr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) serve_release(bufs[i]);
     cl_kernel ks[] = {m->k_embed, m->k_rmsnorm, m->k_swiglu, m->k_argmax, m->k_fill};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
@@ -347,7 +406,7 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
         (st = serve_alloc(m, R * 4, &m->stored_pos, "stored_pos")) ||
         (st = serve_alloc(m, R * 4, &m->next, "next")) ||
         (st = serve_alloc(m, (R + 1) * 4, &m->seq_offsets, "seq_offsets")) ||
-        (st = serve_table_reserve(m, 256)))
+        (st = serve_table_reserve(m, 256)) || (st = serve_indptr_reserve(m, 64)))
         goto fail;
     /* CLBlast temporaries: the largest over every projection and the LM
      * head, for any rows <= max_rows at any offset. A call of fewer rows
@@ -577,6 +636,7 @@ static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     double t0 = serve_now(), c0 = serve_thread_cpu_now();
     cl_int err = clEnqueueReadBuffer(m->queue, m->next, CL_TRUE, 0, (size_t)n * sizeof(int32_t),
                                      next, 0, NULL, NULL);
+    if (m->timer) m->timer->enqueues++;
     if (m->timer) m->timer->wait_s += serve_now() - t0;
     if (m->timer) m->timer->wait_cpu_s += serve_thread_cpu_now() - c0;
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "read next tokens");
@@ -617,12 +677,41 @@ static int serve_attend_prefill(serve_model *m, lazyattn_pool *pool, int layer, 
     return LAZYATTN_STATUS_OK;
 }
 
+/* Batched prefill: the launch's arguments are filled once per forward. */
+static int serve_attend_batched(serve_model *m, lazyattn_pool *pool, int layer, const void *p) {
+    SERVE_TRY_LZ(lazyattn_prefill_batched(m->attn, pool, layer, p, m->queue,
+                                          serve_ev(m, SERVE_PHASE_ATTENTION)),
+                 "lazyattn_prefill_batched");
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Host checks of a batched forward's offsets (the device skips and records
+ * bad ones; the engine never launches them). n_entries: the table's. */
+static int serve_check_batch(const serve_prefill_args *a, int n_entries) {
+    if (a->n_seqs < 1 || !a->q_indptr || !a->table_indptr || a->q_indptr[0] != 0 ||
+        a->q_indptr[a->n_seqs] != a->n_tokens || a->max_queries < 1 ||
+        a->max_queries > a->n_tokens)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_model_prefill: batch of %d sequences over %d rows (max %d)",
+                          a->n_seqs, a->n_tokens, a->max_queries);
+    for (int s = 0; s < a->n_seqs; s++) {
+        int32_t q0 = a->q_indptr[s], q1 = a->q_indptr[s + 1];
+        int32_t t0 = a->table_indptr[s], t1 = a->table_indptr[s + 1];
+        if (q1 < q0 || q1 - q0 > a->max_queries || t0 < 0 || t1 < t0 || t1 > n_entries)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                              "serve_model_prefill: sequence %d: rows %d..%d, entries %d..%d of %d",
+                              s, (int)q0, (int)q1, (int)t0, (int)t1, n_entries);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
 int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill_args *a,
                         int32_t *next_token) {
     if (!m || !pool || !a || !a->tokens || !a->q_pos || !a->slots || !a->stored_pos ||
         (!a->plan && (!a->table || !a->entry_pos)) || (a->want_logits && !next_token))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_prefill: NULL argument");
-    if (a->n_tokens < 1 || a->n_tokens > m->cfg.max_rows || (!a->plan && a->n_entries < 1))
+    if (a->n_tokens < 1 || a->n_tokens > m->cfg.max_rows || (!a->plan && a->n_entries < 1) ||
+        a->n_seqs < 0)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_model_prefill: %d tokens (1..%d), %d entries", a->n_tokens,
                           m->cfg.max_rows, a->n_entries);
@@ -635,7 +724,30 @@ int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill
             serve_upload(m, m->entry_pos, a->entry_pos, (size_t)a->n_entries * sizeof(int32_t)));
     }
     SERVE_TRY(serve_embed(m, a->n_tokens));
-    SERVE_TRY(serve_layers(m, pool, a->n_tokens, m->q_pos, m->stored_pos, serve_attend_prefill, a));
+    if (a->n_seqs > 0) {
+        lazyattn_prefill_batch_args ba;
+        lazyattn_prefill_batch_args_init(&ba);
+        ba.n_entries = a->n_entries, ba.table = m->table, ba.entry_pos = m->entry_pos;
+        if (a->plan) { /* every sequence of the plan, back to back, as one table */
+            lazyattn_device_plan_info info;
+            SERVE_TRY_LZ(lazyattn_device_plan_get_info(a->plan, &info),
+                         "lazyattn_device_plan_get_info");
+            ba.n_entries = info.n_entries, ba.table = info.table, ba.entry_pos = info.entry_pos;
+        }
+        SERVE_TRY(serve_check_batch(a, ba.n_entries));
+        SERVE_TRY(serve_indptr_reserve(m, a->n_seqs + 1));
+        size_t b = (size_t)(a->n_seqs + 1) * sizeof(int32_t);
+        SERVE_TRY(serve_upload(m, m->q_indptr, a->q_indptr, b));
+        SERVE_TRY(serve_upload(m, m->table_indptr, a->table_indptr, b));
+        ba.n_seqs = a->n_seqs, ba.n_queries = a->n_tokens, ba.max_queries = a->max_queries;
+        ba.q = m->q, ba.q_pos = m->q_pos, ba.q_indptr = m->q_indptr;
+        ba.table_indptr = m->table_indptr, ba.out = m->att;
+        SERVE_TRY(
+            serve_layers(m, pool, a->n_tokens, m->q_pos, m->stored_pos, serve_attend_batched, &ba));
+    } else {
+        SERVE_TRY(
+            serve_layers(m, pool, a->n_tokens, m->q_pos, m->stored_pos, serve_attend_prefill, a));
+    }
     if (a->want_logits) return serve_head(m, a->n_tokens - 1, 1, next_token);
     return LAZYATTN_STATUS_OK;
 }

@@ -83,6 +83,7 @@ typedef struct bench_options {
     int processes;          /* 0: one process, the per-policy table */
     int rounds;             /* --processes: rounds of (separate, shared) */
     int no_device_plans;
+    int no_batched_prefill;
 } bench_options;
 
 static const char usage_text[] =
@@ -107,6 +108,8 @@ static const char usage_text[] =
     "  --kv-f32                  K/V stored as f32 (default f16)\n"
     "  --no-profiling            queue without profiling (no device time per phase)\n"
     "  --no-device-plans         upload host tables every forward (to compare host time)\n"
+    "  --no-batched-prefill      one forward per prefill segment chunk, tables repacked per\n"
+    "                            chunk (the way before batched prefill, to compare)\n"
     "  --seed S                  weight seed (default 1)\n"
     "  --tier host:SIZE|dir:PATH|redis://HOST:PORT\n"
     "                            a document tier behind the LAZY cache (lazy policy only):\n"
@@ -244,6 +247,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--seed", .type = CLI_U64, .dest = &o->seed},
         {.name = "--no-profiling", .type = CLI_FLAG, .dest = &o->no_profiling},
         {.name = "--no-device-plans", .type = CLI_FLAG, .dest = &o->no_device_plans},
+        {.name = "--no-batched-prefill", .type = CLI_FLAG, .dest = &o->no_batched_prefill},
         {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
         {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
         {.name = "--tier-mode", .type = CLI_ENUM, .dest = &o->tier_mode, .choices = "read|back|through"},
@@ -589,6 +593,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
         goto done;
     }
     serve_engine_use_device_plans(eng, !o->no_device_plans);
+    serve_engine_use_batched_prefill(eng, !o->no_batched_prefill);
     out->requests = calloc((size_t)(n_measured ? n_measured : 1), sizeof *out->requests);
     warm = calloc((size_t)(o->warmup ? o->warmup : 1), sizeof *warm);
     if (!out->requests || !warm) {
@@ -610,6 +615,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     b->timer.decode_steps = b->timer.prefill_forwards = 0;
     b->timer.decode_cpu_s = b->timer.prefill_cpu_s = b->timer.wait_cpu_s = 0;
     b->timer.upload_cpu_s = b->timer.decode_tables_s = b->timer.decode_tables_cpu_s = 0;
+    b->timer.decode_enqueues = b->timer.prefill_enqueues = b->timer.prefill_requests = 0;
     char bt[32];
     snprintf(bt, sizeof bt, "%.4g MiB", (double)budget / (1 << 20));
     snprintf(label, sizeof label, "%s @ %s", out->policy, bt);
@@ -631,6 +637,9 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     out->prefill_cpu_s = b->timer.prefill_cpu_s;
     out->decode_tables_s = b->timer.decode_tables_s;
     out->decode_tables_cpu_s = b->timer.decode_tables_cpu_s;
+    out->decode_enqueues = b->timer.decode_enqueues;
+    out->prefill_enqueues = b->timer.prefill_enqueues;
+    out->prefill_requests = b->timer.prefill_requests;
     serve_run_summarise(out);
 done:
     free(warm);

@@ -104,8 +104,11 @@ void serve_print_host(FILE *f, const serve_run_result *runs, int n) {
     fprintf(f, "| policy | budget | wall s | gemm enqueue s | attention enqueue s | elementwise "
                "enqueue s | uploads s | wait for tokens s | host ms / decode step (steps) | "
                "host ms / prefill forward (forwards) | host CPU ms / decode step | host CPU "
-               "ms / prefill forward | of a decode step: tables + uploads us (CPU us) |\n| --- "
-               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+               "ms / prefill forward | of a decode step: tables + uploads us (CPU us) | "
+               "enqueues / decode step | enqueues / prefill forward | prefill host ms / request "
+               "(forwards / request) |\n| --- "
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+               "| --- |\n");
     for (int i = 0; i < n; i++) {
         const serve_run_result *r = &runs[i];
         char b[32];
@@ -118,13 +121,19 @@ void serve_print_host(FILE *f, const serve_run_result *runs, int n) {
         double tab = r->decode_steps ? 1e6 * r->decode_tables_s / (double)r->decode_steps : 0;
         double tab_cpu =
             r->decode_steps ? 1e6 * r->decode_tables_cpu_s / (double)r->decode_steps : 0;
+        double enq_dec = r->decode_steps ? (double)r->decode_enqueues / (double)r->decode_steps : 0;
+        double enq_pre =
+            r->prefill_forwards ? (double)r->prefill_enqueues / (double)r->prefill_forwards : 0;
+        double req = r->prefill_requests ? 1e3 * r->prefill_host_s / (double)r->prefill_requests : 0;
+        double fpr =
+            r->prefill_requests ? (double)r->prefill_forwards / (double)r->prefill_requests : 0;
         fprintf(f,
                 "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f (%lld) | %.3f (%lld) "
-                "| %.3f | %.3f | %.1f (%.1f) |\n",
+                "| %.3f | %.3f | %.1f (%.1f) | %.1f | %.1f | %.2f (%.2f) |\n",
                 r->policy, b, r->wall_s, r->host_s[SERVE_PHASE_GEMM],
                 r->host_s[SERVE_PHASE_ATTENTION], r->host_s[SERVE_PHASE_ELEMENTWISE], r->upload_s,
                 r->wait_s, dec, (long long)r->decode_steps, pre, (long long)r->prefill_forwards,
-                dec_cpu, pre_cpu, tab, tab_cpu);
+                dec_cpu, pre_cpu, tab, tab_cpu, enq_dec, enq_pre, req, fpr);
     }
 }
 

@@ -68,6 +68,12 @@ typedef struct serve_timer {
     /* of a decode step's host time, the part spent on its tables: appends,
      * packing or the device plan update, and the model's uploads */
     double decode_tables_s, decode_tables_cpu_s;
+    /* OpenCL commands enqueued (kernels, CLBlast calls, uploads, reads,
+     * device plan writes), counted whether or not profiling is on; the
+     * engine adds each call's share to its forward kind */
+    int64_t enqueues;
+    int64_t decode_enqueues, prefill_enqueues;
+    int64_t prefill_requests; /* serve_engine_prefill calls that succeeded */
 } serve_timer;
 
 /* An event slot to pass to an enqueue call, or NULL (disabled, or no
@@ -195,6 +201,16 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
  * plan: non-NULL = the table is sequence 0 of this device plan (already
  * updated on the model's queue); n_entries, table and entry_pos are then
  * not used.
+ * n_seqs >= 1: a ragged batch through one lazyattn_prefill_batched per
+ * layer: sequence s is rows q_indptr[s] .. q_indptr[s+1]-1 over entries
+ * table_indptr[s] .. table_indptr[s+1]-1 of the table (lazyattn's
+ * semantics; empty sequences allowed, e.g. to skip entries).
+ *   q_indptr, table_indptr: [n_seqs + 1] int32, q_indptr[0] = 0,
+ *                           q_indptr[n_seqs] = n_tokens, checked on the host
+ *   max_queries:            the most rows of one sequence
+ * With a plan, the table is all the plan's sequences back to back (its
+ * device table as lazyattn_device_plan_get_info gives it).
+ * n_seqs 0: one sequence, lazyattn_prefill.
  */
 typedef struct serve_prefill_args {
     int n_tokens;
@@ -207,6 +223,10 @@ typedef struct serve_prefill_args {
     const int32_t *entry_pos;
     int want_logits;
     const lazyattn_device_plan *plan;
+    int n_seqs;
+    const int32_t *q_indptr;
+    const int32_t *table_indptr;
+    int max_queries;
 } serve_prefill_args;
 
 int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill_args *args,
@@ -267,10 +287,12 @@ void serve_engine_destroy(serve_engine *e);
 /*
  * Everything before the first token of one planned request: materialises
  * the copy hits (every layer), prefills what the plan asks in prompt order
- * (the prefix; each missed document alone at document-local positions
- * 0..L-1, its keys written at the stored positions the policy chose; the
- * question over the whole context), commits the request and returns the
- * argmax of the last question token. Chunks of at most max_rows tokens.
+ * (the prefix; each missed document alone, as if at document-local
+ * positions 0..L-1, its keys written at the stored positions the policy
+ * chose; the question over the whole context), commits the request and
+ * returns the argmax of the last question token. Chunks of at most
+ * max_rows tokens: by default each chunk is one forward over all the
+ * segments it holds (serve_engine_use_batched_prefill).
  * desc must be the description the request was created from; it needs a
  * question (n_question >= 1).
  */
@@ -291,6 +313,22 @@ int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
  * packed and uploaded for every forward (the way before device plans; kept
  * to compare them, bit for bit and in host time). */
 void serve_engine_use_device_plans(serve_engine *e, int on);
+
+/* 1 (the default): all of a request's prefill rows (prefix, missed
+ * documents, question) go through one model forward per chunk of at most
+ * max_rows rows, with one lazyattn_prefill_batched per layer: each document
+ * (and the prefix) a sequence over its own entries of the request's table
+ * as the plan gives them (queries at their prompt positions; RoPE's
+ * relative positions make that the document's isolated encoding), the
+ * question a sequence over the whole table. The table the batch reads is
+ * built once per request: the entries before the question, then the whole
+ * table (the question's range), in a two-sequence device plan (or a host
+ * table with device plans off). A chunk that ends inside a segment ends at
+ * one of its entries' ends, so no sequence sees an unwritten key. 0: one
+ * forward per segment chunk over a table repacked per chunk (the way
+ * before; kept to compare). Batched prefill needs max_rows >= block_size:
+ * below, the engine always takes the per-segment path. */
+void serve_engine_use_batched_prefill(serve_engine *e, int on);
 
 /* ---- results, table, CSV and SVG plots (report.c) ------------------------ */
 
@@ -320,6 +358,7 @@ typedef struct serve_run_result {
     int64_t decode_steps, prefill_forwards;
     double decode_cpu_s, prefill_cpu_s;
     double decode_tables_s, decode_tables_cpu_s;
+    int64_t decode_enqueues, prefill_enqueues, prefill_requests;
     /* filled by serve_run_summarise */
     int n_ok, n_failed;
     double hit_ratio, copy_ratio, block_hit_ratio;

@@ -143,6 +143,8 @@ BAD = [
     ("rag_bench", ["--out"], USAGE, "--out"),
     ("rag_bench", ["--out", "x" * 901], USAGE, "--out"),
     ("rag_bench", ["extra"], USAGE, "extra"),
+    ("rag_bench", ["--no-batched-prefil"], USAGE, "--no-batched-prefil"),
+    ("rag_bench", ["--no-batched-prefill=1"], USAGE, "--no-batched-prefill"),
     ("rag_bench", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
     # every request refused: 4 KiB holds one block of the tiny model, a request needs more
     ("rag_bench", RB_SMALL + ["--budget", "4KiB"], FAILED, "completed none"),
@@ -221,6 +223,11 @@ GOOD = [
                               "--out", "rbt"], ["rbt.csv"]),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tier", "--processes", "2",
                               "--rounds", "2"], []),
+    # the per-segment prefill path and host tables, and batched prefill in chunks of one block
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--no-batched-prefill", "--no-device-plans"], []),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--max-rows", "16"], []),
+    # fewer rows per forward than a block: the engine takes the per-segment path
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--max-rows", "5"], []),
     ("rag_bench", ["--help"], []),
     ("bench_kernels", ["--help"], []),
     ("quickstart", [], []),

@@ -437,7 +437,7 @@ static void test_load_on_device(void **state) {
     uint64_t entry;
     int32_t entry_pos = 0;
     assert_int_equal(lazyattn_entry_pack(block, 0, 5, &entry), 0);
-    serve_prefill_args a = {5, tokens, pos, slots, pos, 1, &entry, &entry_pos, 1, NULL};
+    serve_prefill_args a = {5, tokens, pos, slots, pos, 1, &entry, &entry_pos, 1, NULL, 0, NULL, NULL, 0};
     int32_t next = -1;
     st = serve_model_prefill(m, pool, &a, &next);
     if (st) print_error("%s\n", serve_last_error());

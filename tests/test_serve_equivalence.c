@@ -85,9 +85,27 @@ static int teardown(void **state) {
 /* Prefills the requests in order (each commits its documents before the
  * next is planned), then decodes all of them in one batch until each has
  * its tokens. */
+/* How the engine runs: the model (max_rows differs between models), device
+ * plans or host tables, batched or per-segment prefill. */
+typedef struct eq_mode {
+    serve_model *model; /* NULL: the state's */
+    int use_plans, use_batched;
+} eq_mode;
+
+static void run_policy_mode(eq_state *s, lazyattn_cache_policy policy, eq_result *res,
+                            eq_mode mode, serve_timer *timer);
+
 static void run_policy_plans(eq_state *s, lazyattn_cache_policy policy, eq_result *res,
                              int use_plans) {
-    const serve_model_config *mc = serve_model_get_config(s->model);
+    eq_mode mode = {NULL, use_plans, 1};
+    run_policy_mode(s, policy, res, mode, NULL);
+}
+
+static void run_policy_mode(eq_state *s, lazyattn_cache_policy policy, eq_result *res,
+                            eq_mode mode, serve_timer *timer) {
+    serve_model *model = mode.model ? mode.model : s->model;
+    serve_model_set_timer(model, timer);
+    const serve_model_config *mc = serve_model_get_config(model);
     int V = mc->vocab;
     res->logits = calloc((size_t)N_REQ * MAX_GEN * V, sizeof(float));
     assert_non_null(res->logits);
@@ -99,8 +117,9 @@ static void run_policy_plans(eq_state *s, lazyattn_cache_policy policy, eq_resul
     CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
     lazyattn_cache_config cc = {policy, 42, 0};
     CHECK(lazyattn_cache_create(pool, &cc, &cache));
-    CHECK(serve_engine_create(s->model, pool, &eng));
-    serve_engine_use_device_plans(eng, use_plans);
+    CHECK(serve_engine_create(model, pool, &eng));
+    serve_engine_use_device_plans(eng, mode.use_plans);
+    serve_engine_use_batched_prefill(eng, mode.use_batched);
 
     lazyattn_request *reqs[N_REQ];
     int target[N_REQ];
@@ -114,7 +133,7 @@ static void run_policy_plans(eq_state *s, lazyattn_cache_policy policy, eq_resul
         target[r] = wr.n_generate;
         CHECK(lazyattn_request_create(cache, &desc, &reqs[r]));
         CHECK(serve_engine_prefill(eng, reqs[r], &desc, &res->tokens[r][0]));
-        CHECK(serve_model_read_logits(s->model, 1, res->logits + (size_t)r * MAX_GEN * V));
+        CHECK(serve_model_read_logits(model, 1, res->logits + (size_t)r * MAX_GEN * V));
         res->n_gen[r] = 1;
     }
     float *rows = malloc((size_t)N_REQ * V * sizeof(float));
@@ -130,7 +149,7 @@ static void run_policy_plans(eq_state *s, lazyattn_cache_policy policy, eq_resul
             }
         if (n == 0) break;
         CHECK(serve_engine_decode(eng, n, batch, in, out));
-        CHECK(serve_model_read_logits(s->model, n, rows));
+        CHECK(serve_model_read_logits(model, n, rows));
         for (int i = 0; i < n; i++) {
             int r = who[i], g = res->n_gen[r]++;
             res->tokens[r][g] = out[i];
@@ -145,14 +164,27 @@ static void run_policy_plans(eq_state *s, lazyattn_cache_policy policy, eq_resul
     serve_engine_destroy(eng);
     lazyattn_cache_destroy(cache);
     lazyattn_pool_destroy(pool);
+    serve_model_set_timer(model, NULL);
 }
 
 static void run_policy(eq_state *s, lazyattn_cache_policy policy, eq_result *res) {
     run_policy_plans(s, policy, res, 1);
 }
 
+static double compare_bound(const eq_state *s, const char *name, const eq_result *a,
+                            const eq_result *b, double tol);
+
 static void compare(const eq_state *s, const char *name, const eq_result *a, const eq_result *b,
                     double tol) {
+    char label[64];
+    snprintf(label, sizeof label, "lazy vs %s", name);
+    compare_bound(s, label, a, b, tol);
+}
+
+/* Same tokens, logits within tol (normalised by each row's largest); the
+ * worst error. */
+static double compare_bound(const eq_state *s, const char *name, const eq_result *a,
+                            const eq_result *b, double tol) {
     int V = serve_model_get_config(s->model)->vocab;
     double worst = 0;
     for (int r = 0; r < N_REQ; r++) {
@@ -171,9 +203,10 @@ static void compare(const eq_state *s, const char *name, const eq_result *a, con
                          b->tokens[r][g]);
         }
     }
-    printf("# lazy vs %s: tokens identical, worst normalised logit error %.3g (tolerance %.1g)\n",
+    printf("# %s: tokens identical, worst normalised logit error %.3g (tolerance %.1g)\n",
            name, worst, tol);
     assert_true(worst <= tol);
+    return worst;
 }
 
 static void test_policies_agree(void **state) {
@@ -232,6 +265,158 @@ static void test_device_plans_bit_identical(void **state) {
         free(plans.logits);
         free(host.logits);
     }
+}
+
+/* Batched prefill (all of a request's prefill rows in one forward per
+ * chunk, one lazyattn_prefill_batched per layer, documents over their own
+ * entries of the plan's table at prompt positions) against the per-segment
+ * path (one forward per segment chunk, documents over a repacked table at
+ * positions 0..L-1): the same tokens and logits within 1e-4 (the two
+ * differ only in the rounding of RoPE at a document's prompt positions vs
+ * its local ones; K/V are written the same). Also with chunks of 24 rows
+ * (block 16), which cut documents and the question at entry ends: the same
+ * within the same bound, against both paths at 128 rows. Batched and host
+ * tables vs batched and device plans stay bit-identical (the test above). */
+static void test_batched_prefill_matches_segments(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    const double bound = 1e-4;
+    serve_model_config cfg;
+    serve_model_config_preset(&cfg, "tiny");
+    cfg.rope.theta = 10000.0;
+    cfg.max_rows = 24;
+    serve_model *chunked = NULL;
+    CHECK(serve_model_create(s->ctx, &cfg, &chunked));
+    CHECK(serve_model_init_random(chunked, 7)); /* the same weights as s->model */
+    /* a document longer than a chunk: some chunk must end inside it */
+    int longest = 0;
+    for (int r = 0; r < N_REQ; r++) {
+        const int32_t *docs[8];
+        int32_t lens[8];
+        lazyattn_request_desc desc;
+        CHECK(lazyattn_workload_get_request_desc(s->wl, r, docs, lens, &desc));
+        for (int d = 0; d < desc.n_docs; d++)
+            if (desc.doc_lengths[d] > longest) longest = desc.doc_lengths[d];
+    }
+    assert_true(longest > cfg.max_rows);
+    lazyattn_cache_policy policies[2] = {LAZYATTN_CACHE_POLICY_LAZY, LAZYATTN_CACHE_POLICY_POSITION};
+    for (int p = 0; p < 2; p++) {
+        eq_result batched = {0}, segments = {0}, batched24 = {0}, segments24 = {0};
+        serve_timer tb = {0}, ts = {0}, tb24 = {0}, ts24 = {0};
+        run_policy_mode(s, policies[p], &batched, (eq_mode){NULL, 1, 1}, &tb);
+        run_policy_mode(s, policies[p], &segments, (eq_mode){NULL, 0, 0}, &ts);
+        run_policy_mode(s, policies[p], &batched24, (eq_mode){chunked, 1, 1}, &tb24);
+        run_policy_mode(s, policies[p], &segments24, (eq_mode){chunked, 1, 0}, &ts24);
+        char label[96];
+        const char *name = lazyattn_cache_policy_name(policies[p]);
+        snprintf(label, sizeof label, "%s: batched vs per-segment prefill", name);
+        compare_bound(s, label, &batched, &segments, bound);
+        snprintf(label, sizeof label, "%s: batched in 24-row chunks vs per-segment", name);
+        compare_bound(s, label, &batched24, &segments, bound);
+        snprintf(label, sizeof label, "%s: batched in 24-row chunks vs 128-row batched", name);
+        compare_bound(s, label, &batched24, &batched, bound);
+        snprintf(label, sizeof label, "%s: per-segment in 24-row chunks vs batched", name);
+        compare_bound(s, label, &segments24, &batched, bound);
+        printf("# %s: prefill forwards batched %lld, per-segment %lld; 24-row chunks: batched "
+               "%lld, per-segment %lld (%lld requests)\n",
+               name, (long long)tb.prefill_forwards, (long long)ts.prefill_forwards,
+               (long long)tb24.prefill_forwards, (long long)ts24.prefill_forwards,
+               (long long)tb.prefill_requests);
+        /* one forward per request when it fits; more, and fewer than per segment, in chunks */
+        assert_int_equal(tb.prefill_requests, N_REQ);
+        assert_int_equal(tb.prefill_forwards, N_REQ);
+        assert_true(ts.prefill_forwards > 2 * N_REQ);
+        assert_true(tb24.prefill_forwards > N_REQ);
+        assert_true(tb24.prefill_forwards < ts24.prefill_forwards);
+        free(batched.logits);
+        free(segments.logits);
+        free(batched24.logits);
+        free(segments24.logits);
+    }
+    serve_model_destroy(chunked);
+}
+
+/* Bad batched prefill arguments: refused on the host with INVALID_ARGUMENT
+ * before anything is enqueued; then a good batch of two one-block
+ * sequences runs (the model stays usable). */
+static void test_batched_prefill_bad_arguments(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    serve_engine_use_batched_prefill(NULL, 1); /* no-op */
+    const serve_model_config *mc = serve_model_get_config(s->model);
+    lazyattn_pool_config pc;
+    serve_model_pool_config(mc, 1u << 20, &pc);
+    lazyattn_pool *pool = NULL;
+    CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
+    int32_t blocks[2];
+    CHECK(lazyattn_pool_alloc(pool, 2, blocks));
+    int32_t tokens[6] = {1, 2, 3, 4, 5, 6}, pos[6] = {0, 1, 2, 0, 1, 2}, slots[6];
+    uint64_t table[2];
+    int32_t entry_pos[2] = {0, 0};
+    for (int i = 0; i < 6; i++) slots[i] = blocks[i / 3] * mc->block_size + i % 3;
+    CHECK(lazyattn_entry_pack(blocks[0], 0, 3, &table[0]));
+    CHECK(lazyattn_entry_pack(blocks[1], 0, 3, &table[1]));
+    int32_t q_ind[3] = {0, 3, 6}, t_ind[3] = {0, 1, 2};
+    serve_prefill_args a = {.n_tokens = 6, .tokens = tokens, .q_pos = pos, .slots = slots,
+                            .stored_pos = pos, .n_entries = 2, .table = table,
+                            .entry_pos = entry_pos, .n_seqs = 2, .q_indptr = q_ind,
+                            .table_indptr = t_ind, .max_queries = 3};
+    struct {
+        const char *what;
+        int32_t q[3], t[3];
+        int n_seqs, max_q;
+        int null_q;
+    } bad[] = {
+        {"q_indptr NULL", {0, 3, 6}, {0, 1, 2}, 2, 3, 1},
+        {"negative n_seqs", {0, 3, 6}, {0, 1, 2}, -1, 3, 0},
+        {"rows do not end at n_tokens", {0, 3, 5}, {0, 1, 2}, 2, 3, 0},
+        {"first row not 0", {1, 3, 6}, {0, 1, 2}, 2, 3, 0},
+        {"decreasing rows", {0, 4, 3}, {0, 1, 2}, 2, 4, 0},
+        {"sequence longer than max_queries", {0, 3, 6}, {0, 1, 2}, 2, 2, 0},
+        {"max_queries above the rows", {0, 3, 6}, {0, 1, 2}, 2, 7, 0},
+        {"entries past the table", {0, 3, 6}, {0, 1, 3}, 2, 3, 0},
+        {"negative entry offset", {0, 3, 6}, {-1, 1, 2}, 2, 3, 0},
+        {"decreasing entries", {0, 3, 6}, {0, 2, 1}, 2, 3, 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        serve_prefill_args b = a;
+        b.q_indptr = bad[i].null_q ? NULL : bad[i].q;
+        b.table_indptr = bad[i].t;
+        b.n_seqs = bad[i].n_seqs;
+        b.max_queries = bad[i].max_q;
+        int st = serve_model_prefill(s->model, pool, &b, NULL);
+        if (st != LAZYATTN_STATUS_INVALID_ARGUMENT)
+            fail_msg("%s: status %d (%s)", bad[i].what, st, serve_last_error());
+    }
+    /* the good batch: two sequences of 3 tokens, each over its own block */
+    int32_t next = -1;
+    a.want_logits = 1;
+    CHECK(serve_model_prefill(s->model, pool, &a, &next));
+    assert_true(next >= 0 && next < mc->vocab);
+    const int V = mc->vocab;
+    float *batched = malloc((size_t)V * sizeof(float)), *alone = malloc((size_t)V * sizeof(float));
+    assert_non_null(batched);
+    assert_non_null(alone);
+    CHECK(serve_model_read_logits(s->model, 1, batched));
+    /* the second sequence alone (its own block rewritten with the same K/V) */
+    serve_prefill_args one = {.n_tokens = 3, .tokens = tokens + 3, .q_pos = pos + 3,
+                              .slots = slots + 3, .stored_pos = pos + 3, .n_entries = 1,
+                              .table = &table[1], .entry_pos = entry_pos, .want_logits = 1};
+    int32_t next_alone = -1;
+    CHECK(serve_model_prefill(s->model, pool, &one, &next_alone));
+    CHECK(serve_model_read_logits(s->model, 1, alone));
+    assert_int_equal(next, next_alone);
+    double diff = 0, scale = 1e-30;
+    for (int v = 0; v < V; v++) {
+        diff = fmax(diff, fabs((double)batched[v] - alone[v]));
+        scale = fmax(scale, fabs((double)alone[v]));
+    }
+    printf("# a 2-sequence batch's last row vs that sequence alone: normalised logit error %.3g\n",
+           diff / scale);
+    assert_true(diff / scale <= 1e-5);
+    free(batched);
+    free(alone);
+    lazyattn_pool_destroy(pool);
 }
 
 /* A decode batch of fewer rows than max_rows over a large vocabulary: the
@@ -296,6 +481,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policies_agree),
         cmocka_unit_test(test_device_plans_bit_identical),
+        cmocka_unit_test(test_batched_prefill_matches_segments),
+        cmocka_unit_test(test_batched_prefill_bad_arguments),
         cmocka_unit_test(test_wide_decode_batch),
     };
     return cmocka_run_group_tests_name("serve_equivalence", tests, setup, teardown);
