@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Probe (GPU only, not part of the build): which shared-memory layout and
  * descriptor strides does wgmma m64n16k16 (A from registers in the

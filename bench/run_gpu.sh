@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # One device call on the lent H200: the attention test on the GPU (fast
 # path), the kernel benchmark (ceilings, checks, timings) and the torch SDPA
 # peer, the ratio table printed last. Build here first (meson setup build-nv

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # One device call on the lent H200 for the portable kernels (issue 12): the
 # geometry, attention and position tests with the portable path forced, the
 # kernel benchmark on the portable path and on the NVIDIA fast path (each

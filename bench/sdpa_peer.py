@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The peer: torch scaled_dot_product_attention on the shapes of bench_kernels.
 
 Run in the same device call right after examples/bench_kernels --csv FILE:

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Tuning sweep on the lent H200 (one device call): the launch-geometry
 # overrides of lib/attention.c over the benchmark shapes, no checks.
 #   usage: sh bench/sweep_gpu.sh OUTDIR "prefill settings" "decode settings"

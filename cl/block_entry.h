@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Packed block-table entry: the one definition shared by host C and every
  * kernel (the host includes this file, the kernels get it prepended).

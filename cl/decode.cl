@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lazy decode, portable path: one query token per sequence, split along the
  * KV length; lz_decode_reduce combines the splits.

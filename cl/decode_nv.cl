@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lazy decode, NVIDIA tensor-core path (built only with LAZYATTN_FAST_NV):
  * same arguments and semantics as lz_decode (decode.cl, the reference),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Tiled flash attention of LZ_FR rows over a range of block-table entries:
  * the portable core of lz_prefill (cl/prefill.cl) and lz_decode

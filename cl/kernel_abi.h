@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * What the host and every kernel must agree on, defined once: the error
  * bits the kernels record instead of touching memory out of range (decoded

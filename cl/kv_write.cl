@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Writes K/V of new tokens into their pool slots, K rotated at its stored
  * position. One work-item per (pair of dims, kv head, token).

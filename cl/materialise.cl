@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The position-aware baseline's copy: block src -> block dst, K re-rotated
  * by the entry's delta (so the copy's stored start is the logical start),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * NVIDIA tensor-core primitives for the fast path, as inline PTX.
  *

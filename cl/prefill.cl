@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lazy prefill, portable path: tiled flash attention (cl/flash.h) of a chunk
  * of queries over a block table.

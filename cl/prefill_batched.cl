@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Batched ragged prefill, portable path: many sequences in one launch, each
  * a range of query rows over its own range of the block table, through the

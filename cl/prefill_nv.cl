@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Lazy prefill, NVIDIA tensor-core path (built only with LAZYATTN_FAST_NV):
  * flash attention with mma.sync m16n8k16 (f16 operands, f32 accumulation),

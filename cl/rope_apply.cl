@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Rotates x in place at per-token positions (queries at their logical
  * positions). One work-item per (pair of dims, head, token).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * K/V storage type, chosen at build time with -DLZ_DTYPE:
  *   0 f32, 1 f16 (IEEE half through vload_half/vstore_half: works without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bench_kernels: the kernels' speed on the GPU, in one run (issue 6).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Kernels of the benchmark program only (examples/bench_kernels.c): the
  * two ceilings and a random fill of the KV pool. Built on NVIDIA only (the

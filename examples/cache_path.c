@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_path: the document cache end to end, as a serving engine uses it.
  * The engine brings the model (here: fixed random K/V per document, random

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The programs' option parser (cli_options.h): typed values, each checked
  * whole before anything is stored. */
 #include "cli_options.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Command-line options of the example, serve and bench programs: one table
  * of typed options per program, parsed with range checks. An internal
  * static library (examples/meson.build), not part of lazyattn's API.

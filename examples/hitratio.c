@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Hit-ratio study: the four cache policies over seeded RAG request streams
  * at a list of KV budgets, on a bookkeeping pool (no device, no kernels),
  * optionally with a host-memory tier behind the GPU cache and over several

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lists every OpenCL device with the global index that LAZYATTN_DEVICE=#N,
  * LAZYATTN_DEVICE_INDEX=N and lazyattn_context_options.device_index take,
  * and the device the default choice picks. Usage: list_devices */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * quickstart: cache two documents once, use them in two requests in
  * opposite orders, and check both answers against the float64 reference.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * tune_kernels: sweeps the portable kernels' tile geometry
  * (lazyattn_kernel_tuning) on the current device, CLBlast style, and prints

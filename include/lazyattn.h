@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lazyattn: position-independent KV-cache reuse for RAG, in OpenCL.
  *

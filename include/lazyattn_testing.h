@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lazyattn_testing.h: helpers for tests, examples and benchmarks, installed
  * next to lazyattn.h but not part of its stable API (they may change

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Attention launchers: builds the kernels for one configuration, validates
  * every launch on the host, and enqueues write_kv, rope, prefill, decode and
  * materialise. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Packing and unpacking of block-table entries (layout in cl/block_entry.h). */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The block pool: paged K/V device storage under a byte budget, and the
  * accounting of which blocks are handed out. Thread-safe: one mutex guards
  * the accounting, so caches on several threads can share the pool. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internal interface between the document cache (doc_cache.c), the
  * request planner (request_plan.c) and the policies (policy_*.c). The
  * cache's and the request's structs are private to their files: this

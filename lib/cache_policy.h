@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cache policies behind one small table: each policy decides, per
  * document, what the cache can serve (decide: a lookup with no side effect
  * on the cache, shared by lazyattn_request_create and lazyattn_cache_probe)

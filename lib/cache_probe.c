@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Lookups shared by the planner and lazyattn_cache_probe: the policy table,
  * one document's decision, and the probe itself (the same decisions with
  * nothing pinned, allocated, touched or counted). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Size arithmetic that cannot wrap. Every size the library computes from
  * caller values (buffer bytes, work sizes, scratch, host arrays) goes
  * through these: a product or sum that does not fit its type is refused

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Defaults of the public config and args structs (their _init functions),
  * in one place. lazyattn_context_options_init and lazyattn_cache_config_init
  * live with their objects; lazyattn_attention_config_default in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Device choice, the OpenCL context and queue, logging. */
 #include "internal.h"
 

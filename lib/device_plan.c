@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Device-resident plans: a batch's block tables kept on the device and
  * updated in place, writing only what changed since the last update (found
  * by comparing with a host shadow of the device contents). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The document cache: entries, their hash index, pins and LRU eviction
  * under the pool's budget and the cache's retain limit. */
 #include "cache_policy.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Export and import of a LAZY cache's document K/V: the versioned,
  * checksummed byte format of include/lazyattn.h ("document KV export and
  * import"), to and from a buffer or callbacks. */

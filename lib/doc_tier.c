@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The tier: a document store behind a LAZY cache. The planner asks it for
  * every document the GPU cache misses (lz_tier_load, from
  * lazyattn_request_create); the cache writes to it on eviction or at

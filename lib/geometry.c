@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The one validator of K/V geometry, shared by lazyattn_pool_create and
  * lazyattn_attention_create so that a device pool never holds a geometry
  * the kernels refuse. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Hashing of token sequences: document keys and prefix-chain keys. */
 #include "cache_internal.h"
 

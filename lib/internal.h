@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internal declarations shared by the files of lib/. Not installed. */
 #ifndef LAZYATTN_INTERNAL_H
 #define LAZYATTN_INTERNAL_H

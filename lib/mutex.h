@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A plain mutex for the few shared structures of the library (the block
  * pool's free list, the context's program cache). POSIX threads everywhere
  * meson builds us on Linux, the BSDs and macOS; a slim reader/writer lock on

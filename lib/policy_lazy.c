@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* LAZY: one entry per document, keyed by the hash of its tokens, keys
  * stored at document-local positions (stored start 0) and reused at any
  * logical start through the block's delta. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NONE: every document recomputed at its logical start, every request;
  * its blocks are never published and are freed at release. */
 #include "cache_policy.h"

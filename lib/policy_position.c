@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* POSITION (Block-Attention): entries keyed by (document, logical start).
  * Cached at this start: reuse. Cached at another start: a copy hit, new
  * blocks materialised from the old ones. Otherwise recompute. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* PREFIX (vLLM automatic prefix caching): one entry per block, key =
  * hash(parent key, block tokens), the chain rooted at a hash of the
  * request's prefix tokens; reuse is the longest cached chain from the start

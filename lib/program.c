@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Builds OpenCL programs from the embedded cl/ sources, or from their
  * SPIR-V precompiled at build time (program_il.c), once per (context,
  * sources, options), and hands build logs to the log callback. */

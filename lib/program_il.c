@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* SPIR-V programs: the variants precompiled at build time
  * (tools/spirv_embed.py), whether the device takes them, and
  * clCreateProgramWithIL through a 1.2-targeted ICD header. */

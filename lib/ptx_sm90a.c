@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The PTX round trip that gives OpenCL kernels Hopper-only instructions.
  *
  * NVIDIA's OpenCL compiler writes PTX for `.target sm_90`, and ptxas refuses

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* CPU float64 reference of eager attention with absolute positions: the
  * independent judge of every kernel. It shares nothing with the kernels but
  * the frequency formula (lazyattn_rope_frequencies, tested on its own). */

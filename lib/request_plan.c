@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Requests: the planner (what to prefill, copy, reuse, and the block
  * table, from the policy's decisions), decode growth, commit and release.
  * The request is private to this file; the cache sees it through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Positional schemes on the host: RoPE frequencies (with Llama-3 scaling),
  * ALiBi slopes, and the default configuration. */
 #include "internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Status codes, their messages, the per-thread error detail, version. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The store interface (include/lazyattn.h, "document stores"): a checked
  * wrapper around a table of functions, so every store, the library's and
  * an engine's, is called the same way. */

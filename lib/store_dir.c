@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The directory store: one file per document. A write goes to a temporary
  * file in the same directory, is fsync'ed and renamed over the final name
  * (then the directory is fsync'ed), so readers in any process see a whole

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The host-memory store: values copied into malloc'ed memory, least
  * recently used evicted to stay under a byte budget, one mutex. A value a
  * reader borrowed stays alive (reference counted) after its eviction or

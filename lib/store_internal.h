@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the stores (store_host.c, store_dir.c, store_redis.c) share with
  * the store wrapper (store.c). Not installed. */
 #ifndef LAZYATTN_STORE_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Redis store, through hiredis (optional: without it every call is
  * UNSUPPORTED). A document is split into chunks under one hash tag (one
  * Redis Cluster slot), then a manifest is written, only after every chunk

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Launch geometry of the portable kernels (cl/flash.h): the caller's
  * override, else the tuning database for the device, else defaults from the
  * device's limits; checked against the device's local memory. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Launch geometry of the portable kernels (tuning.c). Not installed. */
 #ifndef LAZYATTN_TUNING_H
 #define LAZYATTN_TUNING_H

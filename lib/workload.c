@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Seeded RAG workload: a document pool (uniform, lognormal or bimodal
  * lengths), Zipf(alpha) popularity (optionally drifting once) or the
  * paper's fixed prompts, requests of k distinct documents plus a question

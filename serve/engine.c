@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The serving engine: turns a lazyattn request plan into model work
  * (copies, isolated document prefills, the question prefill) and runs
  * decode steps over a batch of requests. A request's prefill rows (prefix,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Projections through CLBlast SGEMM (f32: NVIDIA's OpenCL has no fp16).
  *
  * Written in CLBlast's column-major terms so that its indirect kernel

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GGUF reader: header, metadata key/values, tensor infos and alignment of a
  * GGUF v2/v3 file (little-endian), f32 and f16 tensors converted to f32.
  * Every length and count is checked against the bytes left in the file

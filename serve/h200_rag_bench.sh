@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs rag_bench on the lent H200 through NVIDIA's OpenCL driver.
 #   serve/h200_rag_bench.sh BUILD_DIR [rag_bench options...]
 # The GPU machine has the NVIDIA driver but registers only PoCL, and has no

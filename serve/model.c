@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The Llama decoder: weights, scratch, and the forward pass of a prefill
  * chunk or a decode batch. Embedding -> per layer [RMSNorm, Q/K/V SGEMMs,
  * RoPE on Q at logical positions, K/V written to pool blocks with K rotated

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Model shapes: presets, checks, and the attention / pool configurations
  * the decoder's layers use. */
 #include "serve.h"

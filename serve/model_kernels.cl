@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Elementwise kernels of the Llama decoder in serve/. The projections are
  * CLBlast SGEMMs and attention is lazyattn's; the residual adds are fused
  * into the output projections' GEMMs (beta = 1). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Device time per phase from profiling events, summed after the caller has
  * finished the queue (no extra synchronisation on the hot path). */
 #include "serve.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rag_bench: end-to-end RAG serving on a Llama-shaped decoder, comparing
  * the four KV cache policies (lazy, position-aware / Block-Attention,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Results of benchmark runs: per-run summary, the per-policy table, CSV
  * files and two SVG plots written by hand (TTFT CDF per policy; throughput
  * and hit ratio against the KV budget). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * serve: a Llama-architecture decoder on top of lazyattn, and the pieces of
  * the end-to-end RAG serving benchmark (rag_bench.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Error detail of the serve module, one message per thread, and the
  * monotonic clock. */
 #include "serve.h"

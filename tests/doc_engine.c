@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The shared document engine of the export and tier tests (doc_engine.h). */
 #include "doc_engine.h"
 

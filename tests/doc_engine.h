@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A small engine over a LAZY document cache, shared by the document export
  * and tier tests (test_doc_export.c, test_doc_tier.c): N_DOCS documents whose
  * tokens and K/V depend on the document (and layer) only, so that a second

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: arbitrary sequences of calls on the public cache API
  * (pool budget, policy, requests over a small document set, commit,
  * append, destroy, trim, stats), with lazyattn_cache_validate and the pool

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: arbitrary bytes as a GGUF file through serve/gguf.c
  * (open, metadata lookups, the llama shape, tensor reads). A refusal must
  * come with a message and no handle; an accepted file must keep every

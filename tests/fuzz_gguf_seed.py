@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Seed corpus for tests/fuzz_gguf.c: a tiny valid llama GGUF v3 (1 layer,
 hidden 32, 2 heads of 16, 1 KV head, FFN 8, vocab 4; f32 norms, f16
 projections) and a few of its variants, so the fuzzer starts past the

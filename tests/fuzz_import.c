@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target over document import: the input chooses a geometry, a
  * document and a sequence of edits to its export (bytes flipped or set,
  * header fields rewritten with or without a fixed checksum, truncation,

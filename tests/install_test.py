@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Install test: `meson install --destdir` of this build into a temporary
 directory (no root, nothing outside it is touched), then examples/cache_path.c
 and examples/quickstart.c built against the installed header and library with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #include "kernel_cases.h"
 
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One small end-to-end run of every portable kernel against the float64
  * reference, shared by test_program.c (SPIR-V against source) and
  * oclgrind_cases.c (the kernels under Oclgrind's memory and race checks). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The portable kernels on small cases, for Oclgrind's out-of-bounds and
  * data-race checks (CI: tools/oclgrind-check.sh runs this under

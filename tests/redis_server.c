@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Redis for the store and tier tests (redis_server.h). */
 #include "redis_server.h"
 

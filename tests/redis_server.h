@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Redis for the store and tier tests (test_doc_store.c, test_doc_tier.c):
  * the shared server CI names in LAZYATTN_TEST_REDIS, and servers of a test's
  * own on free loopback ports (to stop, stall or kill mid-run). */

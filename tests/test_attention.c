@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Kernels against the float64 reference: lazy prefill, lazy decode (with
  * KV splits), materialised copies, write_kv and rope, over seeded random

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Packed block-table entries: round trips at the edges of every field, and
  * rejection of values that do not fit. */
 #include "test_common.h"

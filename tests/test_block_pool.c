@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The block pool: budget arithmetic, all-or-nothing alloc/free, accounting,
  * device buffers, bad input. */
 #include "test_common.h"

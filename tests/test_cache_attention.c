@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Equivalence of every cache policy with the float64 reference: random
  * requests over a small document set, each run through its policy's plan
  * (write_kv of what the plan prefills at its stored positions, materialise

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Randomized stress of the document cache: thousands of requests under
  * random budgets, random overlapping lifetimes (pins), random document
  * sets, for every policy. After every step: the cache's own invariants,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Size arithmetic that cannot wrap (lib/checked_size.h): the helpers at
  * their edges, then every launcher and allocator with counts at INT_MAX and

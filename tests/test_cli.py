@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The programs' command lines (examples/cli_options.c), table-driven.
 
 Every bad option set must exit non-zero (2 for a bad command line, 1 for a

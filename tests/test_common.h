@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by the cmocka tests: the OpenCL context of a group,
  * a seeded generator, buffers. */
 #ifndef LAZYATTN_TEST_COMMON_H

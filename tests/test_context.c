@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Context: device choice by option and environment, logging, wrapping an
  * engine's OpenCL objects, status strings, version, bad input. */
 #include "test_common.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Device-resident plans (lib/device_plan.c): the device tables read back
  * against the expected packing after random edits, the bytes each update
  * writes against a hand count, decode through a plan over many append steps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Document cache and request plans: hit/miss/copy accounting per policy on
  * hand-built request sequences, eviction, budget failures, bad inputs.
  * Bookkeeping pools only: no device needed. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Document KV export and import, and the eviction callback, on the default
  * device (PoCL in CI): a document computed in one cache and imported into a
  * fresh cache and pool (in this process and in a second one) gives

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The document stores on their own (no device): round trips through the
  * host, directory and Redis stores, LRU under the host budget, bad input
  * and live-object checks, a directory shared by two processes, a writer

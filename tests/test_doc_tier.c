@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The tier of a LAZY cache on the default device (PoCL in CI): documents
  * written through (commit) or back (eviction) to the host, directory and
  * Redis stores and loaded by another cache (and another process) give

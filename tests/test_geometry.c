@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Every documented geometry at the edges of its range (issue 10, class 6):
  * head dims 16..256 (multiples of 8, powers of two or not), block sizes

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* serve/gguf.c: a GGUF v3 file written by the test itself (a tiny llama
  * with f32 and f16 tensors) read back, then malformed variants: every
  * truncation, bad magic and version, unsupported tensor types, lengths and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """hitratio's host-memory tier (examples/hitratio.c) against identities that hold whatever the
 tier's code does, checked on its CSV (one row per seed, budget, policy and tier):
 

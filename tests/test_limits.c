@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Limits checked as a whole, up front: a device pool larger than the
  * device's global memory though every buffer fits one allocation, a budget

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Positions the header promises to check: an entry_pos (logical start)
  * outside 0..LAZYATTN_MAX_POSITION over the entry's length, a stored start

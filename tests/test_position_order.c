@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The order in which a finished request hands its entries back to the LRU,
  * checked against an independent model of the LAZY and POSITION caches
  * (docs/HITRATIO.md, "Position-aware hit+copy and the release order").

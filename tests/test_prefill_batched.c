@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Batched ragged prefill (lazyattn_prefill_batched) against per-sequence
  * prefill (lazyattn_prefill: the same kernel core and tiles, so the bits

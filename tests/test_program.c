@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Kernel programs from SPIR-V or source (lib/program.c, lib/program_il.c):
  * the format option and LAZYATTN_PROGRAM, the log line that names the

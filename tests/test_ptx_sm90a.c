@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The PTX round trip of lib/ptx_sm90a.c: the text patch against hand-written
  * expected PTX, and a clean error (no crash, no leak) for a program that is
  * not NVIDIA PTX, which is what every device but NVIDIA's gives (PoCL in

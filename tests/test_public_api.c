@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The library as a user sees it: only the public header, one document
  * cached once and reused at two different positions, checked against the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* serve/: greedy generation over the same requests gives the same tokens
  * under every cache policy, and logits that agree within the K/V storage
  * tolerance: lazy reuse (keys stored at document-local positions, rotated

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The threading contract (README "Threading") under load, and the
  * live-object checks:
  *  - threads hammering one pool with alloc/free never get the same block

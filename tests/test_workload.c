@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Workload generator: reproducibility, bad configurations, Zipf rank
  * frequencies, and the hit ratios of each policy on small hand-computable
  * streams built from it. No device needed. */

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Installs what a fresh Debian/Ubuntu machine lacks (as root, or through
 # sudo), then configures and builds lazyattn into ./build. libhiredis-dev
 # gives the Redis document store (the library builds without it).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Compiles the NVIDIA fast-path kernels to PTX with clang's NVPTX target, for
 # every specialisation the host builds (head dim 64/128, block 16/32). CI has
 # no NVIDIA GPU: this catches syntax and inline-asm constraint errors there;

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Embeds OpenCL sources into one C file: cl2c.py [--name ARRAY] OUT.c cl/a.cl cl/b.h ...
 
 Each source becomes an entry {name, text} of lz_embedded_sources (of ARRAY

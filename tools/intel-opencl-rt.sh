@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Intel's OpenCL CPU runtime from PyPI, registered with the system's ICD
 # loader without touching /etc/OpenCL/vendors.
 #

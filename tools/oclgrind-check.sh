@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs the portable kernels' small cases (tests/oclgrind_cases.c) under
 # Oclgrind with API checks and data-race detection; out-of-bounds accesses
 # are always reported. Fails on any finding (Oclgrind exits 0 with

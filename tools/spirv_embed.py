@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Precompiles the library's supported programs to SPIR-V and embeds them.
 
     spirv_embed.py OUT.c --generator EXE --clang CLANG --llvm-spirv LLVM_SPIRV --workdir DIR

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Build-time helper: the programs the library precompiles to SPIR-V.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Prints the version from include/lazyattn.h, the one place it is written."""
 import re
 import sys
