@@ -36,7 +36,8 @@
  * reached by every work-item, and no `continue`/`break` skips one (the PoCL
  * 3.1 miscompile, see cl/flash.h). Each local buffer is written and read in
  * phases separated by barriers.
- *   q:           [n_seqs, n_q_heads, LZ_HEAD_DIM] f32, rotated at q_pos
+ *   q:           [n_seqs, n_q_heads, LZ_HEAD_DIM] q_dtype (0 f32, 1 f16, 2 bf16,
+ *                lz_io_load4), rotated at q_pos
  *   seq_offsets: [n_seqs + 1]; table, entry_pos: [seq_offsets[n_seqs]]
  *   part_ml:     [n_seqs, n_q_heads, n_splits] (running max, sum)
  *   part_acc:    [n_seqs, n_q_heads, n_splits, LZ_HEAD_DIM] unnormalised
@@ -123,7 +124,8 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                         __global float *part_acc, __global const float2 *freq,
                         __global const float *slopes, int rope_style, int rot_dim, int alibi,
                         float scale, int entries_per_split, int n_splits, int n_q_heads,
-                        int n_kv_heads, int n_blocks, int n_table, __global int *err) {
+                        int n_kv_heads, int n_blocks, int n_table, __global int *err,
+                        int q_dtype) {
     __local float4 q_l[LZ_FR * LZ_Q4];   /* the rows' query, rotated by -cur_delta */
     __local float4 q0_l[LZ_FR * LZ_Q4];  /* the rows' query as given */
     __local long soff[LZ_DS];            /* element offset of each visible key slot, -1 if none */
@@ -148,7 +150,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 
     /* the query at delta 0, the running maxima, the query position */
     for (int i = lid; i < LZ_FR * LZ_Q4; i += LZ_FWG)
-        q_l[i] = q0_l[i] = vload4(i % LZ_Q4, q + ((size_t)seq * n_q_heads + h0 + i / LZ_Q4) * LZ_HEAD_DIM);
+        q_l[i] = q0_l[i] = lz_io_load4(q, ((size_t)seq * n_q_heads + h0 + i / LZ_Q4) * LZ_HEAD_DIM + 4 * (i % LZ_Q4), q_dtype);
     for (int r = lid; r < LZ_FR; r += LZ_FWG) m_row[r] = -INFINITY;
     if (lid == 0) {
         int qp = q_pos[seq];
@@ -391,10 +393,13 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     }
 }
 
-/* out[seq, h, :] = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M); zeros
- * when no key was visible. One work-item per (dim, head, sequence). */
+/* out[seq, h, :] = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) in
+ * out_dtype (lz_io_store); zeros when no key was visible. With has_lse,
+ * lse[seq, h] = M + log(sum_s l_s e^(m_s - M)), -INFINITY when no key was
+ * visible. One work-item per (dim, head, sequence). */
 __kernel void lz_decode_reduce(__global const float2 *part_ml, __global const float *part_acc,
-                               __global float *out, int n_splits, int n_q_heads, int n_seqs) {
+                               __global float *out, int n_splits, int n_q_heads, int n_seqs,
+                               __global float *lse, int has_lse, int out_dtype) {
     const int i = get_global_id(0), h = get_global_id(1), seq = get_global_id(2);
     if (i >= LZ_HEAD_DIM || h >= n_q_heads || seq >= n_seqs) return;
     const size_t base = ((size_t)seq * n_q_heads + h) * n_splits;
@@ -409,5 +414,7 @@ __kernel void lz_decode_reduce(__global const float2 *part_ml, __global const fl
             den = fma(ml.y, wgt, den);
             num = fma(part_acc[(base + s) * LZ_HEAD_DIM + i], wgt, num);
         }
-    out[((size_t)seq * n_q_heads + h) * LZ_HEAD_DIM + i] = den > 0.0f ? num / den : 0.0f;
+    const size_t row = (size_t)seq * n_q_heads + h;
+    lz_io_store(den > 0.0f ? num / den : 0.0f, out, row * LZ_HEAD_DIM + i, out_dtype);
+    if (has_lse && i == 0) lse[row] = den > 0.0f ? big + log(den) : -INFINITY;
 }

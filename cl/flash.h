@@ -246,8 +246,8 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                      __global const float2 *freq, __global const float *slopes, int rope_style,
                      int rot_dim, int alibi, float scale, int n_q_heads, int n_kv_heads,
                      int n_blocks, __global int *err, int t0, int t_end, int kvh, int e_first,
-                     int e_last, lz_flash_local loc, float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4],
-                     float l[LZ_OPI][LZ_FOM]) {
+                     int e_last, int q_dtype, lz_flash_local loc,
+                     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4], float l[LZ_OPI][LZ_FOM]) {
     const int lid = get_local_id(0);
     __local float *m_row = loc.row, *a_row = loc.row + LZ_FR;
     __local float *qf = (__local float *)loc.q;
@@ -266,7 +266,7 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
     for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 4); i += LZ_FWG) {
         const int r = i / (LZ_HEAD_DIM / 4), c = i % (LZ_HEAD_DIM / 4), t = t0 + r / LZ_G;
         loc.q[r * LZ_QS4 + c] =
-            t < t_end ? vload4(c, q + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM)
+            t < t_end ? lz_io_load4(q, ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM + 4 * c, q_dtype)
                       : (float4)(0.0f);
     }
     for (int o = 0; o < LZ_OPI; o++)
@@ -401,4 +401,28 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* The rows' outputs (acc / l, zeros for a row that saw no key) in out_dtype
+ * (lz_io_store4), and with has_lse each row's log-sum-exp of its scores,
+ * m + log(l) (the running maximum lz_flash leaves in loc.row), -INFINITY
+ * for a row that saw no key; rows t0 + r / LZ_G below t_end only. */
+inline void lz_flash_store(__global float *out, __global float *lse, int has_lse, int out_dtype,
+                           int t0, int t_end, int kvh, int n_q_heads, lz_flash_local loc,
+                           float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4], float l[LZ_OPI][LZ_FOM]) {
+    const int lid = get_local_id(0);
+    for (int o = 0; o < LZ_OPI; o++) {
+        const int ot = lid + o * LZ_FWG, dt = ot % LZ_NODT, rt = ot / LZ_NODT;
+        for (int m = 0; m < LZ_FOM; m++) {
+            const int r = rt * LZ_FOM + m, t = t0 + r / LZ_G;
+            if (ot < LZ_NOT && r < LZ_FR && t < t_end) {
+                const float inv = l[o][m] > 0.0f ? 1.0f / l[o][m] : 0.0f;
+                const size_t row = (size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G;
+                for (int c = 0; c < LZ_FON / 4; c++)
+                    lz_io_store4(acc[o][m][c] * inv, out, row * LZ_HEAD_DIM + 4 * (dt + c * LZ_NODT), out_dtype);
+                if (has_lse && dt == 0)
+                    lse[row] = l[o][m] > 0.0f ? loc.row[r] + log(l[o][m]) : -INFINITY;
+            }
+        }
+    }
 }

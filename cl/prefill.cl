@@ -7,11 +7,13 @@
  * query heads of one KV head (global (n_tiles * LZ_FWG, n_kv_heads)). Rows
  * are visible to keys at logical positions <= their own (entry_pos[e] + j
  * for key j of entry e).
- *   q:         [n_queries, n_q_heads, LZ_HEAD_DIM] f32, rotated at q_pos
+ *   q:         [n_queries, n_q_heads, LZ_HEAD_DIM] q_dtype, rotated at q_pos
  *   q_pos:     [n_queries]
  *   table:     [n_entries] packed entries
  *   entry_pos: [n_entries]
- *   out:       [n_queries, n_q_heads, LZ_HEAD_DIM] f32
+ *   out:       [n_queries, n_q_heads, LZ_HEAD_DIM] out_dtype
+ *   lse:       [n_queries, n_q_heads] f32 log-sum-exp, written when has_lse
+ * q_dtype, out_dtype: 0 f32, 1 f16, 2 bf16 (lz_io_load4 / lz_io_store4).
  */
 __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
                          __global const ulong *table, __global const int *entry_pos,
@@ -19,7 +21,8 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
                          __global float *out, __global const float2 *freq,
                          __global const float *slopes, int rope_style, int rot_dim, int alibi,
                          float scale, int n_queries, int n_entries, int n_q_heads,
-                         int n_kv_heads, int n_blocks, __global int *err) {
+                         int n_kv_heads, int n_blocks, __global int *err, __global float *lse, int has_lse,
+                         int q_dtype, int out_dtype) {
     __local float4 q_tile[LZ_FR * LZ_QS4];
     __local float4 k_tile[LZ_FTK * LZ_QS4];
 #if LZ_FKV
@@ -39,21 +42,10 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
 #else
     loc.v = k_tile;
 #endif
-    const int kvh = get_group_id(1), t0 = get_group_id(0) * (LZ_FR / LZ_G), lid = get_local_id(0);
+    const int kvh = get_group_id(1), t0 = get_group_id(0) * (LZ_FR / LZ_G);
     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4];
     float l[LZ_OPI][LZ_FOM];
     lz_flash(q, q_pos, table, entry_pos, kc, vc, freq, slopes, rope_style, rot_dim, alibi, scale,
-             n_q_heads, n_kv_heads, n_blocks, err, t0, n_queries, kvh, 0, n_entries, loc, acc, l);
-
-    for (int o = 0; o < LZ_OPI; o++) {
-        const int ot = lid + o * LZ_FWG, dt = ot % LZ_NODT, rt = ot / LZ_NODT;
-        for (int m = 0; m < LZ_FOM; m++) {
-            const int r = rt * LZ_FOM + m, t = t0 + r / LZ_G;
-            if (ot < LZ_NOT && r < LZ_FR && t < n_queries) {
-                const float inv = l[o][m] > 0.0f ? 1.0f / l[o][m] : 0.0f;
-                __global float *o_row = out + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;
-                for (int c = 0; c < LZ_FON / 4; c++) vstore4(acc[o][m][c] * inv, dt + c * LZ_NODT, o_row);
-            }
-        }
-    }
+             n_q_heads, n_kv_heads, n_blocks, err, t0, n_queries, kvh, 0, n_entries, q_dtype, loc, acc, l);
+    lz_flash_store(out, lse, has_lse, out_dtype, t0, n_queries, kvh, n_q_heads, loc, acc, l);
 }

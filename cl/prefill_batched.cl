@@ -26,13 +26,15 @@
  * is read or written, LZ_ERR_TABLE is recorded (lazyattn_attention_check).
  * Sequences after a decrease of q_indptr are skipped too (their rows could
  * overlap an earlier sequence's: two work-groups would write one row).
- *   q:            [n_queries, n_q_heads, LZ_HEAD_DIM] f32, rotated at q_pos
+ *   q:            [n_queries, n_q_heads, LZ_HEAD_DIM] q_dtype, rotated at q_pos
  *   q_pos:        [n_queries]
  *   q_indptr:     [n_seqs + 1]
  *   table_indptr: [n_seqs + 1]
  *   table:        [n_entries] packed entries
  *   entry_pos:    [n_entries]
- *   out:          [n_queries, n_q_heads, LZ_HEAD_DIM] f32 (rows of no sequence untouched)
+ *   out:          [n_queries, n_q_heads, LZ_HEAD_DIM] out_dtype (rows of no sequence untouched)
+ *   lse:          [n_queries, n_q_heads] f32 log-sum-exp, written when has_lse
+ * q_dtype, out_dtype: 0 f32, 1 f16, 2 bf16 (lz_io_load4 / lz_io_store4).
  */
 __kernel void lz_prefill_batched(__global const float *q, __global const int *q_pos,
                                  __global const int *q_indptr, __global const int *table_indptr,
@@ -42,7 +44,8 @@ __kernel void lz_prefill_batched(__global const float *q, __global const int *q_
                                  __global const float *slopes, int rope_style, int rot_dim,
                                  int alibi, float scale, int n_queries, int n_entries,
                                  int max_queries, int n_q_heads, int n_kv_heads, int n_blocks,
-                                 __global int *err) {
+                                 __global int *err, __global float *lse, int has_lse,
+                                 int q_dtype, int out_dtype) {
     __local float4 q_tile[LZ_FR * LZ_QS4];
     __local float4 k_tile[LZ_FTK * LZ_QS4];
 #if LZ_FKV
@@ -88,17 +91,6 @@ __kernel void lz_prefill_batched(__global const float *q, __global const int *q_
     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4];
     float l[LZ_OPI][LZ_FOM];
     lz_flash(q, q_pos, table, entry_pos, kc, vc, freq, slopes, rope_style, rot_dim, alibi, scale,
-             n_q_heads, n_kv_heads, n_blocks, err, t0, q_end, kvh, t_begin, t_end, loc, acc, l);
-
-    for (int o = 0; o < LZ_OPI; o++) {
-        const int ot = lid + o * LZ_FWG, dt = ot % LZ_NODT, rt = ot / LZ_NODT;
-        for (int m = 0; m < LZ_FOM; m++) {
-            const int r = rt * LZ_FOM + m, t = t0 + r / LZ_G;
-            if (ot < LZ_NOT && r < LZ_FR && t < q_end) {
-                const float inv = l[o][m] > 0.0f ? 1.0f / l[o][m] : 0.0f;
-                __global float *o_row = out + ((size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G) * LZ_HEAD_DIM;
-                for (int c = 0; c < LZ_FON / 4; c++) vstore4(acc[o][m][c] * inv, dt + c * LZ_NODT, o_row);
-            }
-        }
-    }
+             n_q_heads, n_kv_heads, n_blocks, err, t0, q_end, kvh, t_begin, t_end, q_dtype, loc, acc, l);
+    lz_flash_store(out, lse, has_lse, out_dtype, t0, q_end, kvh, n_q_heads, loc, acc, l);
 }

@@ -12,6 +12,40 @@
 #define LZ_DTYPE 0
 #endif
 
+/* bf16 from f32, round-to-nearest-even (infinities and NaNs kept). */
+inline ushort lz_bf16_from_float(float x) {
+    uint u = as_uint(x);
+    if ((u & 0x7F800000u) == 0x7F800000u) return (ushort)(u >> 16); /* inf, nan */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (ushort)(u >> 16);
+}
+
+/* Query and output rows in a type chosen at run time (lazyattn_dtype: 0
+ * f32, 1 f16, 2 bf16; one branch per load or store, so no program variant
+ * per type): elements e .. e + 3 (e a multiple of 4) of a buffer declared
+ * float, read or written as that type. The portable kernels only (the
+ * NVIDIA program takes f32 q/out; the host sends other types to the
+ * portable kernels). */
+#ifndef LAZYATTN_FAST_NV
+inline float4 lz_io_load4(__global const float *p, size_t e, int dtype) {
+    if (dtype == 1) return vload_half4(0, (__global const half *)p + e);
+    if (dtype == 2) return as_float4(convert_uint4(vload4(0, (__global const ushort *)p + e)) << 16);
+    return vload4(0, p + e);
+}
+inline void lz_io_store(float x, __global float *p, size_t e, int dtype) {
+    if (dtype == 1) vstore_half_rte(x, e, (__global half *)p);
+    else if (dtype == 2) ((__global ushort *)p)[e] = lz_bf16_from_float(x);
+    else p[e] = x;
+}
+inline void lz_io_store4(float4 x, __global float *p, size_t e, int dtype) {
+    if (dtype == 1) vstore_half4_rte(x, 0, (__global half *)p + e);
+    else if (dtype == 2) vstore4((ushort4)(lz_bf16_from_float(x.x), lz_bf16_from_float(x.y),
+                                           lz_bf16_from_float(x.z), lz_bf16_from_float(x.w)),
+                                 0, (__global ushort *)p + e);
+    else vstore4(x, 0, p + e);
+}
+#endif
+
 #if LZ_DTYPE == 0
 #define LZ_STORE_T float
 #define LZ_LOAD(p, i) ((p)[i])
@@ -27,12 +61,6 @@
 #elif LZ_DTYPE == 2
 #define LZ_STORE_T ushort
 #define LZ_LOAD(p, i) as_float((uint)(p)[i] << 16)
-inline ushort lz_bf16_from_float(float x) {
-    uint u = as_uint(x);
-    if ((u & 0x7F800000u) == 0x7F800000u) return (ushort)(u >> 16); /* inf, nan */
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (ushort)(u >> 16);
-}
 #define LZ_STORE(p, i, x) ((p)[i] = lz_bf16_from_float(x))
 #define LZ_LOAD4(p, i) as_float4(convert_uint4(vload4(0, (p) + (i))) << 16)
 #define LZ_LOAD8(p, i) as_float8(convert_uint8(vload8(0, (p) + (i))) << 16)

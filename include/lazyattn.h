@@ -526,11 +526,23 @@ LAZYATTN_API int lazyattn_rope_apply(lazyattn_attention *attn, int n_tokens, int
  * its K was written at) is entry_pos[e] - delta. Both, over the entry's
  * valid length, and every q_pos must lie in 0..LAZYATTN_MAX_POSITION; an
  * entry or query outside is skipped and recorded (lazyattn_attention_check).
- *   q:         [n_queries, n_q_heads, head_dim] f32, rotated at q_pos
+ *   q:         [n_queries, n_q_heads, head_dim] f32 (or q_dtype), rotated at q_pos
  *   q_pos:     [n_queries] int32 logical positions
  *   table:     [n_entries] packed uint64 entries (lazyattn_entry_pack)
  *   entry_pos: [n_entries] int32 logical start of each entry
- *   out:       [n_queries, n_q_heads, head_dim] f32
+ *   out:       [n_queries, n_q_heads, head_dim] f32 (or out_dtype)
+ *   q_dtype, out_dtype: element type of q and out (0 = F32; F16 and BF16
+ *              are converted on load and store, round-to-nearest-even; no
+ *              cl_khr_fp16 needed); the buffers hold that many bytes per element.
+ *              q must already be rotated (lazyattn_rope_apply takes f32 only:
+ *              rotate in f32, or in the engine, before converting)
+ *   lse:       optional [n_queries, n_q_heads] f32, NULL = none: the natural-log
+ *              log-sum-exp of the scaled scores (ALiBi included) each row
+ *              attended over, -INFINITY for a row that saw no key (its output
+ *              is zeros). Attention over disjoint key sets merges as
+ *              out = sum_i exp(lse_i - lse) out_i, lse = log(sum_i exp(lse_i)).
+ * On the NVIDIA tensor-core path a call with lse or a non-F32 q/out dtype
+ * runs the portable kernels (correct, slower).
  */
 typedef struct lazyattn_prefill_args {
     int n_queries;
@@ -540,9 +552,12 @@ typedef struct lazyattn_prefill_args {
     cl_mem table;
     cl_mem entry_pos;
     cl_mem out;
+    cl_mem lse;               /* appended: NULL = none */
+    lazyattn_dtype q_dtype;   /* appended: 0 = F32 */
+    lazyattn_dtype out_dtype; /* appended: 0 = F32 */
 } lazyattn_prefill_args;
 
-/* Zero counts, NULL buffers: fill every field before lazyattn_prefill. */
+/* Zero counts, NULL buffers (no lse), F32 q/out: fill every field before lazyattn_prefill. */
 LAZYATTN_API void lazyattn_prefill_args_init(lazyattn_prefill_args *args);
 
 LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,
@@ -567,7 +582,7 @@ LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool 
  * sequence's output is bit-identical to lazyattn_prefill of that sequence
  * alone (the same kernel core and tiles, on both kernel paths). The
  * portable kernel is built at the first call (a program of its own).
- *   q:            [n_queries, n_q_heads, head_dim] f32, rotated at q_pos
+ *   q:            [n_queries, n_q_heads, head_dim] f32 (or q_dtype), rotated at q_pos
  *   q_pos:        [n_queries] int32 logical positions
  *   q_indptr:     [n_seqs + 1] int32, non-decreasing, q_indptr[n_seqs] <= n_queries;
  *                 an empty sequence (q_indptr[s] == q_indptr[s+1]) is allowed
@@ -577,6 +592,8 @@ LAZYATTN_API int lazyattn_prefill(lazyattn_attention *attn, const lazyattn_pool 
  *   entry_pos:    [n_entries] int32 logical start of each entry
  *   out:          [n_queries, n_q_heads, head_dim] f32; rows of no sequence
  *                 are not written
+ *   q_dtype, out_dtype, lse: as in lazyattn_prefill (lse [n_queries, n_q_heads]
+ *                 f32; rows of no sequence are not written; NVIDIA: portable kernels)
  *   max_queries:  the most query rows of any one sequence (sizes the launch:
  *                 n_seqs x ceil(max_queries / tile rows) work-groups per KV
  *                 head), 1 .. n_queries
@@ -602,9 +619,13 @@ typedef struct lazyattn_prefill_batch_args {
     cl_mem table;
     cl_mem entry_pos;
     cl_mem out;
+    cl_mem lse;               /* appended: [n_queries, n_q_heads] f32 or NULL (rows of no sequence untouched) */
+    lazyattn_dtype q_dtype;   /* appended: 0 = F32 */
+    lazyattn_dtype out_dtype; /* appended: 0 = F32 */
 } lazyattn_prefill_batch_args;
 
-/* Zero counts, NULL buffers: fill every field before lazyattn_prefill_batched. */
+/* Zero counts, NULL buffers (no lse), F32 q/out: fill every field before
+ * lazyattn_prefill_batched. */
 LAZYATTN_API void lazyattn_prefill_batch_args_init(lazyattn_prefill_batch_args *args);
 
 LAZYATTN_API int lazyattn_prefill_batched(lazyattn_attention *attn, const lazyattn_pool *pool,
@@ -617,7 +638,7 @@ LAZYATTN_API int lazyattn_prefill_batched(lazyattn_attention *attn, const lazyat
  * -delta whenever the delta changes from one entry to the next; K and V are
  * read as a non-lazy kernel reads them. Long contexts are split along the
  * KV length and reduced.
- *   q:           [n_seqs, n_q_heads, head_dim] f32, rotated at q_pos
+ *   q:           [n_seqs, n_q_heads, head_dim] f32 (or q_dtype), rotated at q_pos
  *   q_pos:       [n_seqs] int32
  *   seq_offsets: [n_seqs + 1] int32, entries of sequence s are
  *                table[seq_offsets[s] .. seq_offsets[s+1])
@@ -627,7 +648,19 @@ LAZYATTN_API int lazyattn_prefill_batched(lazyattn_attention *attn, const lazyat
  *   max_entries: the most entries of any one sequence (sizes the split),
  *                at most the entries the table buffer holds
  *   n_splits:    KV splits per sequence, 0 = chosen from the device size
- *   out:         [n_seqs, n_q_heads, head_dim] f32
+ *   out:         [n_seqs, n_q_heads, head_dim] f32 (or out_dtype)
+ *   q_dtype, out_dtype: element type of q and out (0 = F32; F16 and BF16
+ *              are converted on load and store, round-to-nearest-even; no
+ *              cl_khr_fp16 needed); the buffers hold that many bytes per element.
+ *              q must already be rotated (lazyattn_rope_apply takes f32 only:
+ *              rotate in f32, or in the engine, before converting)
+ *   lse:       optional [n_seqs, n_q_heads] f32, NULL = none: the natural-log
+ *              log-sum-exp of the scaled scores (ALiBi included) each row
+ *              attended over, -INFINITY for a row that saw no key (its output
+ *              is zeros). Attention over disjoint key sets merges as
+ *              out = sum_i exp(lse_i - lse) out_i, lse = log(sum_i exp(lse_i)).
+ * On the NVIDIA tensor-core path a call with lse or a non-F32 q/out dtype
+ * runs the portable kernels (correct, slower).
  */
 typedef struct lazyattn_decode_args {
     int n_seqs;
@@ -639,9 +672,12 @@ typedef struct lazyattn_decode_args {
     cl_mem table;
     cl_mem entry_pos;
     cl_mem out;
+    cl_mem lse;               /* appended: [n_seqs, n_q_heads] f32 or NULL (from the splits' max and sum) */
+    lazyattn_dtype q_dtype;   /* appended: 0 = F32 */
+    lazyattn_dtype out_dtype; /* appended: 0 = F32 */
 } lazyattn_decode_args;
 
-/* Zero counts, NULL buffers, n_splits 0 (chosen from the device). */
+/* Zero counts, NULL buffers (no lse), F32 q/out, n_splits 0 (chosen from the device). */
 LAZYATTN_API void lazyattn_decode_args_init(lazyattn_decode_args *args);
 
 LAZYATTN_API int lazyattn_decode(lazyattn_attention *attn, const lazyattn_pool *pool, int layer,

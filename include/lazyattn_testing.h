@@ -37,6 +37,9 @@ typedef struct lazyattn_reference_args {
     const float *v;
     const int32_t *k_pos;
     double *out;
+    double *lse; /* appended: [n_queries, n_q_heads] natural-log log-sum-exp of the
+                  * scaled scores (ALiBi included), -INFINITY where no key is
+                  * visible; NULL = none */
 } lazyattn_reference_args;
 
 /* Zero counts, NULL arrays. */

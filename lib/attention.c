@@ -420,6 +420,40 @@ static int lz_check_mem(cl_mem m, size_t need, const char *fn, const char *name)
         if (st_) return st_;                                 \
     } while (0)
 
+/* Checks the q/out element types and sizes and the optional lse buffer of a
+ * prefill or decode over `rows` query rows. The NVIDIA kernels take f32
+ * q/out and no lse: *plain says whether the call is of that form. */
+static int lz_check_io(const lazyattn_attention *a, const char *fn, int rows, cl_mem q, cl_mem out,
+                       cl_mem lse, lazyattn_dtype q_dtype, lazyattn_dtype out_dtype, int *plain) {
+    LZ_CHECK_ARG(q_dtype >= LAZYATTN_DTYPE_F32 && q_dtype <= LAZYATTN_DTYPE_BF16,
+                 "%s: q_dtype %d is not F32, F16 or BF16", fn, (int)q_dtype);
+    LZ_CHECK_ARG(out_dtype >= LAZYATTN_DTYPE_F32 && out_dtype <= LAZYATTN_DTYPE_BF16,
+                 "%s: out_dtype %d is not F32, F16 or BF16", fn, (int)out_dtype);
+    size_t q_bytes = 0, out_bytes = 0, lse_bytes = 0;
+    LZ_TRY(lz_size_product4(&q_bytes, fn, "q bytes (rows x n_q_heads x head_dim x q element)",
+                            (size_t)rows, (size_t)a->cfg.n_q_heads, (size_t)a->cfg.head_dim,
+                            lazyattn_dtype_size(q_dtype)));
+    LZ_TRY(lz_size_product4(&out_bytes, fn, "out bytes (rows x n_q_heads x head_dim x out element)",
+                            (size_t)rows, (size_t)a->cfg.n_q_heads, (size_t)a->cfg.head_dim,
+                            lazyattn_dtype_size(out_dtype)));
+    LZ_TRY(lz_size_product(&lse_bytes, fn, "lse bytes (rows x n_q_heads x 4)", (size_t)rows,
+                           (size_t)a->cfg.n_q_heads, sizeof(float)));
+    LZ_CHECK_MEM(q, q_bytes, "q");
+    LZ_CHECK_MEM(out, out_bytes, "out");
+    if (lse) LZ_CHECK_MEM(lse, lse_bytes, "lse");
+    *plain = !lse && q_dtype == LAZYATTN_DTYPE_F32 && out_dtype == LAZYATTN_DTYPE_F32;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* The portable kernels' trailing arguments: lse (any valid buffer when
+ * none), has_lse, and the q/out element types. */
+#define LZ_IO_ARGS(g, a_, lse_, q_dtype_, out_dtype_)                                         \
+    do {                                                                                     \
+        cl_mem lse_buf_ = (lse_) ? (lse_) : (a_)->err;                                        \
+        cl_int has_lse_ = (lse_) != NULL, qd_ = (cl_int)(q_dtype_), od_ = (cl_int)(out_dtype_); \
+        LZ_ARG(g, lse_buf_); LZ_ARG(g, has_lse_); LZ_ARG(g, qd_); LZ_ARG(g, od_);              \
+    } while (0)
+
 /* The pool must be a device pool of this context with this geometry. */
 static int lz_check_pool(const lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                          const char *fn) {
@@ -552,16 +586,14 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     if (st) return st;
     LZ_CHECK_ARG(p->n_queries >= 1, "%s: n_queries %d must be >= 1", fn, p->n_queries);
     LZ_CHECK_ARG(p->n_entries >= 0, "%s: n_entries %d must be >= 0", fn, p->n_entries);
-    size_t q_bytes = 0, qpos_bytes = 0, table_bytes = 0, epos_bytes = 0;
-    LZ_TRY(lz_size_product4(&q_bytes, fn, "q/out bytes (n_queries x n_q_heads x head_dim x 4)",
-                            (size_t)p->n_queries, (size_t)a->cfg.n_q_heads,
-                            (size_t)a->cfg.head_dim, sizeof(float)));
+    size_t qpos_bytes = 0, table_bytes = 0, epos_bytes = 0;
+    int plain = 0;
+    LZ_TRY(lz_check_io(a, fn, p->n_queries, p->q, p->out, p->lse, p->q_dtype, p->out_dtype, &plain));
+    const int fast = a->fast && plain; /* the NVIDIA kernels take f32 q/out and no lse */
     LZ_TRY(lz_size_product(&qpos_bytes, fn, "q_pos bytes", (size_t)p->n_queries, sizeof(cl_int), 1));
     LZ_TRY(lz_size_product(&table_bytes, fn, "table bytes", (size_t)p->n_entries, sizeof(cl_ulong), 1));
     LZ_TRY(lz_size_product(&epos_bytes, fn, "entry_pos bytes", (size_t)p->n_entries, sizeof(cl_int), 1));
-    LZ_CHECK_MEM(p->q, q_bytes, "q");
     LZ_CHECK_MEM(p->q_pos, qpos_bytes, "q_pos");
-    LZ_CHECK_MEM(p->out, q_bytes, "out");
     cl_mem table = p->table, entry_pos = p->entry_pos;
     if (p->n_entries == 0) table = entry_pos = a->freq; /* never read; any valid buffer */
     LZ_CHECK_MEM(table, table_bytes, "table");
@@ -571,14 +603,15 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
     cl_float scale = a->cfg.scale;
-    lz_args g = {a->fast ? a->nv_prefill : a->kernels[LZ_K_PREFILL], 0, CL_SUCCESS};
+    lz_args g = {fast ? a->nv_prefill : a->kernels[LZ_K_PREFILL], 0, CL_SUCCESS};
     LZ_ARG(&g, p->q); LZ_ARG(&g, p->q_pos); LZ_ARG(&g, table); LZ_ARG(&g, entry_pos);
     LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, p->out); LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes);
     LZ_ARG(&g, style); LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale);
     LZ_ARG(&g, p->n_queries); LZ_ARG(&g, p->n_entries); LZ_ARG(&g, nqh); LZ_ARG(&g, nkv);
     LZ_ARG(&g, nb); LZ_ARG(&g, a->err);
+    if (!fast) LZ_IO_ARGS(&g, a, p->lse, p->q_dtype, p->out_dtype);
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_prefill: clSetKernelArg");
-    if (a->fast) {
+    if (fast) {
         /* one warp per (16 tokens, query head); the G heads of a KV head together */
         size_t tokens = (size_t)16 * (a->nv.warps / a->group);
         size_t local[2] = {(size_t)32 * a->nv.warps, 1};
@@ -607,10 +640,10 @@ static int lz_nv_decode_waves(const lazyattn_attention *a) {
 
 /* Splits along the KV length so that the work-groups fill the device about
  * four times over, but never more splits than entries. */
-static int lz_decode_splits(const lazyattn_attention *a, int n_seqs, int max_entries) {
+static int lz_decode_splits(const lazyattn_attention *a, int fast, int n_seqs, int max_entries) {
     int64_t groups = (int64_t)n_seqs * a->cfg.n_kv_heads;
-    if (!a->fast) groups *= a->group / a->tune.decode.rows; /* head subsets (cl/decode.cl) */
-    if (a->fast) {
+    if (!fast) groups *= a->group / a->tune.decode.rows; /* head subsets (cl/decode.cl) */
+    if (fast) {
         /* one warp per split: aim at `waves` warps per compute unit, with
          * at least 8 blocks per split so the ring of blocks stays full */
         int64_t want = ((int64_t)lz_nv_decode_waves(a) * a->ctx->compute_units + groups - 1) / groups;
@@ -656,16 +689,14 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     if (st) return st;
     LZ_CHECK_ARG(d->n_seqs >= 1, "%s: n_seqs %d must be >= 1", fn, d->n_seqs);
     LZ_CHECK_ARG(d->max_entries >= 1, "%s: max_entries %d must be >= 1", fn, d->max_entries);
-    size_t q_bytes = 0, qpos_bytes = 0, off_bytes = 0;
-    LZ_TRY(lz_size_product4(&q_bytes, fn, "q/out bytes (n_seqs x n_q_heads x head_dim x 4)",
-                            (size_t)d->n_seqs, (size_t)a->cfg.n_q_heads, (size_t)a->cfg.head_dim,
-                            sizeof(float)));
+    size_t qpos_bytes = 0, off_bytes = 0;
+    int plain = 0;
+    LZ_TRY(lz_check_io(a, fn, d->n_seqs, d->q, d->out, d->lse, d->q_dtype, d->out_dtype, &plain));
+    const int fast = a->fast && plain; /* the NVIDIA kernels take f32 q/out and no lse */
     LZ_TRY(lz_size_product(&qpos_bytes, fn, "q_pos bytes", (size_t)d->n_seqs, sizeof(cl_int), 1));
     LZ_TRY(lz_size_product(&off_bytes, fn, "seq_offsets bytes ((n_seqs + 1) x 4)",
                            (size_t)d->n_seqs + 1, sizeof(cl_int), 1));
-    LZ_CHECK_MEM(d->q, q_bytes, "q");
     LZ_CHECK_MEM(d->q_pos, qpos_bytes, "q_pos");
-    LZ_CHECK_MEM(d->out, q_bytes, "out");
     LZ_CHECK_MEM(d->seq_offsets, off_bytes, "seq_offsets");
     LZ_CHECK_MEM(d->table, sizeof(cl_ulong), "table");
     size_t table_bytes = 0;
@@ -679,7 +710,7 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                  d->max_entries, n_table);
 
     LZ_CHECK_ARG(d->n_splits >= 0, "%s: n_splits %d must be >= 0", fn, d->n_splits);
-    int64_t n_splits = d->n_splits ? d->n_splits : lz_decode_splits(a, d->n_seqs, d->max_entries);
+    int64_t n_splits = d->n_splits ? d->n_splits : lz_decode_splits(a, fast, d->n_seqs, d->max_entries);
     if (n_splits > d->max_entries) n_splits = d->max_entries;
     int64_t per_split = ((int64_t)d->max_entries + n_splits - 1) / n_splits;
     n_splits = ((int64_t)d->max_entries + per_split - 1) / per_split;
@@ -697,15 +728,17 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
     cl_int ns = (cl_int)n_splits, nt = (cl_int)n_table, eps = (cl_int)per_split;
     cl_float scale = a->cfg.scale;
-    lz_args g = {a->fast ? a->nv_decode : a->kernels[LZ_K_DECODE], 0, CL_SUCCESS};
+    lz_args g = {fast ? a->nv_decode : a->kernels[LZ_K_DECODE], 0, CL_SUCCESS};
     LZ_ARG(&g, d->q); LZ_ARG(&g, d->q_pos); LZ_ARG(&g, d->seq_offsets); LZ_ARG(&g, d->table);
     LZ_ARG(&g, d->entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->part_ml);
     LZ_ARG(&g, a->part_acc);
-    if (a->fast) LZ_ARG(&g, d->out);
+    if (fast) LZ_ARG(&g, d->out);
     LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
     LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, eps); LZ_ARG(&g, ns);
     LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, nt); LZ_ARG(&g, a->err);
-    if (a->fast) {
+    cl_int q_dtype = (cl_int)d->q_dtype;
+    if (!fast) LZ_ARG(&g, q_dtype);
+    if (fast) {
         if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
         /* one warp per (split, KV head, sequence); one split writes out itself */
         size_t local[3] = {32, 1, 1};
@@ -725,12 +758,17 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     }
 
     cl_int n_seqs = d->n_seqs;
-    lz_args r = {a->fast ? a->nv_reduce : a->kernels[LZ_K_REDUCE], 0, CL_SUCCESS};
+    lz_args r = {fast ? a->nv_reduce : a->kernels[LZ_K_REDUCE], 0, CL_SUCCESS};
     LZ_ARG(&r, a->part_ml); LZ_ARG(&r, a->part_acc); LZ_ARG(&r, d->out); LZ_ARG(&r, ns);
     LZ_ARG(&r, nqh); LZ_ARG(&r, n_seqs);
+    if (!fast) { /* lse, has_lse, out_dtype */
+        cl_mem lse = d->lse ? d->lse : a->err;
+        cl_int has_lse = d->lse != NULL, out_dtype = (cl_int)d->out_dtype;
+        LZ_ARG(&r, lse); LZ_ARG(&r, has_lse); LZ_ARG(&r, out_dtype);
+    }
     if (r.err != CL_SUCCESS) return lz_cl_fail(r.err, "lazyattn_decode: clSetKernelArg (reduce)");
     size_t rglobal[3] = {(size_t)a->cfg.head_dim, (size_t)nqh, (size_t)d->n_seqs};
-    if (a->fast) {
+    if (fast) {
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_reduce, 3, NULL, rglobal,
                                             NULL, 0, NULL, event);
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
@@ -757,18 +795,16 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     LZ_CHECK_ARG(p->n_entries >= 0, "%s: n_entries %d must be >= 0", fn, p->n_entries);
     LZ_CHECK_ARG(p->max_queries >= 1 && p->max_queries <= p->n_queries,
                  "%s: max_queries %d outside 1..n_queries (%d)", fn, p->max_queries, p->n_queries);
-    size_t q_bytes = 0, qpos_bytes = 0, indptr_bytes = 0, table_bytes = 0, epos_bytes = 0;
-    LZ_TRY(lz_size_product4(&q_bytes, fn, "q/out bytes (n_queries x n_q_heads x head_dim x 4)",
-                            (size_t)p->n_queries, (size_t)a->cfg.n_q_heads,
-                            (size_t)a->cfg.head_dim, sizeof(float)));
+    size_t qpos_bytes = 0, indptr_bytes = 0, table_bytes = 0, epos_bytes = 0;
+    int plain = 0;
+    LZ_TRY(lz_check_io(a, fn, p->n_queries, p->q, p->out, p->lse, p->q_dtype, p->out_dtype, &plain));
+    const int fast = a->fast && plain; /* the NVIDIA kernels take f32 q/out and no lse */
     LZ_TRY(lz_size_product(&qpos_bytes, fn, "q_pos bytes", (size_t)p->n_queries, sizeof(cl_int), 1));
     LZ_TRY(lz_size_product(&indptr_bytes, fn, "indptr bytes ((n_seqs + 1) x 4)",
                            (size_t)p->n_seqs + 1, sizeof(cl_int), 1));
     LZ_TRY(lz_size_product(&table_bytes, fn, "table bytes", (size_t)p->n_entries, sizeof(cl_ulong), 1));
     LZ_TRY(lz_size_product(&epos_bytes, fn, "entry_pos bytes", (size_t)p->n_entries, sizeof(cl_int), 1));
-    LZ_CHECK_MEM(p->q, q_bytes, "q");
     LZ_CHECK_MEM(p->q_pos, qpos_bytes, "q_pos");
-    LZ_CHECK_MEM(p->out, q_bytes, "out");
     LZ_CHECK_MEM(p->q_indptr, indptr_bytes, "q_indptr");
     LZ_CHECK_MEM(p->table_indptr, indptr_bytes, "table_indptr");
     cl_mem table = p->table, entry_pos = p->entry_pos;
@@ -777,9 +813,9 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     LZ_CHECK_MEM(entry_pos, epos_bytes, "entry_pos");
 
     /* rows per work-group, and the launch: tiles x KV heads x sequences */
-    const size_t tokens = a->fast ? (size_t)16 * (a->nv.warps / a->group)
+    const size_t tokens = fast ? (size_t)16 * (a->nv.warps / a->group)
                                   : (size_t)(a->tune.prefill.rows / a->group);
-    const size_t local0 = a->fast ? (size_t)32 * a->nv.warps : (size_t)a->tune.prefill.work_group;
+    const size_t local0 = fast ? (size_t)32 * a->nv.warps : (size_t)a->tune.prefill.work_group;
     const size_t tiles = ((size_t)p->max_queries + tokens - 1) / tokens;
     /* the kernels form q_begin + tile x tokens in int */
     LZ_TRY(lz_fits_int((int64_t)p->n_queries + (int64_t)(tiles * tokens), fn,
@@ -789,7 +825,7 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     LZ_TRY(lz_size_product(&groups, fn, "work-groups (tiles x KV heads x sequences)", tiles,
                            (size_t)a->cfg.n_kv_heads, (size_t)p->n_seqs));
 
-    if (!a->fast && !a->kernels[LZ_K_PREFILL_BATCHED]) { /* built at the first use */
+    if (!fast && !a->kernels[LZ_K_PREFILL_BATCHED]) { /* built at the first use */
         st = lz_portable_build_one(a, 2);
         if (st) return st;
     }
@@ -797,7 +833,7 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);
     cl_float scale = a->cfg.scale;
-    cl_kernel kernel = a->fast ? a->nv_prefill_batched : a->kernels[LZ_K_PREFILL_BATCHED];
+    cl_kernel kernel = fast ? a->nv_prefill_batched : a->kernels[LZ_K_PREFILL_BATCHED];
     lz_args g = {kernel, 0, CL_SUCCESS};
     LZ_ARG(&g, p->q); LZ_ARG(&g, p->q_pos); LZ_ARG(&g, p->q_indptr); LZ_ARG(&g, p->table_indptr);
     LZ_ARG(&g, table); LZ_ARG(&g, entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, p->out);
@@ -805,6 +841,7 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, p->n_queries); LZ_ARG(&g, p->n_entries);
     LZ_ARG(&g, p->max_queries); LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb);
     LZ_ARG(&g, a->err);
+    if (!fast) LZ_IO_ARGS(&g, a, p->lse, p->q_dtype, p->out_dtype);
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_prefill_batched: clSetKernelArg");
     size_t global[3] = {global0, (size_t)nkv, (size_t)p->n_seqs};
     size_t local[3] = {local0, 1, 1};

@@ -113,6 +113,7 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
             }
             double *o = a->out + ((size_t)t * nq + h) * d;
             memset(o, 0, (size_t)d * sizeof *o);
+            if (a->lse) a->lse[(size_t)t * nq + h] = -INFINITY;
             if (mx == -INFINITY) continue;
             double sum = 0.0;
             for (size_t j = 0; j < nk; j++) {
@@ -123,6 +124,7 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
                 for (int i = 0; i < d; i++) o[i] += p * vj[i];
             }
             for (int i = 0; i < d; i++) o[i] /= sum;
+            if (a->lse) a->lse[(size_t)t * nq + h] = mx + log(sum);
         }
     }
     free(kr);

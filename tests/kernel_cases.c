@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "kernel_cases.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,10 +208,42 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     lazyattn_reference_args ra = {NQ, n_keys, q, q_pos, k, v, k_pos, ref};
     LK_TRY(lazyattn_reference_attention(&cfg, &ra));
 
+    /* the reference's log-sum-exp of each row (the prefill's and decode's lse outputs) */
+    double *ref_lse = lk_alloc(&s, NQ * H * sizeof(double));
+    float *lse = lk_alloc(&s, NQ * H * sizeof(float));
+    LK_NEED(ref_lse && lse);
+    ra.lse = ref_lse;
+    LK_TRY(lazyattn_reference_attention(&cfg, &ra));
+    cl_mem lsem = lk_buffer(&s, ctx, NULL, NQ * H * sizeof(float));
+    cl_mem hm = lk_buffer(&s, ctx, NULL, NQ * qrow * sizeof(uint16_t));
+    LK_NEED(lsem && hm);
+
     lazyattn_prefill_args a = {NQ, n_entries, qm, qpm, tm, em, om};
+    a.lse = lsem;
     LK_TRY(lazyattn_prefill(s.attn, s.pool, 0, &a, NULL, NULL));
     LK_TRY(lk_read(ctx, om, out, NQ * qrow * sizeof(float)));
     r->prefill = lazyattn_normalised_error(out, ref, NQ * qrow);
+    LK_TRY(lk_read(ctx, lsem, lse, NQ * H * sizeof(float)));
+    for (int i = 0; i < NQ * H; i++) {
+        const double e = ref_lse[i] == -INFINITY ? (lse[i] == -INFINITY ? 0.0 : INFINITY)
+                                                 : fabs(lse[i] - ref_lse[i]);
+        if (!(e <= r->lse)) r->lse = e;
+    }
+    /* the same with f32 q as f16 out (run-time type arguments, vstore_half) */
+    a.lse = NULL, a.out = hm, a.out_dtype = LAZYATTN_DTYPE_F16;
+    LK_TRY(lazyattn_prefill(s.attn, s.pool, 0, &a, NULL, NULL));
+    {
+        uint16_t *h16 = lk_alloc(&s, NQ * qrow * sizeof(uint16_t));
+        float *hf = lk_alloc(&s, NQ * qrow * sizeof(float));
+        LK_NEED(h16 && hf);
+        LK_TRY(lk_read(ctx, hm, h16, NQ * qrow * sizeof(uint16_t)));
+        for (size_t i = 0; i < NQ * qrow; i++) { /* normal halves and zeros (|out| <= 1) */
+            const int e = (h16[i] >> 10) & 0x1F, m = h16[i] & 0x3FF;
+            const float x = e ? ldexpf((float)(m | 0x400), e - 25) : ldexpf((float)m, -24);
+            hf[i] = h16[i] & 0x8000 ? -x : x;
+        }
+        r->half_out = lazyattn_normalised_error(hf, ref, NQ * qrow);
+    }
 
     /* batched ragged prefill: the question split in two sequences around an
      * empty one, each over its own copy of the table (the table twice) */
@@ -265,9 +298,17 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
                                      NULL, NULL);
     LK_NEED(err == CL_SUCCESS);
     lazyattn_decode_args da = {1, n_entries, c->n_splits, dqm, dqpm, offm, tm, em, dom};
+    da.lse = lsem;
     LK_TRY(lazyattn_decode(s.attn, s.pool, 0, &da, NULL, NULL));
     LK_TRY(lk_read(ctx, dom, out + NQ * qrow, qrow * sizeof(float)));
     r->decode = lazyattn_normalised_error(out + NQ * qrow, ref + (NQ - 1) * qrow, qrow);
+    LK_TRY(lk_read(ctx, lsem, lse, H * sizeof(float)));
+    for (int h = 0; h < H; h++) {
+        const double want = ref_lse[(NQ - 1) * H + h];
+        const double e = want == -INFINITY ? (lse[h] == -INFINITY ? 0.0 : INFINITY)
+                                           : fabs(lse[h] - want);
+        if (!(e <= r->lse)) r->lse = e;
+    }
 
     if (n_src) LK_TRY(lazyattn_materialise(s.attn, s.pool, 0, n_src, srcm, dstm, NULL, NULL));
     lazyattn_prefill_args ma = {NQ, n_entries, qm, qpm, ctm, em, om};
@@ -281,6 +322,7 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
         if (st == LAZYATTN_STATUS_OUT_OF_RANGE && strstr(lazyattn_last_error(), "block id") &&
             strstr(lazyattn_last_error(), "valid length")) {
             r->rope = r->prefill = r->decode = r->materialised = r->batched = 0; /* not compared */
+            r->lse = r->half_out = 0;
             st = LAZYATTN_STATUS_OK;
         } else {
             fprintf(stderr, "%s: the bad entries were not reported: %s (%s)\n", c->name,

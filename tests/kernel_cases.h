@@ -40,6 +40,8 @@ typedef struct lk_case {
  *                 decode output [n_q_heads, head_dim] (malloc'ed; NULL to skip) */
 typedef struct lk_result {
     double rope, prefill, decode, materialised, batched;
+    double lse;      /* largest |lse - reference log-sum-exp| of the prefill and decode rows */
+    double half_out; /* normalised error of the prefill with out_dtype F16 */
     float *outputs;
     size_t n_outputs;
 } lk_result;
