@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "cli_options.h"
 #include "lazyattn.h"
 #include "lazyattn_testing.h" /* the reference, the workload generator */
@@ -50,23 +51,6 @@ enum { H = 32, KV = 8, D = 128, BS = 16 };
 static int g_reps = 25;
 static FILE *g_csv;
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int st_ = (call);                                                                  \
-        if (st_) {                                                                         \
-            fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #call,              \
-                    lazyattn_status_string(st_), lazyattn_last_error());                   \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-#define CLCHECK(call)                                                                      \
-    do {                                                                                   \
-        cl_int e_ = (call);                                                                \
-        if (e_ != CL_SUCCESS) {                                                            \
-            fprintf(stderr, "%s:%d %s: OpenCL error %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static int g_fast_disabled;
 
@@ -79,26 +63,14 @@ static void on_log(void *user, lazyattn_log_level level, const char *msg) {
 }
 
 static uint64_t rng_state = 0x1234567ull;
-static float frand(void) { /* uniform [-1, 1) */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
-}
+static float frand(void) { return bench_frand(&rng_state); } /* uniform [-1, 1) */
 
 static lazyattn_context *g_ctx;
 static cl_context g_cl;
 static cl_command_queue g_q;
 static cl_program g_bench;
 
-static cl_mem buf(const void *data, size_t bytes) {
-    cl_int err;
-    cl_mem m = clCreateBuffer(g_cl, CL_MEM_READ_WRITE | (data ? CL_MEM_COPY_HOST_PTR : 0), bytes,
-                              (void *)data, &err);
-    CLCHECK(err);
-    return m;
-}
+static cl_mem buf(const void *data, size_t bytes) { return bench_buffer(g_cl, data, bytes); }
 
 static double ev_ns(cl_event e, cl_profiling_info what) {
     cl_ulong t = 0;
@@ -106,10 +78,6 @@ static double ev_ns(cl_event e, cl_profiling_info what) {
     return (double)t;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* ---- ceilings -------------------------------------------------------------- */
 
@@ -140,7 +108,7 @@ static double time_ceiling_kernel(cl_kernel k, size_t gsz, size_t lsz) {
         if (r >= 2) t[r - 2] = ev_ns(e, CL_PROFILING_COMMAND_END) - ev_ns(e, CL_PROFILING_COMMAND_START);
         clReleaseEvent(e);
     }
-    qsort(t, 9, sizeof *t, cmp_double);
+    qsort(t, 9, sizeof *t, bench_cmp_double);
     return t[4];
 }
 
@@ -312,7 +280,7 @@ static result g_results[16];
 static int g_n_results;
 
 static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 

@@ -25,52 +25,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "cli_options.h"
 #include "lazyattn.h"
 
-#define CHECK(call)                                                                        \
-    do {                                                                                   \
-        int st_ = (call);                                                                  \
-        if (st_) {                                                                         \
-            fprintf(stderr, "%s:%d %s: %s (%s)\n", __FILE__, __LINE__, #call,              \
-                    lazyattn_status_string(st_), lazyattn_last_error());                   \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
-#define CLCHECK(call)                                                                      \
-    do {                                                                                   \
-        cl_int e_ = (call);                                                                \
-        if (e_ != CL_SUCCESS) {                                                            \
-            fprintf(stderr, "%s:%d %s: OpenCL error %d\n", __FILE__, __LINE__, #call, e_); \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static lazyattn_context *g_ctx;
 static int g_reps = 10;
 
 static uint64_t g_rng = 0x7a11u;
-static float frand(void) {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float)((z >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
-}
+static float frand(void) { return bench_frand(&g_rng); }
 
 static cl_mem buf(const void *data, size_t bytes) {
-    cl_int err;
-    cl_mem m = clCreateBuffer(lazyattn_context_cl_context(g_ctx),
-                              CL_MEM_READ_WRITE | (data ? CL_MEM_COPY_HOST_PTR : 0), bytes,
-                              (void *)data, &err);
-    CLCHECK(err);
-    return m;
+    return bench_buffer(lazyattn_context_cl_context(g_ctx), data, bytes);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static double ev_ms(cl_event a, cl_event b) {
     cl_ulong t0 = 0, t1 = 0;
@@ -224,7 +193,7 @@ static double run(lazyattn_attention *a, problem *p, int which, float *out, size
         cl_mem m = which == 0 ? p->prefill.out : p->decode[which - 1].out;
         CLCHECK(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof(float) * n_out, out, 0, NULL, NULL));
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
     return t[reps / 2];
 }
 
