@@ -15,10 +15,10 @@
  * and writes them key-major ([key][row], so 4 rows of a key are one float4)
  * with its rows' partial maxima; then LZ_NPART work-items per row take the
  * row's maximum from the partial maxima and turn a share of its keys into
- * probabilities (each keeps the running maximum of its row in a register,
- * and writes the share's sum); each work-item accumulates a LZ_FOM x LZ_FON
- * register tile of the output from float4 loads of the probabilities and V,
- * and its rows' sums from the shares' sums.
+ * probabilities (each keeps the running maximum of its row and the running
+ * sum of its share in registers); each work-item accumulates a LZ_FOM x
+ * LZ_FON register tile of the output from float4 loads of the probabilities
+ * and V; at the end the shares' sums give each row's sum.
  *
  * Tile parameters (-D, chosen by lib/tuning.c; the host checks the local
  * memory they need):
@@ -101,7 +101,7 @@ typedef struct lz_flash_local {
     __local float4 *v;    /* [LZ_FTK][LZ_QS4] (== k when LZ_FKV is 0) */
     __local float *p;     /* [LZ_FTK][LZ_PS] scores, then probabilities */
     __local float *pmax;  /* [LZ_NKT][LZ_PS] the score tiles' row maxima */
-    __local float *lsum;  /* [LZ_NPART][LZ_PR] the shares' sums of probabilities */
+    __local float *lsum;  /* [LZ_NPART][LZ_PR] the shares' sums of probabilities (at the end) */
     __local float *row;   /* [2][LZ_PR] final maximum of each row, rescale factor of the tile */
     __local int *key_pos; /* [LZ_FTK] logical position of each slot, LZ_NO_KEY if none */
     __local int *row_pos; /* [LZ_PR] query position of each row, -1 if inactive or >= LZ_FR */
@@ -224,27 +224,32 @@ inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
     if (have_next) {                                                                           \
         __local const ulong *tab = loc.tab - c0; /* indexed by entry */                        \
         __local const int *tpos = loc.tpos - c0;                                               \
-        next_delta = LAZYATTN_ENTRY_DELTA(tab[e]);                                             \
-        int ne = 1, min_pos = tpos[e];                                                         \
-        if (lid == 0 && j0 == 0) lz_check_entry(tab[e], min_pos, n_blocks, err);               \
-        while (ne < LZ_TILE_ENTRIES && e + ne < e_last &&                                      \
-               LAZYATTN_ENTRY_DELTA(tab[e + ne]) == next_delta) {                              \
-            const int pos0 = tpos[e + ne];                                                     \
-            if (lid == 0) lz_check_entry(tab[e + ne], pos0, n_blocks, err);                    \
-            min_pos = min(min_pos, pos0);                                                      \
-            ne++;                                                                              \
-        }                                                                                      \
-        next_slots = LZ_BLOCK <= LZ_FTK ? ne * LZ_BLOCK : min(LZ_FTK, LZ_BLOCK - j0);          \
-        const int te = e, tj0 = j0;                                                            \
+        int te, tj0, skip;                                                                     \
+        /* a tile in every row's future is skipped: the next ones in the window are            \
+         * described (and their entries checked) at once, with no barrier between */          \
+        do {                                                                                   \
+            next_delta = LAZYATTN_ENTRY_DELTA(tab[e]);                                         \
+            int ne = 1, min_pos = tpos[e];                                                     \
+            if (lid == 0 && j0 == 0) lz_check_entry(tab[e], min_pos, n_blocks, err);           \
+            while (ne < LZ_TILE_ENTRIES && e + ne < e_last &&                                  \
+                   LAZYATTN_ENTRY_DELTA(tab[e + ne]) == next_delta) {                          \
+                const int pos0 = tpos[e + ne];                                                 \
+                if (lid == 0) lz_check_entry(tab[e + ne], pos0, n_blocks, err);                \
+                min_pos = min(min_pos, pos0);                                                  \
+                ne++;                                                                          \
+            }                                                                                  \
+            next_slots = LZ_BLOCK <= LZ_FTK ? ne * LZ_BLOCK : min(LZ_FTK, LZ_BLOCK - j0);      \
+            te = e, tj0 = j0;                                                                  \
+            if (LZ_BLOCK <= LZ_FTK || j0 + LZ_FTK >= LZ_BLOCK) {                               \
+                e += ne;                                                                       \
+                j0 = 0;                                                                        \
+            } else {                                                                           \
+                j0 += LZ_FTK;                                                                  \
+            }                                                                                  \
+            skip = min_pos > max_pos - tj0 && min_pos >= 0;                                    \
+        } while (skip && e < e_last && e + LZ_TILE_ENTRIES <= c0 + LZ_TC);                     \
         tile_e = te, tile_j0 = tj0;                                                            \
-        if (LZ_BLOCK <= LZ_FTK || j0 + LZ_FTK >= LZ_BLOCK) {                                   \
-            e += ne;                                                                           \
-            j0 = 0;                                                                            \
-        } else {                                                                               \
-            j0 += LZ_FTK;                                                                      \
-        }                                                                                      \
-        /* a tile in every row's future is skipped (its barriers still reached) */            \
-        if (min_pos > max_pos - tj0 && min_pos >= 0) next_slots = 0;                           \
+        if (skip) next_slots = 0; /* the last one described: its barriers still reached */    \
         lz_key_pos(kp, tab, tpos, te, tj0, next_slots, n_blocks, lid);                         \
         lz_fetch(rk, kc, tab, te, tj0, next_slots, kvh, n_kv_heads, n_blocks, lid);            \
         LZ_FETCH_V();                                                                          \
@@ -285,9 +290,9 @@ inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
 
 /* Runs the core over entries [e_first, e_last) for the rows of tokens
  * t0 .. t0 + LZ_FR / LZ_G - 1 (those below t_end are active) of KV head kvh.
- * Leaves in acc[o][m] / l[o][m] the unnormalised output and the sum of
- * output tile o's row m (tile lid + o * LZ_FWG, see lz_out_tile) and each
- * row's maximum in loc.row[0..LZ_FR). */
+ * Leaves in acc[o][m] the unnormalised output of output tile o's row m
+ * (tile lid + o * LZ_FWG), each row's maximum in loc.row[0..LZ_FR) and the
+ * LZ_NPART shares of each row's sum in loc.lsum. */
 inline void lz_flash(__global const float *q, __global const int *q_pos,
                      __global const ulong *table, __global const int *entry_pos,
                      __global const LZ_STORE_T *kc, __global const LZ_STORE_T *vc,
@@ -295,13 +300,12 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                      int rot_dim, int alibi, float scale, int n_q_heads, int n_kv_heads,
                      int n_blocks, __global int *err, int t0, int t_end, int kvh, int e_first,
                      int e_last, int q_dtype, lz_flash_local loc,
-                     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4], float l[LZ_OPI][LZ_FOM]) {
+                     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4]) {
     const int lid = get_local_id(0);
     __local float *a_row = loc.row + LZ_PR;
     __local float *qf = (__local float *)loc.q;
     __local float4 *p4 = (__local float4 *)loc.p;
     __local float4 *pmax4 = (__local float4 *)loc.pmax;
-    __local const float4 *lsum4 = (__local const float4 *)loc.lsum;
 
     /* rows: positions (-1 past LZ_FR), the query tile at delta 0 */
     for (int r = lid; r < LZ_PR; r += LZ_FWG) {
@@ -320,15 +324,14 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                       : (float4)(0.0f);
     }
     for (int o = 0; o < LZ_OPI; o++)
-        for (int m = 0; m < LZ_FOM; m++) {
-            l[o][m] = 0.0f;
+        for (int m = 0; m < LZ_FOM; m++)
             for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] = (float4)(0.0f);
-        }
-    /* the running maximum of each (row, share) pair of this work-item: every
-     * share of a row computes the same maxima from the same partial maxima */
-    float mrun[LZ_NFI];
+    /* the running maximum and sum of each (row, share) pair of this
+     * work-item: every share of a row computes the same maxima (and
+     * rescale factors) from the same partial maxima */
+    float mrun[LZ_NFI], lrun[LZ_NFI];
 #pragma unroll
-    for (int j = 0; j < LZ_NFI; j++) mrun[j] = -INFINITY;
+    for (int j = 0; j < LZ_NFI; j++) mrun[j] = -INFINITY, lrun[j] = 0.0f;
 
     /* Tiles: entries e .. e + ne - 1 of one delta (slots j0 .. of them);
      * the table window (entries c0 .. c0 + LZ_TC - 1) in local memory,
@@ -434,6 +437,7 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                 if (live)
                     for (int kt = 0; kt < LZ_NKT; kt++) tmax = fmax(tmax, loc.pmax[kt * LZ_PS + r]);
                 const float m_old = mrun[j], m_new = fmax(m_old, tmax);
+                const float alpha = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
                 mrun[j] = m_new;
                 float sum = 0.0f;
                 for (int kk = part; kk < LZ_FTK; kk += LZ_NPART) {
@@ -442,8 +446,8 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                     loc.p[kk * LZ_PS + r] = pv;
                     sum += pv;
                 }
-                loc.lsum[part * LZ_PR + r] = sum;
-                if (part == 0) a_row[r] = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
+                lrun[j] = lrun[j] * alpha + sum;
+                if (part == 0) a_row[r] = alpha;
             }
         }
 #if !LZ_FKV
@@ -463,19 +467,8 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
             const int dt = ot % LZ_NODT, rt = ot / LZ_NODT; /* rows rt * LZ_FOM .. < LZ_PR */
             for (int m = 0; m < LZ_FOM; m++) {
                 const float alpha = a_row[rt * LZ_FOM + m];
-                l[o][m] *= alpha;
                 for (int c = 0; c < LZ_FON / 4; c++) acc[o][m][c] *= alpha;
             }
-#if LZ_FOM % 4 == 0
-            for (int part = 0; part < LZ_NPART; part++)
-                for (int j = 0; j < LZ_FOM / 4; j++) {
-                    const float4 x = lsum4[(part * LZ_PR + rt * LZ_FOM) / 4 + j];
-                    l[o][4 * j] += x.x, l[o][4 * j + 1] += x.y, l[o][4 * j + 2] += x.z, l[o][4 * j + 3] += x.w;
-                }
-#else
-            for (int part = 0; part < LZ_NPART; part++)
-                for (int m = 0; m < LZ_FOM; m++) l[o][m] += loc.lsum[part * LZ_PR + rt * LZ_FOM + m];
-#endif
             /* every slot of the tile (a fixed trip count the compiler unrolls
              * and pipelines): past n_slots the probabilities are zeros and
              * the staged rows zeros too */
@@ -502,34 +495,37 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    /* each row's final maximum, for the log-sum-exp */
+    /* each row's final maximum (for the log-sum-exp) and its shares' sums */
 #pragma unroll
     for (int j = 0; j < LZ_NFI; j++) {
         const int i = lid + j * LZ_FWG;
-        if (i < LZ_PR) loc.row[i] = mrun[j]; /* share 0 of row i */
+        if (i < LZ_PR * LZ_NPART) loc.lsum[i] = lrun[j]; /* [part][row], i = part * LZ_PR + row */
+        if (i < LZ_PR) loc.row[i] = mrun[j];              /* share 0 of row i */
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* The rows' outputs (acc / l, zeros for a row that saw no key) in out_dtype
- * (lz_io_store4), and with has_lse each row's log-sum-exp of its scores,
- * m + log(l) (the running maximum lz_flash leaves in loc.row), -INFINITY
- * for a row that saw no key; rows t0 + r / LZ_G below t_end only. */
+/* The rows' outputs (acc / l, l the sum of the row's shares in loc.lsum;
+ * zeros for a row that saw no key) in out_dtype (lz_io_store4), and with
+ * has_lse each row's log-sum-exp of its scores, m + log(l) (the maximum
+ * lz_flash leaves in loc.row), -INFINITY for a row that saw no key; rows
+ * t0 + r / LZ_G below t_end only. */
 inline void lz_flash_store(__global float *out, __global float *lse, int has_lse, int out_dtype,
                            int t0, int t_end, int kvh, int n_q_heads, lz_flash_local loc,
-                           float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4], float l[LZ_OPI][LZ_FOM]) {
+                           float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4]) {
     const int lid = get_local_id(0);
     for (int o = 0; o < LZ_OPI; o++) {
         const int ot = lid + o * LZ_FWG, dt = ot % LZ_NODT, rt = ot / LZ_NODT;
         for (int m = 0; m < LZ_FOM; m++) {
             const int r = rt * LZ_FOM + m, t = t0 + r / LZ_G;
             if (ot < LZ_NOT && r < LZ_FR && t < t_end) {
-                const float inv = l[o][m] > 0.0f ? 1.0f / l[o][m] : 0.0f;
+                float l = 0.0f;
+                for (int part = 0; part < LZ_NPART; part++) l += loc.lsum[part * LZ_PR + r];
+                const float inv = l > 0.0f ? 1.0f / l : 0.0f;
                 const size_t row = (size_t)t * n_q_heads + kvh * LZ_G + r % LZ_G;
                 for (int c = 0; c < LZ_FON / 4; c++)
                     lz_io_store4(acc[o][m][c] * inv, out, row * LZ_HEAD_DIM + 4 * (dt + c * LZ_NODT), out_dtype);
-                if (has_lse && dt == 0)
-                    lse[row] = l[o][m] > 0.0f ? loc.row[r] + log(l[o][m]) : -INFINITY;
+                if (has_lse && dt == 0) lse[row] = l > 0.0f ? loc.row[r] + log(l) : -INFINITY;
             }
         }
     }

@@ -29,8 +29,7 @@ __kernel void lz_prefill(__global const float *q, __global const int *q_pos,
      * the heavy work-groups start first and the light ones fill the tail */
     const int kvh = get_group_id(1), t0 = (get_num_groups(0) - 1 - get_group_id(0)) * (LZ_FR / LZ_G);
     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4];
-    float l[LZ_OPI][LZ_FOM];
     lz_flash(q, q_pos, table, entry_pos, kc, vc, freq, slopes, rope_style, rot_dim, alibi, scale,
-             n_q_heads, n_kv_heads, n_blocks, err, t0, n_queries, kvh, 0, n_entries, q_dtype, loc, acc, l);
-    lz_flash_store(out, lse, has_lse, out_dtype, t0, n_queries, kvh, n_q_heads, loc, acc, l);
+             n_q_heads, n_kv_heads, n_blocks, err, t0, n_queries, kvh, 0, n_entries, q_dtype, loc, acc);
+    lz_flash_store(out, lse, has_lse, out_dtype, t0, n_queries, kvh, n_q_heads, loc, acc);
 }

@@ -72,8 +72,7 @@ __kernel void lz_prefill_batched(__global const float *q, __global const int *q_
     if (disorder) return;
 
     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4];
-    float l[LZ_OPI][LZ_FOM];
     lz_flash(q, q_pos, table, entry_pos, kc, vc, freq, slopes, rope_style, rot_dim, alibi, scale,
-             n_q_heads, n_kv_heads, n_blocks, err, t0, q_end, kvh, t_begin, t_end, q_dtype, loc, acc, l);
-    lz_flash_store(out, lse, has_lse, out_dtype, t0, q_end, kvh, n_q_heads, loc, acc, l);
+             n_q_heads, n_kv_heads, n_blocks, err, t0, q_end, kvh, t_begin, t_end, q_dtype, loc, acc);
+    lz_flash_store(out, lse, has_lse, out_dtype, t0, q_end, kvh, n_q_heads, loc, acc);
 }
