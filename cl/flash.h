@@ -427,7 +427,11 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
 
         /* ---- probabilities: LZ_NPART work-items per row, each the row's new
          * maximum (from the partial maxima) and a share of its keys; the
-         * rescale factor of the row; V staged meanwhile ---- */
+         * rescale factor of the row; V staged meanwhile (its loads issued
+         * first, in flight during the probabilities) ---- */
+#if !LZ_FRV
+        lz_fetch(rk, vc, loc.tab - c0, tile_e, tile_j0, n_slots, kvh, n_kv_heads, n_blocks, lid);
+#endif
 #pragma unroll
         for (int j = 0; j < LZ_NFI; j++) {
             const int i = lid + j * LZ_FWG, r = i % LZ_PR, part = i / LZ_PR;
@@ -450,12 +454,10 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                 if (part == 0) a_row[r] = alpha;
             }
         }
-#if !LZ_FKV
-#if LZ_FPF
-        lz_put(loc.k, rv, lid); /* V (loaded with K) into the K tile: the scores are done with it */
+#if !LZ_FKV /* V into the K tile (the scores are done with it) */
+#if LZ_FRV
+        lz_put(loc.k, rv, lid);
 #else
-        /* V into the K tile (the scores are done with it) */
-        lz_fetch(rk, vc, loc.tab - c0, tile_e, tile_j0, n_slots, kvh, n_kv_heads, n_blocks, lid);
         lz_put(loc.k, rk, lid);
 #endif
 #endif
