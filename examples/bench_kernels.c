@@ -169,9 +169,14 @@ static void fill_f16(cl_mem m, size_t count, cl_uint seed) {
 
 static int g_failures;
 
+/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS]: the portable decode's geometry;
+ * --prefill-tile: the portable prefill's (lazyattn_tile_params in order; 0 = choose) */
+static lazyattn_kernel_tuning g_tuning;
+
 /* One random request: n_docs documents (stored at 0, random logical starts
  * via a random base) + a question of n_q tokens (own blocks); prefill of the
- * question (causal), then decode of the last token, both vs the reference. */
+ * question (causal), then decode of the last token, both vs the reference
+ * (in the geometry of --prefill-tile / --decode-tile). */
 static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int doc_len, int n_q,
                        lazyattn_rope_style style, int rot_dim, int base) {
     lazyattn_attention_config c;
@@ -187,7 +192,7 @@ static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int 
     lazyattn_pool *pool;
     lazyattn_attention *attn;
     CHECK(lazyattn_pool_create(g_ctx, &pc, &pool));
-    CHECK(lazyattn_attention_create(g_ctx, &c, &attn));
+    CHECK(lazyattn_attention_create_tuned(g_ctx, &c, &g_tuning, &attn)); /* --prefill-tile / --decode-tile checked too */
     int32_t *ids = malloc(sizeof(int32_t) * n_entries);
     CHECK(lazyattn_pool_alloc(pool, n_entries, ids));
     for (int i = n_entries - 1; i > 0; i--) { /* scatter */
@@ -319,9 +324,6 @@ static double time_decode(lazyattn_attention *attn, lazyattn_pool *pool, const l
     return median(t, reps) * 1e-6;
 }
 
-/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS]: the portable decode's geometry;
- * --prefill-tile: the portable prefill's (lazyattn_tile_params in order; 0 = choose) */
-static lazyattn_kernel_tuning g_tuning;
 
 static lazyattn_attention *make_attn(void) {
     lazyattn_attention_config c;
