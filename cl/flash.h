@@ -27,9 +27,11 @@
  *   LZ_FRM, LZ_FRN  score register tile (LZ_FRN divides LZ_FTK)
  *   LZ_FOM, LZ_FON  output register tile (LZ_FON a multiple of 4 dividing LZ_HEAD_DIM)
  *   LZ_FKV  1: K and V staged at once in two buffers; 0: V reuses K's buffer
- *   LZ_FPF  with LZ_FKV: the next tile's K/V loaded into registers during
- *           this tile; without: V loaded into registers with K (put into
- *           K's buffer after the scores), else V is loaded after the scores
+ *   LZ_FPF  1 with LZ_FKV: the next tile's K/V loaded into registers during
+ *           this tile; 1 without: V loaded into registers with K (put into
+ *           K's buffer after the scores); 2 (without LZ_FKV): the next
+ *           tile's K loaded into registers during this tile's output phase;
+ *           0: none (V is loaded after the scores)
  *
  * Race freedom: every local buffer is written and read in phases separated
  * by barriers that every work-item reaches (the tile loop is uniform: all
@@ -78,8 +80,12 @@
 #ifndef LZ_FPF
 #define LZ_FPF 0
 #endif
-#define LZ_FNEXT (LZ_FPF && LZ_FKV) /* the next tile's K/V in registers during this one */
-#define LZ_FRV (LZ_FPF || LZ_FKV)   /* V is loaded into registers with K */
+#define LZ_FNEXT (LZ_FPF == 1 && LZ_FKV)   /* the next tile's K/V in registers during this one */
+#define LZ_FRV (LZ_FPF == 1 || LZ_FKV)     /* V is loaded into registers with K */
+#define LZ_FNEXTK (LZ_FPF == 2 && !LZ_FKV) /* the next tile's K during the output phase */
+#if LZ_FPF == 2 && LZ_FKV
+#error "LZ_FPF 2 (the next K during the output) is for one K/V buffer (LZ_FKV 0)"
+#endif
 /* The probability tile: [LZ_FTK][LZ_PS] (key-major), LZ_PR rows (every
  * row a score or output register tile reaches; rows >= LZ_FR hold zeros),
  * the stride padded by 4 (16-byte stores of 4 rows of consecutive keys hit
@@ -211,10 +217,13 @@ inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
 }
 
 /* Pieces of the tile loop of lz_flash (macros over its variables). */
-/* Reloads the table window when the next tile's entries are not all in it. */
-#define LZ_WINDOW()                                                                            \
+/* Reloads the table window from entry `start` (e, or with LZ_FNEXTK the
+ * current tile's first entry, whose V is still to load: the next tile's
+ * entries, at most LZ_TILE_ENTRIES past it, fit too) when the next tile's
+ * entries are not all in it. */
+#define LZ_WINDOW(start)                                                                       \
     if (e < e_last && e + LZ_TILE_ENTRIES > c0 + LZ_TC) {                                      \
-        c0 = e;                                                                                \
+        c0 = (start);                                                                          \
         for (int i = lid; i < LZ_TC; i += LZ_FWG)                                              \
             if (c0 + i < e_last) loc.tab[i] = table[c0 + i], loc.tpos[i] = entry_pos[c0 + i];  \
     }
@@ -335,10 +344,11 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
 
     /* Tiles: entries e .. e + ne - 1 of one delta (slots j0 .. of them);
      * the table window (entries c0 .. c0 + LZ_TC - 1) in local memory,
-     * written only in the output phase (or the staging phase with
-     * LZ_FNEXT) and read after the next barrier. With LZ_FNEXT the next
-     * tile's K/V are loaded into registers while the current one is
-     * computed. Every loop below has a uniform trip count and no
+     * written only in the output phase (the staging phase with LZ_FNEXT,
+     * the score phase with LZ_FNEXTK) and read after the next barrier.
+     * With LZ_FNEXT the next tile's K/V are loaded into registers while
+     * the current one is computed, with LZ_FNEXTK the next K during the
+     * output phase. Every loop below has a uniform trip count and no
      * `continue`/`break` past a barrier: PoCL 3.1 miscompiles a loop whose
      * (uniform) continue skips its barriers (the old kernels' block-size-1
      * bug, issue 10 class 6). */
@@ -349,7 +359,7 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
 #if LZ_FRV
     LZ_RAW8_T rv[LZ_NCH];
 #endif
-    LZ_WINDOW();
+    LZ_WINDOW(e);
     barrier(CLK_LOCAL_MEM_FENCE);
     int max_pos = -1;
     for (int r = 0; r < LZ_FR; r++) max_pos = max(max_pos, loc.row_pos[r]);
@@ -361,9 +371,18 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
         barrier(CLK_LOCAL_MEM_FENCE);
         n_slots = next_slots, delta = next_delta;
         LZ_STAGE();
-        LZ_WINDOW();
+        LZ_WINDOW(e);
         barrier(CLK_LOCAL_MEM_FENCE);
         LZ_NEXT_TILE();
+#elif LZ_FNEXTK
+    int have_next = 0;
+    LZ_NEXT_TILE();
+    while (have_next) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        n_slots = next_slots, delta = next_delta;
+        LZ_STAGE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LZ_WINDOW(tile_e);
 #else
     int have_next = 1;
     while (e < e_last) {
@@ -463,6 +482,10 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
+#if LZ_FNEXTK
+        LZ_NEXT_TILE(); /* the next K in flight during the output */
+#endif
+
         /* ---- output: register tiles of LZ_FOM rows x LZ_FON dims ---- */
         for (int o = 0; o < LZ_OPI; o++) {
             const int ot = min(lid + o * LZ_FWG, LZ_NOT - 1); /* extra work-items repeat the last tile */
@@ -492,8 +515,8 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                 }
             }
         }
-#if !LZ_FNEXT
-        LZ_WINDOW(); /* the table is read again after the next barrier */
+#if !LZ_FNEXT && !LZ_FNEXTK
+        LZ_WINDOW(e); /* the table is read again after the next barrier */
 #endif
     }
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -308,12 +308,13 @@ int main(int argc, char **argv) {
             }
 
     /* the best prefill tile with its K/V staging modes (kv_together,
-     * prefetch): one buffer with V loaded with K, two buffers with or
-     * without the next tile prefetched (refused where they do not fit) */
+     * prefetch): one buffer with V loaded with K or with the next K loaded
+     * during the output, two buffers with or without the next tile
+     * prefetched (refused where they do not fit) */
     {
-        static const int modes[][2] = {{2, 1}, {1, 2}, {1, 1}};
+        static const int modes[][2] = {{2, 1}, {2, 3}, {1, 2}, {1, 1}};
         const lazyattn_tile_params base = best.prefill;
-        for (int i = 0; i < (small ? 1 : 3); i++) {
+        for (int i = 0; i < (small ? 2 : 4); i++) {
             lazyattn_kernel_tuning t;
             memset(&t, 0, sizeof t);
             t.prefill = base;

@@ -459,7 +459,8 @@ typedef struct lazyattn_tile_params {
     int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose */
     int prefetch;    /* prefill, 1: with kv_together 1 the next K/V tile is loaded into
                       * registers while one is computed, with kv_together 2 V is loaded
-                      * with K (staged after the scores); 2: not; 0: choose */
+                      * with K (staged after the scores); 3 (kv_together 2): the next
+                      * K tile is loaded during the output step; 2: none; 0: choose */
 } lazyattn_tile_params;
 
 typedef struct lazyattn_kernel_tuning {

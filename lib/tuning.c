@@ -86,8 +86,12 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
                  what, t->out_rows, t->out_dims, head_dim);
     LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
                  "tuning (%s): kv_together %d must be 0, 1 or 2", what, t->kv_together);
-    LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2, "tuning (%s): prefetch %d must be 0, 1 or 2",
-                 what, t->prefetch);
+    if (decode) /* unused by the decode: checked as before */
+        LZ_CHECK_ARG((t->prefetch == 1 && t->kv_together == 1) || t->prefetch == 2,
+                     "tuning (%s): prefetch %d must be 0, 1 (with kv_together 1) or 2", what, t->prefetch);
+    else
+        LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2 || (t->prefetch == 3 && t->kv_together == 2),
+                     "tuning (%s): prefetch %d must be 0, 1, 2 or 3 (3 with kv_together 2)", what, t->prefetch);
     LZ_CHECK_ARG(t->work_group >= 1 && t->work_group <= 1024,
                  "tuning (%s): work_group %d outside 1..1024", what, t->work_group);
     if ((size_t)t->work_group > ctx->max_work_group_size)
@@ -235,7 +239,8 @@ int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t 
                      " -DLZ_G=%d -DLZ_FR=%d -DLZ_FTK=%d -DLZ_FWG=%d -DLZ_FRM=%d -DLZ_FRN=%d "
                      "-DLZ_FOM=%d -DLZ_FON=%d -DLZ_FKV=%d -DLZ_FPF=%d",
                      group, t->rows, t->keys, t->work_group, t->score_rows, t->score_keys,
-                     t->out_rows, t->out_dims, t->kv_together == 1, t->prefetch == 1);
+                     t->out_rows, t->out_dims, t->kv_together == 1,
+                     t->prefetch == 1 ? 1 : t->prefetch == 3 ? 2 : 0);
     return n > 0 && (size_t)n < size ? 0 : -1;
 }
 
