@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Tiled flash attention of LZ_FR rows over a range of block-table entries:
- * the portable core of lz_prefill (cl/prefill.cl) and lz_decode
- * (cl/decode.cl), built once per kernel with its own tile parameters.
+ * the portable core of lz_prefill (cl/prefill.cl) and lz_prefill_batched
+ * (cl/prefill_batched.cl), built once per program with its tile parameters.
  *
  * Rows: row r is query token t0 + r / LZ_G, query head kvh * LZ_G + r % LZ_G;
  * the LZ_G heads of one KV head share every staged K/V tile (GQA).
@@ -35,7 +35,8 @@
  *
  * Race freedom: every local buffer is written and read in phases separated
  * by barriers that every work-item reaches (the tile loop is uniform: all
- * work-items compute the same tile bounds from the same table words).
+ * work-items compute the same tile bounds from the same table words; the
+ * tiles passed over in the table window are passed over by all alike).
  */
 #ifndef LZ_G /* defaults: one head per KV head, small tiles (lib/tuning.c always sets them) */
 #define LZ_G 1
