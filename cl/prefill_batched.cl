@@ -46,18 +46,9 @@ __kernel void lz_prefill_batched(__global const float *q, __global const int *q_
                                  int max_queries, int n_q_heads, int n_kv_heads, int n_blocks,
                                  __global int *err, __global float *lse, int has_lse,
                                  int q_dtype, int out_dtype) {
-    __local float4 q_tile[LZ_FR * LZ_QS4];
-    __local float4 k_tile[LZ_FTK * LZ_QS4];
-#if LZ_FKV
-    __local float4 v_tile[LZ_FTK * LZ_QS4];
-#endif
-    __local float p_tile[LZ_FR * LZ_FTK];
-    __local float row[2 * LZ_FR];
-    __local int key_pos[LZ_FTK];
-    __local int row_pos[LZ_FR];
-    __local ulong tab[LZ_TC];
-    __local int tpos[LZ_TC];
-    const int tile = get_group_id(0), kvh = get_group_id(1), seq = get_group_id(2);
+    LZ_FLASH_LOCAL(loc);
+    /* group 0 takes the last tile (heavy first under a causal mask, as lz_prefill) */
+    const int tile = get_num_groups(0) - 1 - get_group_id(0), kvh = get_group_id(1), seq = get_group_id(2);
     const int lid = get_local_id(0);
     const int q_begin = q_indptr[seq], q_end = q_indptr[seq + 1];
     const int t_begin = table_indptr[seq], t_end = table_indptr[seq + 1];
@@ -80,17 +71,8 @@ __kernel void lz_prefill_batched(__global const float *q, __global const int *q_
     barrier(CLK_LOCAL_MEM_FENCE);
     if (disorder) return;
 
-    lz_flash_local loc;
-    loc.q = q_tile, loc.k = k_tile, loc.p = p_tile, loc.row = row;
-    loc.key_pos = key_pos, loc.row_pos = row_pos, loc.tab = tab, loc.tpos = tpos;
-#if LZ_FKV
-    loc.v = v_tile;
-#else
-    loc.v = k_tile;
-#endif
     float4 acc[LZ_OPI][LZ_FOM][LZ_FON / 4];
-    float l[LZ_OPI][LZ_FOM];
     lz_flash(q, q_pos, table, entry_pos, kc, vc, freq, slopes, rope_style, rot_dim, alibi, scale,
-             n_q_heads, n_kv_heads, n_blocks, err, t0, q_end, kvh, t_begin, t_end, q_dtype, loc, acc, l);
-    lz_flash_store(out, lse, has_lse, out_dtype, t0, q_end, kvh, n_q_heads, loc, acc, l);
+             n_q_heads, n_kv_heads, n_blocks, err, t0, q_end, kvh, t_begin, t_end, q_dtype, loc, acc);
+    lz_flash_store(out, lse, has_lse, out_dtype, t0, q_end, kvh, n_q_heads, loc, acc);
 }

@@ -22,7 +22,7 @@
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]
- *                      [--decode-tile K,W,D,G[,U]]
+ *                      [--decode-tile K,W,D,G[,U]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
  * override the launch geometry, see lib/attention.c, for tuning sweeps)
  * Not part of `meson test`. Build logs (with -cl-nv-verbose when
@@ -169,9 +169,14 @@ static void fill_f16(cl_mem m, size_t count, cl_uint seed) {
 
 static int g_failures;
 
+/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS]: the portable decode's geometry;
+ * --prefill-tile: the portable prefill's (lazyattn_tile_params in order; 0 = choose) */
+static lazyattn_kernel_tuning g_tuning;
+
 /* One random request: n_docs documents (stored at 0, random logical starts
  * via a random base) + a question of n_q tokens (own blocks); prefill of the
- * question (causal), then decode of the last token, both vs the reference. */
+ * question (causal), then decode of the last token, both vs the reference
+ * (in the geometry of --prefill-tile / --decode-tile). */
 static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int doc_len, int n_q,
                        lazyattn_rope_style style, int rot_dim, int base) {
     lazyattn_attention_config c;
@@ -187,7 +192,7 @@ static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int 
     lazyattn_pool *pool;
     lazyattn_attention *attn;
     CHECK(lazyattn_pool_create(g_ctx, &pc, &pool));
-    CHECK(lazyattn_attention_create(g_ctx, &c, &attn));
+    CHECK(lazyattn_attention_create_tuned(g_ctx, &c, &g_tuning, &attn)); /* --prefill-tile / --decode-tile checked too */
     int32_t *ids = malloc(sizeof(int32_t) * n_entries);
     CHECK(lazyattn_pool_alloc(pool, n_entries, ids));
     for (int i = n_entries - 1; i > 0; i--) { /* scatter */
@@ -319,8 +324,6 @@ static double time_decode(lazyattn_attention *attn, lazyattn_pool *pool, const l
     return median(t, reps) * 1e-6;
 }
 
-/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS]: the portable decode's geometry (0 = choose) */
-static lazyattn_kernel_tuning g_tuning;
 
 static lazyattn_attention *make_attn(void) {
     lazyattn_attention_config c;
@@ -351,6 +354,12 @@ static cl_mem random_queries(size_t n) {
 
 static void bench_prefill(void) {
     lazyattn_attention *attn = make_attn();
+    lazyattn_kernel_tuning got;
+    CHECK(lazyattn_attention_get_tuning(attn, &got));
+    const lazyattn_tile_params *pt = &got.prefill;
+    printf("prefill tile (portable): rows %d keys %d wg %d score %dx%d out %dx%d kv_together %d prefetch %d\n",
+           pt->rows, pt->keys, pt->work_group, pt->score_rows, pt->score_keys, pt->out_rows,
+           pt->out_dims, pt->kv_together, pt->prefetch);
     /* (a) 4 documents of 2048 tokens stored at 0, at logical 2048 + i * 2048
      * (deltas 2048..8192), then 4096 new tokens with their own blocks */
     {
@@ -480,7 +489,7 @@ static void bench_decode(void) {
 
 static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n"
-    "                     [--decode-tile K,W,D,G[,U]]\n"
+    "                     [--decode-tile K,W,D,G[,U]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
@@ -488,12 +497,15 @@ static const char usage_text[] =
     "  --decode-tile K,W,D,G[,U]  portable decode geometry: key slots per chunk, work-items,\n"
     "                   dims per work-item, work-groups per CU, V rows in flight per work-item\n"
     "                   (0 = choose; for tuning sweeps)\n"
+    "  --prefill-tile R,K,W,SR,SK,OR,OD,KV,PF  portable prefill geometry (lazyattn_tile_params:\n"
+    "                   rows, keys, work-items, score tile, output tile, kv_together, prefetch;\n"
+    "                   0 = choose)\n"
     "Needs a GPU (OpenCL device of type GPU). Exit status: 0 all checks passed, 1 a check or\n"
     "the run failed, 2 a bad command line.\n";
 
 int main(int argc, char **argv) {
     const char *csv = NULL;
-    const char *decode_tile = NULL;
+    const char *decode_tile = NULL, *prefill_tile = NULL;
     int skip_checks = 0, only = -1;
     cli_option opts[] = {
         {.name = "--csv", .type = CLI_STRING, .dest = &csv},
@@ -501,6 +513,7 @@ int main(int argc, char **argv) {
         {.name = "--no-checks", .type = CLI_FLAG, .dest = &skip_checks},
         {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode"},
         {.name = "--decode-tile", .type = CLI_STRING, .dest = &decode_tile},
+        {.name = "--prefill-tile", .type = CLI_STRING, .dest = &prefill_tile},
     };
     int r = cli_parse("bench_kernels", usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc,
                       argv);
@@ -517,6 +530,19 @@ int main(int argc, char **argv) {
         g_tuning.decode.score_keys = u;
         g_tuning.decode.keys = k, g_tuning.decode.work_group = w, g_tuning.decode.out_dims = d;
         g_tuning.decode_groups_per_cu = g;
+    }
+    if (prefill_tile) {
+        int f[9];
+        char extra;
+        int n = sscanf(prefill_tile, "%d,%d,%d,%d,%d,%d,%d,%d,%d%c", &f[0], &f[1], &f[2], &f[3], &f[4],
+                       &f[5], &f[6], &f[7], &f[8], &extra);
+        int ok = n == 9;
+        for (int i = 0; i < 9 && ok; i++) ok = f[i] >= 0;
+        if (!ok) {
+            fprintf(stderr, "bench_kernels: --prefill-tile: expected 9 integers >= 0, got %s\n", prefill_tile);
+            return 2;
+        }
+        g_tuning.prefill = (lazyattn_tile_params){f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8]};
     }
     /* the CSV file opens before hours of timing, not after */
     if (csv && !(g_csv = fopen(csv, "w"))) {

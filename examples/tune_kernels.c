@@ -307,6 +307,37 @@ int main(int argc, char **argv) {
                 lazyattn_attention_destroy(a);
             }
 
+    /* the best prefill tile with its K/V staging modes (kv_together,
+     * prefetch): one buffer with V loaded with K or with the next K loaded
+     * during the output, two buffers with or without the next tile
+     * prefetched (refused where they do not fit) */
+    {
+        static const int modes[][2] = {{2, 1}, {2, 3}, {1, 2}, {1, 1}};
+        const lazyattn_tile_params base = best.prefill;
+        for (int i = 0; i < (small ? 2 : 4); i++) {
+            lazyattn_kernel_tuning t;
+            memset(&t, 0, sizeof t);
+            t.prefill = base;
+            t.prefill.kv_together = modes[i][0], t.prefill.prefetch = modes[i][1];
+            t.decode = def_t.decode;
+            t.decode_groups_per_cu = def_t.decode_groups_per_cu;
+            lazyattn_attention *a;
+            int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);
+            print_tile(stdout, &t.prefill);
+            if (st) {
+                printf(": refused (%s)\n", lazyattn_last_error());
+                continue;
+            }
+            lazyattn_kernel_tuning got_t;
+            CHECK(lazyattn_attention_get_tuning(a, &got_t));
+            double ms = run(a, &p, 0, got, n_pre), diff = max_rel_diff(got, ref_pre, n_pre);
+            printf(" wg %d: %.3f ms, %.2f TFLOP/s, diff %.1e%s\n", got_t.prefill.work_group, ms,
+                   flops / ms * 1e-9, diff, diff <= 1e-4 ? "" : " WRONG");
+            if (diff <= 1e-4 && ms < best_pre) best_pre = ms, best.prefill = got_t.prefill;
+            lazyattn_attention_destroy(a);
+        }
+    }
+
     /* ---- decode sweep (cl/decode.cl) ---- */
     /* key slots per chunk, work-items, dims per work-item in the output
      * step, V rows in flight per work-item (score_keys), work-groups per CU */

@@ -439,7 +439,7 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
  * flight per work-item there; the other fields are checked but unused.
  *
  * Limits: the prefill's tiles need about 4 * ((rows + keys * buffers) *
- * (head_dim + 4) + rows * keys) bytes of local memory (buffers: 2 with kv_together 1, else
+ * (head_dim + 4) + (rows + 4) * (keys + keys / score_keys)) bytes of local memory (buffers: 2 with kv_together 1, else
  * 1); when the smallest tiles (rows = the group, keys shrunk) exceed the
  * device's local memory (CL_DEVICE_LOCAL_MEM_SIZE) the configuration is
  * refused with LAZYATTN_STATUS_UNSUPPORTED naming the local memory: e.g. 64
@@ -457,8 +457,10 @@ typedef struct lazyattn_tile_params {
     int out_rows;    /* register tile of the output: rows x dims per work-item */
     int out_dims;    /* multiple of 4 dividing head_dim */
     int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose */
-    int prefetch;    /* 1: the next K/V tile is loaded into registers while one is computed
-                      * (needs kv_together 1), 2: not; 0: choose */
+    int prefetch;    /* prefill, 1: with kv_together 1 the next K/V tile is loaded into
+                      * registers while one is computed, with kv_together 2 V is loaded
+                      * with K (staged after the scores); 3 (kv_together 2): the next
+                      * K tile is loaded during the output step; 2: none; 0: choose */
 } lazyattn_tile_params;
 
 typedef struct lazyattn_kernel_tuning {

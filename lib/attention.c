@@ -289,6 +289,13 @@ static int lz_portable_build_one(lazyattn_attention *a, int which) {
     if (st) return st;
     if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
         strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
+    /* experiments (tuning sweeps on the GPU): extra build options of the
+     * portable prefill programs, e.g. -cl-nv-maxrregcount=96 */
+    const char *pre = which != 1 ? getenv("LAZYATTN_PORTABLE_PREFILL_OPTIONS") : NULL;
+    if (pre && strlen(spec.options) + 1 + strlen(pre) < sizeof spec.options) {
+        strcat(spec.options, " ");
+        strcat(spec.options, pre);
+    }
     cl_program program;
     st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);
     if (st) return st;

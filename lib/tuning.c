@@ -21,9 +21,21 @@ static const lz_tuning_row lz_tuning_db[] = {
     {NULL, 0, 0, 0, {{0}, {0}, 0}}};
 
 size_t lz_tile_local_bytes(const lazyattn_tile_params *t, int head_dim) {
-    size_t stride = (size_t)head_dim + 4, bufs = t->kv_together == 1 ? 2 : 1;
-    return sizeof(float) * (((size_t)t->rows + (size_t)t->keys * bufs) * stride +
-                            (size_t)t->rows * t->keys + 3 * (size_t)t->rows + (size_t)t->keys) +
+    /* the arrays of LZ_FLASH_LOCAL (cl/flash.h): Q, K (and V) tiles of
+     * head_dim + 4 floats a row; the key-major probability tile and the
+     * partial maxima, rows padded to pr (what the register tiles reach,
+     * a multiple of 4) with a stride of pr + 4; the shares' sums; two
+     * floats and a position per row; a position per key; the table window */
+    const size_t stride = (size_t)head_dim + 4, bufs = t->kv_together == 1 ? 2 : 1;
+    const size_t rows = (size_t)t->rows, keys = (size_t)t->keys, sk = (size_t)t->score_keys;
+    const size_t srows = (rows + (size_t)t->score_rows - 1) / (size_t)t->score_rows * (size_t)t->score_rows;
+    /* work-items not chosen yet (lz_tile_defaults): one per score tile, as it will choose */
+    size_t wg = t->work_group ? (size_t)t->work_group : srows / (size_t)t->score_rows * ((keys + sk - 1) / sk);
+    if (wg > 1024) wg = 1024;
+    const size_t orows = (rows + (size_t)t->out_rows - 1) / (size_t)t->out_rows * (size_t)t->out_rows;
+    const size_t pr = ((srows > orows ? srows : orows) + 3) / 4 * 4, ps = pr + 4;
+    const size_t parts = wg >= pr ? wg / pr : 1, nkt = (keys + sk - 1) / sk;
+    return sizeof(float) * ((rows + keys * bufs) * stride + (keys + nkt) * ps + parts * pr + 3 * pr + keys) +
            12 * (size_t)(4 * t->keys > 64 ? 4 * t->keys : 64) /* table window, at most */ + 64;
 }
 
@@ -74,8 +86,12 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
                  what, t->out_rows, t->out_dims, head_dim);
     LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
                  "tuning (%s): kv_together %d must be 0, 1 or 2", what, t->kv_together);
-    LZ_CHECK_ARG((t->prefetch == 1 && t->kv_together == 1) || t->prefetch == 2,
-                 "tuning (%s): prefetch %d must be 0, 1 (with kv_together 1) or 2", what, t->prefetch);
+    if (decode) /* unused by the decode: checked as before */
+        LZ_CHECK_ARG((t->prefetch == 1 && t->kv_together == 1) || t->prefetch == 2,
+                     "tuning (%s): prefetch %d must be 0, 1 (with kv_together 1) or 2", what, t->prefetch);
+    else
+        LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2 || (t->prefetch == 3 && t->kv_together == 2),
+                     "tuning (%s): prefetch %d must be 0, 1, 2 or 3 (3 with kv_together 2)", what, t->prefetch);
     LZ_CHECK_ARG(t->work_group >= 1 && t->work_group <= 1024,
                  "tuning (%s): work_group %d outside 1..1024", what, t->work_group);
     if ((size_t)t->work_group > ctx->max_work_group_size)
@@ -223,7 +239,8 @@ int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t 
                      " -DLZ_G=%d -DLZ_FR=%d -DLZ_FTK=%d -DLZ_FWG=%d -DLZ_FRM=%d -DLZ_FRN=%d "
                      "-DLZ_FOM=%d -DLZ_FON=%d -DLZ_FKV=%d -DLZ_FPF=%d",
                      group, t->rows, t->keys, t->work_group, t->score_rows, t->score_keys,
-                     t->out_rows, t->out_dims, t->kv_together == 1, t->prefetch == 1);
+                     t->out_rows, t->out_dims, t->kv_together == 1,
+                     t->prefetch == 1 ? 1 : t->prefetch == 3 ? 2 : 0);
     return n > 0 && (size_t)n < size ? 0 : -1;
 }
 

@@ -203,7 +203,15 @@ static void test_odd_tiles(void **state) {
         if (group > 16) continue; /* 3 x group rows of 37 work-items: too many outputs each (refused) */
         lazyattn_kernel_tuning t;
         memset(&t, 0, sizeof t);
-        t.prefill = (lazyattn_tile_params){3 * group, 6, 37, 3, 3, 3, 4, 1, 1};
+        /* in turn: K and V in two buffers with the next tile prefetched; one
+         * buffer with V loaded with K; two buffers without prefetch and 4-row
+         * register tiles over 3 x group rows (padded probability rows); one
+         * buffer with the next K loaded during the output */
+        const lazyattn_tile_params pre[4] = {{3 * group, 6, 37, 3, 3, 3, 4, 1, 1},
+                                             {3 * group, 6, 37, 3, 3, 3, 4, 2, 1},
+                                             {3 * group, 6, 37, 4, 3, 4, 4, 1, 2},
+                                             {3 * group, 6, 37, 4, 3, 4, 4, 2, 3}};
+        t.prefill = pre[i / 3 % 4];
         t.decode = (lazyattn_tile_params){0, 5, 33, 3, 5, 2, 4, 2, 2};
         t.decode_groups_per_cu = 3;
         run_case(ctx, &cases[i], &t, &r);
@@ -235,7 +243,10 @@ static void test_tuning_api(void **state) {
     t.decode.kv_together = 3;
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
-    t.prefill.prefetch = 1, t.prefill.kv_together = 2; /* prefetch needs two buffers */
+    t.prefill.prefetch = 4; /* 0 .. 3 */
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    memset(&t, 0, sizeof t);
+    t.prefill.prefetch = 3, t.prefill.kv_together = 1; /* the next K during the output: one buffer */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.decode_groups_per_cu = -2;
