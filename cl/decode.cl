@@ -9,26 +9,19 @@
  * them. K and V are read straight from global memory into registers, never
  * staged in local memory. The split is walked in chunks: up to LZ_DCE
  * consecutive entries that share one delta (so one rotation of the query,
- * by -delta, serves the chunk; once per document). K and V are read the
- * same way, coalesced: LZ_KG key groups of LZ_NVO work-items, each owning
- * LZ_FON dims of a row (a key group reads whole rows with 16-byte loads;
- * key group g takes slots g, g + LZ_KG, ...), and each work-item keeps the
- * query's LZ_FON dims of its LZ_FR heads in registers. Per chunk:
- *   0. the chunk's table words (loaded one chunk ahead into registers) go to
- *      local memory with each entry's element offset and visible length; the
- *      query is rotated if the delta changed and read into registers;
- *   1. K rows in batches of LZ_VU per work-item, all of a batch's loads
- *      issued before any is used (with LZ_FPF the first batch of V rows is
- *      issued right after the first K batch, in flight with it); each work-item's partial
- *      dot products (its dims) go to local memory;
- *   2. scores: one key per work-item (slots lid, lid + LZ_FWG, ...) adds its
- *      LZ_NVO partials per head;
- *   3. every work-item reads the chunk's scores back and keeps the running
- *      maxima in registers (all compute the same values), and writes the
- *      probabilities of its own keys;
- *   4. output: each key group walks its keys again in batches of LZ_VU V
- *      rows (the first already in registers) and accumulates the LZ_FR
- *      heads' outputs in registers.
+ * by -delta, serves the chunk; once per document):
+ *   1. scores: each work-item owns whole keys (slot lid, lid + LZ_FWG, ...),
+ *      loads its K row with 16-byte vector loads (all of a row's loads
+ *      issued before use), and computes the LZ_FR scores in registers
+ *      against the rotated query in local memory; future or invalid keys
+ *      are not loaded (score -inf);
+ *   2. the chunk's maxima per row through local memory (partial maxima,
+ *      then one work-item per row), the rescale factor of the running sums;
+ *   3. the probabilities, one per work-item;
+ *   4. output: LZ_KG key groups of LZ_NVO work-items, each owning LZ_FON
+ *      dims of a V row (a key group reads whole rows, coalesced), walk the
+ *      chunk's keys (key group g: slots g, g + LZ_KG, ...) and accumulate
+ *      the LZ_FR rows' outputs in registers.
  * At the end the key groups' sums are added through local memory, one row
  * at a time, and written as the split's partial.
  *
@@ -36,8 +29,7 @@
  *   LZ_G   query heads per KV head      LZ_FR  heads per work-group (divides LZ_G)
  *   LZ_FTK key slots per chunk (at least one block is always taken)
  *   LZ_FWG work-items per group         LZ_FON dims per work-item in step 4 (multiple of 4)
- *   LZ_FRN (LZ_VU) K or V rows per batch per work-item (steps 1 and 4)
- *   LZ_FPF 1: the first batch of V rows is issued with the first K batch
+ *   LZ_FRN (LZ_VU) V rows loaded at once per work-item in step 4
  *
  * Race freedom: the chunk loop is uniform (every work-item computes the same
  * chunk bounds from the same table words in local memory), every barrier is
@@ -57,7 +49,7 @@
 #define LZ_FR LZ_G
 #endif
 #ifndef LZ_FTK
-#define LZ_FTK 128
+#define LZ_FTK 256
 #endif
 #ifndef LZ_FWG
 #define LZ_FWG 128
@@ -68,27 +60,24 @@
 /* entries per chunk and key slots per chunk (whole blocks) */
 #define LZ_DCE (LZ_FTK >= LZ_BLOCK ? LZ_FTK / LZ_BLOCK : 1)
 #define LZ_DS (LZ_DCE * LZ_BLOCK)
-/* steps 2 and 3: key slots per work-item */
+/* step 1: key slots per work-item; K rows in pieces of at most 16 chunks of 8 dims */
 #define LZ_KPI ((LZ_DS + LZ_FWG - 1) / LZ_FWG)
+#define LZ_NC8 (LZ_HEAD_DIM / 8)
+#define LZ_KPC (LZ_NC8 < 16 ? LZ_NC8 : 16)
+#define LZ_NPC ((LZ_NC8 + LZ_KPC - 1) / LZ_KPC)
+/* step 2: partial maxima per row */
+#define LZ_RP (LZ_FWG / LZ_FR >= 32 ? 32 : (LZ_FWG / LZ_FR >= 1 ? LZ_FWG / LZ_FR : 1))
 /* step 4: dim chunks per row, key groups, dim chunks per work-item */
 #define LZ_NVO (LZ_HEAD_DIM / LZ_FON)
 #define LZ_KG (LZ_FWG >= LZ_NVO ? LZ_FWG / LZ_NVO : 1)
 #define LZ_VPI (LZ_FWG >= LZ_NVO ? 1 : (LZ_NVO + LZ_FWG - 1) / LZ_FWG)
 #define LZ_VKI ((LZ_DS + LZ_KG - 1) / LZ_KG) /* key slots per key group */
-/* step 1: partial dot products per key (one per work-item of a key group),
- * in float4s of heads; one padding slot per key against bank conflicts */
-#define LZ_P (LZ_FWG >= LZ_NVO ? LZ_NVO : LZ_FWG)
-#define LZ_FR4 ((LZ_FR + 3) / 4)
-#define LZ_PS (LZ_P + 1)
-#ifndef LZ_VU /* V rows per batch per work-item in step 4 (the tile's score_keys) */
+#ifndef LZ_VU /* V rows loaded at once per work-item in step 4 (the tile's score_keys) */
 #ifdef LZ_FRN
 #define LZ_VU LZ_FRN
 #else
-#define LZ_VU 16
+#define LZ_VU 4
 #endif
-#endif
-#ifndef LZ_FPF /* 1: the first batch of V rows is loaded with the K rows (the tile's prefetch 1) */
-#define LZ_FPF 0
 #endif
 #define LZ_Q4 (LZ_HEAD_DIM / 4)
 #define LZ_TPI ((LZ_DCE + LZ_FWG - 1) / LZ_FWG) /* table words per work-item */
@@ -108,34 +97,25 @@ inline void lz_dec_check_entry(ulong w, int pos0, int n_blocks, __global int *er
         lz_raise(err, LZ_ERR_ENTRY_POSITION);
 }
 
-/* Visible keys of an entry: its first tokens up to the valid length and the
- * query position qp; none for a skipped entry (or qp -1). */
-inline int lz_dec_visible(ulong w, int pos0, int qp, int n_blocks) {
-    return lz_dec_entry_bad(w, pos0, n_blocks) ? 0 : max(0, min(LAZYATTN_ENTRY_LENGTH(w), qp - pos0 + 1));
-}
-
-/* Element offset of key slot kk of the chunk (entries 0 .. ne), or -1 when
- * the slot holds no visible key: eb/ec are the entries' offsets of token 0
- * and visible lengths. */
-inline long lz_dec_off(__local const long *eb, __local const int *ec, int kk, int ne) {
+/* Element offset of key slot kk of the chunk (entries tab[0 .. ne)), or -1
+ * when the slot holds no visible key (past the chunk, past the entry's
+ * valid length, a skipped entry, or after the query position qp). */
+inline long lz_dec_slot(__local const ulong *tab, __local const int *tpos, int kk, int ne, int qp,
+                        int kvh, int n_kv_heads, int n_blocks) {
     const int ei = kk / LZ_BLOCK, tok = kk % LZ_BLOCK;
-    return kk < LZ_DS && ei < ne && tok < ec[ei] ? eb[ei] + (long)tok * LZ_HEAD_DIM : -1;
+    if (ei >= ne) return -1;
+    const ulong w = tab[ei];
+    const int pos0 = tpos[ei];
+    if (lz_dec_entry_bad(w, pos0, n_blocks) || tok >= LAZYATTN_ENTRY_LENGTH(w) || pos0 + tok > qp)
+        return -1;
+    return (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok);
 }
-
-/* Component j (a constant after unrolling) of x. */
-inline float lz_dec_comp(float4 x, int j) { return j == 0 ? x.x : j == 1 ? x.y : j == 2 ? x.z : x.w; }
 
 #if LZ_FON % 8 == 0
 #define LZ_VSTEP 8
-#define LZ_VRAW_T LZ_RAW8_T
-#define LZ_VLOAD(p, i) lz_raw8(p, i)
 #else
 #define LZ_VSTEP 4
-#define LZ_VRAW_T float4
-#define LZ_VLOAD(p, i) lz_load4v(p, i)
 #endif
-#define LZ_VC (LZ_FON / LZ_VSTEP)
-
 
 __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                         __global const int *seq_offsets, __global const ulong *table,
@@ -148,18 +128,14 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                         int q_dtype) {
     __local float4 q_l[LZ_FR * LZ_Q4];   /* the rows' query, rotated by -cur_delta */
     __local float4 q0_l[LZ_FR * LZ_Q4];  /* the rows' query as given */
-    __local float4 part[LZ_DS * LZ_PS * LZ_FR4]; /* partial dot products [key][lane][heads / 4] */
-    __local float4 sc4[LZ_DS * LZ_FR4];  /* scores [key][heads / 4] */
-    __local float4 pb4[LZ_DS * LZ_FR4];  /* probabilities [key][heads / 4] */
-    __local float4 red4[32 * LZ_FR4];    /* partial maxima [slice][heads / 4] */
+    __local long soff[LZ_DS];            /* element offset of each visible key slot, -1 if none */
+    __local float sc[LZ_FR * LZ_DS];     /* scores, then probabilities */
+    __local float red[LZ_FR * LZ_RP];    /* partial maxima */
+    __local float m_row[LZ_FR], a_row[LZ_FR];
     __local float comb[LZ_KG * LZ_HEAD_DIM]; /* the key groups' sums of one row */
     __local float comb_l[LZ_KG];
-    /* the chunk's entries, in two buffers (chunk parity): a chunk's are
-     * written while the previous chunk's step 4 may still read its own */
-    __local long ebase_l[2 * LZ_DCE];    /* each entry's element offset of token 0 */
-    __local ulong tab_l[2 * LZ_DCE];
-    __local int tpos_l[2 * LZ_DCE];
-    __local int ecnt_l[2 * LZ_DCE];      /* each entry's visible keys */
+    __local ulong tab[LZ_DCE];
+    __local int tpos[LZ_DCE];
     __local int qp_l;
 
     const int lid = get_local_id(0);
@@ -172,9 +148,10 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     const int first = bad_table ? 0 : begin + split * entries_per_split;
     const int last = bad_table ? 0 : min(end, first + entries_per_split);
 
-    /* the query at delta 0, the query position */
+    /* the query at delta 0, the running maxima, the query position */
     for (int i = lid; i < LZ_FR * LZ_Q4; i += LZ_FWG)
         q_l[i] = q0_l[i] = lz_io_load4(q, ((size_t)seq * n_q_heads + h0 + i / LZ_Q4) * LZ_HEAD_DIM + 4 * (i % LZ_Q4), q_dtype);
+    for (int r = lid; r < LZ_FR; r += LZ_FWG) m_row[r] = -INFINITY;
     if (lid == 0) {
         int qp = q_pos[seq];
         if (!LZ_POSITION_OK(qp)) { /* recorded; the query sees no key */
@@ -184,16 +161,13 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
         qp_l = qp;
     }
 
-    /* the work-item's place: key group kg, dim chunks vo(i) of LZ_FON dims,
-     * partial lane pl; the running maxima m (the same in every work-item),
-     * sums l and outputs acc */
+    /* step 4's place: key group kg, dim chunks vo[i] of LZ_FON dims */
     const int kg = LZ_FWG >= LZ_NVO ? lid / LZ_NVO : 0;
-    const int pl = LZ_FWG >= LZ_NVO ? lid % LZ_NVO : lid;
     float4 acc[LZ_VPI][LZ_FR][LZ_FON / 4];
-    float l[LZ_FR], m[LZ_FR];
+    float l[LZ_FR];
 #pragma unroll
     for (int r = 0; r < LZ_FR; r++) {
-        l[r] = 0.0f, m[r] = -INFINITY;
+        l[r] = 0.0f;
 #pragma unroll
         for (int i = 0; i < LZ_VPI; i++)
 #pragma unroll
@@ -206,7 +180,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     /* the table words of the next chunk, loaded one chunk ahead into registers */
     ulong nw[LZ_TPI];
     int np[LZ_TPI];
-    int e = first, bo = 0;
+    int e = first;
 #pragma unroll
     for (int t = 0; t < LZ_TPI; t++) {
         const int i = lid + t * LZ_FWG;
@@ -214,18 +188,10 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
         if (i < LZ_DCE && e + i < last) nw[t] = table[e + i], np[t] = entry_pos[e + i];
     }
     while (e < last) { /* uniform: e and last are the same in every work-item */
-        /* 0. the chunk's entries: words, offsets of token 0, visible keys */
-        __local long *ebase = ebase_l + bo;
-        __local ulong *tab = tab_l + bo;
-        __local int *tpos = tpos_l + bo, *ecnt = ecnt_l + bo;
 #pragma unroll
         for (int t = 0; t < LZ_TPI; t++) {
             const int i = lid + t * LZ_FWG;
-            if (i < LZ_DCE) {
-                tab[i] = nw[t], tpos[i] = np[t];
-                ebase[i] = (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(nw[t]), kvh, n_kv_heads, 0);
-                ecnt[i] = lz_dec_visible(nw[t], np[t], qp, n_blocks);
-            }
+            if (i < LZ_DCE) tab[i] = nw[t], tpos[i] = np[t];
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         const int delta = LAZYATTN_ENTRY_DELTA(tab[0]);
@@ -252,195 +218,148 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
         cur_delta = delta;
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* 1. K rows, coalesced, in batches of LZ_VU; partial dot products of
-         * the work-item's dims against its registers' query */
-        float4 qr[LZ_VPI][LZ_FR][LZ_FON / 4];
-#pragma unroll
-        for (int i = 0; i < LZ_VPI; i++) {
-            const int vo = LZ_FWG >= LZ_NVO ? pl : lid + i * LZ_FWG;
-#pragma unroll
-            for (int r = 0; r < LZ_FR; r++)
-#pragma unroll
-                for (int c = 0; c < LZ_FON / 4; c++)
-                    qr[i][r][c] = vo < LZ_NVO ? q_l[r * LZ_Q4 + vo * (LZ_FON / 4) + c] : (float4)(0.0f);
-        }
-        LZ_VRAW_T vx[LZ_VU][LZ_VPI][LZ_VC];
-        for (int j0 = 0; j0 < LZ_VKI; j0 += LZ_VU) {
-            LZ_VRAW_T kx[LZ_VU][LZ_VPI][LZ_VC];
-#pragma unroll
-            for (int u = 0; u < LZ_VU; u++) {
-                const long off = kg < LZ_KG ? lz_dec_off(ebase, ecnt, kg + (j0 + u) * LZ_KG, ne) : -1;
-#pragma unroll
-                for (int i = 0; i < LZ_VPI; i++) {
-                    const int vo = LZ_FWG >= LZ_NVO ? pl : lid + i * LZ_FWG;
-#pragma unroll
-                    for (int c = 0; c < LZ_VC; c++)
-                        kx[u][i][c] = off >= 0 && vo < LZ_NVO ? LZ_VLOAD(kc, off + vo * LZ_FON + c * LZ_VSTEP) : (LZ_VRAW_T)(0);
-                }
-            }
-            if (LZ_FPF && j0 == 0) { /* the first batch of V rows, in flight with the K rows */
-#pragma unroll
-                for (int u = 0; u < LZ_VU; u++) {
-                    const long off = kg < LZ_KG ? lz_dec_off(ebase, ecnt, kg + u * LZ_KG, ne) : -1;
-#pragma unroll
-                    for (int i = 0; i < LZ_VPI; i++) {
-                        const int vo = LZ_FWG >= LZ_NVO ? pl : lid + i * LZ_FWG;
-#pragma unroll
-                        for (int c = 0; c < LZ_VC; c++)
-                            vx[u][i][c] = off >= 0 && vo < LZ_NVO ? LZ_VLOAD(vc, off + vo * LZ_FON + c * LZ_VSTEP) : (LZ_VRAW_T)(0);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < LZ_VU; u++) {
-                const int kk = kg + (j0 + u) * LZ_KG;
-                float p[LZ_FR4 * 4];
-#pragma unroll
-                for (int r = 0; r < LZ_FR4 * 4; r++) p[r] = 0.0f;
-#pragma unroll
-                for (int i = 0; i < LZ_VPI; i++)
-#pragma unroll
-                    for (int c = 0; c < LZ_VC; c++) {
-#if LZ_VSTEP == 8
-                        const float8 xf = lz_cvt8(kx[u][i][c]);
-#pragma unroll
-                        for (int r = 0; r < LZ_FR; r++)
-                            p[r] += dot(qr[i][r][2 * c], xf.lo) + dot(qr[i][r][2 * c + 1], xf.hi);
-#else
-#pragma unroll
-                        for (int r = 0; r < LZ_FR; r++) p[r] += dot(qr[i][r][c], kx[u][i][c]);
-#endif
-                    }
-                if (kg < LZ_KG && kk < LZ_DS)
-#pragma unroll
-                    for (int r4 = 0; r4 < LZ_FR4; r4++)
-                        part[(kk * LZ_PS + pl) * LZ_FR4 + r4] = (float4)(p[4 * r4], p[4 * r4 + 1], p[4 * r4 + 2], p[4 * r4 + 3]);
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-
-        /* 2. scores of the work-item's keys: the sums of their partials */
+        /* 1. scores of the work-item's keys, K rows straight from global memory */
+        /* volatile: the query is read from local memory for every key (a
+         * broadcast), never hoisted out of this loop into registers */
+        __local volatile const float4 *qv = q_l;
 #pragma unroll 1
-        for (int it = 0; it < LZ_KPI; it++) {
+        for (int it = 0; it < LZ_KPI; it++) { /* one key at a time: its row's loads in flight */
             const int kk = lid + it * LZ_FWG;
+            long off = -1;
             if (kk < LZ_DS) {
-                const long off = lz_dec_off(ebase, ecnt, kk, ne);
-                float4 s4[LZ_FR4];
+                off = lz_dec_slot(tab, tpos, kk, ne, qp, kvh, n_kv_heads, n_blocks);
+                soff[kk] = off;
+            }
+            float s[LZ_FR];
 #pragma unroll
-                for (int r4 = 0; r4 < LZ_FR4; r4++) s4[r4] = (float4)(0.0f);
-                for (int p = 0; p < LZ_P; p++)
+            for (int r = 0; r < LZ_FR; r++) s[r] = 0.0f;
+            if (off >= 0) {
 #pragma unroll
-                    for (int r4 = 0; r4 < LZ_FR4; r4++) s4[r4] += part[(kk * LZ_PS + p) * LZ_FR4 + r4];
+                for (int pc = 0; pc < LZ_NPC; pc++) {
+                    LZ_RAW8_T x[LZ_KPC];
+#pragma unroll
+                    for (int c = 0; c < LZ_KPC; c++) {
+                        const int cc = pc * LZ_KPC + c;
+                        x[c] = cc < LZ_NC8 ? lz_raw8(kc, off + cc * 8) : (LZ_RAW8_T)(0);
+                    }
+#pragma unroll
+                    for (int c = 0; c < LZ_KPC; c++) {
+                        const int cc = min(pc * LZ_KPC + c, LZ_NC8 - 1);
+                        const float8 xf = lz_cvt8(x[c]);
+#pragma unroll
+                        for (int r = 0; r < LZ_FR; r++) {
+                            const float4 a = qv[r * LZ_Q4 + 2 * cc], b = qv[r * LZ_Q4 + 2 * cc + 1];
+                            float y = s[r];
+                            y = fma(a.x, xf.s0, y);
+                            y = fma(a.y, xf.s1, y);
+                            y = fma(a.z, xf.s2, y);
+                            y = fma(a.w, xf.s3, y);
+                            y = fma(b.x, xf.s4, y);
+                            y = fma(b.y, xf.s5, y);
+                            y = fma(b.z, xf.s6, y);
+                            s[r] = fma(b.w, xf.s7, y);
+                        }
+                    }
+                }
+            }
+            if (kk < LZ_DS) {
                 const int kp = off >= 0 ? tpos[kk / LZ_BLOCK] + kk % LZ_BLOCK : 0;
 #pragma unroll
-                for (int r4 = 0; r4 < LZ_FR4; r4++) {
-                    float y[4];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const int r = 4 * r4 + j;
-                        const float slope = alibi && r < LZ_FR ? slopes[h0 + r] : 0.0f;
-                        y[j] = off >= 0 && r < LZ_FR ? lz_dec_comp(s4[r4], j) * scale + slope * (float)(kp - qp) : -INFINITY;
-                    }
-                    sc4[kk * LZ_FR4 + r4] = (float4)(y[0], y[1], y[2], y[3]);
+                for (int r = 0; r < LZ_FR; r++) {
+                    const float slope = alibi ? slopes[h0 + r] : 0.0f;
+                    sc[r * LZ_DS + kk] = off >= 0 ? s[r] * scale + slope * (float)(kp - qp) : -INFINITY;
                 }
             }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        /* 3. the chunk's maxima in two levels: 32 partial maxima per head,
-         * then every work-item reads them all (broadcasts) and keeps the
-         * running maxima in registers; the rescale factors, and the
-         * probabilities of the work-item's keys */
-        for (int i = lid; i < 32 * LZ_FR4; i += LZ_FWG) {
-            const int sl = i % 32, r4 = i / 32;
-            float4 mx = (float4)(-INFINITY);
-            for (int kk = sl; kk < LZ_DS; kk += 32) mx = fmax(mx, sc4[kk * LZ_FR4 + r4]);
-            red4[sl * LZ_FR4 + r4] = mx;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float alpha[LZ_FR];
-#pragma unroll
-        for (int r4 = 0; r4 < LZ_FR4; r4++) {
-            float4 mx = (float4)(-INFINITY);
-#pragma unroll 8
-            for (int sl = 0; sl < 32; sl++) mx = fmax(mx, red4[sl * LZ_FR4 + r4]);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int r = 4 * r4 + j;
-                if (r < LZ_FR) {
-                    const float m_new = fmax(m[r], lz_dec_comp(mx, j));
-                    alpha[r] = m_new == -INFINITY ? 1.0f : exp(m[r] - m_new);
-                    m[r] = m_new;
-                }
-            }
-        }
-#pragma unroll 1
-        for (int it = 0; it < LZ_KPI; it++) {
-            const int kk = lid + it * LZ_FWG;
-            if (kk < LZ_DS)
-#pragma unroll
-                for (int r4 = 0; r4 < LZ_FR4; r4++) {
-                    const float4 x = sc4[kk * LZ_FR4 + r4];
-                    float y[4];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const float xj = lz_dec_comp(x, j);
-                        y[j] = 4 * r4 + j < LZ_FR && xj != -INFINITY ? exp(xj - m[min(4 * r4 + j, LZ_FR - 1)]) : 0.0f;
-                    }
-                    pb4[kk * LZ_FR4 + r4] = (float4)(y[0], y[1], y[2], y[3]);
-                }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
-        /* 4. output: V rows straight from global memory, key group kg, in
-         * batches of LZ_VU rows (the first one loaded in step 1) */
+        /* 2. the chunk's maxima: LZ_RP partial maxima per row, then one work-item per row */
+        for (int i = lid; i < LZ_FR * LZ_RP; i += LZ_FWG) {
+            const int r = i / LZ_RP, p = i % LZ_RP;
+            float mx = -INFINITY;
+            for (int kk = p; kk < LZ_DS; kk += LZ_RP) mx = fmax(mx, sc[r * LZ_DS + kk]);
+            red[i] = mx;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int r = lid; r < LZ_FR; r += LZ_FWG) {
+            float mx = -INFINITY;
+            for (int p = 0; p < LZ_RP; p++) mx = fmax(mx, red[r * LZ_RP + p]);
+            const float m_old = m_row[r], m_new = fmax(m_old, mx);
+            a_row[r] = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
+            m_row[r] = m_new;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* 3. probabilities */
+        for (int i = lid; i < LZ_FR * LZ_DS; i += LZ_FWG) {
+            const float x = sc[i];
+            sc[i] = x == -INFINITY ? 0.0f : exp(x - m_row[i / LZ_DS]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* 4. output: V rows straight from global memory, key group kg */
 #pragma unroll
         for (int r = 0; r < LZ_FR; r++) {
-            l[r] *= alpha[r];
+            const float alpha = a_row[r];
+            l[r] *= alpha;
 #pragma unroll
             for (int i = 0; i < LZ_VPI; i++)
 #pragma unroll
-                for (int c = 0; c < LZ_FON / 4; c++) acc[i][r][c] *= alpha[r];
+                for (int c = 0; c < LZ_FON / 4; c++) acc[i][r][c] *= alpha;
         }
-        for (int j0 = 0; j0 < LZ_VKI; j0 += LZ_VU) {
-            if (LZ_FPF == 0 || j0 > 0) { /* the batch's loads, all issued before any is used */
+        if (kg < LZ_KG) {
+            /* batches of LZ_VU keys: every V load of a batch issued before any is used */
+            for (int j0 = 0; j0 < LZ_VKI; j0 += LZ_VU) {
+                long off[LZ_VU];
 #pragma unroll
                 for (int u = 0; u < LZ_VU; u++) {
-                    const long off = kg < LZ_KG ? lz_dec_off(ebase, ecnt, kg + (j0 + u) * LZ_KG, ne) : -1;
+                    const int kk = kg + (j0 + u) * LZ_KG;
+                    off[u] = kk < LZ_DS ? soff[kk] : -1;
+                }
 #pragma unroll
-                    for (int i = 0; i < LZ_VPI; i++) {
-                        const int vo = LZ_FWG >= LZ_NVO ? lid % LZ_NVO : lid + i * LZ_FWG;
+                for (int i = 0; i < LZ_VPI; i++) {
+                    const int vo = LZ_FWG >= LZ_NVO ? lid % LZ_NVO : lid + i * LZ_FWG;
 #pragma unroll
-                        for (int c = 0; c < LZ_VC; c++)
-                            vx[u][i][c] = off >= 0 && vo < LZ_NVO ? LZ_VLOAD(vc, off + vo * LZ_FON + c * LZ_VSTEP)
-                                                                  : (LZ_VRAW_T)(0);
+                    for (int c = 0; c < LZ_FON / LZ_VSTEP; c++) {
+#if LZ_VSTEP == 8
+                        LZ_RAW8_T x[LZ_VU];
+#pragma unroll
+                        for (int u = 0; u < LZ_VU; u++)
+                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_raw8(vc, off[u] + vo * LZ_FON + c * 8) : (LZ_RAW8_T)(0);
+#else
+                        float4 x[LZ_VU];
+#pragma unroll
+                        for (int u = 0; u < LZ_VU; u++)
+                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_load4v(vc, off[u] + vo * LZ_FON + c * 4) : (float4)(0.0f);
+#endif
+#pragma unroll
+                        for (int u = 0; u < LZ_VU; u++) {
+                            const int kk = min(kg + (j0 + u) * LZ_KG, LZ_DS - 1);
+#pragma unroll
+                            for (int r = 0; r < LZ_FR; r++) {
+                                /* invalid slots have probability 0 and rows of zeros */
+                                const float pr = off[u] >= 0 ? sc[r * LZ_DS + kk] : 0.0f;
+#if LZ_VSTEP == 8
+                                const float8 xf = lz_cvt8(x[u]);
+                                acc[i][r][2 * c] = fma((float4)(pr), xf.lo, acc[i][r][2 * c]);
+                                acc[i][r][2 * c + 1] = fma((float4)(pr), xf.hi, acc[i][r][2 * c + 1]);
+#else
+                                acc[i][r][c] = fma((float4)(pr), x[u], acc[i][r][c]);
+#endif
+                            }
+                        }
                     }
                 }
-            }
 #pragma unroll
-            for (int u = 0; u < LZ_VU; u++) {
-                const int kk = kg + (j0 + u) * LZ_KG;
-                const int ok = kg < LZ_KG && kk < LZ_DS;
+                for (int u = 0; u < LZ_VU; u++) {
+                    const int kk = min(kg + (j0 + u) * LZ_KG, LZ_DS - 1);
 #pragma unroll
-                for (int r = 0; r < LZ_FR; r++) {
-                    /* slots without a visible key have probability 0 and rows of zeros */
-                    const float pr = ok ? lz_dec_comp(pb4[min(kk, LZ_DS - 1) * LZ_FR4 + r / 4], r % 4) : 0.0f;
-                    l[r] += pr;
-#pragma unroll
-                    for (int i = 0; i < LZ_VPI; i++)
-#pragma unroll
-                        for (int c = 0; c < LZ_VC; c++) {
-#if LZ_VSTEP == 8
-                            const float8 xf = lz_cvt8(vx[u][i][c]);
-                            acc[i][r][2 * c] = fma((float4)(pr), xf.lo, acc[i][r][2 * c]);
-                            acc[i][r][2 * c + 1] = fma((float4)(pr), xf.hi, acc[i][r][2 * c + 1]);
-#else
-                            acc[i][r][c] = fma((float4)(pr), vx[u][i][c], acc[i][r][c]);
-#endif
-                        }
+                    for (int r = 0; r < LZ_FR; r++) l[r] += off[u] >= 0 ? sc[r * LZ_DS + kk] : 0.0f;
                 }
             }
         }
-        e += ne, bo = LZ_DCE - bo; /* no barrier: the next chunk's entries go to the other buffer */
+        e += ne;
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
 
     /* the key groups' sums, one row at a time, written as the split's partial
@@ -468,7 +387,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
         if (lid == 0) {
             float sum = 0.0f;
             for (int g = 0; g < LZ_KG; g++) sum += comb_l[g];
-            part_ml[part] = (float2)(m[r], sum);
+            part_ml[part] = (float2)(m_row[r], sum);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

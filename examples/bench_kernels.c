@@ -22,7 +22,7 @@
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]
- *                      [--decode-tile K,W,D,G[,U[,P]]]
+ *                      [--decode-tile K,W,D,G[,U]]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
  * override the launch geometry, see lib/attention.c, for tuning sweeps)
  * Not part of `meson test`. Build logs (with -cl-nv-verbose when
@@ -319,7 +319,7 @@ static double time_decode(lazyattn_attention *attn, lazyattn_pool *pool, const l
     return median(t, reps) * 1e-6;
 }
 
-/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS[,PREFETCH]]: the portable decode's geometry (0 = choose) */
+/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS]: the portable decode's geometry (0 = choose) */
 static lazyattn_kernel_tuning g_tuning;
 
 static lazyattn_attention *make_attn(void) {
@@ -480,14 +480,13 @@ static void bench_decode(void) {
 
 static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n"
-    "                     [--decode-tile K,W,D,G[,U[,P]]]\n"
+    "                     [--decode-tile K,W,D,G[,U]]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
     "  --only WHAT      time only the prefill or only the decode shapes\n"
-    "  --decode-tile K,W,D,G[,U[,P]]  portable decode geometry: key slots per chunk, work-items,\n"
-    "                   dims per work-item, work-groups per CU, K/V rows per batch per work-item,\n"
-    "                   prefetch (1: first V batch with the K rows, 2: not)\n"
+    "  --decode-tile K,W,D,G[,U]  portable decode geometry: key slots per chunk, work-items,\n"
+    "                   dims per work-item, work-groups per CU, V rows in flight per work-item\n"
     "                   (0 = choose; for tuning sweeps)\n"
     "Needs a GPU (OpenCL device of type GPU). Exit status: 0 all checks passed, 1 a check or\n"
     "the run failed, 2 a bad command line.\n";
@@ -507,16 +506,15 @@ int main(int argc, char **argv) {
                       argv);
     if (r) return r == CLI_HELP ? 0 : 2;
     if (decode_tile) {
-        int k, w, d, g, u = 0, pf = 0;
+        int k, w, d, g, u = 0;
         char extra;
-        int n = sscanf(decode_tile, "%d,%d,%d,%d,%d,%d%c", &k, &w, &d, &g, &u, &pf, &extra);
-        if (n < 4 || n > 6 || k < 0 || w < 0 || d < 0 || g < 0 || u < 0 || pf < 0 || pf > 2) {
-            fprintf(stderr, "bench_kernels: --decode-tile: expected K,W,D,G[,U[,P]] (integers >= 0, P 0..2), got %s\n",
+        int n = sscanf(decode_tile, "%d,%d,%d,%d,%d%c", &k, &w, &d, &g, &u, &extra);
+        if ((n != 4 && n != 5) || k < 0 || w < 0 || d < 0 || g < 0 || u < 0) {
+            fprintf(stderr, "bench_kernels: --decode-tile: expected K,W,D,G[,U] (integers >= 0), got %s\n",
                     decode_tile);
             return 2;
         }
         g_tuning.decode.score_keys = u;
-        g_tuning.decode.prefetch = pf, g_tuning.decode.kv_together = pf == 1 ? 1 : 0;
         g_tuning.decode.keys = k, g_tuning.decode.work_group = w, g_tuning.decode.out_dims = d;
         g_tuning.decode_groups_per_cu = g;
     }

@@ -309,8 +309,8 @@ int main(int argc, char **argv) {
 
     /* ---- decode sweep (cl/decode.cl) ---- */
     /* key slots per chunk, work-items, dims per work-item in the output
-     * step, V rows per batch per work-item (score_keys), work-groups per CU */
-    static const int keys[] = {128, 64, 256}, wgs[] = {128, 64, 256}, vrows[] = {8, 4}, gpc[] = {8, 4, 2};
+     * step, V rows in flight per work-item (score_keys), work-groups per CU */
+    static const int keys[] = {256, 128, 512}, wgs[] = {128, 64, 256}, vrows[] = {4, 8}, gpc[] = {8, 4, 16};
     const int n_keys = small ? 2 : 3, n_wg = small ? 2 : 3, n_gpc = small ? 1 : 3;
     double best_score = 2.0;
     for (int i = 0; i < n_keys; i++)

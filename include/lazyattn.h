@@ -435,10 +435,8 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
  * The decode (no local staging of K/V) uses: rows = query heads per
  * work-group (always chosen: the largest divisor of the group up to 8 that
  * fits), keys = key slots per chunk (whole blocks, at least one), work_group,
- * out_dims = dims of a K or V row per work-item, score_keys = K or V rows per
- * batch per work-item (a batch's loads are issued together), prefetch 1 =
- * the chunk's first V batch is loaded with its first K batch (needs
- * kv_together 1); the other fields are checked but unused.
+ * out_dims = dims per work-item in its output step, score_keys = V rows in
+ * flight per work-item there; the other fields are checked but unused.
  *
  * Limits: the prefill's tiles need about 4 * ((rows + keys * buffers) *
  * (head_dim + 4) + rows * keys) bytes of local memory (buffers: 2 with kv_together 1, else

@@ -41,15 +41,11 @@ static long lz_decode_chunk_slots(const lazyattn_tile_params *t, int block) {
 }
 size_t lz_decode_local_bytes(const lazyattn_tile_params *t, int head_dim, int block) {
     const size_t rows = (size_t)t->rows, wg = (size_t)t->work_group, nvo = (size_t)(head_dim / t->out_dims);
-    const size_t kg = wg >= nvo ? wg / nvo : 1, lanes = wg >= nvo ? nvo : wg;
+    const size_t kg = wg >= nvo ? wg / nvo : 1, rp = wg / rows >= 32 ? 32 : (wg / rows >= 1 ? wg / rows : 1);
     const size_t slots = (size_t)lz_decode_chunk_slots(t, block), entries = slots / (size_t)block;
-    const size_t r4 = (rows + 3) / 4;
-    /* query (twice), partial dot products (float4s of heads, one padding
-     * lane per key), scores, probabilities and 32 partial maxima (float4s
-     * of heads), the key groups' sums, entries (two buffers) */
-    return sizeof(float) * (2 * rows * (size_t)head_dim + 4 * r4 * (slots * (lanes + 1) + 2 * slots + 32) +
+    return sizeof(float) * (2 * rows * (size_t)head_dim + rows * slots + rows * rp + 2 * rows +
                             kg * (size_t)head_dim + kg) +
-           48 * entries + 64;
+           8 * slots + 12 * entries + 64;
 }
 static long lz_decode_out_per_item(const lazyattn_tile_params *t, int head_dim) {
     const long nvo = head_dim / t->out_dims, vpi = t->work_group >= nvo ? 1 : (nvo + t->work_group - 1) / t->work_group;
@@ -106,11 +102,9 @@ static int lz_group_divisor(int group, int most) {
 }
 
 /* The decode's zero fields (cl/decode.cl): heads per work-group up to 8 (a
- * divisor of the group), chunks of 128 key slots, 128 work-items, 8 dims per
- * work-item, K/V rows in batches of 4 per work-item (score_keys), the first
- * V batch not loaded with the K rows (prefetch 2): the best tile of the
- * H200 sweep (PERFLOG, portable p7-decode); chunks, then heads, shrink to
- * fit. */
+ * divisor of the group), chunks of 256 key slots, 128 work-items, 8 dims per
+ * work-item and 4 V rows in flight (score_keys) in the output step; chunks,
+ * then heads, shrink to fit. */
 static void lz_decode_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group,
                                int head_dim, int block) {
     const lazyattn_tile_params set = *t;
@@ -118,11 +112,11 @@ static void lz_decode_defaults(const lz_device_limits *ctx, lazyattn_tile_params
     if (!t->score_rows) t->score_rows = 1;
     if (!t->out_rows) t->out_rows = 1;
     if (!t->out_dims) t->out_dims = head_dim % 8 == 0 ? 8 : 4;
-    /* prefetch 1: the chunk's first batch of V rows is loaded with its K rows */
+    if (!t->kv_together) t->kv_together = 2;
     if (!t->prefetch) t->prefetch = 2;
-    if (!t->kv_together) t->kv_together = t->prefetch == 1 ? 1 : 2;
-    if (!t->keys) t->keys = 128;
-    /* score_keys: K/V rows per batch per work-item, or what divides keys */
+    if (!t->keys) t->keys = 256;
+    /* score_keys: V rows in flight per work-item in the output step: 4 (or
+     * what divides keys) measured best on the H200 (PERFLOG, portable p5) */
     if (!t->score_keys)
         for (t->score_keys = 4; t->keys % t->score_keys; t->score_keys /= 2) {
         }
