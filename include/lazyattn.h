@@ -456,9 +456,16 @@ typedef struct lazyattn_tile_params {
     int score_keys;  /* divides keys */
     int out_rows;    /* register tile of the output: rows x dims per work-item */
     int out_dims;    /* multiple of 4 dividing head_dim */
-    int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose */
+    int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose.
+                      * decode: 1 a ring of two V batches (the next batch's loads issued
+                      * before one is used), 2 one batch at a time */
     int prefetch;    /* 1: the next K/V tile is loaded into registers while one is computed
-                      * (needs kv_together 1), 2: not; 0: choose */
+                      * (needs kv_together 1), 2: not; 0: choose. decode: L2 prefetch of
+                      * the chunk's V rows (while K is read) and the next chunk's K rows
+                      * (while V is read): 1 OpenCL's prefetch(), 3 PTX prefetch.global.L2
+                      * on NVIDIA (prefetch() elsewhere), 4 / 5 only the V / K rows (as 3),
+                      * 2 none. On the H200 NVIDIA's compiler drops prefetch() and 3..5 were
+                      * slower (docs/PERFLOG.md, p7-decode call 3) */
 } lazyattn_tile_params;
 
 typedef struct lazyattn_kernel_tuning {
