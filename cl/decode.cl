@@ -30,6 +30,16 @@
  *   LZ_FTK key slots per chunk (at least one block is always taken)
  *   LZ_FWG work-items per group         LZ_FON dims per work-item in step 4 (multiple of 4)
  *   LZ_FRN (LZ_VU) V rows loaded at once per work-item in step 4
+ *   LZ_DPF (the tile's prefetch) L2 prefetch of rows a phase ahead (no
+ *          registers held): 2 none; 1 this chunk's V rows in step 1 and the
+ *          next chunk's K rows in step 4, with OpenCL's prefetch(); 3 the
+ *          same with PTX prefetch.global.L2 where the compiler defines
+ *          cl_nv_pragma_unroll (NVIDIA; prefetch() elsewhere); 4 only the
+ *          V rows, 5 only the next K rows (both as 3). NVIDIA's compiler
+ *          drops prefetch() (no instruction in its PTX), and its PTX prefetch
+ *          measured slower on the H200 (docs/PERFLOG.md, p7-decode call 3)
+ *   LZ_DRING (the tile's kv_together 1) a ring of two V batches in step 4:
+ *          batch j + 1's loads issued before batch j is computed
  *
  * Race freedom: the chunk loop is uniform (every work-item computes the same
  * chunk bounds from the same table words in local memory), every barrier is
@@ -79,6 +89,14 @@
 #define LZ_VU 4
 #endif
 #endif
+#ifndef LZ_DPF
+#define LZ_DPF 2
+#endif
+#define LZ_PF_V (LZ_DPF == 1 || LZ_DPF == 3 || LZ_DPF == 4)
+#define LZ_PF_K (LZ_DPF == 1 || LZ_DPF == 3 || LZ_DPF == 5)
+#ifndef LZ_DRING
+#define LZ_DRING 0
+#endif
 #define LZ_Q4 (LZ_HEAD_DIM / 4)
 #define LZ_TPI ((LZ_DCE + LZ_FWG - 1) / LZ_FWG) /* table words per work-item */
 
@@ -113,9 +131,53 @@ inline long lz_dec_slot(__local const ulong *tab, __local const int *tpos, int k
 
 #if LZ_FON % 8 == 0
 #define LZ_VSTEP 8
+#define LZ_VX_T LZ_RAW8_T
+#define LZ_VLOAD(o) lz_raw8(vc, o)
+#define LZ_VZERO ((LZ_RAW8_T)(0))
 #else
 #define LZ_VSTEP 4
+#define LZ_VX_T float4
+#define LZ_VLOAD(o) lz_load4v(vc, o)
+#define LZ_VZERO ((float4)(0.0f))
 #endif
+#define LZ_NVC (LZ_FON / LZ_VSTEP)
+
+/* An L2 prefetch of n elements from p (a hint: never faults, holds no
+ * register). LZ_DPF 3..5 on NVIDIA: one prefetch.global.L2 per 128-byte
+ * line; elsewhere (and LZ_DPF 1) OpenCL's prefetch(). */
+#if LZ_PF_V || LZ_PF_K
+inline void lz_dec_prefetch(__global const LZ_STORE_T *p, int n) {
+#if LZ_DPF >= 3 && defined(cl_nv_pragma_unroll) && !defined(LZ_NO_ASM)
+    __global const uchar *b = (__global const uchar *)p;
+    const int bytes = n * (int)sizeof(LZ_STORE_T) + (int)((ulong)b & 127);
+    b -= (ulong)b & 127;
+    for (int i = 0; i < bytes; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(b + i));
+#else
+    /* as bytes: every OpenCL C has prefetch() for uchar, not all for half */
+    prefetch((__global const uchar *)p, (size_t)n * sizeof(LZ_STORE_T));
+#endif
+}
+#endif
+
+/* Step 4's loads of V batch j0 of key group kg: the slots' offsets and
+ * every row piece of the batch (issued before any is used). */
+inline void lz_dec_vbatch(long off[LZ_VU], LZ_VX_T x[LZ_VPI][LZ_NVC][LZ_VU], __local const long *soff,
+                          __global const LZ_STORE_T *vc, int kg, int lid, int j0) {
+#pragma unroll
+    for (int u = 0; u < LZ_VU; u++) {
+        const int kk = kg + (j0 + u) * LZ_KG;
+        off[u] = kk < LZ_DS ? soff[kk] : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < LZ_VPI; i++) {
+        const int vo = LZ_FWG >= LZ_NVO ? lid % LZ_NVO : lid + i * LZ_FWG;
+#pragma unroll
+        for (int c = 0; c < LZ_NVC; c++)
+#pragma unroll
+            for (int u = 0; u < LZ_VU; u++)
+                x[i][c][u] = off[u] >= 0 && vo < LZ_NVO ? LZ_VLOAD(off[u] + vo * LZ_FON + c * LZ_VSTEP) : LZ_VZERO;
+    }
+}
 
 __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                         __global const int *seq_offsets, __global const ulong *table,
@@ -230,6 +292,9 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                 off = lz_dec_slot(tab, tpos, kk, ne, qp, kvh, n_kv_heads, n_blocks);
                 soff[kk] = off;
             }
+#if LZ_PF_V
+            if (off >= 0) lz_dec_prefetch(vc + off, LZ_HEAD_DIM); /* step 4's V row, to L2 */
+#endif
             float s[LZ_FR];
 #pragma unroll
             for (int r = 0; r < LZ_FR; r++) s[r] = 0.0f;
@@ -307,31 +372,48 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
                 for (int c = 0; c < LZ_FON / 4; c++) acc[i][r][c] *= alpha;
         }
-        if (kg < LZ_KG) {
-            /* batches of LZ_VU keys: every V load of a batch issued before any is used */
-            for (int j0 = 0; j0 < LZ_VKI; j0 += LZ_VU) {
-                long off[LZ_VU];
+#if LZ_PF_K
+        /* the next chunk's K rows to L2 (its table words arrived in nw/np);
+         * entries the kernel skips are not touched */
 #pragma unroll
-                for (int u = 0; u < LZ_VU; u++) {
-                    const int kk = kg + (j0 + u) * LZ_KG;
-                    off[u] = kk < LZ_DS ? soff[kk] : -1;
-                }
+        for (int t = 0; t < LZ_TPI; t++) {
+            const int i = lid + t * LZ_FWG;
+            if (i < LZ_DCE && e + ne + i < last && !lz_dec_entry_bad(nw[t], np[t], n_blocks)) {
+                const int vis = min((int)LAZYATTN_ENTRY_LENGTH(nw[t]), qp - np[t] + 1);
+                if (vis > 0)
+                    lz_dec_prefetch(kc + lz_kv_offset(LAZYATTN_ENTRY_BLOCK(nw[t]), kvh, n_kv_heads, 0),
+                                    vis * LZ_HEAD_DIM);
+            }
+        }
+#endif
+        if (kg < LZ_KG) {
+            /* batches of LZ_VU keys: every V load of a batch issued before any
+             * is used; with LZ_DRING the next batch's loads before this one's use */
+            long off[LZ_VU];
+            LZ_VX_T x[LZ_VPI][LZ_NVC][LZ_VU];
+#if LZ_DRING
+            long offn[LZ_VU];
+            LZ_VX_T xn[LZ_VPI][LZ_NVC][LZ_VU];
+            lz_dec_vbatch(offn, xn, soff, vc, kg, lid, 0);
+#endif
+            for (int j0 = 0; j0 < LZ_VKI; j0 += LZ_VU) {
+#if LZ_DRING
+#pragma unroll
+                for (int u = 0; u < LZ_VU; u++) off[u] = offn[u];
+#pragma unroll
+                for (int i = 0; i < LZ_VPI; i++)
+#pragma unroll
+                    for (int c = 0; c < LZ_NVC; c++)
+#pragma unroll
+                        for (int u = 0; u < LZ_VU; u++) x[i][c][u] = xn[i][c][u];
+                lz_dec_vbatch(offn, xn, soff, vc, kg, lid, j0 + LZ_VU); /* past the end: no loads */
+#else
+                lz_dec_vbatch(off, x, soff, vc, kg, lid, j0);
+#endif
 #pragma unroll
                 for (int i = 0; i < LZ_VPI; i++) {
-                    const int vo = LZ_FWG >= LZ_NVO ? lid % LZ_NVO : lid + i * LZ_FWG;
 #pragma unroll
-                    for (int c = 0; c < LZ_FON / LZ_VSTEP; c++) {
-#if LZ_VSTEP == 8
-                        LZ_RAW8_T x[LZ_VU];
-#pragma unroll
-                        for (int u = 0; u < LZ_VU; u++)
-                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_raw8(vc, off[u] + vo * LZ_FON + c * 8) : (LZ_RAW8_T)(0);
-#else
-                        float4 x[LZ_VU];
-#pragma unroll
-                        for (int u = 0; u < LZ_VU; u++)
-                            x[u] = off[u] >= 0 && vo < LZ_NVO ? lz_load4v(vc, off[u] + vo * LZ_FON + c * 4) : (float4)(0.0f);
-#endif
+                    for (int c = 0; c < LZ_NVC; c++) {
 #pragma unroll
                         for (int u = 0; u < LZ_VU; u++) {
                             const int kk = min(kg + (j0 + u) * LZ_KG, LZ_DS - 1);
@@ -340,11 +422,11 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                                 /* invalid slots have probability 0 and rows of zeros */
                                 const float pr = off[u] >= 0 ? sc[r * LZ_DS + kk] : 0.0f;
 #if LZ_VSTEP == 8
-                                const float8 xf = lz_cvt8(x[u]);
+                                const float8 xf = lz_cvt8(x[i][c][u]);
                                 acc[i][r][2 * c] = fma((float4)(pr), xf.lo, acc[i][r][2 * c]);
                                 acc[i][r][2 * c + 1] = fma((float4)(pr), xf.hi, acc[i][r][2 * c + 1]);
 #else
-                                acc[i][r][c] = fma((float4)(pr), x[u], acc[i][r][c]);
+                                acc[i][r][c] = fma((float4)(pr), x[i][c][u], acc[i][r][c]);
 #endif
                             }
                         }
@@ -396,24 +478,44 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 /* out[seq, h, :] = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M) in
  * out_dtype (lz_io_store); zeros when no key was visible. With has_lse,
  * lse[seq, h] = M + log(sum_s l_s e^(m_s - M)), -INFINITY when no key was
- * visible. One work-item per (dim, head, sequence). */
+ * visible. One work-item per (dim, head, sequence). One pass over the
+ * splits with a running maximum (the sums rescaled when it grows), in
+ * groups of LZ_RDU splits whose loads are all issued before any is used
+ * (no data-dependent branch: a split without a visible key, l_s = 0, adds
+ * zero weight). */
+#define LZ_RDU 8
 __kernel void lz_decode_reduce(__global const float2 *part_ml, __global const float *part_acc,
                                __global float *out, int n_splits, int n_q_heads, int n_seqs,
                                __global float *lse, int has_lse, int out_dtype) {
     const int i = get_global_id(0), h = get_global_id(1), seq = get_global_id(2);
     if (i >= LZ_HEAD_DIM || h >= n_q_heads || seq >= n_seqs) return;
     const size_t base = ((size_t)seq * n_q_heads + h) * n_splits;
-    float big = -INFINITY;
-    for (int s = 0; s < n_splits; s++) big = fmax(big, part_ml[base + s].x);
-    float num = 0.0f, den = 0.0f;
-    if (big != -INFINITY)
-        for (int s = 0; s < n_splits; s++) {
-            const float2 ml = part_ml[base + s];
-            if (ml.y == 0.0f) continue;
-            const float wgt = exp(ml.x - big);
-            den = fma(ml.y, wgt, den);
-            num = fma(part_acc[(base + s) * LZ_HEAD_DIM + i], wgt, num);
+    float big = -INFINITY, num = 0.0f, den = 0.0f;
+    for (int s0 = 0; s0 < n_splits; s0 += LZ_RDU) {
+        float2 ml[LZ_RDU];
+        float a[LZ_RDU];
+#pragma unroll
+        for (int u = 0; u < LZ_RDU; u++) {
+            const int s = min(s0 + u, n_splits - 1);
+            ml[u] = part_ml[base + s];
+            a[u] = part_acc[(base + s) * LZ_HEAD_DIM + i];
+            if (s0 + u >= n_splits || ml[u].y == 0.0f) ml[u] = (float2)(-INFINITY, 0.0f);
         }
+        float mx = big;
+#pragma unroll
+        for (int u = 0; u < LZ_RDU; u++) mx = fmax(mx, ml[u].x);
+        if (mx != -INFINITY) {
+            const float r = exp(big - mx); /* 0 while big is -inf */
+            num *= r, den *= r;
+#pragma unroll
+            for (int u = 0; u < LZ_RDU; u++) {
+                const float wgt = ml[u].y == 0.0f ? 0.0f : exp(ml[u].x - mx);
+                den = fma(ml[u].y, wgt, den);
+                num = fma(a[u], wgt, num);
+            }
+            big = mx;
+        }
+    }
     const size_t row = (size_t)seq * n_q_heads + h;
     lz_io_store(den > 0.0f ? num / den : 0.0f, out, row * LZ_HEAD_DIM + i, out_dtype);
     if (has_lse && i == 0) lse[row] = den > 0.0f ? big + log(den) : -INFINITY;

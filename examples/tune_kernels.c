@@ -340,47 +340,56 @@ int main(int argc, char **argv) {
 
     /* ---- decode sweep (cl/decode.cl) ---- */
     /* key slots per chunk, work-items, dims per work-item in the output
-     * step, V rows in flight per work-item (score_keys), work-groups per CU */
-    static const int keys[] = {256, 128, 512}, wgs[] = {128, 64, 256}, vrows[] = {4, 8}, gpc[] = {8, 4, 16};
-    const int n_keys = small ? 2 : 3, n_wg = small ? 2 : 3, n_gpc = small ? 1 : 3;
+     * step, V rows in flight per work-item (score_keys), L2 prefetch
+     * (1 OpenCL's prefetch(), 3 PTX on NVIDIA, 2 none), V ring (kv_together
+     * 1 on, 2 off), work-groups per CU: the chunk x CU grid with and without
+     * the ring, then single changes to the H200's best (docs/PERFLOG.md,
+     * p7-decode calls 3 and 4) */
+    static const int dec[][7] = {
+        {512, 128, 8, 4, 2, 1, 4},  {512, 128, 8, 4, 2, 1, 8},  {256, 128, 8, 4, 2, 1, 4},
+        {256, 128, 8, 4, 2, 1, 8},  {256, 128, 8, 4, 2, 1, 16}, {128, 128, 8, 4, 2, 1, 8},
+        {512, 128, 8, 4, 2, 2, 4},  {256, 128, 8, 4, 2, 2, 8},  {256, 128, 8, 4, 2, 2, 4},
+        {256, 128, 8, 4, 2, 2, 16}, {128, 128, 8, 4, 2, 2, 8},  {256, 64, 8, 4, 2, 1, 8},
+        {256, 128, 8, 8, 2, 1, 8},  {256, 128, 8, 2, 2, 1, 8},  {256, 128, 4, 4, 2, 1, 8},
+        {256, 128, 8, 4, 1, 2, 8},  {256, 128, 8, 4, 3, 2, 8},  {256, 128, 8, 4, 1, 1, 8},
+    };
+    static const int dec_small[] = {2, 3, 7, 15, 17, 5}; /* --small: these rows only */
+    const int n_cand = small ? 6 : (int)(sizeof dec / sizeof dec[0]);
     double best_score = 2.0;
-    for (int i = 0; i < n_keys; i++)
-        for (int j = 0; j < n_wg; j++)
-            for (int dims = 8; dims >= 4; dims -= 4)
-                for (int v = 0; v < 2; v++)
-                    for (int g = 0; g < n_gpc; g++) {
-                    lazyattn_kernel_tuning t;
-                    memset(&t, 0, sizeof t);
-                    t.prefill = best.prefill;
-                    if (D % dims) continue;
-                    t.decode = (lazyattn_tile_params){0, keys[i], wgs[j], 1, vrows[v], 1, dims, 2, 2};
-                    t.decode_groups_per_cu = gpc[g];
-                    lazyattn_attention *a;
-                    int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);
-                    print_tile(stdout, &t.decode);
-                    printf(" x %d/CU", gpc[g]);
-                    if (st) {
-                        printf(": refused (%s)\n", lazyattn_last_error());
-                        continue;
-                    }
-                    double ms[2], diff = 0;
-                    for (int s = 0; s < 2; s++) {
-                        ms[s] = run(a, &p, 1 + s, got, n_dec[s]);
-                        double dd = max_rel_diff(got, ref_dec[s], n_dec[s]);
-                        if (!(dd <= diff)) diff = dd;
-                    }
-                    double score = ms[0] / def_dec[0] + ms[1] / def_dec[1];
-                    printf(": %.3f ms, %.3f ms, score %.3f, diff %.1e%s\n", ms[0], ms[1], score, diff,
-                           diff <= 1e-4 ? "" : " WRONG");
-                    if (diff <= 1e-4 && score < best_score) {
-                        best_score = score;
-                        lazyattn_kernel_tuning gt;
-                        CHECK(lazyattn_attention_get_tuning(a, &gt));
-                        best.decode = gt.decode;
-                        best.decode_groups_per_cu = gt.decode_groups_per_cu;
-                    }
-                    lazyattn_attention_destroy(a);
-                }
+    for (int i = 0; i < n_cand; i++) {
+        const int *x = dec[small ? dec_small[i] : i];
+        lazyattn_kernel_tuning t;
+        memset(&t, 0, sizeof t);
+        t.prefill = best.prefill;
+        if (D % x[2]) continue;
+        t.decode = (lazyattn_tile_params){0, x[0], x[1], 1, x[3], 1, x[2], x[5], x[4]};
+        t.decode_groups_per_cu = x[6];
+        lazyattn_attention *a;
+        int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);
+        print_tile(stdout, &t.decode);
+        printf(" x %d/CU", x[6]);
+        if (st) {
+            printf(": refused (%s)\n", lazyattn_last_error());
+            continue;
+        }
+        double ms[2], diff = 0;
+        for (int s = 0; s < 2; s++) {
+            ms[s] = run(a, &p, 1 + s, got, n_dec[s]);
+            double dd = max_rel_diff(got, ref_dec[s], n_dec[s]);
+            if (!(dd <= diff)) diff = dd;
+        }
+        double score = ms[0] / def_dec[0] + ms[1] / def_dec[1];
+        printf(": %.3f ms, %.3f ms, score %.3f, diff %.1e%s\n", ms[0], ms[1], score, diff,
+               diff <= 1e-4 ? "" : " WRONG");
+        if (diff <= 1e-4 && score < best_score) {
+            best_score = score;
+            lazyattn_kernel_tuning gt;
+            CHECK(lazyattn_attention_get_tuning(a, &gt));
+            best.decode = gt.decode;
+            best.decode_groups_per_cu = gt.decode_groups_per_cu;
+        }
+        lazyattn_attention_destroy(a);
+    }
 
     best.decode.rows = 0;
     FILE *f = out_path ? fopen(out_path, "a") : NULL;

@@ -456,11 +456,19 @@ typedef struct lazyattn_tile_params {
     int score_keys;  /* divides keys */
     int out_rows;    /* register tile of the output: rows x dims per work-item */
     int out_dims;    /* multiple of 4 dividing head_dim */
-    int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose */
+    int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose.
+                      * decode: 1 a ring of two V batches (the next batch's loads issued
+                      * before one is used), 2 one batch at a time */
     int prefetch;    /* prefill, 1: with kv_together 1 the next K/V tile is loaded into
                       * registers while one is computed, with kv_together 2 V is loaded
                       * with K (staged after the scores); 3 (kv_together 2): the next
-                      * K tile is loaded during the output step; 2: none; 0: choose */
+                      * K tile is loaded during the output step; 2: none; 0: choose.
+                      * decode: L2 prefetch of the chunk's V rows (while K is read) and
+                      * the next chunk's K rows (while V is read): 1 OpenCL's prefetch(),
+                      * 3 PTX prefetch.global.L2 on NVIDIA (prefetch() elsewhere), 4 / 5
+                      * only the V / K rows (as 3), 2 none. On the H200 NVIDIA's compiler
+                      * drops prefetch() and 3..5 were slower (docs/PERFLOG.md, p7-decode
+                      * call 3) */
 } lazyattn_tile_params;
 
 typedef struct lazyattn_kernel_tuning {

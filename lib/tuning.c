@@ -86,9 +86,9 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
                  what, t->out_rows, t->out_dims, head_dim);
     LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
                  "tuning (%s): kv_together %d must be 0, 1 or 2", what, t->kv_together);
-    if (decode) /* unused by the decode: checked as before */
-        LZ_CHECK_ARG((t->prefetch == 1 && t->kv_together == 1) || t->prefetch == 2,
-                     "tuning (%s): prefetch %d must be 0, 1 (with kv_together 1) or 2", what, t->prefetch);
+    if (decode) /* cl/decode.cl: LZ_DPF (L2 prefetch) and LZ_DRING (kv_together 1) */
+        LZ_CHECK_ARG(t->prefetch >= 1 && t->prefetch <= 5,
+                     "tuning (%s): prefetch %d must be 0..5", what, t->prefetch);
     else
         LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2 || (t->prefetch == 3 && t->kv_together == 2),
                      "tuning (%s): prefetch %d must be 0, 1, 2 or 3 (3 with kv_together 2)", what, t->prefetch);
@@ -119,8 +119,11 @@ static int lz_group_divisor(int group, int most) {
 
 /* The decode's zero fields (cl/decode.cl): heads per work-group up to 8 (a
  * divisor of the group), chunks of 256 key slots, 128 work-items, 8 dims per
- * work-item and 4 V rows in flight (score_keys) in the output step; chunks,
- * then heads, shrink to fit. */
+ * work-item and 4 V rows in flight (score_keys) in the output step, no L2
+ * prefetch (prefetch 2) and no V ring (kv_together 2); chunks, then heads,
+ * shrink to fit. The ring measured faster on the H200 (docs/PERFLOG.md,
+ * p7-decode call 4) and is in its database row; unmeasured on the CPU
+ * implementations, so not a default here. */
 static void lz_decode_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group,
                                int head_dim, int block) {
     const lazyattn_tile_params set = *t;
@@ -237,10 +240,10 @@ int lz_tuning_choose_for(const lz_device_limits *ctx, const lazyattn_attention_c
 int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t size) {
     int n = snprintf(buf, size,
                      " -DLZ_G=%d -DLZ_FR=%d -DLZ_FTK=%d -DLZ_FWG=%d -DLZ_FRM=%d -DLZ_FRN=%d "
-                     "-DLZ_FOM=%d -DLZ_FON=%d -DLZ_FKV=%d -DLZ_FPF=%d",
+                     "-DLZ_FOM=%d -DLZ_FON=%d -DLZ_FKV=%d -DLZ_FPF=%d -DLZ_DPF=%d -DLZ_DRING=%d",
                      group, t->rows, t->keys, t->work_group, t->score_rows, t->score_keys,
                      t->out_rows, t->out_dims, t->kv_together == 1,
-                     t->prefetch == 1 ? 1 : t->prefetch == 3 ? 2 : 0);
+                     t->prefetch == 1 ? 1 : t->prefetch == 3 ? 2 : 0, t->prefetch, t->kv_together == 1);
     return n > 0 && (size_t)n < size ? 0 : -1;
 }
 

@@ -212,7 +212,10 @@ static void test_odd_tiles(void **state) {
                                              {3 * group, 6, 37, 4, 3, 4, 4, 1, 2},
                                              {3 * group, 6, 37, 4, 3, 4, 4, 2, 3}};
         t.prefill = pre[i / 3 % 4];
-        t.decode = (lazyattn_tile_params){0, 5, 33, 3, 5, 2, 4, 2, 2};
+        /* the decode's V ring (kv_together 1) on every other case, its L2
+         * prefetch variants (cl/decode.cl LZ_DPF) in turn */
+        static const int pf[] = {2, 1, 3, 4, 5};
+        t.decode = (lazyattn_tile_params){0, 5, 33, 3, 5, 2, 4, (i / 3) % 2 ? 1 : 2, pf[(i / 3) % 5]};
         t.decode_groups_per_cu = 3;
         run_case(ctx, &cases[i], &t, &r);
     }
@@ -244,6 +247,9 @@ static void test_tuning_api(void **state) {
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.prefill.prefetch = 4; /* 0 .. 3 */
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    memset(&t, 0, sizeof t);
+    t.decode.prefetch = 6; /* the decode's L2 prefetch values are 1..5 */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.prefill.prefetch = 3, t.prefill.kv_together = 1; /* the next K during the output: one buffer */
