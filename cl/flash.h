@@ -78,6 +78,14 @@
 #define LZ_TILE_ENTRIES 1
 #endif
 #define LZ_NO_KEY 0x7FFFFFFF
+/* The softmax's exponential: the device's native one where the host asks
+ * for it (-DLZ_NATIVE_EXP, GPUs: a hardware exp2 instead of a correctly
+ * rounded software routine on the probability step), else exp(). */
+#ifdef LZ_NATIVE_EXP
+#define LZ_EXP(x) native_exp(x)
+#else
+#define LZ_EXP(x) exp(x)
+#endif
 #ifndef LZ_FPF
 #define LZ_FPF 0
 #endif
@@ -461,12 +469,12 @@ inline void lz_flash(__global const float *q, __global const int *q_pos,
                 if (live)
                     for (int kt = 0; kt < LZ_NKT; kt++) tmax = fmax(tmax, loc.pmax[kt * LZ_PS + r]);
                 const float m_old = mrun[j], m_new = fmax(m_old, tmax);
-                const float alpha = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
+                const float alpha = m_new == -INFINITY ? 1.0f : LZ_EXP(m_old - m_new);
                 mrun[j] = m_new;
                 float sum = 0.0f;
                 for (int kk = part; kk < LZ_FTK; kk += LZ_NPART) {
                     const float x = live ? loc.p[kk * LZ_PS + r] : -INFINITY;
-                    const float pv = x == -INFINITY ? 0.0f : exp(x - m_new);
+                    const float pv = x == -INFINITY ? 0.0f : LZ_EXP(x - m_new);
                     loc.p[kk * LZ_PS + r] = pv;
                     sum += pv;
                 }
