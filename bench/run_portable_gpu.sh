@@ -56,7 +56,7 @@ for s in $steps; do
     done
     cat "$out/sweep.log" ;;
   tune)
-    timeout 260 "$(exe tune_kernels examples)" --reps 5 --out "$out/tuning_db.inc" > "$out/tune.log" 2>&1
+    timeout ${TUNE_TIMEOUT:-260} "$(exe tune_kernels examples)" --reps 5 --out "$out/tuning_db.inc" > "$out/tune.log" 2>&1
     echo "tune_kernels rc=$?"
     grep -E "^default|^best|^\{\"" "$out/tune.log"
     sort -t, -k1 "$out/tune.log" | grep "TFLOP/s, diff" | sort -t: -k2 -n | head -5 ;;
