@@ -212,6 +212,34 @@ static void print_tile(FILE *f, const lazyattn_tile_params *t) {
             t->score_keys, t->out_rows, t->out_dims, t->kv_together, t->prefetch);
 }
 
+/* One prefill candidate: the prefill tile `tile` with the decode of `base`;
+ * built, compared with the default's output (ref), timed, and taken as
+ * *best_tile (with *best_ms) when it is right and faster. Refused tiles are
+ * reported and skipped. */
+static void try_prefill(const lazyattn_attention_config *cfg, const lazyattn_kernel_tuning *base,
+                        lazyattn_tile_params tile, problem *p, float *got, const float *ref, size_t n,
+                        double flops, double *best_ms, lazyattn_tile_params *best_tile) {
+    lazyattn_kernel_tuning t;
+    memset(&t, 0, sizeof t);
+    t.prefill = tile;
+    t.decode = base->decode;
+    t.decode_groups_per_cu = base->decode_groups_per_cu;
+    lazyattn_attention *a;
+    int st = lazyattn_attention_create_tuned(g_ctx, cfg, &t, &a);
+    print_tile(stdout, &t.prefill);
+    if (st) {
+        printf(": refused (%s)\n", lazyattn_last_error());
+        return;
+    }
+    lazyattn_kernel_tuning got_t;
+    CHECK(lazyattn_attention_get_tuning(a, &got_t));
+    double ms = run(a, p, 0, got, n), diff = max_rel_diff(got, ref, n);
+    printf(" wg %d: %.3f ms, %.2f TFLOP/s, diff %.1e%s\n", got_t.prefill.work_group, ms, flops / ms * 1e-9,
+           diff, diff <= 1e-4 ? "" : " WRONG");
+    if (diff <= 1e-4 && ms < *best_ms) *best_ms = ms, *best_tile = got_t.prefill;
+    lazyattn_attention_destroy(a);
+}
+
 static const char usage_text[] =
     "usage: tune_kernels [--small] [--reps N] [--out FILE] [--head-dim D] [--q-heads H]\n"
     "                    [--kv-heads K] [--dtype f32|f16|bf16] [--block B]\n"
@@ -284,28 +312,11 @@ int main(int argc, char **argv) {
     const int n_rk = small ? 2 : 6, n_sc = small ? 2 : 5, n_ot = small ? 1 : 3;
     for (int i = 0; i < n_rk; i++)
         for (int j = 0; j < n_sc; j++)
-            for (int k = 0; k < n_ot; k++) {
-                lazyattn_kernel_tuning t;
-                memset(&t, 0, sizeof t);
-                t.prefill = (lazyattn_tile_params){rk[i][0] < group ? group : rk[i][0] / group * group,
-                                                   rk[i][1], 0, sc[j][0], sc[j][1], ot[k][0], ot[k][1], 2, 2};
-                t.decode = def_t.decode;
-                t.decode_groups_per_cu = def_t.decode_groups_per_cu;
-                lazyattn_attention *a;
-                int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);
-                print_tile(stdout, &t.prefill);
-                if (st) {
-                    printf(": refused (%s)\n", lazyattn_last_error());
-                    continue;
-                }
-                lazyattn_kernel_tuning got_t;
-                CHECK(lazyattn_attention_get_tuning(a, &got_t));
-                double ms = run(a, &p, 0, got, n_pre), diff = max_rel_diff(got, ref_pre, n_pre);
-                printf(" wg %d: %.3f ms, %.2f TFLOP/s, diff %.1e%s\n", got_t.prefill.work_group, ms,
-                       flops / ms * 1e-9, diff, diff <= 1e-4 ? "" : " WRONG");
-                if (diff <= 1e-4 && ms < best_pre) best_pre = ms, best.prefill = got_t.prefill;
-                lazyattn_attention_destroy(a);
-            }
+            for (int k = 0; k < n_ot; k++)
+                try_prefill(&cfg, &def_t,
+                            (lazyattn_tile_params){rk[i][0] < group ? group : rk[i][0] / group * group,
+                                                   rk[i][1], 0, sc[j][0], sc[j][1], ot[k][0], ot[k][1], 2, 2},
+                            &p, got, ref_pre, n_pre, flops, &best_pre, &best.prefill);
 
     /* the best prefill tile with its K/V staging modes (kv_together,
      * prefetch): one buffer with V loaded with K or with the next K loaded
@@ -315,26 +326,9 @@ int main(int argc, char **argv) {
         static const int modes[][2] = {{2, 1}, {2, 3}, {1, 2}, {1, 1}};
         const lazyattn_tile_params base = best.prefill;
         for (int i = 0; i < (small ? 2 : 4); i++) {
-            lazyattn_kernel_tuning t;
-            memset(&t, 0, sizeof t);
-            t.prefill = base;
-            t.prefill.kv_together = modes[i][0], t.prefill.prefetch = modes[i][1];
-            t.decode = def_t.decode;
-            t.decode_groups_per_cu = def_t.decode_groups_per_cu;
-            lazyattn_attention *a;
-            int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);
-            print_tile(stdout, &t.prefill);
-            if (st) {
-                printf(": refused (%s)\n", lazyattn_last_error());
-                continue;
-            }
-            lazyattn_kernel_tuning got_t;
-            CHECK(lazyattn_attention_get_tuning(a, &got_t));
-            double ms = run(a, &p, 0, got, n_pre), diff = max_rel_diff(got, ref_pre, n_pre);
-            printf(" wg %d: %.3f ms, %.2f TFLOP/s, diff %.1e%s\n", got_t.prefill.work_group, ms,
-                   flops / ms * 1e-9, diff, diff <= 1e-4 ? "" : " WRONG");
-            if (diff <= 1e-4 && ms < best_pre) best_pre = ms, best.prefill = got_t.prefill;
-            lazyattn_attention_destroy(a);
+            lazyattn_tile_params tile = base;
+            tile.kv_together = modes[i][0], tile.prefetch = modes[i][1];
+            try_prefill(&cfg, &def_t, tile, &p, got, ref_pre, n_pre, flops, &best_pre, &best.prefill);
         }
     }
 
