@@ -15,27 +15,13 @@ the same device call.
 """
 import argparse
 import csv
-import statistics
 
 import torch
 import torch.nn.functional as F
 
+from sdpa_peer import time_ms  # CUDA events, 3 warm-ups, median (same folder)
+
 HID, H, KV, D, FFN, VOCAB = 4096, 32, 8, 128, 14336, 32000
-
-
-def time_ms(fn, reps):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
 
 
 def rnd(*shape, scale=1.0):
