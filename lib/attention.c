@@ -291,9 +291,7 @@ static int lz_portable_build_one(lazyattn_attention *a, int which) {
         strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
     /* on a GPU the prefill's softmax takes the device's native exponential
      * (cl/flash.h LZ_EXP; LAZYATTN_PORTABLE_EXACT_EXP=1 keeps exp()) */
-    cl_device_type type = 0;
-    if (which != 1 && clGetDeviceInfo(a->ctx->device, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
-        (type & CL_DEVICE_TYPE_GPU) && !getenv("LAZYATTN_PORTABLE_EXACT_EXP"))
+    if (which != 1 && a->ctx->is_gpu && !getenv("LAZYATTN_PORTABLE_EXACT_EXP"))
         strncat(spec.options, " -DLZ_NATIVE_EXP", sizeof spec.options - strlen(spec.options) - 1);
     /* experiments (tuning sweeps on the GPU): extra build options of the
      * portable prefill programs, e.g. -cl-nv-maxrregcount=96 */

@@ -283,6 +283,7 @@ static void lz_query_device(lazyattn_context *ctx, int portable_only) {
     clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc_size,
                     &ctx->max_alloc_size, NULL);
     if (ctx->compute_units == 0) ctx->compute_units = 1;
+    ctx->is_gpu = lz_kind_of(ctx->device) == LAZYATTN_DEVICE_GPU;
     if (lz_contains(vendor, "NVIDIA")) {
         cl_uint major = 0, minor = 0;
         if (clGetDeviceInfo(ctx->device, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major,

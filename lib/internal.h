@@ -65,6 +65,7 @@ struct lazyattn_context {
     cl_context context;
     cl_command_queue queue;
     char device_name[256];
+    int is_gpu;           /* CL_DEVICE_TYPE_GPU (the portable prefill's native exp) */
     int fast_nv;          /* build with -DLAZYATTN_FAST_NV=1 */
     int nv_cc_major;      /* NVIDIA compute capability, 0 elsewhere */
     int nv_cc_minor;
