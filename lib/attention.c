@@ -661,14 +661,29 @@ static int lz_decode_splits(const lazyattn_attention *a, int fast, int n_seqs, i
         if (want > max_entries / 8) want = max_entries / 8;
         return want < 1 ? 1 : (int)want;
     }
-    /* aim at decode_groups_per_cu work-groups per compute unit, each split
-     * at least one chunk of the kernel long */
-    int64_t want = ((int64_t)a->tune.decode_groups_per_cu * a->ctx->compute_units + groups - 1) / groups;
+    /* decode_groups_per_cu work-groups per compute unit are the slots the
+     * device runs at once (the tuned figure: the kernel's registers and
+     * local memory decide it); each split at least one chunk of the kernel
+     * long. The work-groups of a launch do equal work, so a launch of
+     * slots + a few takes two full rounds: of the split counts up to the
+     * one that fills the slots (rounded up), take the one whose last round
+     * is fullest (16 x 8192 on the H200's 528 slots: 4 splits = 512
+     * work-groups in one round, not 5 = 640 in two), the larger on a tie. */
+    int64_t slots = (int64_t)a->tune.decode_groups_per_cu * a->ctx->compute_units;
+    if (slots < 1) slots = 1;
+    int64_t want = (slots + groups - 1) / groups;
     int64_t tile_entries = a->tune.decode.keys >= a->cfg.block_size ? a->tune.decode.keys / a->cfg.block_size : 1;
     int64_t most = max_entries / tile_entries;
     if (want > most) want = most;
     if (want < 1) want = 1;
-    return (int)want;
+    int64_t best = want;
+    double best_fill = 0.0;
+    for (int64_t s = want; s >= 1 && s * 2 > want; s--) {
+        int64_t wgs = groups * s, rounds = (wgs + slots - 1) / slots;
+        double fill = (double)wgs / (double)(rounds * slots);
+        if (fill > best_fill + 1e-9) best = s, best_fill = fill;
+    }
+    return (int)best;
 }
 
 static int lz_reserve_partials(lazyattn_attention *a, size_t rows) {

@@ -410,6 +410,51 @@ static void test_evict_callback_spills(void **state) {
 
 // ---- a second process ----
 
+/* Fills every layer's K and V buffers of e's pool: random values of the
+ * given amplitude (0: zeros). The rows past a block's valid length
+ * (a document's last block, the question's) keep what was there. */
+static void fill_pool(engine *e, uint64_t seed, float amplitude) {
+    cl_command_queue q = lazyattn_context_queue(e->ctx);
+    for (int l = 0; l < L; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            cl_mem m = kv ? lazyattn_pool_v_buffer(e->pool, l) : lazyattn_pool_k_buffer(e->pool, l);
+            size_t bytes = 0;
+            assert_int_equal(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), CL_SUCCESS);
+            float *junk = calloc(bytes / sizeof(float), sizeof(float));
+            assert_non_null(junk);
+            lt_rng r = {seed + (uint64_t)(2 * l + kv)};
+            if (amplitude > 0) lt_fill(&r, junk, bytes / sizeof(float), amplitude);
+            assert_int_equal(clEnqueueWriteBuffer(q, m, CL_TRUE, 0, bytes, junk, 0, NULL, NULL), CL_SUCCESS);
+            free(junk);
+        }
+}
+
+/* What a block holds past its valid length (stale rows of an evicted
+ * document, or a fresh buffer's contents) never reaches the output: the same
+ * request over a pool of zeros and over a pool of large random values gives
+ * bit-identical output. (The export carries whole blocks, so a second
+ * process sees other padding: test_second_process's bit-identity rests on
+ * this.) */
+static void test_padding_ignored(void **state) {
+    lazyattn_context *ctx = *state;
+    static float out_zero[OUT_N], out_junk[OUT_N];
+    lazyattn_segment_action act[2];
+    const int ids[] = {0, 1};
+    engine a, b;
+    engine_open(&a, ctx, 12, MODEL);
+    fill_pool(&a, 0, 0.0f);
+    run_request(&a, 2, ids, out_zero, act);
+    engine_close(&a);
+    engine_open(&b, ctx, 12, MODEL);
+    fill_pool(&b, 0x5EED, 1000.0f);
+    run_request(&b, 2, ids, out_junk, act);
+    engine_close(&b);
+    size_t differ = 0;
+    for (size_t i = 0; i < OUT_N; i++) differ += memcmp(&out_zero[i], &out_junk[i], sizeof(float)) != 0;
+    if (differ) print_error("%zu of %zu outputs differ with other padding\n", differ, OUT_N);
+    assert_memory_equal(out_zero, out_junk, sizeof out_zero);
+}
+
 static int child_main(const char *in_path, const char *out_path) {
     lazyattn_context *ctx;
     if (lazyattn_context_create(NULL, &ctx)) return 2;
@@ -486,6 +531,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_round_trip_f16),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_evict_callback_spills),
+        cmocka_unit_test(test_padding_ignored),
         cmocka_unit_test(test_second_process),
     };
     return cmocka_run_group_tests_name("doc_export", tests, lt_context_setup, lt_context_teardown);
