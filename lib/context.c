@@ -59,8 +59,12 @@ static const char *lz_env(const char *name) {
 }
 
 /* Picks the first device matching the names and the kind; kind DEFAULT
- * tries GPUs first, then CPUs, then anything. */
-static int lz_pick_device(const char *want_platform, const char *want_device,
+ * tries GPUs first, then CPUs, then anything. A platform that fails to list
+ * its GPUs (a GPU held by another process in exclusive-process compute
+ * mode, a driver fault) is passed over: when that leads to a device that is
+ * not a GPU, the log says so at WARN, since outputs then differ from the
+ * GPU's in the last bits and run far slower. */
+static int lz_pick_device(lazyattn_context *ctx, const char *want_platform, const char *want_device,
                           lazyattn_device_kind kind, cl_platform_id *out_p, cl_device_id *out_d) {
     cl_uint np = 0;
     cl_int err = clGetPlatformIDs(0, NULL, &np);
@@ -77,14 +81,17 @@ static int lz_pick_device(const char *want_platform, const char *want_device,
     if (kind == LAZYATTN_DEVICE_GPU) n_pass = 1;
     if (kind == LAZYATTN_DEVICE_CPU) first = 1, n_pass = 2;
     if (kind == LAZYATTN_DEVICE_ANY) first = 2;
+    char gpu_failed[300] = ""; /* the GPU pass's first platform that failed to list its devices */
     for (int pass = first; pass < n_pass; pass++) {
         for (cl_uint p = 0; p < np; p++) {
             char pname[256] = "";
             clGetPlatformInfo(platforms[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
             if (!lz_contains(pname, want_platform)) continue;
             cl_uint nd = 0;
-            if (clGetDeviceIDs(platforms[p], passes[pass], 0, NULL, &nd) != CL_SUCCESS || nd == 0)
-                continue;
+            err = clGetDeviceIDs(platforms[p], passes[pass], 0, NULL, &nd);
+            if (pass == 0 && err != CL_SUCCESS && err != CL_DEVICE_NOT_FOUND && !gpu_failed[0])
+                snprintf(gpu_failed, sizeof gpu_failed, "%s (clGetDeviceIDs %d)", pname, (int)err);
+            if (err != CL_SUCCESS || nd == 0) continue;
             cl_device_id devs[64];
             if (nd > 64) nd = 64;
             if (clGetDeviceIDs(platforms[p], passes[pass], nd, devs, NULL) != CL_SUCCESS) continue;
@@ -94,6 +101,11 @@ static int lz_pick_device(const char *want_platform, const char *want_device,
                 if (!lz_contains(dname, want_device)) continue;
                 *out_p = platforms[p];
                 *out_d = devs[d];
+                if (pass > 0 && gpu_failed[0])
+                    lz_log(ctx, LAZYATTN_LOG_WARN,
+                           "no GPU could be listed (%s fails: held by another process in "
+                           "exclusive-process mode?); using %s",
+                           gpu_failed, dname);
                 return LAZYATTN_STATUS_OK;
             }
         }
@@ -340,7 +352,7 @@ int lazyattn_context_create(const lazyattn_context_options *options, lazyattn_co
     if (want_index >= 0)
         st = lz_device_at(want_index, "lazyattn_context_create", &ctx->platform, NULL, &ctx->device);
     else
-        st = lz_pick_device(want_platform, want_device, o->kind, &ctx->platform, &ctx->device);
+        st = lz_pick_device(ctx, want_platform, want_device, o->kind, &ctx->platform, &ctx->device);
     if (st) goto fail;
     cl_int err;
     ctx->context = clCreateContext(NULL, 1, &ctx->device, NULL, NULL, &err);

@@ -2,8 +2,14 @@
 /* The shared document engine of the export and tier tests (doc_engine.h). */
 #include "doc_engine.h"
 
+#include <fenv.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 const int doc_len[N_DOCS] = {37, 16, 9, 23};
 
@@ -60,6 +66,51 @@ void engine_close(engine *e) {
  * out: [L, NQ, NQH, D]; actions: [n_docs]. Checks each layer against the
  * float64 reference over the whole prompt at absolute positions.
  */
+/* Debugging (LAZYATTN_TEST_DUMP=DIR): every layer of every request of this
+ * process into DIR/PID-RUN-LAYER.bin: the rotated queries [NQ, NQH, D] f32,
+ * n_entries and the table words, the entries' positions, the pool's K and V
+ * buffers whole, and the output [NQ, NQH, D]. */
+static void dump_layer(engine *e, int layer, cl_mem qm, const lazyattn_plan *p, const float *o) {
+    static int run;
+    const char *dir = getenv("LAZYATTN_TEST_DUMP");
+    if (!dir) return;
+    if (layer == 0) run++;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%d-%d-%d.bin", dir, (int)getpid(), run, layer);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    float q[NQ * NQH * D];
+    lt_read(e->ctx, qm, q, sizeof q);
+    fwrite(q, sizeof q, 1, f);
+    int32_t n = p->n_entries;
+    fwrite(&n, sizeof n, 1, f);
+    fwrite(p->table, sizeof(uint64_t), (size_t)n, f);
+    fwrite(p->entry_pos, sizeof(int32_t), (size_t)n, f);
+    for (int kv = 0; kv < 2; kv++) {
+        cl_mem m = kv ? lazyattn_pool_v_buffer(e->pool, layer) : lazyattn_pool_k_buffer(e->pool, layer);
+        size_t bytes = 0;
+        clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL);
+        void *buf = malloc(bytes);
+        if (buf) {
+            lt_read(e->ctx, m, buf, bytes);
+            uint64_t b64 = bytes;
+            fwrite(&b64, sizeof b64, 1, f);
+            fwrite(buf, 1, bytes, f);
+            free(buf);
+        }
+    }
+    fwrite(o, sizeof(float), (size_t)NQ * NQH * D, f);
+    double freq[D / 2];
+    lazyattn_rope_frequencies(&e->c.rope, D, freq);
+    fwrite(freq, sizeof freq, 1, f);
+    int fenv[2] = {fegetround(), 0};
+#if defined(__x86_64__)
+    fenv[1] = (int)_mm_getcsr();
+#endif
+    fwrite(fenv, sizeof fenv, 1, f);
+    fclose(f);
+}
+
 void run_request(engine *e, int n_docs, const int *ids, float *out,
                  lazyattn_segment_action *actions) {
     int32_t tok[N_DOCS][64];
@@ -127,6 +178,7 @@ void run_request(engine *e, int n_docs, const int *ids, float *out,
         lt_assert_status(lazyattn_attention_check(e->attn, NULL), LAZYATTN_STATUS_OK);
         float *o = out + (size_t)l * NQ * NQH * D;
         lt_read(e->ctx, om, o, sizeof(float) * NQ * NQH * D);
+        dump_layer(e, l, qm, &p, o);
         clReleaseMemObject(qm);
         clReleaseMemObject(qpm);
         clReleaseMemObject(tm);
