@@ -53,6 +53,35 @@ static int lz_contains(const char *hay, const char *needle) {
     return 0;
 }
 
+/* The first clGetPlatformIDs of the process loads the ICDs. Some ICD
+ * loaders cut OCL_ICD_FILENAMES ("a.so:b.so") in place at the first ':'
+ * while parsing it (measured on the H200 machine: "libpocl.so.2:
+ * libnvidia-opencl.so.1" read "libpocl.so.2" afterwards), so a process the
+ * engine spawns later (a worker, a second process of the same job) would
+ * see only the first ICD and pick the CPU. The library makes that first
+ * call itself, once, and puts the variable back as it was. (An engine that
+ * called OpenCL before the library did has had its variable cut already.) */
+#if !defined(_WIN32)
+#include <pthread.h>
+static void lz_icd_load(void) {
+    const char *v = getenv("OCL_ICD_FILENAMES");
+    char *saved = v ? strdup(v) : NULL;
+    cl_uint n = 0;
+    clGetPlatformIDs(0, NULL, &n);
+    const char *now = getenv("OCL_ICD_FILENAMES");
+    if (saved && (!now || strcmp(now, saved) != 0)) setenv("OCL_ICD_FILENAMES", saved, 1);
+    free(saved);
+}
+static pthread_once_t lz_icd_once = PTHREAD_ONCE_INIT;
+#endif
+
+static cl_int lz_platform_ids(cl_uint n, cl_platform_id *platforms, cl_uint *count) {
+#if !defined(_WIN32)
+    pthread_once(&lz_icd_once, lz_icd_load);
+#endif
+    return clGetPlatformIDs(n, platforms, count);
+}
+
 static const char *lz_env(const char *name) {
     const char *v = getenv(name);
     return (v && *v) ? v : NULL;
@@ -67,13 +96,13 @@ static const char *lz_env(const char *name) {
 static int lz_pick_device(lazyattn_context *ctx, const char *want_platform, const char *want_device,
                           lazyattn_device_kind kind, cl_platform_id *out_p, cl_device_id *out_d) {
     cl_uint np = 0;
-    cl_int err = clGetPlatformIDs(0, NULL, &np);
+    cl_int err = lz_platform_ids(0, NULL, &np);
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0)
         return lz_fail(LAZYATTN_STATUS_NO_DEVICE, "no OpenCL platform found (is an ICD installed?)");
     if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
     cl_platform_id platforms[32];
     if (np > 32) np = 32;
-    err = clGetPlatformIDs(np, platforms, NULL);
+    err = lz_platform_ids(np, platforms, NULL);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
 
     cl_device_type passes[3] = {CL_DEVICE_TYPE_GPU, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_ALL};
@@ -128,12 +157,12 @@ static int lz_walk_devices(int (*visit)(int, cl_platform_id, int, cl_device_id, 
                            int *count) {
     *count = 0;
     cl_uint np = 0;
-    cl_int err = clGetPlatformIDs(0, NULL, &np);
+    cl_int err = lz_platform_ids(0, NULL, &np);
     if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR */ || np == 0) return LAZYATTN_STATUS_OK;
     if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
     cl_platform_id platforms[LZ_MAX_PLATFORMS];
     if (np > LZ_MAX_PLATFORMS) np = LZ_MAX_PLATFORMS;
-    err = clGetPlatformIDs(np, platforms, NULL);
+    err = lz_platform_ids(np, platforms, NULL);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "clGetPlatformIDs");
     for (cl_uint p = 0; p < np; p++) {
         cl_uint nd = 0;

@@ -590,11 +590,12 @@ static size_t count_differ(const float *x, const float *y) {
     return n;
 }
 
-/* Its own context, released before the second process starts: a GPU in
- * exclusive-process compute mode admits one process at a time (the H200
- * this was found on: the second process, asking for any device, got the
- * CPU and differed in the last bits). The second process asks for this
- * device by name and says which it got. */
+/* The second process asks for this process's device by name and says
+ * which it got: on the H200 machine it used to get PoCL's CPU device
+ * (outputs 1 ulp apart) because the ICD loader had cut OCL_ICD_FILENAMES
+ * in this process's environment (lib/context.c, lz_icd_load). The context
+ * is released before the second process starts, so a GPU in
+ * exclusive-process compute mode admits it too. */
 static void test_second_process(void **state) {
     (void)state;
     lazyattn_context *ctx;
