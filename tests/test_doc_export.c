@@ -429,32 +429,6 @@ static void fill_pool(engine *e, uint64_t seed, float amplitude) {
         }
 }
 
-/* What a block holds past its valid length (stale rows of an evicted
- * document, or a fresh buffer's contents) never reaches the output: the same
- * request over a pool of zeros and over a pool of large random values gives
- * bit-identical output. (The export carries whole blocks, so a second
- * process sees other padding: test_second_process's bit-identity rests on
- * this.) */
-static void test_padding_ignored(void **state) {
-    lazyattn_context *ctx = *state;
-    static float out_zero[OUT_N], out_junk[OUT_N];
-    lazyattn_segment_action act[2];
-    const int ids[] = {0, 1};
-    engine a, b;
-    engine_open(&a, ctx, 12, MODEL);
-    fill_pool(&a, 0, 0.0f);
-    run_request(&a, 2, ids, out_zero, act);
-    engine_close(&a);
-    engine_open(&b, ctx, 12, MODEL);
-    fill_pool(&b, 0x5EED, 1000.0f);
-    run_request(&b, 2, ids, out_junk, act);
-    engine_close(&b);
-    size_t differ = 0;
-    for (size_t i = 0; i < OUT_N; i++) differ += memcmp(&out_zero[i], &out_junk[i], sizeof(float)) != 0;
-    if (differ) print_error("%zu of %zu outputs differ with other padding\n", differ, OUT_N);
-    assert_memory_equal(out_zero, out_junk, sizeof out_zero);
-}
-
 /* Leaves pseudo-random floats of the given amplitude (0: zeros) in the
  * local memory of every compute unit: many work-groups, each filling all of
  * the device's local memory, so that the next kernel's work-groups find
@@ -499,29 +473,46 @@ static void dirty_local_memory(lazyattn_context *ctx, uint32_t seed, float ampli
     clReleaseProgram(prog);
 }
 
-/* The same request computed twice, after a kernel that left zeros in the
- * device's local memory and after one that left large random values: the
- * kernels read only local memory they wrote, so the outputs are
- * bit-identical (on a GPU, local memory keeps what the last work-group on
- * the compute unit left). */
-static void test_stale_local_memory(void **state) {
-    lazyattn_context *ctx = *state;
-    static float out_zero[OUT_N], out_junk[OUT_N];
+/* Runs documents 0 and 1 and the question through a fresh engine twice,
+ * each time after prepare(engine, with_junk): once with zeros (0), once
+ * with large random values (1); the outputs must be bit-identical. */
+static void same_output_either_way(lazyattn_context *ctx, void (*prepare)(engine *, int),
+                                   const char *what) {
+    static float out[2][OUT_N];
     lazyattn_segment_action act[2];
     const int ids[] = {0, 1};
-    engine a;
-    engine_open(&a, ctx, 12, MODEL);
-    dirty_local_memory(ctx, 1, 0.0f);
-    run_request(&a, 2, ids, out_zero, act);
-    engine_close(&a);
-    engine_open(&a, ctx, 12, MODEL);
-    dirty_local_memory(ctx, 2, 1000.0f);
-    run_request(&a, 2, ids, out_junk, act);
-    engine_close(&a);
+    for (int junk = 0; junk < 2; junk++) {
+        engine e;
+        engine_open(&e, ctx, 12, MODEL);
+        prepare(&e, junk);
+        run_request(&e, 2, ids, out[junk], act);
+        engine_close(&e);
+    }
     size_t differ = 0;
-    for (size_t i = 0; i < OUT_N; i++) differ += memcmp(&out_zero[i], &out_junk[i], sizeof(float)) != 0;
-    if (differ) print_error("%zu of %zu outputs differ after other local memory contents\n", differ, OUT_N);
-    assert_memory_equal(out_zero, out_junk, sizeof out_zero);
+    for (size_t i = 0; i < OUT_N; i++) differ += memcmp(&out[0][i], &out[1][i], sizeof(float)) != 0;
+    if (differ) print_error("%zu of %zu outputs differ with other %s\n", differ, OUT_N, what);
+    assert_memory_equal(out[0], out[1], sizeof out[0]);
+}
+
+static void prepare_pool(engine *e, int junk) { fill_pool(e, 0x5EED, junk ? 1000.0f : 0.0f); }
+static void prepare_local(engine *e, int junk) { dirty_local_memory(e->ctx, 1 + (uint32_t)junk, junk ? 1000.0f : 0.0f); }
+
+/* What a block holds past its valid length (stale rows of an evicted
+ * document, or a fresh buffer's contents) never reaches the output: the same
+ * request over a pool of zeros and over a pool of large random values gives
+ * bit-identical output. (The export carries whole blocks, so a second
+ * process sees other padding: test_second_process's bit-identity rests on
+ * this.) */
+static void test_padding_ignored(void **state) {
+    same_output_either_way(*state, prepare_pool, "padding");
+}
+
+/* The same after a kernel that left zeros or large random values in every
+ * compute unit's local memory: the kernels read only local memory they
+ * wrote (on a GPU, local memory keeps what the last work-group on the
+ * compute unit left). */
+static void test_stale_local_memory(void **state) {
+    same_output_either_way(*state, prepare_local, "local memory contents");
 }
 
 /* The second process: the parent's device (platform and device names),
