@@ -34,80 +34,26 @@ static const program_case programs[] = {
     {96, 7, LAZYATTN_DTYPE_F32}, /* odd shapes: head dim not a power of two, block of 7 */
 };
 
-/* A random request laid into a pool: segments (prefix, documents,
- * question) at contiguous logical positions starting at a random base;
- * documents stored at their own (random) stored start, so each of their
- * blocks carries a delta. */
-typedef struct sequence {
-    int n_keys;
-    float *k, *v;         /* [n_keys, n_kv, d] unrotated, logical order */
-    int32_t *k_pos;       /* [n_keys] logical */
-    int32_t *slot, *stored; /* [n_keys] where and at which position K is written */
-    int n_entries;
-    uint64_t *table;      /* [n_entries] */
-    int32_t *entry_pos;   /* [n_entries] */
-    int32_t *entry_stored; /* [n_entries] stored start of each entry's block */
-    int n_question;       /* the last n_question keys are the question */
-} sequence;
+/* A random request laid into a pool: a prefix, documents at their own
+ * (random) stored starts, the question (lt_sequence). */
+typedef lt_sequence sequence;
 
-static void sequence_free(sequence *s) {
-    free(s->k); free(s->v); free(s->k_pos); free(s->slot); free(s->stored);
-    free(s->table); free(s->entry_pos); free(s->entry_stored);
-    memset(s, 0, sizeof *s);
-}
+static void sequence_free(sequence *s) { lt_sequence_free(s); }
 
 /* Builds segments, allocates (shuffled) blocks, fills the table. */
 static void sequence_make(lt_rng *r, lazyattn_pool *pool, const lazyattn_attention_config *c,
                           int max_docs, int max_doc_len, sequence *s) {
-    const int B = c->block_size, d = c->head_dim, nkv = c->n_kv_heads;
+    const int B = c->block_size;
     int n_seg = 0, seg_len[10], seg_stored[10];
     int base = lt_int(r, 0, 150000);
     seg_len[n_seg] = lt_int(r, 0, 2 * B + 3), seg_stored[n_seg++] = -1; /* prefix */
     int n_docs = lt_int(r, 1, max_docs);
     for (int i = 0; i < n_docs; i++)
         seg_len[n_seg] = lt_int(r, 1, max_doc_len), seg_stored[n_seg++] = lt_int(r, 0, 120000);
-    s->n_question = lt_int(r, 1, 2 * B);
-    seg_len[n_seg] = s->n_question, seg_stored[n_seg++] = -1;
-
-    int total = 0, blocks = 0;
-    for (int i = 0; i < n_seg; i++) total += seg_len[i], blocks += (seg_len[i] + B - 1) / B;
-    s->n_keys = total;
-    s->k = malloc(sizeof(float) * total * nkv * d);
-    s->v = malloc(sizeof(float) * total * nkv * d);
-    s->k_pos = malloc(sizeof(int32_t) * total);
-    s->slot = malloc(sizeof(int32_t) * total);
-    s->stored = malloc(sizeof(int32_t) * total);
-    s->table = malloc(sizeof(uint64_t) * blocks);
-    s->entry_pos = malloc(sizeof(int32_t) * blocks);
-    s->entry_stored = malloc(sizeof(int32_t) * blocks);
-    int32_t *ids = malloc(sizeof(int32_t) * blocks);
-    assert_non_null(ids);
-    lt_fill(r, s->k, (size_t)total * nkv * d, 2.0f);
-    lt_fill(r, s->v, (size_t)total * nkv * d, 1.0f);
-    lt_assert_status(lazyattn_pool_alloc(pool, blocks, ids), LAZYATTN_STATUS_OK);
-    for (int i = blocks - 1; i > 0; i--) { /* scatter the blocks */
-        int j = lt_int(r, 0, i);
-        int32_t t = ids[i]; ids[i] = ids[j]; ids[j] = t;
-    }
-    int key = 0, e = 0;
-    for (int i = 0; i < n_seg; i++) {
-        for (int off = 0; off < seg_len[i]; off += B, e++) {
-            int len = seg_len[i] - off < B ? seg_len[i] - off : B;
-            int logical = base + key;
-            int stored = seg_stored[i] < 0 ? logical : seg_stored[i] + off;
-            lt_assert_status(lazyattn_entry_pack(ids[e], logical - stored, len, &s->table[e]),
-                             LAZYATTN_STATUS_OK);
-            s->entry_pos[e] = logical;
-            s->entry_stored[e] = stored;
-            for (int j = 0; j < len; j++, key++) {
-                s->k_pos[key] = logical + j;
-                s->slot[key] = ids[e] * B + j;
-                s->stored[key] = stored + j;
-            }
-        }
-    }
-    s->n_entries = e;
-    free(ids);
+    const int n_question = lt_int(r, 1, 2 * B);
+    seg_len[n_seg] = n_question, seg_stored[n_seg++] = -1;
+    lt_sequence_lay_out(r, pool, c, base, n_seg, seg_len, seg_stored, s);
+    s->n_question = n_question;
 }
 
 static void sequence_write(lazyattn_context *ctx, lazyattn_attention *attn, lazyattn_pool *pool,

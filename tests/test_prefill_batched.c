@@ -31,32 +31,18 @@ static double tolerance(lazyattn_dtype t) {
 }
 
 /* One sequence of a batch: its keys (logical order, the reference's view),
- * their pool slots, its table, and its queries (the last n_q keys). */
-typedef struct seq {
-    int n_keys;
-    float *k, *v;            /* [n_keys, n_kv, d] unrotated */
-    int32_t *k_pos, *slot, *stored;
-    int n_entries;
-    uint64_t *table;
-    int32_t *entry_pos;
-    int n_q;                 /* queries: keys n_keys - n_q .. n_keys - 1 */
-    int no_entries;          /* launched with an empty table range: sees no key */
-    float *q;                /* [n_q, n_q_heads, d] unrotated */
-} seq;
+ * their pool slots, its table, and its queries (n_q, q: the last n_q keys;
+ * no_entries: launched with an empty table range, sees no key). */
+typedef lt_sequence seq;
 
-static void seq_free(seq *s) {
-    free(s->k), free(s->v), free(s->k_pos), free(s->slot), free(s->stored);
-    free(s->table), free(s->entry_pos), free(s->q);
-    memset(s, 0, sizeof *s);
-}
+static void seq_free(seq *s) { lt_sequence_free(s); }
 
 enum { KIND_REQUEST, KIND_DOCUMENT, KIND_EMPTY, KIND_NO_ENTRIES };
 
 /* Builds a sequence of the given kind with blocks from the pool (scattered). */
 static void seq_make(lt_rng *r, lazyattn_pool *pool, const lazyattn_attention_config *c, int kind,
                      seq *s) {
-    memset(s, 0, sizeof *s);
-    const int B = c->block_size, d = c->head_dim, nkv = c->n_kv_heads;
+    const int B = c->block_size, d = c->head_dim;
     int n_seg = 0, seg_len[8], seg_stored[8], base = 0, n_question = 0;
     if (kind == KIND_DOCUMENT) {
         /* isolated: stored where it sits, at document-local positions 0.. */
@@ -71,43 +57,7 @@ static void seq_make(lt_rng *r, lazyattn_pool *pool, const lazyattn_attention_co
         n_question = lt_int(r, 1, 2 * B + 1);
         seg_len[n_seg] = n_question, seg_stored[n_seg++] = -1;
     }
-    int total = 0, blocks = 0;
-    for (int i = 0; i < n_seg; i++) total += seg_len[i], blocks += (seg_len[i] + B - 1) / B;
-    s->n_keys = total;
-    s->k = malloc(sizeof(float) * total * nkv * d);
-    s->v = malloc(sizeof(float) * total * nkv * d);
-    s->k_pos = malloc(sizeof(int32_t) * total);
-    s->slot = malloc(sizeof(int32_t) * total);
-    s->stored = malloc(sizeof(int32_t) * total);
-    s->table = malloc(sizeof(uint64_t) * blocks);
-    s->entry_pos = malloc(sizeof(int32_t) * blocks);
-    int32_t *ids = malloc(sizeof(int32_t) * blocks);
-    assert_true(s->k && s->v && s->k_pos && s->slot && s->stored && s->table && s->entry_pos && ids);
-    lt_fill(r, s->k, (size_t)total * nkv * d, 2.0f);
-    lt_fill(r, s->v, (size_t)total * nkv * d, 1.0f);
-    lt_assert_status(lazyattn_pool_alloc(pool, blocks, ids), LAZYATTN_STATUS_OK);
-    for (int i = blocks - 1; i > 0; i--) {
-        int j = lt_int(r, 0, i);
-        int32_t t = ids[i];
-        ids[i] = ids[j], ids[j] = t;
-    }
-    int key = 0, e = 0;
-    for (int i = 0; i < n_seg; i++)
-        for (int off = 0; off < seg_len[i]; off += B, e++) {
-            const int len = seg_len[i] - off < B ? seg_len[i] - off : B;
-            const int logical = base + key;
-            const int stored = seg_stored[i] < 0 ? logical : seg_stored[i] + off;
-            lt_assert_status(lazyattn_entry_pack(ids[e], logical - stored, len, &s->table[e]),
-                             LAZYATTN_STATUS_OK);
-            s->entry_pos[e] = logical;
-            for (int j = 0; j < len; j++, key++) {
-                s->k_pos[key] = logical + j;
-                s->slot[key] = ids[e] * B + j;
-                s->stored[key] = stored + j;
-            }
-        }
-    s->n_entries = e;
-    free(ids);
+    lt_sequence_lay_out(r, pool, c, base, n_seg, seg_len, seg_stored, s);
     s->n_q = kind == KIND_EMPTY ? 0 : lt_int(r, 0, 3) == 0 ? 1 : lt_int(r, 1, n_question);
     if (kind == KIND_DOCUMENT && lt_int(r, 0, 1)) s->n_q = n_question; /* the whole document */
     if (s->n_q) {
