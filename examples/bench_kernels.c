@@ -22,7 +22,7 @@
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]
- *                      [--decode-tile K,W,D,G[,U[,P[,R]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
+ *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
  * override the launch geometry, see lib/attention.c, for tuning sweeps)
  * Not part of `meson test`. Build logs (with -cl-nv-verbose when
@@ -169,7 +169,7 @@ static void fill_f16(cl_mem m, size_t count, cl_uint seed) {
 
 static int g_failures;
 
-/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS[,PREFETCH[,RING]]]: the portable decode's geometry;
+/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS[,PREFETCH[,RING[,KPIPE[,ACCL]]]]]: the portable decode's geometry;
  * --prefill-tile: the portable prefill's (lazyattn_tile_params in order; 0 = choose) */
 static lazyattn_kernel_tuning g_tuning;
 
@@ -437,9 +437,11 @@ static void bench_decode(void) {
     CHECK(lazyattn_attention_get_tuning(attn, &t));
     printf("portable decode geometry: %d heads per work-group, %d key slots per chunk, %d "
            "work-items, %d dims and %d V rows per work-item, %d work-groups per CU, prefetch %d, "
-           "ring %d\n",
+           "ring %d, K pipeline %d, sums in %s, probabilities %s\n",
            t.decode.rows, t.decode.keys, t.decode.work_group, t.decode.out_dims,
-           t.decode.score_keys, t.decode_groups_per_cu, t.decode.prefetch, t.decode.kv_together);
+           t.decode.score_keys, t.decode_groups_per_cu, t.decode.prefetch, t.decode.kv_together,
+           t.decode.score_rows, (t.decode.out_rows - 1) & 1 ? "local memory" : "registers",
+           (t.decode.out_rows - 1) & 2 ? "key-major" : "head-major");
     cl_mem scratch = buf(NULL, 64);
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const int B = shapes[si][0], L = shapes[si][1], doc = 2048, per_seq = L / BS;
@@ -490,14 +492,16 @@ static void bench_decode(void) {
 
 static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n"
-    "                     [--decode-tile K,W,D,G[,U[,P[,R]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
+    "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
     "  --only WHAT      time only the prefill or only the decode shapes\n"
-    "  --decode-tile K,W,D,G[,U[,P[,R]]]  portable decode geometry: key slots per chunk,\n"
-    "                   work-items, dims per work-item, work-groups per CU, V rows in flight per\n"
-    "                   work-item, L2 prefetch (1..5, 2 none) and V ring (1 on, 2 off)\n"
+    "  --decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]  portable decode geometry: key slots per\n"
+    "                   chunk, work-items, dims per work-item, work-groups per CU, V rows in\n"
+    "                   flight per work-item, L2 prefetch (1..5, 2 none), V ring (1 on, 2 off),\n"
+    "                   step 1's K pipeline (1..13, 1 whole rows; cl/decode.cl LZ_FRM) and\n"
+    "                   1 + output sums in local memory 1 + probabilities key-major 2 (1..4)\n"
     "                   (0 = choose; for tuning sweeps)\n"
     "  --prefill-tile R,K,W,SR,SK,OR,OD,KV,PF  portable prefill geometry (lazyattn_tile_params:\n"
     "                   rows, keys, work-items, score tile, output tile, kv_together, prefetch;\n"
@@ -521,15 +525,19 @@ int main(int argc, char **argv) {
                       argv);
     if (r) return r == CLI_HELP ? 0 : 2;
     if (decode_tile) {
-        int k, w, d, g, u = 0, pf = 0, ring = 0;
+        int k, w, d, g, u = 0, pf = 0, ring = 0, kp = 0, ol = 0;
         char extra;
-        int n = sscanf(decode_tile, "%d,%d,%d,%d,%d,%d,%d%c", &k, &w, &d, &g, &u, &pf, &ring, &extra);
-        if (n < 4 || n > 7 || k < 0 || w < 0 || d < 0 || g < 0 || u < 0 || pf < 0 || ring < 0) {
-            fprintf(stderr, "bench_kernels: --decode-tile: expected K,W,D,G[,U[,P[,R]]] (integers >= 0), got %s\n",
+        int n = sscanf(decode_tile, "%d,%d,%d,%d,%d,%d,%d,%d,%d%c", &k, &w, &d, &g, &u, &pf, &ring, &kp, &ol,
+                       &extra);
+        if (n < 4 || n > 9 || k < 0 || w < 0 || d < 0 || g < 0 || u < 0 || pf < 0 || ring < 0 || kp < 0 ||
+            ol < 0) {
+            fprintf(stderr,
+                    "bench_kernels: --decode-tile: expected K,W,D,G[,U[,P[,R[,S[,O]]]]] (integers >= 0), got %s\n",
                     decode_tile);
             return 2;
         }
         g_tuning.decode.score_keys = u, g_tuning.decode.prefetch = pf, g_tuning.decode.kv_together = ring;
+        g_tuning.decode.score_rows = kp, g_tuning.decode.out_rows = ol;
         g_tuning.decode.keys = k, g_tuning.decode.work_group = w, g_tuning.decode.out_dims = d;
         g_tuning.decode_groups_per_cu = g;
     }
