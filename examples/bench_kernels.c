@@ -22,7 +22,8 @@
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]
- *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
+ *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]
+ *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
  * override the launch geometry, see lib/attention.c, for tuning sweeps)
  * Not part of `meson test`. Build logs (with -cl-nv-verbose when
@@ -49,6 +50,7 @@ extern const bench_cl_entry bench_cl[];
 enum { H = 32, KV = 8, D = 128, BS = 16 };
 
 static int g_reps = 25;
+static int g_decode_splits; /* --decode-splits: 0 = the library's choice */
 static FILE *g_csv;
 
 
@@ -472,7 +474,7 @@ static void bench_decode(void) {
         cl_mem em = buf(epos, 4 * (size_t)n_entries), om_ = buf(offs, 4 * (size_t)(B + 1));
         cl_mem qpm = buf(qpos, 4 * (size_t)B), qm = random_queries((size_t)B * H * D);
         cl_mem out = buf(NULL, sizeof(float) * B * H * D);
-        lazyattn_decode_args a = {B, per_seq, 0, qm, qpm, om_, tm, em, out};
+        lazyattn_decode_args a = {B, per_seq, g_decode_splits, qm, qpm, om_, tm, em, out};
         lazyattn_decode_args z = a;
         z.table = t0m;
         result *r = &g_results[g_n_results++];
@@ -492,11 +494,14 @@ static void bench_decode(void) {
 
 static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n"
-    "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
+    "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]\n"
+    "                     [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
     "  --only WHAT      time only the prefill or only the decode shapes\n"
+    "  --decode-splits N  split every timed decode N ways along the KV length (0..4096,\n"
+    "                   default 0: the library's choice; for split-count experiments)\n"
     "  --decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]  portable decode geometry: key slots per\n"
     "                   chunk, work-items, dims per work-item, work-groups per CU, V rows in\n"
     "                   flight per work-item, L2 prefetch (1..5, 2 none), V ring (1 on, 2 off),\n"
@@ -516,6 +521,7 @@ int main(int argc, char **argv) {
     cli_option opts[] = {
         {.name = "--csv", .type = CLI_STRING, .dest = &csv},
         {.name = "--reps", .type = CLI_INT, .dest = &g_reps, .min = 20, .max = 256},
+        {.name = "--decode-splits", .type = CLI_INT, .dest = &g_decode_splits, .min = 0, .max = 4096},
         {.name = "--no-checks", .type = CLI_FLAG, .dest = &skip_checks},
         {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode"},
         {.name = "--decode-tile", .type = CLI_STRING, .dest = &decode_tile},
