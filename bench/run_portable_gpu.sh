@@ -10,7 +10,10 @@
 # BIN may be a flat folder of test_geometry, test_attention,
 # test_position_checks, bench_kernels, tune_kernels.
 #   usage: sh bench/run_portable_gpu.sh [OUTDIR] [tests|bench|sweep|tune ...]  (default: tests bench tune)
-#   SWEEP="K,W,D,G[,U] ..." lists the --decode-tile values of the sweep step;
+#   SWEEP="K,W,D,G[,U[,P[,R[,S[,O]]]]][/MAXREG] ..." lists the --decode-tile values of the
+#   sweep step (/MAXREG: the decode built with -cl-nv-maxrregcount=MAXREG through
+#   LAZYATTN_PORTABLE_DECODE_OPTIONS; without it the library caps the registers so
+#   the tile's work-groups per CU fit);
 #   TESTS the tests of the tests step.
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-out}}
@@ -50,9 +53,10 @@ for s in $steps; do
     echo "bench_kernels fast path rc=$?"
     grep -E "^ceilings|^checks|^prefill|^decode|TFLOP|TB/s" "$out/bench_fast.log" | head -20 ;;
   sweep)
-    for t in ${SWEEP:-256,128,8,8}; do
-      echo "== decode tile $t" >> "$out/sweep.log"
-      LAZYATTN_PORTABLE=1 timeout 60 "$(exe bench_kernels examples)" --reps 20 --no-checks --only decode --decode-tile "$t" 2>&1 | grep -E "^ceilings|^portable|^decode_" >> "$out/sweep.log"
+    for e in ${SWEEP:-512,128,8,4,4,2,1,11,3}; do
+      t=${e%/*}; reg=; [ "$t" != "$e" ] && reg=${e#*/}
+      echo "== decode tile $e" >> "$out/sweep.log"
+      LAZYATTN_PORTABLE_DECODE_OPTIONS="${reg:+-cl-nv-maxrregcount=$reg}" LAZYATTN_PORTABLE=1 timeout 60 "$(exe bench_kernels examples)" --reps 20 --no-checks --only decode --decode-tile "$t" 2>&1 | grep -E "^ceilings|^portable|^decode_" >> "$out/sweep.log"
     done
     cat "$out/sweep.log" ;;
   tune)

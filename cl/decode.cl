@@ -40,6 +40,21 @@
  *          measured slower on the H200 (docs/PERFLOG.md, p7-decode call 3)
  *   LZ_DRING (the tile's kv_together 1) a ring of two V batches in step 4:
  *          batch j + 1's loads issued before batch j is computed
+ *   LZ_FRM (the tile's score_rows, unused by the scores otherwise) step 1's
+ *          K pipeline, LZ_DKH parts per K row x LZ_DKS stages in flight x
+ *          LZ_DKP keys per pass (a pass scores LZ_DKP keys against one read
+ *          of the query): 1 = (1,1,1), p7's loop (a whole row issued, then
+ *          used); 2 = (2,2,1) half rows, the next half issued before the
+ *          current one is used; 3 = (4,2,1); 4 = (4,4,1); 5 = (4,2,2);
+ *          6 = (2,1,2); 7 = (2,3,1); 8 = (4,3,1); 9 = (8,4,1); 10 = (4,1,4);
+ *          11 = (2,1,2); 12 = (8,1,4); 13 = (8,1,8) (10..13 convert and
+ *          score 4 dims of the pass's keys at a time: fewer registers). The
+ *          ring runs across the work-item's keys of the chunk (no barrier
+ *          inside)
+ *   LZ_FOM (the tile's out_rows) 1 + 1 if step 4's output sums live in
+ *          local memory outside step 4 (fewer registers in step 1) + 2 if
+ *          the scores and probabilities are key-major (step 4 reads a key's
+ *          LZ_FR probabilities as float4s, not LZ_FR scalars)
  *
  * Race freedom: the chunk loop is uniform (every work-item computes the same
  * chunk bounds from the same table words in local memory), every barrier is
@@ -96,6 +111,96 @@
 #define LZ_PF_K (LZ_DPF == 1 || LZ_DPF == 3 || LZ_DPF == 5)
 #ifndef LZ_DRING
 #define LZ_DRING 0
+#endif
+/* step 1's K pipeline (LZ_FRM): parts per row, stages in flight, keys per pass */
+#ifndef LZ_FRM
+#define LZ_FRM 1
+#endif
+#if LZ_FRM == 2
+#define LZ_DKH 2
+#define LZ_DKS 2
+#define LZ_DKP 1
+#elif LZ_FRM == 3
+#define LZ_DKH 4
+#define LZ_DKS 2
+#define LZ_DKP 1
+#elif LZ_FRM == 4
+#define LZ_DKH 4
+#define LZ_DKS 4
+#define LZ_DKP 1
+#elif LZ_FRM == 5
+#define LZ_DKH 4
+#define LZ_DKS 2
+#define LZ_DKP 2
+#elif LZ_FRM == 6
+#define LZ_DKH 2
+#define LZ_DKS 1
+#define LZ_DKP 2
+#elif LZ_FRM == 7
+#define LZ_DKH 2
+#define LZ_DKS 3
+#define LZ_DKP 1
+#elif LZ_FRM == 8
+#define LZ_DKH 4
+#define LZ_DKS 3
+#define LZ_DKP 1
+#elif LZ_FRM == 9
+#define LZ_DKH 8
+#define LZ_DKS 4
+#define LZ_DKP 1
+#elif LZ_FRM == 10
+#define LZ_DKH 4
+#define LZ_DKS 1
+#define LZ_DKP 4
+#define LZ_DKO 1
+#elif LZ_FRM == 11
+#define LZ_DKH 2
+#define LZ_DKS 1
+#define LZ_DKP 2
+#define LZ_DKO 1
+#elif LZ_FRM == 12
+#define LZ_DKH 8
+#define LZ_DKS 1
+#define LZ_DKP 4
+#define LZ_DKO 1
+#elif LZ_FRM == 13
+#define LZ_DKH 8
+#define LZ_DKS 1
+#define LZ_DKP 8
+#define LZ_DKO 1
+#else
+#define LZ_DKH 1
+#define LZ_DKS 1
+#define LZ_DKP 1
+#endif
+#ifndef LZ_DKO /* 1: a pass's keys scored 4 dims at a time (fewer registers at 4 or 8 keys) */
+#define LZ_DKO 0
+#endif
+#define LZ_KRING (LZ_DKH > 1 || LZ_DKS > 1 || LZ_DKP > 1) /* else p7's loop */
+/* chunks of 8 dims per stage and key (16 / LZ_DKH at d 128; at most that at
+ * any head_dim, so a stage's registers do not grow with it), parts per key */
+#define LZ_SCM (16 / LZ_DKH)
+#define LZ_SC8 (LZ_NC8 < LZ_SCM ? LZ_NC8 : LZ_SCM)
+#define LZ_KH ((LZ_NC8 + LZ_SC8 - 1) / LZ_SC8)
+/* passes (LZ_DKP keys each) per work-item, rounded up to whole loop bodies
+ * of LZ_KUJ passes (a body's stages a multiple of LZ_DKS: constant ring
+ * indices, no register moves of loads in flight) */
+#define LZ_KUJ (LZ_KH % LZ_DKS == 0 ? 1 : LZ_DKS)
+#define LZ_KPP ((LZ_KPI + LZ_DKP - 1) / LZ_DKP)
+#define LZ_KPR ((LZ_KPP + LZ_KUJ - 1) / LZ_KUJ * LZ_KUJ)
+#define LZ_BST (LZ_KUJ * LZ_KH)  /* stages per loop body */
+#define LZ_NST (LZ_KPR * LZ_KH)  /* stages in all */
+#ifndef LZ_FOM
+#define LZ_FOM 1
+#endif
+#define LZ_ACCL (((LZ_FOM - 1) & 1) != 0) /* output sums in local memory outside step 4 */
+#define LZ_SKM (((LZ_FOM - 1) & 2) != 0)  /* scores and probabilities key-major */
+/* slot kk's score of row r in sc: head-major [LZ_FR][LZ_DS] or key-major
+ * [LZ_DS][LZ_FR] (step 4 then reads a key's rows as float4s) */
+#if LZ_SKM
+#define LZ_SCI(r, kk) ((kk) * LZ_FR + (r))
+#else
+#define LZ_SCI(r, kk) ((r) * LZ_DS + (kk))
 #endif
 #define LZ_Q4 (LZ_HEAD_DIM / 4)
 #define LZ_TPI ((LZ_DCE + LZ_FWG - 1) / LZ_FWG) /* table words per work-item */
@@ -179,6 +284,103 @@ inline void lz_dec_vbatch(long off[LZ_VU], LZ_VX_T x[LZ_VPI][LZ_NVC][LZ_VU], __l
     }
 }
 
+#if LZ_KRING
+/* A value computed by this point (an empty volatile asm that uses it, on
+ * NVIDIA's compiler; nothing elsewhere). */
+#if defined(cl_nv_pragma_unroll) && !defined(LZ_NO_ASM)
+#define LZ_DEC_KEEP(x) asm volatile("" ::"f"(x))
+#else
+#define LZ_DEC_KEEP(x) ((void)0)
+#endif
+
+/* Half h (elements 4h .. 4h + 3) of 8 stored elements as floats. */
+inline float4 lz_dec_cvt4(LZ_RAW8_T x, int h) {
+#if LZ_DTYPE == 0
+    return h ? x.hi : x.lo;
+#elif LZ_DTYPE == 1
+    return h ? (float4)(lz_h2f2(x.z), lz_h2f2(x.w)) : (float4)(lz_h2f2(x.x), lz_h2f2(x.y));
+#else
+    const uint a = h ? x.z : x.x, b = h ? x.w : x.y;
+    return as_float4((uint4)(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
+#endif
+}
+
+/* Step 1's loads of stage (pass j, part p): the offsets of the pass's keys
+ * (from the table at part 0, then kept in soff; from soff at later parts)
+ * and every row piece of the part (issued before any is used). Always
+ * inlined: x must stay in registers (not inlined at 8 keys a pass). */
+__attribute__((always_inline)) inline void
+lz_dec_kstage(LZ_RAW8_T x[LZ_DKP][LZ_SC8], int j, int p, __local const ulong *tab, __local const int *tpos,
+              __local long *soff, __global const LZ_STORE_T *kc, __global const LZ_STORE_T *vc, int lid, int ne,
+              int qp, int kvh, int n_kv_heads, int n_blocks) {
+#pragma unroll
+    for (int u = 0; u < LZ_DKP; u++) {
+        const int kk = lid + (j * LZ_DKP + u) * LZ_FWG;
+        long off = -1;
+        if (kk < LZ_DS) {
+            if (p == 0) {
+                off = lz_dec_slot(tab, tpos, kk, ne, qp, kvh, n_kv_heads, n_blocks);
+                soff[kk] = off;
+#if LZ_PF_V
+                if (off >= 0) lz_dec_prefetch(vc + off, LZ_HEAD_DIM); /* step 4's V row, to L2 */
+#endif
+            } else {
+                off = soff[kk];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < LZ_SC8; c++) {
+            const int cc = p * LZ_SC8 + c;
+            x[u][c] = off >= 0 && cc < LZ_NC8 ? lz_raw8(kc, off + cc * 8) : (LZ_RAW8_T)(0);
+        }
+    }
+}
+#endif
+
+#if LZ_ACCL
+/* The output sums of step 4 to (to_local) or from the work-item's slots in
+ * local memory (LZ_FOM 2: no registers held for them in steps 1-3). */
+inline void lz_dec_acc_move(int to_local, float4 acc[LZ_VPI][LZ_FR][LZ_FON / 4], float l[LZ_FR],
+                            __local float4 *acc_l, __local float *l_l, int lid) {
+#pragma unroll
+    for (int r = 0; r < LZ_FR; r++) {
+        if (to_local) l_l[r * LZ_FWG + lid] = l[r];
+        else l[r] = l_l[r * LZ_FWG + lid];
+#pragma unroll
+        for (int i = 0; i < LZ_VPI; i++)
+#pragma unroll
+            for (int c = 0; c < LZ_FON / 4; c++) {
+                const int k = ((i * LZ_FR + r) * (LZ_FON / 4) + c) * LZ_FWG + lid;
+                if (to_local) acc_l[k] = acc[i][r][c];
+                else acc[i][r][c] = acc_l[k];
+            }
+    }
+}
+#endif
+
+/* Step 4's probabilities of slot kk, 0 where the slot holds no key:
+ * LZ_FR floats, read key-major as float4s. */
+#if LZ_SKM
+inline void lz_dec_probs(float pb[LZ_FR], __local const float4 *sc4, int kk, int valid) {
+#if LZ_FR % 4 == 0
+#pragma unroll
+    for (int r4 = 0; r4 < LZ_FR / 4; r4++) {
+        const float4 v = valid ? sc4[kk * (LZ_FR / 4) + r4] : (float4)(0.0f);
+        pb[4 * r4] = v.x;
+        pb[4 * r4 + 1] = v.y;
+        pb[4 * r4 + 2] = v.z;
+        pb[4 * r4 + 3] = v.w;
+    }
+#else
+    __local const float *sc = (__local const float *)sc4;
+#pragma unroll
+    for (int r = 0; r < LZ_FR; r++) {
+        pb[r] = valid ? sc[LZ_SCI(r, kk)] : 0.0f;
+    }
+#endif
+}
+#endif
+
 __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                         __global const int *seq_offsets, __global const ulong *table,
                         __global const int *entry_pos, __global const LZ_STORE_T *kc,
@@ -191,7 +393,12 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     __local float4 q_l[LZ_FR * LZ_Q4];   /* the rows' query, rotated by -cur_delta */
     __local float4 q0_l[LZ_FR * LZ_Q4];  /* the rows' query as given */
     __local long soff[LZ_DS];            /* element offset of each visible key slot, -1 if none */
-    __local float sc[LZ_FR * LZ_DS];     /* scores, then probabilities */
+#if LZ_SKM
+    __local float4 sc4[(LZ_FR * LZ_DS + 3) / 4]; /* scores, then probabilities (LZ_SCI) */
+    __local float *sc = (__local float *)sc4;
+#else
+    __local float sc[LZ_FR * LZ_DS]; /* scores, then probabilities */
+#endif
     __local float red[LZ_FR * LZ_RP];    /* partial maxima */
     __local float m_row[LZ_FR], a_row[LZ_FR];
     __local float comb[LZ_KG * LZ_HEAD_DIM]; /* the key groups' sums of one row */
@@ -199,6 +406,10 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     __local ulong tab[LZ_DCE];
     __local int tpos[LZ_DCE];
     __local int qp_l;
+#if LZ_ACCL /* the output sums between step 4s, each work-item its own slots */
+    __local float4 acc_l[LZ_VPI * LZ_FR * (LZ_FON / 4) * LZ_FWG];
+    __local float l_l[LZ_FR * LZ_FWG];
+#endif
 
     const int lid = get_local_id(0);
     const int split = get_group_id(0), seq = get_group_id(2);
@@ -235,6 +446,9 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
             for (int c = 0; c < LZ_FON / 4; c++) acc[i][r][c] = (float4)(0.0f);
     }
+#if LZ_ACCL
+    lz_dec_acc_move(1, acc, l, acc_l, l_l, lid);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     const int qp = qp_l;
     int cur_delta = 0;
@@ -284,6 +498,103 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
         /* volatile: the query is read from local memory for every key (a
          * broadcast), never hoisted out of this loop into registers */
         __local volatile const float4 *qv = q_l;
+#if LZ_KRING
+        {
+            /* a ring of LZ_DKS stages (LZ_DKP keys x one part of their rows):
+             * stage t + LZ_DKS - 1 issued before stage t is used */
+            LZ_RAW8_T kb[LZ_DKS][LZ_DKP][LZ_SC8];
+            float s[LZ_DKP][LZ_FR];
+#pragma unroll
+            for (int t = 0; t < LZ_DKS - 1; t++)
+                if (t < LZ_NST)
+                    lz_dec_kstage(kb[t], t / LZ_KH, t % LZ_KH, tab, tpos, soff, kc, vc, lid, ne, qp, kvh,
+                                  n_kv_heads, n_blocks);
+#pragma unroll 1
+            for (int jb = 0; jb < LZ_KPR / LZ_KUJ; jb++) {
+#pragma unroll
+                for (int i = 0; i < LZ_BST; i++) {
+                    if (jb * LZ_BST + i + LZ_DKS - 1 < LZ_NST)
+                        lz_dec_kstage(kb[(i + LZ_DKS - 1) % LZ_DKS], jb * LZ_KUJ + (i + LZ_DKS - 1) / LZ_KH,
+                                      (i + LZ_DKS - 1) % LZ_KH, tab, tpos, soff, kc, vc, lid, ne, qp, kvh,
+                                      n_kv_heads, n_blocks);
+                    const int p = i % LZ_KH, j = jb * LZ_KUJ + i / LZ_KH;
+                    if (p == 0)
+#pragma unroll
+                        for (int u = 0; u < LZ_DKP; u++)
+#pragma unroll
+                            for (int r = 0; r < LZ_FR; r++) s[u][r] = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < LZ_SC8; c++) {
+                        const int cc = p * LZ_SC8 + c;
+#if LZ_DKO
+                        if (cc < LZ_NC8)
+#pragma unroll
+                            for (int h = 0; h < 2; h++) {
+                                float4 xh[LZ_DKP];
+#pragma unroll
+                                for (int u = 0; u < LZ_DKP; u++) xh[u] = lz_dec_cvt4(kb[i % LZ_DKS][u][c], h);
+#pragma unroll
+                                for (int r = 0; r < LZ_FR; r++) {
+                                    const float4 a = qv[r * LZ_Q4 + 2 * cc + h];
+#pragma unroll
+                                    for (int u = 0; u < LZ_DKP; u++) {
+                                        float y = s[u][r];
+                                        y = fma(a.x, xh[u].x, y);
+                                        y = fma(a.y, xh[u].y, y);
+                                        y = fma(a.z, xh[u].z, y);
+                                        s[u][r] = fma(a.w, xh[u].w, y);
+                                    }
+                                }
+                            }
+#else
+                        if (cc < LZ_NC8) {
+                            float8 xf[LZ_DKP];
+#pragma unroll
+                            for (int u = 0; u < LZ_DKP; u++) xf[u] = lz_cvt8(kb[i % LZ_DKS][u][c]);
+#pragma unroll
+                            for (int r = 0; r < LZ_FR; r++) {
+                                const float4 a = qv[r * LZ_Q4 + 2 * cc], b = qv[r * LZ_Q4 + 2 * cc + 1];
+#pragma unroll
+                                for (int u = 0; u < LZ_DKP; u++) {
+                                    float y = s[u][r];
+                                    y = fma(a.x, xf[u].s0, y);
+                                    y = fma(a.y, xf[u].s1, y);
+                                    y = fma(a.z, xf[u].s2, y);
+                                    y = fma(a.w, xf[u].s3, y);
+                                    y = fma(b.x, xf[u].s4, y);
+                                    y = fma(b.y, xf[u].s5, y);
+                                    y = fma(b.z, xf[u].s6, y);
+                                    s[u][r] = fma(b.w, xf[u].s7, y);
+                                }
+                            }
+                        }
+#endif
+                    }
+                    /* the stage's sums are finished here, not sunk by the
+                     * compiler past the next stage's loads (that keeps every
+                     * query value of the stage in a register: spills) */
+#pragma unroll
+                    for (int u = 0; u < LZ_DKP; u++)
+#pragma unroll
+                        for (int r = 0; r < LZ_FR; r++) LZ_DEC_KEEP(s[u][r]);
+                    if (p == LZ_KH - 1)
+#pragma unroll
+                        for (int u = 0; u < LZ_DKP; u++) {
+                            const int kk = lid + (j * LZ_DKP + u) * LZ_FWG;
+                            if (kk < LZ_DS) {
+                                const long off = soff[kk];
+                                const int kp = off >= 0 ? tpos[kk / LZ_BLOCK] + kk % LZ_BLOCK : 0;
+#pragma unroll
+                                for (int r = 0; r < LZ_FR; r++) {
+                                    const float slope = alibi ? slopes[h0 + r] : 0.0f;
+                                    sc[LZ_SCI(r, kk)] = off >= 0 ? s[u][r] * scale + slope * (float)(kp - qp) : -INFINITY;
+                                }
+                            }
+                        }
+                }
+            }
+        }
+#else
 #pragma unroll 1
         for (int it = 0; it < LZ_KPI; it++) { /* one key at a time: its row's loads in flight */
             const int kk = lid + it * LZ_FWG;
@@ -332,17 +643,18 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
                 for (int r = 0; r < LZ_FR; r++) {
                     const float slope = alibi ? slopes[h0 + r] : 0.0f;
-                    sc[r * LZ_DS + kk] = off >= 0 ? s[r] * scale + slope * (float)(kp - qp) : -INFINITY;
+                    sc[LZ_SCI(r, kk)] = off >= 0 ? s[r] * scale + slope * (float)(kp - qp) : -INFINITY;
                 }
             }
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* 2. the chunk's maxima: LZ_RP partial maxima per row, then one work-item per row */
         for (int i = lid; i < LZ_FR * LZ_RP; i += LZ_FWG) {
             const int r = i / LZ_RP, p = i % LZ_RP;
             float mx = -INFINITY;
-            for (int kk = p; kk < LZ_DS; kk += LZ_RP) mx = fmax(mx, sc[r * LZ_DS + kk]);
+            for (int kk = p; kk < LZ_DS; kk += LZ_RP) mx = fmax(mx, sc[LZ_SCI(r, kk)]);
             red[i] = mx;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -358,11 +670,14 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
         /* 3. probabilities */
         for (int i = lid; i < LZ_FR * LZ_DS; i += LZ_FWG) {
             const float x = sc[i];
-            sc[i] = x == -INFINITY ? 0.0f : exp(x - m_row[i / LZ_DS]);
+            sc[i] = x == -INFINITY ? 0.0f : exp(x - m_row[LZ_SKM ? i % LZ_FR : i / LZ_DS]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
         /* 4. output: V rows straight from global memory, key group kg */
+#if LZ_ACCL
+        lz_dec_acc_move(0, acc, l, acc_l, l_l, lid);
+#endif
 #pragma unroll
         for (int r = 0; r < LZ_FR; r++) {
             const float alpha = a_row[r];
@@ -417,10 +732,18 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
                         for (int u = 0; u < LZ_VU; u++) {
                             const int kk = min(kg + (j0 + u) * LZ_KG, LZ_DS - 1);
+#if LZ_SKM
+                            float pb[LZ_FR];
+                            lz_dec_probs(pb, sc4, kk, off[u] >= 0);
+#endif
 #pragma unroll
                             for (int r = 0; r < LZ_FR; r++) {
                                 /* invalid slots have probability 0 and rows of zeros */
+#if LZ_SKM
+                                const float pr = pb[r];
+#else
                                 const float pr = off[u] >= 0 ? sc[r * LZ_DS + kk] : 0.0f;
+#endif
 #if LZ_VSTEP == 8
                                 const float8 xf = lz_cvt8(x[i][c][u]);
                                 acc[i][r][2 * c] = fma((float4)(pr), xf.lo, acc[i][r][2 * c]);
@@ -435,17 +758,30 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
                 for (int u = 0; u < LZ_VU; u++) {
                     const int kk = min(kg + (j0 + u) * LZ_KG, LZ_DS - 1);
+#if LZ_SKM
+                    float pb[LZ_FR];
+                    lz_dec_probs(pb, sc4, kk, off[u] >= 0);
+#pragma unroll
+                    for (int r = 0; r < LZ_FR; r++) l[r] += pb[r];
+#else
 #pragma unroll
                     for (int r = 0; r < LZ_FR; r++) l[r] += off[u] >= 0 ? sc[r * LZ_DS + kk] : 0.0f;
+#endif
                 }
             }
         }
+#if LZ_ACCL
+        lz_dec_acc_move(1, acc, l, acc_l, l_l, lid);
+#endif
         e += ne;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
     /* the key groups' sums, one row at a time, written as the split's partial
      * (unrolled: acc and l are indexed by constants only, so they stay in registers) */
+#if LZ_ACCL
+    lz_dec_acc_move(0, acc, l, acc_l, l_l, lid);
+#endif
 #pragma unroll
     for (int r = 0; r < LZ_FR; r++) {
         if (kg < LZ_KG)

@@ -22,7 +22,8 @@
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]
- *                      [--decode-tile K,W,D,G[,U[,P[,R]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
+ *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]
+ *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
  * override the launch geometry, see lib/attention.c, for tuning sweeps)
  * Not part of `meson test`. Build logs (with -cl-nv-verbose when
@@ -49,6 +50,7 @@ extern const bench_cl_entry bench_cl[];
 enum { H = 32, KV = 8, D = 128, BS = 16 };
 
 static int g_reps = 25;
+static int g_decode_splits; /* --decode-splits: 0 = the library's choice */
 static FILE *g_csv;
 
 
@@ -169,7 +171,7 @@ static void fill_f16(cl_mem m, size_t count, cl_uint seed) {
 
 static int g_failures;
 
-/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS[,PREFETCH[,RING]]]: the portable decode's geometry;
+/* --decode-tile KEYS,WG,DIMS,GPC[,VROWS[,PREFETCH[,RING[,KPIPE[,ACCL]]]]]: the portable decode's geometry;
  * --prefill-tile: the portable prefill's (lazyattn_tile_params in order; 0 = choose) */
 static lazyattn_kernel_tuning g_tuning;
 
@@ -437,9 +439,11 @@ static void bench_decode(void) {
     CHECK(lazyattn_attention_get_tuning(attn, &t));
     printf("portable decode geometry: %d heads per work-group, %d key slots per chunk, %d "
            "work-items, %d dims and %d V rows per work-item, %d work-groups per CU, prefetch %d, "
-           "ring %d\n",
+           "ring %d, K pipeline %d, sums in %s, probabilities %s\n",
            t.decode.rows, t.decode.keys, t.decode.work_group, t.decode.out_dims,
-           t.decode.score_keys, t.decode_groups_per_cu, t.decode.prefetch, t.decode.kv_together);
+           t.decode.score_keys, t.decode_groups_per_cu, t.decode.prefetch, t.decode.kv_together,
+           t.decode.score_rows, (t.decode.out_rows - 1) & 1 ? "local memory" : "registers",
+           (t.decode.out_rows - 1) & 2 ? "key-major" : "head-major");
     cl_mem scratch = buf(NULL, 64);
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         const int B = shapes[si][0], L = shapes[si][1], doc = 2048, per_seq = L / BS;
@@ -470,7 +474,7 @@ static void bench_decode(void) {
         cl_mem em = buf(epos, 4 * (size_t)n_entries), om_ = buf(offs, 4 * (size_t)(B + 1));
         cl_mem qpm = buf(qpos, 4 * (size_t)B), qm = random_queries((size_t)B * H * D);
         cl_mem out = buf(NULL, sizeof(float) * B * H * D);
-        lazyattn_decode_args a = {B, per_seq, 0, qm, qpm, om_, tm, em, out};
+        lazyattn_decode_args a = {B, per_seq, g_decode_splits, qm, qpm, om_, tm, em, out};
         lazyattn_decode_args z = a;
         z.table = t0m;
         result *r = &g_results[g_n_results++];
@@ -490,14 +494,19 @@ static void bench_decode(void) {
 
 static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n"
-    "                     [--decode-tile K,W,D,G[,U[,P[,R]]]] [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
+    "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]\n"
+    "                     [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
     "  --only WHAT      time only the prefill or only the decode shapes\n"
-    "  --decode-tile K,W,D,G[,U[,P[,R]]]  portable decode geometry: key slots per chunk,\n"
-    "                   work-items, dims per work-item, work-groups per CU, V rows in flight per\n"
-    "                   work-item, L2 prefetch (1..5, 2 none) and V ring (1 on, 2 off)\n"
+    "  --decode-splits N  split every timed decode N ways along the KV length (0..4096,\n"
+    "                   default 0: the library's choice; for split-count experiments)\n"
+    "  --decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]  portable decode geometry: key slots per\n"
+    "                   chunk, work-items, dims per work-item, work-groups per CU, V rows in\n"
+    "                   flight per work-item, L2 prefetch (1..5, 2 none), V ring (1 on, 2 off),\n"
+    "                   step 1's K pipeline (1..13, 1 whole rows; cl/decode.cl LZ_FRM) and\n"
+    "                   1 + output sums in local memory 1 + probabilities key-major 2 (1..4)\n"
     "                   (0 = choose; for tuning sweeps)\n"
     "  --prefill-tile R,K,W,SR,SK,OR,OD,KV,PF  portable prefill geometry (lazyattn_tile_params:\n"
     "                   rows, keys, work-items, score tile, output tile, kv_together, prefetch;\n"
@@ -512,6 +521,7 @@ int main(int argc, char **argv) {
     cli_option opts[] = {
         {.name = "--csv", .type = CLI_STRING, .dest = &csv},
         {.name = "--reps", .type = CLI_INT, .dest = &g_reps, .min = 20, .max = 256},
+        {.name = "--decode-splits", .type = CLI_INT, .dest = &g_decode_splits, .min = 0, .max = 4096},
         {.name = "--no-checks", .type = CLI_FLAG, .dest = &skip_checks},
         {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode"},
         {.name = "--decode-tile", .type = CLI_STRING, .dest = &decode_tile},
@@ -521,15 +531,19 @@ int main(int argc, char **argv) {
                       argv);
     if (r) return r == CLI_HELP ? 0 : 2;
     if (decode_tile) {
-        int k, w, d, g, u = 0, pf = 0, ring = 0;
+        int k, w, d, g, u = 0, pf = 0, ring = 0, kp = 0, ol = 0;
         char extra;
-        int n = sscanf(decode_tile, "%d,%d,%d,%d,%d,%d,%d%c", &k, &w, &d, &g, &u, &pf, &ring, &extra);
-        if (n < 4 || n > 7 || k < 0 || w < 0 || d < 0 || g < 0 || u < 0 || pf < 0 || ring < 0) {
-            fprintf(stderr, "bench_kernels: --decode-tile: expected K,W,D,G[,U[,P[,R]]] (integers >= 0), got %s\n",
+        int n = sscanf(decode_tile, "%d,%d,%d,%d,%d,%d,%d,%d,%d%c", &k, &w, &d, &g, &u, &pf, &ring, &kp, &ol,
+                       &extra);
+        if (n < 4 || n > 9 || k < 0 || w < 0 || d < 0 || g < 0 || u < 0 || pf < 0 || ring < 0 || kp < 0 ||
+            ol < 0) {
+            fprintf(stderr,
+                    "bench_kernels: --decode-tile: expected K,W,D,G[,U[,P[,R[,S[,O]]]]] (integers >= 0), got %s\n",
                     decode_tile);
             return 2;
         }
         g_tuning.decode.score_keys = u, g_tuning.decode.prefetch = pf, g_tuning.decode.kv_together = ring;
+        g_tuning.decode.score_rows = kp, g_tuning.decode.out_rows = ol;
         g_tuning.decode.keys = k, g_tuning.decode.work_group = w, g_tuning.decode.out_dims = d;
         g_tuning.decode_groups_per_cu = g;
     }

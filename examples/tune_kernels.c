@@ -336,19 +336,25 @@ int main(int argc, char **argv) {
     /* key slots per chunk, work-items, dims per work-item in the output
      * step, V rows in flight per work-item (score_keys), L2 prefetch
      * (1 OpenCL's prefetch(), 3 PTX on NVIDIA, 2 none), V ring (kv_together
-     * 1 on, 2 off), work-groups per CU: the chunk x CU grid with and without
-     * the ring, then single changes to the H200's best (docs/PERFLOG.md,
-     * p7-decode calls 3 and 4) */
-    static const int dec[][7] = {
-        {512, 128, 8, 4, 2, 1, 4},  {512, 128, 8, 4, 2, 1, 8},  {256, 128, 8, 4, 2, 1, 4},
-        {256, 128, 8, 4, 2, 1, 8},  {256, 128, 8, 4, 2, 1, 16}, {128, 128, 8, 4, 2, 1, 8},
-        {512, 128, 8, 4, 2, 2, 4},  {256, 128, 8, 4, 2, 2, 8},  {256, 128, 8, 4, 2, 2, 4},
-        {256, 128, 8, 4, 2, 2, 16}, {128, 128, 8, 4, 2, 2, 8},  {256, 64, 8, 4, 2, 1, 8},
-        {256, 128, 8, 8, 2, 1, 8},  {256, 128, 8, 2, 2, 1, 8},  {256, 128, 4, 4, 2, 1, 8},
-        {256, 128, 8, 4, 1, 2, 8},  {256, 128, 8, 4, 3, 2, 8},  {256, 128, 8, 4, 1, 1, 8},
+     * 1 on, 2 off), work-groups per CU, step 1's K pipeline (score_rows,
+     * cl/decode.cl LZ_FRM: 1 whole rows, 6 and 11 two keys a query read, 10
+     * four), 1 + sums in local memory 1 + key-major probabilities 2
+     * (out_rows): the chunk x CU grid with and without the ring, single
+     * changes to the H200's p7 best (docs/PERFLOG.md, p7-decode calls 3 and
+     * 4), then the p8 pipelines (p8-decode calls 1 and 2) */
+    static const int dec[][9] = {
+        {512, 128, 8, 4, 2, 1, 4, 1, 1},   {512, 128, 8, 4, 2, 1, 8, 1, 1},   {256, 128, 8, 4, 2, 1, 4, 1, 1},
+        {256, 128, 8, 4, 2, 1, 8, 1, 1},   {256, 128, 8, 4, 2, 1, 16, 1, 1},  {128, 128, 8, 4, 2, 1, 8, 1, 1},
+        {512, 128, 8, 4, 2, 2, 4, 1, 1},   {256, 128, 8, 4, 2, 2, 8, 1, 1},   {256, 128, 8, 4, 2, 2, 4, 1, 1},
+        {256, 128, 8, 4, 2, 2, 16, 1, 1},  {128, 128, 8, 4, 2, 2, 8, 1, 1},   {256, 64, 8, 4, 2, 1, 8, 1, 1},
+        {256, 128, 8, 8, 2, 1, 8, 1, 1},   {256, 128, 8, 2, 2, 1, 8, 1, 1},   {256, 128, 4, 4, 2, 1, 8, 1, 1},
+        {256, 128, 8, 4, 1, 2, 8, 1, 1},   {256, 128, 8, 4, 3, 2, 8, 1, 1},   {256, 128, 8, 4, 1, 1, 8, 1, 1},
+        {512, 128, 8, 4, 2, 1, 4, 11, 3},  {512, 128, 8, 4, 2, 1, 4, 6, 4},   {512, 128, 8, 4, 2, 1, 4, 6, 1},
+        {512, 128, 8, 4, 2, 1, 4, 11, 1},  {512, 128, 8, 4, 2, 1, 4, 1, 3},   {1024, 128, 8, 4, 2, 1, 4, 6, 3},
+        {512, 128, 8, 4, 2, 1, 4, 10, 4},  {512, 128, 8, 4, 2, 1, 8, 11, 3},  {256, 128, 8, 4, 2, 1, 8, 11, 3},
     };
-    static const int dec_small[] = {2, 3, 7, 15, 17, 5}; /* --small: these rows only */
-    const int n_cand = small ? 6 : (int)(sizeof dec / sizeof dec[0]);
+    static const int dec_small[] = {2, 3, 7, 15, 17, 5, 18, 26}; /* --small: these rows only */
+    const int n_cand = small ? (int)(sizeof dec_small / sizeof dec_small[0]) : (int)(sizeof dec / sizeof dec[0]);
     double best_score = 2.0;
     for (int i = 0; i < n_cand; i++) {
         const int *x = dec[small ? dec_small[i] : i];
@@ -356,7 +362,7 @@ int main(int argc, char **argv) {
         memset(&t, 0, sizeof t);
         t.prefill = best.prefill;
         if (D % x[2]) continue;
-        t.decode = (lazyattn_tile_params){0, x[0], x[1], 1, x[3], 1, x[2], x[5], x[4]};
+        t.decode = (lazyattn_tile_params){0, x[0], x[1], x[7], x[3], x[8], x[2], x[5], x[4]};
         t.decode_groups_per_cu = x[6];
         lazyattn_attention *a;
         int st = lazyattn_attention_create_tuned(g_ctx, &cfg, &t, &a);

@@ -452,9 +452,14 @@ typedef struct lazyattn_tile_params {
     int rows;        /* prefill: multiple of the group; decode: chosen (heads per work-group) */
     int keys;        /* key slots per staged tile, >= 1 */
     int work_group;  /* work-items per group, >= 1 and <= the device's limit */
-    int score_rows;  /* register tile of scores: rows x keys per work-item */
-    int score_keys;  /* divides keys */
-    int out_rows;    /* register tile of the output: rows x dims per work-item */
+    int score_rows;  /* register tile of scores: rows x keys per work-item. decode (1..13,
+                      * 0: choose = 1): how the scores read the K rows (cl/decode.cl
+                      * LZ_FRM): 1 a whole row per key, 2..9 rings of row parts, 6 and
+                      * 10..13 several keys against one read of the query */
+    int score_keys;  /* divides keys. decode: V rows in flight per work-item */
+    int out_rows;    /* register tile of the output: rows x dims per work-item. decode (1..4,
+                      * 0: choose = 1): 1 + 1 if the output sums stay in local memory
+                      * outside the output step + 2 if the probabilities are key-major */
     int out_dims;    /* multiple of 4 dividing head_dim */
     int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose.
                       * decode: 1 a ring of two V batches (the next batch's loads issued

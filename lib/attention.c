@@ -294,11 +294,25 @@ static int lz_portable_build_one(lazyattn_attention *a, int which) {
     if (which != 1 && a->ctx->is_gpu && !getenv("LAZYATTN_PORTABLE_EXACT_EXP"))
         strncat(spec.options, " -DLZ_NATIVE_EXP", sizeof spec.options - strlen(spec.options) - 1);
     /* experiments (tuning sweeps on the GPU): extra build options of the
-     * portable prefill programs, e.g. -cl-nv-maxrregcount=96 */
-    const char *pre = which != 1 ? getenv("LAZYATTN_PORTABLE_PREFILL_OPTIONS") : NULL;
+     * portable prefill programs, or of the decode's
+     * (LAZYATTN_PORTABLE_DECODE_OPTIONS), e.g. -cl-nv-maxrregcount=96 */
+    const char *pre = getenv(which != 1 ? "LAZYATTN_PORTABLE_PREFILL_OPTIONS" : "LAZYATTN_PORTABLE_DECODE_OPTIONS");
     if (pre && strlen(spec.options) + 1 + strlen(pre) < sizeof spec.options) {
         strcat(spec.options, " ");
         strcat(spec.options, pre);
+    }
+    /* NVIDIA: the decode's registers capped so that its tuned work-groups
+     * per CU fit the 64 K registers of an SM (left to the compiler, step 1's
+     * K pipelines take 134-170 and 3 work-groups of 128 fit instead of 4:
+     * docs/PERFLOG.md, p8-decode call 1); no cap below 96 (spills) or where
+     * the experiment's options set one */
+    if (which == 1 && a->ctx->nv_cc_major && !(pre && strstr(pre, "maxrregcount"))) {
+        const long threads = (long)a->tune.decode_groups_per_cu * a->tune.decode.work_group;
+        const long cap = threads > 0 ? 65536 / threads / 8 * 8 : 0;
+        if (cap >= 96 && cap < 255) {
+            const size_t n = strlen(spec.options);
+            snprintf(spec.options + n, sizeof spec.options - n, " -cl-nv-maxrregcount=%ld", cap);
+        }
     }
     cl_program program;
     st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);

@@ -55,8 +55,12 @@ size_t lz_decode_local_bytes(const lazyattn_tile_params *t, int head_dim, int bl
     const size_t rows = (size_t)t->rows, wg = (size_t)t->work_group, nvo = (size_t)(head_dim / t->out_dims);
     const size_t kg = wg >= nvo ? wg / nvo : 1, rp = wg / rows >= 32 ? 32 : (wg / rows >= 1 ? wg / rows : 1);
     const size_t slots = (size_t)lz_decode_chunk_slots(t, block), entries = slots / (size_t)block;
+    /* out_rows 2 or 4: the output sums in local memory between step 4s,
+     * each work-item its own (LZ_FOM, cl/decode.cl) */
+    const size_t vpi = wg >= nvo ? 1 : (nvo + wg - 1) / wg;
+    const size_t accl = (t->out_rows - 1) & 1 ? wg * (vpi * rows * (size_t)t->out_dims + rows) : 0;
     return sizeof(float) * (2 * rows * (size_t)head_dim + rows * slots + rows * rp + 2 * rows +
-                            kg * (size_t)head_dim + kg) +
+                            kg * (size_t)head_dim + kg + accl) +
            8 * slots + 12 * entries + 64;
 }
 static long lz_decode_out_per_item(const lazyattn_tile_params *t, int head_dim) {
@@ -86,10 +90,17 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
                  what, t->out_rows, t->out_dims, head_dim);
     LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
                  "tuning (%s): kv_together %d must be 0, 1 or 2", what, t->kv_together);
-    if (decode) /* cl/decode.cl: LZ_DPF (L2 prefetch) and LZ_DRING (kv_together 1) */
+    if (decode) { /* cl/decode.cl: LZ_DPF (L2 prefetch), LZ_DRING (kv_together 1),
+                   * LZ_FRM (score_rows: step 1's K pipeline), LZ_FOM (out_rows) */
         LZ_CHECK_ARG(t->prefetch >= 1 && t->prefetch <= 5,
                      "tuning (%s): prefetch %d must be 0..5", what, t->prefetch);
-    else
+        LZ_CHECK_ARG(t->score_rows <= 13, "tuning (%s): score_rows (step 1's K pipeline) %d must be 0..13",
+                     what, t->score_rows);
+        LZ_CHECK_ARG(t->out_rows <= 4,
+                     "tuning (%s): out_rows %d must be 0..4 (1 + output sums in local memory 1 + "
+                     "probabilities key-major 2)",
+                     what, t->out_rows);
+    } else
         LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2 || (t->prefetch == 3 && t->kv_together == 2),
                      "tuning (%s): prefetch %d must be 0, 1, 2 or 3 (3 with kv_together 2)", what, t->prefetch);
     LZ_CHECK_ARG(t->work_group >= 1 && t->work_group <= 1024,
@@ -120,8 +131,9 @@ static int lz_group_divisor(int group, int most) {
 /* The decode's zero fields (cl/decode.cl): heads per work-group up to 8 (a
  * divisor of the group), chunks of 256 key slots, 128 work-items, 8 dims per
  * work-item and 4 V rows in flight (score_keys) in the output step, no L2
- * prefetch (prefetch 2) and no V ring (kv_together 2); chunks, then heads,
- * shrink to fit. The ring measured faster on the H200 (docs/PERFLOG.md,
+ * prefetch (prefetch 2), no V ring (kv_together 2), step 1's K rows whole
+ * (score_rows 1) and the output sums in registers (out_rows 1); chunks,
+ * then heads, shrink to fit. The ring measured faster on the H200 (docs/PERFLOG.md,
  * p7-decode call 4) and is in its database row; unmeasured on the CPU
  * implementations, so not a default here. */
 static void lz_decode_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group,

@@ -198,7 +198,9 @@ static void test_geometry_edges(void **state) {
 static void test_odd_tiles(void **state) {
     lazyattn_context *ctx = *state;
     lt_rng r = {lt_seed() ^ 0x0ddu};
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i += 3) {
+    const size_t n = sizeof cases / sizeof *cases;
+    for (size_t ii = 0; ii < 3 * n + 6; ii += 3) { /* every case once (n is no multiple of 3), two twice */
+        const size_t i = ii % n;
         const int group = cases[i].n_q_heads / cases[i].n_kv_heads;
         if (group > 16) continue; /* 3 x group rows of 37 work-items: too many outputs each (refused) */
         lazyattn_kernel_tuning t;
@@ -213,9 +215,15 @@ static void test_odd_tiles(void **state) {
                                              {3 * group, 6, 37, 4, 3, 4, 4, 2, 3}};
         t.prefill = pre[i / 3 % 4];
         /* the decode's V ring (kv_together 1) on every other case, its L2
-         * prefetch variants (cl/decode.cl LZ_DPF) in turn */
+         * prefetch variants (cl/decode.cl LZ_DPF), step 1's K pipelines
+         * (score_rows 2..13, LZ_FRM; 1 is every other test's), the output
+         * sums in registers or local memory and the probabilities head- or
+         * key-major (out_rows 1..4, LZ_FOM) in turn; chunks of 70 slots or one
+         * block: several keys per work-item in step 1 where blocks are small */
         static const int pf[] = {2, 1, 3, 4, 5};
-        t.decode = (lazyattn_tile_params){0, 5, 33, 3, 5, 2, 4, (i / 3) % 2 ? 1 : 2, pf[(i / 3) % 5]};
+        static const int kpipe[] = {2, 3, 4, 5, 1, 6, 7, 8, 1, 9, 10, 11, 12, 13, 6}; /* 1: group > 16 */
+        const int k = (int)(ii / 3);
+        t.decode = (lazyattn_tile_params){0, 70, 33, kpipe[k], 5, 1 + k % 4, 4, k % 2 ? 1 : 2, pf[k % 5]};
         t.decode_groups_per_cu = 3;
         run_case(ctx, &cases[i], &t, &r);
     }
