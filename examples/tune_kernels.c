@@ -332,7 +332,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* ---- decode sweep (cl/decode.cl) ---- */
+    /* ---- decode sweep (cl/decode.cl, cl/decode_warp.cl) ---- */
     /* key slots per chunk, work-items, dims per work-item in the output
      * step, V rows in flight per work-item (score_keys), L2 prefetch
      * (1 OpenCL's prefetch(), 3 PTX on NVIDIA, 2 none), V ring (kv_together
@@ -346,6 +346,10 @@ int main(int argc, char **argv) {
         {256, 128, 8, 4, 2, 2, 16}, {128, 128, 8, 4, 2, 2, 8},  {256, 64, 8, 4, 2, 1, 8},
         {256, 128, 8, 8, 2, 1, 8},  {256, 128, 8, 2, 2, 1, 8},  {256, 128, 4, 4, 2, 1, 8},
         {256, 128, 8, 4, 1, 2, 8},  {256, 128, 8, 4, 3, 2, 8},  {256, 128, 8, 4, 1, 1, 8},
+        /* the small-work-group decode (cl/decode_warp.cl, kv_together 3): batches of 8 keys,
+         * 32 work-items of 4 dims, with decode.cl's reduction (prefetch 2) or its own (1)
+         * (docs/PERFLOG.md, p8-warp-decode) */
+        {8, 32, 4, 1, 2, 3, 16},    {8, 32, 4, 1, 2, 3, 12},    {8, 32, 4, 1, 1, 3, 16},
     };
     static const int dec_small[] = {2, 3, 7, 15, 17, 5}; /* --small: these rows only */
     const int n_cand = small ? 6 : (int)(sizeof dec / sizeof dec[0]);
