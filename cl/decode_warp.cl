@@ -428,11 +428,11 @@ __kernel void lz_decode_warp_reduce(__global const float2 *part_ml, __global con
         float2 ml[LZ_WRDU];
         float a[LZ_WRDU];
 #pragma unroll
-        for (int u = 0; u < LZ_WRDU; u++) {
-            const int s = min(s0 + u, n_splits - 1);
-            ml[u] = part_ml[base + s];
-            a[u] = part_acc[(base + s) * LZ_HEAD_DIM + i];
-            if (s0 + u >= n_splits || ml[u].y == 0.0f) ml[u] = (float2)(-INFINITY, 0.0f);
+        for (int u = 0; u < LZ_WRDU; u++) { /* past the last split: no load (few splits: one group) */
+            const int s = s0 + u;
+            ml[u] = s < n_splits ? part_ml[base + s] : (float2)(-INFINITY, 0.0f);
+            a[u] = s < n_splits ? part_acc[(base + s) * LZ_HEAD_DIM + i] : 0.0f;
+            if (ml[u].y == 0.0f) ml[u] = (float2)(-INFINITY, 0.0f);
         }
         float mx = big;
 #pragma unroll

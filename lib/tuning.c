@@ -77,7 +77,8 @@ size_t lz_decode_warp_local_bytes(const lazyattn_tile_params *t, int head_dim, i
     const size_t nvo = (size_t)(head_dim / t->out_dims), kg = (size_t)t->work_group / nvo;
     /* + each work-item's rotated query dims (rows x out_dims x work_group) */
     return sizeof(float) * ((size_t)t->rows * (size_t)head_dim + nvo * (np + 1) + 4 * np + (size_t)t->rows +
-                            (kg ? kg : 1) * (size_t)head_dim + (size_t)t->rows * (size_t)t->out_dims * (size_t)t->work_group) +
+                            (kg ? kg : 1) * (size_t)head_dim +
+                            (size_t)t->rows * (size_t)t->out_dims * (size_t)t->work_group) +
            64;
 }
 
