@@ -405,31 +405,33 @@ __kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
 }
 
 /* The splits' reduction for many splits (the warp tile's prefetch 1): as
- * lz_decode_reduce (cl/decode.cl; same arguments and output), with
- * LZ_WRP work-items per output element, each over every LZ_WRP-th group of
- * LZ_WRDU splits (all of a group's loads issued before any is used), and
- * their (max, sum, numerator) combined through local memory. One
- * work-group of LZ_HEAD_DIM x LZ_WRP work-items per (head, sequence): a
- * sequence of many splits (1 x 32768: hundreds) no longer waits on one
- * work-item's chain of dependent rounds. The loop over a work-item's
- * groups holds no barrier (its count differs between work-items). */
-#define LZ_WRP (LZ_HEAD_DIM >= 256 ? 1 : 256 / LZ_HEAD_DIM)
+ * lz_decode_reduce (cl/decode.cl; same arguments and output), spread wider:
+ * a work-group per (chunk of LZ_WRD dims, head, sequence) with rp work-items
+ * per dim (rp = its work-items / LZ_WRD, the host's choice: the splits, at
+ * most LZ_WRPM); in rounds of rp x LZ_WRDU splits, work-item r takes splits
+ * r, r + rp, ... of the round (all its loads of a round issued before any
+ * is used); the rp partial (max, sum, numerator) are combined through local
+ * memory. A sequence of hundreds of splits (1 x 32768) no longer waits on
+ * one work-item's chain of dependent rounds on a few SMs. The rounds hold
+ * no barrier. */
+#define LZ_WRD (LZ_HEAD_DIM % 32 == 0 ? 32 : LZ_HEAD_DIM)
+#define LZ_WRPM (LZ_WRD >= 256 ? 1 : 256 / LZ_WRD)
 #define LZ_WRDU 16
 __kernel void lz_decode_warp_reduce(__global const float2 *part_ml, __global const float *part_acc,
                                     __global float *out, int n_splits, int n_q_heads, int n_seqs,
                                     __global float *lse, int has_lse, int out_dtype) {
-    __local float num_l[LZ_WRP * LZ_HEAD_DIM];
-    __local float big_l[LZ_WRP], den_l[LZ_WRP];
-    const int lid = get_local_id(0), i = lid % LZ_HEAD_DIM, r = lid / LZ_HEAD_DIM;
-    const int h = get_group_id(1), seq = get_group_id(2);
+    __local float num_l[LZ_WRPM * LZ_WRD];
+    __local float big_l[LZ_WRPM], den_l[LZ_WRPM];
+    const int lid = get_local_id(0), rp = get_local_size(0) / LZ_WRD, r = lid / LZ_WRD;
+    const int i = get_group_id(0) * LZ_WRD + lid % LZ_WRD, h = get_group_id(1), seq = get_group_id(2);
     const size_t base = ((size_t)seq * n_q_heads + h) * n_splits;
     float big = -INFINITY, num = 0.0f, den = 0.0f;
-    for (int s0 = r * LZ_WRDU; s0 < n_splits; s0 += LZ_WRP * LZ_WRDU) {
+    for (int g0 = 0; g0 < n_splits; g0 += rp * LZ_WRDU) {
         float2 ml[LZ_WRDU];
         float a[LZ_WRDU];
 #pragma unroll
-        for (int u = 0; u < LZ_WRDU; u++) { /* past the last split: no load (few splits: one group) */
-            const int s = s0 + u;
+        for (int u = 0; u < LZ_WRDU; u++) { /* past the last split: no load */
+            const int s = g0 + r + u * rp;
             ml[u] = s < n_splits ? part_ml[base + s] : (float2)(-INFINITY, 0.0f);
             a[u] = s < n_splits ? part_acc[(base + s) * LZ_HEAD_DIM + i] : 0.0f;
             if (ml[u].y == 0.0f) ml[u] = (float2)(-INFINITY, 0.0f);
@@ -450,16 +452,16 @@ __kernel void lz_decode_warp_reduce(__global const float2 *part_ml, __global con
         }
     }
     num_l[lid] = num;
-    if (i == 0) big_l[r] = big, den_l[r] = den;
+    if (lid % LZ_WRD == 0) big_l[r] = big, den_l[r] = den;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (r == 0) {
         float m = -INFINITY;
-        for (int p = 0; p < LZ_WRP; p++) m = fmax(m, big_l[p]);
+        for (int p = 0; p < rp; p++) m = fmax(m, big_l[p]);
         float n = 0.0f, d = 0.0f;
-        for (int p = 0; p < LZ_WRP; p++) {
+        for (int p = 0; p < rp; p++) {
             const float wgt = big_l[p] == -INFINITY ? 0.0f : exp(big_l[p] - m);
             d = fma(den_l[p], wgt, d);
-            n = fma(num_l[p * LZ_HEAD_DIM + i], wgt, n);
+            n = fma(num_l[p * LZ_WRD + lid], wgt, n);
         }
         const size_t row = (size_t)seq * n_q_heads + h;
         lz_io_store(d > 0.0f ? n / d : 0.0f, out, row * LZ_HEAD_DIM + i, out_dtype);

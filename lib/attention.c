@@ -249,12 +249,19 @@ int lazyattn_attention_get_tuning(const lazyattn_attention *a, lazyattn_kernel_t
 }
 
 /* The decode tile selects the small-work-group kernel (cl/decode_warp.cl),
- * and with it (prefetch 1) the split-parallel reduction, lz_decode_warp_reduce:
- * work-groups of head_dim x lz_decode_warp_rp work-items. */
+ * and with it (prefetch 1) the split-parallel reduction, lz_decode_warp_reduce. */
 static int lz_decode_warp(const lazyattn_kernel_tuning *tune) { return tune->decode.kv_together == 3; }
-static int lz_decode_warp_rp(const lazyattn_attention *a) {
-    if (!lz_decode_warp(&a->tune) || a->tune.decode.prefetch != 1) return 0;
-    return a->cfg.head_dim >= 256 ? 1 : 256 / a->cfg.head_dim; /* LZ_WRP */
+static int lz_decode_warp_reduce(const lazyattn_attention *a) {
+    return lz_decode_warp(&a->tune) && a->tune.decode.prefetch == 1;
+}
+/* Its launch: work-groups of wrd dims (LZ_WRD) x rp work-items per dim, rp
+ * the splits, at most 256 work-items a group (LZ_WRPM). */
+static void lz_decode_warp_reduce_geometry(const lazyattn_attention *a, int64_t n_splits, size_t *global,
+                                           size_t *local) {
+    const int64_t wrd = a->cfg.head_dim % 32 == 0 ? 32 : a->cfg.head_dim, most = wrd >= 256 ? 1 : 256 / wrd;
+    const int64_t rp = n_splits < most ? n_splits : most;
+    *local = (size_t)(wrd * rp);
+    *global = (size_t)(a->cfg.head_dim / wrd) * *local;
 }
 
 /* The portable programs: 0 holds the prefill's tiles (and write, rope,
@@ -323,7 +330,7 @@ static int lz_portable_build_one(lazyattn_attention *a, int which) {
         if (lz_kernel_program(k) != which) continue;
         cl_int err;
         const char *name = k == LZ_K_DECODE && lz_decode_warp(&a->tune) ? "lz_decode_warp"
-                           : k == LZ_K_REDUCE && lz_decode_warp_rp(a) ? "lz_decode_warp_reduce"
+                           : k == LZ_K_REDUCE && lz_decode_warp_reduce(a) ? "lz_decode_warp_reduce"
                                                                       : lz_kernel_names[k];
         a->kernels[k] = clCreateKernel(program, name, &err);
         if (err != CL_SUCCESS) return lz_cl_fail(err, name);
@@ -819,7 +826,7 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
     }
     size_t rlocal[3] = {(size_t)a->cfg.head_dim, 1, 1};
-    if (lz_decode_warp_rp(a)) rlocal[0] *= (size_t)lz_decode_warp_rp(a), rglobal[0] = rlocal[0];
+    if (lz_decode_warp_reduce(a)) lz_decode_warp_reduce_geometry(a, n_splits, &rglobal[0], &rlocal[0]);
     return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, rlocal, queue, event, fn);
 }
 

@@ -109,7 +109,7 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
         LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2,
                      "tuning (%s): kv_together 3 (small work-groups): prefetch %d must be 0, 1 (the "
                      "split-parallel reduction) or 2", what, t->prefetch);
-        const size_t rw = (size_t)head_dim * (size_t)(head_dim >= 256 ? 1 : 256 / head_dim);
+        const size_t rw = 256; /* lz_decode_warp_reduce's work-groups, at most */
         if (t->prefetch == 1 && rw > ctx->max_work_group_size)
             return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                            "tuning (%s): the split-parallel reduction's work-group %zu exceeds the "
@@ -159,6 +159,9 @@ static void lz_decode_warp_defaults(const lz_device_limits *ctx, lazyattn_tile_p
     if (!t->score_rows) t->score_rows = 1;
     if (!t->score_keys) t->score_keys = 1;
     if (!t->out_rows) t->out_rows = 1;
+#ifdef LZ_DECODE_WARP_DEFAULT /* test builds: its split-parallel reduction too */
+    if (!t->prefetch) t->prefetch = 1;
+#endif
     if (!t->prefetch) t->prefetch = 2;
     const int wg = t->work_group ? t->work_group : 32;
     if (!t->out_dims)

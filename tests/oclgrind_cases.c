@@ -28,9 +28,10 @@ static const lk_case cases[] = {
     {"f16-d128-gqa4", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 0},
     {"bf16-d64-b32",  64, 32, LAZYATTN_DTYPE_BF16, 4, 4, 2, {40, 7},  17, 2, 0, 0},
     /* the small-work-group decode (cl/decode_warp.cl): Llama's shape, then blocks of 4 and a
-     * group of 3 (with its split-parallel reduction), a hostile table */
+     * group of 3 (with its split-parallel reduction over 22 splits: 2 work-items a dim), a
+     * hostile table */
     {"f16-d128-warp", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 1},
-    {"f32-gqa3-warp", 32, 4, LAZYATTN_DTYPE_F32,   3, 1, 3, {5, 20, 1}, 3, 4, 0, 2},
+    {"f32-gqa3-warp", 32, 4, LAZYATTN_DTYPE_F32,   3, 1, 3, {40, 30, 9}, 3, 22, 0, 2},
     {"f16-bad-warp",  16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 1},
     /* hostile table: a block outside the pool, a length above the block size */
     {"f16-bad-table", 16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 0},
