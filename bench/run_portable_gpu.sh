@@ -48,7 +48,7 @@ for s in $steps; do
     LAZYATTN_PORTABLE=1 LAZYATTN_NV_VERBOSE=1 timeout 200 "$(exe bench_kernels examples)" --reps 20 --csv "$out/portable.csv" > "$out/bench_portable.log" 2>&1
     echo "bench_kernels portable rc=$?"
     grep -E "^ceilings|^check|^checks|^portable|^prefill|^decode|^ *name|TFLOP|TB/s" "$out/bench_portable.log" | head -30
-    grep -A4 "entry function 'lz_decode'" "$out/bench_portable.log" | grep -E "stack|Used" | head -12
+    grep -A4 -E "entry function 'lz_decode(_warp)?'" "$out/bench_portable.log" | grep -E "entry function|stack|Used" | head -12
     timeout 120 "$(exe bench_kernels examples)" --reps 20 > "$out/bench_fast.log" 2>&1
     echo "bench_kernels fast path rc=$?"
     grep -E "^ceilings|^checks|^prefill|^decode|TFLOP|TB/s" "$out/bench_fast.log" | head -20 ;;

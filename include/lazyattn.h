@@ -437,6 +437,11 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
  * fits), keys = key slots per chunk (whole blocks, at least one), work_group,
  * out_dims = dims per work-item in its output step, score_keys = V rows in
  * flight per work-item there; the other fields are checked but unused.
+ * With kv_together 3 the decode is the small-work-group kernel
+ * (cl/decode_warp.cl): keys = keys per batch (a divisor of the block is
+ * taken), work_group a multiple of head_dim / out_dims, out_dims = dims per
+ * work-item, score_keys 2 = the next batch's K rows loaded before a batch's
+ * dot products, prefetch 1 = its split-parallel reduction (2: decode.cl's).
  *
  * Limits: the prefill's tiles need about 4 * ((rows + keys * buffers) *
  * (head_dim + 4) + (rows + 4) * (keys + keys / score_keys)) bytes of local memory (buffers: 2 with kv_together 1, else
@@ -463,7 +468,8 @@ typedef struct lazyattn_tile_params {
     int out_dims;    /* multiple of 4 dividing head_dim */
     int kv_together; /* 1: K and V tiles in two buffers (loads in flight together), 2: one buffer; 0: choose.
                       * decode: 1 a ring of two V batches (the next batch's loads issued
-                      * before one is used), 2 one batch at a time */
+                      * before one is used), 2 one batch at a time, 3 the small-work-group
+                      * kernel (cl/decode_warp.cl, see above) */
     int prefetch;    /* prefill, 1: with kv_together 1 the next K/V tile is loaded into
                       * registers while one is computed, with kv_together 2 V is loaded
                       * with K (staged after the scores); 3 (kv_together 2): the next

@@ -248,6 +248,22 @@ int lazyattn_attention_get_tuning(const lazyattn_attention *a, lazyattn_kernel_t
     return LAZYATTN_STATUS_OK;
 }
 
+/* The decode tile selects the small-work-group kernel (cl/decode_warp.cl),
+ * and with it (prefetch 1) the split-parallel reduction, lz_decode_warp_reduce. */
+static int lz_decode_warp(const lazyattn_kernel_tuning *tune) { return tune->decode.kv_together == 3; }
+static int lz_decode_warp_reduce(const lazyattn_attention *a) {
+    return lz_decode_warp(&a->tune) && a->tune.decode.prefetch == 1;
+}
+/* Its launch: work-groups of wrd dims (LZ_WRD) x rp work-items per dim, rp
+ * the splits, at most 256 work-items a group (LZ_WRPM). */
+static void lz_decode_warp_reduce_geometry(const lazyattn_attention *a, int64_t n_splits, size_t *global,
+                                           size_t *local) {
+    const int64_t wrd = a->cfg.head_dim % 32 == 0 ? 32 : a->cfg.head_dim, most = wrd >= 256 ? 1 : 256 / wrd;
+    const int64_t rp = n_splits < most ? n_splits : most;
+    *local = (size_t)(wrd * rp);
+    *global = (size_t)(a->cfg.head_dim / wrd) * *local;
+}
+
 /* The portable programs: 0 holds the prefill's tiles (and write, rope,
  * materialise), 1 the decode's, 2 the batched prefill's (the prefill's tile
  * options; its own program, see internal.h). */
@@ -260,12 +276,18 @@ int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_
                                              "decode"};
     static const char *const batched_src[] = {"block_entry", "kernel_abi", "storage", "rope",
                                               "flash", "prefill_batched"};
+    /* the small-work-group decode (decode tile kv_together 3): lz_decode_warp
+     * next to decode.cl's kernels (its lz_decode_reduce) */
+    static const char *const decode_warp_src[] = {"block_entry", "kernel_abi", "storage", "rope",
+                                                  "decode", "decode_warp"};
     LZ_CHECK_ARG(which >= 0 && which < LZ_PORTABLE_PROGRAMS,
                  "lz_portable_program: program %d (0 .. %d)", which, LZ_PORTABLE_PROGRAMS - 1);
     out->sources = which == 0 ? prefill_src : which == 1 ? decode_src : batched_src;
     out->n_sources = which == 0   ? (int)(sizeof prefill_src / sizeof *prefill_src)
                      : which == 1 ? (int)(sizeof decode_src / sizeof *decode_src)
                                   : (int)(sizeof batched_src / sizeof *batched_src);
+    if (which == 1 && lz_decode_warp(tune))
+        out->sources = decode_warp_src, out->n_sources = (int)(sizeof decode_warp_src / sizeof *decode_warp_src);
     int n = snprintf(out->options, sizeof out->options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d", config->head_dim,
                      config->block_size, (int)config->dtype);
@@ -320,8 +342,11 @@ static int lz_portable_build_one(lazyattn_attention *a, int which) {
     for (int k = 0; k < LZ_K_COUNT; k++) {
         if (lz_kernel_program(k) != which) continue;
         cl_int err;
-        a->kernels[k] = clCreateKernel(program, lz_kernel_names[k], &err);
-        if (err != CL_SUCCESS) return lz_cl_fail(err, lz_kernel_names[k]);
+        const char *name = k == LZ_K_DECODE && lz_decode_warp(&a->tune) ? "lz_decode_warp"
+                           : k == LZ_K_REDUCE && lz_decode_warp_reduce(a) ? "lz_decode_warp_reduce"
+                                                                      : lz_kernel_names[k];
+        a->kernels[k] = clCreateKernel(program, name, &err);
+        if (err != CL_SUCCESS) return lz_cl_fail(err, name);
     }
     return LAZYATTN_STATUS_OK;
 }
@@ -814,6 +839,7 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
     }
     size_t rlocal[3] = {(size_t)a->cfg.head_dim, 1, 1};
+    if (lz_decode_warp_reduce(a)) lz_decode_warp_reduce_geometry(a, n_splits, &rglobal[0], &rlocal[0]);
     return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, rlocal, queue, event, fn);
 }
 

@@ -68,6 +68,24 @@ static long lz_decode_out_per_item(const lazyattn_tile_params *t, int head_dim) 
     return vpi * t->rows * t->out_dims;
 }
 
+/* The small-work-group decode (cl/decode_warp.cl), the decode tile's
+ * kv_together 3: keys = keys per batch (a divisor of the block is taken),
+ * out_dims = dims per work-item, work_group a multiple of head_dim /
+ * out_dims (the work-items of a row), rows = heads per work-group. Its
+ * local memory: the heads' query, the partial dot products of a batch
+ * [head_dim / out_dims][keys x rows + 1], scores, probabilities and the
+ * pair owners' (max, sum) of a batch, the key groups' sums of one head. */
+static int lz_decode_is_warp(const lazyattn_tile_params *t) { return t->kv_together == 3; }
+size_t lz_decode_warp_local_bytes(const lazyattn_tile_params *t, int head_dim, int block) {
+    size_t nb = (size_t)(t->keys < block ? t->keys : block), np = nb * (size_t)t->rows;
+    const size_t nvo = (size_t)(head_dim / t->out_dims), kg = (size_t)t->work_group / nvo;
+    /* + each work-item's rotated query dims (rows x out_dims x work_group) */
+    return sizeof(float) * ((size_t)t->rows * (size_t)head_dim + nvo * (np + 1) + 4 * np + (size_t)t->rows +
+                            (kg ? kg : 1) * (size_t)head_dim +
+                            (size_t)t->rows * (size_t)t->out_dims * (size_t)t->work_group) +
+           64;
+}
+
 /* Checks the ranges of a set tile (every field non-zero). */
 static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params *t, int group,
                          int head_dim, int block, int decode, const char *what) {
@@ -80,7 +98,7 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
                      t->rows, group);
     LZ_CHECK_ARG(t->keys >= 1 && t->keys <= 1024, "tuning (%s): keys %d outside 1..1024", what, t->keys);
     LZ_CHECK_ARG(t->score_rows >= 1 && t->score_rows <= 16 && t->score_keys >= 1 &&
-                     t->score_keys <= 16 && t->keys % t->score_keys == 0,
+                     t->score_keys <= 16 && (t->keys % t->score_keys == 0 || (decode && lz_decode_is_warp(t))),
                  "tuning (%s): score tile %dx%d must be 1..16 each, the keys %d a multiple of it",
                  what, t->score_rows, t->score_keys, t->keys);
     LZ_CHECK_ARG(t->out_rows >= 1 && t->out_rows <= 16 && t->out_dims >= 4 && t->out_dims <= 32 &&
@@ -88,8 +106,21 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
                  "tuning (%s): output tile %dx%d: rows 1..16, dims a multiple of 4 in 4..32 "
                  "dividing head_dim %d",
                  what, t->out_rows, t->out_dims, head_dim);
-    LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
-                 "tuning (%s): kv_together %d must be 0, 1 or 2", what, t->kv_together);
+    if (decode && lz_decode_is_warp(t)) { /* cl/decode_warp.cl; prefetch: 1 its reduction, 2 decode.cl's */
+        LZ_CHECK_ARG(t->work_group % (head_dim / t->out_dims) == 0,
+                     "tuning (%s): kv_together 3 (small work-groups): work_group %d must be a multiple "
+                     "of head_dim / out_dims = %d", what, t->work_group, head_dim / t->out_dims);
+        LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2,
+                     "tuning (%s): kv_together 3 (small work-groups): prefetch %d must be 0, 1 (the "
+                     "split-parallel reduction) or 2", what, t->prefetch);
+        const size_t rw = 256; /* lz_decode_warp_reduce's work-groups, at most */
+        if (t->prefetch == 1 && rw > ctx->max_work_group_size)
+            return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                           "tuning (%s): the split-parallel reduction's work-group %zu exceeds the "
+                           "device's work-group limit %zu", what, rw, ctx->max_work_group_size);
+    } else
+        LZ_CHECK_ARG(t->kv_together == 1 || t->kv_together == 2,
+                     "tuning (%s): kv_together %d must be 0, 1 or 2 (decode: 3 too)", what, t->kv_together);
     if (decode) { /* cl/decode.cl: LZ_DPF (L2 prefetch), LZ_DRING (kv_together 1),
                    * LZ_FRM (score_rows: step 1's K pipeline), LZ_FOM (out_rows) */
         LZ_CHECK_ARG(t->prefetch >= 1 && t->prefetch <= 5,
@@ -109,13 +140,15 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "tuning (%s): work-group %d exceeds the device's work-group limit %zu", what,
                        t->work_group, ctx->max_work_group_size);
-    size_t need = decode ? lz_decode_local_bytes(t, head_dim, block) : lz_tile_local_bytes(t, head_dim);
+    size_t need = !decode ? lz_tile_local_bytes(t, head_dim)
+                  : lz_decode_is_warp(t) ? lz_decode_warp_local_bytes(t, head_dim, block)
+                                         : lz_decode_local_bytes(t, head_dim, block);
     if (need > ctx->local_mem_size)
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "tuning (%s): tiles of %d rows x %d keys x head_dim %d need %zu B of local "
                        "memory, the device has %llu B",
                        what, t->rows, t->keys, head_dim, need, (unsigned long long)ctx->local_mem_size);
-    const long outs = decode ? lz_decode_out_per_item(t, head_dim)
+    const long outs = decode ? (lz_decode_is_warp(t) ? 2L * t->rows * t->out_dims : lz_decode_out_per_item(t, head_dim))
                              : lz_out_per_item(t, head_dim) * t->out_rows * t->out_dims;
     LZ_CHECK_ARG(outs <= 256, "tuning (%s): %ld output values per work-item (at most 256)", what, outs);
     return LAZYATTN_STATUS_OK;
@@ -128,6 +161,31 @@ static int lz_group_divisor(int group, int most) {
     return d < 1 ? 1 : d;
 }
 
+/* Its zero fields: heads per work-group up to 8 (a divisor of the group),
+ * batches of 8 keys, 32 work-items (a multiple of the row's work-items),
+ * 4 dims per work-item (more where head_dim / 4 exceeds the work-group). */
+static void lz_decode_warp_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group, int head_dim) {
+    t->rows = lz_group_divisor(group, 8);
+    if (!t->keys) t->keys = 8;
+    if (!t->score_rows) t->score_rows = 1;
+    if (!t->score_keys) t->score_keys = 1;
+    if (!t->out_rows) t->out_rows = 1;
+#ifdef LZ_DECODE_WARP_DEFAULT /* test builds: its split-parallel reduction too */
+    if (!t->prefetch) t->prefetch = 1;
+#endif
+    if (!t->prefetch) t->prefetch = 2;
+    const int wg = t->work_group ? t->work_group : 32;
+    if (!t->out_dims)
+        for (t->out_dims = 4; t->out_dims < 32 && (head_dim % t->out_dims || head_dim / t->out_dims > wg);)
+            t->out_dims += 4;
+    if (!t->work_group && head_dim % t->out_dims == 0) {
+        const int nvo = head_dim / t->out_dims;
+        t->work_group = wg / nvo * nvo > 0 ? wg / nvo * nvo : nvo;
+        if ((size_t)t->work_group > ctx->max_work_group_size) t->work_group = (int)ctx->max_work_group_size;
+    }
+    while (t->rows > 1 && 2L * t->rows * t->out_dims > 256) t->rows = lz_group_divisor(group, t->rows - 1);
+}
+
 /* The decode's zero fields (cl/decode.cl): heads per work-group up to 8 (a
  * divisor of the group), chunks of 256 key slots, 128 work-items, 8 dims per
  * work-item and 4 V rows in flight (score_keys) in the output step, no L2
@@ -138,6 +196,14 @@ static int lz_group_divisor(int group, int most) {
  * implementations, so not a default here. */
 static void lz_decode_defaults(const lz_device_limits *ctx, lazyattn_tile_params *t, int group,
                                int head_dim, int block) {
+#ifdef LZ_DECODE_WARP_DEFAULT /* test builds (-Dc_args=-DLZ_DECODE_WARP_DEFAULT): cl/decode_warp.cl
+                               * where the caller sets no decode kernel (the database row's ignored) */
+    if (!t->kv_together) t->kv_together = 3;
+#endif
+    if (lz_decode_is_warp(t)) {
+        lz_decode_warp_defaults(ctx, t, group, head_dim);
+        return;
+    }
     const lazyattn_tile_params set = *t;
     t->rows = lz_group_divisor(group, 8);
     if (!t->score_rows) t->score_rows = 1;
@@ -230,6 +296,9 @@ int lz_tuning_choose_for(const lz_device_limits *ctx, const lazyattn_attention_c
     if (db) {
         lazyattn_tile_params dbd = db->decode;
         dbd.rows = 0;
+#ifdef LZ_DECODE_WARP_DEFAULT /* test builds: the decode_warp defaults, not the row's decode */
+        memset(&dbd, 0, sizeof dbd);
+#endif
         lz_merge(&out->prefill, &db->prefill);
         lz_merge(&out->decode, &dbd);
         if (!out->decode_groups_per_cu) out->decode_groups_per_cu = db->decode_groups_per_cu;

@@ -26,6 +26,8 @@ int lz_tuning_choose_for(const lz_device_limits *device, const lazyattn_attentio
 size_t lz_tile_local_bytes(const lazyattn_tile_params *t, int head_dim);
 /* Local memory of the decode kernel (cl/decode.cl) with t, in bytes. */
 size_t lz_decode_local_bytes(const lazyattn_tile_params *t, int head_dim, int block);
+/* Local memory of the small-work-group decode (cl/decode_warp.cl, kv_together 3). */
+size_t lz_decode_warp_local_bytes(const lazyattn_tile_params *t, int head_dim, int block);
 /* Appends the -D options of t to buf; -1 if they do not fit. */
 int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t size);
 

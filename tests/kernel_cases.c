@@ -101,7 +101,11 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     lazyattn_pool_config pc = {1, KV, D, B, c->dtype,
                                (uint64_t)n_blocks * 2 * KV * B * D * lazyattn_dtype_size(c->dtype)};
     LK_TRY(lazyattn_pool_create(ctx, &pc, &s.pool));
-    LK_TRY(lazyattn_attention_create(ctx, &cfg, &s.attn));
+    lazyattn_kernel_tuning tune;
+    memset(&tune, 0, sizeof tune);
+    tune.decode.kv_together = c->decode_warp ? 3 : 0;
+    tune.decode.prefetch = c->decode_warp == 2 ? 1 : 0; /* its split-parallel reduction */
+    LK_TRY(lazyattn_attention_create_tuned(ctx, &cfg, c->decode_warp ? &tune : NULL, &s.attn));
 
     const size_t row = (size_t)KV * D, qrow = (size_t)H * D;
     float *k = lk_alloc(&s, n_keys * row * sizeof(float));      /* logical order */

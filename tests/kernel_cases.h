@@ -27,6 +27,8 @@ typedef struct lk_case {
                      2: the batched prefill's indptr arrays are hostile (a sequence past the
                      table, a decrease): every sequence skipped, nothing written, reported;
                      the other kernels are compared as usual */
+    int decode_warp; /* 1: the small-work-group decode (cl/decode_warp.cl, decode tile kv_together 3),
+                        2: the same with its split-parallel reduction (prefetch 1) */
 } lk_case;
 
 /* Normalised errors against the float64 reference:

@@ -229,6 +229,28 @@ static void test_odd_tiles(void **state) {
     }
 }
 
+/* The small-work-group decode (cl/decode_warp.cl, the decode tile's
+ * kv_together 3) on every case: batches of 3, 8, 16 and 5 keys (a divisor
+ * of the block is taken), the K ring on and off (score_keys 2, 1), its
+ * split-parallel reduction on every other case (prefetch 1), and in turn
+ * the chosen work-items and dims, 8 dims with two key groups, 4 dims with
+ * one key group. */
+static void test_warp_tiles(void **state) {
+    lazyattn_context *ctx = *state;
+    lt_rng r = {lt_seed() ^ 0x3a9u};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const int d = cases[i].head_dim, v = (int)(i % 3);
+        static const int keys[] = {3, 8, 16, 5};
+        lazyattn_kernel_tuning t;
+        memset(&t, 0, sizeof t);
+        const int od = v == 0 ? 0 : v == 1 ? 8 : 4;
+        const int wg = v == 0 ? 0 : v == 1 ? 2 * (d / 8) : d / 4;
+        t.decode = (lazyattn_tile_params){0, keys[i % 4], wg, 0, 1 + (int)(i / 2 % 2), 0, od, 3, 1 + (int)(i % 2)};
+        t.decode_groups_per_cu = 3;
+        run_case(ctx, &cases[i], &t, &r);
+    }
+}
+
 /* lazyattn_attention_create_tuned refuses bad fields and reports the
  * resolved geometry. */
 static void test_tuning_api(void **state) {
@@ -245,13 +267,13 @@ static void test_tuning_api(void **state) {
     t.prefill.rows = 6; /* not a multiple of the group 4 */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
-    t.decode.keys = 10, t.decode.score_keys = 4; /* 4 does not divide 10 */
+    t.decode.keys = 10, t.decode.score_keys = 4, t.decode.kv_together = 2; /* 4 does not divide 10 (cl/decode.cl) */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.prefill.out_dims = 12; /* does not divide 128 */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
-    t.decode.kv_together = 3;
+    t.decode.kv_together = 4; /* decode: 1, 2, 3 (cl/decode_warp.cl) */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.prefill.prefetch = 4; /* 0 .. 3 */
@@ -261,6 +283,9 @@ static void test_tuning_api(void **state) {
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.prefill.prefetch = 3, t.prefill.kv_together = 1; /* the next K during the output: one buffer */
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    memset(&t, 0, sizeof t);
+    t.decode.kv_together = 3, t.decode.work_group = 48, t.decode.out_dims = 4; /* no multiple of 128 / 4 dims */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
     t.decode_groups_per_cu = -2;
@@ -293,6 +318,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_geometry_edges),
         cmocka_unit_test(test_odd_tiles),
+        cmocka_unit_test(test_warp_tiles),
         cmocka_unit_test(test_tuning_api),
     };
     return cmocka_run_group_tests(tests, lt_context_setup, lt_context_teardown);

@@ -229,7 +229,7 @@ static void test_il_matches_source(void **state) {
     const lazyattn_dtype dtypes[] = {LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F16, LAZYATTN_DTYPE_BF16};
     const int il = device_takes_il(il_ctx);
     for (int t = 0; t < 3; t++) {
-        lk_case c = {"il-vs-source", 64, 16, dtypes[t], 8, 2, 2, {21, 38}, 9, 3, 0}; /* group 4 */
+        lk_case c = {"il-vs-source", 64, 16, dtypes[t], 8, 2, 2, {21, 38}, 9, 3, 0, 0}; /* group 4 */
         lk_result a, b;
         lk_quiet = !il; /* the strict IL request is expected to fail there */
         int st = lk_run(il_ctx, &c, &a);

@@ -39,3 +39,20 @@ for f in "$out"/prefill_nv.d*.b*.ptx; do
     grep -q '^\.entry lz_prefill_nv_batched' "$f" || { echo "$f: no lz_prefill_nv_batched" >&2; exit 1; }
 done
 echo "lz_prefill_nv_batched: in every prefill_nv PTX"
+# the portable small-work-group decode (cl/decode_warp.cl, in the decode program
+# with cl/decode.cl) as NVIDIA's OpenCL sees it: f16 storage, its inline-PTX
+# conversions (cl_nv_pragma_unroll), the H200 tile and the K ring
+cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/decode.cl cl/decode_warp.cl > "$out/decode_warp.cl"
+for d in 64 128; do
+    for ring in 1 2; do
+        name=decode_warp.d$d.r$ring
+        clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
+            -Xclang -cl-ext=+cl_khr_fp16 -Wno-pass-failed -Dasm=__asm__ -Dcl_nv_pragma_unroll=1 \
+            -DLZ_DTYPE=1 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_G=4 -DLZ_FR=4 -DLZ_FTK=8 -DLZ_FWG=32 \
+            -DLZ_FON=4 -DLZ_FRN=$ring -O2 -S -o "$out/$name.ptx" "$out/decode_warp.cl"
+        for k in lz_decode_warp lz_decode_warp_reduce; do
+            grep -q "^\.entry $k(" "$out/$name.ptx" || { echo "$name: no $k" >&2; exit 1; }
+        done
+        echo "$name: PTX with lz_decode_warp and lz_decode_warp_reduce"
+    done
+done
