@@ -344,7 +344,7 @@ int main(int argc, char **argv) {
      * 4), then the p8 pipelines (p8-decode calls 1 and 2), then the
      * small-work-group decode (cl/decode_warp.cl, kv_together 3: batches of 8
      * keys, 32 work-items of 4 dims, with decode.cl's reduction (prefetch 2)
-     * or its own (1); p8-warp-decode) */
+     * or its own (1) or by the split count (3); p8-warp-decode, p8 final) */
     static const int dec[][9] = {
         {512, 128, 8, 4, 2, 1, 4, 1, 1},   {512, 128, 8, 4, 2, 1, 8, 1, 1},   {256, 128, 8, 4, 2, 1, 4, 1, 1},
         {256, 128, 8, 4, 2, 1, 8, 1, 1},   {256, 128, 8, 4, 2, 1, 16, 1, 1},  {128, 128, 8, 4, 2, 1, 8, 1, 1},
@@ -356,8 +356,9 @@ int main(int argc, char **argv) {
         {512, 128, 8, 4, 2, 1, 4, 11, 1},  {512, 128, 8, 4, 2, 1, 4, 1, 3},   {1024, 128, 8, 4, 2, 1, 4, 6, 3},
         {512, 128, 8, 4, 2, 1, 4, 10, 4},  {512, 128, 8, 4, 2, 1, 8, 11, 3},  {256, 128, 8, 4, 2, 1, 8, 11, 3},
         {8, 32, 4, 1, 2, 3, 16, 0, 0},     {8, 32, 4, 1, 2, 3, 12, 0, 0},     {8, 32, 4, 1, 1, 3, 16, 0, 0},
+        {8, 32, 4, 1, 3, 3, 16, 0, 0},
     };
-    static const int dec_small[] = {2, 3, 7, 15, 17, 5, 18, 26, 27, 29}; /* --small: these rows only */
+    static const int dec_small[] = {2, 3, 7, 15, 17, 5, 18, 26, 27, 29, 30}; /* --small: these rows only */
     const int n_cand = small ? (int)(sizeof dec_small / sizeof dec_small[0]) : (int)(sizeof dec / sizeof dec[0]);
     double best_score = 2.0;
     for (int i = 0; i < n_cand; i++) {

@@ -441,7 +441,9 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
  * (cl/decode_warp.cl): keys = keys per batch (a divisor of the block is
  * taken), work_group a multiple of head_dim / out_dims, out_dims = dims per
  * work-item, score_keys 2 = the next batch's K rows loaded before a batch's
- * dot products, prefetch 1 = its split-parallel reduction (2: decode.cl's).
+ * dot products, prefetch 1 = its split-parallel reduction, 2 decode.cl's
+ * (a work-group per row walking the splits), 3 the split-parallel one from
+ * 64 splits on and decode.cl's below.
  *
  * Limits: the prefill's tiles need about 4 * ((rows + keys * buffers) *
  * (head_dim + 4) + (rows + 4) * (keys + keys / score_keys)) bytes of local memory (buffers: 2 with kv_together 1, else

@@ -37,10 +37,10 @@ typedef struct lz_nv_tune {
 } lz_nv_tune;
 
 enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE,
-       LZ_K_PREFILL_BATCHED, LZ_K_COUNT };
+       LZ_K_PREFILL_BATCHED, LZ_K_REDUCE_SPLITS, LZ_K_COUNT };
 static const char *const lz_kernel_names[LZ_K_COUNT] = {
     "lz_kv_write", "lz_rope_apply", "lz_prefill", "lz_decode", "lz_decode_reduce", "lz_materialise",
-    "lz_prefill_batched"};
+    "lz_prefill_batched", "lz_decode_warp_reduce"};
 
 struct lazyattn_attention {
     lazyattn_context *ctx;
@@ -249,10 +249,20 @@ int lazyattn_attention_get_tuning(const lazyattn_attention *a, lazyattn_kernel_t
 }
 
 /* The decode tile selects the small-work-group kernel (cl/decode_warp.cl),
- * and with it (prefetch 1) the split-parallel reduction, lz_decode_warp_reduce. */
+ * and with it the reduction of its splits: prefetch 1 the split-parallel
+ * lz_decode_warp_reduce, 2 decode.cl's lz_decode_reduce (a work-group per
+ * row walking the splits), 3 the first from LZ_SPLITS_PARALLEL splits on,
+ * the second below (H200, docs/PERFLOG.md p8 final: at 264 splits the
+ * split-parallel one took 1x32768 from 37 to 51 % of read, at 2-16 splits
+ * it cost 3-6 points). */
+#define LZ_SPLITS_PARALLEL 64
 static int lz_decode_warp(const lazyattn_kernel_tuning *tune) { return tune->decode.kv_together == 3; }
-static int lz_decode_warp_reduce(const lazyattn_attention *a) {
-    return lz_decode_warp(&a->tune) && a->tune.decode.prefetch == 1;
+static int lz_decode_warp_reduce(const lazyattn_attention *a) { /* the kernel is built */
+    return lz_decode_warp(&a->tune) && (a->tune.decode.prefetch == 1 || a->tune.decode.prefetch == 3);
+}
+static int lz_reduce_kernel(const lazyattn_attention *a, int64_t n_splits) {
+    if (!lz_decode_warp_reduce(a)) return LZ_K_REDUCE;
+    return a->tune.decode.prefetch == 1 || n_splits >= LZ_SPLITS_PARALLEL ? LZ_K_REDUCE_SPLITS : LZ_K_REDUCE;
 }
 /* Its launch: work-groups of wrd dims (LZ_WRD) x rp work-items per dim, rp
  * the splits, at most 256 work-items a group (LZ_WRPM). */
@@ -301,7 +311,9 @@ int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_
 
 /* The program of each portable kernel (lz_portable_program). */
 static int lz_kernel_program(int k) {
-    return k == LZ_K_DECODE || k == LZ_K_REDUCE ? 1 : k == LZ_K_PREFILL_BATCHED ? 2 : 0;
+    return k == LZ_K_DECODE || k == LZ_K_REDUCE || k == LZ_K_REDUCE_SPLITS ? 1
+           : k == LZ_K_PREFILL_BATCHED                                    ? 2
+                                                                          : 0;
 }
 
 /* Builds portable program `which` and creates its kernels. */
@@ -341,10 +353,9 @@ static int lz_portable_build_one(lazyattn_attention *a, int which) {
     if (st) return st;
     for (int k = 0; k < LZ_K_COUNT; k++) {
         if (lz_kernel_program(k) != which) continue;
+        if (k == LZ_K_REDUCE_SPLITS && !lz_decode_warp_reduce(a)) continue; /* not in the program */
         cl_int err;
-        const char *name = k == LZ_K_DECODE && lz_decode_warp(&a->tune) ? "lz_decode_warp"
-                           : k == LZ_K_REDUCE && lz_decode_warp_reduce(a) ? "lz_decode_warp_reduce"
-                                                                      : lz_kernel_names[k];
+        const char *name = k == LZ_K_DECODE && lz_decode_warp(&a->tune) ? "lz_decode_warp" : lz_kernel_names[k];
         a->kernels[k] = clCreateKernel(program, name, &err);
         if (err != CL_SUCCESS) return lz_cl_fail(err, name);
     }
@@ -823,7 +834,8 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     }
 
     cl_int n_seqs = d->n_seqs;
-    lz_args r = {fast ? a->nv_reduce : a->kernels[LZ_K_REDUCE], 0, CL_SUCCESS};
+    const int rk = lz_reduce_kernel(a, n_splits);
+    lz_args r = {fast ? a->nv_reduce : a->kernels[rk], 0, CL_SUCCESS};
     LZ_ARG(&r, a->part_ml); LZ_ARG(&r, a->part_acc); LZ_ARG(&r, d->out); LZ_ARG(&r, ns);
     LZ_ARG(&r, nqh); LZ_ARG(&r, n_seqs);
     if (!fast) { /* lse, has_lse, out_dtype */
@@ -839,8 +851,8 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
     }
     size_t rlocal[3] = {(size_t)a->cfg.head_dim, 1, 1};
-    if (lz_decode_warp_reduce(a)) lz_decode_warp_reduce_geometry(a, n_splits, &rglobal[0], &rlocal[0]);
-    return lz_enqueue(a, LZ_K_REDUCE, 3, rglobal, rlocal, queue, event, fn);
+    if (rk == LZ_K_REDUCE_SPLITS) lz_decode_warp_reduce_geometry(a, n_splits, &rglobal[0], &rlocal[0]);
+    return lz_enqueue(a, rk, 3, rglobal, rlocal, queue, event, fn);
 }
 
 /* ---- batched ragged prefill ------------------------------------------------ */

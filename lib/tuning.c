@@ -110,11 +110,12 @@ static int lz_tile_check(const lz_device_limits *ctx, const lazyattn_tile_params
         LZ_CHECK_ARG(t->work_group % (head_dim / t->out_dims) == 0,
                      "tuning (%s): kv_together 3 (small work-groups): work_group %d must be a multiple "
                      "of head_dim / out_dims = %d", what, t->work_group, head_dim / t->out_dims);
-        LZ_CHECK_ARG(t->prefetch == 1 || t->prefetch == 2,
+        LZ_CHECK_ARG(t->prefetch >= 1 && t->prefetch <= 3,
                      "tuning (%s): kv_together 3 (small work-groups): prefetch %d must be 0, 1 (the "
-                     "split-parallel reduction) or 2", what, t->prefetch);
+                     "split-parallel reduction), 2 (decode.cl's) or 3 (by the split count)", what,
+                     t->prefetch);
         const size_t rw = 256; /* lz_decode_warp_reduce's work-groups, at most */
-        if (t->prefetch == 1 && rw > ctx->max_work_group_size)
+        if (t->prefetch != 2 && rw > ctx->max_work_group_size)
             return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                            "tuning (%s): the split-parallel reduction's work-group %zu exceeds the "
                            "device's work-group limit %zu", what, rw, ctx->max_work_group_size);

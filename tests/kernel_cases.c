@@ -104,7 +104,8 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     lazyattn_kernel_tuning tune;
     memset(&tune, 0, sizeof tune);
     tune.decode.kv_together = c->decode_warp ? 3 : 0;
-    tune.decode.prefetch = c->decode_warp == 2 ? 1 : 0; /* its split-parallel reduction */
+    /* its split-parallel reduction (2), or the reduction chosen by the split count (3) */
+    tune.decode.prefetch = c->decode_warp == 2 ? 1 : c->decode_warp == 3 ? 3 : 0;
     LK_TRY(lazyattn_attention_create_tuned(ctx, &cfg, c->decode_warp ? &tune : NULL, &s.attn));
 
     const size_t row = (size_t)KV * D, qrow = (size_t)H * D;

@@ -28,7 +28,9 @@ typedef struct lk_case {
                      table, a decrease): every sequence skipped, nothing written, reported;
                      the other kernels are compared as usual */
     int decode_warp; /* 1: the small-work-group decode (cl/decode_warp.cl, decode tile kv_together 3),
-                        2: the same with its split-parallel reduction (prefetch 1) */
+                        2: the same with its split-parallel reduction (prefetch 1),
+                        3: the reduction chosen by the split count (prefetch 3: the
+                           split-parallel one from 64 splits on) */
 } lk_case;
 
 /* Normalised errors against the float64 reference:

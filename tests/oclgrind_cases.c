@@ -33,6 +33,10 @@ static const lk_case cases[] = {
     {"f16-d128-warp", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 1},
     {"f32-gqa3-warp", 32, 4, LAZYATTN_DTYPE_F32,   3, 1, 3, {40, 30, 9}, 3, 22, 0, 2},
     {"f16-bad-warp",  16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 1},
+    /* the reduction by the split count: 67 splits, one entry each (the split-parallel
+     * one), then 3 splits (decode.cl's) */
+    {"f32-warp-auto67", 16, 2, LAZYATTN_DTYPE_F32, 4, 2, 3, {40, 60, 30}, 3, 67, 0, 3},
+    {"f16-warp-auto3",  16, 4, LAZYATTN_DTYPE_F16, 4, 2, 2, {6, 9},     5, 3, 0, 3},
     /* hostile table: a block outside the pool, a length above the block size */
     {"f16-bad-table", 16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 0},
     /* hostile batched-prefill offsets: skipped and reported, nothing written */

@@ -232,7 +232,8 @@ static void test_odd_tiles(void **state) {
 /* The small-work-group decode (cl/decode_warp.cl, the decode tile's
  * kv_together 3) on every case: batches of 3, 8, 16 and 5 keys (a divisor
  * of the block is taken), the K ring on and off (score_keys 2, 1), its
- * split-parallel reduction on every other case (prefetch 1), and in turn
+ * split-parallel reduction, decode.cl's and the choice by split count in
+ * turn (prefetch 1, 2, 3), and in turn
  * the chosen work-items and dims, 8 dims with two key groups, 4 dims with
  * one key group. */
 static void test_warp_tiles(void **state) {
@@ -245,7 +246,7 @@ static void test_warp_tiles(void **state) {
         memset(&t, 0, sizeof t);
         const int od = v == 0 ? 0 : v == 1 ? 8 : 4;
         const int wg = v == 0 ? 0 : v == 1 ? 2 * (d / 8) : d / 4;
-        t.decode = (lazyattn_tile_params){0, keys[i % 4], wg, 0, 1 + (int)(i / 2 % 2), 0, od, 3, 1 + (int)(i % 2)};
+        t.decode = (lazyattn_tile_params){0, keys[i % 4], wg, 0, 1 + (int)(i / 2 % 2), 0, od, 3, 1 + (int)(i % 3)};
         t.decode_groups_per_cu = 3;
         run_case(ctx, &cases[i], &t, &r);
     }
