@@ -235,12 +235,13 @@ static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int 
     float nan = NAN;
     CLCHECK(clEnqueueFillBuffer(g_q, om, &nan, 4, 0, sizeof(float) * qn, 0, NULL, NULL));
     CHECK(lazyattn_rope_apply(attn, n_q, nq_heads, qm, qpm, NULL, NULL));
-    lazyattn_prefill_args pa = {n_q, n_entries, qm, qpm, tm, em, om};
+    lazyattn_prefill_args pa = {n_q, n_entries, qm, qpm, tm, em, om,
+                                NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     CHECK(lazyattn_prefill(attn, pool, 0, &pa, NULL, NULL));
     CLCHECK(clEnqueueReadBuffer(g_q, om, CL_TRUE, 0, sizeof(float) * qn, o, 0, NULL, NULL));
     CHECK(lazyattn_attention_check(attn, NULL));
     double *ref = malloc(sizeof(double) * qn);
-    lazyattn_reference_args ra = {n_q, n_keys, q, qpos, k, v, kpos, ref};
+    lazyattn_reference_args ra = {n_q, n_keys, q, qpos, k, v, kpos, ref, NULL};
     CHECK(lazyattn_reference_attention(&c, &ra));
     double perr = lazyattn_normalised_error(o, ref, qn);
 
@@ -252,13 +253,14 @@ static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int 
     cl_mem o1m = buf(NULL, sizeof(float) * hn);
     CLCHECK(clEnqueueFillBuffer(g_q, o1m, &nan, 4, 0, sizeof(float) * hn, 0, NULL, NULL));
     CHECK(lazyattn_rope_apply(attn, 1, nq_heads, q1m, qp1m, NULL, NULL));
-    lazyattn_decode_args da = {1, n_entries, 3, q1m, qp1m, offm, tm, em, o1m};
+    lazyattn_decode_args da = {1, n_entries, 3, q1m, qp1m, offm, tm, em, o1m,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     CHECK(lazyattn_decode(attn, pool, 0, &da, NULL, NULL));
     float *o1 = malloc(sizeof(float) * hn);
     CLCHECK(clEnqueueReadBuffer(g_q, o1m, CL_TRUE, 0, sizeof(float) * hn, o1, 0, NULL, NULL));
     CHECK(lazyattn_attention_check(attn, NULL));
     double *ref1 = malloc(sizeof(double) * hn);
-    lazyattn_reference_args rb = {1, n_keys, q1, &qp1, k, v, kpos, ref1};
+    lazyattn_reference_args rb = {1, n_keys, q1, &qp1, k, v, kpos, ref1, NULL};
     CHECK(lazyattn_reference_attention(&c, &rb));
     double derr = lazyattn_normalised_error(o1, ref1, hn);
 
@@ -381,8 +383,10 @@ static void bench_prefill(void) {
         cl_mem tm = buf(table, 8 * n_entries), t0m = buf(table0, 8 * n_entries);
         cl_mem em = buf(epos, 4 * n_entries), qpm = buf(qpos, 4 * T);
         cl_mem qm = random_queries((size_t)T * H * D), om = buf(NULL, sizeof(float) * T * H * D);
-        lazyattn_prefill_args a = {T, n_entries, qm, qpm, tm, em, om};
-        lazyattn_prefill_args z = {T, n_entries, qm, qpm, t0m, em, om};
+        lazyattn_prefill_args a = {T, n_entries, qm, qpm, tm, em, om,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
+        lazyattn_prefill_args z = {T, n_entries, qm, qpm, t0m, em, om,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         result *r = &g_results[g_n_results++];
         snprintf(r->name, sizeof r->name, "prefill_a_4096_over_4x2048");
         r->ms = time_prefill(attn, pool, &a, 1);
@@ -411,7 +415,8 @@ static void bench_prefill(void) {
             for (int t = 0; t < S; t++) qpos[t] = t;
             cl_mem tm = buf(table, 8 * n_entries), em = buf(epos, 4 * n_entries), qpm = buf(qpos, 4 * S);
             cl_mem qm = random_queries((size_t)S * H * D);
-            lazyattn_prefill_args x = {S, n_entries, qm, qpm, tm, em, NULL};
+            lazyattn_prefill_args x = {S, n_entries, qm, qpm, tm, em, NULL,
+                                       NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
             mems[nm++] = tm, mems[nm++] = em, mems[nm++] = qpm, mems[nm++] = qm;
             a[b] = x;
             free(table); free(epos); free(qpos);
@@ -474,7 +479,8 @@ static void bench_decode(void) {
         cl_mem em = buf(epos, 4 * (size_t)n_entries), om_ = buf(offs, 4 * (size_t)(B + 1));
         cl_mem qpm = buf(qpos, 4 * (size_t)B), qm = random_queries((size_t)B * H * D);
         cl_mem out = buf(NULL, sizeof(float) * B * H * D);
-        lazyattn_decode_args a = {B, per_seq, g_decode_splits, qm, qpm, om_, tm, em, out};
+        lazyattn_decode_args a = {B, per_seq, g_decode_splits, qm, qpm, om_, tm, em, out,
+                                  NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lazyattn_decode_args z = a;
         z.table = t0m;
         result *r = &g_results[g_n_results++];

@@ -105,13 +105,14 @@ static int run_request(lazyattn_context *ctx, lazyattn_attention *attn, lazyattn
     cl_mem tm = buffer(ctx, table, n_entries * 8), em = buffer(ctx, entry_pos, n_entries * 4);
     cl_mem om = buffer(ctx, out, sizeof out);
     CHECK(lazyattn_rope_apply(attn, Q, H, qm, qp, NULL, NULL));
-    lazyattn_prefill_args args = {Q, n_entries, qm, qp, tm, em, om};
+    lazyattn_prefill_args args = {Q, n_entries, qm, qp, tm, em, om,
+                                  NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     CHECK(lazyattn_prefill(attn, pool, 0, &args, NULL, NULL));
     CHECK(clEnqueueReadBuffer(lazyattn_context_queue(ctx), om, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL));
     CHECK(lazyattn_attention_check(attn, NULL));
 
     double *ref = malloc(sizeof(double) * Q * H * D);
-    lazyattn_reference_args ra = {Q, n_keys, q, q_pos, k, v, k_pos, ref};
+    lazyattn_reference_args ra = {Q, n_keys, q, q_pos, k, v, k_pos, ref, NULL};
     CHECK(lazyattn_reference_attention(cfg, &ra));
     *error = lazyattn_normalised_error(out, ref, Q * H * D);
 

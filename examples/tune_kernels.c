@@ -129,7 +129,8 @@ static void problem_make(problem *p, int S, const int db[2], const int dl[2]) {
         for (int t = 0; t < S; t++) qpos[t] = t;
         lazyattn_prefill_args x = {S, ne, random_buffer(p, (size_t)S * H * d), keep(p, buf(qpos, 4 * (size_t)S)),
                                    keep(p, buf(table, 8 * (size_t)ne)), keep(p, buf(epos, 4 * (size_t)ne)),
-                                   keep(p, buf(NULL, sizeof(float) * S * H * d))};
+                                   keep(p, buf(NULL, sizeof(float) * S * H * d)),
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         p->prefill = x;
         free(table), free(epos), free(qpos);
     }
@@ -149,7 +150,8 @@ static void problem_make(problem *p, int S, const int db[2], const int dl[2]) {
                                   keep(p, buf(qpos, 4 * (size_t)nb)), keep(p, buf(offs, 4 * (size_t)(nb + 1))),
                                   keep(p, buf(table, 8 * (size_t)nb * per)),
                                   keep(p, buf(epos, 4 * (size_t)nb * per)),
-                                  keep(p, buf(NULL, sizeof(float) * nb * H * d))};
+                                  keep(p, buf(NULL, sizeof(float) * nb * H * d)),
+                                  NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         p->decode[i] = x;
         free(table), free(epos), free(offs), free(qpos);
     }

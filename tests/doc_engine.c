@@ -173,7 +173,8 @@ void run_request(engine *e, int n_docs, const int *ids, float *out,
         cl_mem om = lt_buffer(e->ctx, NULL, sizeof(float) * NQ * NQH * D);
         lt_assert_status(lazyattn_rope_apply(e->attn, NQ, NQH, qm, qpm, NULL, NULL),
                          LAZYATTN_STATUS_OK);
-        lazyattn_prefill_args a = {NQ, p.n_entries, qm, qpm, tm, epm, om};
+        lazyattn_prefill_args a = {NQ, p.n_entries, qm, qpm, tm, epm, om,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lt_assert_status(lazyattn_prefill(e->attn, e->pool, l, &a, NULL, NULL), LAZYATTN_STATUS_OK);
         lt_assert_status(lazyattn_attention_check(e->attn, NULL), LAZYATTN_STATUS_OK);
         float *o = out + (size_t)l * NQ * NQH * D;
@@ -184,7 +185,7 @@ void run_request(engine *e, int n_docs, const int *ids, float *out,
         clReleaseMemObject(tm);
         clReleaseMemObject(epm);
         clReleaseMemObject(om);
-        lazyattn_reference_args ra = {NQ, n_pos, q, qpos, k, v, kpos, ref};
+        lazyattn_reference_args ra = {NQ, n_pos, q, qpos, k, v, kpos, ref, NULL};
         lt_assert_status(lazyattn_reference_attention(&e->c, &ra), LAZYATTN_STATUS_OK);
         double err = lazyattn_normalised_error(o, ref, (size_t)NQ * NQH * D);
         double tol = e->dtype == LAZYATTN_DTYPE_F32 ? 2e-5 : 2e-3;

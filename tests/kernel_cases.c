@@ -210,7 +210,7 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
             if (e > r->rope) r->rope = e;
         }
 
-    lazyattn_reference_args ra = {NQ, n_keys, q, q_pos, k, v, k_pos, ref};
+    lazyattn_reference_args ra = {NQ, n_keys, q, q_pos, k, v, k_pos, ref, NULL};
     LK_TRY(lazyattn_reference_attention(&cfg, &ra));
 
     /* the reference's log-sum-exp of each row (the prefill's and decode's lse outputs) */
@@ -223,7 +223,8 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     cl_mem hm = lk_buffer(&s, ctx, NULL, NQ * qrow * sizeof(uint16_t));
     LK_NEED(lsem && hm);
 
-    lazyattn_prefill_args a = {NQ, n_entries, qm, qpm, tm, em, om};
+    lazyattn_prefill_args a = {NQ, n_entries, qm, qpm, tm, em, om,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     a.lse = lsem;
     LK_TRY(lazyattn_prefill(s.attn, s.pool, 0, &a, NULL, NULL));
     LK_TRY(lk_read(ctx, om, out, NQ * qrow * sizeof(float)));
@@ -302,7 +303,8 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
                                      (NQ - 1) * qrow * sizeof(float), 0, qrow * sizeof(float), 0,
                                      NULL, NULL);
     LK_NEED(err == CL_SUCCESS);
-    lazyattn_decode_args da = {1, n_entries, c->n_splits, dqm, dqpm, offm, tm, em, dom};
+    lazyattn_decode_args da = {1, n_entries, c->n_splits, dqm, dqpm, offm, tm, em, dom,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     da.lse = lsem;
     LK_TRY(lazyattn_decode(s.attn, s.pool, 0, &da, NULL, NULL));
     LK_TRY(lk_read(ctx, dom, out + NQ * qrow, qrow * sizeof(float)));
@@ -316,7 +318,8 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     }
 
     if (n_src) LK_TRY(lazyattn_materialise(s.attn, s.pool, 0, n_src, srcm, dstm, NULL, NULL));
-    lazyattn_prefill_args ma = {NQ, n_entries, qm, qpm, ctm, em, om};
+    lazyattn_prefill_args ma = {NQ, n_entries, qm, qpm, ctm, em, om,
+                                NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     LK_TRY(lazyattn_prefill(s.attn, s.pool, 0, &ma, NULL, NULL));
     float *mout = lk_alloc(&s, NQ * qrow * sizeof(float));
     LK_NEED(mout);

@@ -86,7 +86,8 @@ static float *run_prefill(lazyattn_context *ctx, lazyattn_attention *attn, lazya
     cl_mem ep = lt_buffer(ctx, entry_pos, sizeof(int32_t) * n_entries);
     cl_mem out = lt_buffer(ctx, NULL, qbytes);
     lt_assert_status(lazyattn_rope_apply(attn, n_q, c->n_q_heads, q, qp, NULL, NULL), LAZYATTN_STATUS_OK);
-    lazyattn_prefill_args a = {n_q, n_entries, q, qp, t, ep, out};
+    lazyattn_prefill_args a = {n_q, n_entries, q, qp, t, ep, out,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     lt_assert_status(lazyattn_prefill(attn, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
     float *o = malloc(qbytes);
     lt_read(ctx, out, o, qbytes);
@@ -99,7 +100,7 @@ static float *run_prefill(lazyattn_context *ctx, lazyattn_attention *attn, lazya
 static double *run_reference(const lazyattn_attention_config *c, const sequence *s,
                              const float *q_raw, const int32_t *q_pos, int n_q) {
     double *ref = malloc(sizeof(double) * n_q * c->n_q_heads * c->head_dim);
-    lazyattn_reference_args ra = {n_q, s->n_keys, q_raw, q_pos, s->k, s->v, s->k_pos, ref};
+    lazyattn_reference_args ra = {n_q, s->n_keys, q_raw, q_pos, s->k, s->v, s->k_pos, ref, NULL};
     lt_assert_status(lazyattn_reference_attention(c, &ra), LAZYATTN_STATUS_OK);
     return ref;
 }
@@ -249,7 +250,8 @@ static void run_program_cases(void **state, const program_case *pc, int n_cases)
         cl_mem epm = lt_buffer(ctx, entry_pos, sizeof(int32_t) * total);
         cl_mem outm = lt_buffer(ctx, NULL, sizeof(float) * n_seqs * qrow);
         lt_assert_status(lazyattn_rope_apply(attn, n_seqs, c.n_q_heads, qm, qpm, NULL, NULL), LAZYATTN_STATUS_OK);
-        lazyattn_decode_args da = {n_seqs, max_entries, lt_int(&r, 0, 5), qm, qpm, offm, tm, epm, outm};
+        lazyattn_decode_args da = {n_seqs, max_entries, lt_int(&r, 0, 5), qm, qpm, offm, tm, epm, outm,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lt_assert_status(lazyattn_decode(attn, pool, 0, &da, NULL, NULL), LAZYATTN_STATUS_OK);
         float *out = malloc(sizeof(float) * n_seqs * qrow);
         lt_read(ctx, outm, out, sizeof(float) * n_seqs * qrow);
@@ -402,7 +404,8 @@ static void test_bad_launches(void **state) {
     cl_mem qm = lt_buffer(ctx, q, sizeof q), qpm = lt_buffer(ctx, qpos, sizeof qpos);
     cl_mem tm = lt_buffer(ctx, table, sizeof table), epm = lt_buffer(ctx, epos, sizeof epos);
     cl_mem out = lt_buffer(ctx, NULL, sizeof q), tiny = lt_buffer(ctx, NULL, 8);
-    lazyattn_prefill_args a = {2, 2, qm, qpm, tm, epm, out};
+    lazyattn_prefill_args a = {2, 2, qm, qpm, tm, epm, out,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     lt_assert_status(lazyattn_prefill(attn, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
     lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK); /* cleared */
@@ -426,7 +429,8 @@ static void test_bad_launches(void **state) {
     /* decode: offsets past the table, and more entries than max_entries */
     int32_t offsets[3] = {0, 2, 5};
     cl_mem om = lt_buffer(ctx, offsets, sizeof offsets);
-    lazyattn_decode_args d = {2, 2, 0, qm, qpm, om, tm, epm, out};
+    lazyattn_decode_args d = {2, 2, 0, qm, qpm, om, tm, epm, out,
+                              NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     lt_assert_status(lazyattn_decode(attn, pool, 0, &d, NULL, NULL), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
     lazyattn_decode_args e = d;

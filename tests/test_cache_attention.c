@@ -108,12 +108,13 @@ static void run_policy(lazyattn_context *ctx, lazyattn_cache_policy policy, lt_r
         cl_mem epm = lt_buffer(ctx, p.entry_pos, sizeof(int32_t) * p.n_entries);
         cl_mem om = lt_buffer(ctx, NULL, sizeof(float) * qn);
         lt_assert_status(lazyattn_rope_apply(attn, nq, NQH, qm, qpm, NULL, NULL), LAZYATTN_STATUS_OK);
-        lazyattn_prefill_args a = {nq, p.n_entries, qm, qpm, tm, epm, om};
+        lazyattn_prefill_args a = {nq, p.n_entries, qm, qpm, tm, epm, om,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lt_assert_status(lazyattn_prefill(attn, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
         lt_read(ctx, om, out, sizeof(float) * qn);
         clReleaseMemObject(qm); clReleaseMemObject(qpm); clReleaseMemObject(tm);
         clReleaseMemObject(epm); clReleaseMemObject(om);
-        lazyattn_reference_args ra = {nq, n_pos, q, qpos, k, v, kpos, ref};
+        lazyattn_reference_args ra = {nq, n_pos, q, qpos, k, v, kpos, ref, NULL};
         lt_assert_status(lazyattn_reference_attention(&c, &ra), LAZYATTN_STATUS_OK);
         double err = lazyattn_normalised_error(out, ref, qn);
         if (err > *worst) *worst = err;

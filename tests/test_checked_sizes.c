@@ -150,7 +150,8 @@ static void test_materialise_sizes(void **state) {
 static void test_prefill_sizes(void **state) {
     fixture f;
     fixture_make(*state, &f);
-    lazyattn_prefill_args ok = {2, 2, f.small, f.qpos, f.table, f.epos, f.small};
+    lazyattn_prefill_args ok = {2, 2, f.small, f.qpos, f.table, f.epos, f.small,
+                                NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     lazyattn_prefill_args a = ok;
     a.n_queries = INT_MAX;
     lt_assert_status(lazyattn_prefill(f.attn, f.pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
@@ -169,7 +170,8 @@ static void test_decode_sizes(void **state) {
     fixture f;
     fixture_make(*state, &f);
     cl_mem q = lt_buffer(f.ctx, NULL, 4 * 64 * sizeof(float));
-    lazyattn_decode_args ok = {1, 2, 0, q, f.qpos, f.offsets, f.table, f.epos, q};
+    lazyattn_decode_args ok = {1, 2, 0, q, f.qpos, f.offsets, f.table, f.epos, q,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     lazyattn_decode_args d = ok;
     /* the attack: max_entries near INT_MAX once returned OK with zeros */
     d.max_entries = INT_MAX;

@@ -813,7 +813,8 @@ static void test_decode_through_plan(void **state) {
         assert_int_equal(dp.n_seqs, n_live);
         assert_int_equal(dp.max_entries, most);
         lt_assert_status(lazyattn_decode(attn, pool, 0, &dp, NULL, NULL), LAZYATTN_STATUS_OK);
-        lazyattn_decode_args df = {n_live, most, 0, qm, qpm, om, tm, em, out_fresh};
+        lazyattn_decode_args df = {n_live, most, 0, qm, qpm, om, tm, em, out_fresh,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lt_assert_status(lazyattn_decode(attn, pool, 0, &df, NULL, NULL), LAZYATTN_STATUS_OK);
         lt_read(ctx, out_plan, a, sizeof(float) * n_live * QROW);
         lt_read(ctx, out_fresh, b, sizeof(float) * n_live * QROW);
@@ -841,7 +842,8 @@ static void test_decode_through_plan(void **state) {
         lt_assert_status(lazyattn_device_plan_prefill_args(single, 0, &pp), LAZYATTN_STATUS_OK);
         assert_int_equal(pp.n_entries, seqs[0].n_entries);
         lt_assert_status(lazyattn_prefill(attn, pool, 0, &pp, NULL, NULL), LAZYATTN_STATUS_OK);
-        lazyattn_prefill_args pf = {1, seqs[0].n_entries, qm, qpm, tm, em, out_fresh};
+        lazyattn_prefill_args pf = {1, seqs[0].n_entries, qm, qpm, tm, em, out_fresh,
+                                    NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lt_assert_status(lazyattn_prefill(attn, pool, 0, &pf, NULL, NULL), LAZYATTN_STATUS_OK);
         lt_read(ctx, out_plan, a, sizeof(float) * QROW);
         lt_read(ctx, out_fresh, b, sizeof(float) * QROW);

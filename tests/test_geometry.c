@@ -144,7 +144,7 @@ static void run_case(lazyattn_context *ctx, const geometry_case *g, const lazyat
     lt_assert_status(lazyattn_rope_apply(attn, n_q, nqh, qm, qpm, NULL, NULL), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_materialise(attn, pool, 0, n_copy, srcm, dstm, NULL, NULL), LAZYATTN_STATUS_OK);
 
-    lazyattn_reference_args ra = {n_q, n_keys, q, qpos, k, v, kpos, ref};
+    lazyattn_reference_args ra = {n_q, n_keys, q, qpos, k, v, kpos, ref, NULL};
     lt_assert_status(lazyattn_reference_attention(&c, &ra), LAZYATTN_STATUS_OK);
     const double tol = tolerance(c.dtype);
     const size_t n_out = (size_t)n_q * qrow;
@@ -152,7 +152,8 @@ static void run_case(lazyattn_context *ctx, const geometry_case *g, const lazyat
 
     /* lazy prefill, then over the materialised copies */
     for (int pass = 0; pass < 2; pass++) {
-        lazyattn_prefill_args pa = {n_q, n_entries, qm, qpm, pass ? mtm : tm, em, om};
+        lazyattn_prefill_args pa = {n_q, n_entries, qm, qpm, pass ? mtm : tm, em, om,
+                                    NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lt_assert_status(lazyattn_prefill(attn, pool, 0, &pa, NULL, NULL), LAZYATTN_STATUS_OK);
         lt_read(ctx, om, out, sizeof(float) * n_out);
         lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK);
@@ -164,7 +165,8 @@ static void run_case(lazyattn_context *ctx, const geometry_case *g, const lazyat
                                         sizeof(float) * (n_q - 1) * qrow, 0, sizeof(float) * qrow,
                                         0, NULL, NULL);
         assert_int_equal(e2, CL_SUCCESS);
-        lazyattn_decode_args da = {1, n_entries, n_entries > 1 ? 2 : 1, q1m, qp1m, offm, tm, em, om};
+        lazyattn_decode_args da = {1, n_entries, n_entries > 1 ? 2 : 1, q1m, qp1m, offm, tm, em, om,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         lt_assert_status(lazyattn_decode(attn, pool, 0, &da, NULL, NULL), LAZYATTN_STATUS_OK);
         lt_read(ctx, om, out, sizeof(float) * qrow);
         lt_assert_status(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK);

@@ -384,7 +384,7 @@ static void ref_forward(const serve_model_config *cfg, const int32_t *tokens, in
         ref_matvec(6, h, tmp);
         for (int i = 0; i < KVD; i++) v[t][i] = (float)tmp[i];
     }
-    lazyattn_reference_args ra = {n, n, &q[0][0], pos, &k[0][0], &v[0][0], pos, att};
+    lazyattn_reference_args ra = {n, n, &q[0][0], pos, &k[0][0], &v[0][0], pos, att, NULL};
     assert_int_equal(lazyattn_reference_attention(&acfg, &ra), 0);
     for (int t = 0; t < n; t++) {
         ref_matvec(7, att + (size_t)t * QD, o);

@@ -107,7 +107,7 @@ static void reference(const scene *s, const int *rows, const int32_t *qpos, int 
         kp[nk++] = s->k_pos[key];
     }
     for (int i = 0; i < n; i++) memcpy(q + i * NQ * D, s->q + rows[i] * NQ * D, sizeof(float) * NQ * D);
-    lazyattn_reference_args ra = {n, nk, q, qpos, k, v, kp, out};
+    lazyattn_reference_args ra = {n, nk, q, qpos, k, v, kp, out, NULL};
     lt_assert_status(lazyattn_reference_attention(&s->cfg, &ra), LAZYATTN_STATUS_OK);
 }
 
@@ -124,7 +124,8 @@ static int prefill(const scene *s, const int32_t *qpos, const uint64_t *table,
     cl_mem om = lt_buffer(ctx, garbage, sizeof(float) * N_Q * NQ * D);
     lt_assert_status(lazyattn_rope_apply(s->attn, N_Q, NQ, qm, true_pos, NULL, NULL), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_attention_check(s->attn, NULL), LAZYATTN_STATUS_OK);
-    lazyattn_prefill_args a = {N_Q, N_ENT, qm, qpm, tm, em, om};
+    lazyattn_prefill_args a = {N_Q, N_ENT, qm, qpm, tm, em, om,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     lt_assert_status(lazyattn_prefill(s->attn, s->pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
     int st = lazyattn_attention_check(s->attn, NULL);
     lt_read(ctx, om, out, sizeof(float) * N_Q * NQ * D);
@@ -149,7 +150,8 @@ static int decode(const scene *s, int32_t qpos, const uint64_t *table, const int
     cl_mem om = lt_buffer(ctx, garbage, sizeof(float) * NQ * D);
     lt_assert_status(lazyattn_rope_apply(s->attn, 1, NQ, qm, true_pos, NULL, NULL), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_attention_check(s->attn, NULL), LAZYATTN_STATUS_OK);
-    lazyattn_decode_args d = {1, N_ENT, n_splits, qm, qpm, om_off, tm, em, om};
+    lazyattn_decode_args d = {1, N_ENT, n_splits, qm, qpm, om_off, tm, em, om,
+                              NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
     lt_assert_status(lazyattn_decode(s->attn, s->pool, 0, &d, NULL, NULL), LAZYATTN_STATUS_OK);
     int st = lazyattn_attention_check(s->attn, NULL);
     lt_read(ctx, om, out, sizeof(float) * NQ * D);

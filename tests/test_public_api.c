@@ -68,13 +68,14 @@ static void test_one_document_two_positions(void **state) {
         cl_mem tm = upload(ctx, table, sizeof table), em = upload(ctx, entry_pos, sizeof entry_pos);
         cl_mem om = upload(ctx, q, sizeof q);
         assert_int_equal(lazyattn_rope_apply(attn, 1, H, qm, qpm, NULL, NULL), LAZYATTN_STATUS_OK);
-        lazyattn_prefill_args a = {1, NB, qm, qpm, tm, em, om};
+        lazyattn_prefill_args a = {1, NB, qm, qpm, tm, em, om,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         assert_int_equal(lazyattn_prefill(attn, pool, 0, &a, NULL, NULL), LAZYATTN_STATUS_OK);
         float out[H * D];
         clEnqueueReadBuffer(lazyattn_context_queue(ctx), om, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL);
         assert_int_equal(lazyattn_attention_check(attn, NULL), LAZYATTN_STATUS_OK);
         double ref[H * D];
-        lazyattn_reference_args ra = {1, L, q, &q_pos, k, v, k_pos, ref};
+        lazyattn_reference_args ra = {1, L, q, &q_pos, k, v, k_pos, ref, NULL};
         assert_int_equal(lazyattn_reference_attention(&cfg, &ra), LAZYATTN_STATUS_OK);
         double err = lazyattn_normalised_error(out, ref, H * D);
         print_message("start %d: normalised error %.2e\n", starts[r], err);
