@@ -205,21 +205,6 @@
 #define LZ_Q4 (LZ_HEAD_DIM / 4)
 #define LZ_TPI ((LZ_DCE + LZ_FWG - 1) / LZ_FWG) /* table words per work-item */
 
-/* An entry the kernel skips (and reports): outside the pool, or logical
- * start pos0 or stored start pos0 - delta out of 0..LZ_MAX_POSITION. */
-inline int lz_dec_entry_bad(ulong w, int pos0, int n_blocks) {
-    return LAZYATTN_ENTRY_BLOCK(w) >= n_blocks || LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK ||
-           !LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w));
-}
-
-/* Records why an entry is skipped. */
-inline void lz_dec_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
-    if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
-    else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
-    else if (!LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w)))
-        lz_raise(err, LZ_ERR_ENTRY_POSITION);
-}
-
 /* Element offset of key slot kk of the chunk (entries tab[0 .. ne)), or -1
  * when the slot holds no visible key (past the chunk, past the entry's
  * valid length, a skipped entry, or after the query position qp). */
@@ -229,7 +214,7 @@ inline long lz_dec_slot(__local const ulong *tab, __local const int *tpos, int k
     if (ei >= ne) return -1;
     const ulong w = tab[ei];
     const int pos0 = tpos[ei];
-    if (lz_dec_entry_bad(w, pos0, n_blocks) || tok >= LAZYATTN_ENTRY_LENGTH(w) || pos0 + tok > qp)
+    if (lz_entry_bad(w, pos0, n_blocks) || tok >= LAZYATTN_ENTRY_LENGTH(w) || pos0 + tok > qp)
         return -1;
     return (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok);
 }
@@ -297,11 +282,8 @@ inline void lz_dec_vbatch(long off[LZ_VU], LZ_VX_T x[LZ_VPI][LZ_NVC][LZ_VU], __l
 inline float4 lz_dec_cvt4(LZ_RAW8_T x, int h) {
 #if LZ_DTYPE == 0
     return h ? x.hi : x.lo;
-#elif LZ_DTYPE == 1
-    return h ? (float4)(lz_h2f2(x.z), lz_h2f2(x.w)) : (float4)(lz_h2f2(x.x), lz_h2f2(x.y));
 #else
-    const uint a = h ? x.z : x.x, b = h ? x.w : x.y;
-    return as_float4((uint4)(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
+    return h ? lz_cvt4(x.z, x.w) : lz_cvt4(x.x, x.y);
 #endif
 }
 
@@ -478,7 +460,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
             const int i = lid + t * LZ_FWG;
             if (i < LZ_DCE && e + ne + i < last) nw[t] = table[e + ne + i], np[t] = entry_pos[e + ne + i];
         }
-        for (int i = lid; i < ne; i += LZ_FWG) lz_dec_check_entry(tab[i], tpos[i], n_blocks, err);
+        for (int i = lid; i < ne; i += LZ_FWG) lz_check_entry(tab[i], tpos[i], n_blocks, err);
         if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
             __local float *qf = (__local float *)q_l;
             for (int i = lid; i < LZ_FR * (LZ_HEAD_DIM / 2); i += LZ_FWG) {
@@ -693,7 +675,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
         for (int t = 0; t < LZ_TPI; t++) {
             const int i = lid + t * LZ_FWG;
-            if (i < LZ_DCE && e + ne + i < last && !lz_dec_entry_bad(nw[t], np[t], n_blocks)) {
+            if (i < LZ_DCE && e + ne + i < last && !lz_entry_bad(nw[t], np[t], n_blocks)) {
                 const int vis = min((int)LAZYATTN_ENTRY_LENGTH(nw[t]), qp - np[t] + 1);
                 if (vis > 0)
                     lz_dec_prefetch(kc + lz_kv_offset(LAZYATTN_ENTRY_BLOCK(nw[t]), kvh, n_kv_heads, 0),

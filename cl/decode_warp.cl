@@ -122,27 +122,10 @@ inline void lz_dw_cvt(const LZ_WRAW_T x[LZ_WNC], float4 f[LZ_W4]) {
         f[2 * c + 1] = y.hi;
 #elif LZ_DTYPE == 0
         f[c] = x[c];
-#elif LZ_DTYPE == 1
-        f[c] = (float4)(lz_h2f2(x[c].x), lz_h2f2(x[c].y));
 #else
-        f[c] = as_float4((uint4)(x[c].x << 16, x[c].x & 0xFFFF0000u, x[c].y << 16, x[c].y & 0xFFFF0000u));
+        f[c] = lz_cvt4(x[c].x, x[c].y);
 #endif
     }
-}
-
-/* An entry the kernel skips (and reports): outside the pool, or logical
- * start pos0 or stored start pos0 - delta out of 0..LZ_MAX_POSITION. */
-inline int lz_dw_entry_bad(ulong w, int pos0, int n_blocks) {
-    return LAZYATTN_ENTRY_BLOCK(w) >= n_blocks || LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK ||
-           !LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w));
-}
-
-/* Records why an entry is skipped (the bits of cl/decode.cl). */
-inline void lz_dw_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
-    if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
-    else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
-    else if (!LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w)))
-        lz_raise(err, LZ_ERR_ENTRY_POSITION);
 }
 
 /* Visible keys of the batch at token t0 of an entry (w, pos0): keys t0 ..
@@ -151,7 +134,7 @@ inline void lz_dw_check_entry(ulong w, int pos0, int n_blocks, __global int *err
 inline int lz_dw_visible(ulong w, int pos0, int t0, int qp, int kvh, int n_kv_heads, int n_blocks,
                          long *base) {
     *base = 0;
-    if (lz_dw_entry_bad(w, pos0, n_blocks)) return 0;
+    if (lz_entry_bad(w, pos0, n_blocks)) return 0;
     const int n = min((int)LAZYATTN_ENTRY_LENGTH(w) - t0, qp - pos0 - t0 + 1);
     if (n <= 0) return 0;
     *base = (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, t0);
@@ -248,7 +231,7 @@ __kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
 
     for (int b = 0; b < nb; b++) { /* uniform */
         const int t0 = b % LZ_WBPE * LZ_WNB;
-        if (t0 == 0 && lid == 0) lz_dw_check_entry(w0, p0, n_blocks, err);
+        if (t0 == 0 && lid == 0) lz_check_entry(w0, p0, n_blocks, err);
         const int delta = LAZYATTN_ENTRY_DELTA(w0);
         if (rope_style != LZ_ROPE_NONE && delta != cur_delta) { /* uniform; no barrier inside */
             /* the work-item's query dims rotated by -delta, from the rows as

@@ -152,18 +152,6 @@ typedef struct lz_flash_local {
     loc.lsum = (__local float *)lz_lsum, loc.row = lz_row, loc.key_pos = lz_key_pos;           \
     loc.row_pos = lz_row_pos, loc.tab = lz_tab, loc.tpos = lz_tpos
 
-/* An entry the kernels must skip (and report). */
-inline int lz_entry_storage_bad(ulong w, int n_blocks) {
-    return LAZYATTN_ENTRY_BLOCK(w) >= n_blocks || LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK;
-}
-
-/* An entry the tiles skip: outside the pool, or logical start pos0 or stored
- * start pos0 - delta out of 0..LZ_MAX_POSITION over its valid length. */
-inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
-    return lz_entry_storage_bad(w, n_blocks) ||
-           !LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w));
-}
-
 /* Loads the K (or V) rows of the tile's slots into registers as stored
  * (empty slots are zeros): chunks of 8 elements (16-byte loads of f16, see
  * lz_raw8), a fixed trip count, so every load of a work-item is issued
@@ -215,14 +203,6 @@ inline void lz_key_pos(int kp[LZ_NKP], __local const ulong *tab, __local const i
             if (!lz_entry_bad(w, pos0, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w)) kp[it] = pos0 + tok;
         }
     }
-}
-
-/* Records a bad entry (the tiles skip its keys). */
-inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
-    if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
-    else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
-    else if (!LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w)))
-        lz_raise(err, LZ_ERR_ENTRY_POSITION);
 }
 
 /* Pieces of the tile loop of lz_flash (macros over its variables). */

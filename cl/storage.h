@@ -111,27 +111,25 @@ inline float8 lz_raw8(__global const LZ_STORE_T *p, long i) {
 }
 inline float8 lz_cvt8(float8 x) { return x; }
 #else
-#define LZ_RAW8_T uint4
-inline uint4 lz_raw8(__global const LZ_STORE_T *p, long i) { return *(const __global uint4 *)(p + i); }
-inline float8 lz_cvt8(uint4 u) {
+/* 4 stored 16-bit elements (two words, the first element in a's low half)
+ * as floats. */
+inline float4 lz_cvt4(uint a, uint b) {
 #if LZ_DTYPE == 1
-    return (float8)(lz_h2f2(u.x), lz_h2f2(u.y), lz_h2f2(u.z), lz_h2f2(u.w));
+    return (float4)(lz_h2f2(a), lz_h2f2(b));
 #else
-    return as_float8((uint8)(u.x << 16, u.x & 0xFFFF0000u, u.y << 16, u.y & 0xFFFF0000u, u.z << 16,
-                             u.z & 0xFFFF0000u, u.w << 16, u.w & 0xFFFF0000u));
+    return as_float4((uint4)(a << 16, a & 0xFFFF0000u, b << 16, b & 0xFFFF0000u));
 #endif
 }
+#define LZ_RAW8_T uint4
+inline uint4 lz_raw8(__global const LZ_STORE_T *p, long i) { return *(const __global uint4 *)(p + i); }
+inline float8 lz_cvt8(uint4 u) { return (float8)(lz_cvt4(u.x, u.y), lz_cvt4(u.z, u.w)); }
 #endif
 inline float4 lz_load4v(__global const LZ_STORE_T *p, long i) {
 #if LZ_DTYPE == 0
     return *(const __global float4 *)(p + i);
 #else
     const uint2 u = *(const __global uint2 *)(p + i);
-#if LZ_DTYPE == 1
-    return (float4)(lz_h2f2(u.x), lz_h2f2(u.y));
-#else
-    return as_float4((uint4)(u.x << 16, u.x & 0xFFFF0000u, u.y << 16, u.y & 0xFFFF0000u));
-#endif
+    return lz_cvt4(u.x, u.y);
 #endif
 }
 
@@ -143,4 +141,24 @@ inline void lz_raise(__global int *err, int bits) { atomic_or(err, bits); }
  * [n_blocks, n_kv_heads, LZ_BLOCK, LZ_HEAD_DIM]. */
 inline size_t lz_kv_offset(int block, int kv_head, int n_kv_heads, int token) {
     return (((size_t)block * n_kv_heads + kv_head) * LZ_BLOCK + token) * LZ_HEAD_DIM;
+}
+
+/* A table entry the kernels skip (and report): its block outside the pool or
+ * its valid length above the block size (lz_entry_storage_bad), or also
+ * (lz_entry_bad) its logical start pos0 or stored start pos0 - delta out of
+ * 0..LZ_MAX_POSITION over its valid length. */
+inline int lz_entry_storage_bad(ulong w, int n_blocks) {
+    return LAZYATTN_ENTRY_BLOCK(w) >= n_blocks || LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK;
+}
+inline int lz_entry_bad(ulong w, int pos0, int n_blocks) {
+    return lz_entry_storage_bad(w, n_blocks) ||
+           !LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w));
+}
+
+/* Records why lz_entry_bad(w, pos0, n_blocks) holds: the first reason's bit. */
+inline void lz_check_entry(ulong w, int pos0, int n_blocks, __global int *err) {
+    if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
+    else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
+    else if (!LZ_ENTRY_POSITIONS_OK(pos0, LAZYATTN_ENTRY_DELTA(w), LAZYATTN_ENTRY_LENGTH(w)))
+        lz_raise(err, LZ_ERR_ENTRY_POSITION);
 }
