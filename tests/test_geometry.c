@@ -291,6 +291,15 @@ static void test_tuning_api(void **state) {
     t.decode.kv_together = 3, t.decode.work_group = 48, t.decode.out_dims = 4; /* no multiple of 128 / 4 dims */
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     memset(&t, 0, sizeof t);
+    t.decode.kv_together = 3, t.decode.prefetch = 4; /* its reductions: 1, 2, 3 */
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    memset(&t, 0, sizeof t);
+    t.decode.score_rows = 14; /* step 1's K pipelines: 1..13 */
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    memset(&t, 0, sizeof t);
+    t.decode.out_rows = 5; /* 1..4 */
+    lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    memset(&t, 0, sizeof t);
     t.decode_groups_per_cu = -2;
     lt_assert_status(lazyattn_attention_create_tuned(ctx, &c, &t, &a), LAZYATTN_STATUS_INVALID_ARGUMENT);
     /* tiles larger than any device's local memory: UNSUPPORTED, naming it */
