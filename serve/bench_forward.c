@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench_forward: the decoder's forward times, case for case those of the
+ * torch peer (bench/llama_peer.py), so that an end-to-end figure has its
+ * production-class anchor from the same device call (issue 16):
+ *   cold prefill of 2048 and of 10240 tokens (one causal sequence, LM head
+ *   on the last token);
+ *   32 new tokens over 10240 cached ones;
+ *   2080 new tokens over 8192 cached ones.
+ * Random weights (serve_model_init_random) and random tokens; each case is
+ * run --warmup times, then timed --reps times (wall clock from an idle
+ * queue to the next token read back: host work included, as torch's CUDA
+ * events include its launches), median printed. A forward longer than
+ * --max-rows runs in chunks of --max-rows tokens, each over the blocks
+ * already written (as the engine does).
+ */
+#include "cli_options.h"
+#include "serve.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fwd_case {
+    const char *name;
+    int cached; /* tokens already in the cache (written by an untimed prefill) */
+    int fresh;  /* tokens of the timed forward, positions cached .. cached + fresh - 1 */
+} fwd_case;
+
+static const fwd_case fwd_cases[] = {
+    {"cold 2048", 0, 2048},
+    {"cold 10240", 0, 10240},
+    {"32 over 10240 cached", 10240, 32},
+    {"2080 over 8192 cached", 8192, 2080},
+};
+#define FWD_N_CASES ((int)(sizeof fwd_cases / sizeof fwd_cases[0]))
+#define FWD_MAX_TOKENS 10272 /* the longest context of a case */
+
+typedef struct fwd {
+    serve_model *model;
+    lazyattn_pool *pool;
+    const serve_model_config *mc;
+    int32_t *blocks; /* [n_blocks]: logical block b of the sequence lives in blocks[b] */
+    int n_blocks;
+    int32_t *tokens, *pos, *slots; /* [FWD_MAX_TOKENS] */
+    uint64_t *table;               /* [n_blocks] */
+    int32_t *entry_pos;            /* [n_blocks] */
+} fwd;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Prefills positions [from, to) of the sequence in chunks of max_rows; the
+ * table of each chunk covers every written token up to the chunk's end. */
+static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
+    const int bs = f->mc->block_size;
+    for (int c0 = from; c0 < to; c0 += f->mc->max_rows) {
+        int n = to - c0 < f->mc->max_rows ? to - c0 : f->mc->max_rows;
+        int end = c0 + n, n_entries = (end + bs - 1) / bs;
+        for (int e = 0; e < n_entries; e++) {
+            int len = end - e * bs < bs ? end - e * bs : bs;
+            int st = lazyattn_entry_pack(f->blocks[e], 0, len, &f->table[e]);
+            if (st) return serve_lz_fail(st, "lazyattn_entry_pack");
+            f->entry_pos[e] = e * bs;
+        }
+        serve_prefill_args a = {.n_tokens = n,
+                                .tokens = f->tokens + c0,
+                                .q_pos = f->pos + c0,
+                                .slots = f->slots + c0,
+                                .stored_pos = f->pos + c0,
+                                .n_entries = n_entries,
+                                .table = f->table,
+                                .entry_pos = f->entry_pos,
+                                .want_logits = end == to};
+        int st = serve_model_prefill(f->model, f->pool, &a, end == to ? next : NULL);
+        if (st) return st;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* One case: the cached part once (untimed), then warmup + reps timed runs
+ * of the fresh part (each rewrites the same blocks with the same K/V). */
+static int fwd_run_case(fwd *f, const fwd_case *c, int warmup, int reps, double *median_ms) {
+    int32_t next = -1;
+    cl_command_queue q = serve_model_queue(f->model);
+    int st = c->cached ? fwd_prefill(f, 0, c->cached, &next) : LAZYATTN_STATUS_OK;
+    if (st) return st;
+    double *t = calloc((size_t)reps, sizeof *t);
+    if (!t) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: %d times", reps);
+    for (int r = -warmup; r < reps && !st; r++) {
+        cl_int err = clFinish(q);
+        if (err != CL_SUCCESS) {
+            st = serve_cl_fail(err, "clFinish");
+            break;
+        }
+        double t0 = serve_now();
+        st = fwd_prefill(f, c->cached, c->cached + c->fresh, &next); /* reads the token back */
+        if (!st && (err = clFinish(q)) != CL_SUCCESS) st = serve_cl_fail(err, "clFinish");
+        if (!st && r >= 0) t[r] = (serve_now() - t0) * 1e3;
+        if (!st && (next < 0 || next >= f->mc->vocab))
+            st = serve_fail(LAZYATTN_STATUS_OPENCL, "bench_forward: next token %d", (int)next);
+    }
+    if (!st) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(t);
+    return st;
+}
+
+static void fwd_release(fwd *f) {
+    free(f->blocks), free(f->tokens), free(f->pos), free(f->slots), free(f->table);
+    free(f->entry_pos);
+    lazyattn_pool_destroy(f->pool);
+    serve_model_destroy(f->model);
+}
+
+static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc, uint64_t seed) {
+    int st = serve_model_create(ctx, mc, &f->model);
+    if (!st) st = serve_model_init_random(f->model, seed);
+    if (st) return st;
+    f->mc = serve_model_get_config(f->model);
+    const int bs = f->mc->block_size;
+    f->n_blocks = (FWD_MAX_TOKENS + bs - 1) / bs;
+    lazyattn_pool_config pc;
+    serve_model_pool_config(f->mc, (uint64_t)f->n_blocks * bs * serve_model_kv_bytes_per_token(f->mc),
+                            &pc);
+    if ((st = lazyattn_pool_create(ctx, &pc, &f->pool))) return serve_lz_fail(st, "lazyattn_pool_create");
+    f->blocks = malloc((size_t)f->n_blocks * sizeof *f->blocks);
+    f->table = malloc((size_t)f->n_blocks * sizeof *f->table);
+    f->entry_pos = malloc((size_t)f->n_blocks * sizeof *f->entry_pos);
+    f->tokens = malloc(FWD_MAX_TOKENS * sizeof *f->tokens);
+    f->pos = malloc(FWD_MAX_TOKENS * sizeof *f->pos);
+    f->slots = malloc(FWD_MAX_TOKENS * sizeof *f->slots);
+    if (!f->blocks || !f->table || !f->entry_pos || !f->tokens || !f->pos || !f->slots)
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: tables");
+    if ((st = lazyattn_pool_alloc(f->pool, f->n_blocks, f->blocks)))
+        return serve_lz_fail(st, "lazyattn_pool_alloc");
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int i = 0; i < FWD_MAX_TOKENS; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        f->tokens[i] = (int32_t)(x % (uint64_t)f->mc->vocab);
+        f->pos[i] = i;
+        f->slots[i] = f->blocks[i / bs] * bs + i % bs;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+int main(int argc, char **argv) {
+    static const char prog[] = "bench_forward";
+    static const char usage[] =
+        "usage: bench_forward [options]\n"
+        "  --model tiny|small|8b   model shape, random weights (default 8b)\n"
+        "  --max-rows N            most tokens per forward (default 10240, 16..65536)\n"
+        "  --warmup N              untimed runs per case (default 2, 0..100)\n"
+        "  --reps N                timed runs per case, median printed (default 5, 1..1000)\n"
+        "  --seed S                weight and token seed (default 1)\n"
+        "Cases: cold 2048, cold 10240, 32 over 10240 cached, 2080 over 8192 cached\n"
+        "(bench/llama_peer.py runs the same in torch). Exit status: 0 done, 1 a failure,\n"
+        "2 a bad command line.\n";
+    int model = 2, max_rows = 10240, warmup = 2, reps = 5;
+    uint64_t seed = 1;
+    cli_option opts[] = {
+        {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
+        {.name = "--max-rows", .type = CLI_INT, .dest = &max_rows, .min = 16, .max = 65536},
+        {.name = "--warmup", .type = CLI_INT, .dest = &warmup, .min = 0, .max = 100},
+        {.name = "--reps", .type = CLI_INT, .dest = &reps, .min = 1, .max = 1000},
+        {.name = "--seed", .type = CLI_U64, .dest = &seed},
+    };
+    int pr = cli_parse(prog, usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
+    if (pr == CLI_HELP) return 0;
+    if (pr != CLI_OK) return pr;
+    static const char *const presets[] = {"tiny", "small", "8b"};
+    serve_model_config mc;
+    int st = serve_model_config_preset(&mc, presets[model]);
+    if (st) {
+        fprintf(stderr, "%s: %s\n", prog, serve_last_error());
+        return 1;
+    }
+    mc.max_rows = max_rows;
+    lazyattn_context_options co;
+    lazyattn_context_options_init(&co);
+    lazyattn_context *ctx = NULL;
+    if ((st = lazyattn_context_create(&co, &ctx))) {
+        fprintf(stderr, "%s: lazyattn_context_create: %s\n", prog, lazyattn_last_error());
+        return 1;
+    }
+    char name[256] = "?";
+    cl_device_id dev = NULL;
+    if (clGetCommandQueueInfo(lazyattn_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev,
+                              NULL) == CL_SUCCESS)
+        clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    printf("device: %s (%s path); model %s, max_rows %d, %d warm-up(s), median of %d\n", name,
+           lazyattn_context_fast_path(ctx) ? "NVIDIA" : "portable", presets[model], max_rows,
+           warmup, reps);
+    fwd f = {0};
+    st = fwd_setup(&f, ctx, &mc, seed);
+    if (!st) printf("%-24s %10s\n", "case", "ms");
+    for (int i = 0; i < FWD_N_CASES && !st; i++) {
+        double ms = 0;
+        st = fwd_run_case(&f, &fwd_cases[i], warmup, reps, &ms);
+        if (!st) printf("%-24s %10.2f\n", fwd_cases[i].name, ms);
+        fflush(stdout);
+    }
+    if (st) fprintf(stderr, "%s: %s\n", prog, serve_last_error());
+    fwd_release(&f);
+    lazyattn_context_destroy(ctx);
+    return st ? 1 : 0;
+}
