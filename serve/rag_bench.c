@@ -1148,12 +1148,16 @@ int main(int argc, char **argv) {
            serve_model_uses_bf16(b.model) ? "bf16" : "f32",
            o.gguf ? "from GGUF" : "random", t_model, mc.kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32",
            (unsigned long long)serve_model_kv_bytes_per_token(&mc), mc.block_size);
-    printf("# gemm %s (--gemm %s): %s\n", serve_model_uses_bf16(b.model) ? "bf16" : "f32",
+    uint64_t weight_bytes = 0, other_bytes = 0;
+    serve_model_device_bytes(b.model, &weight_bytes, &other_bytes);
+    printf("# gemm %s (--gemm %s): %s; model on the device: weights %.3g GB, activations and "
+           "temporaries %.3g GB\n", serve_model_uses_bf16(b.model) ? "bf16" : "f32",
            serve_gemm_mode_name(mc.gemm),
            !serve_model_uses_bf16(b.model) ? "CLBlast SGEMM, f32 weights"
            : serve_gemm_bf16_has_tensor_cores(serve_model_gemm_bf16(b.model))
                ? "bf16 weights, tensor-core kernels (portable kernel for shapes they refuse)"
-               : "bf16 weights, portable kernel (serve/gemm_bf16.cl)");
+               : "bf16 weights, portable kernel (serve/gemm_bf16.cl)",
+           weight_bytes / 1e9, other_bytes / 1e9);
     printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, prefix %d, question "
            "%d-%d, generate %d-%d, %d requests (+%d warm-up, excluded), %s\n",
            o.workload, o.wl.n_docs, o.wl.doc_len_min, o.wl.doc_len_max, o.wl.docs_per_request,

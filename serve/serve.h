@@ -43,7 +43,7 @@ const char *serve_last_error(void);
 /* ---- per-phase device time (phase_timer.c) ------------------------------ */
 
 typedef enum serve_phase {
-    SERVE_PHASE_GEMM = 0,        /* CLBlast projections and LM head */
+    SERVE_PHASE_GEMM = 0,        /* projections and LM head (CLBlast or bf16 GEMMs) */
     SERVE_PHASE_ATTENTION = 1,   /* lazyattn rope_apply, write_kv, prefill, decode */
     SERVE_PHASE_COPY = 2,        /* lazyattn_materialise (position-aware copy hits) */
     SERVE_PHASE_ELEMENTWISE = 3, /* embedding, RMSNorm, SwiGLU, argmax */
