@@ -986,9 +986,10 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     static const char *const modes[] = {"read", "back", "through"};
     printf("# rag_bench: %d serving processes, each its own context, model and LAZY cache of "
            "%.4g MiB\n", n, (double)o->budgets[o->n_budgets - 1] / (1 << 20));
-    printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, vocab %d; KV %s\n",
-           o->gguf ? o->gguf : o->model, mc->n_layers, mc->hidden, mc->n_heads, mc->n_kv_heads,
-           mc->head_dim, mc->vocab, mc->kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32");
+    printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, vocab %d; KV %s; "
+           "--gemm %s\n", o->gguf ? o->gguf : o->model, mc->n_layers, mc->hidden, mc->n_heads,
+           mc->n_kv_heads, mc->head_dim, mc->vocab,
+           mc->kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32", serve_gemm_mode_name(mc->gemm));
     printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, %d requests, "
            "replicated: every process serves all of them, process i from request i*%d/%d on\n",
            o->workload, o->wl.n_docs, o->wl.doc_len_min, o->wl.doc_len_max,
