@@ -11,7 +11,7 @@
  *    f16 weights that bf16 does not hold exactly) against a float64 forward
  *    that rounds weights and every GEMM input to bf16 at the points the
  *    model does: prefill logits and two decode steps, untied and tied LM
- *    head;
+ *    head; a weight past bf16's range refused;
  *  - device memory per mode: bf16 holds no f32 projection weights. */
 #include <math.h>
 #include <setjmp.h>
@@ -680,6 +680,36 @@ static void test_gguf_forward_vs_reference(void **state) {
     assert_true(plain[0] >= 20 * err[3]);
 }
 
+/* A GGUF weight that is finite in f32 but past bf16's largest finite value
+ * (3.39e38) is refused with FORMAT in bf16 mode (it would load as
+ * infinity); the f32 mode loads the same file. */
+static void test_gguf_bf16_overflow(void **state) {
+    bf_state *s = *state;
+    if (!s->ctx) skip();
+    gmodel g;
+    gmodel_make(&g, 0, 5);
+    gfind(&g, "blk.1.ffn_gate.weight")->v[7] = 3.4e38f;
+    gmodel_write(&g, tmp_path());
+    serve_gguf *gg = NULL;
+    CHECK(serve_gguf_open(tmp_path(), &gg));
+    serve_model_config cfg;
+    CHECK(serve_model_config_preset(&cfg, "tiny"));
+    CHECK(serve_gguf_model_config(gg, &cfg));
+    for (int mode = 0; mode < 2; mode++) {
+        cfg.gemm = mode ? SERVE_GEMM_BF16 : SERVE_GEMM_F32;
+        serve_model *m = NULL;
+        CHECK(serve_model_create(s->ctx, &cfg, &m));
+        int st = serve_model_load_gguf(m, gg);
+        printf("# %s: load -> %d %s\n", mode ? "bf16" : "f32", st, st ? serve_last_error() : "");
+        assert_int_equal(st, mode ? LAZYATTN_STATUS_FORMAT : 0);
+        if (mode) assert_non_null(strstr(serve_last_error(), "blk.1.ffn_gate.weight"));
+        serve_model_destroy(m);
+    }
+    serve_gguf_close(gg);
+    remove(tmp_path());
+    gmodel_free(&g);
+}
+
 /* ---- memory per mode ------------------------------------------------------ */
 
 /* The tiny preset in both modes: f32 weights are 4 bytes a parameter; bf16
@@ -718,6 +748,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_shapes),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_gguf_forward_vs_reference),
+        cmocka_unit_test(test_gguf_bf16_overflow),
         cmocka_unit_test(test_memory_per_mode),
     };
     return cmocka_run_group_tests_name("serve_bf16", tests, setup, teardown);
