@@ -5,6 +5,7 @@
  * at its stored position, lazyattn prefill/decode, output SGEMM + residual,
  * RMSNorm, SwiGLU MLP + residual] -> final RMSNorm -> LM head -> argmax. */
 #include "serve.h"
+#include "gemm_bf16.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -19,10 +20,14 @@ typedef struct serve_sources_entry {
 extern const serve_sources_entry serve_sources[];
 extern const int serve_sources_count;
 
-/* Projection weights are kept transposed on the device, [in, out], so that
- * CLBlast's indirect SGEMM reads them in place (row-major, no transpose):
- * an [out, in] weight would be copied into a transposed temporary on every
- * call, which for an 8B model is the whole model per forward. */
+/* f32 mode: projection weights are kept transposed on the device, [in, out],
+ * so that CLBlast's indirect SGEMM reads them in place (row-major, no
+ * transpose): an [out, in] weight would be copied into a transposed
+ * temporary on every call, which for an 8B model is the whole model per
+ * forward.
+ * bf16 mode: [out, in] bf16 as GGUF stores them (the bf16 GEMMs read W
+ * that way), Q/K/V and gate/up fused; wq, wk, wv, w_gate and w_up are then
+ * NULL, and wo, w_down hold bf16. */
 typedef struct serve_layer {
     cl_mem attn_norm; /* [hidden] */
     cl_mem wq;        /* [hidden, n_heads * head_dim] */
@@ -33,6 +38,8 @@ typedef struct serve_layer {
     cl_mem w_gate;    /* [hidden, ffn] */
     cl_mem w_up;      /* [hidden, ffn] */
     cl_mem w_down;    /* [ffn, hidden] */
+    cl_mem wqkv;      /* bf16 mode: [n_heads * head_dim + 2 * n_kv_heads * head_dim, hidden] */
+    cl_mem wgu;       /* bf16 mode: [2 * ffn, hidden]: gate rows, then up rows */
 } serve_layer;
 
 /* One host block a non-blocking upload reads from; reused once the write
@@ -56,22 +63,32 @@ struct serve_model {
 
     cl_mem tok_embd;    /* [vocab, hidden] */
     cl_mem output_norm; /* [hidden] */
-    cl_mem output;      /* [hidden, vocab]; a transposed copy of tok_embd when tied */
+    cl_mem output;      /* [hidden, vocab]; a transposed copy of tok_embd when tied
+                         * (bf16 mode: [vocab, hidden] bf16, tok_embd rounded when tied) */
     serve_layer *layers;
+
+    int bf16;              /* projections in bf16 (serve_gemm_mode resolved) */
+    serve_gemm_bf16 *gemm; /* bf16 mode */
 
     cl_program program;
     cl_kernel k_embed, k_rmsnorm, k_swiglu, k_argmax, k_fill;
+    cl_kernel k_rmsnorm_bf16, k_swiglu_bf16, k_to_bf16, k_fill_bf16;
     size_t wg_norm; /* power of two work-group size for the row kernels */
 
     /* scratch for max_rows tokens */
     cl_mem x;      /* [max_rows, hidden] residual stream */
-    cl_mem h;      /* [max_rows, hidden] normed */
+    cl_mem h;      /* [max_rows, hidden] normed (f32 mode) */
     cl_mem q;      /* [max_rows, n_heads * head_dim] */
     cl_mem k, v;   /* [max_rows, n_kv_heads * head_dim] */
     cl_mem att;    /* [max_rows, n_heads * head_dim] */
     cl_mem g, u;   /* [max_rows, ffn] */
     cl_mem logits; /* [max_rows, vocab] */
-    cl_mem gemm_temp; /* CLBlast's temporaries, sized for the largest projection */
+    cl_mem gemm_temp; /* CLBlast's temporaries, sized for the largest projection (f32 mode) */
+    /* bf16 mode: the GEMMs' X, [rows_pad, width] bf16, rows_pad = max_rows
+     * rounded up to SERVE_GEMM_ROW_PAD (the padding zeroed at create) */
+    cl_mem h_bf;   /* normed rows, width hidden */
+    cl_mem att_bf; /* attention output, width n_heads * head_dim */
+    cl_mem act_bf; /* SwiGLU product, width ffn */
     cl_mem tokens, q_pos, slots, stored_pos, next; /* [max_rows] int32 */
     cl_mem seq_offsets;                            /* [max_rows + 1] int32 */
     cl_mem table;     /* [table_cap] uint64 */
@@ -218,7 +235,11 @@ static int serve_build(serve_model *m) {
               {&m->k_rmsnorm, "serve_rmsnorm"},
               {&m->k_swiglu, "serve_swiglu"},
               {&m->k_argmax, "serve_argmax"},
-              {&m->k_fill, "serve_fill_uniform"}};
+              {&m->k_fill, "serve_fill_uniform"},
+              {&m->k_rmsnorm_bf16, "serve_rmsnorm_bf16"},
+              {&m->k_swiglu_bf16, "serve_swiglu_bf16"},
+              {&m->k_to_bf16, "serve_to_bf16"},
+              {&m->k_fill_bf16, "serve_fill_uniform_bf16"}};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         *ks[i].k = clCreateKernel(m->program, ks[i].name, &err);
         if (err != CL_SUCCESS) return serve_cl_fail(err, ks[i].name);
@@ -229,6 +250,11 @@ static int serve_build(serve_model *m) {
     size_t wg2 = 0;
     clGetKernelWorkGroupInfo(m->k_argmax, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg2, &wg2, NULL);
     if (wg2 < max_wg) max_wg = wg2;
+    if (m->bf16) {
+        clGetKernelWorkGroupInfo(m->k_rmsnorm_bf16, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg2,
+                                 &wg2, NULL);
+        if (wg2 < max_wg) max_wg = wg2;
+    }
     m->wg_norm = 1;
     while (m->wg_norm * 2 <= max_wg && m->wg_norm < 256) m->wg_norm *= 2;
     return LAZYATTN_STATUS_OK;
@@ -318,6 +344,66 @@ static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_fill_uniform");
 }
 
+/* ---- bf16 mode: elementwise kernels with bf16 results ---- */
+
+/* h_bf[0 .. n) = bf16(rmsnorm(x rows row0 .. row0 + n) * w) */
+static int serve_rmsnorm_bf16(serve_model *m, cl_mem w, int row0, int n) {
+    cl_kernel k = m->k_rmsnorm_bf16;
+    cl_int hidden = m->cfg.hidden, r0 = row0;
+    cl_float eps = m->cfg.rms_eps;
+    clSetKernelArg(k, 0, sizeof(cl_mem), &m->x);
+    clSetKernelArg(k, 1, sizeof(cl_mem), &w);
+    clSetKernelArg(k, 2, sizeof(cl_mem), &m->h_bf);
+    clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
+    clSetKernelArg(k, 4, sizeof(cl_float), &eps);
+    clSetKernelArg(k, 5, sizeof(cl_int), &r0);
+    clSetKernelArg(k, 6, m->wg_norm * sizeof(float), NULL);
+    size_t global = (size_t)n * m->wg_norm, local = m->wg_norm;
+    return serve_run(m, k, 1, &global, &local, "serve_rmsnorm_bf16");
+}
+
+/* act_bf = bf16(silu(g) * u) over n rows */
+static int serve_swiglu_bf16(serve_model *m, int n) {
+    cl_kernel k = m->k_swiglu_bf16;
+    cl_ulong count = (cl_ulong)n * (cl_ulong)m->cfg.ffn;
+    clSetKernelArg(k, 0, sizeof(cl_mem), &m->g);
+    clSetKernelArg(k, 1, sizeof(cl_mem), &m->u);
+    clSetKernelArg(k, 2, sizeof(cl_mem), &m->act_bf);
+    clSetKernelArg(k, 3, sizeof(cl_ulong), &count);
+    size_t global = serve_round_up((size_t)count, 64), local = 64;
+    return serve_run(m, k, 1, &global, &local, "serve_swiglu_bf16");
+}
+
+/* dst[0 .. count) = bf16(src) */
+static int serve_to_bf16(serve_model *m, cl_mem src, cl_mem dst, size_t count) {
+    cl_kernel k = m->k_to_bf16;
+    cl_ulong n = count;
+    clSetKernelArg(k, 0, sizeof(cl_mem), &src);
+    clSetKernelArg(k, 1, sizeof(cl_mem), &dst);
+    clSetKernelArg(k, 2, sizeof(cl_ulong), &n);
+    size_t global = serve_round_up(count, 64), local = 64;
+    return serve_run(m, k, 1, &global, &local, "serve_to_bf16");
+}
+
+/* w[dst_off ..] = the [n_out, n_in] bf16 weight of the f32 fill of seed
+ * (serve_fill_uniform_bf16) */
+static int serve_fill_bf16(serve_model *m, cl_mem w, uint64_t dst_off, uint64_t n_out,
+                           uint64_t n_in, uint64_t seed, float scale, float offset) {
+    cl_kernel k = m->k_fill_bf16;
+    cl_ulong co = dst_off, cn = n_out, ci = n_in, cs = seed;
+    uint64_t n = n_out * n_in;
+    clSetKernelArg(k, 0, sizeof(cl_mem), &w);
+    clSetKernelArg(k, 1, sizeof(cl_ulong), &co);
+    clSetKernelArg(k, 2, sizeof(cl_ulong), &cn);
+    clSetKernelArg(k, 3, sizeof(cl_ulong), &ci);
+    clSetKernelArg(k, 4, sizeof(cl_ulong), &cs);
+    clSetKernelArg(k, 5, sizeof(cl_float), &scale);
+    clSetKernelArg(k, 6, sizeof(cl_float), &offset);
+    size_t global = (size_t)(n < 65536 * 64 ? serve_round_up(n, 64) : 65536 * 64), local = 64;
+    cl_int err = clEnqueueNDRangeKernel(m->queue, k, 1, NULL, &global, &local, 0, NULL, NULL);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_fill_uniform_bf16");
+}
+
 /* ---- create / destroy ---- */
 
 void serve_model_destroy(serve_model *m) {
@@ -326,8 +412,8 @@ void serve_model_destroy(serve_model *m) {
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             serve_layer *L = &m->layers[l];
-            cl_mem *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                            &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+            cl_mem *ws[] = {&L->attn_norm, &L->wq,     &L->wk,   &L->wv,   &L->wo,  &L->ffn_norm,
+                            &L->w_gate,    &L->w_up,   &L->w_down, &L->wqkv, &L->wgu};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) serve_release(ws[i]);
         }
         free(m->layers);
@@ -335,12 +421,15 @@ void serve_model_destroy(serve_model *m) {
     cl_mem *bufs[] = {&m->tok_embd, &m->output_norm, &m->output, &m->x, &m->h, &m->q, &m->k,
                       &m->v, &m->att, &m->g, &m->u, &m->logits, &m->tokens, &m->q_pos,
                       &m->slots, &m->stored_pos, &m->next, &m->seq_offsets, &m->table,
-                      &m->entry_pos, &m->gemm_temp, &m->q_indptr, &m->table_indptr};
+                      &m->entry_pos, &m->gemm_temp, &m->q_indptr, &m->table_indptr,
+                      &m->h_bf, &m->att_bf, &m->act_bf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) serve_release(bufs[i]);
-    cl_kernel ks[] = {m->k_embed, m->k_rmsnorm, m->k_swiglu, m->k_argmax, m->k_fill};
+    cl_kernel ks[] = {m->k_embed,        m->k_rmsnorm,      m->k_swiglu,  m->k_argmax, m->k_fill,
+                      m->k_rmsnorm_bf16, m->k_swiglu_bf16, m->k_to_bf16, m->k_fill_bf16};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i]) clReleaseKernel(ks[i]);
     if (m->program) clReleaseProgram(m->program);
+    serve_gemm_bf16_destroy(m->gemm);
     lazyattn_attention_destroy(m->attn);
     free(m);
 }
@@ -369,7 +458,10 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
         serve_lz_fail(st, "lazyattn_attention_create");
         goto fail;
     }
+    m->bf16 = c->gemm == SERVE_GEMM_BF16 ||
+              (c->gemm == SERVE_GEMM_AUTO && lazyattn_context_fast_path(ctx));
     if ((st = serve_build(m))) goto fail;
+    if (m->bf16 && (st = serve_gemm_bf16_create(ctx, &m->gemm))) goto fail;
 
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) {
@@ -378,8 +470,18 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
     }
     if ((st = serve_alloc(m, V * h * f, &m->tok_embd, "token_embd"))) goto fail;
     if ((st = serve_alloc(m, h * f, &m->output_norm, "output_norm"))) goto fail;
-    if ((st = serve_alloc(m, V * h * f, &m->output, "output"))) goto fail;
-    for (int l = 0; l < c->n_layers; l++) {
+    if ((st = serve_alloc(m, V * h * (m->bf16 ? 2 : f), &m->output, "output"))) goto fail;
+    for (int l = 0; m->bf16 && l < c->n_layers; l++) {
+        serve_layer *L = &m->layers[l];
+        if ((st = serve_alloc(m, h * f, &L->attn_norm, "attn_norm")) ||
+            (st = serve_alloc(m, (qd + 2 * kvd) * h * 2, &L->wqkv, "attn_qkv (bf16)")) ||
+            (st = serve_alloc(m, h * qd * 2, &L->wo, "attn_output (bf16)")) ||
+            (st = serve_alloc(m, h * f, &L->ffn_norm, "ffn_norm")) ||
+            (st = serve_alloc(m, 2 * ff * h * 2, &L->wgu, "ffn_gate_up (bf16)")) ||
+            (st = serve_alloc(m, h * ff * 2, &L->w_down, "ffn_down (bf16)")))
+            goto fail;
+    }
+    for (int l = 0; !m->bf16 && l < c->n_layers; l++) {
         serve_layer *L = &m->layers[l];
         if ((st = serve_alloc(m, h * f, &L->attn_norm, "attn_norm")) ||
             (st = serve_alloc(m, qd * h * f, &L->wq, "attn_q")) ||
@@ -393,7 +495,7 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
             goto fail;
     }
     if ((st = serve_alloc(m, R * h * f, &m->x, "x")) ||
-        (st = serve_alloc(m, R * h * f, &m->h, "h")) ||
+        (!m->bf16 && (st = serve_alloc(m, R * h * f, &m->h, "h"))) ||
         (st = serve_alloc(m, R * qd * f, &m->q, "q")) ||
         (st = serve_alloc(m, R * kvd * f, &m->k, "k")) ||
         (st = serve_alloc(m, R * kvd * f, &m->v, "v")) ||
@@ -409,6 +511,26 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
         (st = serve_alloc(m, (R + 1) * 4, &m->seq_offsets, "seq_offsets")) ||
         (st = serve_table_reserve(m, 256)) || (st = serve_indptr_reserve(m, 64)))
         goto fail;
+    if (m->bf16) {
+        /* the GEMMs' X: max_rows rounded up to the row padding the bf16
+         * kernels may read, zeroed once (the padding is read, never used) */
+        size_t Rp = serve_round_up(R, SERVE_GEMM_ROW_PAD);
+        cl_mem *xs[3] = {&m->h_bf, &m->att_bf, &m->act_bf};
+        size_t widths[3] = {h, qd, ff};
+        const char *names[3] = {"h (bf16)", "att (bf16)", "act (bf16)"};
+        for (int i = 0; i < 3; i++) {
+            if ((st = serve_alloc(m, Rp * widths[i] * 2, xs[i], names[i]))) goto fail;
+            cl_ushort zero = 0;
+            cl_int err = clEnqueueFillBuffer(m->queue, *xs[i], &zero, sizeof zero, 0,
+                                             Rp * widths[i] * 2, 0, NULL, NULL);
+            if (err != CL_SUCCESS) {
+                st = serve_cl_fail(err, "clEnqueueFillBuffer");
+                goto fail;
+            }
+        }
+        *out = m;
+        return LAZYATTN_STATUS_OK;
+    }
     /* CLBlast temporaries: the largest over every projection and the LM
      * head, for any rows <= max_rows at any offset. A call of fewer rows
      * pads them up to CLBlast's tile (max_rows may need no padding at all),
@@ -444,6 +566,36 @@ serve_timer *serve_model_timer(const serve_model *m) { return m ? m->timer : NUL
 cl_context serve_model_cl_context(const serve_model *m) { return m ? m->cl : NULL; }
 cl_command_queue serve_model_queue(const serve_model *m) { return m ? m->queue : NULL; }
 lazyattn_context *serve_model_context(const serve_model *m) { return m ? m->ctx : NULL; }
+int serve_model_uses_bf16(const serve_model *m) { return m ? m->bf16 : 0; }
+serve_gemm_bf16 *serve_model_gemm_bf16(serve_model *m) { return m ? m->gemm : NULL; }
+
+static uint64_t serve_bytes_of(cl_mem b) {
+    size_t n = 0;
+    if (b && clGetMemObjectInfo(b, CL_MEM_SIZE, sizeof n, &n, NULL) != CL_SUCCESS) n = 0;
+    return n;
+}
+
+void serve_model_device_bytes(const serve_model *m, uint64_t *weights, uint64_t *scratch) {
+    uint64_t w = 0, other = 0;
+    if (m) {
+        w += serve_bytes_of(m->tok_embd) + serve_bytes_of(m->output_norm) +
+             serve_bytes_of(m->output);
+        for (int l = 0; m->layers && l < m->cfg.n_layers; l++) {
+            const serve_layer *L = &m->layers[l];
+            cl_mem ws[] = {L->attn_norm, L->wq,   L->wk,     L->wv,   L->wo,  L->ffn_norm,
+                           L->w_gate,    L->w_up, L->w_down, L->wqkv, L->wgu};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) w += serve_bytes_of(ws[i]);
+        }
+        cl_mem bufs[] = {m->x,      m->h,          m->q,       m->k,          m->v,
+                         m->att,    m->g,          m->u,       m->logits,     m->tokens,
+                         m->q_pos,  m->slots,      m->stored_pos, m->next,    m->seq_offsets,
+                         m->table,  m->entry_pos,  m->gemm_temp, m->q_indptr, m->table_indptr,
+                         m->h_bf,   m->att_bf,     m->act_bf};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) other += serve_bytes_of(bufs[i]);
+    }
+    if (weights) *weights = w;
+    if (scratch) *scratch = other;
+}
 
 /* ---- weights ---- */
 
@@ -464,8 +616,35 @@ int serve_model_init_random(serve_model *m, uint64_t seed) {
                         scale, offset);                                                     \
         if (st) return st;                                                                  \
     } while (0)
+/* bf16 mode: the same tensor's elements, [n_out, n_in] from dst_off */
+#define SERVE_FILL_BF16(buf, dst_off, n_out, n_in, scale, offset)                           \
+    do {                                                                                    \
+        tensor++;                                                                           \
+        st = serve_fill_bf16(m, buf, dst_off, n_out, n_in,                                  \
+                             seed * 0x100000001B3ull + tensor * 0xD1B54A32D192ED03ull,      \
+                             scale, offset);                                                \
+        if (st) return st;                                                                  \
+    } while (0)
     SERVE_FILL(m->tok_embd, c->vocab * h, a_1, 0.0f);
     SERVE_FILL(m->output_norm, h, 0.1f, 1.0f);
+    if (m->bf16) { /* tensor for tensor as below, so the seeds match */
+        SERVE_FILL_BF16(m->output, 0, c->vocab, h, a_h, 0.0f);
+        for (int l = 0; l < c->n_layers; l++) {
+            serve_layer *L = &m->layers[l];
+            SERVE_FILL(L->attn_norm, h, 0.1f, 1.0f);
+            SERVE_FILL_BF16(L->wqkv, 0, qd, h, a_h, 0.0f);
+            SERVE_FILL_BF16(L->wqkv, qd * h, kvd, h, a_h, 0.0f);
+            SERVE_FILL_BF16(L->wqkv, (qd + kvd) * h, kvd, h, a_h, 0.0f);
+            SERVE_FILL_BF16(L->wo, 0, h, qd, a_q, 0.0f);
+            SERVE_FILL(L->ffn_norm, h, 0.1f, 1.0f);
+            SERVE_FILL_BF16(L->wgu, 0, ff, h, a_h, 0.0f);
+            SERVE_FILL_BF16(L->wgu, ff * h, ff, h, a_h, 0.0f);
+            SERVE_FILL_BF16(L->w_down, 0, h, ff, a_f, 0.0f);
+        }
+        cl_int err = clFinish(m->queue);
+        return err == CL_SUCCESS ? LAZYATTN_STATUS_OK
+                                 : serve_cl_fail(err, "serve_model_init_random");
+    }
     /* tied: a random LM head stands in for the transposed embedding */
     SERVE_FILL(m->output, c->vocab * h, a_h, 0.0f);
     for (int l = 0; l < c->n_layers; l++) {
@@ -481,15 +660,23 @@ int serve_model_init_random(serve_model *m, uint64_t seed) {
         SERVE_FILL(L->w_down, h * ff, a_f, 0.0f);
     }
 #undef SERVE_FILL
+#undef SERVE_FILL_BF16
     cl_int err = clFinish(m->queue);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_model_init_random");
 }
 
+/* How serve_load_tensor stores a tensor. */
+enum { SERVE_LOAD_F32 = 0, SERVE_LOAD_F32_T = 1, SERVE_LOAD_BF16 = 2 };
+
 /* Reads one GGUF tensor, checks its shape (ggml order: dims[0] = d0 is the
- * innermost, so the tensor is [d1, d0] row-major) and uploads it as f32,
- * transposed to [d0, d1] when transpose is set. host, tmp: [d0 * d1]. */
+ * innermost, so the tensor is [d1, d0] row-major) and uploads it as f32
+ * (SERVE_LOAD_F32), transposed to [d0, d1] (SERVE_LOAD_F32_T), or rounded
+ * to bf16 as it is, [d1, d0], from element dst_off of dst (SERVE_LOAD_BF16:
+ * one part of a fused weight). host, tmp: [d0 * d1]. */
 static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *name, uint64_t d0,
-                             uint64_t d1, int transpose, cl_mem dst, float *host, float *tmp) {
+                             uint64_t d1, int how, cl_mem dst, uint64_t dst_off, float *host,
+                             float *tmp) {
+    int transpose = how == SERVE_LOAD_F32_T;
     const serve_gguf_tensor *t;
     int st = serve_gguf_find_tensor(g, name, &t);
     if (st) return serve_fail(st, "GGUF: tensor %s missing", name);
@@ -505,6 +692,20 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
         if (!isfinite(host[i]))
             return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s element %llu is %g", name,
                               (unsigned long long)i, (double)host[i]);
+    if (how == SERVE_LOAD_BF16) {
+        /* round to nearest even on the host, into tmp (as many bytes as d0 * d1 uint16) */
+        uint16_t *bits = (uint16_t *)tmp;
+        for (uint64_t i = 0; i < d0 * d1; i++) {
+            bits[i] = serve_bf16_of(host[i]);
+            if ((bits[i] & 0x7F80u) == 0x7F80u) /* finite in f32, past bf16's range */
+                return serve_fail(LAZYATTN_STATUS_FORMAT,
+                                  "GGUF: tensor %s element %llu = %g overflows bf16", name,
+                                  (unsigned long long)i, (double)host[i]);
+        }
+        cl_int err = clEnqueueWriteBuffer(m->queue, dst, CL_TRUE, (size_t)dst_off * 2,
+                                          (size_t)(d0 * d1) * 2, bits, 0, NULL, NULL);
+        return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "upload weights");
+    }
     const float *src = host;
     if (transpose && d1 > 1) {
         /* [d1, d0] -> [d0, d1] in tiles, for the cache's sake */
@@ -536,13 +737,41 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
         free(tmp);
         return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_model_load_gguf");
     }
-    int st = serve_load_tensor(m, g, "token_embd.weight", h, V, 0, m->tok_embd, host, tmp);
-    if (!st) st = serve_load_tensor(m, g, "output_norm.weight", h, 1, 0, m->output_norm, host, tmp);
+    int proj = m->bf16 ? SERVE_LOAD_BF16 : SERVE_LOAD_F32_T;
+    int st = serve_load_tensor(m, g, "token_embd.weight", h, V, SERVE_LOAD_F32, m->tok_embd, 0,
+                               host, tmp);
+    if (!st)
+        st = serve_load_tensor(m, g, "output_norm.weight", h, 1, SERVE_LOAD_F32, m->output_norm, 0,
+                               host, tmp);
     if (!st)
         st = serve_load_tensor(m, g, c->tied_embeddings ? "token_embd.weight" : "output.weight", h,
-                               V, 1, m->output, host, tmp);
+                               V, proj, m->output, 0, host, tmp);
     char name[96];
-    for (int l = 0; l < c->n_layers && !st; l++) {
+    for (int l = 0; m->bf16 && l < c->n_layers && !st; l++) {
+        /* [out, in] as stored, q/k/v and gate/up packed row after row */
+        serve_layer *L = &m->layers[l];
+        struct {
+            const char *suffix;
+            uint64_t d0, d1;
+            int how;
+            cl_mem dst;
+            uint64_t off;
+        } ts[] = {{"attn_norm", h, 1, SERVE_LOAD_F32, L->attn_norm, 0},
+                  {"attn_q", h, qd, SERVE_LOAD_BF16, L->wqkv, 0},
+                  {"attn_k", h, kvd, SERVE_LOAD_BF16, L->wqkv, qd * h},
+                  {"attn_v", h, kvd, SERVE_LOAD_BF16, L->wqkv, (qd + kvd) * h},
+                  {"attn_output", qd, h, SERVE_LOAD_BF16, L->wo, 0},
+                  {"ffn_norm", h, 1, SERVE_LOAD_F32, L->ffn_norm, 0},
+                  {"ffn_gate", h, ff, SERVE_LOAD_BF16, L->wgu, 0},
+                  {"ffn_up", h, ff, SERVE_LOAD_BF16, L->wgu, ff * h},
+                  {"ffn_down", ff, h, SERVE_LOAD_BF16, L->w_down, 0}};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0] && !st; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, ts[i].suffix);
+            st = serve_load_tensor(m, g, name, ts[i].d0, ts[i].d1, ts[i].how, ts[i].dst, ts[i].off,
+                                   host, tmp);
+        }
+    }
+    for (int l = 0; !m->bf16 && l < c->n_layers && !st; l++) {
         serve_layer *L = &m->layers[l];
         struct {
             const char *suffix;
@@ -555,7 +784,8 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
                   {"ffn_down", ff, h, L->w_down}};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0] && !st; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, ts[i].suffix);
-            st = serve_load_tensor(m, g, name, ts[i].d0, ts[i].d1, 1, ts[i].dst, host, tmp);
+            st = serve_load_tensor(m, g, name, ts[i].d0, ts[i].d1, SERVE_LOAD_F32_T, ts[i].dst, 0,
+                                   host, tmp);
         }
     }
     free(host);
@@ -592,14 +822,63 @@ static int serve_gemm_m(serve_model *m, int rows, int out, int in, cl_mem a, siz
 
 static cl_event *serve_ev(serve_model *m, serve_phase p) { return serve_timer_slot(m->timer, p); }
 
+/* A bf16 projection of n rows of X (rows from 0) through the dispatcher,
+ * timed on the host as the GEMM phase. outs: the column ranges (cols, ld
+ * and offset 0 each), summing to out. */
+static int serve_gemm_b(serve_model *m, int n, int in, cl_mem x, cl_mem w, int n_outs,
+                        const cl_mem *bufs, const int *cols, int accumulate) {
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = n, a.in = in, a.x = x, a.w = w, a.n_outs = n_outs, a.accumulate = accumulate;
+    for (int r = 0; r < n_outs; r++) {
+        a.outs[r] = (serve_gemm_out){bufs[r], 0, cols[r], cols[r]};
+        a.out += cols[r];
+    }
+    double t0 = serve_now();
+    int st = serve_gemm_bf16_run(m->gemm, m->queue, &a, serve_timer_slot(m->timer, SERVE_PHASE_GEMM));
+    serve_host_add(m, SERVE_PHASE_GEMM, t0);
+    return st;
+}
+
 /* The layers shared by prefill and decode: x[n, hidden] in, x out.
  * attend() runs the attention of layer l from m->q into m->att. Queries are
  * rotated at q_pos, keys written at stored_pos ([n] int32 each: the
  * uploaded rows, or a device plan's q_pos in decode). */
 typedef int (*serve_attend_fn)(serve_model *m, lazyattn_pool *pool, int layer, const void *args);
 
+/* serve_layers in bf16 mode: fused QKV and gate/up, bf16 GEMM inputs. */
+static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
+                             cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    const serve_model_config *c = &m->cfg;
+    int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    cl_mem qkv[3] = {m->q, m->k, m->v}, gu[2] = {m->g, m->u};
+    int qkv_cols[3] = {qd, kvd, kvd}, gu_cols[2] = {c->ffn, c->ffn};
+    for (int l = 0; l < c->n_layers; l++) {
+        serve_layer *L = &m->layers[l];
+        SERVE_TRY(serve_rmsnorm_bf16(m, L->attn_norm, 0, n));
+        SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wqkv, 3, qkv, qkv_cols, 0));
+        SERVE_TRY_LZ(lazyattn_rope_apply(m->attn, n, c->n_heads, m->q, q_pos, m->queue,
+                                         serve_ev(m, SERVE_PHASE_ATTENTION)),
+                     "lazyattn_rope_apply");
+        SERVE_TRY_LZ(lazyattn_write_kv(m->attn, pool, l, n, m->k, m->v, m->slots, stored_pos,
+                                       m->queue, serve_ev(m, SERVE_PHASE_ATTENTION)),
+                     "lazyattn_write_kv");
+        SERVE_TRY(attend(m, pool, l, args));
+        /* f32 attention output, converted: a bf16 out_dtype would make the
+         * NVIDIA fast path fall back to lazyattn's portable kernels */
+        SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * qd));
+        SERVE_TRY(serve_gemm_b(m, n, qd, m->att_bf, L->wo, 1, &m->x, &h, 1));
+        SERVE_TRY(serve_rmsnorm_bf16(m, L->ffn_norm, 0, n));
+        SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wgu, 2, gu, gu_cols, 0));
+        SERVE_TRY(serve_swiglu_bf16(m, n));
+        SERVE_TRY(serve_gemm_b(m, n, c->ffn, m->act_bf, L->w_down, 1, &m->x, &h, 1));
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
 static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                         cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    if (m->bf16) return serve_layers_bf16(m, pool, n, q_pos, stored_pos, attend, args);
     const serve_model_config *c = &m->cfg;
     int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
@@ -630,9 +909,14 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
 /* Final norm of rows [row0, row0 + n), LM head into logits[0 .. n), argmax. */
 static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     const serve_model_config *c = &m->cfg;
-    SERVE_TRY(serve_rmsnorm(m, m->x, m->output_norm, m->h, row0, n));
-    SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * c->hidden,
-                         m->output, m->logits, 0, 0.0f));
+    if (m->bf16) { /* normed rows at h_bf's row 0 */
+        SERVE_TRY(serve_rmsnorm_bf16(m, m->output_norm, row0, n));
+        SERVE_TRY(serve_gemm_b(m, n, c->hidden, m->h_bf, m->output, 1, &m->logits, &c->vocab, 0));
+    } else {
+        SERVE_TRY(serve_rmsnorm(m, m->x, m->output_norm, m->h, row0, n));
+        SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * c->hidden,
+                               m->output, m->logits, 0, 0.0f));
+    }
     SERVE_TRY(serve_argmax(m, n));
     double t0 = serve_now(), c0 = serve_thread_cpu_now();
     cl_int err = clEnqueueReadBuffer(m->queue, m->next, CL_TRUE, 0, (size_t)n * sizeof(int32_t),

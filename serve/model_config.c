@@ -73,6 +73,8 @@ int serve_model_config_check(const serve_model_config *c) {
     SERVE_CHECK(c->max_rows >= 1 && c->max_rows <= (1 << 16), "max_rows %d outside 1..65536",
                 c->max_rows);
     SERVE_CHECK(lazyattn_dtype_size(c->kv_dtype) != 0, "unknown kv dtype %d", (int)c->kv_dtype);
+    SERVE_CHECK(c->gemm == SERVE_GEMM_AUTO || c->gemm == SERVE_GEMM_F32 || c->gemm == SERVE_GEMM_BF16,
+                "gemm mode %d (auto 0, f32 1, bf16 2)", (int)c->gemm);
 #undef SERVE_CHECK
     return LAZYATTN_STATUS_OK;
 }
@@ -111,4 +113,25 @@ void serve_model_pool_config(const serve_model_config *c, uint64_t budget_bytes,
 uint64_t serve_model_kv_bytes_per_token(const serve_model_config *c) {
     return 2ull * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim *
            lazyattn_dtype_size(c->kv_dtype);
+}
+
+const char *serve_gemm_mode_name(serve_gemm_mode mode) {
+    switch (mode) {
+    case SERVE_GEMM_AUTO: return "auto";
+    case SERVE_GEMM_F32: return "f32";
+    case SERVE_GEMM_BF16: return "bf16";
+    }
+    return "?";
+}
+
+int serve_gemm_mode_parse(const char *name, serve_gemm_mode *out) {
+    if (!name || !out)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gemm_mode_parse: NULL argument");
+    for (int i = SERVE_GEMM_AUTO; i <= SERVE_GEMM_BF16; i++)
+        if (strcmp(name, serve_gemm_mode_name((serve_gemm_mode)i)) == 0) {
+            *out = (serve_gemm_mode)i;
+            return LAZYATTN_STATUS_OK;
+        }
+    return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "unknown gemm mode \"%s\" (auto, f32, bf16)",
+                      name);
 }

@@ -85,6 +85,7 @@ typedef struct bench_options {
     int rounds;             /* --processes: rounds of (separate, shared) */
     int no_device_plans;
     int no_batched_prefill;
+    int gemm;               /* serve_gemm_mode */
 } bench_options;
 
 static const char usage_text[] =
@@ -107,6 +108,8 @@ static const char usage_text[] =
     "  --run-seconds S           stop admitting requests S seconds into a run\n"
     "  --max-rows N              most tokens per forward (prefill chunk, 1..65536)\n"
     "  --kv-f32                  K/V stored as f32 (default f16)\n"
+    "  --gemm auto|f32|bf16      projections: f32 CLBlast or bf16 weights and GEMMs (default\n"
+    "                            auto: bf16 on NVIDIA compute capability >= 8, else f32)\n"
     "  --no-profiling            queue without profiling (no device time per phase)\n"
     "  --no-device-plans         upload host tables every forward (to compare host time)\n"
     "  --no-batched-prefill      one forward per prefill segment chunk, tables repacked per\n"
@@ -250,6 +253,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--no-device-plans", .type = CLI_FLAG, .dest = &o->no_device_plans},
         {.name = "--no-batched-prefill", .type = CLI_FLAG, .dest = &o->no_batched_prefill},
         {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
+        {.name = "--gemm", .type = CLI_ENUM, .dest = &o->gemm, .choices = "auto|f32|bf16"},
         {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
         {.name = "--tier-mode", .type = CLI_ENUM, .dest = &o->tier_mode, .choices = "read|back|through"},
         {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
@@ -982,9 +986,10 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     static const char *const modes[] = {"read", "back", "through"};
     printf("# rag_bench: %d serving processes, each its own context, model and LAZY cache of "
            "%.4g MiB\n", n, (double)o->budgets[o->n_budgets - 1] / (1 << 20));
-    printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, vocab %d; KV %s\n",
-           o->gguf ? o->gguf : o->model, mc->n_layers, mc->hidden, mc->n_heads, mc->n_kv_heads,
-           mc->head_dim, mc->vocab, mc->kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32");
+    printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, vocab %d; KV %s; "
+           "--gemm %s\n", o->gguf ? o->gguf : o->model, mc->n_layers, mc->hidden, mc->n_heads,
+           mc->n_kv_heads, mc->head_dim, mc->vocab,
+           mc->kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32", serve_gemm_mode_name(mc->gemm));
     printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, %d requests, "
            "replicated: every process serves all of them, process i from request i*%d/%d on\n",
            o->workload, o->wl.n_docs, o->wl.doc_len_min, o->wl.doc_len_max,
@@ -1089,6 +1094,7 @@ int main(int argc, char **argv) {
     }
     if (o.max_rows > 0) mc.max_rows = o.max_rows;
     if (o.kv_f32) mc.kv_dtype = LAZYATTN_DTYPE_F32;
+    mc.gemm = (serve_gemm_mode)o.gemm; /* the choices' order is the enum's */
     if (mc.max_rows < o.max_batch) o.max_batch = mc.max_rows;
     o.wl.vocab_size = mc.vocab;
     if (o.n_budgets == 0) {
@@ -1137,11 +1143,22 @@ int main(int argc, char **argv) {
                o.tier_mode == LAZYATTN_TIER_READ_ONLY ? "read"
                : o.tier_mode == LAZYATTN_TIER_WRITE_BACK ? "back" : "through");
     printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, FFN %d, vocab %d "
-           "(%.3g M params, f32 weights %s, %.1f s to set up and build kernels); KV %s, %llu B/token, block %d\n",
+           "(%.3g M params, %s weights %s, %.1f s to set up and build kernels); KV %s, %llu B/token, block %d\n",
            o.gguf ? o.gguf : o.model, mc.n_layers, mc.hidden, mc.n_heads, mc.n_kv_heads,
            mc.head_dim, mc.ffn, mc.vocab, serve_model_config_n_params(&mc) / 1e6,
+           serve_model_uses_bf16(b.model) ? "bf16" : "f32",
            o.gguf ? "from GGUF" : "random", t_model, mc.kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32",
            (unsigned long long)serve_model_kv_bytes_per_token(&mc), mc.block_size);
+    uint64_t weight_bytes = 0, other_bytes = 0;
+    serve_model_device_bytes(b.model, &weight_bytes, &other_bytes);
+    printf("# gemm %s (--gemm %s): %s; model on the device: weights %.3g GB, activations and "
+           "temporaries %.3g GB\n", serve_model_uses_bf16(b.model) ? "bf16" : "f32",
+           serve_gemm_mode_name(mc.gemm),
+           !serve_model_uses_bf16(b.model) ? "CLBlast SGEMM, f32 weights"
+           : serve_gemm_bf16_has_tensor_cores(serve_model_gemm_bf16(b.model))
+               ? "bf16 weights, tensor-core kernels (portable kernel for shapes they refuse)"
+               : "bf16 weights, portable kernel (serve/gemm_bf16.cl)",
+           weight_bytes / 1e9, other_bytes / 1e9);
     printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, prefix %d, question "
            "%d-%d, generate %d-%d, %d requests (+%d warm-up, excluded), %s\n",
            o.workload, o.wl.n_docs, o.wl.doc_len_min, o.wl.doc_len_max, o.wl.docs_per_request,

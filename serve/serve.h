@@ -4,14 +4,17 @@
  * the end-to-end RAG serving benchmark (rag_bench.c).
  *
  * Projections are CLBlast SGEMMs (f32: NVIDIA's OpenCL has no fp16
- * extension); attention, RoPE and the K/V writes are lazyattn's kernels over
- * block tables; the elementwise kernels live in serve/model_kernels.cl.
+ * extension) or, in bf16 mode (serve_gemm_mode; the default on NVIDIA
+ * compute capability >= 8), bf16 GEMMs (gemm_bf16.c); attention, RoPE and
+ * the K/V writes are lazyattn's kernels over block tables; the elementwise
+ * kernels live in serve/model_kernels.cl.
  *
  * Conventions as in lazyattn.h: int status returns (lazyattn_status
  * values), serve_last_error() for the detail, destroy(NULL) is a no-op,
  * nothing exits or asserts on bad input. Shapes are row-major, outermost
- * first. A weight matrix is [out, in] in GGUF / PyTorch; on the device it
- * is kept transposed, [in, out], and a projection is y[n, out] = x[n, in] . Wt.
+ * first. A weight matrix is [out, in] in GGUF / PyTorch; in f32 mode it is
+ * kept transposed on the device, [in, out], and a projection is
+ * y[n, out] = x[n, in] . Wt; in bf16 mode it stays [out, in].
  */
 #ifndef SERVE_H
 #define SERVE_H
@@ -40,7 +43,7 @@ const char *serve_last_error(void);
 /* ---- per-phase device time (phase_timer.c) ------------------------------ */
 
 typedef enum serve_phase {
-    SERVE_PHASE_GEMM = 0,        /* CLBlast projections and LM head */
+    SERVE_PHASE_GEMM = 0,        /* projections and LM head (CLBlast or bf16 GEMMs) */
     SERVE_PHASE_ATTENTION = 1,   /* lazyattn rope_apply, write_kv, prefill, decode */
     SERVE_PHASE_COPY = 2,        /* lazyattn_materialise (position-aware copy hits) */
     SERVE_PHASE_ELEMENTWISE = 3, /* embedding, RMSNorm, SwiGLU, argmax */
@@ -87,6 +90,29 @@ const char *serve_phase_name(serve_phase phase);
 
 /* ---- model configuration (model_config.c) ------------------------------- */
 
+/* How the model's projections (and LM head) run.
+ *   AUTO: BF16 on the vendor fast path (lazyattn_context_fast_path: NVIDIA,
+ *         compute capability >= 8), else F32; so PoCL and other devices keep
+ *         the f32 CLBlast path.
+ *   F32:  f32 weights, kept transposed [in, out], CLBlast SGEMM (gemm.c).
+ *   BF16: bf16 weights [out, in] as GGUF / PyTorch store them, with fused
+ *         QKV ([q_dim + 2 kv_dim, hidden] -> q, k, v) and fused gate/up
+ *         ([2 ffn, hidden] -> g, u); GEMM inputs (the normed rows, the
+ *         attention output, the SwiGLU product) in bf16, f32 accumulation
+ *         and f32 results (gemm_bf16.c: the tensor-core kernels where
+ *         built in and covering the device and shape, else the portable
+ *         kernel). No f32 copy of the projection weights is allocated. */
+typedef enum serve_gemm_mode {
+    SERVE_GEMM_AUTO = 0,
+    SERVE_GEMM_F32 = 1,
+    SERVE_GEMM_BF16 = 2
+} serve_gemm_mode;
+
+/* "auto", "f32", "bf16" ("?" for another value). */
+const char *serve_gemm_mode_name(serve_gemm_mode mode);
+/* The names above; INVALID_ARGUMENT for another string. */
+int serve_gemm_mode_parse(const char *name, serve_gemm_mode *out);
+
 typedef struct serve_model_config {
     int n_layers;
     int hidden;     /* model width */
@@ -101,6 +127,7 @@ typedef struct serve_model_config {
     lazyattn_dtype kv_dtype;
     int tied_embeddings;   /* 1: the LM head is token_embd */
     int max_rows;          /* most tokens of one forward (prefill chunk or decode batch) */
+    serve_gemm_mode gemm;  /* projection path, AUTO in every preset */
 } serve_model_config;
 
 /* "tiny" (tests), "small" (the README default), "8b" (Llama-3.1-8B shape,
@@ -181,12 +208,24 @@ cl_context serve_model_cl_context(const serve_model *m);
 cl_command_queue serve_model_queue(const serve_model *m);
 lazyattn_context *serve_model_context(const serve_model *m);
 
+/* 1 when the model's projections run in bf16 (gemm BF16, or AUTO on the
+ * fast path), 0 for f32 CLBlast. */
+int serve_model_uses_bf16(const serve_model *m);
+/* Device bytes the model holds: weights (projections, LM head, embedding,
+ * norms) and everything else (activations, CLBlast temporaries, tables).
+ * Either pointer may be NULL. */
+void serve_model_device_bytes(const serve_model *m, uint64_t *weights, uint64_t *scratch);
+/* The model's bf16 GEMM dispatcher (NULL in f32 mode), e.g. for its counts. */
+struct serve_gemm_bf16 *serve_model_gemm_bf16(serve_model *m);
+
 /* Seeded random weights, generated on the device (a counter hash per
  * element), so an 8B shape takes seconds: projections uniform with
  * variance 1/in, embeddings variance 1, norms 1 + small noise. */
 int serve_model_init_random(serve_model *m, uint64_t seed);
 /* Uploads the tensors of a llama GGUF (f32 / f16), checking every shape
- * against the model's config; projections are transposed on the host. */
+ * against the model's config; f32 mode transposes the projections on the
+ * host, bf16 mode rounds them to bf16 on the host (nearest even) and packs
+ * q/k/v and gate/up into their fused weights. */
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
 
 /*
@@ -274,6 +313,44 @@ int serve_gemm(cl_command_queue queue, int rows, int out, int in, cl_mem a, size
                cl_mem w, cl_mem c, size_t c_off, float beta, cl_mem temp, cl_event *event);
 int serve_gemm_temp_size(cl_command_queue queue, int rows, int out, int in, size_t a_off,
                          size_t c_off, size_t *bytes);
+
+/* ---- bf16 GEMM (gemm_bf16.c; the arguments in gemm_bf16.h) ---------------- */
+
+/* Runs serve_gemm_args (gemm_bf16.h): the NVIDIA tensor-core kernels where
+ * they are built in (SERVE_HAVE_GEMM_NV) and cover the device and shape
+ * (rows <= 64: the small, weight-bandwidth kernel; rows > 64: the large
+ * one), else the portable kernel (serve/gemm_bf16.cl, OpenCL C 1.2, any
+ * device; a 32 x 32 tile per work-group of 16 x 16, f32 accumulation). */
+typedef struct serve_gemm_bf16 serve_gemm_bf16;
+struct serve_gemm_args;
+
+typedef enum serve_gemm_kernel {
+    SERVE_GEMM_KERNEL_PORTABLE = 0,
+    SERVE_GEMM_KERNEL_LARGE = 1, /* tensor cores, rows > 64 */
+    SERVE_GEMM_KERNEL_SMALL = 2, /* tensor cores, rows <= 64 */
+    SERVE_GEMM_KERNEL_COUNT = 3
+} serve_gemm_kernel;
+
+/* Builds the portable kernel on ctx's device and creates the tensor-core
+ * kernels where built in (they answer UNSUPPORTED on other devices). */
+int serve_gemm_bf16_create(lazyattn_context *ctx, serve_gemm_bf16 **out);
+void serve_gemm_bf16_destroy(serve_gemm_bf16 *g);
+/* Checks the arguments (serve_gemm_args_check), then enqueues on queue;
+ * event as lazyattn's calls (one event for the whole projection). */
+int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue,
+                        const struct serve_gemm_args *args, cl_event *event);
+/* INVALID_ARGUMENT, with the detail, for a shape < 1, NULL buffers, 0 or
+ * more than SERVE_GEMM_MAX_OUTS ranges, ranges whose cols do not sum to
+ * out or with ld < cols, accumulate not 0/1, or a buffer too small (X must
+ * hold rows rounded up to SERVE_GEMM_ROW_PAD from x_off). who names the
+ * caller in the message. */
+int serve_gemm_args_check(const struct serve_gemm_args *args, const char *who);
+/* 1: every projection takes the portable kernel (tests compare the two). */
+void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
+/* 1 when a tensor-core kernel was created for this device. */
+int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g);
+/* Projections each kernel ran since create. counts: [SERVE_GEMM_KERNEL_COUNT] */
+void serve_gemm_bf16_counts(const serve_gemm_bf16 *g, int64_t *counts);
 
 /* ---- serving engine (engine.c) --------------------------------------------- */
 

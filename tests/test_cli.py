@@ -146,6 +146,11 @@ BAD = [
     ("rag_bench", ["extra"], USAGE, "extra"),
     ("rag_bench", ["--no-batched-prefil"], USAGE, "--no-batched-prefil"),
     ("rag_bench", ["--no-batched-prefill=1"], USAGE, "--no-batched-prefill"),
+    ("rag_bench", ["--gemm", "f16"], USAGE, "--gemm"),
+    ("rag_bench", ["--gemm", ""], USAGE, "--gemm"),
+    ("rag_bench", ["--gemm", "BF16"], USAGE, "--gemm"),
+    ("rag_bench", ["--gemm"], USAGE, "--gemm"),
+    ("rag_bench", ["--gemm", "bf16", "--gemm", "f32"], USAGE, "--gemm"),
     ("rag_bench", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
     # every request refused: 4 KiB holds one block of the tiny model, a request needs more
     ("rag_bench", RB_SMALL + ["--budget", "4KiB"], FAILED, "completed none"),
@@ -229,6 +234,9 @@ GOOD = [
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--max-rows", "16"], []),
     # fewer rows per forward than a block: the engine takes the per-segment path
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--max-rows", "5"], []),
+    # the projection paths: bf16 weights through the portable bf16 kernel (PoCL), f32 CLBlast
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--gemm", "bf16"], []),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--gemm", "f32", "--max-rows", "16"], []),
     ("rag_bench", ["--help"], []),
     ("bench_kernels", ["--help"], []),
     ("quickstart", [], []),

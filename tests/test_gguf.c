@@ -412,6 +412,7 @@ static void test_load_on_device(void **state) {
     serve_model_config_preset(&cfg, "tiny");
     assert_int_equal(serve_gguf_model_config(g, &cfg), 0);
     cfg.kv_dtype = LAZYATTN_DTYPE_F32; /* compare without fp16 rounding */
+    cfg.gemm = SERVE_GEMM_F32;         /* and f32 projections (auto: bf16 on NVIDIA) */
     lazyattn_context *ctx = NULL;
     if (lazyattn_context_create(NULL, &ctx) != 0) {
         serve_gguf_close(g);
