@@ -152,6 +152,8 @@ int main(int argc, char **argv) {
     static const char usage[] =
         "usage: bench_forward [options]\n"
         "  --model tiny|small|8b   model shape, random weights (default 8b)\n"
+        "  --gemm auto|f32|bf16    projections: f32 CLBlast or bf16 (tensor cores on NVIDIA);\n"
+        "                          default auto (bf16 where the NVIDIA path runs)\n"
         "  --max-rows N            most tokens per forward (default 10240, 16..65536)\n"
         "  --warmup N              untimed runs per case (default 2, 0..100)\n"
         "  --reps N                timed runs per case, median printed (default 5, 1..1000)\n"
@@ -159,10 +161,11 @@ int main(int argc, char **argv) {
         "Cases: cold 2048, cold 10240, 32 over 10240 cached, 2080 over 8192 cached\n"
         "(bench/llama_peer.py runs the same in torch). Exit status: 0 done, 1 a failure,\n"
         "2 a bad command line.\n";
-    int model = 2, max_rows = 10240, warmup = 2, reps = 5;
+    int model = 2, gemm = SERVE_GEMM_AUTO, max_rows = 10240, warmup = 2, reps = 5;
     uint64_t seed = 1;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
+        {.name = "--gemm", .type = CLI_ENUM, .dest = &gemm, .choices = "auto|f32|bf16"},
         {.name = "--max-rows", .type = CLI_INT, .dest = &max_rows, .min = 16, .max = 65536},
         {.name = "--warmup", .type = CLI_INT, .dest = &warmup, .min = 0, .max = 100},
         {.name = "--reps", .type = CLI_INT, .dest = &reps, .min = 1, .max = 1000},
@@ -179,6 +182,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     mc.max_rows = max_rows;
+    mc.gemm = (serve_gemm_mode)gemm;
     lazyattn_context_options co;
     lazyattn_context_options_init(&co);
     lazyattn_context *ctx = NULL;
@@ -196,6 +200,8 @@ int main(int argc, char **argv) {
            warmup, reps);
     fwd f = {0};
     st = fwd_setup(&f, ctx, &mc, seed);
+    if (!st)
+        printf("gemm: %s\n", serve_model_uses_bf16(f.model) ? "bf16" : "f32 (CLBlast)");
     if (!st) printf("%-24s %10s\n", "case", "ms");
     for (int i = 0; i < FWD_N_CASES && !st; i++) {
         double ms = 0;
