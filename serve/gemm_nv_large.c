@@ -32,16 +32,15 @@ static int serve_gemm_large_parse(const char *tile, serve_gemm_large *g) {
                           "serve_gemm_large: tile \"%.40s\" is not WG,MW,BN,BK,STAGES,LAG,GROUP[,MAXREG]", tile);
     g->wg = v[0], g->mw = v[1], g->bn = v[2], g->bk = v[3], g->stages = v[4], g->lag = v[5], g->group = v[6];
     g->maxreg = v[7];
-    const int bm = 64 * g->wg * g->mw, threads = 128 * g->wg;
+    const int bm = 64 * g->wg * g->mw;
     const long stage_bytes = (long)(bm + g->bn) * g->bk * 2;
     const char *why = NULL;
     if (g->wg < 1 || g->wg > 4 || g->mw < 1 || g->mw > 2) why = "WG must be 1..4 and MW 1..2";
     else if (g->bn != 64 && g->bn != 128 && g->bn != 256) why = "BN must be 64, 128 or 256";
     else if (g->bk != 16 && g->bk != 32 && g->bk != 64) why = "BK must be 16, 32 or 64";
     else if (g->lag < 0 || g->lag > 1) why = "LAG must be 0 or 1";
-    else if (g->stages < 2 + g->lag || g->stages > 6) why = "STAGES must be 2 (3 with LAG 1) .. 6";
+    else if (g->stages < 1 + 2 * g->lag || g->stages > 6) why = "STAGES must be 1 (3 with LAG 1) .. 6";
     else if (g->stages * stage_bytes > 49152) why = "the stages exceed 48 KB of local memory";
-    else if ((bm + g->bn) * g->bk / 8 % threads) why = "a stage's 16-byte copies must divide by the work-items";
     else if (g->group < 1 || g->group > 1024) why = "GROUP must be 1..1024";
     else if (g->maxreg != 0 && (g->maxreg < 64 || g->maxreg > 255)) why = "MAXREG must be 0 (none) or 64..255";
     if (why) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gemm_large: tile %s: %s", tile, why);
@@ -75,11 +74,13 @@ int serve_gemm_large_create_tile(lazyattn_context *ctx, const char *tile, serve_
         free(g);
         return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "serve_gemm_large: gemm_nv_large source not embedded");
     }
-    char options[256];
+    char options[512];
     int n = snprintf(options, sizeof options,
                      "-cl-std=CL1.2 -DLG_WG=%d -DLG_MW=%d -DLG_BN=%d -DLG_BK=%d -DLG_STAGES=%d -DLG_LAG=%d",
                      g->wg, g->mw, g->bn, g->bk, g->stages, g->lag);
     if (g->maxreg) n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", g->maxreg);
+    const char *extra = getenv("SERVE_GEMM_LARGE_DEFINES"); /* experiments: extra -D options */
+    if (extra && strlen(extra) < 120) n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     if (getenv("SERVE_NV_VERBOSE")) snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
     cl_program p = NULL;
     st = lazyattn_context_build_program(ctx, text, options, LAZYATTN_BUILD_SM90A, &p);

@@ -45,13 +45,25 @@
 #ifndef LG_LAG
 #define LG_LAG 0
 #endif
+/* 1: a fence.proxy.async.shared::cta by every work-item after its copies
+ * land (the PTX model's rule for generic-proxy writes read by wgmma) */
+#ifndef LG_PROXY
+#define LG_PROXY 1
+#endif
+/* 1: the tiles swizzled at LG_BK * 2 bytes (32-, 64- or 128-byte mode) */
+#ifndef LG_SWZ
+#define LG_SWZ 0
+#endif
+/* diagnostics only (wrong results): 1 no copies after the first stages,
+ * 2 no wgmma */
+#ifndef LG_SKIP
+#define LG_SKIP 0
+#endif
 #define LG_BM (64 * LG_WG * LG_MW)
 #define LG_NT (128 * LG_WG)
 #define LG_STAGE_BYTES ((LG_BM + LG_BN) * LG_BK * 2)
 #define LG_CHUNKS ((LG_BM + LG_BN) * LG_BK / 8) /* 16-byte copies a stage */
-#if LG_CHUNKS % LG_NT
-#error "a stage's 16-byte copies must be a multiple of the work-group size"
-#endif
+#define LG_CP_ROUNDS ((LG_CHUNKS + LG_NT - 1) / LG_NT)
 #if LG_STAGES * LG_STAGE_BYTES > 49152
 #error "the stages exceed 48 KB of local memory"
 #endif
@@ -163,7 +175,11 @@
 #define LG_FENCE() asm volatile("//@wgmma.fence.sync.aligned;" ::: "memory")
 #define LG_COMMIT() asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory")
 #define LG_WAIT(n) asm volatile("//@wgmma.wait_group.sync.aligned " #n ";" ::: "memory")
+#if LG_PROXY
 #define LG_PROXY_FENCE() asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory")
+#else
+#define LG_PROXY_FENCE() ((void)0)
+#endif
 #define LG_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
 #define LG_CP_WAIT(n) asm volatile("cp.async.wait_group " #n ";" ::: "memory")
 
@@ -174,21 +190,46 @@ __attribute__((always_inline)) inline void lg_cp16(uint dst, __global const usho
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
-/* Descriptor of a no-swizzle K-major tile at shared address addr. */
+#if LG_SWZ
+/* Swizzled K-major: row r's LG_BK * 2 bytes contiguous, its 16-byte chunks
+ * XOR-permuted by the row's bits above them (the address bits 7.. into bits
+ * 4..); 8 rows an atom (stride byte offset LG_BK * 16); a k16 step is 32
+ * bytes on. Layout type in bits 62-63: 3 = 32-byte, 2 = 64-byte, 1 = 128-byte. */
+#if LG_BK == 16
+#define LG_SWZ_MODE 3ul
+#define LG_SWZ_ROW(r) (((r) >> 2) & 1u)
+#elif LG_BK == 32
+#define LG_SWZ_MODE 2ul
+#define LG_SWZ_ROW(r) (((r) >> 1) & 3u)
+#else
+#define LG_SWZ_MODE 1ul
+#define LG_SWZ_ROW(r) ((r) & 7u)
+#endif
+#define LG_KSTEP 32u
+#define LG_OFF(r, c) ((r) * (LG_BK * 2u) + (((c) ^ LG_SWZ_ROW(r)) << 4))
+__attribute__((always_inline)) inline ulong lg_desc(uint addr) {
+    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)1u << 16 | (ulong)((LG_BK * 16u) >> 4) << 32 |
+           LG_SWZ_MODE << 62;
+}
+#else
+/* No swizzle: 8 x 8 core matrices [r / 8][c][r % 8]; leading byte offset
+ * 128 (next k chunk), stride byte offset LG_BK * 16 (next 8 rows); a k16
+ * step is two core matrices on. */
+#define LG_KSTEP 256u
+#define LG_OFF(r, c) (((r) >> 3) * (LG_BK * 16u) + (c) * 128u + ((r) & 7u) * 16u)
 __attribute__((always_inline)) inline ulong lg_desc(uint addr) {
     return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)(128u >> 4) << 16 | (ulong)((LG_BK * 16u) >> 4) << 32;
 }
-
-/* Byte offset of 16-byte chunk c (8 bf16 of k) of row r in a tile. */
-#define LG_OFF(r, c) (((r) >> 3) * (LG_BK * 16u) + (c) * 128u + ((r) & 7u) * 16u)
+#endif
 
 /* Stage `slot` <- K step kt of rows m0.. of X and n0.. of W (no wait). */
 __attribute__((always_inline)) inline void lg_load(uint smem, int slot, int kt, __global const ushort *x, __global const ushort *w,
                     int m0, int n0, int rows, int K, uint tid) {
     const uint xs = smem + (uint)slot * LG_STAGE_BYTES, ws = xs + LG_BM * LG_BK * 2;
 #pragma unroll
-    for (int i = 0; i < LG_CHUNKS / LG_NT; i++) {
+    for (int i = 0; i < LG_CP_ROUNDS; i++) {
         const uint q = tid + (uint)i * LG_NT;
+        if (LG_CHUNKS % LG_NT && q >= LG_CHUNKS) break;
         if (q < LG_BM * LG_BK / 8) {
             const uint r = q / (LG_BK / 8), c = q % (LG_BK / 8);
             const int row = m0 + (int)r < rows ? m0 + (int)r : rows - 1;
@@ -205,11 +246,13 @@ __attribute__((always_inline)) inline void lg_mma(float acc[LG_MW][LG_BN / 2], u
     const uint xs = smem + (uint)slot * LG_STAGE_BYTES, ws = xs + LG_BM * LG_BK * 2;
 #pragma unroll
     for (int j = 0; j < LG_BK / 16; j++) {
-        const ulong db = lg_desc(ws + (uint)j * 256u);
+        const ulong db = lg_desc(ws + (uint)j * LG_KSTEP);
 #pragma unroll
         for (int mi = 0; mi < LG_MW; mi++) {
-            const ulong da = lg_desc(xs + (wg * LG_MW + (uint)mi) * 64u * (LG_BK * 2u) + (uint)j * 256u);
+            const ulong da = lg_desc(xs + (wg * LG_MW + (uint)mi) * 64u * (LG_BK * 2u) + (uint)j * LG_KSTEP);
+#if LG_SKIP != 2
             LG_WGMMA(acc[mi], da, db, (first && j == 0) ? 0 : 1);
+#endif
         }
     }
 }
@@ -237,7 +280,21 @@ void lg_gemm(__global const ushort *x, ulong x_off, __global const ushort *w, in
         for (int i = 0; i < LG_BN / 2; i++) acc[mi][i] = 0.0f;
 
     const int KT = K / LG_BK;
-#if LG_LAG == 0
+#if LG_STAGES == 1
+    /* one stage: no overlap inside the work-group (other work-groups on the SM fill the gaps) */
+    for (int kt = 0; kt < KT; kt++) {
+        lg_load(smem, 0, kt, x, w, m0, n0, rows, K, tid);
+        LG_CP_COMMIT();
+        LG_CP_WAIT(0);
+        LG_PROXY_FENCE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LG_FENCE();
+        lg_mma(acc, smem, 0, wg, kt == 0);
+        LG_COMMIT();
+        LG_WAIT(0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#elif LG_LAG == 0
 #pragma unroll
     for (int s = 0; s < LG_STAGES - 1; s++) {
         if (s < KT) lg_load(smem, s, s, x, w, m0, n0, rows, K, tid);
@@ -255,7 +312,9 @@ void lg_gemm(__global const ushort *x, ulong x_off, __global const ushort *w, in
         lg_mma(acc, smem, kt % LG_STAGES, wg, kt == 0);
         LG_COMMIT();
         const int nk = kt + LG_STAGES - 1; /* into the slot of kt - 1 */
+#if LG_SKIP != 1
         if (nk < KT) lg_load(smem, nk % LG_STAGES, nk, x, w, m0, n0, rows, K, tid);
+#endif
         LG_CP_COMMIT();
         LG_WAIT(0);
     }
@@ -276,7 +335,9 @@ void lg_gemm(__global const ushort *x, ulong x_off, __global const ushort *w, in
         lg_mma(acc, smem, kt % LG_STAGES, wg, kt == 0);
         LG_COMMIT();
         const int nk = kt + LG_STAGES - 2; /* into the slot of kt - 2 */
+#if LG_SKIP != 1
         if (nk < KT) lg_load(smem, nk % LG_STAGES, nk, x, w, m0, n0, rows, K, tid);
+#endif
         LG_CP_COMMIT();
         LG_WAIT(1);
     }

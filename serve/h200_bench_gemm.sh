@@ -4,6 +4,8 @@
 # peer (bench/gemm_peer.py) first, then bench_gemm once per tile (a process
 # each, so a tile that fails cannot take the others down), logs under $OUT.
 #   serve/h200_bench_gemm.sh DIR "TILE1;TILE2;..." [bench_gemm options]
+# A tile may carry extra kernel defines after '@' (experiments, e.g.
+# "2,1,256,16,4,0,16@-DLG_SWZ=1"): SERVE_GEMM_LARGE_DEFINES for that run.
 # DIR holds bench_gemm, lib/libclblast.so.1, tools/nvidia-opencl-env.sh and
 # bench/{gemm_peer,sdpa_peer}.py (copied there from a build of this tree).
 set -u
@@ -15,12 +17,17 @@ cd "$dir" || exit 1
 . ./tools/nvidia-opencl-env.sh
 export LD_LIBRARY_PATH="$(pwd)/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$out/smi.txt" 2>&1
-(cd bench && timeout 60 python3 gemm_peer.py --reps 20 --csv "$out/peer.csv") > "$out/peer.log" 2>&1
-echo "peer rc=$?" >> "$out/peer.log"
+if [ -z "${PEER_CSV:-}" ]; then # PEER_CSV: an earlier call's figures instead of running torch
+    (cd bench && timeout 60 python3 gemm_peer.py --reps 20 --csv "$out/peer.csv") > "$out/peer.log" 2>&1
+    echo "peer rc=$?" >> "$out/peer.log"
+fi
 echo "$tiles" | tr ';' '\n' | while read -r t; do
     [ -n "$t" ] || continue
-    echo "=== tile $t" >> "$out/bench.log"
-    SERVE_NV_VERBOSE=1 timeout "${TILE_TIMEOUT:-20}" ./bench_gemm --tiles "$t" --peer "$out/peer.csv" "$@" >> "$out/bench.log" 2>&1
+    tile=${t%%@*} defs=
+    [ "$tile" = "$t" ] || defs=$(echo "${t#*@}" | tr ',' ' ')
+    echo "=== tile $tile defines $defs" >> "$out/bench.log"
+    SERVE_GEMM_LARGE_DEFINES="$defs" SERVE_NV_VERBOSE=1 timeout "${TILE_TIMEOUT:-20}" ./bench_gemm \
+        --tiles "$tile" --peer "${PEER_CSV:-$out/peer.csv}" "$@" >> "$out/bench.log" 2>&1
     echo "=== rc=$?" >> "$out/bench.log"
 done
-grep -E "^large|rc=" "$out/bench.log" | grep -v "^large.*build log"
+grep -E "^large|rc=|^=== tile|Used" "$out/bench.log" | sed 's/ptxas info *: //' 
