@@ -48,11 +48,11 @@
 /* 1: a fence.proxy.async.shared::cta by every work-item after its copies
  * land (the PTX model's rule for generic-proxy writes read by wgmma) */
 #ifndef LG_PROXY
-#define LG_PROXY 1
+#define LG_PROXY 0
 #endif
 /* 1: the tiles swizzled at LG_BK * 2 bytes (32-, 64- or 128-byte mode) */
 #ifndef LG_SWZ
-#define LG_SWZ 0
+#define LG_SWZ 1
 #endif
 /* diagnostics only (wrong results): 1 no copies after the first stages,
  * 2 no wgmma */

@@ -4,6 +4,8 @@
 # peer (bench/gemm_peer.py) first, then bench_gemm once per tile (a process
 # each, so a tile that fails cannot take the others down), logs under $OUT.
 #   serve/h200_bench_gemm.sh DIR "TILE1;TILE2;..." [bench_gemm options]
+# Env: LOG (file under $OUT, default bench.log), PEER_CSV (an earlier peer's
+# figures: torch is not run), TILE_TIMEOUT (seconds per tile, default 20).
 # A tile may carry extra kernel defines after '@' (experiments, e.g.
 # "2,1,256,16,4,0,16@-DLG_SWZ=1"): SERVE_GEMM_LARGE_DEFINES for that run.
 # DIR holds bench_gemm, lib/libclblast.so.1, tools/nvidia-opencl-env.sh and
@@ -21,13 +23,14 @@ if [ -z "${PEER_CSV:-}" ]; then # PEER_CSV: an earlier call's figures instead of
     (cd bench && timeout 60 python3 gemm_peer.py --reps 20 --csv "$out/peer.csv") > "$out/peer.log" 2>&1
     echo "peer rc=$?" >> "$out/peer.log"
 fi
+log="$out/${LOG:-bench.log}"
 echo "$tiles" | tr ';' '\n' | while read -r t; do
     [ -n "$t" ] || continue
     tile=${t%%@*} defs=
     [ "$tile" = "$t" ] || defs=$(echo "${t#*@}" | tr ',' ' ')
-    echo "=== tile $tile defines $defs" >> "$out/bench.log"
+    echo "=== tile $tile defines $defs" >> "$log"
     SERVE_GEMM_LARGE_DEFINES="$defs" SERVE_NV_VERBOSE=1 timeout "${TILE_TIMEOUT:-20}" ./bench_gemm \
-        --tiles "$tile" --peer "${PEER_CSV:-$out/peer.csv}" "$@" >> "$out/bench.log" 2>&1
-    echo "=== rc=$?" >> "$out/bench.log"
+        --tiles "$tile" --peer "${PEER_CSV:-$out/peer.csv}" "$@" >> "$log" 2>&1
+    echo "=== rc=$?" >> "$log"
 done
-grep -E "^large|rc=|^=== tile|Used" "$out/bench.log" | sed 's/ptxas info *: //' 
+grep -E "^large|rc=|^=== tile|Used" "$log" | sed 's/ptxas info *: //' 
