@@ -15,8 +15,11 @@ typedef struct serve_sources_entry {
 extern const serve_sources_entry serve_sources[];
 extern const int serve_sources_count;
 
-/* wg, mw, bn, bk, stages, lag, group (measured on the H200: docs/PERFLOG.md, issue 16 gemm-large) */
-#define SERVE_GEMM_LARGE_DEFAULT "2,1,256,16,4,1,16"
+/* wg, mw, bn, bk, stages, lag, group, register cap: the best of the 20 tiles
+ * measured on the H200 (docs/PERFLOG.md, issue 16 gemm-large, call 3): a
+ * 128 x 128 tile of one warpgroup, 3 stages of BK 32, 168 registers so that
+ * three work-groups share an SM. */
+#define SERVE_GEMM_LARGE_DEFAULT "1,2,128,32,3,0,16,168"
 
 struct serve_gemm_large {
     cl_kernel kernel;

@@ -5,7 +5,7 @@
  *   bit patterns), both K-contiguous, f32 accumulation.
  * NVIDIA only (inline PTX), built through the sm_90a PTX round trip
  * (lazyattn_context_build_program with LAZYATTN_BUILD_SM90A): every wgmma /
- * fence.proxy.async sits behind a "//@" marker, a PTX comment until the
+ * (optional) fence.proxy.async sits behind a "//@" marker, a PTX comment until the
  * host unmarks it. Host: serve/gemm_nv_large.c.
  *
  * Work-group: LG_WG consumer warpgroups (128 work-items each); warpgroup g
@@ -14,10 +14,22 @@
  * with LG_MW LG_BN / 2 f32 accumulators a work-item. K is walked in steps of
  * LG_BK through a ring of LG_STAGES stages in local memory (X tile, then W
  * tile), filled by 16-byte cp.async from every work-item and read by wgmma
- * through descriptors: both operands K-major, no swizzle, 8 x 8 core
- * matrices of 128 contiguous bytes laid out [row / 8][k / 8][row % 8][k % 8]
- * (leading byte offset 128 = next k chunk, stride byte offset LG_BK * 16 =
- * next 8 rows; measured layout, bench/probe_wgmma_layout.c).
+ * through descriptors, both operands K-major. LG_SWZ 1 (the default): each
+ * row's LG_BK * 2 bytes contiguous, 16-byte chunks XOR-swizzled (32-, 64- or
+ * 128-byte mode: the copies' local-memory writes are conflict-free; the
+ * unswizzled layout measured 1.5x (BK 16) to 3x (BK 64) slower). LG_SWZ 0:
+ * 8 x 8 core matrices of 128 contiguous bytes [row / 8][k / 8][row % 8][k % 8]
+ * (leading byte offset 128, stride byte offset LG_BK * 16; the layout
+ * measured by bench/probe_wgmma_layout.c).
+ * The default tile (the H200's best of 20 measured, docs/PERFLOG.md issue 16
+ * gemm-large): one warpgroup, 128 x 128 (two m64n128k16 row blocks, 128
+ * accumulators), BK 32 in 3 stages of 16 KB, 64-byte swizzle, capped at 168
+ * registers by the host so that three work-groups share an SM (144 KB of
+ * local memory in flight per SM, which one work-group's 48 KB cap cannot give).
+ * No fence.proxy.async between the copies and wgmma by default (LG_PROXY 0):
+ * cp.async completion (wait_group) + barrier, then wgmma.fence, as CUTLASS's
+ * cp.async + GMMA mainloop (sm90_mma_multistage_gmma_ss_warpspecialized) does
+ * it; the fence measured 25 % slower on a 1-work-group-per-SM tile.
  * LG_LAG 0: each warpgroup waits for its wgmma before the next barrier (the
  * refill of a stage needs only that barrier); LG_LAG 1: one wgmma group stays
  * in flight across the barrier, a stage is refilled two steps after its use.
@@ -28,19 +40,19 @@
  * index is clamped) and never written.
  */
 #ifndef LG_WG
-#define LG_WG 2
+#define LG_WG 1
 #endif
 #ifndef LG_MW
-#define LG_MW 1
+#define LG_MW 2
 #endif
 #ifndef LG_BN
-#define LG_BN 256
+#define LG_BN 128
 #endif
 #ifndef LG_BK
 #define LG_BK 32
 #endif
 #ifndef LG_STAGES
-#define LG_STAGES 2
+#define LG_STAGES 3
 #endif
 #ifndef LG_LAG
 #define LG_LAG 0
