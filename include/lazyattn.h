@@ -304,6 +304,25 @@ LAZYATTN_API const char *lazyattn_context_device_name(const lazyattn_context *ct
 /* 1 when kernels are built with the vendor fast path (LAZYATTN_FAST_NV). */
 LAZYATTN_API int lazyattn_context_fast_path(const lazyattn_context *ctx);
 
+/* lazyattn_context_build_program flags. */
+#define LAZYATTN_BUILD_SM90A 1u /* Hopper-only PTX (wgmma, fence.proxy.async) behind "//@" markers */
+
+/*
+ * Builds an OpenCL program of the caller's own (e.g. serve/'s kernels) from
+ * `source` on ctx's device with `options` (NULL: none). With
+ * LAZYATTN_BUILD_SM90A the program goes through the library's PTX round trip:
+ * its Hopper-only instructions are written inside inline asm behind a "//@"
+ * marker (a PTX comment, so the source builds as sm_90 PTX); the PTX is read
+ * back, unmarked, retargeted to sm_90a and rebuilt (the -cl-nv-* options
+ * apply to both builds). UNSUPPORTED unless ctx's device is NVIDIA compute
+ * capability 9.x; BUILD_FAILED (with the log in lazyattn_last_error) when a
+ * build fails. *out is the caller's to release (clReleaseProgram); NULL on
+ * error. Not cached: build once, keep the kernels.
+ */
+LAZYATTN_API int lazyattn_context_build_program(lazyattn_context *ctx, const char *source,
+                                                const char *options, unsigned flags,
+                                                cl_program *out);
+
 /* ---- packed block-table entries ---------------------------------------- */
 
 /*

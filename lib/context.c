@@ -446,3 +446,55 @@ const char *lazyattn_context_device_name(const lazyattn_context *ctx) {
     return ctx ? ctx->device_name : "";
 }
 int lazyattn_context_fast_path(const lazyattn_context *ctx) { return ctx ? ctx->fast_nv : 0; }
+
+int lazyattn_context_build_program(lazyattn_context *ctx, const char *source, const char *options,
+                                   unsigned flags, cl_program *out) {
+    static const char fn[] = "lazyattn_context_build_program";
+    if (!out) return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: out is NULL", fn);
+    *out = NULL;
+    if (!ctx || !source)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: %s is NULL", fn, ctx ? "source" : "ctx");
+    if (flags & ~LAZYATTN_BUILD_SM90A)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn,
+                       flags & ~LAZYATTN_BUILD_SM90A);
+    if (!options) options = "";
+    if ((flags & LAZYATTN_BUILD_SM90A) && ctx->nv_cc_major != 9)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: the sm_90a round trip needs an NVIDIA compute capability 9.x device (%s)",
+                       fn, ctx->device_name);
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(ctx->context, 1, &source, NULL, &err);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_context_build_program: clCreateProgramWithSource");
+    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[4096] = "";
+        clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        clReleaseProgram(p);
+        return lz_fail(LAZYATTN_STATUS_BUILD_FAILED, "%s: build failed (%d): %s", fn, err, log);
+    }
+    if (!(flags & LAZYATTN_BUILD_SM90A)) {
+        *out = p;
+        return LAZYATTN_STATUS_OK;
+    }
+    /* the binary's build takes the code-generation options (-cl-nv-*) only */
+    char cg[512] = "";
+    size_t n = 0;
+    for (const char *s = options; *s;) {
+        while (*s == ' ') s++;
+        const char *e = s;
+        while (*e && *e != ' ') e++;
+        if (e > s && !strncmp(s, "-cl-nv-", 7) && n + (size_t)(e - s) + 2 < sizeof cg) {
+            memcpy(cg + n, s, (size_t)(e - s));
+            n += (size_t)(e - s);
+            cg[n++] = ' ';
+            cg[n] = 0;
+        }
+        s = e;
+    }
+    cl_program patched = NULL;
+    int st = lz_ptx_sm90a(ctx, p, cg, &patched);
+    clReleaseProgram(p);
+    if (st) return st;
+    *out = patched;
+    return LAZYATTN_STATUS_OK;
+}

@@ -220,6 +220,60 @@ static void test_program_cache_and_build_errors(void **state) {
     assert_non_null(strstr(lz_source_text("prefill"), "#line 1 \"cl/prefill.cl\""));
 }
 
+/* lazyattn_context_build_program: a caller's own kernel built and run (the
+ * doubled values checked), its bad arguments refused with clear statuses,
+ * and the sm_90a round trip refused where the device is not Hopper (PoCL). */
+static void test_build_program(void **state) {
+    lazyattn_context *ctx = *state;
+    static const char *src = "__kernel void twice(__global float *v, float s) {\n"
+                             "  const size_t i = get_global_id(0); v[i] = TWICE * v[i] + s; }\n";
+    cl_program p = (cl_program)&p;
+    lt_assert_status(lazyattn_context_build_program(ctx, src, "-DTWICE=2.0f", 0, &p), LAZYATTN_STATUS_OK);
+    assert_non_null(p);
+    cl_int err;
+    cl_kernel k = clCreateKernel(p, "twice", &err);
+    assert_int_equal(err, CL_SUCCESS);
+    float v[64], got[64];
+    srand(11);
+    for (int i = 0; i < 64; i++) v[i] = (float)rand() / RAND_MAX * 2.0f - 1.0f;
+    cl_mem m = lt_buffer(ctx, v, sizeof v);
+    assert_non_null(m);
+    const float s = 0.25f;
+    assert_int_equal(clSetKernelArg(k, 0, sizeof m, &m), CL_SUCCESS);
+    assert_int_equal(clSetKernelArg(k, 1, sizeof s, &s), CL_SUCCESS);
+    size_t g = 64;
+    cl_command_queue q = lazyattn_context_queue(ctx);
+    assert_int_equal(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(q, m, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL), CL_SUCCESS);
+    for (int i = 0; i < 64; i++) assert_float_equal(got[i], (double)v[i] * 2.0 + 0.25, 1e-6);
+    clReleaseMemObject(m);
+    clReleaseKernel(k);
+    clReleaseProgram(p);
+
+    p = (cl_program)&p;
+    lt_assert_status(lazyattn_context_build_program(ctx, "__kernel void broken( {", NULL, 0, &p),
+                     LAZYATTN_STATUS_BUILD_FAILED);
+    assert_null(p);
+    assert_non_null(strstr(lazyattn_last_error(), "lazyattn_context_build_program"));
+    p = (cl_program)&p;
+    lt_assert_status(lazyattn_context_build_program(NULL, src, NULL, 0, &p), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(p);
+    lt_assert_status(lazyattn_context_build_program(ctx, NULL, NULL, 0, &p), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_context_build_program(ctx, src, NULL, 0, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_context_build_program(ctx, src, NULL, 6u, &p), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(p);
+    int st = lazyattn_context_build_program(ctx, src, "-DTWICE=2.0f", LAZYATTN_BUILD_SM90A, &p);
+    if (!lazyattn_context_fast_path(ctx)) {
+        lt_assert_status(st, LAZYATTN_STATUS_UNSUPPORTED);
+        assert_null(p);
+    } else if (st == LAZYATTN_STATUS_OK) {
+        clReleaseProgram(p); /* not reached: a source without markers is refused */
+        fail_msg("a program without //@ markers went through the round trip");
+    } else {
+        assert_null(p); /* NVIDIA: not Hopper, or no markers in this source */
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_strings_and_version),
@@ -227,6 +281,7 @@ int main(void) {
         cmocka_unit_test(test_device_index),
         cmocka_unit_test(test_wrap_engine_objects),
         cmocka_unit_test(test_program_cache_and_build_errors),
+        cmocka_unit_test(test_build_program),
     };
     return cmocka_run_group_tests_name("context", tests, lt_context_setup, lt_context_teardown);
 }

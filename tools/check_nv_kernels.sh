@@ -56,3 +56,15 @@ for d in 64 128; do
         echo "$name: PTX with lz_decode_warp and lz_decode_warp_reduce"
     done
 done
+# serve/'s large-M bf16 GEMM (serve/gemm_nv_large.cl: wgmma behind //@ markers until
+# lazyattn_context_build_program's sm_90a round trip unmarks them on the GPU), a few tiles
+for t in "2 1 128 64 1 0" "1 2 128 32 3 0" "2 1 256 16 4 1"; do
+    set -- $t
+    name=gemm_nv_large.wg$1.mw$2.bn$3.bk$4.s$5.l$6
+    clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
+        -Wno-pass-failed -Dasm=__asm__ -DLG_WG=$1 -DLG_MW=$2 -DLG_BN=$3 -DLG_BK=$4 -DLG_STAGES=$5 \
+        -DLG_LAG=$6 -O2 -S -o "$out/$name.ptx" serve/gemm_nv_large.cl
+    grep -q "//@wgmma.mma_async.sync.aligned.m64n$3k16.f32.bf16.bf16" "$out/$name.ptx" ||
+        { echo "$name: no wgmma m64n$3k16 in the PTX" >&2; exit 1; }
+    echo "$name: PTX with wgmma m64n$3k16"
+done
