@@ -38,7 +38,7 @@ static const shape SHAPES[] = {
     {"down", 4096, 14336, 1, {4096, 0, 0}},
 };
 #define N_SHAPES 4
-#define MAX_VARIANTS 14
+#define MAX_VARIANTS 16
 #define SAMPLE 256
 #define MAXM 64
 
@@ -158,6 +158,11 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--variant") && i + 1 < argc && n_variants < MAX_VARIANTS) {
             serve_gemm_small_tuning *t = &variants[n_variants++];
             t->xs = 0;
+            if (!strcmp(argv[i + 1], "defaults")) { /* the built-in table per class and rows */
+                i++;
+                t->splits = -1;
+                continue;
+            }
             if (sscanf(argv[++i], "%d,%d,%d,%d,%d,%d,%d,%d", &t->r, &t->wr, &t->wk, &t->u, &t->pipe,
                        &t->whint, &t->splits, &t->xs) < 7) {
                 fprintf(stderr, "--variant R,WR,WK,U,PIPE,WHINT,SPLITS[,XS]\n");
@@ -198,10 +203,13 @@ int main(int argc, char **argv) {
     printf("device: %s, %u CUs; read ceiling (float4 over 2 GiB) %.0f GB/s\n",
            lazyattn_context_device_name(b.ctx), cus, ceiling);
     if (n_variants == 0) {
-        serve_gemm_small_get_tuning(b.g, 1, 0, &variants[0]);
-        variants[0].splits = -1; /* marker: the defaults per token tiles */
+        memset(&variants[0], 0, sizeof variants[0]);
+        variants[0].splits = -1; /* marker: the defaults per class and token tiles */
         n_variants = 1;
     }
+    serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++) serve_gemm_small_get_tuning(b.g, nt, c, &defaults[c][nt - 1]);
 
     /* best cold time per (shape, m) over the variants */
     double best[N_SHAPES][16];
@@ -260,8 +268,12 @@ int main(int argc, char **argv) {
         for (int v = 0; v < n_variants; v++) {
             char vname[64];
             const serve_gemm_small_tuning *t = &variants[v];
-            if (t->splits == -1) snprintf(vname, sizeof vname, "defaults");
-            else {
+            if (t->splits == -1) {
+                snprintf(vname, sizeof vname, "defaults");
+                for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+                    for (int nt = 1; nt <= 8; nt++)
+                        serve_gemm_small_set_tuning(b.g, nt, c, &defaults[c][nt - 1]);
+            } else {
                 snprintf(vname, sizeof vname, "%d,%d,%d,%d,%d,%d,%d,%d", t->r, t->wr, t->wk, t->u,
                          t->pipe, t->whint, t->splits, t->xs);
                 st = serve_gemm_small_set_tuning(b.g, 0, -1, t);
@@ -392,9 +404,13 @@ int main(int argc, char **argv) {
             if (best_v[si][mi] < 0) continue;
             const serve_gemm_small_tuning *t = &variants[best_v[si][mi]];
             const double gbs = (double)SHAPES[si].n * SHAPES[si].k * 2 / (best[si][mi] * 1e-6) * 1e-9;
-            printf("%-8s %6d %6d %3d %8.2f %8.0f %5.1f%%  %d,%d,%d,%d,%d,%d,%d,%d\n", SHAPES[si].name,
-                   SHAPES[si].n, SHAPES[si].k, ms[mi], best[si][mi], gbs, 100 * gbs / ceiling, t->r,
-                   t->wr, t->wk, t->u, t->pipe, t->whint, t->splits, t->xs);
+            if (t->splits == -1)
+                printf("%-8s %6d %6d %3d %8.2f %8.0f %5.1f%%  defaults\n", SHAPES[si].name,
+                       SHAPES[si].n, SHAPES[si].k, ms[mi], best[si][mi], gbs, 100 * gbs / ceiling);
+            else
+                printf("%-8s %6d %6d %3d %8.2f %8.0f %5.1f%%  %d,%d,%d,%d,%d,%d,%d,%d\n", SHAPES[si].name,
+                       SHAPES[si].n, SHAPES[si].k, ms[mi], best[si][mi], gbs, 100 * gbs / ceiling, t->r,
+                       t->wr, t->wk, t->u, t->pipe, t->whint, t->splits, t->xs);
         }
     printf("checks: %s\n", !checks ? "skipped" : failures ? "FAILED" : "all passed");
     serve_gemm_small_destroy(b.g);

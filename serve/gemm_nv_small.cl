@@ -342,22 +342,42 @@ __attribute__((always_inline)) inline void gs_body(
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!*last) return; /* uniform: the whole work-group leaves */
         GS_FENCE();
-        if (mine)
+        if (mine) {
+            /* the splits' sums in split order; the loads of SB splits and
+             * every tile issued before their adds (one round trip each) */
+            const int SB = GS_R * NT >= 8 ? 1 : 8 / (GS_R * NT);
 #pragma unroll
-            for (int r = 0; r < GS_R; r++) {
-                const int n = n0 + 16 * r + g;
-                if (n0 + 16 * r < N)
+            for (int r = 0; r < GS_R; r++)
 #pragma unroll
-                    for (int j = 0; j < NT; j++) {
-                        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-                        for (int s = 0; s < splits; s++) {
-                            __global const float *p = ws + ((size_t)s * N + n) * ldw + 8 * j + 2 * c;
-                            const float2 a = gs_ld_cg2(p), b = gs_ld_cg2(p + 8 * ldw);
-                            s0 += a.x, s1 += a.y, s2 += b.x, s3 += b.y;
-                        }
-                        acc[r][j][0] = s0, acc[r][j][1] = s1, acc[r][j][2] = s2, acc[r][j][3] = s3;
-                    }
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[r][j][e] = 0.0f;
+            for (int s = 0; s < splits; s += SB) {
+                float2 va[8][GS_R][8], vb[8][GS_R][8];
+#pragma unroll
+                for (int q = 0; q < SB; q++)
+#pragma unroll
+                    for (int r = 0; r < GS_R; r++)
+#pragma unroll
+                        for (int j = 0; j < NT; j++)
+                            if (s + q < splits) {
+                                const int n = (n0 + 16 * r < N ? n0 + 16 * r : N - 16) + g;
+                                __global const float *p = ws + ((size_t)(s + q) * N + n) * ldw + 8 * j + 2 * c;
+                                va[q][r][j] = gs_ld_cg2(p);
+                                vb[q][r][j] = gs_ld_cg2(p + 8 * ldw);
+                            }
+#pragma unroll
+                for (int q = 0; q < SB; q++)
+#pragma unroll
+                    for (int r = 0; r < GS_R; r++)
+#pragma unroll
+                        for (int j = 0; j < NT; j++)
+                            if (s + q < splits) {
+                                acc[r][j][0] += va[q][r][j].x, acc[r][j][1] += va[q][r][j].y;
+                                acc[r][j][2] += vb[q][r][j].x, acc[r][j][3] += vb[q][r][j].y;
+                            }
             }
+        }
         if (lid == 0) cnt[blk] = 0; /* ready for the next call */
     }
     if (!mine) return;
