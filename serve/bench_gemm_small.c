@@ -66,39 +66,72 @@ static double event_us(cl_event e) {
 }
 
 static const char *READ_SRC =
-    "__kernel void rd(__global const float4 *p, ulong n, __global float *out) {\n"
+    "__kernel void rd(__global const float4 *p, ulong off, ulong n, __global float *out) {\n"
     "    float4 s = (float4)(0.0f);\n"
-    "    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) s += p[i];\n"
+    "    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) s += p[off + i];\n"
     "    if (s.x + s.y + s.z + s.w == 1234.5f) out[get_group_id(0)] = s.x;\n"
     "}\n";
 
-/* GB/s of a plain float4 read over `bytes` (median of 10 after 2). */
-static double read_ceiling(cl_context cl, cl_device_id dev, cl_command_queue q, int cus,
-                           size_t bytes) {
+/* A plain float4 read kernel over a buffer of its own: the read ceiling,
+ * and what reading a W's bytes costs at all (launch and ramp included). */
+typedef struct reader {
+    cl_program p;
+    cl_kernel k;
+    cl_mem buf, out;
+    size_t bytes;
+    int cus;
+} reader;
+
+static int reader_create(reader *r, cl_context cl, cl_device_id dev, cl_command_queue q, int cus,
+                         size_t bytes) {
     cl_int err;
-    cl_program p = clCreateProgramWithSource(cl, 1, &READ_SRC, NULL, &err);
-    if (err != CL_SUCCESS || clBuildProgram(p, 1, &dev, "", NULL, NULL) != CL_SUCCESS) return 0;
-    cl_kernel k = clCreateKernel(p, "rd", &err);
-    cl_mem buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, 1 << 20, NULL, &err);
+    memset(r, 0, sizeof *r);
+    r->p = clCreateProgramWithSource(cl, 1, &READ_SRC, NULL, &err);
+    if (err != CL_SUCCESS || clBuildProgram(r->p, 1, &dev, "", NULL, NULL) != CL_SUCCESS) return -1;
+    r->k = clCreateKernel(r->p, "rd", &err);
+    r->buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) return -1;
+    r->out = clCreateBuffer(cl, CL_MEM_READ_WRITE, 1 << 20, NULL, &err);
+    if (err != CL_SUCCESS) return -1;
     const float v = 0.25f;
-    clEnqueueFillBuffer(q, buf, &v, sizeof v, 0, bytes, 0, NULL, NULL);
+    clEnqueueFillBuffer(q, r->buf, &v, sizeof v, 0, bytes, 0, NULL, NULL);
+    r->bytes = bytes;
+    r->cus = cus;
+    return 0;
+}
+
+static void reader_destroy(reader *r) {
+    if (r->buf) clReleaseMemObject(r->buf);
+    if (r->out) clReleaseMemObject(r->out);
+    if (r->k) clReleaseKernel(r->k);
+    if (r->p) clReleaseProgram(r->p);
+}
+
+/* Median us of a plain read of `bytes` (0: an empty launch), each
+ * repetition at its own offset of the buffer (cold in L2), after 2 warm-ups. */
+static double reader_us(reader *r, cl_command_queue q, size_t bytes, int reps) {
+    enum { MAXR = 64 };
+    double t[MAXR];
+    cl_event e[MAXR + 2];
+    if (reps > MAXR) reps = MAXR;
+    const size_t windows = bytes ? r->bytes / bytes : 1;
     cl_ulong n = bytes / 16;
-    clSetKernelArg(k, 0, sizeof buf, &buf);
-    clSetKernelArg(k, 1, sizeof n, &n);
-    clSetKernelArg(k, 2, sizeof out, &out);
-    size_t local = 256, global = (size_t)cus * 2048;
-    double t[12];
-    cl_event e[12];
-    for (int i = 0; i < 12; i++) clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &e[i]);
+    clSetKernelArg(r->k, 0, sizeof r->buf, &r->buf);
+    clSetKernelArg(r->k, 2, sizeof n, &n);
+    clSetKernelArg(r->k, 3, sizeof r->out, &r->out);
+    size_t local = 256, global = (size_t)r->cus * 2048;
+    for (int i = 0; i < reps + 2; i++) {
+        cl_ulong off = (cl_ulong)((size_t)i % windows) * n;
+        clSetKernelArg(r->k, 1, sizeof off, &off);
+        clEnqueueNDRangeKernel(q, r->k, 1, NULL, &global, &local, 0, NULL, &e[i]);
+    }
     clFinish(q);
-    for (int i = 0; i < 12; i++) t[i] = event_us(e[i]), clReleaseEvent(e[i]);
-    qsort(t + 2, 10, sizeof *t, cmp_double);
-    clReleaseMemObject(buf);
-    clReleaseMemObject(out);
-    clReleaseKernel(k);
-    clReleaseProgram(p);
-    return (double)bytes / (t[2 + 5] * 1e-6) * 1e-9;
+    for (int i = 0; i < reps + 2; i++) {
+        if (i >= 2) t[i - 2] = event_us(e[i]);
+        clReleaseEvent(e[i]);
+    }
+    qsort(t, reps, sizeof *t, cmp_double);
+    return t[reps / 2];
 }
 
 typedef struct bench {
@@ -199,9 +232,21 @@ int main(int argc, char **argv) {
     cl_device_id dev = lazyattn_context_device(b.ctx);
     cl_uint cus = 0;
     clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
-    const double ceiling = read_ceiling(b.cl, dev, b.q, (int)cus, (size_t)1 << 31);
-    printf("device: %s, %u CUs; read ceiling (float4 over 2 GiB) %.0f GB/s\n",
-           lazyattn_context_device_name(b.ctx), cus, ceiling);
+    reader rd;
+    if (reader_create(&rd, b.cl, dev, b.q, (int)cus, (size_t)1 << 31) != 0) {
+        printf("read kernel: failed\n");
+        return 1;
+    }
+    const double ceiling = (double)rd.bytes / (reader_us(&rd, b.q, rd.bytes, 10) * 1e-6) * 1e-9;
+    printf("device: %s, %u CUs; read ceiling (float4 over 2 GiB) %.0f GB/s; empty launch %.2f us\n",
+           lazyattn_context_device_name(b.ctx), cus, ceiling, reader_us(&rd, b.q, 0, 20));
+    for (int si = 0; si < N_SHAPES; si++) { /* the same bytes read plainly */
+        const size_t wb = (size_t)SHAPES[si].n * SHAPES[si].k * 2;
+        const double us = reader_us(&rd, b.q, wb, 20), gbs = wb / (us * 1e-6) * 1e-9;
+        printf("plain read of %s's W (%.1f MB, cold): %.2f us, %.0f GB/s, %.1f%% of the ceiling\n",
+               SHAPES[si].name, wb / 1e6, us, gbs, 100 * gbs / ceiling);
+    }
+    reader_destroy(&rd);
     if (n_variants == 0) {
         memset(&variants[0], 0, sizeof variants[0]);
         variants[0].splits = -1; /* marker: the defaults per class and token tiles */
