@@ -230,9 +230,10 @@ static void test_products(void **state) {
      * local memory, a W prefetch, X staged in local memory (with and
      * without slices), R 1 and 4 */
     const serve_gemm_small_tuning tunings[] = {
-        {0, 0, 0, 0, 0, 0, 0, 0},        {1, 1, 8, 4, 0, 1, 0, 0}, {2, 4, 2, 4, 1, 2, 0, 0},
-        {2, 4, 1, 4, 0, 1, 0, 1},        {2, 2, 2, 2, 1, 2, 0, 1}, {4, 2, 1, 2, 0, 0, 0, 0},
-        {1, 4, 2, 2, 1, 1, 0, 1},
+        {0, 0, 0, 0, 0, 0, 0, 0}, /* the defaults (of the class the small shapes here are in) */
+        {1, 1, 8, 8, 0, 2, 0, 0}, {2, 4, 2, 4, 0, 2, 0, 0}, {2, 8, 1, 2, 1, 2, 0, 1}, /* the other defaults */
+        {1, 1, 8, 4, 0, 1, 0, 0}, {2, 4, 2, 4, 1, 2, 0, 0}, {2, 4, 1, 4, 0, 1, 0, 1},
+        {2, 2, 2, 2, 1, 2, 0, 1}, {4, 2, 1, 2, 0, 0, 0, 0}, {1, 4, 2, 2, 1, 1, 0, 1},
     };
     serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
     for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
