@@ -237,6 +237,9 @@ int main(int argc, char **argv) {
         printf("read kernel: failed\n");
         return 1;
     }
+    /* ~0.3 s of reads first: the idle clock ramps up (the first variant's
+     * first shape measured 20 points low without this) */
+    for (int i = 0; i < 10; i++) reader_us(&rd, b.q, rd.bytes, 60);
     const double ceiling = (double)rd.bytes / (reader_us(&rd, b.q, rd.bytes, 10) * 1e-6) * 1e-9;
     printf("device: %s, %u CUs; read ceiling (float4 over 2 GiB) %.0f GB/s; empty launch %.2f us\n",
            lazyattn_context_device_name(b.ctx), cus, ceiling, reader_us(&rd, b.q, 0, 20));

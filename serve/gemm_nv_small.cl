@@ -24,6 +24,13 @@
  * block) adds them in split order and writes Y. So every sum has a fixed
  * order: results do not depend on timing.
  *
+ * With GS_XS the warps of a K slice stage X in local memory instead, per
+ * chunk of GS_U blocks (cp.async into a 2-chunk ring, in fragment order so
+ * that each lane's 16 bytes are one conflict-free local load): for many
+ * token tiles the direct X loads (8 rows of 64 bytes each) cost more L1
+ * time than the W bytes they serve. Measured on the H200 it pays only on
+ * the wide gate/up at 33..64 rows (PERFLOG).
+ *
  * One kernel per n8 token tiles NT = 1..8 (M <= 8 NT): gs_gemm_nt<NT>.
  * X rows up to 8 NT - 1 are read (the caller pads X to 128 rows); only
  * rows < M are written.
