@@ -17,7 +17,9 @@ void serve_gemm_small_destroy(serve_gemm_small *g); /* NULL: no-op */
 
 /* rows 1..64; in % 32 == 0, x_off % 8 == 0 (16-byte loads), each range's
  * cols % 16 == 0 (UNSUPPORTED otherwise); up to 3 output column ranges;
- * accumulate = 1 adds into Y. Deterministic: every sum has a fixed order.
+ * accumulate = 1 adds into Y. Deterministic: every sum has a fixed order,
+ * and with the default tunings the same order for every `rows`, so a row
+ * of Y does not depend on the other rows of the batch (bitwise).
  * The workspace (split-K partial sums, counters) is owned by g and grown on
  * demand, so calls on one g must be ordered (one in-order queue). */
 int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_gemm_args *a,
@@ -25,7 +27,10 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
 
 /* ---- tuning (benchmarks) ------------------------------------------------ */
 
-/* The kernel's shape for one class of rows (n8 token tiles nt = ceil(rows / 8)). */
+/* The kernel's shape for one class of rows (n8 token tiles nt = ceil(rows / 8)).
+ * The order of a sum depends on wk, the resolved split count and xs (and u
+ * with xs): tunings of one class that differ there break the batch
+ * independence above. */
 typedef struct serve_gemm_small_tuning {
     int r;      /* 16-row W tiles per warp: 1, 2, 4 */
     int wr;     /* warps over rows per work-group */

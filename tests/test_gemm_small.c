@@ -256,11 +256,53 @@ static void test_products(void **state) {
             assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
 }
 
+/* With the default tunings a row of Y is bitwise the same whatever the
+ * other rows (the sum order does not depend on `rows`), in every class of W. */
+static void test_rows_independent(void **state) {
+    gs_state *s = *state;
+    if (!s->g) skip();
+    cl_context cl = lazyattn_context_cl_context(s->ctx);
+    cl_command_queue q = lazyattn_context_queue(s->ctx);
+    const int shapes[][2] = {{144, 1024}, {2048, 20480}, {10240, 4096}}; /* out, in: classes 0, 1, 2 */
+    for (int si = 0; si < 3; si++) {
+        const int out = shapes[si][0], in = shapes[si][1];
+        assert_int_equal(serve_gemm_small_class(out, in), si);
+        const size_t xn = (size_t)SERVE_GEMM_ROW_PAD * in, wn = (size_t)out * in;
+        uint16_t *xh = malloc(xn * 2), *wh = malloc(wn * 2);
+        float *all = malloc(sizeof(float) * 64 * out), *part = malloc(sizeof(float) * 64 * out);
+        assert_true(xh && wh && all && part);
+        for (size_t i = 0; i < xn; i++) xh[i] = rnd_bf16();
+        for (size_t i = 0; i < wn; i++) wh[i] = rnd_bf16();
+        cl_int err;
+        cl_mem x = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, xn * 2, xh, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        cl_mem w = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, wn * 2, wh, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        cl_mem y = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(float) * 64 * out, NULL, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        serve_gemm_args a = {64, out, in, x, 0, w, 1, {{y, 0, out, out}}, 0};
+        assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
+        assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * 64 * out, all, 0, NULL, NULL), 0);
+        const int rows[] = {1, 3, 8, 9, 16, 17, 31, 33, 50, 63};
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+            a.rows = rows[i];
+            assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
+            assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * rows[i] * out, part, 0, NULL, NULL), 0);
+            if (memcmp(part, all, sizeof(float) * rows[i] * out) != 0)
+                fprintf(stderr, "out %d in %d: rows %d differ from the same rows of 64\n", out, in, rows[i]);
+            assert_memory_equal(part, all, sizeof(float) * rows[i] * out);
+        }
+        clReleaseMemObject(x), clReleaseMemObject(w), clReleaseMemObject(y);
+        free(xh), free(wh), free(all), free(part);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_bad_input),
         cmocka_unit_test(test_run_bad_input),
         cmocka_unit_test(test_products),
+        cmocka_unit_test(test_rows_independent),
     };
     return cmocka_run_group_tests_name("gemm_small", tests, setup, teardown);
 }
