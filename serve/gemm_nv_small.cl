@@ -222,11 +222,12 @@ __attribute__((always_inline)) inline void gs_body(
         const int tix = lid - wk * GS_WR * 32; /* thread in the slice */
         const int pieces = GS_U * NT * 32;
         __global const ushort *xs = x + x_off;
-        /* chunk 0 */
+        /* chunk 0; piece p = (block u, tile j, lane ln) */
         if (cu0 < cu1)
             for (int p = tix; p < pieces; p += GS_WR * 32) {
                 const int u = p / (NT * 32), j = (p >> 5) % NT, ln = p & 31;
-                gs_cp16(ring + p, xs + (size_t)(8 * j + (ln >> 2)) * Ks + (size_t)(cu0 * GS_U + u) * 32 + 8 * (ln & 3));
+                gs_cp16(ring + p, xs + (size_t)(8 * j + (ln >> 2)) * Ks +
+                                      (size_t)(cu0 * GS_U + u) * 32 + 8 * (ln & 3));
             }
         GS_CP_COMMIT();
 #if GS_PIPE
@@ -248,7 +249,8 @@ __attribute__((always_inline)) inline void gs_body(
                 __local uint4 *dst = ring + ((ci + 1) & 1) * pieces;
                 for (int p = tix; p < pieces; p += GS_WR * 32) {
                     const int u = p / (NT * 32), j = (p >> 5) % NT, ln = p & 31;
-                    gs_cp16(dst + p, xs + (size_t)(8 * j + (ln >> 2)) * Ks + (size_t)((cc + 1) * GS_U + u) * 32 + 8 * (ln & 3));
+                    gs_cp16(dst + p, xs + (size_t)(8 * j + (ln >> 2)) * Ks +
+                                         (size_t)((cc + 1) * GS_U + u) * 32 + 8 * (ln & 3));
                 }
             }
             GS_CP_COMMIT();
