@@ -2,11 +2,13 @@
 /* bf16 projections (issue 16): the dispatcher and the portable kernel.
  *
  * serve_gemm_bf16_run hands a projection to the NVIDIA tensor-core kernels
- * when they were built in (SERVE_HAVE_GEMM_NV; rows <= 64: the small,
- * weight-bandwidth path; rows > 64: the large one) and falls back to the
+ * (rows <= 64: the small, weight-bandwidth path; rows > 64: the large one)
+ * and falls back to the
  * portable kernel (serve/gemm_bf16.cl, any OpenCL device) when they are not
  * there, or answer LAZYATTN_STATUS_UNSUPPORTED for this device or shape. */
 #include "gemm_bf16.h"
+#include "gemm_nv_large.h"
+#include "gemm_nv_small.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,21 +38,9 @@ struct serve_gemm_bf16 {
 };
 
 /* ---- the tensor-core kernels: the one place they are wired in ----------- */
-#ifdef SERVE_HAVE_GEMM_NV
 /* serve/gemm_nv_large.c and serve/gemm_nv_small.c (the interface of
  * serve/gemm_bf16.h); create answers UNSUPPORTED on a device they do not
- * cover. */
-typedef struct serve_gemm_large serve_gemm_large;
-typedef struct serve_gemm_small serve_gemm_small;
-int serve_gemm_large_create(lazyattn_context *ctx, serve_gemm_large **out);
-int serve_gemm_large_run(serve_gemm_large *g, cl_command_queue queue, const serve_gemm_args *a,
-                         cl_event *event);
-void serve_gemm_large_destroy(serve_gemm_large *g);
-int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out);
-int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue queue, const serve_gemm_args *a,
-                         cl_event *event);
-void serve_gemm_small_destroy(serve_gemm_small *g);
-
+ * cover (not NVIDIA's fast path, or not Hopper for the large kernel). */
 static int serve_nv_large_run(void *s, cl_command_queue q, const serve_gemm_args *a, cl_event *e) {
     return serve_gemm_large_run(s, q, a, e);
 }
@@ -77,12 +67,6 @@ static int serve_gemm_nv_create(serve_gemm_bf16 *g) {
         return st;
     return LAZYATTN_STATUS_OK;
 }
-#else
-static int serve_gemm_nv_create(serve_gemm_bf16 *g) {
-    (void)g; /* built without the tensor-core kernels: the portable kernel runs everything */
-    return LAZYATTN_STATUS_OK;
-}
-#endif
 
 /* ---- arguments ----------------------------------------------------------- */
 

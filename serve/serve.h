@@ -317,7 +317,7 @@ int serve_gemm_temp_size(cl_command_queue queue, int rows, int out, int in, size
 /* ---- bf16 GEMM (gemm_bf16.c; the arguments in gemm_bf16.h) ---------------- */
 
 /* Runs serve_gemm_args (gemm_bf16.h): the NVIDIA tensor-core kernels where
- * they are built in (SERVE_HAVE_GEMM_NV) and cover the device and shape
+ * they cover the device and shape (NVIDIA fast path; the large one Hopper)
  * (rows <= 64: the small, weight-bandwidth kernel; rows > 64: the large
  * one), else the portable kernel (serve/gemm_bf16.cl, OpenCL C 1.2, any
  * device; a 32 x 32 tile per work-group of 16 x 16, f32 accumulation). */

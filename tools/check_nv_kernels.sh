@@ -68,3 +68,12 @@ for t in "2 1 128 64 1 0" "1 2 128 32 3 0" "2 1 256 16 4 1"; do
         { echo "$name: no wgmma m64n$3k16 in the PTX" >&2; exit 1; }
     echo "$name: PTX with wgmma m64n$3k16"
 done
+# serve/'s decode-sized bf16 GEMM (serve/gemm_nv_small.cl, no headers): X read
+# directly, with the W prefetch and K slices, and staged in local memory
+cp serve/gemm_nv_small.cl "$out/gemm_nv_small.cl"
+compile gemm_nv_small gemm_nv_small.direct mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_R=1 -DGS_WR=1 -DGS_WK=8
+compile gemm_nv_small gemm_nv_small.pipe mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_PIPE=1 -DGS_WHINT=2
+compile gemm_nv_small gemm_nv_small.xs cp.async.cg.shared.global -DGS_XS=1 -DGS_WK=2 -DGS_U=2 -DGS_PIPE=1
+for k in 1 2 3 4 5 6 7 8; do
+    grep -q "^\.entry gs_gemm_nt$k(" "$out/gemm_nv_small.xs.ptx" || { echo "gemm_nv_small: no gs_gemm_nt$k" >&2; exit 1; }
+done

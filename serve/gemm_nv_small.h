@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Decode-sized bf16 projections on NVIDIA tensor cores (issue 16): rows
+ * 1..64 of Y = X . W^T (serve/gemm_bf16.h's arguments) at the bandwidth of
+ * reading W once. Kernels: serve/gemm_nv_small.cl. */
+#ifndef SERVE_GEMM_NV_SMALL_H
+#define SERVE_GEMM_NV_SMALL_H
+
+#include "gemm_bf16.h"
+
+typedef struct serve_gemm_small serve_gemm_small;
+
+/* UNSUPPORTED (with a message) unless ctx's device is NVIDIA compute
+ * capability >= 8 and lazyattn_context_fast_path(ctx) != 0. Builds the
+ * default kernels (the NVIDIA driver's compile, ~1 s). */
+int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out);
+void serve_gemm_small_destroy(serve_gemm_small *g); /* NULL: no-op */
+
+/* rows 1..64; in % 32 == 0, x_off % 8 == 0 (16-byte loads), each range's
+ * cols % 16 == 0 (UNSUPPORTED otherwise); up to 3 output column ranges;
+ * accumulate = 1 adds into Y. Deterministic: every sum has a fixed order,
+ * and with the default tunings the same order for every `rows`, so a row
+ * of Y does not depend on the other rows of the batch (bitwise).
+ * The workspace (split-K partial sums, counters) is owned by g and grown on
+ * demand, so calls on one g must be ordered (one in-order queue). */
+int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_gemm_args *a,
+                         cl_event *ev);
+
+/* ---- tuning (benchmarks) ------------------------------------------------ */
+
+/* The kernel's shape for one class of rows (n8 token tiles nt = ceil(rows / 8)).
+ * The order of a sum depends on wk, the resolved split count and xs (and u
+ * with xs): tunings of one class that differ there break the batch
+ * independence above. */
+typedef struct serve_gemm_small_tuning {
+    int r;      /* 16-row W tiles per warp: 1, 2, 4 */
+    int wr;     /* warps over rows per work-group */
+    int wk;     /* warps over K per work-group (summed through local memory) */
+    int u;      /* 32-k blocks per step: 1..8 */
+    int pipe;   /* 1: the next step's W loads issued before this step's mma */
+    int whint;  /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
+    int splits; /* work-groups over K (split-K); 0: chosen from the shape */
+    int xs;     /* 1: X staged in local memory per chunk of u blocks (cp.async) */
+} serve_gemm_small_tuning;
+
+/* Tunings are kept per n8 token tiles nt = 1..8 and per class of W:
+ * 0 small (out * in < 40 M weights: the 8B's QKV and O), 1 long rows (in >
+ * out: the down projection), 2 wide (the gate/up). */
+#define SERVE_GEMM_SMALL_CLASSES 3
+int serve_gemm_small_class(int out, int in);
+/* The tuning used for nt (1..8) and cls (0..2). */
+int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
+                                serve_gemm_small_tuning *t);
+/* Sets it (nt 0: every nt; cls -1: every class); builds the program if
+ * new. INVALID_ARGUMENT for values out of range, e.g. over 48 KB of local
+ * memory. */
+int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
+                                const serve_gemm_small_tuning *t);
+/* The split count a run of this shape would use (after the tuning's rule). */
+int serve_gemm_small_splits(const serve_gemm_small *g, int rows, int out, int in);
+/* The NVIDIA build log of the program of (nt, cls)'s tuning ("" if none;
+ * with SERVE_GEMM_SMALL_VERBOSE=1 in the environment it has ptxas's
+ * register report). Owned by g. */
+const char *serve_gemm_small_build_log(const serve_gemm_small *g, int nt, int cls);
+
+#endif

@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* serve/gemm_nv_small.c: bad input gives a status and a message, never a
+ * crash (every device); on an NVIDIA fast-path device, Y = X W^T against a
+ * double reference from the same bf16 operands (random in [-1, 1)) for
+ * rows 1..64, three output ranges with row strides, an X offset, split-K,
+ * accumulate, and bitwise repeatability. On PoCL (CI) create is UNSUPPORTED
+ * and the device cases skip. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gemm_nv_small.h"
+
+typedef struct gs_state {
+    lazyattn_context *ctx;
+    serve_gemm_small *g; /* NULL off the NVIDIA fast path */
+} gs_state;
+
+static int setup(void **state) {
+    gs_state *s = calloc(1, sizeof *s);
+    if (!s) return -1;
+    *state = s;
+    if (lazyattn_context_create(NULL, &s->ctx) != 0) return 0; /* tests skip */
+    int st = serve_gemm_small_create(s->ctx, &s->g);
+    if (lazyattn_context_fast_path(s->ctx)) {
+        if (st != LAZYATTN_STATUS_OK) {
+            fprintf(stderr, "gemm_small_create: %s\n", serve_last_error());
+            return -1;
+        }
+    } else if (st != LAZYATTN_STATUS_UNSUPPORTED || s->g) {
+        fprintf(stderr, "gemm_small_create off the fast path: %d\n", st);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    gs_state *s = *state;
+    serve_gemm_small_destroy(s->g);
+    lazyattn_context_destroy(s->ctx);
+    free(s);
+    return 0;
+}
+
+static void test_create_bad_input(void **state) {
+    gs_state *s = *state;
+    serve_gemm_small *g = (serve_gemm_small *)(uintptr_t)1;
+    assert_int_equal(serve_gemm_small_create(NULL, &g), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(g);
+    assert_true(strlen(serve_last_error()) > 0);
+    assert_int_equal(serve_gemm_small_create(s->ctx, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    serve_gemm_small_destroy(NULL);
+    if (!s->ctx) skip();
+    if (!lazyattn_context_fast_path(s->ctx)) {
+        g = (serve_gemm_small *)(uintptr_t)1;
+        assert_int_equal(serve_gemm_small_create(s->ctx, &g), LAZYATTN_STATUS_UNSUPPORTED);
+        assert_null(g);
+        assert_non_null(strstr(serve_last_error(), "NVIDIA"));
+    }
+}
+
+static void test_run_bad_input(void **state) {
+    gs_state *s = *state;
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    assert_int_equal(serve_gemm_small_run(NULL, NULL, &a, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(serve_gemm_small_splits(NULL, 1, 64, 64), 0);
+    serve_gemm_small_tuning t = {2, 4, 2, 4, 0, 1, 0, 0};
+    assert_int_equal(serve_gemm_small_set_tuning(NULL, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(serve_gemm_small_get_tuning(NULL, 1, 0, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_string_equal(serve_gemm_small_build_log(NULL, 1, 0), "");
+    if (!s->g) skip();
+    cl_context cl = lazyattn_context_cl_context(s->ctx);
+    cl_command_queue q = lazyattn_context_queue(s->ctx);
+    cl_int err;
+    cl_mem buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, 1 << 20, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    assert_int_equal(serve_gemm_small_run(s->g, q, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    const serve_gemm_args good = {8, 64, 64, buf, 0, buf, 1, {{buf, 0, 64, 64}}, 0};
+    struct {
+        serve_gemm_args a;
+        int status;
+    } cases[12];
+    int n = 0;
+    for (int i = 0; i < 12; i++) cases[i].a = good;
+    cases[n].a.rows = 0, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    cases[n].a.rows = 65, cases[n++].status = LAZYATTN_STATUS_UNSUPPORTED;
+    cases[n].a.in = 48, cases[n++].status = LAZYATTN_STATUS_UNSUPPORTED;
+    cases[n].a.x = NULL, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    cases[n].a.w = NULL, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    cases[n].a.n_outs = 4, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    cases[n].a.outs[0].cols = 32, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    cases[n].a.outs[0].ld = 63, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    cases[n].a.x_off = 4, cases[n++].status = LAZYATTN_STATUS_UNSUPPORTED;
+    cases[n].a.accumulate = 2, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    cases[n].a.out = 72, cases[n].a.outs[0].cols = 72, cases[n].a.outs[0].ld = 72;
+    cases[n++].status = LAZYATTN_STATUS_UNSUPPORTED; /* cols % 16 */
+    cases[n].a.outs[0].buf = NULL, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    for (int i = 0; i < n; i++) {
+        const int st = serve_gemm_small_run(s->g, q, &cases[i].a, NULL);
+        if (st != cases[i].status) fprintf(stderr, "case %d: %d, expected %d\n", i, st, cases[i].status);
+        assert_int_equal(st, cases[i].status);
+        assert_true(strlen(serve_last_error()) > 0);
+    }
+    t.r = 3;
+    assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    t.r = 2, t.wk = 8, t.wr = 4; /* 7 x 4 x 2 x 8 tiles of sums: over 48 KB */
+    assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(serve_gemm_small_set_tuning(s->g, 9, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    clReleaseMemObject(buf);
+}
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+static uint16_t rnd_bf16(void) {
+    uint16_t h;
+    do {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        h = serve_bf16_of((float)((rng >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0));
+    } while ((h & 0x7FFF) == 0);
+    return h;
+}
+
+/* Y = X W^T (+ Y) against a double reference, for every tuning row given. */
+static void check_shape(gs_state *s, int rows, int out, int in, const int *cols, int n_outs,
+                        size_t x_off, int splits) {
+    cl_context cl = lazyattn_context_cl_context(s->ctx);
+    cl_command_queue q = lazyattn_context_queue(s->ctx);
+    const size_t xn = x_off + (size_t)SERVE_GEMM_ROW_PAD * in, wn = (size_t)out * in;
+    uint16_t *xh = malloc(xn * 2), *wh = malloc(wn * 2);
+    assert_non_null(xh);
+    assert_non_null(wh);
+    for (size_t i = 0; i < xn; i++) xh[i] = rnd_bf16();
+    for (size_t i = 0; i < wn; i++) wh[i] = rnd_bf16();
+    double *ref = malloc(sizeof(double) * rows * out);
+    assert_non_null(ref);
+    for (int r = 0; r < rows; r++)
+        for (int n = 0; n < out; n++) {
+            double acc = 0;
+            for (int k = 0; k < in; k++)
+                acc += (double)serve_float_of_bf16(xh[x_off + (size_t)r * in + k]) *
+                       serve_float_of_bf16(wh[(size_t)n * in + k]);
+            ref[(size_t)r * out + n] = acc;
+        }
+    cl_int err;
+    cl_mem x = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, xn * 2, xh, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem w = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, wn * 2, wh, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = rows, a.out = out, a.in = in, a.x = x, a.x_off = x_off, a.w = w, a.n_outs = n_outs;
+    cl_mem y[3];
+    float *yh[3], *y0[3];
+    for (int i = 0; i < n_outs; i++) {
+        const int ld = cols[i] + 16 * i, pre = 5 * i; /* strides and offsets of their own */
+        const size_t n = pre + (size_t)rows * ld;
+        yh[i] = malloc(n * sizeof(float));
+        y0[i] = malloc(n * sizeof(float));
+        assert_non_null(yh[i]);
+        assert_non_null(y0[i]);
+        for (size_t e = 0; e < n; e++) y0[i][e] = (float)(rnd_bf16() & 0xFF) - 100.0f;
+        y[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, n * sizeof(float), y0[i], &err);
+        assert_int_equal(err, CL_SUCCESS);
+        a.outs[i] = (serve_gemm_out){y[i], (size_t)pre, cols[i], ld};
+    }
+    serve_gemm_small_tuning keep;
+    const int nt = (rows + 7) / 8, cls = serve_gemm_small_class(out, in);
+    assert_int_equal(serve_gemm_small_get_tuning(s->g, nt, cls, &keep), 0);
+    serve_gemm_small_tuning t = keep;
+    t.splits = splits;
+    assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, cls, &t), 0);
+    for (int acc = 1; acc >= 0; acc--) { /* first Y += (on y0), then Y = */
+        a.accumulate = acc;
+        int st = serve_gemm_small_run(s->g, q, &a, NULL);
+        if (st) fprintf(stderr, "run: %s\n", serve_last_error());
+        assert_int_equal(st, 0);
+        double num = 0, den = 0;
+        int outside = 0;
+        for (int i = 0, c0 = 0; i < n_outs; c0 += cols[i], i++) {
+            const int ld = cols[i] + 16 * i, pre = 5 * i;
+            const size_t n = pre + (size_t)rows * ld;
+            assert_int_equal(clEnqueueReadBuffer(q, y[i], CL_TRUE, 0, n * sizeof(float), yh[i], 0, NULL, NULL), 0);
+            for (size_t e = 0; e < n; e++) {
+                const long rel = (long)e - pre;
+                const int r = (int)(rel / ld), c = (int)(rel % ld);
+                if (rel < 0 || c >= cols[i]) { /* never written */
+                    outside += yh[i][e] != y0[i][e];
+                    continue;
+                }
+                const double want = ref[(size_t)r * out + c0 + c] + (acc ? y0[i][e] : 0.0);
+                num += (yh[i][e] - want) * (yh[i][e] - want);
+                den += ref[(size_t)r * out + c0 + c] * ref[(size_t)r * out + c0 + c];
+            }
+            if (acc) { /* the next run overwrites: y0 becomes the sum, for the gaps */
+                memcpy(y0[i], yh[i], n * sizeof(float));
+            }
+        }
+        const double rel = sqrt(num / den);
+        if (!(rel < 1e-5) || outside)
+            fprintf(stderr, "rows %d out %d in %d splits %d (%d) acc %d: rel err %.3e, %d outside\n",
+                    rows, out, in, splits, serve_gemm_small_splits(s->g, rows, out, in), acc, rel, outside);
+        assert_true(rel < 1e-5);
+        assert_int_equal(outside, 0);
+    }
+    /* bitwise repeatable */
+    float *again = malloc(sizeof(float) * (size_t)rows * (cols[0] + 0));
+    assert_non_null(again);
+    assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
+    assert_int_equal(clEnqueueReadBuffer(q, y[0], CL_TRUE, 0, sizeof(float) * rows * cols[0], again, 0, NULL, NULL), 0);
+    assert_memory_equal(again, yh[0], sizeof(float) * rows * cols[0]);
+    free(again);
+    assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, cls, &keep), 0);
+    for (int i = 0; i < n_outs; i++) clReleaseMemObject(y[i]), free(yh[i]), free(y0[i]);
+    clReleaseMemObject(x);
+    clReleaseMemObject(w);
+    free(xh), free(wh), free(ref);
+}
+
+static void test_products(void **state) {
+    gs_state *s = *state;
+    if (!s->g) skip();
+    /* the defaults, then kernel shapes of each kind: K slices summed in
+     * local memory, a W prefetch, X staged in local memory (with and
+     * without slices), R 1 and 4 */
+    const serve_gemm_small_tuning tunings[] = {
+        {0, 0, 0, 0, 0, 0, 0, 0}, /* the defaults (of the class the small shapes here are in) */
+        {1, 1, 8, 8, 0, 2, 0, 0}, {2, 4, 2, 4, 0, 2, 0, 0}, {2, 8, 1, 2, 1, 2, 0, 1}, /* the other defaults */
+        {1, 1, 8, 4, 0, 1, 0, 0}, {2, 4, 2, 4, 1, 2, 0, 0}, {2, 4, 1, 4, 0, 1, 0, 1},
+        {2, 2, 2, 2, 1, 2, 0, 1}, {4, 2, 1, 2, 0, 0, 0, 0}, {1, 4, 2, 2, 1, 1, 0, 1},
+    };
+    serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_get_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+    const int three[3] = {64, 32, 48}, one[1] = {400}, three160[3] = {64, 48, 48};
+    const int rows[] = {1, 2, 7, 8, 9, 16, 23, 32, 40, 57, 64};
+    for (size_t ti = 0; ti < sizeof tunings / sizeof *tunings; ti++) {
+        if (ti > 0) assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &tunings[ti]), 0);
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+            check_shape(s, rows[i], 144, 1024, three, 3, 8, 0);
+            check_shape(s, rows[i], 400, 96, one, 1, 0, 1);
+        }
+        for (int sp = 2; sp <= 5; sp++) check_shape(s, 17, 144, 2048, three, 3, 0, sp);
+        check_shape(s, 64, 160, 1120, three160, 3, 0, 3); /* 35 blocks: a tail past the chunks */
+        check_shape(s, 5, 160, 1120, three160, 3, 8, 0);
+    }
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+}
+
+/* With the default tunings a row of Y is bitwise the same whatever the
+ * other rows (the sum order does not depend on `rows`), in every class of W. */
+static void test_rows_independent(void **state) {
+    gs_state *s = *state;
+    if (!s->g) skip();
+    cl_context cl = lazyattn_context_cl_context(s->ctx);
+    cl_command_queue q = lazyattn_context_queue(s->ctx);
+    const int shapes[][2] = {{144, 1024}, {2048, 20480}, {10240, 4096}}; /* out, in: classes 0, 1, 2 */
+    for (int si = 0; si < 3; si++) {
+        const int out = shapes[si][0], in = shapes[si][1];
+        assert_int_equal(serve_gemm_small_class(out, in), si);
+        const size_t xn = (size_t)SERVE_GEMM_ROW_PAD * in, wn = (size_t)out * in;
+        uint16_t *xh = malloc(xn * 2), *wh = malloc(wn * 2);
+        float *all = malloc(sizeof(float) * 64 * out), *part = malloc(sizeof(float) * 64 * out);
+        assert_true(xh && wh && all && part);
+        for (size_t i = 0; i < xn; i++) xh[i] = rnd_bf16();
+        for (size_t i = 0; i < wn; i++) wh[i] = rnd_bf16();
+        cl_int err;
+        cl_mem x = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, xn * 2, xh, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        cl_mem w = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, wn * 2, wh, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        cl_mem y = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(float) * 64 * out, NULL, &err);
+        assert_int_equal(err, CL_SUCCESS);
+        serve_gemm_args a = {64, out, in, x, 0, w, 1, {{y, 0, out, out}}, 0};
+        assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
+        assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * 64 * out, all, 0, NULL, NULL), 0);
+        const int rows[] = {1, 3, 8, 9, 16, 17, 31, 33, 50, 63};
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+            a.rows = rows[i];
+            assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
+            assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * rows[i] * out, part, 0, NULL, NULL), 0);
+            if (memcmp(part, all, sizeof(float) * rows[i] * out) != 0)
+                fprintf(stderr, "out %d in %d: rows %d differ from the same rows of 64\n", out, in, rows[i]);
+            assert_memory_equal(part, all, sizeof(float) * rows[i] * out);
+        }
+        clReleaseMemObject(x), clReleaseMemObject(w), clReleaseMemObject(y);
+        free(xh), free(wh), free(all), free(part);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_bad_input),
+        cmocka_unit_test(test_run_bad_input),
+        cmocka_unit_test(test_products),
+        cmocka_unit_test(test_rows_independent),
+    };
+    return cmocka_run_group_tests_name("gemm_small", tests, setup, teardown);
+}
