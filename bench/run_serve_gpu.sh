@@ -1,0 +1,45 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Issue 16's GEMM and forward figures on the lent H200 in one call, each with
+# its torch peer from the same call:
+#   the serve/ tests on the GPU (tensor-core GEMMs against float64, the bf16
+#   forward against the f32 one, greedy tokens across the four policies);
+#   bench/gemm_peer.py, then bench_gemm at M = 2048 and 10240 (the large
+#   kernel, ratios to the peer's CSV) and bench_gemm_small at M = 1..64;
+#   bench_forward (bf16) beside bench/llama_peer.py.
+# Build here (meson setup build-serve --buildtype=release -Dspirv=disabled
+# -Dclblast=enabled -Dredis=disabled; ninja -C build-serve; libcmocka.so.0*
+# copied into build-serve/extra-lib), copy libclblast.so.1 into
+# .device-carry/clblast, carry both.
+#   usage: sh bench/run_serve_gpu.sh [OUTDIR]    (BIN=build-serve by default)
+set -u
+out=${1:-${OUT:-/tmp/lazyattn-serve-out}}
+bin=${BIN:-build-serve}
+mkdir -p "$out"
+. tools/nvidia-opencl-env.sh
+export LD_LIBRARY_PATH="$PWD/$bin/extra-lib:$PWD/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CMOCKA_MESSAGE_OUTPUT=stdout
+step() { # name seconds command...: runs it into $out/name.log, prints rc and time
+    name=$1 secs=$2
+    shift 2
+    start=$(date +%s)
+    timeout "$secs" "$@" >> "$out/$name.log" 2>&1
+    rc=$?
+    echo "$name: $* rc=$rc $(( $(date +%s) - start ))s"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/tests.log" 2>&1
+for t in gemm_nv_large gemm_small serve_bf16 serve_equivalence context; do
+    step tests "${TEST_S:-150}" "$bin/tests/test_$t"
+done
+step peer 90 sh -c "cd bench && python3 gemm_peer.py --reps 20 --csv '$out/peer.csv'"
+step gemm_large 90 "$bin/serve/bench_gemm" --rows 2048,10240 --peer "$out/peer.csv"
+step gemm_small 120 "$bin/serve/bench_gemm_small" --reps 20
+step forward 150 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5
+step llama_peer 120 sh -c "cd bench && python3 llama_peer.py --reps 5"
+echo "== summary"
+grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30
+grep -E "read ceiling| 2048 | 10240 " "$out/peer.log" | head -10
+grep -E "TFLOP|ok$|FAIL|mismatch" "$out/gemm_large.log" | head -12
+sed -n '/^best per shape/,$p' "$out/gemm_small.log" | head -32
+cat "$out/forward.log"
+tail -8 "$out/llama_peer.log"
