@@ -322,6 +322,9 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
         return cli_fail("rag_bench", "--rounds", "needs --processes");
     if (cli_given(opts, N_OPTS, "--processes")) {
+        if (cli_given(opts, N_OPTS, "--time-limit"))
+            return cli_fail("rag_bench", "--time-limit", "not with --processes (use "
+                            "--run-seconds)");
         if (!o->tier_text)
             return cli_fail("rag_bench", "--processes", "needs --tier dir:PATH or "
                             "redis://HOST:PORT (the tier the processes share)");
@@ -543,8 +546,10 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             if (s->finished >= s->count) break;
         }
         if (!s->stop_admitting) loop_arrivals(s);
-        /* admissions: plan, prefill, first token */
-        while (s->head < s->tail && s->n_live < s->max_batch) {
+        /* admissions: plan, prefill, first token (none past the limit: a
+         * prefill is long, the queue may hold several) */
+        while (s->head < s->tail && s->n_live < s->max_batch &&
+               !(limit > 0 && serve_now() - s->t0 > limit)) {
             int k = b->waiting[s->head];
             serve_request_result *r = &rec[k];
             int index = first + k;
@@ -1371,6 +1376,17 @@ int main(int argc, char **argv) {
             goto fail;
         }
         n_exec++;
+        if (o.time_limit > 0) { /* the guard's bookkeeping, and what a killed run leaves */
+            char bt[32];
+            bench_budget_text(r->budget_bytes, bt, sizeof bt);
+            printf("# run %d/%d done at %.1f s: %s @ %s: %d of %d requests (%d refused)%s, "
+                   "TTFT mean %.1f ms, TPOT %.2f ms, %.3f req/s, hit ratio %.3f, wall %.1f s "
+                   "(admission limit %.1f s)\n",
+                   n_exec, n_todo, serve_now() - t_start, r->policy, bt, r->n_ok + r->n_failed,
+                   r->n_planned, r->n_failed, r->cut ? ", CUT SHORT" : "", 1e3 * r->ttft_mean,
+                   1e3 * r->tpot_mean, r->req_per_s, r->hit_ratio, r->wall_s, limit);
+            fflush(stdout);
+        }
         for (int q = 0; q < r->n_requests; q++)
             if (r->requests[q].ok && r->requests[q].finish - r->requests[q].arrival > drain)
                 drain = r->requests[q].finish - r->requests[q].arrival;
@@ -1394,8 +1410,12 @@ int main(int argc, char **argv) {
     printf("\n");
     serve_print_table(stdout, runs, n_runs);
     bench_print_notes(&o, runs, n_runs);
-    printf("\nDevice time per phase (profiling events; host, sync, idle = wall - device):\n\n");
-    serve_print_phases(stdout, runs, n_runs);
+    if (o.no_profiling) {
+        printf("\nDevice time per phase: not measured (--no-profiling)\n");
+    } else {
+        printf("\nDevice time per phase (profiling events; host, sync, idle = wall - device):\n\n");
+        serve_print_phases(stdout, runs, n_runs);
+    }
     printf("\nHost time inside enqueue calls (launch overhead), blocking uploads and waits:\n\n");
     serve_print_host(stdout, runs, n_runs);
     if (b.tier) {
