@@ -21,6 +21,7 @@
 # Environment (defaults in brackets): P200_MODEL [8b], P200_REQUESTS [200], P200_BUDGETS
 # [1GiB,4GiB], P200_CONCURRENCY [4], P200_CHUNK [2048] (--prefill-chunk), P200_SECONDS [570],
 # P200_PROFILE [0] (1: profiling events, device time per phase; costs host time per forward),
+# P200_CLBLAST [./.device-carry/clblast] (the folder holding the carried libclblast.so.1),
 # P200_LOCAL [0] (1: the default OpenCL device, no NVIDIA set-up: a dry run on PoCL, e.g.
 # P200_LOCAL=1 P200_MODEL=tiny P200_BUDGETS=256KiB,1MiB serve/h200_paper200.sh build /tmp/p200
 # --docs 20 --doc-len 64:64).
@@ -33,8 +34,8 @@ seconds=${P200_SECONDS:-570}
 mkdir -p "$out" || exit 1
 if [ "${P200_LOCAL:-0}" != 1 ]; then
     . tools/nvidia-opencl-env.sh || exit 1
-    here=$(pwd)
-    export LD_LIBRARY_PATH="$here/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    clblast=${P200_CLBLAST:-$(pwd)/.device-carry/clblast}
+    export LD_LIBRARY_PATH="$clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 profiling=--no-profiling
 [ "${P200_PROFILE:-0}" = 1 ] && profiling=

@@ -536,9 +536,10 @@ typedef struct il_result {
     int steps_inside;
 } il_result;
 
-/* chunk: rows per prefill forward (0: max_rows); interleave: decode steps between chunks */
+/* chunk: rows per prefill forward (0: max_rows); interleave: decode steps between chunks;
+ * batched: batched prefill (else one forward per segment chunk) */
 static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int interleave,
-                   il_result *res) {
+                   int batched, il_result *res) {
     const serve_model_config *mc = serve_model_get_config(s->model);
     int V = mc->vocab;
     memset(res, 0, sizeof *res);
@@ -555,6 +556,7 @@ static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int int
     CHECK(lazyattn_cache_create(pool, &cc, &cache));
     CHECK(serve_engine_create(s->model, pool, &L->eng));
     CHECK(serve_engine_set_prefill_chunk(L->eng, chunk, interleave ? il_between : NULL, L));
+    serve_engine_use_batched_prefill(L->eng, batched);
     const int32_t *docs[N_REQ][8];
     int32_t lens[N_REQ][8];
     lazyattn_request_desc desc[N_REQ];
@@ -595,8 +597,8 @@ static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int int
 
 /* Prefill in chunks of one block (16 rows) with a decode step of the
  * running batch between two chunks, against the same chunks with nothing
- * in between and against unchunked prefill: every request generates the
- * same greedy tokens; the first token's logits are bit-identical to the
+ * in between, against unchunked prefill and against the per-segment path
+ * interleaved the same way: every request generates the same greedy tokens; the first token's logits are bit-identical to the
  * same chunks without interleaving (decode steps of other requests write
  * only their own blocks) and within 1e-4 of unchunked prefill. The
  * interleaving happens: decode steps ran inside prefills, one per
@@ -609,19 +611,23 @@ static void test_chunked_prefill_interleaves_decode(void **state) {
     lazyattn_cache_policy policies[2] = {LAZYATTN_CACHE_POLICY_LAZY, LAZYATTN_CACHE_POLICY_POSITION};
     for (int p = 0; p < 2; p++) {
         const char *name = lazyattn_cache_policy_name(policies[p]);
-        il_result on, off, whole;
-        il_run(s, policies[p], chunk, 1, &on);
-        il_run(s, policies[p], chunk, 0, &off);
-        il_run(s, policies[p], 0, 0, &whole);
+        il_result on, off, whole, seg;
+        il_run(s, policies[p], chunk, 1, 1, &on);
+        il_run(s, policies[p], chunk, 0, 1, &off);
+        il_run(s, policies[p], 0, 0, 1, &whole);
+        il_run(s, policies[p], chunk, 1, 0, &seg); /* the per-segment path, interleaved */
         double worst = 0;
         for (int r = 0; r < N_REQ; r++) {
             assert_int_equal(on.n_gen[r], off.n_gen[r]);
             assert_int_equal(on.n_gen[r], whole.n_gen[r]);
+            assert_int_equal(on.n_gen[r], seg.n_gen[r]);
             for (int g = 0; g < on.n_gen[r]; g++) {
-                if (on.tokens[r][g] != off.tokens[r][g] || on.tokens[r][g] != whole.tokens[r][g])
+                if (on.tokens[r][g] != off.tokens[r][g] || on.tokens[r][g] != whole.tokens[r][g] ||
+                    on.tokens[r][g] != seg.tokens[r][g])
                     fail_msg("%s: request %d token %d: interleaved %d, chunks only %d, "
-                             "unchunked %d", name, r, g, on.tokens[r][g], off.tokens[r][g],
-                             whole.tokens[r][g]);
+                             "unchunked %d, per-segment interleaved %d", name, r, g,
+                             on.tokens[r][g], off.tokens[r][g], whole.tokens[r][g],
+                             seg.tokens[r][g]);
             }
             assert_memory_equal(on.first_logits + (size_t)r * V, off.first_logits + (size_t)r * V,
                                 (size_t)V * sizeof(float));
@@ -650,6 +656,12 @@ static void test_chunked_prefill_interleaves_decode(void **state) {
         assert_int_equal(off.stats.between_calls, 0);
         assert_int_equal(off.stats.interleaved_decodes, 0);
         assert_int_equal(whole.stats.between_calls, 0);
+        assert_int_equal(seg.stats.between_calls, seg.stats.prefill_forwards - N_REQ);
+        assert_true(seg.stats.interleaved_decodes > 0);
+        printf("# %s: per-segment path in chunks of %d: %lld forwards, %lld decode steps inside "
+               "prefills; tokens identical\n", name, chunk, (long long)seg.stats.prefill_forwards,
+               (long long)seg.stats.interleaved_decodes);
+        free(seg.first_logits);
         free(on.first_logits);
         free(off.first_logits);
         free(whole.first_logits);
