@@ -1463,14 +1463,14 @@ int main(int argc, char **argv) {
     int empty = 0;
     int cut = 0;
     for (int i = 0; i < n_runs; i++) {
-        if (runs[i].n_ok == 0) {
+        if (runs[i].n_ok == 0 && !runs[i].shared) {
             fprintf(stderr, "rag_bench: %s at %llu B completed none of its %d requests (%s)\n",
                     runs[i].policy, (unsigned long long)runs[i].budget_bytes, o.wl.n_requests,
                     runs[i].n_failed ? "refused: the budget cannot hold a request's working set"
                                      : "the time limit ended the run first");
             empty++;
         }
-        cut += runs[i].cut;
+        cut += runs[i].cut && !runs[i].shared;
     }
     if (cut && !empty)
         fprintf(stderr, "rag_bench: INCOMPLETE: %d run%s cut short by the time limit (marked in "
