@@ -664,7 +664,9 @@ void serve_engine_use_batched_prefill(serve_engine *e, int on) {
 
 int serve_engine_set_prefill_chunk(serve_engine *e, int tokens, serve_between_fn between,
                                    void *user) {
-    if (!e) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_set_prefill_chunk: NULL engine");
+    if (!e)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_set_prefill_chunk: NULL engine");
     int block = serve_model_get_config(e->model)->block_size;
     if (tokens < 0 || (tokens > 0 && tokens < block))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,

@@ -1228,7 +1228,8 @@ static void bench_print_notes(const bench_options *o, const serve_run_result *ru
             header = 1;
         }
         bench_budget_text(l->budget_bytes, b, sizeof b);
-        printf("| %s | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.3f / %.3f (+%.3f) | %s |\n",
+        printf("| %s | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.3f / %.3f (+%.3f) | "
+               "%s |\n",
                b, p->ttft_mean / l->ttft_mean, p->ttft_p50 / l->ttft_p50,
                p->ttft_p99 / l->ttft_p99, p->tpot_mean / l->tpot_mean,
                l->req_per_s / p->req_per_s, l->tok_per_s / p->tok_per_s, l->hit_ratio,
@@ -1397,7 +1398,8 @@ int main(int argc, char **argv) {
                 *c = *r;
                 c->budget_bytes = o.budgets[bj];
                 c->shared = 1;
-                c->requests = malloc((size_t)(r->n_requests ? r->n_requests : 1) * sizeof *c->requests);
+                size_t bytes = (size_t)(r->n_requests ? r->n_requests : 1) * sizeof *c->requests;
+                c->requests = malloc(bytes);
                 if (!c->requests) {
                     memset(c, 0, sizeof *c);
                     st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "rag_bench: run copy");

@@ -350,7 +350,8 @@ int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs,
             70 + 600 * (nb ? nb : 1) + 110);
     const char *names[8];
     int k = 0;
-    for (int i = 0; i < nb; i++) serve_svg_ttft_panel(f, runs, n, budgets[i], 70 + 600 * i, 40, names, &k);
+    for (int i = 0; i < nb; i++)
+        serve_svg_ttft_panel(f, runs, n, budgets[i], 70 + 600 * i, 40, names, &k);
     serve_svg_legend(f, 70 + 600 * (nb ? nb : 1) - 40, 60, names, k);
     fprintf(f, "</svg>\n");
     return serve_close_written(f, path);

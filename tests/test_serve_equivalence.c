@@ -598,17 +598,20 @@ static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int int
 /* Prefill in chunks of one block (16 rows) with a decode step of the
  * running batch between two chunks, against the same chunks with nothing
  * in between, against unchunked prefill and against the per-segment path
- * interleaved the same way: every request generates the same greedy tokens; the first token's logits are bit-identical to the
- * same chunks without interleaving (decode steps of other requests write
- * only their own blocks) and within 1e-4 of unchunked prefill. The
- * interleaving happens: decode steps ran inside prefills, one per
- * boundary with a running batch. */
+ * interleaved the same way: every request generates the same greedy
+ * tokens; the first token's logits are bit-identical to the same chunks
+ * without interleaving (decode steps of other requests write only their
+ * own blocks) and within 1e-4 of unchunked prefill. The interleaving
+ * happens: a chunk boundary before every forward of a request but its
+ * first, decode steps ran at them (the callback's count). A prefill
+ * started from inside between() is refused. */
 static void test_chunked_prefill_interleaves_decode(void **state) {
     eq_state *s = *state;
     if (!s->ctx) skip();
     const serve_model_config *mc = serve_model_get_config(s->model);
     int V = mc->vocab, chunk = mc->block_size;
-    lazyattn_cache_policy policies[2] = {LAZYATTN_CACHE_POLICY_LAZY, LAZYATTN_CACHE_POLICY_POSITION};
+    lazyattn_cache_policy policies[2] = {LAZYATTN_CACHE_POLICY_LAZY,
+                                         LAZYATTN_CACHE_POLICY_POSITION};
     for (int p = 0; p < 2; p++) {
         const char *name = lazyattn_cache_policy_name(policies[p]);
         il_result on, off, whole, seg;
@@ -633,7 +636,8 @@ static void test_chunked_prefill_interleaves_decode(void **state) {
                                 (size_t)V * sizeof(float));
             double diff = 0, scale = 1e-30;
             for (int v = 0; v < V; v++) {
-                double x = on.first_logits[(size_t)r * V + v], y = whole.first_logits[(size_t)r * V + v];
+                double x = on.first_logits[(size_t)r * V + v];
+                double y = whole.first_logits[(size_t)r * V + v];
                 diff = fmax(diff, fabs(x - y));
                 scale = fmax(scale, fabs(y));
             }
