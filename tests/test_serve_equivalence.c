@@ -490,6 +490,7 @@ typedef struct il_loop {
     int target[N_REQ], n_gen[N_REQ], live[N_REQ], n_live;
     int32_t tokens[N_REQ][MAX_GEN];
     int steps_inside;  /* decode steps the callback ran */
+    int steps;         /* decode steps in all */
     int nested_status; /* serve_engine_prefill from inside between() */
     lazyattn_request *nested_req;
     const lazyattn_request_desc *nested_desc;
@@ -507,6 +508,7 @@ static int il_step(il_loop *L) {
     }
     int st = serve_engine_decode(L->eng, n, batch, in, out);
     if (st) return st;
+    L->steps++;
     int w = 0;
     for (int i = 0; i < n; i++) {
         int r = L->live[i];
@@ -533,7 +535,8 @@ typedef struct il_result {
     int n_gen[N_REQ];
     float *first_logits; /* [N_REQ][vocab] */
     serve_engine_stats stats;
-    int steps_inside;
+    int steps_inside, steps;
+    serve_timer timer; /* host accounting (no events) */
 } il_result;
 
 /* chunk: rows per prefill forward (0: max_rows); interleave: decode steps between chunks;
@@ -555,6 +558,7 @@ static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int int
     lazyattn_cache_config cc = {policy, 42, 0};
     CHECK(lazyattn_cache_create(pool, &cc, &cache));
     CHECK(serve_engine_create(s->model, pool, &L->eng));
+    serve_model_set_timer(s->model, &res->timer);
     CHECK(serve_engine_set_prefill_chunk(L->eng, chunk, interleave ? il_between : NULL, L));
     serve_engine_use_batched_prefill(L->eng, batched);
     const int32_t *docs[N_REQ][8];
@@ -587,6 +591,8 @@ static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int int
     memcpy(res->n_gen, L->n_gen, sizeof res->n_gen);
     serve_engine_get_stats(L->eng, &res->stats);
     res->steps_inside = L->steps_inside;
+    res->steps = L->steps;
+    serve_model_set_timer(s->model, NULL);
     for (int r = 0; r < N_REQ; r++) lazyattn_request_destroy(L->reqs[r]);
     CHECK(lazyattn_cache_validate(cache));
     serve_engine_destroy(L->eng);
@@ -660,6 +666,15 @@ static void test_chunked_prefill_interleaves_decode(void **state) {
         assert_int_equal(off.stats.between_calls, 0);
         assert_int_equal(off.stats.interleaved_decodes, 0);
         assert_int_equal(whole.stats.between_calls, 0);
+        /* the steps in between count as decode work, not the prefill's: the
+         * same prefill forwards and enqueues as without them, and every
+         * decode step counted once */
+        assert_int_equal(on.timer.prefill_forwards, off.timer.prefill_forwards);
+        assert_int_equal(on.timer.prefill_enqueues, off.timer.prefill_enqueues);
+        assert_int_equal(on.timer.prefill_requests, N_REQ);
+        assert_int_equal(on.timer.decode_steps, on.steps);
+        assert_int_equal(off.timer.decode_steps, off.steps);
+        assert_true(on.timer.prefill_host_s > 0 && on.timer.decode_host_s > 0);
         assert_int_equal(seg.stats.between_calls, seg.stats.prefill_forwards - N_REQ);
         assert_true(seg.stats.interleaved_decodes > 0);
         printf("# %s: per-segment path in chunks of %d: %lld forwards, %lld decode steps inside "
