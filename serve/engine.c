@@ -11,6 +11,7 @@
  * path's question prefill reads its table from a one-sequence device plan. */
 #include "serve.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,21 @@ struct serve_engine {
     lazyattn_device_plan *prompt; /* the batch table: entries before the question, whole table */
     int32_t *q_indptr, *t_indptr; /* [indptr_cap] */
     int indptr_cap;
+    /* decode's host tables (device plans off), apart from the prefill's:
+     * a decode step may run between two chunks of a prefill */
+    uint64_t *dec_table;    /* [dec_table_cap] */
+    int32_t *dec_entry_pos;
+    int dec_table_cap;
+    /* chunked prefill interleaved with decode (serve_engine_set_prefill_chunk) */
+    int chunk;                  /* rows per prefill forward; 0: row_cap, nothing between */
+    serve_between_fn between;   /* NULL: chunks only */
+    void *between_user;
+    int in_prefill;             /* inside serve_engine_prefill */
+    serve_engine_stats stats;
+    /* host time and enqueues of the between() calls of the running prefill,
+     * taken out of its own (they are decode steps, counted there) */
+    double between_s, between_cpu_s;
+    int64_t between_enqueues;
 };
 
 void serve_engine_destroy(serve_engine *e) {
@@ -56,6 +72,8 @@ void serve_engine_destroy(serve_engine *e) {
     lazyattn_device_plan_destroy(e->prompt);
     free(e->q_indptr);
     free(e->t_indptr);
+    free(e->dec_table);
+    free(e->dec_entry_pos);
     free(e->seqs);
     free(e);
 }
@@ -103,18 +121,47 @@ int serve_engine_create(serve_model *model, lazyattn_pool *pool, serve_engine **
     return LAZYATTN_STATUS_OK;
 }
 
-static int serve_engine_table_reserve(serve_engine *e, int n) {
-    if (n <= e->table_cap) return LAZYATTN_STATUS_OK;
-    int cap = e->table_cap ? e->table_cap : 256;
-    while (cap < n) cap *= 2;
-    uint64_t *t = realloc(e->table, (size_t)cap * sizeof *t);
+/* Grows a host table (entries and their positions) to hold n entries. */
+static int serve_table_grow(uint64_t **table, int32_t **entry_pos, int *cap_io, int n) {
+    if (n <= *cap_io) return LAZYATTN_STATUS_OK;
+    int cap = *cap_io ? *cap_io : 256;
+    while (cap < n) cap = cap > INT_MAX / 2 ? INT_MAX : cap * 2;
+    uint64_t *t = realloc(*table, (size_t)cap * sizeof *t);
     if (!t) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "engine table");
-    e->table = t;
-    int32_t *p = realloc(e->entry_pos, (size_t)cap * sizeof *p);
+    *table = t;
+    int32_t *p = realloc(*entry_pos, (size_t)cap * sizeof *p);
     if (!p) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "engine table");
-    e->entry_pos = p;
-    e->table_cap = cap;
+    *entry_pos = p;
+    *cap_io = cap;
     return LAZYATTN_STATUS_OK;
+}
+
+static int serve_engine_table_reserve(serve_engine *e, int n) {
+    return serve_table_grow(&e->table, &e->entry_pos, &e->table_cap, n);
+}
+
+/* Rows of one prefill forward: the chunk if one is set, at most max_rows. */
+static int serve_engine_chunk_rows(const serve_engine *e) {
+    return e->chunk > 0 && e->chunk < e->row_cap ? e->chunk : e->row_cap;
+}
+
+/* Before each prefill forward of a request but its first, with a chunk
+ * set: the caller's between() (a decode step of its running batch). Its
+ * host time and enqueues are set apart from the prefill's. */
+static int serve_engine_between_forwards(serve_engine *e, int64_t forwards_done) {
+    if (forwards_done == 0 || e->chunk == 0 || !e->between) return LAZYATTN_STATUS_OK;
+    serve_timer *t = serve_model_timer(e->model);
+    double t0 = serve_now(), c0 = serve_thread_cpu_now();
+    double w0 = t ? t->wait_s : 0, wc0 = t ? t->wait_cpu_s : 0;
+    int64_t q0 = t ? t->enqueues : 0;
+    int st = e->between(e->between_user);
+    e->stats.between_calls++;
+    e->between_s += serve_now() - t0 - (t ? t->wait_s - w0 : 0);
+    e->between_cpu_s += serve_thread_cpu_now() - c0 - (t ? t->wait_cpu_s - wc0 : 0);
+    if (t) e->between_enqueues += t->enqueues - q0;
+    if (st && !serve_last_error()[0])
+        return serve_fail(st, "serve_engine_prefill: between() returned %d", st);
+    return st;
 }
 
 /* lazyattn_device_plan_update on the model's queue, its writes counted as
@@ -239,14 +286,26 @@ static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
 int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_request_desc *desc,
                          int32_t *first_token) {
     if (!e) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: NULL argument");
+    if (e->in_prefill)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_prefill: called from inside a prefill (between())");
     serve_host_clock c = serve_host_start(e);
     int64_t forwards = 0;
     serve_timer *t = serve_model_timer(e->model);
     int64_t enq0 = t ? t->enqueues : 0;
+    e->between_s = e->between_cpu_s = 0;
+    e->between_enqueues = 0;
+    e->in_prefill = 1;
     int st = serve_engine_prefill_timed(e, req, desc, first_token, &forwards);
+    e->in_prefill = 0;
+    e->stats.prefill_forwards += forwards;
+    if (!st) e->stats.prefill_requests++;
     if (t) {
+        /* the decode steps run in between are decode work, counted there */
         serve_host_stop(e, c, &t->prefill_host_s, &t->prefill_cpu_s, &t->prefill_forwards, forwards);
-        t->prefill_enqueues += t->enqueues - enq0;
+        t->prefill_host_s -= e->between_s;
+        t->prefill_cpu_s -= e->between_cpu_s;
+        t->prefill_enqueues += t->enqueues - enq0 - e->between_enqueues;
         if (!st) t->prefill_requests++;
     }
     return st;
@@ -284,7 +343,7 @@ static int serve_engine_prefill_segments(serve_engine *e, lazyattn_request *req,
                                          int64_t *forwards) {
     const lazyattn_plan plan = *pl;
     int st;
-    const int max_rows = e->row_cap;
+    const int max_rows = serve_engine_chunk_rows(e);
     int got_token = 0;
     for (int s = 0; s < plan.n_segments; s++) {
         const lazyattn_segment *seg = &plan.segments[s];
@@ -300,6 +359,8 @@ static int serve_engine_prefill_segments(serve_engine *e, lazyattn_request *req,
         int first = is_question ? 0 : seg->first_entry;
         int n_ent = is_question ? seg->first_entry + seg->n_entries : seg->n_entries;
         for (int a = seg->n_cached; a < seg->n_tokens; a += max_rows) {
+            /* a decode step of the running batch first (it uses the row arrays) */
+            if ((st = serve_engine_between_forwards(e, *forwards))) return st;
             int b = a + max_rows < seg->n_tokens ? a + max_rows : seg->n_tokens;
             int off = seg->prefill_offset + (a - seg->n_cached);
             int n = b - a;
@@ -427,10 +488,13 @@ static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
     }
     /* per chunk at most one sequence and one gap per segment */
     if ((st = serve_engine_indptr_reserve(e, 2 * plan->n_segments + 2))) return st;
-    const int max_rows = e->row_cap;
+    const int max_rows = serve_engine_chunk_rows(e);
     int si = 0, a = plan->n_segments > 0 ? plan->segments[0].n_cached : 0;
     int got_token = 0;
-    while (si < plan->n_segments) {
+    /* the question is the last segment: its last row ends the request */
+    while (si < plan->n_segments && !got_token) {
+        /* a decode step of the running batch first (it uses the row arrays) */
+        if ((st = serve_engine_between_forwards(e, *forwards))) return st;
         int n = 0, ns = 0, max_q = 0, want_logits = 0;
         e->q_indptr[0] = 0;
         while (si < plan->n_segments && n < max_rows) {
@@ -516,6 +580,7 @@ int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
     double up0 = t ? t->upload_s : 0, upc0 = t ? t->upload_cpu_s : 0;
     int64_t enq0 = t ? t->enqueues : 0;
     int st = serve_engine_decode_timed(e, n, reqs, tokens, next);
+    if (!st && e->in_prefill) e->stats.interleaved_decodes++;
     if (t) t->decode_enqueues += t->enqueues - enq0;
     if (t && !st) {
         serve_host_stop(e, c, &t->decode_host_s, &t->decode_cpu_s, &t->decode_steps, 1);
@@ -560,9 +625,11 @@ static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *c
         lazyattn_plan plan;
         if ((st = lazyattn_request_get_plan(reqs[i], &plan)))
             return serve_lz_fail(st, "lazyattn_request_get_plan");
-        if ((st = serve_engine_table_reserve(e, total + plan.n_entries))) return st;
-        memcpy(e->table + total, plan.table, (size_t)plan.n_entries * sizeof(uint64_t));
-        memcpy(e->entry_pos + total, plan.entry_pos, (size_t)plan.n_entries * sizeof(int32_t));
+        if ((st = serve_table_grow(&e->dec_table, &e->dec_entry_pos, &e->dec_table_cap,
+                                   total + plan.n_entries)))
+            return st;
+        memcpy(e->dec_table + total, plan.table, (size_t)plan.n_entries * sizeof(uint64_t));
+        memcpy(e->dec_entry_pos + total, plan.entry_pos, (size_t)plan.n_entries * sizeof(int32_t));
         total += plan.n_entries;
         if (plan.n_entries > max_entries) max_entries = plan.n_entries;
         e->seq_offsets[i + 1] = total;
@@ -581,8 +648,8 @@ static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *c
                             .slots = e->slots,
                             .stored_pos = e->stored,
                             .seq_offsets = e->seq_offsets,
-                            .table = e->table,
-                            .entry_pos = e->entry_pos,
+                            .table = e->dec_table,
+                            .entry_pos = e->dec_entry_pos,
                             .max_entries = max_entries};
     return serve_model_decode(e->model, e->pool, &da, next);
 }
@@ -593,4 +660,29 @@ void serve_engine_use_device_plans(serve_engine *e, int on) {
 
 void serve_engine_use_batched_prefill(serve_engine *e, int on) {
     if (e) e->use_batched = on ? 1 : 0;
+}
+
+int serve_engine_set_prefill_chunk(serve_engine *e, int tokens, serve_between_fn between,
+                                   void *user) {
+    if (!e)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_set_prefill_chunk: NULL engine");
+    int block = serve_model_get_config(e->model)->block_size;
+    if (tokens < 0 || (tokens > 0 && tokens < block))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_set_prefill_chunk: %d tokens: 0 (off) or at least one KV "
+                          "block (%d tokens)", tokens, block);
+    if (e->in_prefill)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_set_prefill_chunk: inside a prefill");
+    e->chunk = tokens;
+    e->between = tokens > 0 ? between : NULL;
+    e->between_user = tokens > 0 ? user : NULL;
+    return LAZYATTN_STATUS_OK;
+}
+
+void serve_engine_get_stats(const serve_engine *e, serve_engine_stats *out) {
+    if (!out) return;
+    if (e) *out = e->stats;
+    else memset(out, 0, sizeof *out);
 }

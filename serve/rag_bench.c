@@ -86,6 +86,9 @@ typedef struct bench_options {
     int no_device_plans;
     int no_batched_prefill;
     int gemm;               /* serve_gemm_mode */
+    int prefill_chunk;      /* rows per prefill forward, decode steps between (0: off) */
+    int retained_budget;    /* budgets are what the cache keeps; working sets on top */
+    double time_limit;      /* seconds for the whole program (0: none) */
 } bench_options;
 
 static const char usage_text[] =
@@ -114,6 +117,16 @@ static const char usage_text[] =
     "  --no-device-plans         upload host tables every forward (to compare host time)\n"
     "  --no-batched-prefill      one forward per prefill segment chunk, tables repacked per\n"
     "                            chunk (the way before batched prefill, to compare)\n"
+    "  --prefill-chunk N         prefill in forwards of at most N tokens, a decode step of\n"
+    "                            the running requests between two (default 2048; 0: off,\n"
+    "                            forwards of --max-rows, nothing between; else >= a KV block)\n"
+    "  --retained-budget         a budget is the KV the cache keeps between requests; the\n"
+    "                            pool adds room for the working sets of the requests in\n"
+    "                            flight (default: the budget is the whole pool)\n"
+    "  --time-limit S            the whole program within about S seconds: each run stops\n"
+    "                            admitting requests at its share of the time left (runs in\n"
+    "                            order lazy, position, prefix, none); a run cut short is\n"
+    "                            marked so, and the exit status is 3\n"
     "  --seed S                  weight seed (default 1)\n"
     "  --tier host:SIZE|dir:PATH|redis://HOST:PORT\n"
     "                            a document tier behind the LAZY cache (lazy policy only):\n"
@@ -126,8 +139,9 @@ static const char usage_text[] =
     "  --rounds K                --processes: K rounds of both, alternating (1..100, default 1)\n"
     "  --progress / --no-progress\n"
     "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n"
-    "Exit status: 0 every run served requests, 1 a failure or a run that completed no request\n"
-    "(e.g. every request refused by the budget), 2 a bad command line.\n";
+    "Exit status: 0 every run served all its requests, 1 a failure or a run that completed no\n"
+    "request (e.g. every request refused by the budget), 2 a bad command line, 3 a run cut\n"
+    "short by --run-seconds or --time-limit (its results are written, marked as cut).\n";
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -221,6 +235,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     int doc_len[2], question[2], gen[2];
     o->tier_mode = LAZYATTN_TIER_WRITE_THROUGH;
     o->rounds = 1;
+    o->prefill_chunk = 2048;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
         {.name = "--gguf", .type = CLI_STRING, .dest = &o->gguf},
@@ -252,6 +267,10 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--no-profiling", .type = CLI_FLAG, .dest = &o->no_profiling},
         {.name = "--no-device-plans", .type = CLI_FLAG, .dest = &o->no_device_plans},
         {.name = "--no-batched-prefill", .type = CLI_FLAG, .dest = &o->no_batched_prefill},
+        {.name = "--prefill-chunk", .type = CLI_INT, .dest = &o->prefill_chunk, .min = 0,
+         .max = 65536},
+        {.name = "--retained-budget", .type = CLI_FLAG, .dest = &o->retained_budget},
+        {.name = "--time-limit", .type = CLI_DOUBLE, .dest = &o->time_limit, .min = 1, .max = 1e6},
         {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
         {.name = "--gemm", .type = CLI_ENUM, .dest = &o->gemm, .choices = "auto|f32|bf16"},
         {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
@@ -307,6 +326,9 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
         return cli_fail("rag_bench", "--rounds", "needs --processes");
     if (cli_given(opts, N_OPTS, "--processes")) {
+        if (cli_given(opts, N_OPTS, "--time-limit"))
+            return cli_fail("rag_bench", "--time-limit", "not with --processes (use "
+                            "--run-seconds)");
         if (!o->tier_text)
             return cli_fail("rag_bench", "--processes", "needs --tier dir:PATH or "
                             "redis://HOST:PORT (the tier the processes share)");
@@ -403,21 +425,105 @@ static void sleep_until(double t0, double when) {
     nanosleep(&ts, NULL);
 }
 
+/* One serve_requests call's loop: its queue, running batch and counters,
+ * shared with the decode steps the engine runs between two chunks of a
+ * prefill (loop_between). */
+typedef struct bench_loop {
+    bench *b;
+    serve_engine *eng;
+    serve_request_result *rec;
+    const char *label;
+    double t0;
+    int count;          /* requests of this call (lowered when admissions stop) */
+    int max_batch;
+    int n_live, next_arrival, head, tail, finished;
+    int prefilling;     /* 1 while a request's prefill runs (it holds a client) */
+    int stop_admitting;
+} bench_loop;
+
+/* Requests that have arrived by now join the queue: closed loop, a client
+ * without a request in flight sends its next one; Poisson, by schedule. */
+static void loop_arrivals(bench_loop *s) {
+    const bench_options *o = s->b->opt;
+    double now = serve_now() - s->t0;
+    if (o->rate > 0) {
+        while (s->next_arrival < s->count && s->b->arrivals[s->next_arrival] <= now) {
+            s->rec[s->next_arrival].arrival = s->b->arrivals[s->next_arrival];
+            s->b->waiting[s->tail++] = s->next_arrival++;
+        }
+    } else {
+        while (s->next_arrival < s->count &&
+               (s->tail - s->head) + s->n_live + s->prefilling < o->concurrency) {
+            s->rec[s->next_arrival].arrival = now;
+            s->b->waiting[s->tail++] = s->next_arrival++;
+        }
+    }
+}
+
+/* One decode step over every running request; finished ones leave. */
+static int loop_decode_step(bench_loop *s) {
+    bench *b = s->b;
+    if (s->n_live == 0) return LAZYATTN_STATUS_OK;
+    for (int i = 0; i < s->n_live; i++) {
+        b->batch_reqs[i] = b->live[i].req;
+        b->batch_tokens[i] = b->live[i].last;
+    }
+    int st = serve_engine_decode(s->eng, s->n_live, b->batch_reqs, b->batch_tokens, b->batch_next);
+    if (st) return st;
+    double t = serve_now() - s->t0;
+    serve_timer_collect(&b->timer);
+    int w = 0;
+    for (int i = 0; i < s->n_live; i++) {
+        bench_live *L = &b->live[i];
+        L->last = b->batch_next[i];
+        L->n_generated++;
+        L->rec->n_generated = L->n_generated;
+        if (L->n_generated >= L->target) {
+            L->rec->finish = t;
+            lazyattn_request_destroy(L->req);
+            s->finished++;
+            progress(b, s->label, s->finished, s->count, t);
+        } else {
+            b->live[w++] = *L;
+        }
+    }
+    s->n_live = w;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Between two chunks of a prefill: the running batch takes a decode step,
+ * and (closed loop) the clients whose requests just finished send their
+ * next ones, which wait in the queue with their true arrival time. */
+static int loop_between(void *user) {
+    bench_loop *s = user;
+    int st = loop_decode_step(s);
+    if (!st && !s->stop_admitting) loop_arrivals(s);
+    return st;
+}
+
 /*
  * Serves requests [first, first + count) of the workload with the engine.
  * rec: [count] results (arrival etc. relative to the run's start). Returns
  * a status only for a fault of the machinery; a request the budget cannot
  * hold is recorded as failed. *n_done: requests admitted or refused (less
- * than count when the time limit stopped admissions).
+ * than count when the time limit stopped admissions). limit: seconds after
+ * which no request is admitted (0: none).
  */
 static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, int first, int count,
-                          serve_request_result *rec, const char *label, int *n_done) {
+                          serve_request_result *rec, const char *label, double limit,
+                          int *n_done) {
     const bench_options *o = b->opt;
-    int max_batch = o->max_batch < serve_model_get_config(b->model)->max_rows
-                        ? o->max_batch
-                        : serve_model_get_config(b->model)->max_rows;
-    int n_live = 0, next_arrival = 0, head = 0, tail = 0, finished = 0, st = 0;
-    double t0 = serve_now();
+    bench_loop loop = {.b = b, .eng = eng, .rec = rec, .label = label, .count = count};
+    bench_loop *s = &loop;
+    s->max_batch = o->max_batch < serve_model_get_config(b->model)->max_rows
+                       ? o->max_batch
+                       : serve_model_get_config(b->model)->max_rows;
+    int st = serve_engine_set_prefill_chunk(eng, o->prefill_chunk, loop_between, s);
+    if (st) {
+        *n_done = 0;
+        return st;
+    }
+    s->t0 = serve_now();
     /* Poisson: exponential gaps from a seeded splitmix stream */
     if (o->rate > 0) {
         uint64_t z = o->wl.seed * 0x9E3779B97F4A7C15ull + 12345;
@@ -433,34 +539,22 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             b->arrivals[i] = t;
         }
     }
-    int stop_admitting = 0;
-    while (finished < count) {
-        double now = serve_now() - t0;
-        if (o->run_seconds > 0 && now > o->run_seconds && !stop_admitting) {
+    while (s->finished < s->count) {
+        double now = serve_now() - s->t0;
+        if (limit > 0 && now > limit && !s->stop_admitting) {
             /* admitted requests are a prefix of the arrival order: finish
              * them, drop the rest */
-            stop_admitting = 1;
-            count = head < tail ? b->waiting[head] : next_arrival;
-            tail = head;
-            if (finished >= count) break;
+            s->stop_admitting = 1;
+            s->count = s->head < s->tail ? b->waiting[s->head] : s->next_arrival;
+            s->tail = s->head;
+            if (s->finished >= s->count) break;
         }
-        /* arrivals */
-        if (!stop_admitting) {
-            if (o->rate > 0) {
-                while (next_arrival < count && b->arrivals[next_arrival] <= now) {
-                    rec[next_arrival].arrival = b->arrivals[next_arrival];
-                    b->waiting[tail++] = next_arrival++;
-                }
-            } else {
-                while (next_arrival < count && (tail - head) + n_live < o->concurrency) {
-                    rec[next_arrival].arrival = now;
-                    b->waiting[tail++] = next_arrival++;
-                }
-            }
-        }
-        /* admissions: plan, prefill, first token */
-        while (head < tail && n_live < max_batch) {
-            int k = b->waiting[head];
+        if (!s->stop_admitting) loop_arrivals(s);
+        /* admissions: plan, prefill, first token (none past the limit: a
+         * prefill is long, the queue may hold several) */
+        while (s->head < s->tail && s->n_live < s->max_batch &&
+               !(limit > 0 && serve_now() - s->t0 > limit)) {
+            int k = b->waiting[s->head];
             serve_request_result *r = &rec[k];
             int index = first + k;
             if (b->rotate && index >= o->warmup)
@@ -481,18 +575,18 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             double t_plan = serve_now();
             st = lazyattn_request_create(cache, &desc, &req);
             r->plan_s = serve_now() - t_plan;
-            if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED && n_live > 0) {
+            if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED && s->n_live > 0) {
                 st = 0;
                 break; /* wait for running requests to release their blocks */
             }
-            head++;
+            s->head++;
             if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED) {
                 /* nothing else holds blocks: this request can never fit */
                 r->ok = 0;
-                r->first_token = r->finish = serve_now() - t0;
-                finished++;
+                r->first_token = r->finish = serve_now() - s->t0;
+                s->finished++;
                 st = 0;
-                progress(b, label, finished, count, serve_now() - t0);
+                progress(b, label, s->finished, s->count, serve_now() - s->t0);
                 continue;
             }
             if (st) {
@@ -505,23 +599,28 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             r->hit_tokens = plan.hit_tokens;
             r->copy_tokens = plan.copy_tokens;
             int32_t tok;
-            if ((st = serve_engine_prefill(eng, req, &desc, &tok))) {
+            /* long prefills run in chunks with decode steps of the running
+             * batch in between (loop_between) */
+            s->prefilling = 1;
+            st = serve_engine_prefill(eng, req, &desc, &tok);
+            s->prefilling = 0;
+            if (st) {
                 lazyattn_request_destroy(req);
                 goto out;
             }
             /* the token is known now; summing profiling events is not the request's time */
-            r->first_token = serve_now() - t0;
+            r->first_token = serve_now() - s->t0;
             serve_timer_collect(&b->timer);
             r->ok = 1;
             r->n_generated = 1;
             if (wr.n_generate <= 1) {
                 r->finish = r->first_token;
                 lazyattn_request_destroy(req);
-                finished++;
-                progress(b, label, finished, count, serve_now() - t0);
+                s->finished++;
+                progress(b, label, s->finished, s->count, serve_now() - s->t0);
                 continue;
             }
-            bench_live *L = &b->live[n_live++];
+            bench_live *L = &b->live[s->n_live++];
             L->index = k;
             L->req = req;
             L->target = wr.n_generate;
@@ -530,51 +629,52 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             L->rec = r;
         }
         /* one decode step over every running request */
-        if (n_live > 0) {
-            for (int i = 0; i < n_live; i++) {
-                b->batch_reqs[i] = b->live[i].req;
-                b->batch_tokens[i] = b->live[i].last;
-            }
-            if ((st = serve_engine_decode(eng, n_live, b->batch_reqs, b->batch_tokens,
-                                          b->batch_next)))
-                goto out;
-            double t = serve_now() - t0;
-            serve_timer_collect(&b->timer);
-            int w = 0;
-            for (int i = 0; i < n_live; i++) {
-                bench_live *L = &b->live[i];
-                L->last = b->batch_next[i];
-                L->n_generated++;
-                L->rec->n_generated = L->n_generated;
-                if (L->n_generated >= L->target) {
-                    L->rec->finish = t;
-                    lazyattn_request_destroy(L->req);
-                    finished++;
-                    progress(b, label, finished, count, t);
-                } else {
-                    b->live[w++] = *L;
-                }
-            }
-            n_live = w;
-        } else if (head == tail && o->rate > 0 && next_arrival < count) {
-            sleep_until(t0, b->arrivals[next_arrival]);
+        if (s->n_live > 0) {
+            if ((st = loop_decode_step(s))) goto out;
+        } else if (s->head == s->tail && o->rate > 0 && s->next_arrival < s->count) {
+            sleep_until(s->t0, b->arrivals[s->next_arrival]);
         }
     }
 out:
-    for (int i = 0; i < n_live; i++) lazyattn_request_destroy(b->live[i].req);
-    *n_done = st ? finished : count;
+    for (int i = 0; i < s->n_live; i++) lazyattn_request_destroy(b->live[i].req);
+    serve_engine_set_prefill_chunk(eng, o->prefill_chunk, NULL, NULL);
+    *n_done = st ? s->finished : s->count;
     return st;
 }
 
-static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
+/* --retained-budget: room in the pool for the working sets of the requests
+ * in flight at once (closed loop: the clients; Poisson: a full decode batch
+ * and one prefill), each the largest a request can need: prefix, k
+ * documents, question and generated tokens, a block more per segment for
+ * position-aware documents stored off block boundaries. */
+static uint64_t bench_headroom(const bench_options *o, const serve_model_config *mc) {
+    uint64_t B = (uint64_t)mc->block_size;
+    uint64_t blocks = (o->wl.prefix_len + B - 1) / B + 1 +
+                      (uint64_t)o->wl.docs_per_request * ((o->wl.doc_len_max + B - 1) / B + 1) +
+                      ((uint64_t)o->wl.question_max + (uint64_t)o->wl.gen_max + B - 1) / B + 1;
+    uint64_t slots = o->rate > 0 ? (uint64_t)o->max_batch + 1
+                                 : (uint64_t)(o->concurrency < o->max_batch + 1 ? o->concurrency
+                                                                                : o->max_batch + 1);
+    return slots * blocks * B * serve_model_kv_bytes_per_token(mc);
+}
+
+/* One policy under one budget. limit: seconds after which the measured
+ * requests are no longer admitted (0: none); a run it cuts short is marked
+ * (out->cut) and holds the requests admitted. */
+static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, double limit,
                      serve_run_result *out) {
     const bench_options *o = b->opt;
     const serve_model_config *mc = serve_model_get_config(b->model);
     memset(out, 0, sizeof *out);
     snprintf(out->policy, sizeof out->policy, "%s", lazyattn_cache_policy_name(policy));
     out->budget_bytes = budget;
+    out->n_planned = o->wl.n_requests;
+    out->limit_s = limit;
     lazyattn_pool_config pc;
-    serve_model_pool_config(mc, budget, &pc);
+    /* the budget is the whole pool, or (--retained-budget) what the cache
+     * keeps between requests, the running requests' working sets on top */
+    serve_model_pool_config(mc, o->retained_budget ? budget + bench_headroom(o, mc) : budget, &pc);
+    out->pool_bytes = pc.budget_bytes;
     lazyattn_pool *pool = NULL;
     lazyattn_cache *cache = NULL;
     serve_engine *eng = NULL;
@@ -585,7 +685,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
         serve_lz_fail(st, "lazyattn_pool_create");
         goto done;
     }
-    lazyattn_cache_config cc = {policy, BENCH_MODEL_ID, 0};
+    lazyattn_cache_config cc = {policy, BENCH_MODEL_ID, o->retained_budget ? budget : 0};
     if ((st = lazyattn_cache_create(pool, &cc, &cache))) {
         serve_lz_fail(st, "lazyattn_cache_create");
         goto done;
@@ -609,7 +709,8 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     int n_done = 0;
     if (o->warmup > 0) {
         snprintf(label, sizeof label, "%s warm-up", out->policy);
-        if ((st = serve_requests(b, cache, eng, 0, o->warmup, warm, label, &n_done))) goto done;
+        if ((st = serve_requests(b, cache, eng, 0, o->warmup, warm, label, 0, &n_done)))
+            goto done;
     }
     lazyattn_cache_reset_stats(cache);
     serve_timer_collect(&b->timer);
@@ -624,11 +725,18 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget,
     char bt[32];
     snprintf(bt, sizeof bt, "%.4g MiB", (double)budget / (1 << 20));
     snprintf(label, sizeof label, "%s @ %s", out->policy, bt);
+    serve_engine_stats es0, es1;
+    serve_engine_get_stats(eng, &es0);
     double t0 = serve_now();
-    st = serve_requests(b, cache, eng, o->warmup, n_measured, out->requests, label, &n_done);
+    st = serve_requests(b, cache, eng, o->warmup, n_measured, out->requests, label, limit,
+                        &n_done);
     out->wall_s = serve_now() - t0;
     out->n_requests = n_done;
+    out->cut = n_done < n_measured;
     if (st) goto done;
+    serve_engine_get_stats(eng, &es1);
+    out->between_calls = es1.between_calls - es0.between_calls;
+    out->interleaved_decodes = es1.interleaved_decodes - es0.interleaved_decodes;
     lazyattn_cache_get_stats(cache, &out->stats);
     memcpy(out->phase_s, b->timer.seconds, sizeof out->phase_s);
     memcpy(out->host_s, b->timer.host_s, sizeof out->host_s);
@@ -819,7 +927,9 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
     if (!st) st = bench_setup(&b, o, mc, g, &t_model);
     b.rotate = (int)((int64_t)index * o->wl.n_requests / o->processes);
     if (!st && shared) st = tier_open(&o->tier, &b.tier);
-    if (!st) st = bench_run(&b, LAZYATTN_CACHE_POLICY_LAZY, o->budgets[o->n_budgets - 1], &run);
+    if (!st)
+        st = bench_run(&b, LAZYATTN_CACHE_POLICY_LAZY, o->budgets[o->n_budgets - 1],
+                       o->run_seconds, &run);
     double *ttft = calloc(2 * (size_t)run.n_requests + 1, sizeof *ttft); /* TTFT, then plan */
     sum.status = st ? st : ttft ? 0 : LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
     if (st) {
@@ -1074,6 +1184,65 @@ fail:
     return 1;
 }
 
+/* Below the per-policy table: runs cut short or shared, the chunked
+ * prefill's interleaving, and lazy against position-aware beside the
+ * paper's figures. */
+static void bench_budget_text(uint64_t v, char *out, size_t n) {
+    if (v >= (1ull << 30) && v % (1ull << 30) == 0)
+        snprintf(out, n, "%llu GiB", (unsigned long long)(v >> 30));
+    else if (v >= (1ull << 20))
+        snprintf(out, n, "%.4g MiB", (double)v / (1 << 20));
+    else
+        snprintf(out, n, "%.4g KiB", (double)v / 1024);
+}
+
+static void bench_print_notes(const bench_options *o, const serve_run_result *runs, int n) {
+    char b[32];
+    for (int i = 0; i < n; i++) {
+        const serve_run_result *r = &runs[i];
+        bench_budget_text(r->budget_bytes, b, sizeof b);
+        if (r->cut)
+            printf("CUT SHORT: %s @ %s admitted %d of its %d requests before its time limit "
+                   "(%.1f s); its figures are of those only\n",
+                   r->policy, b, r->n_requests, r->n_planned, r->limit_s);
+        if (r->shared)
+            printf("note: %s @ %s is the same run as at the first budget (--retained-budget: "
+                   "none keeps nothing, the budget cannot change it)\n", r->policy, b);
+    }
+    int64_t calls = 0, steps = 0;
+    for (int i = 0; i < n; i++)
+        if (!runs[i].shared) calls += runs[i].between_calls, steps += runs[i].interleaved_decodes;
+    if (o->prefill_chunk > 0 && calls > 0)
+        printf("chunked prefill: %lld chunk boundaries inside prefills, %lld decode steps of the "
+               "running requests run there\n", (long long)calls, (long long)steps);
+    /* lazy vs position-aware per budget (the paper: 1.37x TTFT, 1.40x throughput) */
+    int header = 0;
+    for (int i = 0; i < n; i++) {
+        const serve_run_result *l = &runs[i], *p = NULL;
+        if (strcmp(l->policy, "lazy") != 0) continue;
+        for (int j = 0; j < n; j++)
+            if (strcmp(runs[j].policy, "position") == 0 && runs[j].budget_bytes == l->budget_bytes)
+                p = &runs[j];
+        if (!p || l->n_ok == 0 || p->n_ok == 0) continue;
+        if (!header) {
+            printf("\nLazy vs position-aware (Block-Attention); the paper: 1.37x lower mean TTFT, "
+                   "1.40x the throughput:\n\n| budget | TTFT mean (position / lazy) | TTFT p50 | "
+                   "TTFT p99 | TPOT (position / lazy) | throughput req/s (lazy / position) | "
+                   "tok/s | hit ratio lazy / position (+copy) | complete |\n"
+                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+            header = 1;
+        }
+        bench_budget_text(l->budget_bytes, b, sizeof b);
+        printf("| %s | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.3f / %.3f (+%.3f) | "
+               "%s |\n",
+               b, p->ttft_mean / l->ttft_mean, p->ttft_p50 / l->ttft_p50,
+               p->ttft_p99 / l->ttft_p99, p->tpot_mean / l->tpot_mean,
+               l->req_per_s / p->req_per_s, l->tok_per_s / p->tok_per_s, l->hit_ratio,
+               p->hit_ratio, p->copy_ratio,
+               l->cut || p->cut ? "NO (cut short)" : "yes");
+    }
+}
+
 int main(int argc, char **argv) {
     bench_options o;
     int r = parse_args(argc, argv, &o);
@@ -1095,6 +1264,12 @@ int main(int argc, char **argv) {
     if (o.max_rows > 0) mc.max_rows = o.max_rows;
     if (o.kv_f32) mc.kv_dtype = LAZYATTN_DTYPE_F32;
     mc.gemm = (serve_gemm_mode)o.gemm; /* the choices' order is the enum's */
+    if (o.prefill_chunk > 0 && o.prefill_chunk < mc.block_size) {
+        fprintf(stderr, "rag_bench: --prefill-chunk: %d tokens is less than one KV block (%d); 0 "
+                        "turns chunking off\n", o.prefill_chunk, mc.block_size);
+        serve_gguf_close(gguf);
+        return 2;
+    }
     if (mc.max_rows < o.max_batch) o.max_batch = mc.max_rows;
     o.wl.vocab_size = mc.vocab;
     if (o.n_budgets == 0) {
@@ -1171,24 +1346,95 @@ int main(int argc, char **argv) {
         printf("# closed loop: %d clients; decode batch <= %d\n", o.concurrency, o.max_batch);
     fflush(stdout);
 
-    for (int bi = 0; bi < o.n_budgets; bi++)
-        for (int pi = 0; pi < o.n_policies; pi++) {
-            st = bench_run(&b, o.policies[pi], o.budgets[bi], &runs[n_runs]);
-            if (st) {
-                fprintf(stderr, "\nrag_bench: %s at %llu B: %s: %s\n",
-                        lazyattn_cache_policy_name(o.policies[pi]),
-                        (unsigned long long)o.budgets[bi], lazyattn_status_string(st),
-                        serve_last_error());
-                serve_run_release(&runs[n_runs]);
-                goto fail;
-            }
-            n_runs++;
+    if (o.retained_budget)
+        printf("# budgets retained by the cache between requests; each pool adds %.4g MiB for "
+               "the working sets of the requests in flight\n",
+               (double)bench_headroom(&o, &mc) / (1 << 20));
+    if (o.prefill_chunk > 0)
+        printf("# prefill in forwards of at most %d tokens (--max-rows %d), a decode step of the "
+               "running requests between two\n",
+               o.prefill_chunk < mc.max_rows ? o.prefill_chunk : mc.max_rows, mc.max_rows);
+    if (o.time_limit > 0)
+        printf("# time limit %.0f s for the whole program: each run admits requests until its "
+               "share of the time left\n", o.time_limit);
+    fflush(stdout);
+
+    /* Runs are stored budget by budget (the tables' order). Under a time
+     * limit they run policy by policy in the order given (lazy, position,
+     * prefix, none by default: the cheapest first, so that what they leave
+     * of their share passes to the dearer ones), each admitting requests
+     * until an equal share of the time left, less the longest request
+     * latency seen so far (the drain of the requests in flight). With
+     * --retained-budget the none policy keeps nothing whatever the budget,
+     * so it runs once and its run stands for every budget. */
+    n_runs = o.n_budgets * o.n_policies;
+    int n_todo = n_runs, n_exec = 0;
+    for (int pi = 0; pi < o.n_policies; pi++)
+        if (o.retained_budget && o.policies[pi] == LAZYATTN_CACHE_POLICY_NONE)
+            n_todo -= o.n_budgets - 1;
+    double drain = 0;
+    for (int step = 0; step < n_runs; step++) {
+        int pi = o.time_limit > 0 ? step / o.n_budgets : step % o.n_policies;
+        int bi = o.time_limit > 0 ? step % o.n_budgets : step / o.n_policies;
+        serve_run_result *r = &runs[bi * o.n_policies + pi];
+        int shared_none = o.retained_budget && o.policies[pi] == LAZYATTN_CACHE_POLICY_NONE;
+        if (shared_none && bi != 0) continue; /* a copy of the run at the first budget */
+        double limit = o.run_seconds;
+        if (o.time_limit > 0) {
+            double left = o.time_limit - (serve_now() - t_start) - 2.0; /* 2 s: tables, files */
+            double share = left / (n_todo - n_exec) - drain;
+            if (share < 1e-3) share = 1e-3; /* admits nothing: the run is marked cut */
+            if (limit <= 0 || share < limit) limit = share;
         }
+        st = bench_run(&b, o.policies[pi], o.budgets[bi], limit, r);
+        if (st) {
+            fprintf(stderr, "\nrag_bench: %s at %llu B: %s: %s\n",
+                    lazyattn_cache_policy_name(o.policies[pi]), (unsigned long long)o.budgets[bi],
+                    lazyattn_status_string(st), serve_last_error());
+            goto fail;
+        }
+        n_exec++;
+        if (o.time_limit > 0) { /* the guard's bookkeeping, and what a killed run leaves */
+            char bt[32];
+            bench_budget_text(r->budget_bytes, bt, sizeof bt);
+            printf("# run %d/%d done at %.1f s: %s @ %s: %d of %d requests (%d refused)%s, "
+                   "TTFT mean %.1f ms, TPOT %.2f ms, %.3f req/s, hit ratio %.3f, wall %.1f s "
+                   "(admission limit %.1f s)\n",
+                   n_exec, n_todo, serve_now() - t_start, r->policy, bt, r->n_ok + r->n_failed,
+                   r->n_planned, r->n_failed, r->cut ? ", CUT SHORT" : "", 1e3 * r->ttft_mean,
+                   1e3 * r->tpot_mean, r->req_per_s, r->hit_ratio, r->wall_s, limit);
+            fflush(stdout);
+        }
+        for (int q = 0; q < r->n_requests; q++)
+            if (r->requests[q].ok && r->requests[q].finish - r->requests[q].arrival > drain)
+                drain = r->requests[q].finish - r->requests[q].arrival;
+        if (shared_none)
+            for (int bj = 0; bj < o.n_budgets; bj++) {
+                if (bj == bi) continue;
+                serve_run_result *c = &runs[bj * o.n_policies + pi];
+                *c = *r;
+                c->budget_bytes = o.budgets[bj];
+                c->shared = 1;
+                size_t bytes = (size_t)(r->n_requests ? r->n_requests : 1) * sizeof *c->requests;
+                c->requests = malloc(bytes);
+                if (!c->requests) {
+                    memset(c, 0, sizeof *c);
+                    st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "rag_bench: run copy");
+                    goto fail;
+                }
+                memcpy(c->requests, r->requests, (size_t)r->n_requests * sizeof *c->requests);
+            }
+    }
 
     printf("\n");
     serve_print_table(stdout, runs, n_runs);
-    printf("\nDevice time per phase (profiling events; host, sync, idle = wall - device):\n\n");
-    serve_print_phases(stdout, runs, n_runs);
+    bench_print_notes(&o, runs, n_runs);
+    if (o.no_profiling) {
+        printf("\nDevice time per phase: not measured (--no-profiling)\n");
+    } else {
+        printf("\nDevice time per phase (profiling events; host, sync, idle = wall - device):\n\n");
+        serve_print_phases(stdout, runs, n_runs);
+    }
     printf("\nHost time inside enqueue calls (launch overhead), blocking uploads and waits:\n\n");
     serve_print_host(stdout, runs, n_runs);
     if (b.tier) {
@@ -1224,26 +1470,38 @@ int main(int argc, char **argv) {
     if ((st = serve_write_svg_ttft(path, runs, n_runs, o.budgets[0]))) goto fail;
     snprintf(path, sizeof path, "%s_budget.svg", o.out_prefix);
     if ((st = serve_write_svg_budget(path, runs, n_runs))) goto fail;
-    printf("\nwrote %s.csv, %s_summary.csv, %s_ttft.svg, %s_budget.svg; total %.1f s\n",
-           o.out_prefix, o.out_prefix, o.out_prefix, o.out_prefix, serve_now() - t_start);
+    if (o.n_budgets > 1) {
+        snprintf(path, sizeof path, "%s_ttft_budgets.svg", o.out_prefix);
+        if ((st = serve_write_svg_ttft_budgets(path, runs, n_runs))) goto fail;
+    }
+    printf("\nwrote %s.csv, %s_summary.csv, %s_ttft.svg, %s_budget.svg%s%s%s; total %.1f s\n",
+           o.out_prefix, o.out_prefix, o.out_prefix, o.out_prefix, o.n_budgets > 1 ? ", " : "",
+           o.n_budgets > 1 ? o.out_prefix : "", o.n_budgets > 1 ? "_ttft_budgets.svg" : "",
+           serve_now() - t_start);
     /* A run that completed no request measured nothing: say so, and fail. */
     int empty = 0;
-    for (int i = 0; i < n_runs; i++)
-        if (runs[i].n_ok == 0) {
+    int cut = 0;
+    for (int i = 0; i < n_runs; i++) {
+        if (runs[i].n_ok == 0 && !runs[i].shared) {
             fprintf(stderr, "rag_bench: %s at %llu B completed none of its %d requests (%s)\n",
                     runs[i].policy, (unsigned long long)runs[i].budget_bytes, o.wl.n_requests,
                     runs[i].n_failed ? "refused: the budget cannot hold a request's working set"
-                                     : "--run-seconds ended the run first");
+                                     : "the time limit ended the run first");
             empty++;
         }
+        cut += runs[i].cut && !runs[i].shared;
+    }
+    if (cut && !empty)
+        fprintf(stderr, "rag_bench: INCOMPLETE: %d run%s cut short by the time limit (marked in "
+                        "the tables and the summary CSV)\n", cut, cut > 1 ? "s" : "");
     for (int i = 0; i < n_runs; i++) serve_run_release(&runs[i]);
     free(runs);
     bench_free(&b);
-    return empty ? 1 : 0;
+    return empty ? 1 : cut ? 3 : 0;
 fail:
     fprintf(stderr, "rag_bench: %s: %s\n", lazyattn_status_string(st), serve_last_error());
     serve_gguf_close(gguf);
-    for (int i = 0; i < n_runs; i++) serve_run_release(&runs[i]);
+    for (int i = 0; runs && i < n_runs; i++) serve_run_release(&runs[i]);
     free(runs);
     bench_free(&b);
     return 1;

@@ -92,10 +92,13 @@ void serve_print_table(FILE *f, const serve_run_result *runs, int n) {
                     r->policy, b, r->n_failed, r->wall_s);
             continue;
         }
+        char cut[48] = "";
+        if (r->cut) snprintf(cut, sizeof cut, " of %d, CUT SHORT", r->n_planned);
         fprintf(f,
-                "| %s | %s | %d (%d) | %.3f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f | %.1f | "
+                "| %s%s | %s | %d (%d)%s | %.3f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f | %.1f | "
                 "%.2f | %.1f | %.1f |\n",
-                r->policy, b, r->n_ok, r->n_failed, r->hit_ratio, r->copy_ratio,
+                r->policy, r->shared ? " (same run)" : "", b, r->n_ok, r->n_failed, cut,
+                r->hit_ratio, r->copy_ratio,
                 r->block_hit_ratio, 1e3 * r->ttft_mean, 1e3 * r->ttft_p50, 1e3 * r->ttft_p99,
                 1e3 * r->tpot_mean, 1e3 * r->e2e_mean, r->req_per_s, r->tok_per_s, r->wall_s);
     }
@@ -186,16 +189,19 @@ int serve_write_summary_csv(const char *path, const serve_run_result *runs, int 
     if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "policy,budget_bytes,requests,failed,hit_ratio,copy_ratio,block_hit_ratio,"
                "ttft_mean_s,ttft_p50_s,ttft_p99_s,tpot_mean_s,e2e_mean_s,e2e_p99_s,req_per_s,"
-               "tok_per_s,wall_s,gemm_s,attention_s,copy_s,elementwise_s,evictions\n");
+               "tok_per_s,wall_s,gemm_s,attention_s,copy_s,elementwise_s,evictions,planned,"
+               "complete,limit_s,shared_run,pool_bytes,prefill_boundaries,interleaved_decodes\n");
     for (int i = 0; i < n; i++) {
         const serve_run_result *r = &runs[i];
         fprintf(f, "%s,%llu,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%.4f,%.4f,%.4f,"
-                   "%.4f,%.4f,%.4f,%.4f,%lld\n",
+                   "%.4f,%.4f,%.4f,%.4f,%lld,%d,%d,%.3f,%d,%llu,%lld,%lld\n",
                 r->policy, (unsigned long long)r->budget_bytes, r->n_ok, r->n_failed,
                 r->hit_ratio, r->copy_ratio, r->block_hit_ratio, r->ttft_mean, r->ttft_p50,
                 r->ttft_p99, r->tpot_mean, r->e2e_mean, r->e2e_p99, r->req_per_s, r->tok_per_s,
                 r->wall_s, r->phase_s[0], r->phase_s[1], r->phase_s[2], r->phase_s[3],
-                (long long)r->stats.evictions);
+                (long long)r->stats.evictions, r->n_planned, !r->cut, r->limit_s, r->shared,
+                (unsigned long long)r->pool_bytes, (long long)r->between_calls,
+                (long long)r->interleaved_decodes);
     }
     return serve_close_written(f, path);
 }
@@ -268,9 +274,10 @@ static int serve_policies(const serve_run_result *runs, int n, const char **name
     return k;
 }
 
-int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, uint64_t budget) {
-    FILE *f = fopen(path, "w");
-    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
+/* One TTFT CDF panel (runs at budget) with its frame at (x0, y0); the
+ * policies drawn are added to names[*k]. */
+static void serve_svg_ttft_panel(FILE *f, const serve_run_result *runs, int n, uint64_t budget,
+                                 double x0, double y0, const char **names, int *k) {
     double tmax = 0;
     for (int i = 0; i < n; i++)
         if (runs[i].budget_bytes == budget)
@@ -280,20 +287,19 @@ int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, 
                     if (t > tmax) tmax = t;
                 }
     if (tmax <= 0) tmax = 1;
-    serve_frame p = {70, 40, 520, 300, 0, tmax * 1.05, 0, 1, 0};
+    serve_frame p = {x0, y0, 520, 300, 0, tmax * 1.05, 0, 1, 0};
     char b[32], title[96];
     serve_budget_text(budget, b, sizeof b);
-    snprintf(title, sizeof title, "TTFT distribution per policy (KV budget %s)", b);
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='720' height='400' "
-               "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n");
+    int cut = 0;
+    for (int i = 0; i < n; i++) cut |= runs[i].budget_bytes == budget && runs[i].cut;
+    snprintf(title, sizeof title, "TTFT distribution per policy (KV budget %s)%s", b,
+             cut ? " - a run CUT SHORT" : "");
     serve_svg_frame(f, &p, title, "time to first token (ms)", "fraction of requests");
     for (int i = 0; i <= 4; i++) {
         double x = p.xmin + (p.xmax - p.xmin) * i / 4;
         fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='middle' font-size='10'>%.3g</text>\n",
                 serve_fx(&p, x), p.y0 + p.h + 14, x);
     }
-    const char *names[8];
-    int k = 0;
     for (int i = 0; i < n; i++) {
         const serve_run_result *r = &runs[i];
         if (r->budget_bytes != budget || r->n_requests == 0) continue;
@@ -310,9 +316,43 @@ int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, 
                     serve_fx(&p, v[j]), serve_fy(&p, (double)(j + 1) / m));
         fprintf(f, "'/>\n");
         free(v);
-        if (k < 8) names[k++] = r->policy;
+        int seen = 0;
+        for (int j = 0; j < *k; j++) seen |= strcmp(names[j], r->policy) == 0;
+        if (!seen && *k < 8) names[(*k)++] = r->policy;
     }
+}
+
+int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, uint64_t budget) {
+    FILE *f = fopen(path, "w");
+    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='720' height='400' "
+               "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n");
+    const char *names[8];
+    int k = 0;
+    serve_svg_ttft_panel(f, runs, n, budget, 70, 40, names, &k);
     serve_svg_legend(f, 610, 60, names, k);
+    fprintf(f, "</svg>\n");
+    return serve_close_written(f, path);
+}
+
+int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs, int n) {
+    uint64_t budgets[16];
+    int nb = 0;
+    for (int i = 0; i < n && nb < 16; i++) {
+        int seen = 0;
+        for (int j = 0; j < nb; j++) seen |= budgets[j] == runs[i].budget_bytes;
+        if (!seen) budgets[nb++] = runs[i].budget_bytes;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='400' "
+               "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
+            70 + 600 * (nb ? nb : 1) + 110);
+    const char *names[8];
+    int k = 0;
+    for (int i = 0; i < nb; i++)
+        serve_svg_ttft_panel(f, runs, n, budgets[i], 70 + 600 * i, 40, names, &k);
+    serve_svg_legend(f, 70 + 600 * (nb ? nb : 1) - 40, 60, names, k);
     fprintf(f, "</svg>\n");
     return serve_close_written(f, path);
 }

@@ -408,6 +408,34 @@ void serve_engine_use_device_plans(serve_engine *e, int on);
  * below, the engine always takes the per-segment path. */
 void serve_engine_use_batched_prefill(serve_engine *e, int on);
 
+/* Chunked prefill interleaved with decode steps, so that a long prefill
+ * (a cold paper request: 5 x 2048 document tokens) does not freeze the
+ * running requests. tokens > 0: a request's prefill runs in forwards of at
+ * most min(tokens, max_rows) rows (batched prefill: each chunk still one
+ * forward over all the segments it holds, ending at an entry's end), and
+ * before each of its forwards but the first the engine calls
+ * between(user): the caller runs a decode step of its running batch there
+ * (serve_engine_decode on this engine; not serve_engine_prefill). Its host
+ * time and enqueues count as decode work, not the prefill's. A non-zero
+ * status from between() ends the prefill with that status (the request is
+ * then not committed; destroy it). tokens 0 (the default): forwards of
+ * max_rows rows and nothing in between. between NULL: chunks only.
+ * INVALID_ARGUMENT for tokens < 0 or below one KV block (the batched path
+ * cuts chunks at entry ends), or from inside a prefill. */
+typedef int (*serve_between_fn)(void *user);
+int serve_engine_set_prefill_chunk(serve_engine *e, int tokens, serve_between_fn between,
+                                   void *user);
+
+/* Counters since the engine was created. */
+typedef struct serve_engine_stats {
+    int64_t prefill_requests;    /* serve_engine_prefill calls that succeeded */
+    int64_t prefill_forwards;    /* their forwards (chunks), failed calls included */
+    int64_t between_calls;       /* between() calls: chunk boundaries inside prefills */
+    int64_t interleaved_decodes; /* serve_engine_decode steps run from inside a prefill */
+} serve_engine_stats;
+/* Zeros for e NULL. */
+void serve_engine_get_stats(const serve_engine *e, serve_engine_stats *out);
+
 /* ---- results, table, CSV and SVG plots (report.c) ------------------------ */
 
 typedef struct serve_request_result {
@@ -437,6 +465,12 @@ typedef struct serve_run_result {
     double decode_cpu_s, prefill_cpu_s;
     double decode_tables_s, decode_tables_cpu_s;
     int64_t decode_enqueues, prefill_enqueues, prefill_requests;
+    int n_planned;      /* requests the run was asked to serve */
+    int cut;            /* 1: a time limit stopped admissions (n_requests < n_planned) */
+    double limit_s;     /* the run's admission limit, seconds (0: none) */
+    int shared;         /* 1: a copy of the same policy's run at another budget */
+    uint64_t pool_bytes; /* the pool (the budget, or the budget + working sets) */
+    int64_t between_calls, interleaved_decodes; /* chunked prefill (serve_engine_stats) */
     /* filled by serve_run_summarise */
     int n_ok, n_failed;
     double hit_ratio, copy_ratio, block_hit_ratio;
@@ -459,6 +493,8 @@ int serve_write_csv(const char *path, const serve_run_result *runs, int n);
 int serve_write_summary_csv(const char *path, const serve_run_result *runs, int n);
 /* TTFT CDF, one line per policy, runs at the given budget. */
 int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, uint64_t budget);
+/* TTFT CDFs, one panel per budget of the runs, side by side. */
+int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs, int n);
 /* Throughput and hit ratio against the budget, one line per policy. */
 int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n);
 

@@ -151,6 +151,17 @@ BAD = [
     ("rag_bench", ["--gemm", "BF16"], USAGE, "--gemm"),
     ("rag_bench", ["--gemm"], USAGE, "--gemm"),
     ("rag_bench", ["--gemm", "bf16", "--gemm", "f32"], USAGE, "--gemm"),
+    ("rag_bench", ["--prefill-chunk", "-1"], USAGE, "--prefill-chunk"),
+    ("rag_bench", ["--prefill-chunk", "70000"], USAGE, "--prefill-chunk"),
+    ("rag_bench", ["--model", "tiny", "--prefill-chunk", "5"], USAGE, "--prefill-chunk"),
+    ("rag_bench", ["--time-limit", "0"], USAGE, "--time-limit"),
+    ("rag_bench", ["--time-limit", "nan"], USAGE, "--time-limit"),
+    ("rag_bench", ["--retained-budget=1"], USAGE, "--retained-budget"),
+    ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--time-limit", "60"], USAGE,
+     "--time-limit"),
+    # the time limit cuts runs short: results written, marked, exit 3
+    ("rag_bench", [a if a != "2" or i != 3 else "100000" for i, a in enumerate(RB_SMALL)] +
+     ["--budget", "64KiB", "--time-limit", "8", "--out", "rbcut"], 3, "INCOMPLETE"),
     ("rag_bench", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
     # every request refused: 4 KiB holds one block of the tiny model, a request needs more
     ("rag_bench", RB_SMALL + ["--budget", "4KiB"], FAILED, "completed none"),
@@ -237,6 +248,11 @@ GOOD = [
     # the projection paths: bf16 weights through the portable bf16 kernel (PoCL), f32 CLBlast
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--gemm", "bf16"], []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--gemm", "f32", "--max-rows", "16"], []),
+    # chunked prefill of one block with decode steps between, and retained budgets
+    ("rag_bench", ["lazy,none" if a == "lazy" else a for a in RB_SMALL] +
+     ["--budget", "16KiB,64KiB", "--prefill-chunk", "16", "--retained-budget", "--out", "rbc"],
+     ["rbc.csv", "rbc_summary.csv", "rbc_ttft_budgets.svg"]),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--prefill-chunk", "0"], []),
     ("rag_bench", ["--help"], []),
     ("bench_kernels", ["--help"], []),
     ("quickstart", [], []),

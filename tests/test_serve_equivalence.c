@@ -594,6 +594,243 @@ static void test_wide_decode_batch(void **state) {
     wide_decode_batch(s, SERVE_GEMM_BF16, 5e-3);
 }
 
+/* ---- chunked prefill interleaved with decode steps ---- */
+
+/* A serving loop as rag_bench's: request r is prefilled while requests
+ * 0..r-1 decode; with a between() callback the running batch takes a
+ * decode step between two chunks of the prefill. */
+typedef struct il_loop {
+    serve_engine *eng;
+    serve_model *model;
+    lazyattn_request *reqs[N_REQ];
+    int target[N_REQ], n_gen[N_REQ], live[N_REQ], n_live;
+    int32_t tokens[N_REQ][MAX_GEN];
+    int steps_inside;  /* decode steps the callback ran */
+    int steps;         /* decode steps in all */
+    int nested_status; /* serve_engine_prefill from inside between() */
+    lazyattn_request *nested_req;
+    const lazyattn_request_desc *nested_desc;
+} il_loop;
+
+static int il_step(il_loop *L) {
+    lazyattn_request *batch[N_REQ] = {0};
+    int32_t in[N_REQ] = {0}, out[N_REQ];
+    int n = L->n_live;
+    if (n == 0) return 0;
+    for (int i = 0; i < n; i++) {
+        int r = L->live[i];
+        batch[i] = L->reqs[r];
+        in[i] = L->tokens[r][L->n_gen[r] - 1];
+    }
+    int st = serve_engine_decode(L->eng, n, batch, in, out);
+    if (st) return st;
+    L->steps++;
+    int w = 0;
+    for (int i = 0; i < n; i++) {
+        int r = L->live[i];
+        L->tokens[r][L->n_gen[r]++] = out[i];
+        if (L->n_gen[r] < L->target[r]) L->live[w++] = r;
+    }
+    L->n_live = w;
+    return 0;
+}
+
+static int il_between(void *user) {
+    il_loop *L = user;
+    if (L->nested_req) { /* once: a prefill from inside a prefill is refused */
+        int32_t tok;
+        L->nested_status = serve_engine_prefill(L->eng, L->nested_req, L->nested_desc, &tok);
+        L->nested_req = NULL;
+    }
+    if (L->n_live > 0) L->steps_inside++;
+    return il_step(L);
+}
+
+typedef struct il_result {
+    int32_t tokens[N_REQ][MAX_GEN];
+    int n_gen[N_REQ];
+    float *first_logits; /* [N_REQ][vocab] */
+    serve_engine_stats stats;
+    int steps_inside, steps;
+    serve_timer timer; /* host accounting (no events) */
+} il_result;
+
+/* chunk: rows per prefill forward (0: max_rows); interleave: decode steps between chunks;
+ * batched: batched prefill (else one forward per segment chunk) */
+static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int interleave,
+                   int batched, il_result *res) {
+    const serve_model_config *mc = serve_model_get_config(s->model);
+    int V = mc->vocab;
+    memset(res, 0, sizeof *res);
+    res->first_logits = calloc((size_t)N_REQ * V, sizeof(float));
+    assert_non_null(res->first_logits);
+    lazyattn_pool_config pc;
+    serve_model_pool_config(mc, 4u << 20, &pc);
+    lazyattn_pool *pool;
+    lazyattn_cache *cache;
+    il_loop *L = calloc(1, sizeof *L);
+    assert_non_null(L);
+    CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
+    lazyattn_cache_config cc = {policy, 42, 0};
+    CHECK(lazyattn_cache_create(pool, &cc, &cache));
+    CHECK(serve_engine_create(s->model, pool, &L->eng));
+    serve_model_set_timer(s->model, &res->timer);
+    CHECK(serve_engine_set_prefill_chunk(L->eng, chunk, interleave ? il_between : NULL, L));
+    serve_engine_use_batched_prefill(L->eng, batched);
+    const int32_t *docs[N_REQ][8];
+    int32_t lens[N_REQ][8];
+    lazyattn_request_desc desc[N_REQ];
+    for (int r = 0; r < N_REQ; r++) {
+        lazyattn_workload_request wr;
+        CHECK(lazyattn_workload_get_request_desc(s->wl, r, docs[r], lens[r], &desc[r]));
+        CHECK(lazyattn_workload_get_request(s->wl, r, &wr));
+        L->target[r] = wr.n_generate;
+        CHECK(lazyattn_request_create(cache, &desc[r], &L->reqs[r]));
+        if (interleave && r == 0) { /* the refusal, tried at the first boundary */
+            L->nested_req = L->reqs[r];
+            L->nested_desc = &desc[r];
+            L->nested_status = 1;
+        }
+        CHECK(serve_engine_prefill(L->eng, L->reqs[r], &desc[r], &L->tokens[r][0]));
+        CHECK(serve_model_read_logits(s->model, 1, res->first_logits + (size_t)r * V));
+        L->n_gen[r] = 1;
+        if (L->n_gen[r] < L->target[r]) L->live[L->n_live++] = r;
+        CHECK(il_step(L)); /* the loop's own step after an admission */
+    }
+    while (L->n_live > 0) CHECK(il_step(L));
+    if (interleave) {
+        if (L->nested_status != LAZYATTN_STATUS_INVALID_ARGUMENT)
+            fail_msg("a prefill from inside between(): status %d, want INVALID_ARGUMENT",
+                     L->nested_status);
+    }
+    memcpy(res->tokens, L->tokens, sizeof res->tokens);
+    memcpy(res->n_gen, L->n_gen, sizeof res->n_gen);
+    serve_engine_get_stats(L->eng, &res->stats);
+    res->steps_inside = L->steps_inside;
+    res->steps = L->steps;
+    serve_model_set_timer(s->model, NULL);
+    for (int r = 0; r < N_REQ; r++) lazyattn_request_destroy(L->reqs[r]);
+    CHECK(lazyattn_cache_validate(cache));
+    serve_engine_destroy(L->eng);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+    free(L);
+}
+
+/* Prefill in chunks of one block (16 rows) with a decode step of the
+ * running batch between two chunks, against the same chunks with nothing
+ * in between, against unchunked prefill and against the per-segment path
+ * interleaved the same way: every request generates the same greedy
+ * tokens; the first token's logits are bit-identical to the same chunks
+ * without interleaving (decode steps of other requests write only their
+ * own blocks) and within 1e-4 of unchunked prefill. The interleaving
+ * happens: a chunk boundary before every forward of a request but its
+ * first, decode steps ran at them (the callback's count). A prefill
+ * started from inside between() is refused. */
+static void test_chunked_prefill_interleaves_decode(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    const serve_model_config *mc = serve_model_get_config(s->model);
+    int V = mc->vocab, chunk = mc->block_size;
+    lazyattn_cache_policy policies[2] = {LAZYATTN_CACHE_POLICY_LAZY,
+                                         LAZYATTN_CACHE_POLICY_POSITION};
+    for (int p = 0; p < 2; p++) {
+        const char *name = lazyattn_cache_policy_name(policies[p]);
+        il_result on, off, whole, seg;
+        il_run(s, policies[p], chunk, 1, 1, &on);
+        il_run(s, policies[p], chunk, 0, 1, &off);
+        il_run(s, policies[p], 0, 0, 1, &whole);
+        il_run(s, policies[p], chunk, 1, 0, &seg); /* the per-segment path, interleaved */
+        double worst = 0;
+        for (int r = 0; r < N_REQ; r++) {
+            assert_int_equal(on.n_gen[r], off.n_gen[r]);
+            assert_int_equal(on.n_gen[r], whole.n_gen[r]);
+            assert_int_equal(on.n_gen[r], seg.n_gen[r]);
+            for (int g = 0; g < on.n_gen[r]; g++) {
+                if (on.tokens[r][g] != off.tokens[r][g] || on.tokens[r][g] != whole.tokens[r][g] ||
+                    on.tokens[r][g] != seg.tokens[r][g])
+                    fail_msg("%s: request %d token %d: interleaved %d, chunks only %d, "
+                             "unchunked %d, per-segment interleaved %d", name, r, g,
+                             on.tokens[r][g], off.tokens[r][g], whole.tokens[r][g],
+                             seg.tokens[r][g]);
+            }
+            assert_memory_equal(on.first_logits + (size_t)r * V, off.first_logits + (size_t)r * V,
+                                (size_t)V * sizeof(float));
+            double diff = 0, scale = 1e-30;
+            for (int v = 0; v < V; v++) {
+                double x = on.first_logits[(size_t)r * V + v];
+                double y = whole.first_logits[(size_t)r * V + v];
+                diff = fmax(diff, fabs(x - y));
+                scale = fmax(scale, fabs(y));
+            }
+            worst = fmax(worst, diff / scale);
+        }
+        printf("# %s: chunks of %d rows: %lld forwards for %lld requests (unchunked %lld); "
+               "%lld chunk boundaries, %lld decode steps inside prefills; tokens identical, "
+               "first-token logits vs unchunked %.3g\n",
+               name, chunk, (long long)on.stats.prefill_forwards,
+               (long long)on.stats.prefill_requests, (long long)whole.stats.prefill_forwards,
+               (long long)on.stats.between_calls, (long long)on.stats.interleaved_decodes, worst);
+        assert_true(worst <= 1e-4);
+        assert_int_equal(on.stats.prefill_requests, N_REQ);
+        assert_true(on.stats.prefill_forwards > whole.stats.prefill_forwards);
+        assert_int_equal(on.stats.prefill_forwards, off.stats.prefill_forwards);
+        /* a boundary before every forward of a request but its first */
+        assert_int_equal(on.stats.between_calls, on.stats.prefill_forwards - N_REQ);
+        assert_int_equal(on.stats.interleaved_decodes, on.steps_inside);
+        assert_true(on.stats.interleaved_decodes > 0);
+        assert_int_equal(off.stats.between_calls, 0);
+        assert_int_equal(off.stats.interleaved_decodes, 0);
+        assert_int_equal(whole.stats.between_calls, 0);
+        /* the steps in between count as decode work, not the prefill's: the
+         * same prefill forwards and enqueues as without them, and every
+         * decode step counted once */
+        assert_int_equal(on.timer.prefill_forwards, off.timer.prefill_forwards);
+        assert_int_equal(on.timer.prefill_enqueues, off.timer.prefill_enqueues);
+        assert_int_equal(on.timer.prefill_requests, N_REQ);
+        assert_int_equal(on.timer.decode_steps, on.steps);
+        assert_int_equal(off.timer.decode_steps, off.steps);
+        assert_true(on.timer.prefill_host_s > 0 && on.timer.decode_host_s > 0);
+        assert_int_equal(seg.stats.between_calls, seg.stats.prefill_forwards - N_REQ);
+        assert_true(seg.stats.interleaved_decodes > 0);
+        printf("# %s: per-segment path in chunks of %d: %lld forwards, %lld decode steps inside "
+               "prefills; tokens identical\n", name, chunk, (long long)seg.stats.prefill_forwards,
+               (long long)seg.stats.interleaved_decodes);
+        free(seg.first_logits);
+        free(on.first_logits);
+        free(off.first_logits);
+        free(whole.first_logits);
+    }
+}
+
+/* serve_engine_set_prefill_chunk's refusals. */
+static void test_prefill_chunk_bad_arguments(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    const serve_model_config *mc = serve_model_get_config(s->model);
+    assert_int_equal(serve_engine_set_prefill_chunk(NULL, 16, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    serve_engine_stats st;
+    serve_engine_get_stats(NULL, &st);
+    assert_int_equal(st.prefill_forwards, 0);
+    serve_engine_get_stats(NULL, NULL); /* no-op */
+    lazyattn_pool_config pc;
+    serve_model_pool_config(mc, 1u << 20, &pc);
+    lazyattn_pool *pool = NULL;
+    serve_engine *eng = NULL;
+    CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
+    CHECK(serve_engine_create(s->model, pool, &eng));
+    assert_int_equal(serve_engine_set_prefill_chunk(eng, -1, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(serve_engine_set_prefill_chunk(eng, mc->block_size - 1, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "block"));
+    CHECK(serve_engine_set_prefill_chunk(eng, mc->block_size, NULL, NULL));
+    CHECK(serve_engine_set_prefill_chunk(eng, 0, NULL, NULL));
+    serve_engine_destroy(eng);
+    lazyattn_pool_destroy(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_policies_agree),
@@ -603,6 +840,8 @@ int main(void) {
         cmocka_unit_test(test_wide_decode_batch),
         cmocka_unit_test(test_policies_agree_bf16),
         cmocka_unit_test(test_bf16_matches_f32),
+        cmocka_unit_test(test_chunked_prefill_interleaves_decode),
+        cmocka_unit_test(test_prefill_chunk_bad_arguments),
     };
     return cmocka_run_group_tests_name("serve_equivalence", tests, setup, teardown);
 }
