@@ -11,7 +11,8 @@
 # -Dclblast=enabled -Dredis=disabled; ninja -C build-serve; libcmocka.so.0*
 # copied into build-serve/extra-lib), copy libclblast.so.1 into
 # .device-carry/clblast, carry both.
-#   usage: sh bench/run_serve_gpu.sh [OUTDIR]    (BIN=build-serve by default)
+#   usage: sh bench/run_serve_gpu.sh [OUTDIR]    (BIN=build-serve by default; ONLY_TESTS=1:
+#   the tests alone)
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-serve-out}}
 bin=${BIN:-build-serve}
@@ -28,9 +29,11 @@ step() { # name seconds command...: runs it into $out/name.log, prints rc and ti
     echo "$name: $* rc=$rc $(( $(date +%s) - start ))s"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/tests.log" 2>&1
-for t in gemm_nv_large gemm_small serve_bf16 serve_equivalence context; do
-    step tests "${TEST_S:-150}" "$bin/tests/test_$t"
+for t in serve/test_gemm_nv_large serve/test_gemm_small serve/test_serve_bf16 \
+         serve/test_serve_equivalence tests/test_context; do
+    step tests "${TEST_S:-150}" "$bin/$t"
 done
+[ "${ONLY_TESTS:-0}" = 1 ] && { grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[  ERROR|^# " "$out/tests.log"; exit 0; }
 step peer 90 sh -c "cd bench && python3 gemm_peer.py --reps 20 --csv '$out/peer.csv'"
 step gemm_large 90 "$bin/serve/bench_gemm" --rows 2048,10240 --peer "$out/peer.csv"
 step gemm_small 120 "$bin/serve/bench_gemm_small" --reps 20
