@@ -162,25 +162,29 @@ static int run_once(bench *b, const shape *s, int m, cl_mem x, cl_mem w, cl_mem 
     return serve_gemm_small_run(b->g, b->q, &a, ev);
 }
 
-/* Reads Y (MAXM rows of every range) into host [MAXM][n]. */
+/* Reads Y (MAXM rows of every range) into host [MAXM][n]; nonzero on an
+ * error (the check then fails rather than reading stale values). */
 static int read_y(bench *b, const shape *s, cl_mem *y, float *host) {
     float *tmp = malloc(sizeof(float) * MAXM * 28672);
     if (!tmp) return -1;
-    for (int i = 0, c0 = 0; i < s->n_outs; c0 += s->cols[i], i++) {
-        clEnqueueReadBuffer(b->q, y[i], CL_TRUE, 0, sizeof(float) * MAXM * s->cols[i], tmp, 0, NULL,
-                            NULL);
-        for (int r = 0; r < MAXM; r++)
+    cl_int err = CL_SUCCESS;
+    for (int i = 0, c0 = 0; i < s->n_outs && err == CL_SUCCESS; c0 += s->cols[i], i++) {
+        err = clEnqueueReadBuffer(b->q, y[i], CL_TRUE, 0, sizeof(float) * MAXM * s->cols[i], tmp, 0,
+                                  NULL, NULL);
+        for (int r = 0; r < MAXM && err == CL_SUCCESS; r++)
             memcpy(host + (size_t)r * s->n + c0, tmp + (size_t)r * s->cols[i],
                    sizeof(float) * s->cols[i]);
     }
     free(tmp);
-    return 0;
+    return err != CL_SUCCESS;
 }
 
-static void fill_y(bench *b, const shape *s, cl_mem *y, float v) {
-    for (int i = 0; i < s->n_outs; i++)
-        clEnqueueFillBuffer(b->q, y[i], &v, sizeof v, 0, sizeof(float) * MAXM * s->cols[i], 0, NULL,
-                            NULL);
+static int fill_y(bench *b, const shape *s, cl_mem *y, float v) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < s->n_outs && err == CL_SUCCESS; i++)
+        err = clEnqueueFillBuffer(b->q, y[i], &v, sizeof v, 0, sizeof(float) * MAXM * s->cols[i], 0,
+                                  NULL, NULL);
+    return err != CL_SUCCESS;
 }
 
 /* Comma separated integers in lo..hi (no signs, spaces or empty items;
@@ -439,14 +443,14 @@ int main(int argc, char **argv) {
             if (checks)
                 for (size_t ci = 0; ci < sizeof check_ms / sizeof *check_ms; ci++) {
                     const int m = check_ms[ci];
-                    fill_y(&b, s, y, NAN);
+                    int io = fill_y(&b, s, y, NAN);
                     st = run_once(&b, s, m, x, w[0], y, 0, NULL);
                     if (st != LAZYATTN_STATUS_OK) {
                         printf("%-22s M %d: run: %s\n", vname, m, serve_last_error());
                         failures++;
                         continue;
                     }
-                    read_y(&b, s, y, yh);
+                    io |= read_y(&b, s, y, yh);
                     int unwritten = 0, overwritten = 0;
                     for (int r = 0; r < MAXM; r++)
                         for (int c = 0; c < s->n; c++) {
@@ -464,7 +468,7 @@ int main(int argc, char **argv) {
                     const double rel = sqrt(num / den), rms = sqrt(den / (m * SAMPLE));
                     /* Y += X W^T on top: 2 ref */
                     st = run_once(&b, s, m, x, w[0], y, 1, NULL);
-                    read_y(&b, s, y, y1);
+                    io |= read_y(&b, s, y, y1);
                     double num2 = 0;
                     for (int r = 0; r < m; r++)
                         for (int i = 0; i < SAMPLE; i++) {
@@ -473,21 +477,22 @@ int main(int argc, char **argv) {
                         }
                     const double rel2 = sqrt(num2 / (4 * den));
                     /* the same again: bitwise equal */
-                    fill_y(&b, s, y, NAN);
+                    io |= fill_y(&b, s, y, NAN);
                     st |= run_once(&b, s, m, x, w[0], y, 0, NULL);
-                    read_y(&b, s, y, y1);
+                    io |= read_y(&b, s, y, y1);
                     long diff = 0;
                     for (int r = 0; r < m; r++)
                         for (int c = 0; c < s->n; c++)
                             diff += memcmp(&yh[(size_t)r * s->n + c], &y1[(size_t)r * s->n + c], 4) != 0;
-                    const int ok = st == 0 && !unwritten && !overwritten && rel < 1e-5 &&
+                    const int ok = st == 0 && !io && !unwritten && !overwritten && rel < 1e-5 &&
                                    rel2 < 1e-5 && diff == 0 && isfinite(rel);
                     if (!ok) failures++;
                     if (!ok || m == 64)
                         printf("%-22s check M %2d: S %d, rel err %.2e (max abs %.2e, rms %.1f), "
-                               "accumulate %.2e, unwritten %d, written past M %d, repeat diffs %ld: %s\n",
+                               "accumulate %.2e, unwritten %d, written past M %d, repeat diffs %ld%s: %s\n",
                                vname, m, serve_gemm_small_splits(b.g, m, s->n, s->k), rel, worst,
-                               rms, rel2, unwritten, overwritten, diff, ok ? "ok" : "FAILED");
+                               rms, rel2, unwritten, overwritten, diff,
+                               io ? ", a fill or read failed" : "", ok ? "ok" : "FAILED");
                     for (int mi = 0; mi < n_ms; mi++)
                         if (ms[mi] == m) errs[mi] = rel;
                     if (m == 64 || m == 16 || m == 1)
@@ -498,22 +503,23 @@ int main(int argc, char **argv) {
             for (int mi = 0; mi < n_ms; mi++) {
                 const int m = ms[mi];
                 const int n = reps < MAXREP ? reps : MAXREP;
-                cl_event ev[MAXREP + 3];
+                cl_event ev[MAXREP + 3] = {NULL}; /* a failed run leaves its event NULL */
                 double cold[MAXREP], hot[MAXREP];
                 st = 0;
                 for (int i = 0; i < 3; i++) st |= run_once(&b, s, m, x, w[i % copies], y, 0, &ev[i]);
                 for (int i = 0; i < n; i++) st |= run_once(&b, s, m, x, w[(i + 3) % copies], y, 0, &ev[i + 3]);
                 clFinish(b.q);
                 for (int i = 0; i < n + 3; i++) {
-                    if (i >= 3) cold[i - 3] = event_us(ev[i]);
-                    clReleaseEvent(ev[i]);
+                    if (i >= 3) cold[i - 3] = ev[i] ? event_us(ev[i]) : 0.0;
+                    if (ev[i]) clReleaseEvent(ev[i]);
+                    ev[i] = NULL;
                 }
                 for (int i = 0; i < 3; i++) st |= run_once(&b, s, m, x, w[0], y, 0, &ev[i]);
                 for (int i = 0; i < n; i++) st |= run_once(&b, s, m, x, w[0], y, 0, &ev[i + 3]);
                 clFinish(b.q);
                 for (int i = 0; i < n + 3; i++) {
-                    if (i >= 3) hot[i - 3] = event_us(ev[i]);
-                    clReleaseEvent(ev[i]);
+                    if (i >= 3) hot[i - 3] = ev[i] ? event_us(ev[i]) : 0.0;
+                    if (ev[i]) clReleaseEvent(ev[i]);
                 }
                 if (st) {
                     printf("%-22s M %d: run failed: %s\n", vname, m, serve_last_error());
