@@ -168,7 +168,8 @@ static int bench_one(cl_command_queue q, const bench_kernel *kn,
                                          NULL, NULL);
         if (err != CL_SUCCESS) return fprintf(stderr, "fill: OpenCL error %d\n", err), 1;
     }
-    int st = kn->run(kn->impl, q, &a, NULL);
+    int st = serve_gemm_args_check(&a, kn->name); /* the buffers' sizes: the kernels do not check them */
+    if (!st) st = kn->run(kn->impl, q, &a, NULL);
     if (st) {
         fprintf(stderr, "%s %s M=%d: %s (%s)\n", kn->name, p->name, m, lazyattn_status_string(st),
                 serve_last_error());

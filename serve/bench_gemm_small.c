@@ -159,6 +159,10 @@ static int run_once(bench *b, const shape *s, int m, cl_mem x, cl_mem w, cl_mem 
         a.outs[i].ld = s->cols[i];
     }
     a.accumulate = acc;
+    if (!ev) { /* the checked runs: the buffers' sizes too (the kernel does not check them) */
+        int st = serve_gemm_args_check(&a, "bench_gemm_small");
+        if (st) return st;
+    }
     return serve_gemm_small_run(b->g, b->q, &a, ev);
 }
 

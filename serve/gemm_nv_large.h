@@ -44,7 +44,11 @@ const char *serve_gemm_large_tile(const serve_gemm_large *g);
  * multiple of 8, an output range's cols not a multiple of BN, odd ld or
  * offset, too many tiles for one launch) so the caller can fall back.
  * ev: optional event of the launch. Not thread-safe: the kernel's arguments
- * are set at each launch, so one host thread at a time per g. */
+ * are set at each launch, so one host thread at a time per g.
+ * The buffers' sizes are not checked here (host queries on every call):
+ * serve_gemm_args_check (serve.h) checks them, and
+ * serve_gemm_bf16_run calls it first; a direct caller calls it once per
+ * set of buffers. */
 int serve_gemm_large_run(serve_gemm_large *g, cl_command_queue q, const serve_gemm_args *a,
                          cl_event *ev);
 

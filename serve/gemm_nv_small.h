@@ -27,7 +27,11 @@ void serve_gemm_small_destroy(serve_gemm_small *g); /* NULL: no-op */
  * demand, so calls on one g must be ordered: q must be in-order
  * (INVALID_ARGUMENT for an out-of-order queue) and the same for every call
  * on g. Not thread-safe: one host thread at a time per g (run and
- * set_tuning change g). */
+ * set_tuning change g).
+ * The buffers' sizes are not checked here (host queries on every decode
+ * step): serve_gemm_args_check (serve.h) checks them, and
+ * serve_gemm_bf16_run calls it first; a direct caller calls it once per
+ * set of buffers. */
 int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_gemm_args *a,
                          cl_event *ev);
 
