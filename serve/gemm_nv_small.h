@@ -65,7 +65,8 @@ int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
  * memory. */
 int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
                                 const serve_gemm_small_tuning *t);
-/* The split count a run of this shape would use (after the tuning's rule). */
+/* The split count a run of this shape would use (after the tuning's rule);
+ * 0 for a NULL g or a shape outside rows 1..64, out >= 1, in >= 32. */
 int serve_gemm_small_splits(const serve_gemm_small *g, int rows, int out, int in);
 /* The NVIDIA build log of the program of (nt, cls)'s tuning ("" if none;
  * with SERVE_GEMM_SMALL_VERBOSE=1 in the environment it has ptxas's
