@@ -129,7 +129,7 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
              "-cl-std=CL1.2 -DGS_R=%d -DGS_WR=%d -DGS_WK=%d -DGS_U=%d -DGS_PIPE=%d -DGS_WHINT=%d "
              "-DGS_XS=%d%s",
              t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs,
-             verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
+             verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
     err = clBuildProgram(p.program, 1, &g->dev, opts, NULL, NULL);
     size_t n = 0;
     clGetProgramBuildInfo(p.program, g->dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
