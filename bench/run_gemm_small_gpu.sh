@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # The decode-sized bf16 GEMM (serve/gemm_nv_small.c) on the lent H200, in
 # one call: its cmocka test on the GPU, bench_gemm_small over the kernel
-# shapes in $VARIANTS (one R,WR,WK,U,PIPE,WHINT,SPLITS per word; empty: the
-# defaults), and torch's peer (bench/gemm_peer.py) in the same call.
+# shapes in $VARIANTS (one R,WR,WK,U,PIPE,WHINT,SPLITS[,XS] per word, at
+# most 16; empty: the defaults), and torch's peer (bench/gemm_peer.py) in the same call.
 # Run from a folder holding test_gemm_small, bench_gemm_small, extra-lib/
 # (libcmocka.so.0), tools/nvidia-opencl-env.sh and bench/{gemm,sdpa}_peer.py
 # (build here with meson setup build-nv --buildtype=release -Dspirv=disabled
@@ -19,11 +19,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 start=$(date +%s)
 timeout "${TEST_S:-40}" ./test_gemm_small > "$out/test.log" 2>&1
 echo "test_gemm_small rc=$? $(( $(date +%s) - start ))s"
-args=""
-for v in ${VARIANTS:-}; do args="$args --variant $v"; done
+variants=$(echo ${VARIANTS:-} | tr ' ' ';') # one --variant, ';' separated
 start=$(date +%s)
-# shellcheck disable=SC2086
-SERVE_GEMM_SMALL_VERBOSE=1 timeout "${BENCH_S:-100}" ./bench_gemm_small --reps "${REPS:-20}" $args > "$out/bench.log" 2>&1
+SERVE_GEMM_SMALL_VERBOSE=1 timeout "${BENCH_S:-100}" ./bench_gemm_small --reps "${REPS:-20}" \
+    ${variants:+--variant "$variants"} > "$out/bench.log" 2>&1
 echo "bench_gemm_small rc=$? $(( $(date +%s) - start ))s"
 start=$(date +%s)
 (cd bench && timeout "${PEER_S:-40}" python3 gemm_peer.py --reps 20 > "$out/peer.log" 2>&1)

@@ -314,10 +314,13 @@ LAZYATTN_API int lazyattn_context_fast_path(const lazyattn_context *ctx);
  * its Hopper-only instructions are written inside inline asm behind a "//@"
  * marker (a PTX comment, so the source builds as sm_90 PTX); the PTX is read
  * back, unmarked, retargeted to sm_90a and rebuilt (the -cl-nv-* options
- * apply to both builds). UNSUPPORTED unless ctx's device is NVIDIA compute
- * capability 9.x; BUILD_FAILED (with the log in lazyattn_last_error) when a
- * build fails. *out is the caller's to release (clReleaseProgram); NULL on
- * error. Not cached: build once, keep the kernels.
+ * apply to both builds; INVALID_ARGUMENT when together they exceed 510
+ * characters). UNSUPPORTED unless ctx's device is NVIDIA compute
+ * capability 9.x, or when the built PTX has no "//@" marker;
+ * BUILD_FAILED (with the log in lazyattn_last_error) when a build fails.
+ * *out is the caller's to release (clReleaseProgram); NULL on error. Not
+ * cached: build once, keep the kernels. Thread-safe (uses only ctx's
+ * OpenCL context and device).
  */
 LAZYATTN_API int lazyattn_context_build_program(lazyattn_context *ctx, const char *source,
                                                 const char *options, unsigned flags,

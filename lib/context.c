@@ -447,6 +447,31 @@ const char *lazyattn_context_device_name(const lazyattn_context *ctx) {
 }
 int lazyattn_context_fast_path(const lazyattn_context *ctx) { return ctx ? ctx->fast_nv : 0; }
 
+/* The code-generation options (-cl-nv-*) of `options`, for the build of the
+ * patched PTX (a binary takes no -D or -cl-std); words are separated by any
+ * white space. INVALID_ARGUMENT when they do not fit in cg. */
+static int lz_codegen_options(const char *fn, const char *options, char *cg, size_t cap) {
+    size_t n = 0;
+    cg[0] = 0;
+    for (const char *s = options; *s;) {
+        while (*s && isspace((unsigned char)*s)) s++;
+        const char *e = s;
+        while (*e && !isspace((unsigned char)*e)) e++;
+        const size_t len = (size_t)(e - s);
+        if (len > 7 && !strncmp(s, "-cl-nv-", 7)) {
+            if (n + len + 2 > cap)
+                return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                               "%s: the -cl-nv-* options exceed %zu characters", fn, cap - 2);
+            memcpy(cg + n, s, len);
+            n += len;
+            cg[n++] = ' ';
+            cg[n] = 0;
+        }
+        s = e;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
 int lazyattn_context_build_program(lazyattn_context *ctx, const char *source, const char *options,
                                    unsigned flags, cl_program *out) {
     static const char fn[] = "lazyattn_context_build_program";
@@ -458,6 +483,10 @@ int lazyattn_context_build_program(lazyattn_context *ctx, const char *source, co
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown flags 0x%x", fn,
                        flags & ~LAZYATTN_BUILD_SM90A);
     if (!options) options = "";
+    /* the binary's build takes the code-generation options (-cl-nv-*) only */
+    char cg[512] = "";
+    int st = (flags & LAZYATTN_BUILD_SM90A) ? lz_codegen_options(fn, options, cg, sizeof cg) : 0;
+    if (st) return st;
     if ((flags & LAZYATTN_BUILD_SM90A) && ctx->nv_cc_major != 9)
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "%s: the sm_90a round trip needs an NVIDIA compute capability 9.x device (%s)",
@@ -476,23 +505,8 @@ int lazyattn_context_build_program(lazyattn_context *ctx, const char *source, co
         *out = p;
         return LAZYATTN_STATUS_OK;
     }
-    /* the binary's build takes the code-generation options (-cl-nv-*) only */
-    char cg[512] = "";
-    size_t n = 0;
-    for (const char *s = options; *s;) {
-        while (*s == ' ') s++;
-        const char *e = s;
-        while (*e && *e != ' ') e++;
-        if (e > s && !strncmp(s, "-cl-nv-", 7) && n + (size_t)(e - s) + 2 < sizeof cg) {
-            memcpy(cg + n, s, (size_t)(e - s));
-            n += (size_t)(e - s);
-            cg[n++] = ' ';
-            cg[n] = 0;
-        }
-        s = e;
-    }
     cl_program patched = NULL;
-    int st = lz_ptx_sm90a(ctx, p, cg, &patched);
+    st = lz_ptx_sm90a(ctx, p, cg, &patched);
     clReleaseProgram(p);
     if (st) return st;
     *out = patched;

@@ -122,7 +122,7 @@ static int parse_int_list(const char *prog, const char *opt, const char *text, i
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || (*end && *end != ',') || v < lo || v > hi)
+        if (end == s || *s < '0' || *s > '9' || /* no spaces or signs */ (*end && *end != ',') || v < lo || v > hi)
             return cli_fail(prog, opt, "\"%s\": want comma separated integers in %d..%d", text, lo, hi);
         if (n == cap) return cli_fail(prog, opt, "at most %d values", cap);
         out[n++] = (int)v;
@@ -168,7 +168,8 @@ static int bench_one(cl_command_queue q, const bench_kernel *kn,
                                          NULL, NULL);
         if (err != CL_SUCCESS) return fprintf(stderr, "fill: OpenCL error %d\n", err), 1;
     }
-    int st = kn->run(kn->impl, q, &a, NULL);
+    int st = serve_gemm_args_check(&a, kn->name); /* the buffers' sizes: the kernels do not check them */
+    if (!st) st = kn->run(kn->impl, q, &a, NULL);
     if (st) {
         fprintf(stderr, "%s %s M=%d: %s (%s)\n", kn->name, p->name, m, lazyattn_status_string(st),
                 serve_last_error());
@@ -278,8 +279,8 @@ static const char usage_text[] =
     "Llama-3.1-8B shapes: qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336.\n"
     "  --rows LIST        M values, comma separated (default 2048,10240,777)\n"
     "  --only LIST        projections (qkv|o|gate_up|down; default all)\n"
-    "  --tiles LIST       tiles of the large kernel, ';' separated WG,MW,BN,BK,STAGES,LAG,GROUP\n"
-    "                     (default: its default tile; see serve/gemm_nv_large.h)\n"
+    "  --tiles LIST       tiles of the large kernel, ';' separated WG,MW,BN,BK,STAGES,LAG,GROUP[,MAXREG],\n"
+    "                     at most 16 (default: its default tile; see serve/gemm_nv_large.h)\n"
     "  --reps N           timed runs, median reported (default 20)\n"
     "  --warmup N         untimed runs first (default 3)\n"
     "  --check-rows N     sampled rows checked against float64 (default 16)\n"
@@ -311,11 +312,30 @@ int main(int argc, char **argv) {
     if (parse_int_list(prog, "--rows", rows_text, ms_list, 16, 1, 65536, &n_m)) return CLI_USAGE_ERROR;
     if (!n_only)
         for (int i = 0; i < N_PROJ; i++) only[n_only++] = i;
+    /* the tiles, each checked by serve_gemm_large_create_tile below */
+    char tiles[1024];
+    const char *tile_list[16];
+    int n_tiles = 0;
+    if (tiles_text) {
+        if (strlen(tiles_text) >= sizeof tiles)
+            return cli_fail(prog, "--tiles", "longer than %zu characters", sizeof tiles - 1);
+        memcpy(tiles, tiles_text, strlen(tiles_text) + 1);
+        for (char *s = tiles;;) {
+            char *e = strchr(s, ';');
+            if (e) *e = 0;
+            if (!*s) return cli_fail(prog, "--tiles", "\"%s\": an empty tile", tiles_text);
+            if (n_tiles == 16) return cli_fail(prog, "--tiles", "at most 16 tiles");
+            tile_list[n_tiles++] = s;
+            if (!e) break;
+            s = e + 1;
+        }
+    }
     peer_row peer[64];
     int n_peer = 0;
     if (peer_path) {
         n_peer = read_peer(peer_path, peer, 64);
         if (n_peer < 0) return cli_fail(prog, "--peer", "cannot read %s", peer_path);
+        if (n_peer == 0) fprintf(stderr, "%s: --peer: no torch figures in %s\n", prog, peer_path);
     }
     rng_state = seed ? seed : 1;
 
@@ -331,27 +351,26 @@ int main(int argc, char **argv) {
     /* the table of kernels: every tile of the large kernel (the small-M kernel goes here too) */
     bench_kernel kernels[16];
     int n_k = 0, failed = 0;
-    char tiles[1024];
-    snprintf(tiles, sizeof tiles, "%s", tiles_text ? tiles_text : "");
-    char *save = NULL;
-    char *tok = tiles_text ? strtok_r(tiles, ";", &save) : NULL;
-    do {
+    for (int ti = 0; ti < (n_tiles ? n_tiles : 1); ti++) {
+        const char *tile = n_tiles ? tile_list[ti] : NULL;
         serve_gemm_large *g = NULL;
-        st = serve_gemm_large_create_tile(ctx, tok, &g);
+        st = serve_gemm_large_create_tile(ctx, tile, &g);
+        if (st == LAZYATTN_STATUS_INVALID_ARGUMENT) { /* a malformed or unfit tile: the command line */
+            fprintf(stderr, "%s: --tiles: %s\n", prog, serve_last_error());
+            for (int ki = 0; ki < n_k; ki++) kernels[ki].destroy(kernels[ki].impl);
+            lazyattn_context_destroy(ctx);
+            return CLI_USAGE_ERROR;
+        }
         if (st) {
-            printf("large %s: not built: %s (%s)\n", tok ? tok : "(default)", lazyattn_status_string(st),
+            printf("large %s: not built: %s (%s)\n", tile ? tile : "(default)", lazyattn_status_string(st),
                    serve_last_error());
             failed |= st != LAZYATTN_STATUS_UNSUPPORTED;
             continue;
         }
-        if (n_k == 16) {
-            serve_gemm_large_destroy(g);
-            break;
-        }
         bench_kernel *k = &kernels[n_k++];
         snprintf(k->name, sizeof k->name, "large %s", serve_gemm_large_tile(g));
         k->impl = g, k->run = run_large, k->destroy = destroy_large, k->min_rows = 65, k->max_rows = 1 << 30;
-    } while (tiles_text && (tok = strtok_r(NULL, ";", &save)) != NULL);
+    }
     if (!n_k) {
         printf("no kernel to measure on this device\n");
         lazyattn_context_destroy(ctx);

@@ -4,8 +4,8 @@
  * the Llama-3.1-8B projections, against the device's read ceiling measured
  * in the same run (issue 16, item 1). A benchmark, not a test.
  *
- * For each kernel shape (--variant R,WR,WK,U,PIPE,WHINT,SPLITS[,XS], repeatable;
- * none: the defaults): checks Y against a double reference from the same
+ * For each kernel shape (--variant "R,WR,WK,U,PIPE,WHINT,SPLITS[,XS];...",
+ * ';' separated, "defaults" for the built-in table; none: the defaults): checks Y against a double reference from the same
  * bf16 operands (random in [-1, 1), never zeros) on 256 sampled columns of
  * every row, that every element of rows < M was written and none past M,
  * Y += (accumulate), and bitwise repeatability; then times M in --ms with
@@ -14,7 +14,9 @@
  * each layer's weights new), and on one copy ("hot", as torch's
  * bench/gemm_peer.py times). GB/s = bytes of W / time.
  *   bench_gemm_small [--reps N] [--ms 1,2,4] [--variant ...] [--no-checks]
- * Exit 77 without an NVIDIA fast-path device.
+ * Exit status: 0 all checks passed, 1 a failure or mismatch, 2 a bad
+ * command line (examples/cli_options.h), 77 without an NVIDIA fast-path
+ * device.
  */
 #define _GNU_SOURCE /* memmem */
 #include "gemm_nv_small.h"
@@ -23,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cli_options.h"
 
 typedef struct shape {
     const char *name;
@@ -41,6 +45,7 @@ static const shape SHAPES[] = {
 #define MAX_VARIANTS 16
 #define SAMPLE 256
 #define MAXM 64
+#define MAXREP 200
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float uniform(void) { /* [-1, 1) */
@@ -89,6 +94,7 @@ static int reader_create(reader *r, cl_context cl, cl_device_id dev, cl_command_
     r->p = clCreateProgramWithSource(cl, 1, &READ_SRC, NULL, &err);
     if (err != CL_SUCCESS || clBuildProgram(r->p, 1, &dev, "", NULL, NULL) != CL_SUCCESS) return -1;
     r->k = clCreateKernel(r->p, "rd", &err);
+    if (err != CL_SUCCESS) return -1;
     r->buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, bytes, NULL, &err);
     if (err != CL_SUCCESS) return -1;
     r->out = clCreateBuffer(cl, CL_MEM_READ_WRITE, 1 << 20, NULL, &err);
@@ -153,62 +159,121 @@ static int run_once(bench *b, const shape *s, int m, cl_mem x, cl_mem w, cl_mem 
         a.outs[i].ld = s->cols[i];
     }
     a.accumulate = acc;
+    if (!ev) { /* the checked runs: the buffers' sizes too (the kernel does not check them) */
+        int st = serve_gemm_args_check(&a, "bench_gemm_small");
+        if (st) return st;
+    }
     return serve_gemm_small_run(b->g, b->q, &a, ev);
 }
 
-/* Reads Y (MAXM rows of every range) into host [MAXM][n]. */
+/* Reads Y (MAXM rows of every range) into host [MAXM][n]; nonzero on an
+ * error (the check then fails rather than reading stale values). */
 static int read_y(bench *b, const shape *s, cl_mem *y, float *host) {
     float *tmp = malloc(sizeof(float) * MAXM * 28672);
     if (!tmp) return -1;
-    for (int i = 0, c0 = 0; i < s->n_outs; c0 += s->cols[i], i++) {
-        clEnqueueReadBuffer(b->q, y[i], CL_TRUE, 0, sizeof(float) * MAXM * s->cols[i], tmp, 0, NULL,
-                            NULL);
-        for (int r = 0; r < MAXM; r++)
+    cl_int err = CL_SUCCESS;
+    for (int i = 0, c0 = 0; i < s->n_outs && err == CL_SUCCESS; c0 += s->cols[i], i++) {
+        err = clEnqueueReadBuffer(b->q, y[i], CL_TRUE, 0, sizeof(float) * MAXM * s->cols[i], tmp, 0,
+                                  NULL, NULL);
+        for (int r = 0; r < MAXM && err == CL_SUCCESS; r++)
             memcpy(host + (size_t)r * s->n + c0, tmp + (size_t)r * s->cols[i],
                    sizeof(float) * s->cols[i]);
     }
     free(tmp);
-    return 0;
+    return err != CL_SUCCESS;
 }
 
-static void fill_y(bench *b, const shape *s, cl_mem *y, float v) {
-    for (int i = 0; i < s->n_outs; i++)
-        clEnqueueFillBuffer(b->q, y[i], &v, sizeof v, 0, sizeof(float) * MAXM * s->cols[i], 0, NULL,
-                            NULL);
+static int fill_y(bench *b, const shape *s, cl_mem *y, float v) {
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < s->n_outs && err == CL_SUCCESS; i++)
+        err = clEnqueueFillBuffer(b->q, y[i], &v, sizeof v, 0, sizeof(float) * MAXM * s->cols[i], 0,
+                                  NULL, NULL);
+    return err != CL_SUCCESS;
 }
+
+/* Comma separated integers in lo..hi (no signs, spaces or empty items;
+ * no repeats when unique), at most cap. */
+static int parse_int_list(const char *prog, const char *opt, const char *text, int *out, int cap,
+                          int lo, int hi, int unique, int *count) {
+    int n = 0;
+    for (const char *s = text;;) {
+        int digits = 0;
+        long v = 0;
+        while (*s >= '0' && *s <= '9' && digits < 10) v = 10 * v + (*s++ - '0'), digits++;
+        if (!digits || digits == 10 || v < lo || v > hi || (*s && *s != ','))
+            return cli_fail(prog, opt, "\"%s\": want comma separated integers in %d..%d", text, lo, hi);
+        if (n == cap) return cli_fail(prog, opt, "\"%s\": at most %d values", text, cap);
+        for (int i = 0; unique && i < n; i++)
+            if (out[i] == (int)v) return cli_fail(prog, opt, "\"%s\" names %ld twice", text, v);
+        out[n++] = (int)v;
+        if (!*s) break;
+        if (!*++s) return cli_fail(prog, opt, "\"%s\": empty item", text);
+    }
+    *count = n;
+    return CLI_OK;
+}
+
+/* --variant: ';' separated kernel shapes, each "defaults" (splits -1 marks
+ * it) or R,WR,WK,U,PIPE,WHINT,SPLITS[,XS] (ranges checked by set_tuning). */
+static int parse_variants(const char *prog, const char *text, serve_gemm_small_tuning *out,
+                          int *count) {
+    int n = 0;
+    for (const char *s = text;;) {
+        const char *e = strchr(s, ';');
+        const size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (n == MAX_VARIANTS) return cli_fail(prog, "--variant", "at most %d variants", MAX_VARIANTS);
+        serve_gemm_small_tuning *t = &out[n++];
+        memset(t, 0, sizeof *t);
+        if (len == 8 && !strncmp(s, "defaults", 8)) {
+            t->splits = -1;
+        } else {
+            char item[64];
+            int v[8] = {0}, k = 0;
+            if (len == 0 || len >= sizeof item)
+                return cli_fail(prog, "--variant", "\"%s\": an empty or over-long variant", text);
+            memcpy(item, s, len);
+            item[len] = 0;
+            if (parse_int_list(prog, "--variant", item, v, 8, 0, 256, 0, &k) != CLI_OK) return CLI_USAGE_ERROR;
+            if (k < 7)
+                return cli_fail(prog, "--variant", "\"%s\": want R,WR,WK,U,PIPE,WHINT,SPLITS[,XS]", item);
+            *t = (serve_gemm_small_tuning){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+        }
+        if (!e) break;
+        s = e + 1;
+    }
+    *count = n;
+    return CLI_OK;
+}
+
+static const char usage_text[] =
+    "usage: bench_gemm_small [options]\n"
+    "Times and checks the decode-sized bf16 GEMM (serve/gemm_nv_small.c) on the Llama-3.1-8B\n"
+    "projections against the device's read ceiling (an NVIDIA fast-path GPU; exit 77 without).\n"
+    "  --reps N        timed runs, median reported (1..200, default 20)\n"
+    "  --ms LIST       rows M, comma separated, 1..64, at most 16 (default 1,2,4,8,16,32,64)\n"
+    "  --variant LIST  kernel shapes, ';' separated: R,WR,WK,U,PIPE,WHINT,SPLITS[,XS] or\n"
+    "                  defaults (the built-in table); at most 16 (default: defaults)\n"
+    "  --no-checks     skip the checks against the float64 reference\n"
+    "Exit status: 0 all checks passed, 1 a failure or mismatch, 2 a bad command line.\n";
 
 int main(int argc, char **argv) {
-    int reps = 20, checks = 1;
+    static const char prog[] = "bench_gemm_small";
+    int reps = 20, no_checks = 0;
+    const char *ms_text = NULL, *variant_text = NULL;
+    cli_option opts[] = {
+        {.name = "--reps", .type = CLI_INT, .dest = &reps, .min = 1, .max = MAXREP},
+        {.name = "--ms", .type = CLI_STRING, .dest = &ms_text},
+        {.name = "--variant", .type = CLI_STRING, .dest = &variant_text},
+        {.name = "--no-checks", .type = CLI_FLAG, .dest = &no_checks},
+    };
+    int r = cli_parse(prog, usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
+    if (r) return r == CLI_HELP ? 0 : CLI_USAGE_ERROR;
+    const int checks = !no_checks;
     int ms[16] = {1, 2, 4, 8, 16, 32, 64}, n_ms = 7;
+    if (ms_text && parse_int_list(prog, "--ms", ms_text, ms, 16, 1, MAXM, 1, &n_ms)) return CLI_USAGE_ERROR;
     serve_gemm_small_tuning variants[MAX_VARIANTS];
     int n_variants = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--no-checks")) checks = 0;
-        else if (!strcmp(argv[i], "--ms") && i + 1 < argc) {
-            n_ms = 0;
-            for (char *t = strtok(argv[++i], ","); t && n_ms < 16; t = strtok(NULL, ",")) ms[n_ms++] = atoi(t);
-        } else if (!strcmp(argv[i], "--variant") && i + 1 < argc && n_variants < MAX_VARIANTS) {
-            serve_gemm_small_tuning *t = &variants[n_variants++];
-            t->xs = 0;
-            if (!strcmp(argv[i + 1], "defaults")) { /* the built-in table per class and rows */
-                i++;
-                t->splits = -1;
-                continue;
-            }
-            if (sscanf(argv[++i], "%d,%d,%d,%d,%d,%d,%d,%d", &t->r, &t->wr, &t->wk, &t->u, &t->pipe,
-                       &t->whint, &t->splits, &t->xs) < 7) {
-                fprintf(stderr, "--variant R,WR,WK,U,PIPE,WHINT,SPLITS[,XS]\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "usage: %s [--reps N] [--ms 1,2,...] [--variant R,WR,WK,U,PIPE,WHINT,S[,XS]]... [--no-checks]\n", argv[0]);
-            return 2;
-        }
-    }
-    if (reps < 1 || n_ms < 1) return 2;
-    for (int i = 0; i < n_ms; i++)
-        if (ms[i] < 1 || ms[i] > MAXM) return 2;
+    if (variant_text && parse_variants(prog, variant_text, variants, &n_variants)) return CLI_USAGE_ERROR;
 
     bench b;
     memset(&b, 0, sizeof b);
@@ -229,12 +294,32 @@ int main(int argc, char **argv) {
         lazyattn_context_destroy(b.ctx);
         return 77;
     }
+    serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++) serve_gemm_small_get_tuning(b.g, nt, c, &defaults[c][nt - 1]);
+    /* every --variant's ranges before any timing: a bad one is a bad command line */
+    for (int v = 0; v < n_variants; v++) {
+        if (variants[v].splits == -1) continue;
+        st = serve_gemm_small_set_tuning(b.g, 0, -1, &variants[v]);
+        if (st != LAZYATTN_STATUS_OK) {
+            const int usage = st == LAZYATTN_STATUS_INVALID_ARGUMENT;
+            fprintf(stderr, "%s: --variant: variant %d: %s\n", prog, v + 1, serve_last_error());
+            serve_gemm_small_destroy(b.g);
+            lazyattn_context_destroy(b.ctx);
+            return usage ? CLI_USAGE_ERROR : 1;
+        }
+    }
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++) serve_gemm_small_set_tuning(b.g, nt, c, &defaults[c][nt - 1]);
     cl_device_id dev = lazyattn_context_device(b.ctx);
     cl_uint cus = 0;
     clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
     reader rd;
     if (reader_create(&rd, b.cl, dev, b.q, (int)cus, (size_t)1 << 31) != 0) {
-        printf("read kernel: failed\n");
+        fprintf(stderr, "%s: the read kernel or its 2 GiB buffer: failed\n", prog);
+        reader_destroy(&rd);
+        serve_gemm_small_destroy(b.g);
+        lazyattn_context_destroy(b.ctx);
         return 1;
     }
     /* ~0.3 s of reads first: the idle clock ramps up (the first variant's
@@ -255,9 +340,6 @@ int main(int argc, char **argv) {
         variants[0].splits = -1; /* marker: the defaults per class and token tiles */
         n_variants = 1;
     }
-    serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
-    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
-        for (int nt = 1; nt <= 8; nt++) serve_gemm_small_get_tuning(b.g, nt, c, &defaults[c][nt - 1]);
 
     /* best cold time per (shape, m) over the variants */
     double best[N_SHAPES][16];
@@ -276,14 +358,19 @@ int main(int argc, char **argv) {
         float *yh = malloc(sizeof(float) * MAXM * s->n), *y1 = malloc(sizeof(float) * MAXM * s->n);
         double *ref = malloc(sizeof(double) * MAXM * SAMPLE);
         int cols[SAMPLE];
-        if (!wh || !xh || !yh || !y1 || !ref) return 1;
+        cl_mem *w = calloc((size_t)copies, sizeof(cl_mem));
+        if (!wh || !xh || !yh || !y1 || !ref || !w) {
+            fprintf(stderr, "%s: out of host memory\n", prog);
+            free(wh), free(xh), free(yh), free(y1), free(ref), free(w);
+            failures++;
+            break;
+        }
         for (size_t i = 0; i < (size_t)s->n * s->k; i++) wh[i] = rnd_bf16();
         for (size_t i = 0; i < (size_t)SERVE_GEMM_ROW_PAD * s->k; i++) xh[i] = rnd_bf16();
         for (int i = 0; i < SAMPLE; i++) /* spread, with each range's first and last */
             cols[i] = i < 6 ? (int[]){0, s->cols[0] - 1, s->cols[0], s->n - 1, s->n - s->cols[s->n_outs - 1], 17}[i] % s->n
                             : (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % s->n;
         cl_int err;
-        cl_mem *w = calloc((size_t)copies, sizeof(cl_mem));
         for (int c = 0; c < copies; c++) {
             w[c] = clCreateBuffer(b.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, wbytes, wh, &err);
             if (err != CL_SUCCESS) {
@@ -294,9 +381,22 @@ int main(int argc, char **argv) {
         }
         cl_mem x = clCreateBuffer(b.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
                                   (size_t)SERVE_GEMM_ROW_PAD * s->k * 2, xh, &err);
-        cl_mem y[3];
-        for (int i = 0; i < s->n_outs; i++)
+        int bufs_ok = copies > 0 && err == CL_SUCCESS;
+        cl_mem y[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < s->n_outs; i++) {
             y[i] = clCreateBuffer(b.cl, CL_MEM_READ_WRITE, sizeof(float) * MAXM * s->cols[i], NULL, &err);
+            bufs_ok &= err == CL_SUCCESS;
+        }
+        if (!bufs_ok) { /* no W copy (the modulo below), X or Y */
+            printf("%s: buffers: OpenCL error (W copies %d)\n", s->name, copies);
+            failures++;
+            for (int c = 0; c < copies; c++) clReleaseMemObject(w[c]);
+            if (x) clReleaseMemObject(x);
+            for (int i = 0; i < s->n_outs; i++)
+                if (y[i]) clReleaseMemObject(y[i]);
+            free(w), free(wh), free(xh), free(yh), free(y1), free(ref);
+            continue;
+        }
 
         /* the references of the check sizes (all rows of the largest) */
         if (checks)
@@ -327,6 +427,7 @@ int main(int argc, char **argv) {
                 st = serve_gemm_small_set_tuning(b.g, 0, -1, t);
                 if (st != LAZYATTN_STATUS_OK) {
                     printf("%-22s set_tuning: %s\n", vname, serve_last_error());
+                    failures++;
                     continue;
                 }
                 if (si == 0 && getenv("SERVE_GEMM_SMALL_VERBOSE")) {
@@ -346,14 +447,14 @@ int main(int argc, char **argv) {
             if (checks)
                 for (size_t ci = 0; ci < sizeof check_ms / sizeof *check_ms; ci++) {
                     const int m = check_ms[ci];
-                    fill_y(&b, s, y, NAN);
+                    int io = fill_y(&b, s, y, NAN);
                     st = run_once(&b, s, m, x, w[0], y, 0, NULL);
                     if (st != LAZYATTN_STATUS_OK) {
                         printf("%-22s M %d: run: %s\n", vname, m, serve_last_error());
                         failures++;
                         continue;
                     }
-                    read_y(&b, s, y, yh);
+                    io |= read_y(&b, s, y, yh);
                     int unwritten = 0, overwritten = 0;
                     for (int r = 0; r < MAXM; r++)
                         for (int c = 0; c < s->n; c++) {
@@ -371,7 +472,7 @@ int main(int argc, char **argv) {
                     const double rel = sqrt(num / den), rms = sqrt(den / (m * SAMPLE));
                     /* Y += X W^T on top: 2 ref */
                     st = run_once(&b, s, m, x, w[0], y, 1, NULL);
-                    read_y(&b, s, y, y1);
+                    io |= read_y(&b, s, y, y1);
                     double num2 = 0;
                     for (int r = 0; r < m; r++)
                         for (int i = 0; i < SAMPLE; i++) {
@@ -380,21 +481,22 @@ int main(int argc, char **argv) {
                         }
                     const double rel2 = sqrt(num2 / (4 * den));
                     /* the same again: bitwise equal */
-                    fill_y(&b, s, y, NAN);
+                    io |= fill_y(&b, s, y, NAN);
                     st |= run_once(&b, s, m, x, w[0], y, 0, NULL);
-                    read_y(&b, s, y, y1);
+                    io |= read_y(&b, s, y, y1);
                     long diff = 0;
                     for (int r = 0; r < m; r++)
                         for (int c = 0; c < s->n; c++)
                             diff += memcmp(&yh[(size_t)r * s->n + c], &y1[(size_t)r * s->n + c], 4) != 0;
-                    const int ok = st == 0 && !unwritten && !overwritten && rel < 1e-5 &&
+                    const int ok = st == 0 && !io && !unwritten && !overwritten && rel < 1e-5 &&
                                    rel2 < 1e-5 && diff == 0 && isfinite(rel);
                     if (!ok) failures++;
                     if (!ok || m == 64)
                         printf("%-22s check M %2d: S %d, rel err %.2e (max abs %.2e, rms %.1f), "
-                               "accumulate %.2e, unwritten %d, written past M %d, repeat diffs %ld: %s\n",
+                               "accumulate %.2e, unwritten %d, written past M %d, repeat diffs %ld%s: %s\n",
                                vname, m, serve_gemm_small_splits(b.g, m, s->n, s->k), rel, worst,
-                               rms, rel2, unwritten, overwritten, diff, ok ? "ok" : "FAILED");
+                               rms, rel2, unwritten, overwritten, diff,
+                               io ? ", a fill or read failed" : "", ok ? "ok" : "FAILED");
                     for (int mi = 0; mi < n_ms; mi++)
                         if (ms[mi] == m) errs[mi] = rel;
                     if (m == 64 || m == 16 || m == 1)
@@ -404,24 +506,24 @@ int main(int argc, char **argv) {
                 }
             for (int mi = 0; mi < n_ms; mi++) {
                 const int m = ms[mi];
-                enum { MAXREP = 200 };
                 const int n = reps < MAXREP ? reps : MAXREP;
-                cl_event ev[MAXREP + 3];
+                cl_event ev[MAXREP + 3] = {NULL}; /* a failed run leaves its event NULL */
                 double cold[MAXREP], hot[MAXREP];
                 st = 0;
                 for (int i = 0; i < 3; i++) st |= run_once(&b, s, m, x, w[i % copies], y, 0, &ev[i]);
                 for (int i = 0; i < n; i++) st |= run_once(&b, s, m, x, w[(i + 3) % copies], y, 0, &ev[i + 3]);
                 clFinish(b.q);
                 for (int i = 0; i < n + 3; i++) {
-                    if (i >= 3) cold[i - 3] = event_us(ev[i]);
-                    clReleaseEvent(ev[i]);
+                    if (i >= 3) cold[i - 3] = ev[i] ? event_us(ev[i]) : 0.0;
+                    if (ev[i]) clReleaseEvent(ev[i]);
+                    ev[i] = NULL;
                 }
                 for (int i = 0; i < 3; i++) st |= run_once(&b, s, m, x, w[0], y, 0, &ev[i]);
                 for (int i = 0; i < n; i++) st |= run_once(&b, s, m, x, w[0], y, 0, &ev[i + 3]);
                 clFinish(b.q);
                 for (int i = 0; i < n + 3; i++) {
-                    if (i >= 3) hot[i - 3] = event_us(ev[i]);
-                    clReleaseEvent(ev[i]);
+                    if (i >= 3) hot[i - 3] = ev[i] ? event_us(ev[i]) : 0.0;
+                    if (ev[i]) clReleaseEvent(ev[i]);
                 }
                 if (st) {
                     printf("%-22s M %d: run failed: %s\n", vname, m, serve_last_error());

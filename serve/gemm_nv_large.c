@@ -21,16 +21,34 @@ extern const int serve_sources_count;
  * three work-groups share an SM. */
 #define SERVE_GEMM_LARGE_DEFAULT "1,2,128,32,3,0,16,168"
 
+/* the longest SERVE_GEMM_LARGE_DEFINES (the options fit in 512 characters) */
+#define SERVE_GEMM_LARGE_DEFINES_MAX 300
+
 struct serve_gemm_large {
     cl_kernel kernel;
     int wg, mw, bn, bk, stages, lag, group, maxreg;
     char tile[64];
 };
 
+/* 7 or 8 comma separated decimal integers, nothing else (no signs, spaces
+ * or empty fields; each at most 4 digits, so no overflow). */
+static int serve_gemm_large_fields(const char *tile, int v[8]) {
+    int n = 0;
+    const char *s = tile;
+    for (;;) {
+        int digits = 0, x = 0;
+        while (*s >= '0' && *s <= '9' && digits < 5) x = 10 * x + (*s++ - '0'), digits++;
+        if (digits == 0 || digits > 4 || n == 8) return -1;
+        v[n++] = x;
+        if (*s == 0) break;
+        if (*s++ != ',') return -1;
+    }
+    return n < 7 ? -1 : n;
+}
+
 static int serve_gemm_large_parse(const char *tile, serve_gemm_large *g) {
-    int v[8] = {0}, used = 0, n = sscanf(tile, "%d,%d,%d,%d,%d,%d,%d%n,%d%n", &v[0], &v[1], &v[2], &v[3],
-                                         &v[4], &v[5], &v[6], &used, &v[7], &used);
-    if (n < 7 || tile[used] != 0)
+    int v[8] = {0};
+    if (serve_gemm_large_fields(tile, v) < 0)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_gemm_large: tile \"%.40s\" is not WG,MW,BN,BK,STAGES,LAG,GROUP[,MAXREG]", tile);
     g->wg = v[0], g->mw = v[1], g->bn = v[2], g->bk = v[3], g->stages = v[4], g->lag = v[5], g->group = v[6];
@@ -46,7 +64,7 @@ static int serve_gemm_large_parse(const char *tile, serve_gemm_large *g) {
     else if (g->stages * stage_bytes > 49152) why = "the stages exceed 48 KB of local memory";
     else if (g->group < 1 || g->group > 1024) why = "GROUP must be 1..1024";
     else if (g->maxreg != 0 && (g->maxreg < 64 || g->maxreg > 255)) why = "MAXREG must be 0 (none) or 64..255";
-    if (why) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gemm_large: tile %s: %s", tile, why);
+    if (why) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gemm_large: tile %.40s: %s", tile, why);
     int k = snprintf(g->tile, sizeof g->tile, "%d,%d,%d,%d,%d,%d,%d", g->wg, g->mw, g->bn, g->bk,
                      g->stages, g->lag, g->group);
     if (g->maxreg) snprintf(g->tile + k, sizeof g->tile - (size_t)k, ",%d", g->maxreg);
@@ -63,6 +81,13 @@ int serve_gemm_large_create_tile(lazyattn_context *ctx, const char *tile, serve_
     if (st) {
         free(g);
         return st;
+    }
+    const char *extra = getenv("SERVE_GEMM_LARGE_DEFINES"); /* experiments: extra -D options */
+    if (extra && strlen(extra) > SERVE_GEMM_LARGE_DEFINES_MAX) {
+        free(g);
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_gemm_large: SERVE_GEMM_LARGE_DEFINES has %zu characters (at most %d)",
+                          strlen(extra), SERVE_GEMM_LARGE_DEFINES_MAX);
     }
     if (!lazyattn_context_fast_path(ctx)) {
         free(g);
@@ -82,16 +107,17 @@ int serve_gemm_large_create_tile(lazyattn_context *ctx, const char *tile, serve_
                      "-cl-std=CL1.2 -DLG_WG=%d -DLG_MW=%d -DLG_BN=%d -DLG_BK=%d -DLG_STAGES=%d -DLG_LAG=%d",
                      g->wg, g->mw, g->bn, g->bk, g->stages, g->lag);
     if (g->maxreg) n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", g->maxreg);
-    const char *extra = getenv("SERVE_GEMM_LARGE_DEFINES"); /* experiments: extra -D options */
-    if (extra && strlen(extra) < 120) n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
-    if (getenv("SERVE_NV_VERBOSE")) snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
+    if (extra && *extra) n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
+    const char *verbose = getenv("SERVE_NV_VERBOSE"); /* ptxas's register report on stderr */
+    const int chatty = verbose && *verbose && strcmp(verbose, "0") != 0;
+    if (chatty) snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
     cl_program p = NULL;
     st = lazyattn_context_build_program(ctx, text, options, LAZYATTN_BUILD_SM90A, &p);
     if (st) {
         free(g);
         return serve_lz_fail(st, "serve_gemm_large: the wgmma kernel");
     }
-    if (getenv("SERVE_NV_VERBOSE")) { /* the register report of the sm_90a build */
+    if (chatty) { /* the register report of the sm_90a build */
         char log[8192] = "";
         clGetProgramBuildInfo(p, lazyattn_context_device(ctx), CL_PROGRAM_BUILD_LOG, sizeof log - 1,
                               log, NULL);

@@ -129,7 +129,7 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
              "-cl-std=CL1.2 -DGS_R=%d -DGS_WR=%d -DGS_WK=%d -DGS_U=%d -DGS_PIPE=%d -DGS_WHINT=%d "
              "-DGS_XS=%d%s",
              t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs,
-             verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
+             verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
     err = clBuildProgram(p.program, 1, &g->dev, opts, NULL, NULL);
     size_t n = 0;
     clGetProgramBuildInfo(p.program, g->dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
@@ -249,8 +249,8 @@ static int gs_splits(const serve_gemm_small *g, const serve_gemm_small_tuning *t
     if (most > 256) most = 256;
     int s = t->splits;
     if (s == 0) {
-        const int warps = gs_blocks(t, out) * t->wr * t->wk;
-        s = (g->cus * GS_WARPS_PER_CU + warps / 2) / warps;
+        const long long warps = (long long)gs_blocks(t, out) * t->wr * t->wk; /* out near INT_MAX */
+        s = (int)(((long long)g->cus * GS_WARPS_PER_CU + warps / 2) / warps);
     }
     return s < 1 ? 1 : s > most ? most : s;
 }
@@ -284,7 +284,7 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
                           "accumulate %d",
                           a->rows, a->out, a->in, (void *)a->x, (void *)a->w, a->n_outs,
                           a->accumulate);
-    int sum = 0;
+    long long sum = 0; /* three ints: no overflow */
     for (int i = 0; i < a->n_outs; i++) {
         const serve_gemm_out *o = &a->outs[i];
         if (!o->buf || o->cols < 1 || o->ld < o->cols)
@@ -295,7 +295,7 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     }
     if (sum != a->out)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "gemm_small_run: the ranges' cols sum to %d, out is %d", sum, a->out);
+                          "gemm_small_run: the ranges' cols sum to %lld, out is %d", sum, a->out);
     if (a->rows > 8 * GS_NT || a->in % 32 || a->x_off % 8)
         return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
                           "gemm_small_run: rows %d (1..64), in %d (multiple of 32), x_off %zu "
@@ -306,6 +306,13 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
             return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
                               "gemm_small_run: output range %d has %d cols (multiple of 16)", i,
                               a->outs[i].cols);
+    /* the workspace and counters are shared by the calls on g: they must run in order */
+    cl_command_queue_properties qp = 0;
+    cl_int qerr = clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof qp, &qp, NULL);
+    if (qerr != CL_SUCCESS) return serve_cl_fail(qerr, "gemm_small_run: the queue");
+    if (qp & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "gemm_small_run: needs an in-order queue (its workspace is shared by the calls)");
     const int nt = (a->rows + 7) / 8;
     const int cls = serve_gemm_small_class(a->out, a->in);
     const serve_gemm_small_tuning *t = &g->tuning[cls][nt - 1];
@@ -325,7 +332,11 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
         const cl_int zero = 0;
         cl_int err = clEnqueueFillBuffer(q, g->cnt, &zero, sizeof zero, 0, n * sizeof zero, 0,
                                          NULL, NULL);
-        if (err != CL_SUCCESS) return serve_cl_fail(err, "gemm_small: zero the counters");
+        if (err != CL_SUCCESS) { /* counters not zeroed: never used, made again next call */
+            clReleaseMemObject(g->cnt);
+            g->cnt = NULL, g->cnt_n = 0;
+            return serve_cl_fail(err, "gemm_small: zero the counters");
+        }
     }
     cl_mem ws = g->ws ? g->ws : g->cnt; /* unread when splits == 1 */
     cl_kernel k = g->programs[g->prog_of[cls][nt - 1]].kernels[nt - 1];

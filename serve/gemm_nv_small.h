@@ -15,13 +15,23 @@ typedef struct serve_gemm_small serve_gemm_small;
 int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out);
 void serve_gemm_small_destroy(serve_gemm_small *g); /* NULL: no-op */
 
-/* rows 1..64; in % 32 == 0, x_off % 8 == 0 (16-byte loads), each range's
+/* Y = X . W^T (serve/gemm_bf16.h's arguments):
+ *   x: bf16 [8 * ceil(rows / 8) rows (pad to SERVE_GEMM_ROW_PAD), in] from x_off,
+ *   w: bf16 [out, in], outs: f32 [rows, cols] with row stride ld from off.
+ * rows 1..64; in % 32 == 0, x_off % 8 == 0 (16-byte loads), each range's
  * cols % 16 == 0 (UNSUPPORTED otherwise); up to 3 output column ranges;
  * accumulate = 1 adds into Y. Deterministic: every sum has a fixed order,
  * and with the default tunings the same order for every `rows`, so a row
  * of Y does not depend on the other rows of the batch (bitwise).
  * The workspace (split-K partial sums, counters) is owned by g and grown on
- * demand, so calls on one g must be ordered (one in-order queue). */
+ * demand, so calls on one g must be ordered: q must be in-order
+ * (INVALID_ARGUMENT for an out-of-order queue) and the same for every call
+ * on g. Not thread-safe: one host thread at a time per g (run and
+ * set_tuning change g).
+ * The buffers' sizes are not checked here (host queries on every decode
+ * step): serve_gemm_args_check (serve.h) checks them, and
+ * serve_gemm_bf16_run calls it first; a direct caller calls it once per
+ * set of buffers. */
 int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_gemm_args *a,
                          cl_event *ev);
 
@@ -55,7 +65,8 @@ int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
  * memory. */
 int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
                                 const serve_gemm_small_tuning *t);
-/* The split count a run of this shape would use (after the tuning's rule). */
+/* The split count a run of this shape would use (after the tuning's rule);
+ * 0 for a NULL g or a shape outside rows 1..64, out >= 1, in >= 32. */
 int serve_gemm_small_splits(const serve_gemm_small *g, int rows, int out, int in);
 /* The NVIDIA build log of the program of (nt, cls)'s tuning ("" if none;
  * with SERVE_GEMM_SMALL_VERBOSE=1 in the environment it has ptxas's

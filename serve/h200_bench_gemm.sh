@@ -24,13 +24,15 @@ if [ -z "${PEER_CSV:-}" ]; then # PEER_CSV: an earlier call's figures instead of
     echo "peer rc=$?" >> "$out/peer.log"
 fi
 log="$out/${LOG:-bench.log}"
+peer=${PEER_CSV:-$out/peer.csv}
+[ -f "$peer" ] || { echo "no torch figures ($peer): bench_gemm runs without --peer" >> "$log"; peer=; }
 echo "$tiles" | tr ';' '\n' | while read -r t; do
     [ -n "$t" ] || continue
     tile=${t%%@*} defs=
     [ "$tile" = "$t" ] || defs=$(echo "${t#*@}" | tr ',' ' ')
     echo "=== tile $tile defines $defs" >> "$log"
     SERVE_GEMM_LARGE_DEFINES="$defs" SERVE_NV_VERBOSE=1 timeout "${TILE_TIMEOUT:-20}" ./bench_gemm \
-        --tiles "$tile" --peer "${PEER_CSV:-$out/peer.csv}" "$@" >> "$log" 2>&1
+        --tiles "$tile" ${peer:+--peer "$peer"} "$@" >> "$log" 2>&1
     echo "=== rc=$?" >> "$log"
 done
 grep -E "^large|rc=|^=== tile|Used" "$log" | sed 's/ptxas info *: //' 

@@ -7,7 +7,7 @@ run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
-probe_wgmma_layout, rag_bench; a program not given is not tested).
+probe_wgmma_layout, rag_bench, bench_gemm, bench_gemm_small; a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
 import os
@@ -216,6 +216,33 @@ BAD = [
     ("tune_kernels", ["--block"], USAGE, "--block"),
     ("tune_kernels", ["--bogus"], USAGE, "--bogus"),
     ("probe_wgmma_layout", ["--layout", "1"], USAGE, "--layout"),
+    # the GEMM benchmarks (serve/): refused before any device work
+    ("bench_gemm", ["--rows", " 5"], USAGE, "--rows"),
+    ("bench_gemm", ["--rows", "1,,2"], USAGE, "--rows"),
+    ("bench_gemm", ["--rows", "99999999999"], USAGE, "--rows"),
+    ("bench_gemm", ["--tiles", ";"], USAGE, "--tiles"),
+    ("bench_gemm", ["--tiles", "1,2,128,32,3,0,16;"], USAGE, "--tiles"),
+    ("bench_gemm", ["--tiles", ";".join(["1,2,128,32,3,0,16"] * 17)], USAGE, "--tiles"),
+    ("bench_gemm", ["--tiles", "1,2,128,32,3,0,16x"], USAGE, "--tiles"),
+    ("bench_gemm", ["--tiles", "1,2,128,32,4,0,16"], USAGE, "--tiles"),
+    ("bench_gemm", ["--only", "qkv,qkv"], USAGE, "--only"),
+    ("bench_gemm", ["--peer", "no-such-file.csv"], USAGE, "--peer"),
+    ("bench_gemm_small", ["--reps", "0"], USAGE, "--reps"),
+    ("bench_gemm_small", ["--reps", "201"], USAGE, "--reps"),
+    ("bench_gemm_small", ["--reps", "5x"], USAGE, "--reps"),
+    ("bench_gemm_small", ["--ms", "1,x"], USAGE, "--ms"),
+    ("bench_gemm_small", ["--ms", "0"], USAGE, "--ms"),
+    ("bench_gemm_small", ["--ms", "65"], USAGE, "--ms"),
+    ("bench_gemm_small", ["--ms", "1,"], USAGE, "--ms"),
+    ("bench_gemm_small", ["--ms", "1,1"], USAGE, "--ms"),
+    ("bench_gemm_small", ["--ms", ",".join(str(i) for i in range(1, 18))], USAGE, "--ms"),
+    ("bench_gemm_small", ["--variant", "1,1,8,8,0,2"], USAGE, "--variant"),
+    ("bench_gemm_small", ["--variant", "1,1,8,8,0,2,-1"], USAGE, "--variant"),
+    ("bench_gemm_small", ["--variant", "1,1,8,8,0,2,0,0,0"], USAGE, "--variant"),
+    ("bench_gemm_small", ["--variant", "1,1,8,8,0,2,0;"], USAGE, "--variant"),
+    ("bench_gemm_small", ["--variant", "defaults", "--variant", "defaults"], USAGE, "--variant"),
+    ("bench_gemm_small", ["--no-checks=1"], USAGE, "--no-checks"),
+    ("bench_gemm_small", ["extra"], USAGE, "extra"),
 ]
 
 GOOD = [
@@ -262,6 +289,8 @@ GOOD = [
     ("list_devices", ["-h"], []),
     ("tune_kernels", ["--help"], []),
     ("probe_wgmma_layout", ["--help"], []),
+    ("bench_gemm", ["--help"], []),
+    ("bench_gemm_small", ["--help"], []),
 ]
 
 # Two serving processes sharing Redis, where a server is given (CI starts one).

@@ -262,6 +262,15 @@ static void test_build_program(void **state) {
     lt_assert_status(lazyattn_context_build_program(ctx, src, NULL, 0, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
     lt_assert_status(lazyattn_context_build_program(ctx, src, NULL, 6u, &p), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_null(p);
+    /* -cl-nv-* options past the round trip's 510 characters: refused on
+     * every device (checked before the device), never cut silently */
+    char many[1600] = "-DTWICE=2.0f";
+    for (int i = 0; i < 60; i++) strcat(many, "\t-cl-nv-maxrregcount=128");
+    p = (cl_program)&p;
+    lt_assert_status(lazyattn_context_build_program(ctx, src, many, LAZYATTN_BUILD_SM90A, &p),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(p);
+    assert_non_null(strstr(lazyattn_last_error(), "-cl-nv-"));
     int st = lazyattn_context_build_program(ctx, src, "-DTWICE=2.0f", LAZYATTN_BUILD_SM90A, &p);
     if (!lazyattn_context_fast_path(ctx)) {
         lt_assert_status(st, LAZYATTN_STATUS_UNSUPPORTED);

@@ -87,9 +87,9 @@ static void test_run_bad_input(void **state) {
     struct {
         serve_gemm_args a;
         int status;
-    } cases[12];
+    } cases[13];
     int n = 0;
-    for (int i = 0; i < 12; i++) cases[i].a = good;
+    for (int i = 0; i < 13; i++) cases[i].a = good;
     cases[n].a.rows = 0, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
     cases[n].a.rows = 65, cases[n++].status = LAZYATTN_STATUS_UNSUPPORTED;
     cases[n].a.in = 48, cases[n++].status = LAZYATTN_STATUS_UNSUPPORTED;
@@ -103,11 +103,25 @@ static void test_run_bad_input(void **state) {
     cases[n].a.out = 72, cases[n].a.outs[0].cols = 72, cases[n].a.outs[0].ld = 72;
     cases[n++].status = LAZYATTN_STATUS_UNSUPPORTED; /* cols % 16 */
     cases[n].a.outs[0].buf = NULL, cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
+    /* cols summing past INT_MAX that an int sum wraps to out (64): refused, never launched */
+    cases[n].a.n_outs = 3;
+    cases[n].a.outs[0] = (serve_gemm_out){buf, 0, 0x7FFFFFF0, 0x7FFFFFF0};
+    cases[n].a.outs[1] = (serve_gemm_out){buf, 0, 0x7FFFFFF0, 0x7FFFFFF0};
+    cases[n].a.outs[2] = (serve_gemm_out){buf, 0, 96, 96};
+    cases[n++].status = LAZYATTN_STATUS_INVALID_ARGUMENT;
     for (int i = 0; i < n; i++) {
         const int st = serve_gemm_small_run(s->g, q, &cases[i].a, NULL);
         if (st != cases[i].status) fprintf(stderr, "case %d: %d, expected %d\n", i, st, cases[i].status);
         assert_int_equal(st, cases[i].status);
         assert_true(strlen(serve_last_error()) > 0);
+    }
+    /* an out-of-order queue would race on the shared workspace: refused */
+    cl_command_queue ooo = clCreateCommandQueue(cl, lazyattn_context_device(s->ctx),
+                                                CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (err == CL_SUCCESS) {
+        assert_int_equal(serve_gemm_small_run(s->g, ooo, &good, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+        assert_non_null(strstr(serve_last_error(), "in-order"));
+        clReleaseCommandQueue(ooo);
     }
     t.r = 3;
     assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
