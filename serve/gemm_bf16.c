@@ -110,9 +110,9 @@ int serve_gemm_args_check(const serve_gemm_args *a, const char *who) {
         const serve_gemm_out *o = &a->outs[r];
         if (!o->buf || o->cols < 1 || o->ld < o->cols || o->off > (size_t)1 << 48)
             return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                              "%s: output range %d: buffer %s, %d columns, row stride %d "
-                              "(buffer needed, cols >= 1, ld >= cols)",
-                              who, r, o->buf ? "set" : "NULL", o->cols, o->ld);
+                              "%s: output range %d: buffer %s, %d columns, row stride %d, "
+                              "offset %zu (buffer needed, cols >= 1, ld >= cols, offset <= 2^48)",
+                              who, r, o->buf ? "set" : "NULL", o->cols, o->ld, o->off);
         uint64_t need = ((uint64_t)o->off + (uint64_t)(a->rows - 1) * (uint64_t)o->ld +
                          (uint64_t)o->cols) * 4u;
         size_t have = serve_mem_size(o->buf);
@@ -225,7 +225,8 @@ static int serve_gemm_portable_run(serve_gemm_bf16 *g, cl_command_queue queue,
     err |= clSetKernelArg(k, 18, sizeof(cl_int), &acc);
     if (err != CL_SUCCESS)
         return serve_fail(LAZYATTN_STATUS_OPENCL, "serve_gemm_bf16: clSetKernelArg failed");
-    size_t global[2] = {(size_t)(a->out + 31) / 32 * 16, (size_t)(a->rows + 31) / 32 * 16};
+    /* in size_t: out or rows + 31 may pass INT_MAX */
+    size_t global[2] = {((size_t)a->out + 31) / 32 * 16, ((size_t)a->rows + 31) / 32 * 16};
     size_t local[2] = {16, 16};
     err = clEnqueueNDRangeKernel(queue, k, 2, NULL, global, local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemm_bf16");
