@@ -11,8 +11,12 @@
  *    f16 weights that bf16 does not hold exactly) against a float64 forward
  *    that rounds weights and every GEMM input to bf16 at the points the
  *    model does: prefill logits and two decode steps, untied and tied LM
- *    head; a weight past bf16's range refused;
- *  - device memory per mode: bf16 holds no f32 projection weights. */
+ *    head; the conversion's edges (past bf16's range refused in bf16 mode
+ *    only, the largest value that rounds to a finite bf16 loaded, NaN and
+ *    infinity refused in both modes);
+ *  - device memory per mode: bf16 holds no f32 projection weights;
+ *  - the mode auto takes: bf16 only on NVIDIA's fast path, f32 on PoCL and
+ *    under LAZYATTN_PORTABLE=1. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -680,34 +684,102 @@ static void test_gguf_forward_vs_reference(void **state) {
     assert_true(plain[0] >= 20 * err[3]);
 }
 
-/* A GGUF weight that is finite in f32 but past bf16's largest finite value
- * (3.39e38) is refused with FORMAT in bf16 mode (it would load as
- * infinity); the f32 mode loads the same file. */
+/* The GGUF -> bf16 conversion at its edges, one weight of a GGUF file set
+ * at a time: a value finite in f32 but past bf16's largest finite value
+ * (3.3895e38; from 0x7F7F8000, which ties to even upwards) is refused with
+ * FORMAT in bf16 mode (it would load as infinity), either sign, and loads in
+ * f32 mode; the largest value that rounds to bf16's largest (0x7F7F7FFF)
+ * loads in both; NaN and infinity are refused in both. */
+typedef struct overflow_case {
+    uint32_t bits; /* the weight's f32 bit pattern */
+    int ok_f32, ok_bf16;
+    const char *what;
+} overflow_case;
+
+static const overflow_case overflow_cases[] = {
+    {0x7F7FC99Eu, 1, 0, "3.4e38"},
+    {0xFF7FC99Eu, 1, 0, "-3.4e38"},
+    {0x7F7F8000u, 1, 0, "the smallest that rounds to bf16 infinity"},
+    {0x7F7F7FFFu, 1, 1, "the largest that rounds to bf16's largest"},
+    {0xFF7F7FFFu, 1, 1, "its negative"},
+    {0x7FC00000u, 0, 0, "NaN"},
+    {0xFF800000u, 0, 0, "-infinity"},
+};
+
 static void test_gguf_bf16_overflow(void **state) {
     bf_state *s = *state;
     if (!s->ctx) skip();
-    gmodel g;
-    gmodel_make(&g, 0, 5);
-    gfind(&g, "blk.1.ffn_gate.weight")->v[7] = 3.4e38f;
-    gmodel_write(&g, tmp_path());
-    serve_gguf *gg = NULL;
-    CHECK(serve_gguf_open(tmp_path(), &gg));
+    for (size_t c = 0; c < sizeof overflow_cases / sizeof overflow_cases[0]; c++) {
+        const overflow_case *oc = &overflow_cases[c];
+        gmodel g;
+        gmodel_make(&g, 0, 5);
+        float v;
+        memcpy(&v, &oc->bits, sizeof v);
+        gfind(&g, "blk.1.ffn_gate.weight")->v[7] = v;
+        gmodel_write(&g, tmp_path());
+        serve_gguf *gg = NULL;
+        CHECK(serve_gguf_open(tmp_path(), &gg));
+        serve_model_config cfg;
+        CHECK(serve_model_config_preset(&cfg, "tiny"));
+        CHECK(serve_gguf_model_config(gg, &cfg));
+        for (int mode = 0; mode < 2; mode++) {
+            cfg.gemm = mode ? SERVE_GEMM_BF16 : SERVE_GEMM_F32;
+            serve_model *m = NULL;
+            CHECK(serve_model_create(s->ctx, &cfg, &m));
+            int st = serve_model_load_gguf(m, gg);
+            int ok = mode ? oc->ok_bf16 : oc->ok_f32;
+            printf("# %s (0x%08X), %s: load -> %d %s\n", oc->what, (unsigned)oc->bits,
+                   mode ? "bf16" : "f32", st, st ? serve_last_error() : "");
+            assert_int_equal(st, ok ? 0 : LAZYATTN_STATUS_FORMAT);
+            if (!ok) assert_non_null(strstr(serve_last_error(), "blk.1.ffn_gate.weight"));
+            serve_model_destroy(m);
+        }
+        serve_gguf_close(gg);
+        remove(tmp_path());
+        gmodel_free(&g);
+    }
+}
+
+/* ---- the mode auto takes ------------------------------------------------- */
+
+/* AUTO is bf16 exactly where the context has NVIDIA's fast path, f32
+ * (CLBlast) elsewhere, so PoCL keeps the README's f32 path; a context made
+ * with LAZYATTN_PORTABLE=1 takes f32 on any device. */
+static void test_auto_mode(void **state) {
+    bf_state *s = *state;
+    if (!s->ctx) skip();
     serve_model_config cfg;
     CHECK(serve_model_config_preset(&cfg, "tiny"));
-    CHECK(serve_gguf_model_config(gg, &cfg));
-    for (int mode = 0; mode < 2; mode++) {
-        cfg.gemm = mode ? SERVE_GEMM_BF16 : SERVE_GEMM_F32;
-        serve_model *m = NULL;
-        CHECK(serve_model_create(s->ctx, &cfg, &m));
-        int st = serve_model_load_gguf(m, gg);
-        printf("# %s: load -> %d %s\n", mode ? "bf16" : "f32", st, st ? serve_last_error() : "");
-        assert_int_equal(st, mode ? LAZYATTN_STATUS_FORMAT : 0);
-        if (mode) assert_non_null(strstr(serve_last_error(), "blk.1.ffn_gate.weight"));
-        serve_model_destroy(m);
+    assert_int_equal(cfg.gemm, SERVE_GEMM_AUTO);
+    serve_model *m = NULL;
+    CHECK(serve_model_create(s->ctx, &cfg, &m));
+    int fast = lazyattn_context_fast_path(s->ctx);
+    printf("# default context: fast path %d, auto -> %s\n", fast,
+           serve_model_uses_bf16(m) ? "bf16" : "f32");
+    assert_int_equal(serve_model_uses_bf16(m), fast);
+    assert_true((serve_model_gemm_bf16(m) != NULL) == fast);
+    serve_model_destroy(m);
+
+    const char *was = getenv("LAZYATTN_PORTABLE");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("LAZYATTN_PORTABLE", "1", 1);
+    lazyattn_context *portable = NULL;
+    int st = lazyattn_context_create(NULL, &portable);
+    if (saved) {
+        setenv("LAZYATTN_PORTABLE", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("LAZYATTN_PORTABLE");
     }
-    serve_gguf_close(gg);
-    remove(tmp_path());
-    gmodel_free(&g);
+    CHECK(st);
+    assert_int_equal(lazyattn_context_fast_path(portable), 0);
+    m = NULL;
+    CHECK(serve_model_create(portable, &cfg, &m));
+    printf("# LAZYATTN_PORTABLE=1: auto -> %s\n", serve_model_uses_bf16(m) ? "bf16" : "f32");
+    assert_int_equal(serve_model_uses_bf16(m), 0);
+    assert_null(serve_model_gemm_bf16(m));
+    serve_model_destroy(m);
+    lazyattn_context_destroy(portable);
 }
 
 /* ---- memory per mode ------------------------------------------------------ */
@@ -750,6 +822,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_forward_vs_reference),
         cmocka_unit_test(test_gguf_bf16_overflow),
         cmocka_unit_test(test_memory_per_mode),
+        cmocka_unit_test(test_auto_mode),
     };
     return cmocka_run_group_tests_name("serve_bf16", tests, setup, teardown);
 }
