@@ -2,7 +2,7 @@
 /* serve/'s bf16 projection path (issue 16) on the default device (PoCL in
  * CI, where the portable kernel runs):
  *  - the bf16 GEMM (serve_gemm_bf16_run) against a float64 reference over
- *    awkward shapes (rows 1, 3, 64, 65, 130; `in` not a multiple of the
+ *    awkward shapes (rows 1, 3, 33, 64, 65, 130; `in` not a multiple of the
  *    tile; one to three output ranges with row strides and offsets; X from
  *    a row offset; accumulate), through the portable kernel and through the
  *    dispatcher (the same on PoCL; the tensor-core kernels where built in);
@@ -100,6 +100,11 @@ static const gemm_case gemm_cases[] = {
     {65, 17, 2, {20, 13}, {0, 4}, {0, 9}, 1, 1},
     {130, 129, 3, {40, 1, 59}, {1, 2, 0}, {3, 0, 11}, 3, 1},
     {130, 31, 2, {96, 96}, {0, 0}, {0, 0}, 0, 0}, /* a fused gate/up's two halves */
+    /* shapes the tensor-core kernels take on NVIDIA (in a multiple of 32,
+     * cols of 16 / 128, even strides and offsets), so the dispatcher's
+     * result is theirs there: the small kernel, then the large one */
+    {33, 96, 3, {32, 16, 48}, {16, 0, 2}, {4, 0, 6}, 1, 1},
+    {130, 64, 2, {128, 128}, {0, 2}, {0, 4}, 8, 1},
 };
 
 /* One case through the portable kernel (portable_only) or the dispatcher:
@@ -145,7 +150,11 @@ static void run_gemm_case(bf_state *s, const gemm_case *c, int portable_only, ui
     serve_gemm_bf16_counts(s->gemm, after);
     serve_gemm_bf16_portable_only(s->gemm, 0);
     int64_t ran = 0;
-    for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) ran += after[k] - before[k];
+    int which = -1;
+    for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) {
+        ran += after[k] - before[k];
+        if (after[k] != before[k]) which = k;
+    }
     assert_int_equal(ran, 1);
     if (portable_only)
         assert_int_equal(after[SERVE_GEMM_KERNEL_PORTABLE] - before[SERVE_GEMM_KERNEL_PORTABLE], 1);
@@ -186,9 +195,12 @@ static void run_gemm_case(bf_state *s, const gemm_case *c, int portable_only, ui
         }
         col0 += c->cols[r];
     }
-    printf("# rows %3d out %3d in %3d, %d range(s)%s%s: worst error %.3g of the f32 bound\n",
-           c->rows, out, c->in, c->n_outs, c->accumulate ? ", accumulate" : "",
-           portable_only ? ", portable kernel" : ", dispatcher", worst);
+    static const char *const kernel_names[SERVE_GEMM_KERNEL_COUNT] = {
+        [SERVE_GEMM_KERNEL_PORTABLE] = "portable", [SERVE_GEMM_KERNEL_LARGE] = "tensor-core large",
+        [SERVE_GEMM_KERNEL_SMALL] = "tensor-core small"};
+    printf("# rows %3d out %3d in %3d, %d range(s)%s, %s: %s kernel, worst error %.3g of the "
+           "f32 bound\n", c->rows, out, c->in, c->n_outs, c->accumulate ? ", accumulate" : "",
+           portable_only ? "portable only" : "dispatcher", kernel_names[which], worst);
     for (int r = 0; r < c->n_outs; r++) {
         clReleaseMemObject(a.outs[r].buf);
         free(y0[r]);
