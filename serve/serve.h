@@ -225,7 +225,10 @@ int serve_model_init_random(serve_model *m, uint64_t seed);
 /* Uploads the tensors of a llama GGUF (f32 / f16), checking every shape
  * against the model's config; f32 mode transposes the projections on the
  * host, bf16 mode rounds them to bf16 on the host (nearest even) and packs
- * q/k/v and gate/up into their fused weights. */
+ * q/k/v and gate/up into their fused weights. FORMAT for a NaN or infinite
+ * weight, and in bf16 mode for a projection or LM head weight that rounds
+ * past bf16's largest finite value (|w| >= 0x7F7F8000 as f32 bits,
+ * ~3.3962e38). */
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
 
 /*
