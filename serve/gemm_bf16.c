@@ -33,6 +33,7 @@ struct serve_gemm_bf16 {
     cl_program program;
     cl_kernel kernel; /* serve_gemm_bf16 (portable) */
     serve_gemm_impl large, small;
+    serve_gemm_impl test_large, test_small; /* serve_gemm_bf16_override_for_testing: run set */
     int portable_only;
     int64_t counts[SERVE_GEMM_KERNEL_COUNT];
 };
@@ -189,6 +190,17 @@ void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on) {
     if (g) g->portable_only = on != 0;
 }
 
+int serve_gemm_bf16_override_for_testing(serve_gemm_bf16 *g, serve_gemm_kernel which,
+                                         serve_gemm_bf16_test_run run, void *state) {
+    if (!g || (which != SERVE_GEMM_KERNEL_LARGE && which != SERVE_GEMM_KERNEL_SMALL))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_gemm_bf16_override_for_testing: %s",
+                          g ? "which must be LARGE or SMALL" : "g is NULL");
+    serve_gemm_impl *t = which == SERVE_GEMM_KERNEL_LARGE ? &g->test_large : &g->test_small;
+    *t = (serve_gemm_impl){state, run, NULL};
+    return LAZYATTN_STATUS_OK;
+}
+
 int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g) {
     return g && (g->large.state || g->small.state);
 }
@@ -242,7 +254,10 @@ int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue, const serve_
     if (!g->portable_only) {
         int which = a->rows <= 64 ? SERVE_GEMM_KERNEL_SMALL : SERVE_GEMM_KERNEL_LARGE;
         serve_gemm_impl *impl = which == SERVE_GEMM_KERNEL_SMALL ? &g->small : &g->large;
-        if (impl->state) {
+        serve_gemm_impl *test = which == SERVE_GEMM_KERNEL_SMALL ? &g->test_small : &g->test_large;
+        int present = impl->state != NULL;
+        if (test->run) impl = test, present = 1; /* a test's stand-in (run set, any state) */
+        if (present) {
             st = impl->run(impl->state, queue, a, event);
             if (st != LAZYATTN_STATUS_UNSUPPORTED) {
                 if (!st) g->counts[which]++;

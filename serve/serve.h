@@ -354,6 +354,13 @@ void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
 int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g);
 /* Projections each kernel ran since create. counts: [SERVE_GEMM_KERNEL_COUNT] */
 void serve_gemm_bf16_counts(const serve_gemm_bf16 *g, int64_t *counts);
+/* Tests only: the dispatcher calls run (with state) where it would call the
+ * tensor-core kernel `which` (LARGE or SMALL), on any device, so its
+ * fallback can be checked on PoCL; run NULL removes the override. */
+typedef int (*serve_gemm_bf16_test_run)(void *state, cl_command_queue queue,
+                                        const struct serve_gemm_args *args, cl_event *event);
+int serve_gemm_bf16_override_for_testing(serve_gemm_bf16 *g, serve_gemm_kernel which,
+                                         serve_gemm_bf16_test_run run, void *state);
 
 /* ---- serving engine (engine.c) --------------------------------------------- */
 

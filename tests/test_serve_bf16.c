@@ -7,6 +7,9 @@
  *    a row offset; accumulate), through the portable kernel and through the
  *    dispatcher (the same on PoCL; the tensor-core kernels where built in);
  *  - bad arguments to every new function: a status and a message, no crash;
+ *  - the dispatcher's fallback, with stand-ins for the tensor-core kernels:
+ *    UNSUPPORTED falls back to the portable kernel, any other failure is
+ *    returned;
  *  - a bf16 model loaded from a GGUF file the test writes (random f32 and
  *    f16 weights that bf16 does not hold exactly) against a float64 forward
  *    that rounds weights and every GEMM input to bf16 at the points the
@@ -339,6 +342,105 @@ static void test_bad_arguments(void **state) {
     clReleaseMemObject(x_short);
     clReleaseMemObject(w);
     clReleaseMemObject(w_short);
+    clReleaseMemObject(y);
+}
+
+/* ---- the dispatcher's fallback --------------------------------------------- */
+
+/* A stand-in for a tensor-core kernel: answers `answer` and writes nothing. */
+typedef struct fake_kernel {
+    int answer;
+    int calls;
+} fake_kernel;
+
+static int fake_run(void *state, cl_command_queue queue, const serve_gemm_args *args,
+                    cl_event *event) {
+    (void)queue, (void)args, (void)event;
+    fake_kernel *f = state;
+    f->calls++;
+    if (f->answer == LAZYATTN_STATUS_UNSUPPORTED)
+        return serve_fail(f->answer, "fake kernel: shape not covered");
+    if (f->answer) return serve_fail(f->answer, "fake kernel: failed");
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Through serve_gemm_bf16_override_for_testing, on any device: a tensor-core
+ * kernel answering UNSUPPORTED falls back to the portable one (the result
+ * checked against float64 by run_gemm_case); any other failure is returned
+ * as it is, the portable kernel not run and Y untouched; a success counts
+ * for that kernel; rows <= 64 go to the small slot, more to the large one;
+ * portable_only bypasses both. */
+static void test_dispatcher_fallback(void **state) {
+    bf_state *s = *state;
+    expect_invalid(serve_gemm_bf16_override_for_testing(NULL, SERVE_GEMM_KERNEL_SMALL, fake_run,
+                                                         NULL),
+                   "override: g NULL");
+    if (!s->ctx) skip();
+    expect_invalid(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_PORTABLE,
+                                                         fake_run, NULL),
+                   "override: the portable kernel");
+    fake_kernel small = {LAZYATTN_STATUS_UNSUPPORTED, 0}, large = {LAZYATTN_STATUS_UNSUPPORTED, 0};
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_SMALL, fake_run, &small));
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_LARGE, fake_run, &large));
+    /* UNSUPPORTED: the portable kernel's result (run_gemm_case asserts one run, and checks it) */
+    int64_t before[SERVE_GEMM_KERNEL_COUNT], after[SERVE_GEMM_KERNEL_COUNT];
+    serve_gemm_bf16_counts(s->gemm, before);
+    run_gemm_case(s, &gemm_cases[1], 0, 41); /* 3 rows: the small slot */
+    run_gemm_case(s, &gemm_cases[3], 0, 42); /* 65 rows: the large slot */
+    serve_gemm_bf16_counts(s->gemm, after);
+    assert_int_equal(small.calls, 1);
+    assert_int_equal(large.calls, 1);
+    assert_int_equal(after[SERVE_GEMM_KERNEL_PORTABLE] - before[SERVE_GEMM_KERNEL_PORTABLE], 2);
+    run_gemm_case(s, &gemm_cases[1], 1, 43); /* portable_only: not asked */
+    assert_int_equal(small.calls, 1);
+
+    /* another failure: returned, nothing else runs, Y as it was */
+    enum { R = 3, OUT = 16, IN = 32 };
+    cl_mem x = buffer(s, (size_t)SERVE_GEMM_ROW_PAD * IN * 2, NULL);
+    cl_mem w = buffer(s, (size_t)OUT * IN * 2, NULL);
+    float y0[R * OUT], got[R * OUT];
+    for (int i = 0; i < R * OUT; i++) y0[i] = 1.5f + (float)i;
+    cl_mem y = buffer(s, sizeof y0, y0);
+    cl_command_queue q = lazyattn_context_queue(s->ctx);
+    uint16_t half = serve_bf16_of(0.5f);
+    CHECK(clEnqueueFillBuffer(q, x, &half, 2, 0, (size_t)SERVE_GEMM_ROW_PAD * IN * 2, 0, NULL,
+                              NULL) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    CHECK(clEnqueueFillBuffer(q, w, &half, 2, 0, (size_t)OUT * IN * 2, 0, NULL, NULL) ==
+                  CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = R, a.out = OUT, a.in = IN, a.x = x, a.w = w, a.n_outs = 1;
+    a.outs[0] = (serve_gemm_out){y, 0, OUT, OUT};
+    small.answer = LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY;
+    serve_gemm_bf16_counts(s->gemm, before);
+    int st = serve_gemm_bf16_run(s->gemm, q, &a, NULL);
+    serve_gemm_bf16_counts(s->gemm, after);
+    printf("# a kernel failing with OUT_OF_DEVICE_MEMORY -> %d: %s\n", st, serve_last_error());
+    assert_int_equal(st, LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY);
+    assert_non_null(strstr(serve_last_error(), "fake kernel: failed"));
+    assert_int_equal(small.calls, 2);
+    for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) assert_true(after[k] == before[k]);
+    CHECK(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL) == CL_SUCCESS
+              ? 0 : LAZYATTN_STATUS_OPENCL);
+    assert_memory_equal(got, y0, sizeof got);
+
+    /* success: counted for the small kernel (which wrote nothing here) */
+    small.answer = 0;
+    CHECK(serve_gemm_bf16_run(s->gemm, q, &a, NULL));
+    serve_gemm_bf16_counts(s->gemm, after);
+    assert_int_equal(after[SERVE_GEMM_KERNEL_SMALL] - before[SERVE_GEMM_KERNEL_SMALL], 1);
+    assert_int_equal(after[SERVE_GEMM_KERNEL_PORTABLE], before[SERVE_GEMM_KERNEL_PORTABLE]);
+
+    /* overrides removed: the real kernels (none on PoCL) or the portable one */
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_SMALL, NULL, NULL));
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_LARGE, NULL, NULL));
+    CHECK(serve_gemm_bf16_run(s->gemm, q, &a, NULL));
+    assert_int_equal(small.calls, 3);
+    CHECK(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL) == CL_SUCCESS
+              ? 0 : LAZYATTN_STATUS_OPENCL);
+    for (int i = 0; i < R * OUT; i++) assert_true(got[i] == 0.25f * IN);
+    clReleaseMemObject(x);
+    clReleaseMemObject(w);
     clReleaseMemObject(y);
 }
 
@@ -831,6 +933,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_shapes),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_dispatcher_fallback),
         cmocka_unit_test(test_gguf_forward_vs_reference),
         cmocka_unit_test(test_gguf_bf16_overflow),
         cmocka_unit_test(test_memory_per_mode),
