@@ -265,8 +265,8 @@ static void check_bf16_ran(serve_model *m, const char *what) {
     serve_gemm_bf16_counts(g, counts);
     for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) total += counts[k];
     printf("# %s: bf16 projections run: portable %lld, tensor-core large %lld, small %lld\n", what,
-           (long long)counts[SERVE_GEMM_KERNEL_PORTABLE], (long long)counts[SERVE_GEMM_KERNEL_LARGE],
-           (long long)counts[SERVE_GEMM_KERNEL_SMALL]);
+           (long long)counts[SERVE_GEMM_KERNEL_PORTABLE],
+           (long long)counts[SERVE_GEMM_KERNEL_LARGE], (long long)counts[SERVE_GEMM_KERNEL_SMALL]);
     assert_true(total >= 4 * serve_model_get_config(m)->n_layers + 1);
     if (!serve_gemm_bf16_has_tensor_cores(g))
         assert_true(counts[SERVE_GEMM_KERNEL_PORTABLE] == total);
