@@ -18,6 +18,8 @@
  *    only, the largest value that rounds to a finite bf16 loaded, NaN and
  *    infinity refused in both modes);
  *  - device memory per mode: bf16 holds no f32 projection weights;
+ *  - serve_model_destroy, and a serve_model_create failing part way, release
+ *    every buffer and program in both modes (the context's reference count);
  *  - the mode auto takes: bf16 only on NVIDIA's fast path, f32 on PoCL and
  *    under LAZYATTN_PORTABLE=1. */
 #include <math.h>
@@ -854,6 +856,86 @@ static void test_gguf_bf16_overflow(void **state) {
     }
 }
 
+/* ---- create / destroy release everything ----------------------------------- */
+
+/* after the queue's work: a released buffer that a pending command still
+ * uses (the zero fill of the bf16 X buffers) lives until that completes */
+static cl_uint context_refs(bf_state *s) {
+    cl_uint n = 0;
+    CHECK(clFinish(lazyattn_context_queue(s->ctx)) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    CHECK(clGetContextInfo(lazyattn_context_cl_context(s->ctx), CL_CONTEXT_REFERENCE_COUNT,
+                           sizeof n, &n, NULL) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    return n;
+}
+
+/* Every buffer and program retains the OpenCL context (PoCL counts them),
+ * so the context's reference count after serve_model_destroy, or after a
+ * serve_model_create that failed part way, must be what it was: in both
+ * modes, for a success and for failures at the first buffer (the
+ * embedding), after the weights (the gate activations) and at the logits.
+ * Each case runs twice and the second is compared (lazyattn caches the
+ * attention programs of a configuration in the context on first use). */
+static void test_model_releases_everything(void **state) {
+    bf_state *s = *state;
+    if (!s->ctx) skip();
+    serve_model_config base;
+    CHECK(serve_model_config_preset(&base, "tiny"));
+    serve_model *m = NULL;
+    base.gemm = SERVE_GEMM_BF16;
+    cl_uint before = context_refs(s);
+    CHECK(serve_model_create(s->ctx, &base, &m));
+    cl_uint held = context_refs(s);
+    serve_model_destroy(m);
+    if (held <= before) {
+        printf("# this OpenCL does not count buffers in the context's references: not checked\n");
+        skip();
+    }
+    struct {
+        const char *what;
+        int vocab, hidden, ffn, max_rows, fails;
+    } cases[] = {
+        /* 1 TiB, 256 GiB, 256 GiB: past any device's largest buffer */
+        {"a tiny model", 0, 0, 0, 0, 0},
+        {"embedding past the largest buffer", 1 << 22, 1 << 16, 0, 0, 1},
+        {"gate activations past it", 0, 0, 1 << 20, 1 << 16, 1},
+        {"logits past it", 1 << 20, 0, 0, 1 << 16, 1},
+    };
+    for (int mode = 0; mode < 2; mode++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            serve_model_config cfg = base;
+            cfg.gemm = mode ? SERVE_GEMM_BF16 : SERVE_GEMM_F32;
+            if (cases[c].vocab) cfg.vocab = cases[c].vocab;
+            if (cases[c].hidden) cfg.hidden = cases[c].hidden;
+            if (cases[c].ffn) cfg.ffn = cases[c].ffn;
+            if (cases[c].max_rows) cfg.max_rows = cases[c].max_rows;
+            cl_uint refs[2];
+            for (int rep = 0; rep < 2; rep++) {
+                m = NULL;
+                int st = serve_model_create(s->ctx, &cfg, &m);
+                if (cases[c].fails) {
+                    if (st == 0) { /* a device whose largest buffer holds it: nothing to check */
+                        serve_model_destroy(m);
+                        printf("# %s, %s: created, not a failure here\n", cases[c].what,
+                               mode ? "bf16" : "f32");
+                        break;
+                    }
+                    assert_int_equal(st, LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY);
+                    assert_null(m);
+                } else {
+                    CHECK(st);
+                    serve_model_destroy(m);
+                }
+                refs[rep] = context_refs(s);
+                if (rep == 1) {
+                    printf("# %s, %s: %s; context references %u, then %u\n", cases[c].what,
+                           mode ? "bf16" : "f32", st ? serve_last_error() : "created",
+                           (unsigned)refs[0], (unsigned)refs[1]);
+                    assert_int_equal(refs[1], refs[0]);
+                }
+            }
+        }
+}
+
 /* ---- the mode auto takes ------------------------------------------------- */
 
 /* AUTO is bf16 exactly where the context has NVIDIA's fast path, f32
@@ -938,6 +1020,7 @@ int main(void) {
         cmocka_unit_test(test_gguf_bf16_overflow),
         cmocka_unit_test(test_memory_per_mode),
         cmocka_unit_test(test_auto_mode),
+        cmocka_unit_test(test_model_releases_everything),
     };
     return cmocka_run_group_tests_name("serve_bf16", tests, setup, teardown);
 }
