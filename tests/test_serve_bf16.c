@@ -890,6 +890,17 @@ static void test_model_releases_everything(void **state) {
         printf("# this OpenCL does not count buffers in the context's references: not checked\n");
         skip();
     }
+    /* the dispatcher alone: its program and kernels (and the tensor-core ones) */
+    cl_uint refs_g[2];
+    for (int rep = 0; rep < 2; rep++) {
+        serve_gemm_bf16 *g = NULL;
+        CHECK(serve_gemm_bf16_create(s->ctx, &g));
+        serve_gemm_bf16_destroy(g);
+        refs_g[rep] = context_refs(s);
+    }
+    printf("# the dispatcher: context references %u, then %u\n", (unsigned)refs_g[0],
+           (unsigned)refs_g[1]);
+    assert_int_equal(refs_g[1], refs_g[0]);
     struct {
         const char *what;
         int vocab, hidden, ffn, max_rows, fails;
