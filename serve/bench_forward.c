@@ -209,6 +209,15 @@ int main(int argc, char **argv) {
         if (!st) printf("%-24s %10.2f\n", fwd_cases[i].name, ms);
         fflush(stdout);
     }
+    if (!st && serve_model_uses_bf16(f.model)) {
+        /* which kernels the times are of: a projection no tensor-core
+         * kernel covers falls back to the portable one */
+        int64_t n[SERVE_GEMM_KERNEL_COUNT];
+        serve_gemm_bf16_counts(serve_model_gemm_bf16(f.model), n);
+        printf("bf16 projections run: tensor-core large %lld, small %lld, portable %lld\n",
+               (long long)n[SERVE_GEMM_KERNEL_LARGE], (long long)n[SERVE_GEMM_KERNEL_SMALL],
+               (long long)n[SERVE_GEMM_KERNEL_PORTABLE]);
+    }
     if (st) fprintf(stderr, "%s: %s\n", prog, serve_last_error());
     fwd_release(&f);
     lazyattn_context_destroy(ctx);

@@ -33,6 +33,7 @@ struct serve_gemm_bf16 {
     cl_program program;
     cl_kernel kernel; /* serve_gemm_bf16 (portable) */
     serve_gemm_impl large, small;
+    serve_gemm_impl test_large, test_small; /* serve_gemm_bf16_override_for_testing: run set */
     int portable_only;
     int64_t counts[SERVE_GEMM_KERNEL_COUNT];
 };
@@ -110,9 +111,9 @@ int serve_gemm_args_check(const serve_gemm_args *a, const char *who) {
         const serve_gemm_out *o = &a->outs[r];
         if (!o->buf || o->cols < 1 || o->ld < o->cols || o->off > (size_t)1 << 48)
             return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                              "%s: output range %d: buffer %s, %d columns, row stride %d "
-                              "(buffer needed, cols >= 1, ld >= cols)",
-                              who, r, o->buf ? "set" : "NULL", o->cols, o->ld);
+                              "%s: output range %d: buffer %s, %d columns, row stride %d, "
+                              "offset %zu (buffer needed, cols >= 1, ld >= cols, offset <= 2^48)",
+                              who, r, o->buf ? "set" : "NULL", o->cols, o->ld, o->off);
         uint64_t need = ((uint64_t)o->off + (uint64_t)(a->rows - 1) * (uint64_t)o->ld +
                          (uint64_t)o->cols) * 4u;
         size_t have = serve_mem_size(o->buf);
@@ -189,6 +190,17 @@ void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on) {
     if (g) g->portable_only = on != 0;
 }
 
+int serve_gemm_bf16_override_for_testing(serve_gemm_bf16 *g, serve_gemm_kernel which,
+                                         serve_gemm_bf16_test_run run, void *state) {
+    if (!g || (which != SERVE_GEMM_KERNEL_LARGE && which != SERVE_GEMM_KERNEL_SMALL))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_gemm_bf16_override_for_testing: %s",
+                          g ? "which must be LARGE or SMALL" : "g is NULL");
+    serve_gemm_impl *t = which == SERVE_GEMM_KERNEL_LARGE ? &g->test_large : &g->test_small;
+    *t = (serve_gemm_impl){state, run, NULL};
+    return LAZYATTN_STATUS_OK;
+}
+
 int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g) {
     return g && (g->large.state || g->small.state);
 }
@@ -225,7 +237,8 @@ static int serve_gemm_portable_run(serve_gemm_bf16 *g, cl_command_queue queue,
     err |= clSetKernelArg(k, 18, sizeof(cl_int), &acc);
     if (err != CL_SUCCESS)
         return serve_fail(LAZYATTN_STATUS_OPENCL, "serve_gemm_bf16: clSetKernelArg failed");
-    size_t global[2] = {(size_t)(a->out + 31) / 32 * 16, (size_t)(a->rows + 31) / 32 * 16};
+    /* in size_t: out or rows + 31 may pass INT_MAX */
+    size_t global[2] = {((size_t)a->out + 31) / 32 * 16, ((size_t)a->rows + 31) / 32 * 16};
     size_t local[2] = {16, 16};
     err = clEnqueueNDRangeKernel(queue, k, 2, NULL, global, local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemm_bf16");
@@ -241,7 +254,10 @@ int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue, const serve_
     if (!g->portable_only) {
         int which = a->rows <= 64 ? SERVE_GEMM_KERNEL_SMALL : SERVE_GEMM_KERNEL_LARGE;
         serve_gemm_impl *impl = which == SERVE_GEMM_KERNEL_SMALL ? &g->small : &g->large;
-        if (impl->state) {
+        serve_gemm_impl *test = which == SERVE_GEMM_KERNEL_SMALL ? &g->test_small : &g->test_large;
+        int present = impl->state != NULL;
+        if (test->run) impl = test, present = 1; /* a test's stand-in (run set, any state) */
+        if (present) {
             st = impl->run(impl->state, queue, a, event);
             if (st != LAZYATTN_STATUS_UNSUPPORTED) {
                 if (!st) g->counts[which]++;

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The Llama decoder: weights, scratch, and the forward pass of a prefill
- * chunk or a decode batch. Embedding -> per layer [RMSNorm, Q/K/V SGEMMs,
- * RoPE on Q at logical positions, K/V written to pool blocks with K rotated
- * at its stored position, lazyattn prefill/decode, output SGEMM + residual,
- * RMSNorm, SwiGLU MLP + residual] -> final RMSNorm -> LM head -> argmax. */
+ * chunk or a decode batch. Embedding -> per layer [RMSNorm, Q/K/V
+ * projections, RoPE on Q at logical positions, K/V written to pool blocks
+ * with K rotated at its stored position, lazyattn prefill/decode, output
+ * projection + residual, RMSNorm, SwiGLU MLP + residual] -> final RMSNorm
+ * -> LM head -> argmax. Projections are CLBlast SGEMMs (f32 mode) or bf16
+ * GEMMs with fused QKV and gate/up (bf16 mode, serve_layers_bf16). */
 #include "serve.h"
 #include "gemm_bf16.h"
 
@@ -106,6 +108,18 @@ static size_t serve_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 /* ---- buffers ---- */
 
 static int serve_alloc(serve_model *m, size_t bytes, cl_mem *out, const char *what) {
+    /* past the device's largest buffer: say so (the driver answers a bare
+     * CL_INVALID_BUFFER_SIZE); e.g. the logits of an 8B shape at max_rows 65536 */
+    cl_ulong max_alloc = 0;
+    if (clGetDeviceInfo(lazyattn_context_device(m->ctx), CL_DEVICE_MAX_MEM_ALLOC_SIZE,
+                        sizeof max_alloc, &max_alloc, NULL) == CL_SUCCESS &&
+        max_alloc > 0 && (cl_ulong)bytes > max_alloc) {
+        *out = NULL;
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY,
+                          "serve_model_create: %s needs %zu bytes in one buffer, the device's "
+                          "largest is %llu (a smaller max_rows or model)",
+                          what, bytes, (unsigned long long)max_alloc);
+    }
     cl_int err;
     *out = clCreateBuffer(m->cl, CL_MEM_READ_WRITE, bytes ? bytes : 4, NULL, &err);
     if (err != CL_SUCCESS) {

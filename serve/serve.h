@@ -225,7 +225,10 @@ int serve_model_init_random(serve_model *m, uint64_t seed);
 /* Uploads the tensors of a llama GGUF (f32 / f16), checking every shape
  * against the model's config; f32 mode transposes the projections on the
  * host, bf16 mode rounds them to bf16 on the host (nearest even) and packs
- * q/k/v and gate/up into their fused weights. */
+ * q/k/v and gate/up into their fused weights. FORMAT for a NaN or infinite
+ * weight, and in bf16 mode for a projection or LM head weight that rounds
+ * past bf16's largest finite value (|w| >= 0x7F7F8000 as f32 bits,
+ * ~3.3962e38). */
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
 
 /*
@@ -351,6 +354,13 @@ void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
 int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g);
 /* Projections each kernel ran since create. counts: [SERVE_GEMM_KERNEL_COUNT] */
 void serve_gemm_bf16_counts(const serve_gemm_bf16 *g, int64_t *counts);
+/* Tests only: the dispatcher calls run (with state) where it would call the
+ * tensor-core kernel `which` (LARGE or SMALL), on any device, so its
+ * fallback can be checked on PoCL; run NULL removes the override. */
+typedef int (*serve_gemm_bf16_test_run)(void *state, cl_command_queue queue,
+                                        const struct serve_gemm_args *args, cl_event *event);
+int serve_gemm_bf16_override_for_testing(serve_gemm_bf16 *g, serve_gemm_kernel which,
+                                         serve_gemm_bf16_test_run run, void *state);
 
 /* ---- serving engine (engine.c) --------------------------------------------- */
 

@@ -2,17 +2,26 @@
 /* serve/'s bf16 projection path (issue 16) on the default device (PoCL in
  * CI, where the portable kernel runs):
  *  - the bf16 GEMM (serve_gemm_bf16_run) against a float64 reference over
- *    awkward shapes (rows 1, 3, 64, 65, 130; `in` not a multiple of the
+ *    awkward shapes (rows 1, 3, 33, 64, 65, 130; `in` not a multiple of the
  *    tile; one to three output ranges with row strides and offsets; X from
  *    a row offset; accumulate), through the portable kernel and through the
  *    dispatcher (the same on PoCL; the tensor-core kernels where built in);
  *  - bad arguments to every new function: a status and a message, no crash;
+ *  - the dispatcher's fallback, with stand-ins for the tensor-core kernels:
+ *    UNSUPPORTED falls back to the portable kernel, any other failure is
+ *    returned;
  *  - a bf16 model loaded from a GGUF file the test writes (random f32 and
  *    f16 weights that bf16 does not hold exactly) against a float64 forward
  *    that rounds weights and every GEMM input to bf16 at the points the
  *    model does: prefill logits and two decode steps, untied and tied LM
- *    head; a weight past bf16's range refused;
- *  - device memory per mode: bf16 holds no f32 projection weights. */
+ *    head; the conversion's edges (past bf16's range refused in bf16 mode
+ *    only, the largest value that rounds to a finite bf16 loaded, NaN and
+ *    infinity refused in both modes);
+ *  - device memory per mode: bf16 holds no f32 projection weights;
+ *  - serve_model_destroy, and a serve_model_create failing part way, release
+ *    every buffer and program in both modes (the context's reference count);
+ *  - the mode auto takes: bf16 only on NVIDIA's fast path, f32 on PoCL and
+ *    under LAZYATTN_PORTABLE=1. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -96,6 +105,11 @@ static const gemm_case gemm_cases[] = {
     {65, 17, 2, {20, 13}, {0, 4}, {0, 9}, 1, 1},
     {130, 129, 3, {40, 1, 59}, {1, 2, 0}, {3, 0, 11}, 3, 1},
     {130, 31, 2, {96, 96}, {0, 0}, {0, 0}, 0, 0}, /* a fused gate/up's two halves */
+    /* shapes the tensor-core kernels take on NVIDIA (in a multiple of 32,
+     * cols of 16 / 128, even strides and offsets), so the dispatcher's
+     * result is theirs there: the small kernel, then the large one */
+    {33, 96, 3, {32, 16, 48}, {16, 0, 2}, {4, 0, 6}, 1, 1},
+    {130, 64, 2, {128, 128}, {0, 2}, {0, 4}, 8, 1},
 };
 
 /* One case through the portable kernel (portable_only) or the dispatcher:
@@ -141,7 +155,11 @@ static void run_gemm_case(bf_state *s, const gemm_case *c, int portable_only, ui
     serve_gemm_bf16_counts(s->gemm, after);
     serve_gemm_bf16_portable_only(s->gemm, 0);
     int64_t ran = 0;
-    for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) ran += after[k] - before[k];
+    int which = -1;
+    for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) {
+        ran += after[k] - before[k];
+        if (after[k] != before[k]) which = k;
+    }
     assert_int_equal(ran, 1);
     if (portable_only)
         assert_int_equal(after[SERVE_GEMM_KERNEL_PORTABLE] - before[SERVE_GEMM_KERNEL_PORTABLE], 1);
@@ -182,9 +200,12 @@ static void run_gemm_case(bf_state *s, const gemm_case *c, int portable_only, ui
         }
         col0 += c->cols[r];
     }
-    printf("# rows %3d out %3d in %3d, %d range(s)%s%s: worst error %.3g of the f32 bound\n",
-           c->rows, out, c->in, c->n_outs, c->accumulate ? ", accumulate" : "",
-           portable_only ? ", portable kernel" : ", dispatcher", worst);
+    static const char *const kernel_names[SERVE_GEMM_KERNEL_COUNT] = {
+        [SERVE_GEMM_KERNEL_PORTABLE] = "portable", [SERVE_GEMM_KERNEL_LARGE] = "tensor-core large",
+        [SERVE_GEMM_KERNEL_SMALL] = "tensor-core small"};
+    printf("# rows %3d out %3d in %3d, %d range(s)%s, %s: %s kernel, worst error %.3g of the "
+           "f32 bound\n", c->rows, out, c->in, c->n_outs, c->accumulate ? ", accumulate" : "",
+           portable_only ? "portable only" : "dispatcher", kernel_names[which], worst);
     for (int r = 0; r < c->n_outs; r++) {
         clReleaseMemObject(a.outs[r].buf);
         free(y0[r]);
@@ -323,6 +344,105 @@ static void test_bad_arguments(void **state) {
     clReleaseMemObject(x_short);
     clReleaseMemObject(w);
     clReleaseMemObject(w_short);
+    clReleaseMemObject(y);
+}
+
+/* ---- the dispatcher's fallback --------------------------------------------- */
+
+/* A stand-in for a tensor-core kernel: answers `answer` and writes nothing. */
+typedef struct fake_kernel {
+    int answer;
+    int calls;
+} fake_kernel;
+
+static int fake_run(void *state, cl_command_queue queue, const serve_gemm_args *args,
+                    cl_event *event) {
+    (void)queue, (void)args, (void)event;
+    fake_kernel *f = state;
+    f->calls++;
+    if (f->answer == LAZYATTN_STATUS_UNSUPPORTED)
+        return serve_fail(f->answer, "fake kernel: shape not covered");
+    if (f->answer) return serve_fail(f->answer, "fake kernel: failed");
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Through serve_gemm_bf16_override_for_testing, on any device: a tensor-core
+ * kernel answering UNSUPPORTED falls back to the portable one (the result
+ * checked against float64 by run_gemm_case); any other failure is returned
+ * as it is, the portable kernel not run and Y untouched; a success counts
+ * for that kernel; rows <= 64 go to the small slot, more to the large one;
+ * portable_only bypasses both. */
+static void test_dispatcher_fallback(void **state) {
+    bf_state *s = *state;
+    expect_invalid(serve_gemm_bf16_override_for_testing(NULL, SERVE_GEMM_KERNEL_SMALL, fake_run,
+                                                         NULL),
+                   "override: g NULL");
+    if (!s->ctx) skip();
+    expect_invalid(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_PORTABLE,
+                                                         fake_run, NULL),
+                   "override: the portable kernel");
+    fake_kernel small = {LAZYATTN_STATUS_UNSUPPORTED, 0}, large = {LAZYATTN_STATUS_UNSUPPORTED, 0};
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_SMALL, fake_run, &small));
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_LARGE, fake_run, &large));
+    /* UNSUPPORTED: the portable kernel's result (run_gemm_case asserts one run, and checks it) */
+    int64_t before[SERVE_GEMM_KERNEL_COUNT], after[SERVE_GEMM_KERNEL_COUNT];
+    serve_gemm_bf16_counts(s->gemm, before);
+    run_gemm_case(s, &gemm_cases[1], 0, 41); /* 3 rows: the small slot */
+    run_gemm_case(s, &gemm_cases[3], 0, 42); /* 65 rows: the large slot */
+    serve_gemm_bf16_counts(s->gemm, after);
+    assert_int_equal(small.calls, 1);
+    assert_int_equal(large.calls, 1);
+    assert_int_equal(after[SERVE_GEMM_KERNEL_PORTABLE] - before[SERVE_GEMM_KERNEL_PORTABLE], 2);
+    run_gemm_case(s, &gemm_cases[1], 1, 43); /* portable_only: not asked */
+    assert_int_equal(small.calls, 1);
+
+    /* another failure: returned, nothing else runs, Y as it was */
+    enum { R = 3, OUT = 16, IN = 32 };
+    cl_mem x = buffer(s, (size_t)SERVE_GEMM_ROW_PAD * IN * 2, NULL);
+    cl_mem w = buffer(s, (size_t)OUT * IN * 2, NULL);
+    float y0[R * OUT], got[R * OUT];
+    for (int i = 0; i < R * OUT; i++) y0[i] = 1.5f + (float)i;
+    cl_mem y = buffer(s, sizeof y0, y0);
+    cl_command_queue q = lazyattn_context_queue(s->ctx);
+    uint16_t half = serve_bf16_of(0.5f);
+    CHECK(clEnqueueFillBuffer(q, x, &half, 2, 0, (size_t)SERVE_GEMM_ROW_PAD * IN * 2, 0, NULL,
+                              NULL) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    CHECK(clEnqueueFillBuffer(q, w, &half, 2, 0, (size_t)OUT * IN * 2, 0, NULL, NULL) ==
+                  CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = R, a.out = OUT, a.in = IN, a.x = x, a.w = w, a.n_outs = 1;
+    a.outs[0] = (serve_gemm_out){y, 0, OUT, OUT};
+    small.answer = LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY;
+    serve_gemm_bf16_counts(s->gemm, before);
+    int st = serve_gemm_bf16_run(s->gemm, q, &a, NULL);
+    serve_gemm_bf16_counts(s->gemm, after);
+    printf("# a kernel failing with OUT_OF_DEVICE_MEMORY -> %d: %s\n", st, serve_last_error());
+    assert_int_equal(st, LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY);
+    assert_non_null(strstr(serve_last_error(), "fake kernel: failed"));
+    assert_int_equal(small.calls, 2);
+    for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) assert_true(after[k] == before[k]);
+    CHECK(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL) == CL_SUCCESS
+              ? 0 : LAZYATTN_STATUS_OPENCL);
+    assert_memory_equal(got, y0, sizeof got);
+
+    /* success: counted for the small kernel (which wrote nothing here) */
+    small.answer = 0;
+    CHECK(serve_gemm_bf16_run(s->gemm, q, &a, NULL));
+    serve_gemm_bf16_counts(s->gemm, after);
+    assert_int_equal(after[SERVE_GEMM_KERNEL_SMALL] - before[SERVE_GEMM_KERNEL_SMALL], 1);
+    assert_int_equal(after[SERVE_GEMM_KERNEL_PORTABLE], before[SERVE_GEMM_KERNEL_PORTABLE]);
+
+    /* overrides removed: the real kernels (none on PoCL) or the portable one */
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_SMALL, NULL, NULL));
+    CHECK(serve_gemm_bf16_override_for_testing(s->gemm, SERVE_GEMM_KERNEL_LARGE, NULL, NULL));
+    CHECK(serve_gemm_bf16_run(s->gemm, q, &a, NULL));
+    assert_int_equal(small.calls, 3);
+    CHECK(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL) == CL_SUCCESS
+              ? 0 : LAZYATTN_STATUS_OPENCL);
+    for (int i = 0; i < R * OUT; i++) assert_true(got[i] == 0.25f * IN);
+    clReleaseMemObject(x);
+    clReleaseMemObject(w);
     clReleaseMemObject(y);
 }
 
@@ -680,34 +800,193 @@ static void test_gguf_forward_vs_reference(void **state) {
     assert_true(plain[0] >= 20 * err[3]);
 }
 
-/* A GGUF weight that is finite in f32 but past bf16's largest finite value
- * (3.39e38) is refused with FORMAT in bf16 mode (it would load as
- * infinity); the f32 mode loads the same file. */
+/* The GGUF -> bf16 conversion at its edges, one weight of a GGUF file set
+ * at a time: a value finite in f32 but past bf16's largest finite value
+ * (3.3895e38; from 0x7F7F8000, which ties to even upwards) is refused with
+ * FORMAT in bf16 mode (it would load as infinity), either sign, and loads in
+ * f32 mode; the largest value that rounds to bf16's largest (0x7F7F7FFF)
+ * loads in both; NaN and infinity are refused in both. */
+typedef struct overflow_case {
+    uint32_t bits; /* the weight's f32 bit pattern */
+    int ok_f32, ok_bf16;
+    const char *what;
+} overflow_case;
+
+static const overflow_case overflow_cases[] = {
+    {0x7F7FC99Eu, 1, 0, "3.4e38"},
+    {0xFF7FC99Eu, 1, 0, "-3.4e38"},
+    {0x7F7F8000u, 1, 0, "the smallest that rounds to bf16 infinity"},
+    {0x7F7F7FFFu, 1, 1, "the largest that rounds to bf16's largest"},
+    {0xFF7F7FFFu, 1, 1, "its negative"},
+    {0x7FC00000u, 0, 0, "NaN"},
+    {0xFF800000u, 0, 0, "-infinity"},
+};
+
 static void test_gguf_bf16_overflow(void **state) {
     bf_state *s = *state;
     if (!s->ctx) skip();
-    gmodel g;
-    gmodel_make(&g, 0, 5);
-    gfind(&g, "blk.1.ffn_gate.weight")->v[7] = 3.4e38f;
-    gmodel_write(&g, tmp_path());
-    serve_gguf *gg = NULL;
-    CHECK(serve_gguf_open(tmp_path(), &gg));
+    for (size_t c = 0; c < sizeof overflow_cases / sizeof overflow_cases[0]; c++) {
+        const overflow_case *oc = &overflow_cases[c];
+        gmodel g;
+        gmodel_make(&g, 0, 5);
+        float v;
+        memcpy(&v, &oc->bits, sizeof v);
+        gfind(&g, "blk.1.ffn_gate.weight")->v[7] = v;
+        gmodel_write(&g, tmp_path());
+        serve_gguf *gg = NULL;
+        CHECK(serve_gguf_open(tmp_path(), &gg));
+        serve_model_config cfg;
+        CHECK(serve_model_config_preset(&cfg, "tiny"));
+        CHECK(serve_gguf_model_config(gg, &cfg));
+        for (int mode = 0; mode < 2; mode++) {
+            cfg.gemm = mode ? SERVE_GEMM_BF16 : SERVE_GEMM_F32;
+            serve_model *m = NULL;
+            CHECK(serve_model_create(s->ctx, &cfg, &m));
+            int st = serve_model_load_gguf(m, gg);
+            int ok = mode ? oc->ok_bf16 : oc->ok_f32;
+            printf("# %s (0x%08X), %s: load -> %d %s\n", oc->what, (unsigned)oc->bits,
+                   mode ? "bf16" : "f32", st, st ? serve_last_error() : "");
+            assert_int_equal(st, ok ? 0 : LAZYATTN_STATUS_FORMAT);
+            if (!ok) assert_non_null(strstr(serve_last_error(), "blk.1.ffn_gate.weight"));
+            serve_model_destroy(m);
+        }
+        serve_gguf_close(gg);
+        remove(tmp_path());
+        gmodel_free(&g);
+    }
+}
+
+/* ---- create / destroy release everything ----------------------------------- */
+
+/* after the queue's work: a released buffer that a pending command still
+ * uses (the zero fill of the bf16 X buffers) lives until that completes */
+static cl_uint context_refs(bf_state *s) {
+    cl_uint n = 0;
+    CHECK(clFinish(lazyattn_context_queue(s->ctx)) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    CHECK(clGetContextInfo(lazyattn_context_cl_context(s->ctx), CL_CONTEXT_REFERENCE_COUNT,
+                           sizeof n, &n, NULL) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
+    return n;
+}
+
+/* Every buffer and program retains the OpenCL context (PoCL counts them),
+ * so the context's reference count after serve_model_destroy, or after a
+ * serve_model_create that failed part way, must be what it was: in both
+ * modes, for a success and for failures at the first buffer (the
+ * embedding), after the weights (the gate activations) and at the logits.
+ * Each case runs twice and the second is compared (lazyattn caches the
+ * attention programs of a configuration in the context on first use). */
+static void test_model_releases_everything(void **state) {
+    bf_state *s = *state;
+    if (!s->ctx) skip();
+    serve_model_config base;
+    CHECK(serve_model_config_preset(&base, "tiny"));
+    serve_model *m = NULL;
+    base.gemm = SERVE_GEMM_BF16;
+    cl_uint before = context_refs(s);
+    CHECK(serve_model_create(s->ctx, &base, &m));
+    cl_uint held = context_refs(s);
+    serve_model_destroy(m);
+    if (held <= before) {
+        printf("# this OpenCL does not count buffers in the context's references: not checked\n");
+        skip();
+    }
+    /* the dispatcher alone: its program and kernels (and the tensor-core ones) */
+    cl_uint refs_g[2];
+    for (int rep = 0; rep < 2; rep++) {
+        serve_gemm_bf16 *g = NULL;
+        CHECK(serve_gemm_bf16_create(s->ctx, &g));
+        serve_gemm_bf16_destroy(g);
+        refs_g[rep] = context_refs(s);
+    }
+    printf("# the dispatcher: context references %u, then %u\n", (unsigned)refs_g[0],
+           (unsigned)refs_g[1]);
+    assert_int_equal(refs_g[1], refs_g[0]);
+    struct {
+        const char *what;
+        int vocab, hidden, ffn, max_rows, fails;
+    } cases[] = {
+        /* 1 TiB, 256 GiB, 256 GiB: past any device's largest buffer */
+        {"a tiny model", 0, 0, 0, 0, 0},
+        {"embedding past the largest buffer", 1 << 22, 1 << 16, 0, 0, 1},
+        {"gate activations past it", 0, 0, 1 << 20, 1 << 16, 1},
+        {"logits past it", 1 << 20, 0, 0, 1 << 16, 1},
+    };
+    for (int mode = 0; mode < 2; mode++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            serve_model_config cfg = base;
+            cfg.gemm = mode ? SERVE_GEMM_BF16 : SERVE_GEMM_F32;
+            if (cases[c].vocab) cfg.vocab = cases[c].vocab;
+            if (cases[c].hidden) cfg.hidden = cases[c].hidden;
+            if (cases[c].ffn) cfg.ffn = cases[c].ffn;
+            if (cases[c].max_rows) cfg.max_rows = cases[c].max_rows;
+            cl_uint refs[2];
+            for (int rep = 0; rep < 2; rep++) {
+                m = NULL;
+                int st = serve_model_create(s->ctx, &cfg, &m);
+                if (cases[c].fails) {
+                    if (st == 0) { /* a device whose largest buffer holds it: nothing to check */
+                        serve_model_destroy(m);
+                        printf("# %s, %s: created, not a failure here\n", cases[c].what,
+                               mode ? "bf16" : "f32");
+                        break;
+                    }
+                    assert_int_equal(st, LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY);
+                    assert_null(m);
+                } else {
+                    CHECK(st);
+                    serve_model_destroy(m);
+                }
+                refs[rep] = context_refs(s);
+                if (rep == 1) {
+                    printf("# %s, %s: %s; context references %u, then %u\n", cases[c].what,
+                           mode ? "bf16" : "f32", st ? serve_last_error() : "created",
+                           (unsigned)refs[0], (unsigned)refs[1]);
+                    assert_int_equal(refs[1], refs[0]);
+                }
+            }
+        }
+}
+
+/* ---- the mode auto takes ------------------------------------------------- */
+
+/* AUTO is bf16 exactly where the context has NVIDIA's fast path, f32
+ * (CLBlast) elsewhere, so PoCL keeps the README's f32 path; a context made
+ * with LAZYATTN_PORTABLE=1 takes f32 on any device. */
+static void test_auto_mode(void **state) {
+    bf_state *s = *state;
+    if (!s->ctx) skip();
     serve_model_config cfg;
     CHECK(serve_model_config_preset(&cfg, "tiny"));
-    CHECK(serve_gguf_model_config(gg, &cfg));
-    for (int mode = 0; mode < 2; mode++) {
-        cfg.gemm = mode ? SERVE_GEMM_BF16 : SERVE_GEMM_F32;
-        serve_model *m = NULL;
-        CHECK(serve_model_create(s->ctx, &cfg, &m));
-        int st = serve_model_load_gguf(m, gg);
-        printf("# %s: load -> %d %s\n", mode ? "bf16" : "f32", st, st ? serve_last_error() : "");
-        assert_int_equal(st, mode ? LAZYATTN_STATUS_FORMAT : 0);
-        if (mode) assert_non_null(strstr(serve_last_error(), "blk.1.ffn_gate.weight"));
-        serve_model_destroy(m);
+    assert_int_equal(cfg.gemm, SERVE_GEMM_AUTO);
+    serve_model *m = NULL;
+    CHECK(serve_model_create(s->ctx, &cfg, &m));
+    int fast = lazyattn_context_fast_path(s->ctx);
+    printf("# default context: fast path %d, auto -> %s\n", fast,
+           serve_model_uses_bf16(m) ? "bf16" : "f32");
+    assert_int_equal(serve_model_uses_bf16(m), fast);
+    assert_true((serve_model_gemm_bf16(m) != NULL) == fast);
+    serve_model_destroy(m);
+
+    const char *was = getenv("LAZYATTN_PORTABLE");
+    char *saved = was ? strdup(was) : NULL;
+    setenv("LAZYATTN_PORTABLE", "1", 1);
+    lazyattn_context *portable = NULL;
+    int st = lazyattn_context_create(NULL, &portable);
+    if (saved) {
+        setenv("LAZYATTN_PORTABLE", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("LAZYATTN_PORTABLE");
     }
-    serve_gguf_close(gg);
-    remove(tmp_path());
-    gmodel_free(&g);
+    CHECK(st);
+    assert_int_equal(lazyattn_context_fast_path(portable), 0);
+    m = NULL;
+    CHECK(serve_model_create(portable, &cfg, &m));
+    printf("# LAZYATTN_PORTABLE=1: auto -> %s\n", serve_model_uses_bf16(m) ? "bf16" : "f32");
+    assert_int_equal(serve_model_uses_bf16(m), 0);
+    assert_null(serve_model_gemm_bf16(m));
+    serve_model_destroy(m);
+    lazyattn_context_destroy(portable);
 }
 
 /* ---- memory per mode ------------------------------------------------------ */
@@ -747,9 +1026,12 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_shapes),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_dispatcher_fallback),
         cmocka_unit_test(test_gguf_forward_vs_reference),
         cmocka_unit_test(test_gguf_bf16_overflow),
         cmocka_unit_test(test_memory_per_mode),
+        cmocka_unit_test(test_auto_mode),
+        cmocka_unit_test(test_model_releases_everything),
     };
     return cmocka_run_group_tests_name("serve_bf16", tests, setup, teardown);
 }

@@ -254,6 +254,24 @@ static serve_model *make_bf16_model(eq_state *s) {
     return m;
 }
 
+/* The projections a bf16 model ran through its dispatcher, printed; at
+ * least one forward's worth (four per layer and the LM head), all of them
+ * on the portable kernel where no tensor-core kernel was created: a bf16
+ * test cannot pass on a path that never ran. */
+static void check_bf16_ran(serve_model *m, const char *what) {
+    const serve_gemm_bf16 *g = serve_model_gemm_bf16(m);
+    assert_non_null(g);
+    int64_t counts[SERVE_GEMM_KERNEL_COUNT], total = 0;
+    serve_gemm_bf16_counts(g, counts);
+    for (int k = 0; k < SERVE_GEMM_KERNEL_COUNT; k++) total += counts[k];
+    printf("# %s: bf16 projections run: portable %lld, tensor-core large %lld, small %lld\n", what,
+           (long long)counts[SERVE_GEMM_KERNEL_PORTABLE],
+           (long long)counts[SERVE_GEMM_KERNEL_LARGE], (long long)counts[SERVE_GEMM_KERNEL_SMALL]);
+    assert_true(total >= 4 * serve_model_get_config(m)->n_layers + 1);
+    if (!serve_gemm_bf16_has_tensor_cores(g))
+        assert_true(counts[SERVE_GEMM_KERNEL_PORTABLE] == total);
+}
+
 /* test_policies_agree with the bf16 model: the same tokens under every
  * policy, logits within 2e-2. The policies differ only in the f16 K/V
  * rounding (keys rotated at other positions, ~5e-4 above), but in bf16
@@ -272,11 +290,7 @@ static void test_policies_agree_bf16(void **state) {
     for (int p = 0; p < 4; p++) run_policy_mode(s, policies[p], &res[p], (eq_mode){m, 1, 1}, NULL);
     assert_true(res[0].stats.hit_tokens > 0);
     assert_true(res[1].stats.copy_tokens > 0);
-    int64_t counts[SERVE_GEMM_KERNEL_COUNT];
-    serve_gemm_bf16_counts(serve_model_gemm_bf16(m), counts);
-    printf("# bf16 projections run: portable %lld, tensor-core large %lld, small %lld\n",
-           (long long)counts[SERVE_GEMM_KERNEL_PORTABLE], (long long)counts[SERVE_GEMM_KERNEL_LARGE],
-           (long long)counts[SERVE_GEMM_KERNEL_SMALL]);
+    check_bf16_ran(m, "four policies");
     const double tol = 2e-2;
     compare_bound(s, "bf16: lazy vs position", &res[0], &res[1], tol);
     compare_bound(s, "bf16: lazy vs prefix", &res[0], &res[2], tol);
@@ -302,6 +316,7 @@ static void test_bf16_matches_f32(void **state) {
     eq_result f32 = {0}, b16 = {0};
     run_policy_mode(s, LAZYATTN_CACHE_POLICY_LAZY, &f32, (eq_mode){NULL, 1, 1}, NULL);
     run_policy_mode(s, LAZYATTN_CACHE_POLICY_LAZY, &b16, (eq_mode){m, 1, 1}, NULL);
+    check_bf16_ran(m, "bf16 vs f32");
     const double tol = 3e-2;
     int V = serve_model_get_config(s->model)->vocab, same = 0, parted = 0;
     double worst = 0;
@@ -539,6 +554,7 @@ static void wide_decode_batch(eq_state *s, serve_gemm_mode gemm, double tol) {
     cfg.gemm = gemm;
     serve_model *m = NULL;
     CHECK(serve_model_create(s->ctx, &cfg, &m));
+    assert_int_equal(serve_model_uses_bf16(m), gemm == SERVE_GEMM_BF16);
     CHECK(serve_model_init_random(m, 11));
     lazyattn_pool_config pc;
     serve_model_pool_config(&cfg, serve_model_kv_bytes_per_token(&cfg) * cfg.block_size * N, &pc);
@@ -577,6 +593,7 @@ static void wide_decode_batch(eq_state *s, serve_gemm_mode gemm, double tol) {
             fail_msg("%s: row %d of %d vs alone: normalised logit error %.3g > %.1g",
                      serve_model_uses_bf16(m) ? "bf16" : "f32", i, N, diff / scale, tol);
     }
+    if (gemm == SERVE_GEMM_BF16) check_bf16_ran(m, "wide decode batch");
     free(rows);
     free(alone);
     lazyattn_pool_destroy(pool);
