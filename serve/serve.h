@@ -381,6 +381,8 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
  * One decode step: appends tokens[i] to request reqs[i] (lazyattn_request_append)
  * and runs them as one batch; next[i] is the argmax of request i's logits.
  *   reqs, tokens, next: [n]
+ * On failure some requests may hold the new position without its K/V
+ * written: their sequences cannot go on (destroy them).
  */
 int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
                         const int32_t *tokens, int32_t *next);
@@ -415,10 +417,15 @@ void serve_engine_use_batched_prefill(serve_engine *e, int on);
  * forward over all the segments it holds, ending at an entry's end), and
  * before each of its forwards but the first the engine calls
  * between(user): the caller runs a decode step of its running batch there
- * (serve_engine_decode on this engine; not serve_engine_prefill). Its host
- * time and enqueues count as decode work, not the prefill's. A non-zero
- * status from between() ends the prefill with that status (the request is
- * then not committed; destroy it). tokens 0 (the default): forwards of
+ * (serve_engine_decode on this engine, without the request being
+ * prefilled: refused with INVALID_ARGUMENT, as is serve_engine_prefill;
+ * between() must not destroy that request either). Its host time and
+ * enqueues count as decode work, not the prefill's. A non-zero status from
+ * between() ends the prefill with that status (the request is then not
+ * committed; destroy it; the engine is ready for the next prefill; a
+ * decode step that failed there leaves its requests as serve_engine_decode
+ * says). The device-plan setting is read once per prefill: switching it
+ * from between() takes effect at the next one. tokens 0 (the default): forwards of
  * max_rows rows and nothing in between. between NULL: chunks only.
  * INVALID_ARGUMENT for tokens < 0 or below one KV block (the batched path
  * cuts chunks at entry ends), or from inside a prefill. */
