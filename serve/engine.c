@@ -163,6 +163,10 @@ static int serve_engine_between_forwards(serve_engine *e, int64_t forwards_done)
     e->between_s += serve_now() - t0 - (t ? t->wait_s - w0 : 0);
     e->between_cpu_s += serve_thread_cpu_now() - c0 - (t ? t->wait_cpu_s - wc0 : 0);
     if (t) e->between_enqueues += t->enqueues - q0;
+    if (st > 0) /* not a lazyattn_status: the engine's callers expect a negative one */
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_prefill: between() returned %d, not a negative "
+                          "lazyattn_status", st);
     if (st && !serve_last_error()[0])
         return serve_fail(st, "serve_engine_prefill: between() returned %d (%s)", st,
                           lazyattn_status_string(st));

@@ -417,18 +417,19 @@ void serve_engine_use_batched_prefill(serve_engine *e, int on);
  * forward over all the segments it holds, ending at an entry's end), and
  * before each of its forwards but the first the engine calls
  * between(user): the caller runs a decode step of its running batch there
- * (serve_engine_decode on this engine, without the request being
- * prefilled: refused with INVALID_ARGUMENT, as is serve_engine_prefill;
- * between() must not destroy that request either). Its host time and
- * enqueues count as decode work, not the prefill's. A non-zero status from
- * between() ends the prefill with that status (the request is then not
- * committed; destroy it; the engine is ready for the next prefill; a
- * decode step that failed there leaves its requests as serve_engine_decode
- * says). The device-plan setting is read once per prefill: switching it
- * from between() takes effect at the next one. tokens 0 (the default): forwards of
- * max_rows rows and nothing in between. between NULL: chunks only.
- * INVALID_ARGUMENT for tokens < 0 or below one KV block (the batched path
- * cuts chunks at entry ends), or from inside a prefill. */
+ * (serve_engine_decode on this engine). Not there: decoding the request
+ * being prefilled, or serve_engine_prefill (both refused with
+ * INVALID_ARGUMENT), or destroying that request. Its host time and
+ * enqueues count as decode work, not the prefill's. between() returns 0 or
+ * a negative status, which ends the prefill with that status (a positive
+ * one: INVALID_ARGUMENT); the request is then not committed (destroy it),
+ * the engine is ready for the next prefill, and a decode step that failed
+ * there leaves its requests as serve_engine_decode says. The device-plan
+ * setting is read once per prefill: switched from between(), it applies
+ * from the next one. tokens 0 (the default): forwards of max_rows rows and
+ * nothing in between. between NULL: chunks only. INVALID_ARGUMENT for
+ * tokens < 0 or below one KV block (the batched path cuts chunks at entry
+ * ends), or from inside a prefill. */
 typedef int (*serve_between_fn)(void *user);
 int serve_engine_set_prefill_chunk(serve_engine *e, int tokens, serve_between_fn between,
                                    void *user);

@@ -906,7 +906,7 @@ static void test_between_failure_leaves_engine_usable(void **state) {
     assert_non_null(ref_logits);
     assert_non_null(logits);
     for (int batched = 0; batched < 2; batched++)
-        for (int mode = 0; mode < 2; mode++) { /* 0: a bare status; 1: decodes itself */
+        for (int mode = 0; mode < 3; mode++) { /* 0: a bare status; 1: decodes itself; 2: 1 */
             int32_t ref_tok;
             int64_t forwards = fb_reference(s, batched, &desc, &ref_tok, ref_logits);
             assert_true(forwards >= 3); /* two boundaries at least: fail at the second */
@@ -921,8 +921,9 @@ static void test_between_failure_leaves_engine_usable(void **state) {
             CHECK(lazyattn_cache_create(pool, &cc, &cache));
             CHECK(serve_engine_create(s->model, pool, &eng));
             serve_engine_use_batched_prefill(eng, batched);
-            fail_between f = {.eng = eng, .fail_at = 2, .status = LAZYATTN_STATUS_IO,
-                              .decode_self = mode};
+            fail_between f = {.eng = eng, .fail_at = 2,
+                              .status = mode == 2 ? 1 : LAZYATTN_STATUS_IO,
+                              .decode_self = mode == 1};
             CHECK(serve_engine_set_prefill_chunk(eng, mc->block_size, fb_between, &f));
             CHECK(lazyattn_request_create(cache, &desc, &req));
             f.self = req;
@@ -932,10 +933,11 @@ static void test_between_failure_leaves_engine_usable(void **state) {
             int32_t tok = -1;
             int st = serve_engine_prefill(eng, req, &desc, &tok);
             int want = mode ? LAZYATTN_STATUS_INVALID_ARGUMENT : LAZYATTN_STATUS_IO;
+            /* mode 2: a positive status is no lazyattn_status: INVALID_ARGUMENT */
             if (st != want || strstr(serve_last_error(), "stale"))
                 fail_msg("batched %d, mode %d: status %d (want %d), message '%s'", batched, mode,
                          st, want, serve_last_error());
-            if (mode) {
+            if (mode == 1) {
                 assert_int_equal(f.decode_status, LAZYATTN_STATUS_INVALID_ARGUMENT);
                 assert_non_null(strstr(serve_last_error(), "being prefilled"));
                 CHECK(lazyattn_request_get_plan(req, &after));
@@ -971,7 +973,8 @@ static void test_between_failure_leaves_engine_usable(void **state) {
             lazyattn_pool_destroy(pool);
             printf("# %s path: between() failing (%s) at the second of %lld boundaries: its "
                    "status and message, nothing published, the next prefill bit-identical\n",
-                   batched ? "batched" : "per-segment", mode ? "decoding itself" : "IO",
+                   batched ? "batched" : "per-segment",
+                   mode == 0 ? "IO" : mode == 1 ? "decoding itself" : "returning 1",
                    (long long)forwards - 1);
         }
     free(ref_logits);
