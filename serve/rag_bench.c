@@ -1511,12 +1511,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "rag_bench: %s at %llu B completed none of its %d requests (%s)\n",
                     runs[i].policy, (unsigned long long)runs[i].budget_bytes, o.wl.n_requests,
                     runs[i].n_failed ? "refused: the budget cannot hold a request's working set"
-                                     : "the time limit ended the run first");
+                    : runs[i].cut    ? "the time limit ended the run first"
+                                     : "none admitted");
             empty++;
         }
         cut += runs[i].cut && !runs[i].shared;
     }
-    if (cut && !empty)
+    if (cut) /* exit 3, or 1 when a run also completed nothing */
         fprintf(stderr, "rag_bench: INCOMPLETE: %d run%s cut short by the time limit (marked in "
                         "the tables and the summary CSV)\n", cut, cut > 1 ? "s" : "");
     for (int i = 0; i < n_runs; i++) serve_run_release(&runs[i]);
