@@ -491,11 +491,17 @@ void serve_run_summarise(serve_run_result *r);
 void serve_run_release(serve_run_result *r);
 /* Linear-interpolated percentile p in [0, 100] of v[0..n) (sorted in place). */
 double serve_percentile(double *v, int n, double p);
+/* The printers do nothing for f NULL or runs NULL with n > 0. A run with
+ * no completed request prints dashes (and its CUT SHORT / same-run marks). */
 void serve_print_table(FILE *f, const serve_run_result *runs, int n);
 void serve_print_phases(FILE *f, const serve_run_result *runs, int n);
 /* Host time inside enqueue calls per phase, uploads and waits. */
 void serve_print_host(FILE *f, const serve_run_result *runs, int n);
-/* One row per request of every run. */
+/* The writers: 0, INVALID_ARGUMENT for a NULL or empty path, n < 0, runs
+ * NULL with n > 0 or a run's requests NULL with n_requests > 0, IO when
+ * the file cannot be written (the message names it). NaN or infinite
+ * times are written as such in the CSVs and left out of the plots.
+ * One row per request of every run. */
 int serve_write_csv(const char *path, const serve_run_result *runs, int n);
 /* One row per run. */
 int serve_write_summary_csv(const char *path, const serve_run_result *runs, int n);
