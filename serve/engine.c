@@ -112,9 +112,10 @@ int serve_engine_create(serve_model *model, lazyattn_pool *pool, serve_engine **
         pc.max_seqs = 2;
         st = lazyattn_device_plan_create(serve_model_context(model), &pc, &e->prompt);
     }
-    if (st) {
+    if (st) { /* the message first: destroying may overwrite lazyattn's detail */
+        st = serve_lz_fail(st, "lazyattn_device_plan_create");
         serve_engine_destroy(e);
-        return serve_lz_fail(st, "lazyattn_device_plan_create");
+        return st;
     }
     e->use_plans = 1;
     e->use_batched = 1;
