@@ -18,7 +18,8 @@
  * Per run: throughput, document-token hit ratio (copy hits separately),
  * device time per phase from profiling events. Outputs: the per-policy
  * table on stdout, PREFIX.csv (per request), PREFIX_summary.csv,
- * PREFIX_ttft.svg and PREFIX_budget.svg.
+ * PREFIX_ttft.svg, PREFIX_budget.svg and, with several budgets,
+ * PREFIX_ttft_budgets.svg.
  *
  * With --tier, the LAZY cache has a document tier (host memory, a
  * directory or Redis): GPU misses are loaded from it before they are
@@ -107,7 +108,8 @@ static const char usage_text[] =
     "                            at most 16, each 1 KiB..1 PiB)\n"
     "  --policies LIST           lazy,position,prefix,none (default all four)\n"
     "  --out PREFIX              output files PREFIX.csv, PREFIX_summary.csv,\n"
-    "                            PREFIX_ttft.svg, PREFIX_budget.svg (default rag_bench)\n"
+    "                            PREFIX_ttft.svg, PREFIX_budget.svg, with several budgets\n"
+    "                            PREFIX_ttft_budgets.svg (default rag_bench)\n"
     "  --run-seconds S           stop admitting requests S seconds into a run\n"
     "  --max-rows N              most tokens per forward (prefill chunk, 1..65536)\n"
     "  --kv-f32                  K/V stored as f32 (default f16)\n"
