@@ -843,11 +843,13 @@ typedef struct fail_between {
     lazyattn_request *self; /* the request being prefilled */
     int calls, fail_at, status, decode_self;
     int decode_status;
+    int set_status; /* serve_engine_set_prefill_chunk from inside, at the first call */
 } fail_between;
 
 static int fb_between(void *user) {
     fail_between *f = user;
-    if (++f->calls != f->fail_at) return 0;
+    if (++f->calls == 1) f->set_status = serve_engine_set_prefill_chunk(f->eng, 0, NULL, NULL);
+    if (f->calls != f->fail_at) return 0;
     if (f->decode_self) {
         int32_t tok = 1, next = -1;
         f->decode_status = serve_engine_decode(f->eng, 1, &f->self, &tok, &next);
@@ -945,6 +947,8 @@ static void test_between_failure_leaves_engine_usable(void **state) {
             } else {
                 assert_non_null(strstr(serve_last_error(), "between()"));
             }
+            /* refused inside: the chunk and the callback stay for the rest of the prefill */
+            assert_int_equal(f.set_status, LAZYATTN_STATUS_INVALID_ARGUMENT);
             serve_engine_stats es;
             serve_engine_get_stats(eng, &es);
             assert_int_equal(es.prefill_requests, 0);
