@@ -49,6 +49,7 @@ struct serve_engine {
     serve_between_fn between;   /* NULL: chunks only */
     void *between_user;
     int in_prefill;             /* inside serve_engine_prefill */
+    const lazyattn_request *prefilling; /* its request (between() may not decode it) */
     serve_engine_stats stats;
     /* host time and enqueues of the between() calls of the running prefill,
      * taken out of its own (they are decode steps, counted there) */
@@ -111,9 +112,10 @@ int serve_engine_create(serve_model *model, lazyattn_pool *pool, serve_engine **
         pc.max_seqs = 2;
         st = lazyattn_device_plan_create(serve_model_context(model), &pc, &e->prompt);
     }
-    if (st) {
+    if (st) { /* the message first: destroying may overwrite lazyattn's detail */
+        st = serve_lz_fail(st, "lazyattn_device_plan_create");
         serve_engine_destroy(e);
-        return serve_lz_fail(st, "lazyattn_device_plan_create");
+        return st;
     }
     e->use_plans = 1;
     e->use_batched = 1;
@@ -154,13 +156,21 @@ static int serve_engine_between_forwards(serve_engine *e, int64_t forwards_done)
     double t0 = serve_now(), c0 = serve_thread_cpu_now();
     double w0 = t ? t->wait_s : 0, wc0 = t ? t->wait_cpu_s : 0;
     int64_t q0 = t ? t->enqueues : 0;
+    /* the detail is per thread and never cleared: empty it, so that a
+     * failure of between() that leaves none is not told with a stale one */
+    serve_fail(LAZYATTN_STATUS_OK, "%s", "");
     int st = e->between(e->between_user);
     e->stats.between_calls++;
     e->between_s += serve_now() - t0 - (t ? t->wait_s - w0 : 0);
     e->between_cpu_s += serve_thread_cpu_now() - c0 - (t ? t->wait_cpu_s - wc0 : 0);
     if (t) e->between_enqueues += t->enqueues - q0;
+    if (st > 0) /* not a lazyattn_status: the engine's callers expect a negative one */
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_engine_prefill: between() returned %d, not a negative "
+                          "lazyattn_status", st);
     if (st && !serve_last_error()[0])
-        return serve_fail(st, "serve_engine_prefill: between() returned %d", st);
+        return serve_fail(st, "serve_engine_prefill: between() returned %d (%s)", st,
+                          lazyattn_status_string(st));
     return st;
 }
 
@@ -296,8 +306,10 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
     e->between_s = e->between_cpu_s = 0;
     e->between_enqueues = 0;
     e->in_prefill = 1;
+    e->prefilling = req;
     int st = serve_engine_prefill_timed(e, req, desc, first_token, &forwards);
     e->in_prefill = 0;
+    e->prefilling = NULL;
     e->stats.prefill_forwards += forwards;
     if (!st) e->stats.prefill_requests++;
     if (t) {
@@ -472,7 +484,9 @@ static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
     if (n_whole > plan->n_entries)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_engine_prefill: question entries");
     int st;
-    if (e->use_plans) {
+    /* fixed for the whole prefill: between() may switch it for later ones */
+    const int use_plans = e->use_plans;
+    if (use_plans) {
         lazyattn_plan_seq seqs[2];
         int ns = 0;
         if (n_before > 0)
@@ -552,7 +566,7 @@ static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
                                  .table = e->table,
                                  .entry_pos = e->entry_pos,
                                  .want_logits = want_logits,
-                                 .plan = e->use_plans ? e->prompt : NULL,
+                                 .plan = use_plans ? e->prompt : NULL,
                                  .n_seqs = ns,
                                  .q_indptr = e->q_indptr,
                                  .table_indptr = e->t_indptr,
@@ -596,6 +610,13 @@ static int serve_engine_decode_timed(serve_engine *e, int n, lazyattn_request *c
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_engine_decode: bad arguments (%d sequences, at most %d)", n,
                           e ? e->row_cap : 0);
+    /* from between(): the running batch only; the request being prefilled
+     * has no first token yet (and an append would move its plan's table) */
+    for (int i = 0; e->in_prefill && i < n; i++)
+        if (reqs[i] == e->prefilling)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                              "serve_engine_decode: sequence %d is the request being prefilled "
+                              "(decode it once serve_engine_prefill has returned)", i);
     int total = 0, max_entries = 0, st;
     serve_timer *timer = serve_model_timer(e->model);
     double t0 = serve_now(), c0 = serve_thread_cpu_now();

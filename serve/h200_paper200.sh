@@ -31,6 +31,12 @@ out=${2:?usage: serve/h200_paper200.sh BUILD_DIR OUT_DIR [rag_bench options]}
 shift 2
 start=$(date +%s)
 seconds=${P200_SECONDS:-570}
+case $seconds in
+''|*[!0-9]*|0?*|???????*)
+    echo "h200_paper200: P200_SECONDS='$seconds': a whole number of seconds" \
+         "(digits, no leading 0, at most 6)" >&2
+    exit 2 ;;
+esac
 mkdir -p "$out" || exit 1
 if [ "${P200_LOCAL:-0}" != 1 ]; then
     . tools/nvidia-opencl-env.sh || exit 1

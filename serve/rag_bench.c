@@ -18,7 +18,8 @@
  * Per run: throughput, document-token hit ratio (copy hits separately),
  * device time per phase from profiling events. Outputs: the per-policy
  * table on stdout, PREFIX.csv (per request), PREFIX_summary.csv,
- * PREFIX_ttft.svg and PREFIX_budget.svg.
+ * PREFIX_ttft.svg, PREFIX_budget.svg and, with several budgets,
+ * PREFIX_ttft_budgets.svg.
  *
  * With --tier, the LAZY cache has a document tier (host memory, a
  * directory or Redis): GPU misses are loaded from it before they are
@@ -107,7 +108,8 @@ static const char usage_text[] =
     "                            at most 16, each 1 KiB..1 PiB)\n"
     "  --policies LIST           lazy,position,prefix,none (default all four)\n"
     "  --out PREFIX              output files PREFIX.csv, PREFIX_summary.csv,\n"
-    "                            PREFIX_ttft.svg, PREFIX_budget.svg (default rag_bench)\n"
+    "                            PREFIX_ttft.svg, PREFIX_budget.svg, with several budgets\n"
+    "                            PREFIX_ttft_budgets.svg (default rag_bench)\n"
     "  --run-seconds S           stop admitting requests S seconds into a run\n"
     "  --max-rows N              most tokens per forward (prefill chunk, 1..65536)\n"
     "  --kv-f32                  K/V stored as f32 (default f16)\n"
@@ -124,9 +126,9 @@ static const char usage_text[] =
     "                            pool adds room for the working sets of the requests in\n"
     "                            flight (default: the budget is the whole pool)\n"
     "  --time-limit S            the whole program within about S seconds: each run stops\n"
-    "                            admitting requests at its share of the time left (runs in\n"
-    "                            order lazy, position, prefix, none); a run cut short is\n"
-    "                            marked so, and the exit status is 3\n"
+    "                            admitting requests (warm-up ones too) at its share of the\n"
+    "                            time left (runs in order lazy, position, prefix, none); a\n"
+    "                            run cut short is marked so, and the exit status is 3\n"
     "  --seed S                  weight seed (default 1)\n"
     "  --tier host:SIZE|dir:PATH|redis://HOST:PORT\n"
     "                            a document tier behind the LAZY cache (lazy policy only):\n"
@@ -647,33 +649,38 @@ out:
  * and one prefill), each the largest a request can need: prefix, k
  * documents, question and generated tokens, a block more per segment for
  * position-aware documents stored off block boundaries. */
-static uint64_t bench_headroom(const bench_options *o, const serve_model_config *mc) {
-    uint64_t B = (uint64_t)mc->block_size;
-    uint64_t blocks = (o->wl.prefix_len + B - 1) / B + 1 +
-                      (uint64_t)o->wl.docs_per_request * ((o->wl.doc_len_max + B - 1) / B + 1) +
-                      ((uint64_t)o->wl.question_max + (uint64_t)o->wl.gen_max + B - 1) / B + 1;
-    uint64_t slots = o->rate > 0 ? (uint64_t)o->max_batch + 1
-                                 : (uint64_t)(o->concurrency < o->max_batch + 1 ? o->concurrency
-                                                                                : o->max_batch + 1);
-    return slots * blocks * B * serve_model_kv_bytes_per_token(mc);
+/* In double: the options' largest values pass 2^64 bytes (main refuses
+ * a pool over 1 PiB before any run). */
+static double bench_headroom(const bench_options *o, const serve_model_config *mc) {
+    double B = (double)mc->block_size;
+    double blocks = ceil(o->wl.prefix_len / B) + 1 +
+                    (double)o->wl.docs_per_request * (ceil(o->wl.doc_len_max / B) + 1) +
+                    ceil(((double)o->wl.question_max + o->wl.gen_max) / B) + 1;
+    double slots = o->rate > 0 ? (double)o->max_batch + 1
+                               : (double)(o->concurrency < o->max_batch + 1 ? o->concurrency
+                                                                            : o->max_batch + 1);
+    return slots * blocks * B * (double)serve_model_kv_bytes_per_token(mc);
 }
 
 /* One policy under one budget. limit: seconds after which the measured
- * requests are no longer admitted (0: none); a run it cuts short is marked
- * (out->cut) and holds the requests admitted. */
+ * requests are no longer admitted (0: none); deadline: serve_now() time
+ * after which no request, warm-up or measured, is admitted (0: none; the
+ * warm-up's time comes out of the run's share); a run they cut short is
+ * marked (out->cut) and holds the requests admitted. */
 static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, double limit,
-                     serve_run_result *out) {
+                     double deadline, serve_run_result *out) {
     const bench_options *o = b->opt;
     const serve_model_config *mc = serve_model_get_config(b->model);
     memset(out, 0, sizeof *out);
     snprintf(out->policy, sizeof out->policy, "%s", lazyattn_cache_policy_name(policy));
     out->budget_bytes = budget;
     out->n_planned = o->wl.n_requests;
-    out->limit_s = limit;
     lazyattn_pool_config pc;
     /* the budget is the whole pool, or (--retained-budget) what the cache
      * keeps between requests, the running requests' working sets on top */
-    serve_model_pool_config(mc, o->retained_budget ? budget + bench_headroom(o, mc) : budget, &pc);
+    uint64_t pool_bytes = budget;
+    if (o->retained_budget) pool_bytes += (uint64_t)bench_headroom(o, mc); /* <= 1 PiB: main */
+    serve_model_pool_config(mc, pool_bytes, &pc);
     out->pool_bytes = pc.budget_bytes;
     lazyattn_pool *pool = NULL;
     lazyattn_cache *cache = NULL;
@@ -709,9 +716,20 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
     int n_done = 0;
     if (o->warmup > 0) {
         snprintf(label, sizeof label, "%s warm-up", out->policy);
-        if ((st = serve_requests(b, cache, eng, 0, o->warmup, warm, label, 0, &n_done)))
+        double wlimit = 0;
+        if (deadline > 0) {
+            wlimit = deadline - serve_now();
+            if (wlimit < 1e-3) wlimit = 1e-3;
+        }
+        if ((st = serve_requests(b, cache, eng, 0, o->warmup, warm, label, wlimit, &n_done)))
             goto done;
     }
+    if (deadline > 0) {
+        double left = deadline - serve_now();
+        if (left < 1e-3) left = 1e-3; /* admits nothing: the run is marked cut */
+        if (limit <= 0 || left < limit) limit = left;
+    }
+    out->limit_s = limit;
     lazyattn_cache_reset_stats(cache);
     serve_timer_collect(&b->timer);
     memset(b->timer.seconds, 0, sizeof b->timer.seconds);
@@ -880,6 +898,7 @@ out:
  * planning times, seconds, of its completed requests). */
 typedef struct proc_summary {
     int status; /* 0: the run completed */
+    int cut;    /* 1: --run-seconds stopped its admissions */
     int n_ok, n_failed, n_ttft;
     double wall_s;
     lazyattn_cache_stats stats;
@@ -929,7 +948,7 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
     if (!st && shared) st = tier_open(&o->tier, &b.tier);
     if (!st)
         st = bench_run(&b, LAZYATTN_CACHE_POLICY_LAZY, o->budgets[o->n_budgets - 1],
-                       o->run_seconds, &run);
+                       o->run_seconds, 0, &run);
     double *ttft = calloc(2 * (size_t)run.n_requests + 1, sizeof *ttft); /* TTFT, then plan */
     sum.status = st ? st : ttft ? 0 : LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
     if (st) {
@@ -938,6 +957,7 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
     } else if (ttft) {
         sum.n_ok = run.n_ok;
         sum.n_failed = run.n_failed;
+        sum.cut = run.cut;
         sum.wall_s = run.wall_s;
         sum.stats = run.stats;
         for (int i = 0; i < run.n_requests; i++)
@@ -957,6 +977,7 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
 /* One phase (separate caches, or the shared tier), summed over its rounds. */
 typedef struct phase_result {
     int n_failed_procs;
+    int n_cut;                  /* process runs --run-seconds cut short */
     int n_ok, n_failed;
     double wall_sum;            /* the slowest process of each round */
     lazyattn_cache_stats total; /* counters summed over processes and rounds */
@@ -1013,6 +1034,7 @@ static int run_phase(const bench_options *o, const serve_model_config *mc, int s
             out->n_ttft += sum.n_ttft;
             out->n_ok += sum.n_ok;
             out->n_failed += sum.n_failed;
+            out->n_cut += sum.cut;
             if (sum.wall_s > wall_max) wall_max = sum.wall_s;
             lazyattn_cache_stats *t = &out->total, *s = &sum.stats;
             t->doc_tokens += s->doc_tokens;
@@ -1095,7 +1117,9 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     int n = o->processes;
     static const char *const modes[] = {"read", "back", "through"};
     printf("# rag_bench: %d serving processes, each its own context, model and LAZY cache of "
-           "%.4g MiB\n", n, (double)o->budgets[o->n_budgets - 1] / (1 << 20));
+           "%.4g MiB%s\n", n, (double)o->budgets[o->n_budgets - 1] / (1 << 20),
+           o->retained_budget ? " retained between requests (the pool adds the working sets in "
+                                "flight)" : "");
     printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, vocab %d; KV %s; "
            "--gemm %s\n", o->gguf ? o->gguf : o->model, mc->n_layers, mc->hidden, mc->n_heads,
            mc->n_kv_heads, mc->head_dim, mc->vocab,
@@ -1126,9 +1150,9 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
            "| tier hit tokens | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | plan + tier load mean ms "
            "| wall s | tier writes / errors / rejected |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-    char label[64];
-    print_phase("separate", n, &sep);
-    snprintf(label, sizeof label, "shared %s", o->tier_text);
+    char label[1100];
+    print_phase(sep.n_cut ? "separate (CUT SHORT)" : "separate", n, &sep);
+    snprintf(label, sizeof label, "shared %s%s", o->tier_text, shr.n_cut ? " (CUT SHORT)" : "");
     print_phase(label, n, &shr);
     double ratio = sep.total.recomputed_tokens
                        ? (double)shr.total.recomputed_tokens / (double)sep.total.recomputed_tokens
@@ -1171,11 +1195,15 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
                 sep.n_failed_procs + shr.n_failed_procs, 2 * n);
         return 1;
     }
+    if (sep.n_cut || shr.n_cut)
+        fprintf(stderr, "rag_bench: INCOMPLETE: %d of %d process runs cut short by --run-seconds "
+                        "(separate %d, shared %d): the figures are of the requests admitted\n",
+                sep.n_cut + shr.n_cut, 2 * n * o->rounds, sep.n_cut, shr.n_cut);
     if (sep.n_ok == 0 || shr.n_ok == 0) {
         fprintf(stderr, "rag_bench: a phase completed no request\n");
         return 1;
     }
-    return 0;
+    return sep.n_cut || shr.n_cut ? 3 : 0;
 fail:
     fprintf(stderr, "rag_bench: %s: %s\n", lazyattn_status_string(st), serve_last_error());
     lazyattn_store_destroy(store);
@@ -1295,6 +1323,13 @@ int main(int argc, char **argv) {
         o.n_budgets = 2;
     }
     qsort(o.budgets, (size_t)o.n_budgets, sizeof o.budgets[0], cmp_u64);
+    if (o.retained_budget &&
+        (double)o.budgets[o.n_budgets - 1] + bench_headroom(&o, &mc) > 1125899906842624.0) {
+        fprintf(stderr, "rag_bench: --retained-budget: the largest budget and the working sets of "
+                        "the requests in flight (%.4g B) exceed 1 PiB\n", bench_headroom(&o, &mc));
+        serve_gguf_close(gguf);
+        return 2;
+    }
     if (o.processes > 0) {
         /* each process opens the GGUF file itself: nothing is shared through fork */
         serve_gguf_close(gguf);
@@ -1349,7 +1384,7 @@ int main(int argc, char **argv) {
     if (o.retained_budget)
         printf("# budgets retained by the cache between requests; each pool adds %.4g MiB for "
                "the working sets of the requests in flight\n",
-               (double)bench_headroom(&o, &mc) / (1 << 20));
+               bench_headroom(&o, &mc) / (1 << 20));
     if (o.prefill_chunk > 0)
         printf("# prefill in forwards of at most %d tokens (--max-rows %d), a decode step of the "
                "running requests between two\n",
@@ -1379,14 +1414,14 @@ int main(int argc, char **argv) {
         serve_run_result *r = &runs[bi * o.n_policies + pi];
         int shared_none = o.retained_budget && o.policies[pi] == LAZYATTN_CACHE_POLICY_NONE;
         if (shared_none && bi != 0) continue; /* a copy of the run at the first budget */
-        double limit = o.run_seconds;
+        double deadline = 0;
         if (o.time_limit > 0) {
             double left = o.time_limit - (serve_now() - t_start) - 2.0; /* 2 s: tables, files */
             double share = left / (n_todo - n_exec) - drain;
             if (share < 1e-3) share = 1e-3; /* admits nothing: the run is marked cut */
-            if (limit <= 0 || share < limit) limit = share;
+            deadline = serve_now() + share; /* warm-up included */
         }
-        st = bench_run(&b, o.policies[pi], o.budgets[bi], limit, r);
+        st = bench_run(&b, o.policies[pi], o.budgets[bi], o.run_seconds, deadline, r);
         if (st) {
             fprintf(stderr, "\nrag_bench: %s at %llu B: %s: %s\n",
                     lazyattn_cache_policy_name(o.policies[pi]), (unsigned long long)o.budgets[bi],
@@ -1402,7 +1437,7 @@ int main(int argc, char **argv) {
                    "(admission limit %.1f s)\n",
                    n_exec, n_todo, serve_now() - t_start, r->policy, bt, r->n_ok + r->n_failed,
                    r->n_planned, r->n_failed, r->cut ? ", CUT SHORT" : "", 1e3 * r->ttft_mean,
-                   1e3 * r->tpot_mean, r->req_per_s, r->hit_ratio, r->wall_s, limit);
+                   1e3 * r->tpot_mean, r->req_per_s, r->hit_ratio, r->wall_s, r->limit_s);
             fflush(stdout);
         }
         for (int q = 0; q < r->n_requests; q++)
@@ -1486,12 +1521,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "rag_bench: %s at %llu B completed none of its %d requests (%s)\n",
                     runs[i].policy, (unsigned long long)runs[i].budget_bytes, o.wl.n_requests,
                     runs[i].n_failed ? "refused: the budget cannot hold a request's working set"
-                                     : "the time limit ended the run first");
+                    : runs[i].cut    ? "the time limit ended the run first"
+                                     : "none admitted");
             empty++;
         }
         cut += runs[i].cut && !runs[i].shared;
     }
-    if (cut && !empty)
+    if (cut) /* exit 3, or 1 when a run also completed nothing */
         fprintf(stderr, "rag_bench: INCOMPLETE: %d run%s cut short by the time limit (marked in "
                         "the tables and the summary CSV)\n", cut, cut > 1 ? "s" : "");
     for (int i = 0; i < n_runs; i++) serve_run_release(&runs[i]);

@@ -78,6 +78,7 @@ static void serve_budget_text(uint64_t b, char *out, size_t n) {
 }
 
 void serve_print_table(FILE *f, const serve_run_result *runs, int n) {
+    if (!f || (!runs && n > 0)) return;
     fprintf(f, "| policy | budget | requests (failed) | hit ratio | copy ratio | block hits | "
                "TTFT mean ms | TTFT p50 ms | TTFT p99 ms | TPOT ms | e2e mean ms | req/s | "
                "tok/s | wall s |\n");
@@ -87,13 +88,13 @@ void serve_print_table(FILE *f, const serve_run_result *runs, int n) {
         const serve_run_result *r = &runs[i];
         char b[32];
         serve_budget_text(r->budget_bytes, b, sizeof b);
-        if (r->n_ok == 0) { /* every request refused: no latency to report */
-            fprintf(f, "| %s | %s | 0 (%d) | - | - | - | - | - | - | - | - | 0 | 0 | %.1f |\n",
-                    r->policy, b, r->n_failed, r->wall_s);
-            continue;
-        }
         char cut[48] = "";
         if (r->cut) snprintf(cut, sizeof cut, " of %d, CUT SHORT", r->n_planned);
+        if (r->n_ok == 0) { /* every request refused, or none admitted: no latency to report */
+            fprintf(f, "| %s%s | %s | 0 (%d)%s | - | - | - | - | - | - | - | - | 0 | 0 | %.1f |\n",
+                    r->policy, r->shared ? " (same run)" : "", b, r->n_failed, cut, r->wall_s);
+            continue;
+        }
         fprintf(f,
                 "| %s%s | %s | %d (%d)%s | %.3f | %.3f | %.3f | %.1f | %.1f | %.1f | %.2f | %.1f | "
                 "%.2f | %.1f | %.1f |\n",
@@ -105,6 +106,7 @@ void serve_print_table(FILE *f, const serve_run_result *runs, int n) {
 }
 
 void serve_print_host(FILE *f, const serve_run_result *runs, int n) {
+    if (!f || (!runs && n > 0)) return;
     fprintf(f, "| policy | budget | wall s | gemm enqueue s | attention enqueue s | elementwise "
                "enqueue s | uploads s | wait for tokens s | host ms / decode step (steps) | "
                "host ms / prefill forward (forwards) | host CPU ms / decode step | host CPU "
@@ -142,6 +144,7 @@ void serve_print_host(FILE *f, const serve_run_result *runs, int n) {
 }
 
 void serve_print_phases(FILE *f, const serve_run_result *runs, int n) {
+    if (!f || (!runs && n > 0)) return;
     fprintf(f, "| policy | budget | wall s | gemm s | attention s | copy s | elementwise s | "
                "host, sync, idle s |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (int i = 0; i < n; i++) {
@@ -157,6 +160,21 @@ void serve_print_phases(FILE *f, const serve_run_result *runs, int n) {
     }
 }
 
+/* The writers' arguments: a path, and runs unless n is 0. */
+static int serve_check_write(const char *who, const char *path, const serve_run_result *runs,
+                             int n) {
+    if (!path || !path[0] || n < 0 || (!runs && n > 0))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: %s path, %d runs at %p", who, path ? "an empty" : "a NULL", n,
+                          (const void *)runs);
+    for (int i = 0; i < n; i++)
+        if (runs[i].n_requests < 0 || (!runs[i].requests && runs[i].n_requests > 0))
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                              "%s: run %d: %d requests at %p", who, i, runs[i].n_requests,
+                              (const void *)runs[i].requests);
+    return LAZYATTN_STATUS_OK;
+}
+
 /* Closes a file written with stdio: IO if any write or the close failed. */
 static int serve_close_written(FILE *f, const char *path) {
     int bad = ferror(f);
@@ -165,6 +183,8 @@ static int serve_close_written(FILE *f, const char *path) {
 }
 
 int serve_write_csv(const char *path, const serve_run_result *runs, int n) {
+    int st = serve_check_write("serve_write_csv", path, runs, n);
+    if (st) return st;
     FILE *f = fopen(path, "w");
     if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "policy,budget_bytes,request,ok,arrival_s,ttft_s,tpot_s,e2e_s,prompt_tokens,"
@@ -185,6 +205,8 @@ int serve_write_csv(const char *path, const serve_run_result *runs, int n) {
 }
 
 int serve_write_summary_csv(const char *path, const serve_run_result *runs, int n) {
+    int st = serve_check_write("serve_write_summary_csv", path, runs, n);
+    if (st) return st;
     FILE *f = fopen(path, "w");
     if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "policy,budget_bytes,requests,failed,hit_ratio,copy_ratio,block_hit_ratio,"
@@ -225,12 +247,12 @@ typedef struct serve_frame {
 static double serve_fx(const serve_frame *p, double x) {
     double t = p->xlog ? (log2(x) - log2(p->xmin)) / (log2(p->xmax) - log2(p->xmin))
                        : (x - p->xmin) / (p->xmax - p->xmin);
-    if (!(t == t)) t = 0.5;
+    t = !(t == t) ? 0.5 : t < 0 ? 0 : t > 1 ? 1 : t; /* NaN, inf: a number in the frame */
     return p->x0 + t * p->w;
 }
 static double serve_fy(const serve_frame *p, double y) {
     double t = (y - p->ymin) / (p->ymax - p->ymin);
-    if (!(t == t)) t = 0.5;
+    t = !(t == t) ? 0.5 : t < 0 ? 0 : t > 1 ? 1 : t;
     return p->y0 + p->h - t * p->h;
 }
 
@@ -284,7 +306,7 @@ static void serve_svg_ttft_panel(FILE *f, const serve_run_result *runs, int n, u
             for (int j = 0; j < runs[i].n_requests; j++)
                 if (runs[i].requests[j].ok) {
                     double t = 1e3 * (runs[i].requests[j].first_token - runs[i].requests[j].arrival);
-                    if (t > tmax) tmax = t;
+                    if (isfinite(t) && t > tmax) tmax = t;
                 }
     if (tmax <= 0) tmax = 1;
     serve_frame p = {x0, y0, 520, 300, 0, tmax * 1.05, 0, 1, 0};
@@ -306,8 +328,10 @@ static void serve_svg_ttft_panel(FILE *f, const serve_run_result *runs, int n, u
         double *v = malloc((size_t)r->n_requests * sizeof *v);
         if (!v) continue;
         int m = 0;
-        for (int j = 0; j < r->n_requests; j++)
-            if (r->requests[j].ok) v[m++] = 1e3 * (r->requests[j].first_token - r->requests[j].arrival);
+        for (int j = 0; j < r->n_requests; j++) {
+            double t = 1e3 * (r->requests[j].first_token - r->requests[j].arrival);
+            if (r->requests[j].ok && isfinite(t)) v[m++] = t; /* NaN / inf: not drawable */
+        }
         qsort(v, (size_t)m, sizeof *v, serve_cmp_double);
         fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' points='",
                 serve_policy_colour(r->policy));
@@ -323,6 +347,8 @@ static void serve_svg_ttft_panel(FILE *f, const serve_run_result *runs, int n, u
 }
 
 int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, uint64_t budget) {
+    int st = serve_check_write("serve_write_svg_ttft", path, runs, n);
+    if (st) return st;
     FILE *f = fopen(path, "w");
     if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='720' height='400' "
@@ -336,6 +362,8 @@ int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, 
 }
 
 int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs, int n) {
+    int st = serve_check_write("serve_write_svg_ttft_budgets", path, runs, n);
+    if (st) return st;
     uint64_t budgets[16];
     int nb = 0;
     for (int i = 0; i < n && nb < 16; i++) {
@@ -358,6 +386,8 @@ int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs,
 }
 
 int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n) {
+    int st = serve_check_write("serve_write_svg_budget", path, runs, n);
+    if (st) return st;
     FILE *f = fopen(path, "w");
     if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     double bmin = 0, bmax = 0, tmax = 0;
@@ -365,7 +395,7 @@ int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n
         double b = (double)runs[i].budget_bytes / (1 << 20);
         if (bmin == 0 || b < bmin) bmin = b;
         if (b > bmax) bmax = b;
-        if (runs[i].req_per_s > tmax) tmax = runs[i].req_per_s;
+        if (isfinite(runs[i].req_per_s) && runs[i].req_per_s > tmax) tmax = runs[i].req_per_s;
     }
     if (bmax <= bmin) bmax = bmin * 2 + 1;
     if (tmax <= 0) tmax = 1;

@@ -391,6 +391,8 @@ int serve_engine_prefill(serve_engine *e, lazyattn_request *req, const lazyattn_
  * One decode step: appends tokens[i] to request reqs[i] (lazyattn_request_append)
  * and runs them as one batch; next[i] is the argmax of request i's logits.
  *   reqs, tokens, next: [n]
+ * On failure some requests may hold the new position without its K/V
+ * written: their sequences cannot go on (destroy them).
  */
 int serve_engine_decode(serve_engine *e, int n, lazyattn_request *const *reqs,
                         const int32_t *tokens, int32_t *next);
@@ -425,13 +427,19 @@ void serve_engine_use_batched_prefill(serve_engine *e, int on);
  * forward over all the segments it holds, ending at an entry's end), and
  * before each of its forwards but the first the engine calls
  * between(user): the caller runs a decode step of its running batch there
- * (serve_engine_decode on this engine; not serve_engine_prefill). Its host
- * time and enqueues count as decode work, not the prefill's. A non-zero
- * status from between() ends the prefill with that status (the request is
- * then not committed; destroy it). tokens 0 (the default): forwards of
- * max_rows rows and nothing in between. between NULL: chunks only.
- * INVALID_ARGUMENT for tokens < 0 or below one KV block (the batched path
- * cuts chunks at entry ends), or from inside a prefill. */
+ * (serve_engine_decode on this engine). Not there: decoding the request
+ * being prefilled, or serve_engine_prefill (both refused with
+ * INVALID_ARGUMENT), or destroying that request. Its host time and
+ * enqueues count as decode work, not the prefill's. between() returns 0 or
+ * a negative status, which ends the prefill with that status (a positive
+ * one: INVALID_ARGUMENT); the request is then not committed (destroy it),
+ * the engine is ready for the next prefill, and a decode step that failed
+ * there leaves its requests as serve_engine_decode says. The device-plan
+ * setting is read once per prefill: switched from between(), it applies
+ * from the next one. tokens 0 (the default): forwards of max_rows rows and
+ * nothing in between. between NULL: chunks only. INVALID_ARGUMENT for
+ * tokens < 0 or below one KV block (the batched path cuts chunks at entry
+ * ends), or from inside a prefill. */
 typedef int (*serve_between_fn)(void *user);
 int serve_engine_set_prefill_chunk(serve_engine *e, int tokens, serve_between_fn between,
                                    void *user);
@@ -493,11 +501,17 @@ void serve_run_summarise(serve_run_result *r);
 void serve_run_release(serve_run_result *r);
 /* Linear-interpolated percentile p in [0, 100] of v[0..n) (sorted in place). */
 double serve_percentile(double *v, int n, double p);
+/* The printers do nothing for f NULL or runs NULL with n > 0. A run with
+ * no completed request prints dashes (and its CUT SHORT / same-run marks). */
 void serve_print_table(FILE *f, const serve_run_result *runs, int n);
 void serve_print_phases(FILE *f, const serve_run_result *runs, int n);
 /* Host time inside enqueue calls per phase, uploads and waits. */
 void serve_print_host(FILE *f, const serve_run_result *runs, int n);
-/* One row per request of every run. */
+/* The writers: 0, INVALID_ARGUMENT for a NULL or empty path, n < 0, runs
+ * NULL with n > 0 or a run's requests NULL with n_requests > 0, IO when
+ * the file cannot be written (the message names it). NaN or infinite
+ * times are written as such in the CSVs and left out of the plots.
+ * One row per request of every run. */
 int serve_write_csv(const char *path, const serve_run_result *runs, int n);
 /* One row per run. */
 int serve_write_summary_csv(const char *path, const serve_run_result *runs, int n);

@@ -10,6 +10,7 @@ usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kern
 probe_wgmma_layout, rag_bench, bench_gemm, bench_gemm_small; a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
+import csv
 import os
 import subprocess
 import sys
@@ -159,9 +160,9 @@ BAD = [
     ("rag_bench", ["--retained-budget=1"], USAGE, "--retained-budget"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--time-limit", "60"], USAGE,
      "--time-limit"),
-    # the time limit cuts runs short: results written, marked, exit 3
-    ("rag_bench", [a if a != "2" or i != 3 else "100000" for i, a in enumerate(RB_SMALL)] +
-     ["--budget", "64KiB", "--time-limit", "8", "--out", "rbcut"], 3, "INCOMPLETE"),
+    # the largest budget and the working sets in flight past 1 PiB: refused before any run
+    ("rag_bench", RB_SMALL + ["--budget", "1024TiB", "--retained-budget"], USAGE,
+     "--retained-budget"),
     ("rag_bench", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
     # every request refused: 4 KiB holds one block of the tiny model, a request needs more
     ("rag_bench", RB_SMALL + ["--budget", "4KiB"], FAILED, "completed none"),
@@ -195,6 +196,10 @@ BAD = [
      "not a directory"),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "redis://127.0.0.1:1"], FAILED,
      "redis"),
+    # processes whose runs --run-seconds cuts short: the table marks them, exit 3
+    ("rag_bench", [a if a != "2" or i != 3 else "100000" for i, a in enumerate(RB_SMALL)] +
+     ["--budget", "64KiB", "--tier", "dir:tiercut", "--processes", "2", "--run-seconds", "1"], 3,
+     "INCOMPLETE"),
     # bench_kernels (needs a GPU to run; its command line is checked first)
     ("bench_kernels", ["--reps", "5"], USAGE, "--reps"),
     ("bench_kernels", ["--reps", "1e3"], USAGE, "--reps"),
@@ -280,6 +285,8 @@ GOOD = [
      ["--budget", "16KiB,64KiB", "--prefill-chunk", "16", "--retained-budget", "--out", "rbc"],
      ["rbc.csv", "rbc_summary.csv", "rbc_ttft_budgets.svg"]),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--prefill-chunk", "0"], []),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--no-batched-prefill", "--prefill-chunk", "16",
+                              "--warmup", "2", "--time-limit", "600"], []),
     ("rag_bench", ["--help"], []),
     ("bench_kernels", ["--help"], []),
     ("quickstart", [], []),
@@ -291,6 +298,17 @@ GOOD = [
     ("probe_wgmma_layout", ["--help"], []),
     ("bench_gemm", ["--help"], []),
     ("bench_gemm_small", ["--help"], []),
+]
+
+# Runs the time limit cuts short: results written, the runs marked (complete=0 in the summary
+# CSV), exit 3. After GOOD, so that PoCL has built the kernels: a limit shorter than a cold
+# build would leave no time for any request (exit 1). RB_SMALL with 100000 requests.
+RB_MANY = [a if a != "2" or i != 3 else "100000" for i, a in enumerate(RB_SMALL)]
+CUT = [
+    (RB_MANY + ["--budget", "64KiB", "--time-limit", "8", "--out", "rbcut"], "rbcut"),
+    # Poisson arrivals, and a warm-up whose time comes out of the run's share
+    (RB_MANY + ["--budget", "64KiB", "--rate", "200", "--warmup", "4", "--time-limit", "6",
+                "--out", "rbcutr"], "rbcutr"),
 ]
 
 # Two serving processes sharing Redis, where a server is given (CI starts one).
@@ -341,6 +359,23 @@ def main():
                 failures.append("%s: no usage on stdout" % line)
             else:
                 print("ok   %-70.70s exit 0" % line)
+        for args, prefix in CUT if "rag_bench" in programs else []:
+            checked += 1
+            r = run(programs["rag_bench"], args, cwd)
+            line = "rag_bench %s" % " ".join(args)
+            try:
+                with open(os.path.join(cwd, prefix + "_summary.csv")) as f:
+                    rows = list(csv.DictReader(f))
+            except OSError:
+                rows = []
+            bad = [row for row in rows if row["complete"] != "0" or row["planned"] != "100000"
+                   or int(row["requests"]) + int(row["failed"]) >= 100000]
+            if r.returncode != 3 or "INCOMPLETE" not in r.stderr or not rows or bad:
+                failures.append("%s: exit %d (want 3), summary %r, stderr %r"
+                                % (line, r.returncode, rows[:2], r.stderr[-400:]))
+            else:
+                print("ok   %-70.70s exit 3, %s of 100000 requests, complete=0"
+                      % (line, rows[0]["requests"]))
     for f in failures:
         print("FAIL " + f)
     print("%d cases, %d failed" % (checked, len(failures)))

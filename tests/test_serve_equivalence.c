@@ -627,6 +627,8 @@ typedef struct il_loop {
     int nested_status; /* serve_engine_prefill from inside between() */
     lazyattn_request *nested_req;
     const lazyattn_request_desc *nested_desc;
+    int toggle_plans;  /* between() flips the device-plan setting each call */
+    int plans_now;
 } il_loop;
 
 static int il_step(il_loop *L) {
@@ -659,6 +661,7 @@ static int il_between(void *user) {
         L->nested_status = serve_engine_prefill(L->eng, L->nested_req, L->nested_desc, &tok);
         L->nested_req = NULL;
     }
+    if (L->toggle_plans) serve_engine_use_device_plans(L->eng, L->plans_now ^= 1);
     if (L->n_live > 0) L->steps_inside++;
     return il_step(L);
 }
@@ -673,9 +676,10 @@ typedef struct il_result {
 } il_result;
 
 /* chunk: rows per prefill forward (0: max_rows); interleave: decode steps between chunks;
- * batched: batched prefill (else one forward per segment chunk) */
-static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int interleave,
-                   int batched, il_result *res) {
+ * batched: batched prefill (else one forward per segment chunk); plans: 1 device plans,
+ * 0 host tables, 2 device plans switched on and off by every between() */
+static void il_run_plans(eq_state *s, lazyattn_cache_policy policy, int chunk, int interleave,
+                         int batched, int plans, il_result *res) {
     const serve_model_config *mc = serve_model_get_config(s->model);
     int V = mc->vocab;
     memset(res, 0, sizeof *res);
@@ -694,6 +698,9 @@ static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int int
     serve_model_set_timer(s->model, &res->timer);
     CHECK(serve_engine_set_prefill_chunk(L->eng, chunk, interleave ? il_between : NULL, L));
     serve_engine_use_batched_prefill(L->eng, batched);
+    L->plans_now = plans != 0;
+    L->toggle_plans = plans == 2;
+    serve_engine_use_device_plans(L->eng, L->plans_now);
     const int32_t *docs[N_REQ][8];
     int32_t lens[N_REQ][8];
     lazyattn_request_desc desc[N_REQ];
@@ -734,6 +741,11 @@ static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int int
     free(L);
 }
 
+static void il_run(eq_state *s, lazyattn_cache_policy policy, int chunk, int interleave,
+                   int batched, il_result *res) {
+    il_run_plans(s, policy, chunk, interleave, batched, 1, res);
+}
+
 /* Prefill in chunks of one block (16 rows) with a decode step of the
  * running batch between two chunks, against the same chunks with nothing
  * in between, against unchunked prefill and against the per-segment path
@@ -758,6 +770,27 @@ static void test_chunked_prefill_interleaves_decode(void **state) {
         il_run(s, policies[p], chunk, 0, 1, &off);
         il_run(s, policies[p], 0, 0, 1, &whole);
         il_run(s, policies[p], chunk, 1, 0, &seg); /* the per-segment path, interleaved */
+        /* host tables: decode steps in between must not touch the prefill's
+         * table; the setting switched by between() applies from the next
+         * prefill on, never to the chunks of the running one */
+        il_result host, flip;
+        il_run_plans(s, policies[p], chunk, 1, 1, 0, &host);
+        il_run_plans(s, policies[p], chunk, 1, 1, 2, &flip);
+        for (int r = 0; r < N_REQ; r++) {
+            assert_int_equal(host.n_gen[r], on.n_gen[r]);
+            assert_int_equal(flip.n_gen[r], on.n_gen[r]);
+            assert_memory_equal(host.tokens[r], on.tokens[r],
+                                (size_t)on.n_gen[r] * sizeof(int32_t));
+            assert_memory_equal(flip.tokens[r], on.tokens[r],
+                                (size_t)on.n_gen[r] * sizeof(int32_t));
+            assert_memory_equal(host.first_logits + (size_t)r * V, on.first_logits + (size_t)r * V,
+                                (size_t)V * sizeof(float));
+            assert_memory_equal(flip.first_logits + (size_t)r * V, on.first_logits + (size_t)r * V,
+                                (size_t)V * sizeof(float));
+        }
+        assert_true(host.stats.interleaved_decodes > 0 && flip.stats.interleaved_decodes > 0);
+        free(host.first_logits);
+        free(flip.first_logits);
         double worst = 0;
         for (int r = 0; r < N_REQ; r++) {
             assert_int_equal(on.n_gen[r], off.n_gen[r]);
@@ -820,6 +853,155 @@ static void test_chunked_prefill_interleaves_decode(void **state) {
     }
 }
 
+/* A between() that fails at its call `fail_at` (1-based): with `status`
+ * and no message, or by decoding the request being prefilled. */
+typedef struct fail_between {
+    serve_engine *eng;
+    lazyattn_request *self; /* the request being prefilled */
+    int calls, fail_at, status, decode_self;
+    int decode_status;
+    int set_status; /* serve_engine_set_prefill_chunk from inside, at the first call */
+} fail_between;
+
+static int fb_between(void *user) {
+    fail_between *f = user;
+    if (++f->calls == 1) f->set_status = serve_engine_set_prefill_chunk(f->eng, 0, NULL, NULL);
+    if (f->calls != f->fail_at) return 0;
+    if (f->decode_self) {
+        int32_t tok = 1, next = -1;
+        f->decode_status = serve_engine_decode(f->eng, 1, &f->self, &tok, &next);
+        return f->decode_status;
+    }
+    return f->status;
+}
+
+/* One request prefilled in chunks of one block on a fresh cache: its first
+ * token, its first token's logits and the forwards it took. */
+static int64_t fb_reference(eq_state *s, int batched, const lazyattn_request_desc *desc,
+                            int32_t *tok, float *logits) {
+    const serve_model_config *mc = serve_model_get_config(s->model);
+    lazyattn_pool_config pc;
+    serve_model_pool_config(mc, 1u << 20, &pc);
+    lazyattn_pool *pool;
+    lazyattn_cache *cache;
+    serve_engine *eng;
+    lazyattn_request *req;
+    CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
+    lazyattn_cache_config cc = {LAZYATTN_CACHE_POLICY_LAZY, 42, 0};
+    CHECK(lazyattn_cache_create(pool, &cc, &cache));
+    CHECK(serve_engine_create(s->model, pool, &eng));
+    serve_engine_use_batched_prefill(eng, batched);
+    CHECK(serve_engine_set_prefill_chunk(eng, mc->block_size, NULL, NULL));
+    CHECK(lazyattn_request_create(cache, desc, &req));
+    CHECK(serve_engine_prefill(eng, req, desc, tok));
+    CHECK(serve_model_read_logits(s->model, 1, logits));
+    serve_engine_stats es;
+    serve_engine_get_stats(eng, &es);
+    lazyattn_request_destroy(req);
+    serve_engine_destroy(eng);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+    return es.prefill_forwards;
+}
+
+/* between() failing mid-prefill ends the prefill with its status and a
+ * message of its own (not a stale one); the request is not committed (its
+ * documents are not published: the cache validates, a retry misses them
+ * again); the engine takes the next prefill, whose first token and logits
+ * are bit-identical to a clean prefill in the same chunks. A between()
+ * that decodes the request being prefilled is refused before anything is
+ * appended to it. Both batched and per-segment paths. */
+static void test_between_failure_leaves_engine_usable(void **state) {
+    eq_state *s = *state;
+    if (!s->ctx) skip();
+    const serve_model_config *mc = serve_model_get_config(s->model);
+    int V = mc->vocab;
+    const int32_t *docs[8];
+    int32_t lens[8];
+    lazyattn_request_desc desc;
+    CHECK(lazyattn_workload_get_request_desc(s->wl, 0, docs, lens, &desc));
+    float *ref_logits = calloc((size_t)V, sizeof(float));
+    float *logits = calloc((size_t)V, sizeof(float));
+    assert_non_null(ref_logits);
+    assert_non_null(logits);
+    for (int batched = 0; batched < 2; batched++)
+        for (int mode = 0; mode < 3; mode++) { /* 0: a bare status; 1: decodes itself; 2: 1 */
+            int32_t ref_tok;
+            int64_t forwards = fb_reference(s, batched, &desc, &ref_tok, ref_logits);
+            assert_true(forwards >= 3); /* two boundaries at least: fail at the second */
+            lazyattn_pool_config pc;
+            serve_model_pool_config(mc, 1u << 20, &pc);
+            lazyattn_pool *pool;
+            lazyattn_cache *cache;
+            serve_engine *eng;
+            lazyattn_request *req;
+            CHECK(lazyattn_pool_create(s->ctx, &pc, &pool));
+            lazyattn_cache_config cc = {LAZYATTN_CACHE_POLICY_LAZY, 42, 0};
+            CHECK(lazyattn_cache_create(pool, &cc, &cache));
+            CHECK(serve_engine_create(s->model, pool, &eng));
+            serve_engine_use_batched_prefill(eng, batched);
+            fail_between f = {.eng = eng, .fail_at = 2,
+                              .status = mode == 2 ? 1 : LAZYATTN_STATUS_IO,
+                              .decode_self = mode == 1};
+            CHECK(serve_engine_set_prefill_chunk(eng, mc->block_size, fb_between, &f));
+            CHECK(lazyattn_request_create(cache, &desc, &req));
+            f.self = req;
+            lazyattn_plan before, after;
+            CHECK(lazyattn_request_get_plan(req, &before));
+            serve_fail(LAZYATTN_STATUS_OPENCL, "a stale message");
+            int32_t tok = -1;
+            int st = serve_engine_prefill(eng, req, &desc, &tok);
+            int want = mode ? LAZYATTN_STATUS_INVALID_ARGUMENT : LAZYATTN_STATUS_IO;
+            /* mode 2: a positive status is no lazyattn_status: INVALID_ARGUMENT */
+            if (st != want || strstr(serve_last_error(), "stale"))
+                fail_msg("batched %d, mode %d: status %d (want %d), message '%s'", batched, mode,
+                         st, want, serve_last_error());
+            if (mode == 1) {
+                assert_int_equal(f.decode_status, LAZYATTN_STATUS_INVALID_ARGUMENT);
+                assert_non_null(strstr(serve_last_error(), "being prefilled"));
+                CHECK(lazyattn_request_get_plan(req, &after));
+                assert_int_equal(after.n_positions, before.n_positions); /* nothing appended */
+            } else {
+                assert_non_null(strstr(serve_last_error(), "between()"));
+            }
+            /* refused inside: the chunk and the callback stay for the rest of the prefill */
+            assert_int_equal(f.set_status, LAZYATTN_STATUS_INVALID_ARGUMENT);
+            serve_engine_stats es;
+            serve_engine_get_stats(eng, &es);
+            assert_int_equal(es.prefill_requests, 0);
+            assert_int_equal(es.between_calls, 2);
+            assert_int_equal(es.prefill_forwards, 2); /* the forwards before the failure */
+            lazyattn_request_destroy(req);
+            CHECK(lazyattn_cache_validate(cache));
+            /* the engine is out of the prefill: set-up calls and the next prefill work */
+            f.fail_at = 0;
+            CHECK(serve_engine_set_prefill_chunk(eng, mc->block_size, fb_between, &f));
+            CHECK(lazyattn_request_create(cache, &desc, &req));
+            lazyattn_plan again;
+            CHECK(lazyattn_request_get_plan(req, &again));
+            assert_int_equal(again.hit_tokens, 0); /* nothing of the failed one was published */
+            CHECK(serve_engine_prefill(eng, req, &desc, &tok));
+            CHECK(serve_model_read_logits(s->model, 1, logits));
+            assert_int_equal(tok, ref_tok);
+            assert_memory_equal(logits, ref_logits, (size_t)V * sizeof(float));
+            serve_engine_get_stats(eng, &es);
+            assert_int_equal(es.prefill_requests, 1);
+            assert_int_equal(es.prefill_forwards, 2 + forwards);
+            lazyattn_request_destroy(req);
+            CHECK(lazyattn_cache_validate(cache));
+            serve_engine_destroy(eng);
+            lazyattn_cache_destroy(cache);
+            lazyattn_pool_destroy(pool);
+            printf("# %s path: between() failing (%s) at the second of %lld boundaries: its "
+                   "status and message, nothing published, the next prefill bit-identical\n",
+                   batched ? "batched" : "per-segment",
+                   mode == 0 ? "IO" : mode == 1 ? "decoding itself" : "returning 1",
+                   (long long)forwards - 1);
+        }
+    free(ref_logits);
+    free(logits);
+}
+
 /* serve_engine_set_prefill_chunk's refusals. */
 static void test_prefill_chunk_bad_arguments(void **state) {
     eq_state *s = *state;
@@ -859,6 +1041,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_matches_f32),
         cmocka_unit_test(test_chunked_prefill_interleaves_decode),
         cmocka_unit_test(test_prefill_chunk_bad_arguments),
+        cmocka_unit_test(test_between_failure_leaves_engine_usable),
     };
     return cmocka_run_group_tests_name("serve_equivalence", tests, setup, teardown);
 }
