@@ -7,7 +7,7 @@ run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
-probe_wgmma_layout, rag_bench; a program not given is not tested).
+probe_wgmma_layout, probe_wgmma_rs, rag_bench; a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
 import os
@@ -216,6 +216,7 @@ BAD = [
     ("tune_kernels", ["--block"], USAGE, "--block"),
     ("tune_kernels", ["--bogus"], USAGE, "--bogus"),
     ("probe_wgmma_layout", ["--layout", "1"], USAGE, "--layout"),
+    ("probe_wgmma_rs", ["--n", "64"], USAGE, "--n"),
 ]
 
 GOOD = [
@@ -262,6 +263,7 @@ GOOD = [
     ("list_devices", ["-h"], []),
     ("tune_kernels", ["--help"], []),
     ("probe_wgmma_layout", ["--help"], []),
+    ("probe_wgmma_rs", ["--help"], []),
 ]
 
 # Two serving processes sharing Redis, where a server is given (CI starts one).

@@ -1,0 +1,54 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# One device call on the lent H200 for issue 11's wgmma prefill, most
+# valuable first: the probe of wgmma with A from registers and V MN-major
+# (bench/probe_wgmma_rs.c), whose answer picks the V descriptor's reading;
+# test_attention on the GPU with LAZYATTN_NV_WGMMA=1 (S and P V on wgmma);
+# bench_kernels --only prefill for it (with the checks), then the default
+# path; the torch SDPA peer on the wgmma figures; then v6's wgmma S only
+# (-DLZ_NV_PVWG=0) and test_attention on the default path. Build here first
+# (build-nv, with libcmocka.so.0 in build-nv/extra-lib) and carry it.
+#   usage: sh bench/run_prefill_wgmma_gpu.sh [OUTDIR]
+set -u
+out=${1:-${OUT:-/tmp/lazyattn-out}}
+mkdir -p "$out" /tmp/pw-csv
+csv=/tmp/pw-csv  # at most 8 files come back from $OUT: the CSVs are printed instead
+. tools/nvidia-opencl-env.sh
+export LD_LIBRARY_PATH="$PWD/build-nv/extra-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+t0=$(date +%s)
+stamp() { echo "  [$(( $(date +%s) - t0 )) s]"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+timeout 40 build-nv/examples/probe_wgmma_rs > "$out/probe_rs.log" 2>&1
+echo "probe_wgmma_rs rc=$?"; cat "$out/probe_rs.log"; stamp
+case "$(grep '^RESULT' "$out/probe_rs.log")" in
+  *"mn natural"*) defs="" ;;
+  *"mn swapped"*) defs="-DLZ_NV_VDESC_SWAP=1" ;;
+  *) defs="-DLZ_NV_PVWG=0"; echo "no MN-major reading matched: P V stays on mma.sync" ;;
+esac
+echo "wgmma build defines: '${defs}'"
+test_att() { # MODE
+  timeout 60 build-nv/tests/test_attention > "$out/test_attention_$1.log" 2>&1
+  echo "test_attention ($1) on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_$1.log") ok)"
+  grep -E "^# d=|FAILED|rror" "$out/test_attention_$1.log" | head -12; stamp
+}
+bench() { # MODE [OPTIONS]
+  m=$1; shift
+  LAZYATTN_NV_VERBOSE=1 timeout 60 build-nv/examples/bench_kernels --only prefill --reps 20 "$@" \
+    --csv "$csv/ours_$m.csv" > "$out/bench_$m.log" 2>&1
+  echo "bench_kernels prefill ($m) rc=$?"
+  grep -E "^check|^checks|^prefill|round trip" "$out/bench_$m.log" | cut -c1-150 | head -12
+  grep -E "lz_prefill_nv'|registers|spill" "$out/bench_$m.log" | head -8
+  [ -s "$csv/ours_$m.csv" ] && echo "$m: $(tr '\n' ' ' < "$csv/ours_$m.csv")"; stamp
+}
+export LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_DEFINES="$defs"
+test_att wgmma
+bench wgmma
+unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES
+bench default --no-checks
+[ -s "$csv/ours_wgmma.csv" ] && timeout 60 python3 bench/sdpa_peer.py --ours "$csv/ours_wgmma.csv" > "$out/peer.log" 2>&1
+tail -9 "$out/peer.log"; stamp
+export LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_DEFINES="-DLZ_NV_PVWG=0"
+bench wgmma_s --no-checks
+unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES
+test_att default
