@@ -5,8 +5,9 @@
 # (bench/probe_wgmma_rs.c), whose answer picks the V descriptor's reading;
 # test_attention on the GPU with LAZYATTN_NV_WGMMA=1 (S and P V on wgmma);
 # bench_kernels --only prefill for it (with the checks), then the default
-# path; the torch SDPA peer on the wgmma figures; then v6's wgmma S only
-# (-DLZ_NV_PVWG=0) and test_attention on the default path. Build here first
+# path; the torch SDPA peer on the wgmma figures; then 12 warps with wgmma
+# (timing only) and, with WITH_DEFAULT_TEST=1, test_attention on the default
+# path (call 1 ran it and v6's S-only form, -DLZ_NV_PVWG=0). Build here first
 # (build-nv, with libcmocka.so.0 in build-nv/extra-lib) and carry it.
 #   usage: sh bench/run_prefill_wgmma_gpu.sh [OUTDIR]
 set -u
@@ -28,7 +29,7 @@ case "$(grep '^RESULT' "$out/probe_rs.log")" in
 esac
 echo "wgmma build defines: '${defs}'"
 test_att() { # MODE
-  timeout 60 build-nv/tests/test_attention > "$out/test_attention_$1.log" 2>&1
+  timeout 100 build-nv/tests/test_attention > "$out/test_attention_$1.log" 2>&1
   echo "test_attention ($1) on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_$1.log") ok)"
   grep -E "^# d=|FAILED|rror" "$out/test_attention_$1.log" | head -12; stamp
 }
@@ -48,7 +49,8 @@ unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES
 bench default --no-checks
 [ -s "$csv/ours_wgmma.csv" ] && timeout 60 python3 bench/sdpa_peer.py --ours "$csv/ours_wgmma.csv" > "$out/peer.log" 2>&1
 tail -9 "$out/peer.log"; stamp
-export LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_DEFINES="-DLZ_NV_PVWG=0"
-bench wgmma_s --no-checks
-unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES
-test_att default
+# exploration, timing only: 12 warps (three consumer warpgroups) with P V on wgmma
+export LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_DEFINES="$defs" LAZYATTN_NV_PREFILL=32,12,0
+bench wgmma12 --no-checks
+unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES LAZYATTN_NV_PREFILL
+if [ "${WITH_DEFAULT_TEST:-0}" = 1 ]; then test_att default; fi

@@ -27,6 +27,12 @@
  * entry e at entry_pos[e] + j, visible iff <= q_pos[t]) is evaluated only
  * on tiles that are not wholly visible.
  *
+ * LZ_NV_WGMMA (Hopper, through lib/ptx_sm90a.c): both products on wgmma,
+ * each warpgroup of 4 warps one m64 operand: S = Q K^T as m64n16k16 (Q from
+ * registers, K from local memory) and O += P V as m64nDk16 (P from
+ * registers, V MN-major from local memory, stored in K's core-matrix
+ * layout); the softmax between them is unchanged (docs/PERFLOG.md v6, issue 11).
+ *
  * Needs LZ_HEAD_DIM % 16 == 0, LZ_NV_KT % LZ_BLOCK == 0, LZ_BLOCK % 16 == 0
  * and f16 storage (the host checks; otherwise it uses the portable path).
  */
