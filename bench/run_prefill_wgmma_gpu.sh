@@ -9,7 +9,10 @@
 # (timing only) and, with WITH_DEFAULT_TEST=1, test_attention on the default
 # path (call 1 ran it and v6's S-only form, -DLZ_NV_PVWG=0). Build here first
 # (build-nv, with libcmocka.so.0 in build-nv/extra-lib) and carry it.
-#   usage: sh bench/run_prefill_wgmma_gpu.sh [OUTDIR]
+# NV_PREFILL=KT,WARPS,MAXREG runs the wgmma test and checked bench at that
+# geometry (e.g. 32,12,0, timed only in issue 11's call 2); EXPLORE (default
+# 32,12,0) is the geometry of the last, timing-only run.
+#   usage: [NV_PREFILL=..] [EXPLORE=..] sh bench/run_prefill_wgmma_gpu.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 mkdir -p "$out" /tmp/pw-csv
@@ -43,14 +46,15 @@ bench() { # MODE [OPTIONS]
   [ -s "$csv/ours_$m.csv" ] && echo "$m: $(tr '\n' ' ' < "$csv/ours_$m.csv")"; stamp
 }
 export LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_DEFINES="$defs"
+if [ -n "${NV_PREFILL:-}" ]; then export LAZYATTN_NV_PREFILL="$NV_PREFILL"; fi
 test_att wgmma
 bench wgmma
-unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES
+unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES LAZYATTN_NV_PREFILL
 bench default --no-checks
 [ -s "$csv/ours_wgmma.csv" ] && timeout 60 python3 bench/sdpa_peer.py --ours "$csv/ours_wgmma.csv" > "$out/peer.log" 2>&1
 tail -9 "$out/peer.log"; stamp
-# exploration, timing only: 12 warps (three consumer warpgroups) with P V on wgmma
-export LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_DEFINES="$defs" LAZYATTN_NV_PREFILL=32,12,0
-bench wgmma12 --no-checks
+# exploration, timing only (default: 12 warps, three warpgroups, P V on wgmma)
+export LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_DEFINES="$defs" LAZYATTN_NV_PREFILL="${EXPLORE:-32,12,0}"
+bench explore --no-checks
 unset LAZYATTN_NV_WGMMA LAZYATTN_NV_DEFINES LAZYATTN_NV_PREFILL
 if [ "${WITH_DEFAULT_TEST:-0}" = 1 ]; then test_att default; fi
