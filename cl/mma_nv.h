@@ -275,6 +275,72 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
 /* Generic-proxy writes to local memory (cp.async, st.shared) made visible
  * to the async proxy that wgmma reads through; before the barrier. */
 #define LZ_NV_PROXY_FENCE() asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory")
+
+/*
+ * O += P V for 64 rows x LZ_HEAD_DIM dims over 16 keys: wgmma m64nDk16 with
+ * A = the probabilities from registers (pa[kk], the mma.sync A fragment of
+ * lz_nv_softmax's output) and B = V from local memory "MN-major" (imm-trans-b
+ * 1): V as stored, [key][dim], in 8x8 core matrices of 8 keys x 16 bytes of
+ * dims (the layout of the K tile, LZ_NV_KOFF), the leading byte offset = the
+ * stride along the keys, the stride byte offset = the stride along the dims
+ * (bench/probe_wgmma_rs.c). o: float[LZ_HEAD_DIM / 8][4], always
+ * accumulated (the online softmax rescales it in registers before the fence).
+ */
+#define LZ_NV_WGMMA_PV_N64(o, a, desc)                                                 \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                            \
+                 "//@wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"             \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"              \
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"     \
+                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}"                           \
+                 : "+f"((o)[0][0]), "+f"((o)[0][1]), "+f"((o)[0][2]), "+f"((o)[0][3]), \
+                   "+f"((o)[1][0]), "+f"((o)[1][1]), "+f"((o)[1][2]), "+f"((o)[1][3]), \
+                   "+f"((o)[2][0]), "+f"((o)[2][1]), "+f"((o)[2][2]), "+f"((o)[2][3]), \
+                   "+f"((o)[3][0]), "+f"((o)[3][1]), "+f"((o)[3][2]), "+f"((o)[3][3]), \
+                   "+f"((o)[4][0]), "+f"((o)[4][1]), "+f"((o)[4][2]), "+f"((o)[4][3]), \
+                   "+f"((o)[5][0]), "+f"((o)[5][1]), "+f"((o)[5][2]), "+f"((o)[5][3]), \
+                   "+f"((o)[6][0]), "+f"((o)[6][1]), "+f"((o)[6][2]), "+f"((o)[6][3]), \
+                   "+f"((o)[7][0]), "+f"((o)[7][1]), "+f"((o)[7][2]), "+f"((o)[7][3])  \
+                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(desc))
+#define LZ_NV_WGMMA_PV_N128(o, a, desc)                                                    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                \
+                 "//@wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"                \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                  \
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"        \
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"        \
+                 "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"         \
+                 "}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}"                               \
+                 : "+f"((o)[0][0]), "+f"((o)[0][1]), "+f"((o)[0][2]), "+f"((o)[0][3]),     \
+                   "+f"((o)[1][0]), "+f"((o)[1][1]), "+f"((o)[1][2]), "+f"((o)[1][3]),     \
+                   "+f"((o)[2][0]), "+f"((o)[2][1]), "+f"((o)[2][2]), "+f"((o)[2][3]),     \
+                   "+f"((o)[3][0]), "+f"((o)[3][1]), "+f"((o)[3][2]), "+f"((o)[3][3]),     \
+                   "+f"((o)[4][0]), "+f"((o)[4][1]), "+f"((o)[4][2]), "+f"((o)[4][3]),     \
+                   "+f"((o)[5][0]), "+f"((o)[5][1]), "+f"((o)[5][2]), "+f"((o)[5][3]),     \
+                   "+f"((o)[6][0]), "+f"((o)[6][1]), "+f"((o)[6][2]), "+f"((o)[6][3]),     \
+                   "+f"((o)[7][0]), "+f"((o)[7][1]), "+f"((o)[7][2]), "+f"((o)[7][3]),     \
+                   "+f"((o)[8][0]), "+f"((o)[8][1]), "+f"((o)[8][2]), "+f"((o)[8][3]),     \
+                   "+f"((o)[9][0]), "+f"((o)[9][1]), "+f"((o)[9][2]), "+f"((o)[9][3]),     \
+                   "+f"((o)[10][0]), "+f"((o)[10][1]), "+f"((o)[10][2]), "+f"((o)[10][3]), \
+                   "+f"((o)[11][0]), "+f"((o)[11][1]), "+f"((o)[11][2]), "+f"((o)[11][3]), \
+                   "+f"((o)[12][0]), "+f"((o)[12][1]), "+f"((o)[12][2]), "+f"((o)[12][3]), \
+                   "+f"((o)[13][0]), "+f"((o)[13][1]), "+f"((o)[13][2]), "+f"((o)[13][3]), \
+                   "+f"((o)[14][0]), "+f"((o)[14][1]), "+f"((o)[14][2]), "+f"((o)[14][3]), \
+                   "+f"((o)[15][0]), "+f"((o)[15][1]), "+f"((o)[15][2]), "+f"((o)[15][3])  \
+                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(desc))
+#if LZ_HEAD_DIM == 128
+#define LZ_NV_WGMMA_PV LZ_NV_WGMMA_PV_N128
+#else
+#define LZ_NV_WGMMA_PV LZ_NV_WGMMA_PV_N64
+#endif
+/* Descriptor of the V tile (no swizzle, MN-major) at shared address addr;
+ * LZ_NV_VDESC_SWAP 1 reads the two offsets the other way round (a switch
+ * for the probe's answer, bench/run_prefill_wgmma_gpu.sh). */
+#ifndef LZ_NV_VDESC_SWAP
+#define LZ_NV_VDESC_SWAP 0
+#endif
+inline ulong lz_nv_wg_vdesc(uint addr) {
+    const uint kstride = (LZ_HEAD_DIM / 8) * 128, dstride = 128;
+    return LZ_NV_VDESC_SWAP ? lz_nv_wg_desc(addr, dstride, kstride) : lz_nv_wg_desc(addr, kstride, dstride);
+}
 #endif
 
 /*
@@ -287,8 +353,10 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
  *   m0, m1: running maxima of the two rows (log2 domain, scale applied)
  *   l0, l1: running sums; sl2 = softmax scale * log2(e)
  * Uses lane, and vb (the shared address of the V tile), from the caller.
+ * LZ_NV_SOFTMAX_P is the softmax alone: it rescales o and leaves P (f16) in
+ * pa, uint[KT / 16][4] mma.sync A fragments; LZ_NV_PV_MMA is the product.
  */
-#define LZ_NV_SOFTMAX_PV(KT, sc, o, m0, m1, l0, l1, sl2, vb, lane)                           \
+#define LZ_NV_SOFTMAX_P(KT, sc, o, m0, m1, l0, l1, sl2, pa)                                   \
     do {                                                                                     \
         float mx0 = -INFINITY, mx1 = -INFINITY;                                              \
         _Pragma("unroll")                                                                    \
@@ -312,7 +380,6 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
             o[n][0] *= al0, o[n][1] *= al0;                                                  \
             o[n][2] *= al1, o[n][3] *= al1;                                                  \
         }                                                                                    \
-        uint pa[(KT) / 16][4];                                                               \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < (KT) / 8; n++) {                                                 \
             const float p0 = native_exp2(fma(sc[n][0], sl2, -b0));                           \
@@ -324,7 +391,11 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
             pa[n >> 1][(n & 1) * 2] = lz_nv_pack(p0, p1);                                    \
             pa[n >> 1][(n & 1) * 2 + 1] = lz_nv_pack(p2, p3);                                \
         }                                                                                    \
-                                                                                             \
+    } while (0)
+
+/* O += P V on mma.sync, V read transposed (ldmatrix) from the tile at vb. */
+#define LZ_NV_PV_MMA(KT, pa, o, vb, lane)                                                    \
+    do {                                                                                     \
         /* ---- O += P V ---- */                                                             \
         _Pragma("unroll")                                                                    \
         for (int kk = 0; kk < (KT) / 16; kk++) {                                             \
@@ -337,6 +408,13 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
                 LZ_NV_MMA(o[2 * dd + 1], pa[kk], v2, v3);                                    \
             }                                                                                \
         }                                                                                    \
+    } while (0)
+
+#define LZ_NV_SOFTMAX_PV(KT, sc, o, m0, m1, l0, l1, sl2, vb, lane)                           \
+    do {                                                                                     \
+        uint pa[(KT) / 16][4];                                                               \
+        LZ_NV_SOFTMAX_P(KT, sc, o, m0, m1, l0, l1, sl2, pa);                                 \
+        LZ_NV_PV_MMA(KT, pa, o, vb, lane);                                                   \
     } while (0)
 
 #endif

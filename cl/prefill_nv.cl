@@ -27,6 +27,12 @@
  * entry e at entry_pos[e] + j, visible iff <= q_pos[t]) is evaluated only
  * on tiles that are not wholly visible.
  *
+ * LZ_NV_WGMMA (Hopper, through lib/ptx_sm90a.c): both products on wgmma,
+ * each warpgroup of 4 warps one m64 operand: S = Q K^T as m64n16k16 (Q from
+ * registers, K from local memory) and O += P V as m64nDk16 (P from
+ * registers, V MN-major from local memory, stored in K's core-matrix
+ * layout); the softmax between them is unchanged (docs/PERFLOG.md v6, issue 11).
+ *
  * Needs LZ_HEAD_DIM % 16 == 0, LZ_NV_KT % LZ_BLOCK == 0, LZ_BLOCK % 16 == 0
  * and f16 storage (the host checks; otherwise it uses the portable path).
  */
@@ -52,6 +58,16 @@
  * group) and consecutive chunks walk down the 8 rows first, so that a warp
  * writes 512 contiguous bytes; else K is laid out like V (LZ_NV_SWZ, read by
  * ldmatrix). */
+/* With wgmma: 1 (the default) puts O += P V on wgmma too (V in the K
+ * tile's layout, read MN-major through a descriptor); 0 keeps it on
+ * mma.sync as in v6 (V read by ldmatrix.trans). */
+#if LZ_NV_WGMMA && !defined(LZ_NV_PVWG)
+#define LZ_NV_PVWG 1
+#endif
+#ifndef LZ_NV_PVWG
+#define LZ_NV_PVWG 0
+#endif
+
 #if LZ_NV_WGMMA
 #define LZ_NV_CROW(i) (((i) & 7) + (((i) / (8 * LZ_NV_CPR)) << 3))
 #define LZ_NV_CCOL(i) (((i) >> 3) % LZ_NV_CPR)
@@ -60,6 +76,12 @@
 #define LZ_NV_CROW(i) ((i) / LZ_NV_CPR)
 #define LZ_NV_CCOL(i) ((i) % LZ_NV_CPR)
 #define LZ_NV_KOFF(r, c) LZ_NV_SWZ(r, c)
+#endif
+/* ... and of a V chunk: the K layout when P V is a wgmma, else LZ_NV_SWZ */
+#if LZ_NV_PVWG
+#define LZ_NV_VOFF(r, c) LZ_NV_KOFF(r, c)
+#else
+#define LZ_NV_VOFF(r, c) LZ_NV_SWZ(r, c)
 #endif
 
 /* Validity and fields of entry e (0 length when outside the table or bad). */
@@ -134,7 +156,7 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
     for (int i = 0; i < LZ_NV_CPT; i++) {
         const int c = lid + i * LZ_NV_THREADS, r = LZ_NV_CROW(c), ch = LZ_NV_CCOL(c);
         if (c < LZ_NV_CHUNKS)
-            lz_nv_cp16(dst + (is_k ? LZ_NV_KOFF(r, ch) : LZ_NV_SWZ(r, ch)), pool + (src[i] < 0 ? 0 : src[i]),
+            lz_nv_cp16(dst + (is_k ? LZ_NV_KOFF(r, ch) : LZ_NV_VOFF(r, ch)), pool + (src[i] < 0 ? 0 : src[i]),
                        src[i] >= 0);
     }
 }
@@ -217,14 +239,22 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
     }
 }
 
-/* The scores of lz_nv_scores are ready to read (wgmma: wait for them). */
-__attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT / 8][4]) {
+/* The scores of lz_nv_scores are ready to read (wgmma: wait for them),
+ * and the accumulators o of the P V wgmma issued before them. */
+__attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT / 8][4],
+                                                             float o[LZ_HEAD_DIM / 8][4]) {
 #if LZ_NV_WGMMA
     LZ_NV_WG_WAIT();
 #pragma unroll
     for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
+#if LZ_NV_PVWG
+#pragma unroll
+    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
 #else
-    (void)sc;
+    (void)o;
+#endif
+#else
+    (void)sc, (void)o;
 #endif
 }
 
@@ -331,7 +361,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     if (cur < n_tiles)
         full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
                             rope_style, rot_dim, freq);
-    lz_nv_scores_wait(sc);
+    lz_nv_scores_wait(sc, o);
 
     for (int j = 0; cur < n_tiles; j++) {
         /* K(t_j+1) and V(t_j) have landed; every warp is past round j - 1,
@@ -360,9 +390,23 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         /* ... and tile t_j is finished: mask, online softmax, P.V */
         if (!full) lz_nv_mask(sc, meta[j % LZ_NV_META], qp0, qp1, t4);
         const uint vb = vbase + (j & 1) * LZ_NV_MAT_BYTES;
+#if LZ_NV_PVWG
+        {
+            /* O += P V as KT / 16 asynchronous wgmma m64nDk16 (A = P from
+             * registers), waited for with the scores of t_j+1 below */
+            uint pa[LZ_NV_KT / 16][4];
+            LZ_NV_SOFTMAX_P(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, pa);
+            LZ_NV_WG_FENCE();
+#pragma unroll
+            for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
+                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+            LZ_NV_WG_COMMIT();
+        }
+#else
         LZ_NV_SOFTMAX_PV(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, vb, lane);
+#endif
 
-        lz_nv_scores_wait(sn);
+        lz_nv_scores_wait(sn, o);
 #pragma unroll
         for (int n = 0; n < LZ_NV_KT / 8; n++)
 #pragma unroll

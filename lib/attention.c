@@ -204,12 +204,13 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     return LAZYATTN_STATUS_OK;
 }
 
-/* Builds the tensor-core kernels next to the portable ones. The prefill's
- * scores use mma.sync; LAZYATTN_NV_WGMMA=1 puts them on Hopper wgmma
- * (compute capability 9.x; mma.sync elsewhere or when the round trip
+/* Builds the tensor-core kernels next to the portable ones. The prefill
+ * uses mma.sync; LAZYATTN_NV_WGMMA=1 puts its scores and its P V on Hopper
+ * wgmma (compute capability 9.x; mma.sync elsewhere or when the round trip
  * fails). Both are checked on the H200 (bench/run_gpu.sh); wgmma is not the
- * default because it measured the same speed (docs/PERFLOG.md v6). A build
- * failure leaves the portable kernels in charge, with a warning in the log. */
+ * default because at the default 8 warps it measured no faster (docs/PERFLOG.md
+ * v6 and issue 11). A build failure leaves the portable kernels in charge,
+ * with a warning in the log. */
 static int lz_nv_build(lazyattn_attention *a) {
     lazyattn_context *ctx = a->ctx;
     if (!lz_nv_fits(ctx, &a->cfg)) return LAZYATTN_STATUS_OK;
@@ -231,7 +232,7 @@ static int lz_nv_build(lazyattn_attention *a) {
     lz_log(ctx, LAZYATTN_LOG_INFO,
            "NVIDIA tensor-core path: prefill %s, tile %d keys, %d warps, maxreg %d; "
            "decode ring %d, waves %d (0: default)",
-           wgmma ? "wgmma + mma.sync" : "mma.sync", a->nv.kt, a->nv.warps, a->nv.maxreg,
+           wgmma ? "wgmma (S and P V)" : "mma.sync", a->nv.kt, a->nv.warps, a->nv.maxreg,
            a->nv.dstages, a->nv.waves);
     return LAZYATTN_STATUS_OK;
 }

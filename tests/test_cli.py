@@ -7,7 +7,7 @@ run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
-probe_wgmma_layout, rag_bench, bench_gemm, bench_gemm_small; a program not given is not tested).
+probe_wgmma_layout, probe_wgmma_rs, rag_bench, bench_gemm, bench_gemm_small; a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
 import csv
@@ -248,6 +248,7 @@ BAD = [
     ("bench_gemm_small", ["--variant", "defaults", "--variant", "defaults"], USAGE, "--variant"),
     ("bench_gemm_small", ["--no-checks=1"], USAGE, "--no-checks"),
     ("bench_gemm_small", ["extra"], USAGE, "extra"),
+    ("probe_wgmma_rs", ["--n", "64"], USAGE, "--n"),
 ]
 
 GOOD = [
@@ -298,6 +299,7 @@ GOOD = [
     ("probe_wgmma_layout", ["--help"], []),
     ("bench_gemm", ["--help"], []),
     ("bench_gemm_small", ["--help"], []),
+    ("probe_wgmma_rs", ["--help"], []),
 ]
 
 # Runs the time limit cuts short: results written, the runs marked (complete=0 in the summary

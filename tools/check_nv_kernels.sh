@@ -33,6 +33,12 @@ done
 # lib/ptx_sm90a.c unmarks them on the GPU)
 for d in 64 128; do
     compile prefill_nv prefill_nv.d$d.wgmma //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1
+    # O += P V on wgmma too (A from registers, V MN-major: m64n<d>k16)
+    grep -q "//@wgmma.mma_async.sync.aligned.m64n${d}k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma.ptx" ||
+        { echo "prefill_nv.d$d.wgmma: no wgmma m64n${d}k16 (P V)" >&2; exit 1; }
+    # v6's form: only the scores on wgmma
+    compile prefill_nv prefill_nv.d$d.wgmma_s //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
+        -DLZ_NV_PVWG=0
 done
 # the batched ragged prefill kernel is in the prefill program next to lz_prefill_nv
 for f in "$out"/prefill_nv.d*.b*.ptx; do
