@@ -30,7 +30,7 @@ step() { # name seconds command...: runs it into $out/name.log, prints rc and ti
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/tests.log" 2>&1
 for t in serve/test_gemm_nv_large serve/test_gemm_small serve/test_serve_bf16 \
-         serve/test_serve_equivalence tests/test_context; do
+         serve/test_serve_equivalence tests/test_context tests/test_attention; do
     step tests "${TEST_S:-150}" "$bin/$t"
 done
 [ "${ONLY_TESTS:-0}" = 1 ] && { grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[  ERROR|^# " "$out/tests.log"; exit 0; }
