@@ -76,8 +76,10 @@ int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options,
     cl_int bin_status = CL_SUCCESS;
     cl_program p = clCreateProgramWithBinary(ctx->context, 1, &ctx->device, &len, &bin, &bin_status, &err);
     free(patched);
-    if (err != CL_SUCCESS || bin_status != CL_SUCCESS)
+    if (err != CL_SUCCESS || bin_status != CL_SUCCESS) {
+        if (p) clReleaseProgram(p); /* a program may come back with a refused binary */
         return lz_cl_fail(err != CL_SUCCESS ? err : bin_status, "lz_ptx_sm90a: clCreateProgramWithBinary");
+    }
     err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
     char log[4096] = "";
     clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);

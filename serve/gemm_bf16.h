@@ -23,9 +23,9 @@
 
 #define SERVE_GEMM_MAX_OUTS 3
 
-/* Rows of X a bf16 GEMM may read: the X buffer must hold this many rows
- * (from x_off) even when `rows` is smaller; rows past `rows` are read but
- * never written to Y. */
+/* Row padding of X: from x_off, the X buffer must hold `rows` rounded up to
+ * a multiple of SERVE_GEMM_ROW_PAD rows (a kernel may read a whole 128-row
+ * tile); rows past `rows` may be read but are never written to Y. */
 #define SERVE_GEMM_ROW_PAD 128
 
 typedef struct serve_gemm_out {
