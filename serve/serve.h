@@ -101,7 +101,9 @@ const char *serve_phase_name(serve_phase phase);
  *         attention output, the SwiGLU product) in bf16, f32 accumulation
  *         and f32 results (gemm_bf16.c: the tensor-core kernels where
  *         built in and covering the device and shape, else the portable
- *         kernel). No f32 copy of the projection weights is allocated. */
+ *         kernel). No f32 copy of the projection weights is allocated.
+ *         (On compute capability 8.x the rows > 64 projections take the
+ *         portable kernel: the large tensor-core kernel needs Hopper.) */
 typedef enum serve_gemm_mode {
     SERVE_GEMM_AUTO = 0,
     SERVE_GEMM_F32 = 1,
