@@ -305,12 +305,14 @@ static int serve_embed(serve_model *m, int n) {
     return serve_run(m, k, 2, global, local, "serve_embed");
 }
 
-/* out[row0 .. row0 + n) = rmsnorm(x rows) * w */
-static int serve_rmsnorm(serve_model *m, cl_mem x, cl_mem w, cl_mem out, int row0, int n) {
-    cl_kernel k = m->k_rmsnorm;
+/* The normed rows of x rows row0 .. row0 + n, times w: f32 mode into
+ * h[row0 .. row0 + n), bf16 mode as bf16 into h_bf[0 .. n) (a GEMM's X). */
+static int serve_rmsnorm(serve_model *m, cl_mem w, int row0, int n) {
+    cl_kernel k = m->bf16 ? m->k_rmsnorm_bf16 : m->k_rmsnorm;
+    cl_mem out = m->bf16 ? m->h_bf : m->h;
     cl_int hidden = m->cfg.hidden, r0 = row0;
     cl_float eps = m->cfg.rms_eps;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &x);
+    clSetKernelArg(k, 0, sizeof(cl_mem), &m->x);
     clSetKernelArg(k, 1, sizeof(cl_mem), &w);
     clSetKernelArg(k, 2, sizeof(cl_mem), &out);
     clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
@@ -318,17 +320,21 @@ static int serve_rmsnorm(serve_model *m, cl_mem x, cl_mem w, cl_mem out, int row
     clSetKernelArg(k, 5, sizeof(cl_int), &r0);
     clSetKernelArg(k, 6, m->wg_norm * sizeof(float), NULL);
     size_t global = (size_t)n * m->wg_norm, local = m->wg_norm;
-    return serve_run(m, k, 1, &global, &local, "serve_rmsnorm");
+    return serve_run(m, k, 1, &global, &local, m->bf16 ? "serve_rmsnorm_bf16" : "serve_rmsnorm");
 }
 
+/* silu(g) * u over n rows: f32 mode into g (in place), bf16 mode as bf16
+ * into act_bf. */
 static int serve_swiglu(serve_model *m, int n) {
-    cl_kernel k = m->k_swiglu;
+    cl_kernel k = m->bf16 ? m->k_swiglu_bf16 : m->k_swiglu;
     cl_ulong count = (cl_ulong)n * (cl_ulong)m->cfg.ffn;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->g);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &m->u);
-    clSetKernelArg(k, 2, sizeof(cl_ulong), &count);
+    cl_uint a = 0;
+    clSetKernelArg(k, a++, sizeof(cl_mem), &m->g);
+    clSetKernelArg(k, a++, sizeof(cl_mem), &m->u);
+    if (m->bf16) clSetKernelArg(k, a++, sizeof(cl_mem), &m->act_bf);
+    clSetKernelArg(k, a, sizeof(cl_ulong), &count);
     size_t global = serve_round_up((size_t)count, 64), local = 64;
-    return serve_run(m, k, 1, &global, &local, "serve_swiglu");
+    return serve_run(m, k, 1, &global, &local, m->bf16 ? "serve_swiglu_bf16" : "serve_swiglu");
 }
 
 /* next[0 .. n) = argmax of logits rows */
@@ -359,34 +365,6 @@ static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float
 }
 
 /* ---- bf16 mode: elementwise kernels with bf16 results ---- */
-
-/* h_bf[0 .. n) = bf16(rmsnorm(x rows row0 .. row0 + n) * w) */
-static int serve_rmsnorm_bf16(serve_model *m, cl_mem w, int row0, int n) {
-    cl_kernel k = m->k_rmsnorm_bf16;
-    cl_int hidden = m->cfg.hidden, r0 = row0;
-    cl_float eps = m->cfg.rms_eps;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->x);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &w);
-    clSetKernelArg(k, 2, sizeof(cl_mem), &m->h_bf);
-    clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
-    clSetKernelArg(k, 4, sizeof(cl_float), &eps);
-    clSetKernelArg(k, 5, sizeof(cl_int), &r0);
-    clSetKernelArg(k, 6, m->wg_norm * sizeof(float), NULL);
-    size_t global = (size_t)n * m->wg_norm, local = m->wg_norm;
-    return serve_run(m, k, 1, &global, &local, "serve_rmsnorm_bf16");
-}
-
-/* act_bf = bf16(silu(g) * u) over n rows */
-static int serve_swiglu_bf16(serve_model *m, int n) {
-    cl_kernel k = m->k_swiglu_bf16;
-    cl_ulong count = (cl_ulong)n * (cl_ulong)m->cfg.ffn;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->g);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &m->u);
-    clSetKernelArg(k, 2, sizeof(cl_mem), &m->act_bf);
-    clSetKernelArg(k, 3, sizeof(cl_ulong), &count);
-    size_t global = serve_round_up((size_t)count, 64), local = 64;
-    return serve_run(m, k, 1, &global, &local, "serve_swiglu_bf16");
-}
 
 /* dst[0 .. count) = bf16(src) */
 static int serve_to_bf16(serve_model *m, cl_mem src, cl_mem dst, size_t count) {
@@ -860,6 +838,19 @@ static int serve_gemm_b(serve_model *m, int n, int in, cl_mem x, cl_mem w, int n
  * uploaded rows, or a device plan's q_pos in decode). */
 typedef int (*serve_attend_fn)(serve_model *m, lazyattn_pool *pool, int layer, const void *args);
 
+/* Layer l's attention, q, k, v in, att out (both modes): queries rotated at
+ * their logical positions, keys written at their stored ones, attend(). */
+static int serve_attention(serve_model *m, lazyattn_pool *pool, int l, int n, cl_mem q_pos,
+                           cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    SERVE_TRY_LZ(lazyattn_rope_apply(m->attn, n, m->cfg.n_heads, m->q, q_pos, m->queue,
+                                     serve_ev(m, SERVE_PHASE_ATTENTION)),
+                 "lazyattn_rope_apply");
+    SERVE_TRY_LZ(lazyattn_write_kv(m->attn, pool, l, n, m->k, m->v, m->slots, stored_pos,
+                                   m->queue, serve_ev(m, SERVE_PHASE_ATTENTION)),
+                 "lazyattn_write_kv");
+    return attend(m, pool, l, args);
+}
+
 /* serve_layers in bf16 mode: fused QKV and gate/up, bf16 GEMM inputs. */
 static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                              cl_mem stored_pos, serve_attend_fn attend, const void *args) {
@@ -869,22 +860,16 @@ static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
     int qkv_cols[3] = {qd, kvd, kvd}, gu_cols[2] = {c->ffn, c->ffn};
     for (int l = 0; l < c->n_layers; l++) {
         serve_layer *L = &m->layers[l];
-        SERVE_TRY(serve_rmsnorm_bf16(m, L->attn_norm, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->attn_norm, 0, n));
         SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wqkv, 3, qkv, qkv_cols, 0));
-        SERVE_TRY_LZ(lazyattn_rope_apply(m->attn, n, c->n_heads, m->q, q_pos, m->queue,
-                                         serve_ev(m, SERVE_PHASE_ATTENTION)),
-                     "lazyattn_rope_apply");
-        SERVE_TRY_LZ(lazyattn_write_kv(m->attn, pool, l, n, m->k, m->v, m->slots, stored_pos,
-                                       m->queue, serve_ev(m, SERVE_PHASE_ATTENTION)),
-                     "lazyattn_write_kv");
-        SERVE_TRY(attend(m, pool, l, args));
+        SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         /* f32 attention output, converted: a bf16 out_dtype would make the
          * NVIDIA fast path fall back to lazyattn's portable kernels */
         SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * qd));
         SERVE_TRY(serve_gemm_b(m, n, qd, m->att_bf, L->wo, 1, &m->x, &h, 1));
-        SERVE_TRY(serve_rmsnorm_bf16(m, L->ffn_norm, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n));
         SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wgu, 2, gu, gu_cols, 0));
-        SERVE_TRY(serve_swiglu_bf16(m, n));
+        SERVE_TRY(serve_swiglu(m, n));
         SERVE_TRY(serve_gemm_b(m, n, c->ffn, m->act_bf, L->w_down, 1, &m->x, &h, 1));
     }
     return LAZYATTN_STATUS_OK;
@@ -897,21 +882,14 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
     int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         serve_layer *L = &m->layers[l];
-        SERVE_TRY(serve_rmsnorm(m, m->x, L->attn_norm, m->h, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->attn_norm, 0, n));
         SERVE_TRY(serve_gemm_m(m, n, qd, h, m->h, 0, L->wq, m->q, 0, 0.0f));
         SERVE_TRY(serve_gemm_m(m, n, kvd, h, m->h, 0, L->wk, m->k, 0, 0.0f));
         SERVE_TRY(serve_gemm_m(m, n, kvd, h, m->h, 0, L->wv, m->v, 0, 0.0f));
-        /* queries at their logical positions, keys at their stored ones */
-        SERVE_TRY_LZ(lazyattn_rope_apply(m->attn, n, c->n_heads, m->q, q_pos, m->queue,
-                                         serve_ev(m, SERVE_PHASE_ATTENTION)),
-                     "lazyattn_rope_apply");
-        SERVE_TRY_LZ(lazyattn_write_kv(m->attn, pool, l, n, m->k, m->v, m->slots, stored_pos,
-                                       m->queue, serve_ev(m, SERVE_PHASE_ATTENTION)),
-                     "lazyattn_write_kv");
-        SERVE_TRY(attend(m, pool, l, args));
+        SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         /* residual add fused: x += att . wo^T */
         SERVE_TRY(serve_gemm_m(m, n, h, qd, m->att, 0, L->wo, m->x, 0, 1.0f));
-        SERVE_TRY(serve_rmsnorm(m, m->x, L->ffn_norm, m->h, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n));
         SERVE_TRY(serve_gemm_m(m, n, c->ffn, h, m->h, 0, L->w_gate, m->g, 0, 0.0f));
         SERVE_TRY(serve_gemm_m(m, n, c->ffn, h, m->h, 0, L->w_up, m->u, 0, 0.0f));
         SERVE_TRY(serve_swiglu(m, n));
@@ -923,11 +901,10 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
 /* Final norm of rows [row0, row0 + n), LM head into logits[0 .. n), argmax. */
 static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     const serve_model_config *c = &m->cfg;
+    SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n));
     if (m->bf16) { /* normed rows at h_bf's row 0 */
-        SERVE_TRY(serve_rmsnorm_bf16(m, m->output_norm, row0, n));
         SERVE_TRY(serve_gemm_b(m, n, c->hidden, m->h_bf, m->output, 1, &m->logits, &c->vocab, 0));
     } else {
-        SERVE_TRY(serve_rmsnorm(m, m->x, m->output_norm, m->h, row0, n));
         SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * c->hidden,
                                m->output, m->logits, 0, 0.0f));
     }

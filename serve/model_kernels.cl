@@ -14,6 +14,22 @@ __kernel void serve_embed(__global const int *tokens, __global const float *tabl
     x[(size_t)t * hidden + i] = table[(size_t)tokens[t] * hidden + i];
 }
 
+/* 1 / sqrt(mean(xr[:]^2) + eps) of one row, summed by the whole work-group
+ * (power-of-two size; every work-item calls it). scratch: [local size] floats */
+static float serve_rms_scale(__global const float *xr, int hidden, float eps,
+                             __local float *scratch) {
+    int lid = get_local_id(0), ls = get_local_size(0);
+    float s = 0.0f;
+    for (int i = lid; i < hidden; i += ls) s += xr[i] * xr[i];
+    scratch[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int o = ls / 2; o > 0; o >>= 1) {
+        if (lid < o) scratch[lid] += scratch[lid + o];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return rsqrt(scratch[0] / (float)hidden + eps);
+}
+
 /* out[r, :] = x[r, :] * w / sqrt(mean(x[r, :]^2) + eps) for rows row0 + group.
  *   x, out: [n_rows, hidden], w: [hidden], scratch: [local size] floats
  * one work-group (power-of-two size) per row */
@@ -23,15 +39,7 @@ __kernel void serve_rmsnorm(__global const float *x, __global const float *w,
     int lid = get_local_id(0), ls = get_local_size(0);
     size_t row = (size_t)(row0 + get_group_id(0));
     __global const float *xr = x + row * hidden;
-    float s = 0.0f;
-    for (int i = lid; i < hidden; i += ls) s += xr[i] * xr[i];
-    scratch[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = ls / 2; o > 0; o >>= 1) {
-        if (lid < o) scratch[lid] += scratch[lid + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float r = rsqrt(scratch[0] / (float)hidden + eps);
+    float r = serve_rms_scale(xr, hidden, eps, scratch);
     __global float *yr = out + row * hidden;
     for (int i = lid; i < hidden; i += ls) yr[i] = xr[i] * r * w[i];
 }
@@ -127,15 +135,7 @@ __kernel void serve_rmsnorm_bf16(__global const float *x, __global const float *
     int lid = get_local_id(0), ls = get_local_size(0);
     size_t row = (size_t)(row0 + get_group_id(0));
     __global const float *xr = x + row * hidden;
-    float s = 0.0f;
-    for (int i = lid; i < hidden; i += ls) s += xr[i] * xr[i];
-    scratch[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int o = ls / 2; o > 0; o >>= 1) {
-        if (lid < o) scratch[lid] += scratch[lid + o];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float r = rsqrt(scratch[0] / (float)hidden + eps);
+    float r = serve_rms_scale(xr, hidden, eps, scratch);
     __global ushort *yr = out + (size_t)get_group_id(0) * hidden;
     for (int i = lid; i < hidden; i += ls) yr[i] = serve_bf16(xr[i] * r * w[i]);
 }
