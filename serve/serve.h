@@ -350,6 +350,9 @@ int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue,
  * hold rows rounded up to SERVE_GEMM_ROW_PAD from x_off). who names the
  * caller in the message. */
 int serve_gemm_args_check(const struct serve_gemm_args *args, const char *who);
+/* The same checks but the buffers' sizes (no OpenCL query): what the
+ * tensor-core kernels' run functions check themselves on every call. */
+int serve_gemm_args_check_shape(const struct serve_gemm_args *args, const char *who);
 /* 1: every projection takes the portable kernel (tests compare the two). */
 void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
 /* 1 when a tensor-core kernel was created for this device. */
@@ -525,6 +528,11 @@ int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs,
 int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n);
 
 /* ---- small helpers -------------------------------------------------------- */
+
+/* The embedded OpenCL source of one of serve/'s kernel files by its name
+ * without extension ("model_kernels", "gemm_bf16", "gemm_nv_large",
+ * "gemm_nv_small"); NULL when there is none (sources.c). */
+const char *serve_source_text(const char *name);
 
 double serve_now(void); /* monotonic seconds */
 /* CPU seconds the calling thread has used (0 where the clock is missing):
