@@ -10,10 +10,14 @@ output (4096 x 4096), the fused gate/up (28672 x 4096) and the down
 weights, % of the read ceiling measured here) and M = 2048, 10240
 (compute bound: TFLOP/s). CUDA events, 3 warm-ups, median of --reps; random
 weights and activations in [-1, 1) (never zeros).
-    python3 bench/gemm_peer.py [--reps 20] [--csv FILE]
+    python3 bench/gemm_peer.py [--reps 20] [--csv FILE] [--stream]
+--stream adds the decode-sized rows timed as a stream: --reps back-to-back
+F.linear calls over copies of W that exceed the L2, events around the
+stream, over --reps (median of 5), as bench_gemm_small's "strm" column.
 """
 import argparse
 import csv
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +43,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--stream", action="store_true",
+                    help="also time M <= 64 as back-to-back launches over W copies beyond the L2")
     a = ap.parse_args()
     if a.reps < 1:
         ap.error("--reps must be >= 1")
@@ -46,6 +52,7 @@ def main():
     print(f"device: {torch.cuda.get_device_name()}; read ceiling {ceiling:.0f} GB/s")
     print(f"{'projection':<10} {'N':>6} {'K':>6} {'M':>6} {'ms':>9} {'TFLOP/s':>8} {'GB/s W':>8} {'%read':>6}")
     rows = []
+    streams = []
     for name, n, k in PROJ:
         w = rnd(n, k)
         for m in MS:
@@ -56,7 +63,32 @@ def main():
             rows.append((name, n, k, m, ms, tflops, gbs, 100 * gbs / ceiling))
             print(f"{name:<10} {n:>6} {k:>6} {m:>6} {ms:>9.4f} {tflops:>8.1f} {gbs:>8.0f} {100 * gbs / ceiling:>5.1f}%")
             del x
+        if a.stream:  # decode-sized rows over W copies beyond the L2, back to back
+            copies = [w] + [rnd(n, k) for _ in range(max(1, (600 << 20) // (n * k * 2)))]
+            for m in [mm for mm in MS if mm <= 64]:
+                x = rnd(m, k)
+                for _ in range(3):
+                    F.linear(x, copies[0])
+                torch.cuda.synchronize()
+                per = []
+                for r in range(5):
+                    b0, b1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    b0.record()
+                    for i in range(a.reps):
+                        F.linear(x, copies[(r * a.reps + i) % len(copies)])
+                    b1.record()
+                    b1.synchronize()
+                    per.append(b0.elapsed_time(b1) / a.reps)
+                ms = statistics.median(per)
+                gbs = n * k * 2 / ms * 1e-6
+                streams.append((name, n, k, m, ms, gbs, 100 * gbs / ceiling))
+                del x
+            del copies
         del w
+    if streams:
+        print(f"stream (back-to-back F.linear, W rotated over copies beyond the L2, {a.reps} per span, median of 5)")
+        for name, n, k, m, ms, gbs, pct in streams:
+            print(f"stream {name:<10} {n:>6} {k:>6} {m:>6} {ms:>9.4f} {gbs:>8.0f} {pct:>5.1f}%")
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             wr = csv.writer(f)

@@ -12,7 +12,10 @@
  * profiling events (3 warm-ups, median of --reps), rotating over copies of W
  * that together exceed the L2 several times ("cold": what a forward sees,
  * each layer's weights new), and on one copy ("hot", as torch's
- * bench/gemm_peer.py times). GB/s = bytes of W / time.
+ * bench/gemm_peer.py times). GB/s = bytes of W / time. "strm": the same
+ * cold launches as one stream, END of the last minus START of the first
+ * over their count (what each costs in a sequence of back-to-back
+ * launches, as a decode step issues them).
  *   bench_gemm_small [--reps N] [--ms 1,2,4] [--variant ...] [--no-checks]
  * Exit status: 0 all checks passed, 1 a failure or mismatch, 2 a bad
  * command line (examples/cli_options.h), 77 without an NVIDIA fast-path
@@ -410,8 +413,8 @@ int main(int argc, char **argv) {
                 }
         printf("\n%s: N %d K %d, W %.1f MB, %d copies rotated (cold)\n", s->name, s->n, s->k,
                wbytes / 1e6, copies);
-        printf("%-22s %3s %3s %8s %8s %6s %8s %6s %9s\n", "variant", "M", "S", "us", "GB/s",
-               "%read", "hot us", "%hot", "max err");
+        printf("%-22s %3s %3s %8s %8s %6s %8s %6s %8s %6s %9s\n", "variant", "M", "S", "us", "GB/s",
+               "%read", "hot us", "%hot", "strm us", "%strm", "max err");
 
         for (int v = 0; v < n_variants; v++) {
             char vname[64];
@@ -513,6 +516,15 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < 3; i++) st |= run_once(&b, s, m, x, w[i % copies], y, 0, &ev[i]);
                 for (int i = 0; i < n; i++) st |= run_once(&b, s, m, x, w[(i + 3) % copies], y, 0, &ev[i + 3]);
                 clFinish(b.q);
+                /* the stream: n back-to-back launches, each on its own W copy,
+                 * END of the last minus START of the first, over n */
+                double stream = 0.0;
+                if (ev[3] && ev[n + 2]) {
+                    cl_ulong s0 = 0, s1 = 0;
+                    clGetEventProfilingInfo(ev[3], CL_PROFILING_COMMAND_START, sizeof s0, &s0, NULL);
+                    clGetEventProfilingInfo(ev[n + 2], CL_PROFILING_COMMAND_END, sizeof s1, &s1, NULL);
+                    stream = (double)(s1 - s0) * 1e-3 / n;
+                }
                 for (int i = 0; i < n + 3; i++) {
                     if (i >= 3) cold[i - 3] = ev[i] ? event_us(ev[i]) : 0.0;
                     if (ev[i]) clReleaseEvent(ev[i]);
@@ -534,9 +546,10 @@ int main(int argc, char **argv) {
                 qsort(hot, n, sizeof *hot, cmp_double);
                 const double us = cold[n / 2], uh = hot[n / 2];
                 const double gbs = wbytes / (us * 1e-6) * 1e-9, gbh = wbytes / (uh * 1e-6) * 1e-9;
-                printf("%-22s %3d %3d %8.2f %8.0f %5.1f%% %8.2f %5.1f%% %9.2e\n", vname, m,
+                const double gbst = stream > 0 ? wbytes / (stream * 1e-6) * 1e-9 : 0.0;
+                printf("%-22s %3d %3d %8.2f %8.0f %5.1f%% %8.2f %5.1f%% %8.2f %5.1f%% %9.2e\n", vname, m,
                        serve_gemm_small_splits(b.g, m, s->n, s->k), us, gbs, 100 * gbs / ceiling,
-                       uh, 100 * gbh / ceiling, errs[mi]);
+                       uh, 100 * gbh / ceiling, stream, 100 * gbst / ceiling, errs[mi]);
                 if (us < best[si][mi]) best[si][mi] = us, best_v[si][mi] = v;
             }
         }
