@@ -21,13 +21,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   LAZYATTN_LOG=info timeout 300 build-nv/tests/test_prefill_batched > "$out/test_prefill_batched.log" 2>&1
   echo "test_prefill_batched on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_prefill_batched.log") ok, $(grep -c 'NVIDIA tensor-core path' "$out/test_prefill_batched.log") attention objects on the fast path)"
   grep -E "^# |FAILED|error" "$out/test_prefill_batched.log" | head -20
-  # the opt-in wgmma prefill (PTX round trip), same tests and bench checks
-  LAZYATTN_NV_WGMMA=1 timeout 300 build-nv/tests/test_attention > "$out/test_attention_wgmma.log" 2>&1
-  echo "test_attention with LAZYATTN_NV_WGMMA=1: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_wgmma.log") ok)"
-  LAZYATTN_NV_WGMMA=1 timeout 300 build-nv/examples/bench_kernels --only prefill > "$out/bench_wgmma.log" 2>&1
-  echo "bench_kernels prefill with LAZYATTN_NV_WGMMA=1: rc=$?"
-  echo "  $(grep -c 'round trip' "$out/bench_wgmma.log") programs through the sm_90a round trip"
-  grep -E "^check|^checks|^prefill" "$out/bench_wgmma.log"
+  # the other prefill (the default is wgmma on compute capability 9.x, mma.sync
+  # elsewhere): mma.sync forced, same tests and bench checks
+  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/tests/test_attention > "$out/test_attention_mma.log" 2>&1
+  echo "test_attention with LAZYATTN_NV_WGMMA=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_mma.log") ok)"
+  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/examples/bench_kernels --only prefill > "$out/bench_mma.log" 2>&1
+  echo "bench_kernels prefill with LAZYATTN_NV_WGMMA=0: rc=$?"
+  grep -E "^check|^checks|^prefill" "$out/bench_mma.log"
 fi
 LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/examples/bench_kernels --csv "$out/ours.csv" > "$out/bench.log" 2>&1
 echo "bench_kernels rc=$?"

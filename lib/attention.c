@@ -24,7 +24,7 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * per KV head. Launch geometry below; for tuning, LAZYATTN_NV_PREFILL=
  * "KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it and
  * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments);
- * LAZYATTN_NV_WGMMA=1 selects the wgmma prefill (lz_nv_build). */
+ * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
 
@@ -135,10 +135,19 @@ static int lz_nv_fits(const lazyattn_context *ctx, const lazyattn_attention_conf
            (c->block_size == 16 || c->block_size == 32) && !c->alibi && group <= 8;
 }
 
-static void lz_nv_tune_defaults(const lazyattn_attention *a, lz_nv_tune *t) {
+/* The default prefill geometry: wgmma (S and P V) with 12 warps (three
+ * warpgroups) where wgmma runs (compute capability 9.x) and 12 warps hold
+ * whole groups of query heads; mma.sync with 8 warps elsewhere. Measured on
+ * the H200 (docs/PERFLOG.md, issue 11 step 2): 2x8192 causal 169.0 against
+ * 140.9 TFLOP/s, 4096 over 4x2048 cached 169.9 against 152.0. */
+static int lz_nv_wgmma_default(const lazyattn_attention *a) {
+    return a->ctx->nv_cc_major == 9 && 12 % a->group == 0;
+}
+
+static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tune *t) {
     const int B = a->cfg.block_size, D = a->cfg.head_dim;
     t->kt = B > 32 ? B : 32;
-    t->warps = 8;
+    t->warps = wgmma ? 12 : 8;
     t->maxreg = 0;
     t->dstages = LZ_NV_DECODE_RING, t->waves = 0;
     const char *env = getenv("LAZYATTN_NV_PREFILL");
@@ -205,18 +214,19 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
 }
 
 /* Builds the tensor-core kernels next to the portable ones. The prefill
- * uses mma.sync; LAZYATTN_NV_WGMMA=1 puts its scores and its P V on Hopper
- * wgmma (compute capability 9.x; mma.sync elsewhere or when the round trip
- * fails). Both are checked on the H200 (bench/run_gpu.sh); wgmma is not the
- * default because at the default 8 warps it measured no faster (docs/PERFLOG.md
- * v6 and issue 11). A build failure leaves the portable kernels in charge,
- * with a warning in the log. */
+ * puts its scores and its P V on Hopper wgmma where lz_nv_wgmma_default
+ * says (compute capability 9.x), mma.sync elsewhere or when the round trip
+ * fails; LAZYATTN_NV_WGMMA=0 / 1 forces mma.sync / wgmma (1 only on 9.x,
+ * with warps a multiple of 4). Both are checked on the H200
+ * (bench/run_gpu.sh). A build failure leaves the portable kernels in
+ * charge, with a warning in the log. */
 static int lz_nv_build(lazyattn_attention *a) {
     lazyattn_context *ctx = a->ctx;
     if (!lz_nv_fits(ctx, &a->cfg)) return LAZYATTN_STATUS_OK;
-    lz_nv_tune_defaults(a, &a->nv);
     const char *env = getenv("LAZYATTN_NV_WGMMA");
-    int wgmma = ctx->nv_cc_major == 9 && a->nv.warps % 4 == 0 && env && !strcmp(env, "1");
+    const int want = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "0") ? 0 : lz_nv_wgmma_default(a);
+    lz_nv_tune_defaults(a, want, &a->nv);
+    int wgmma = want && ctx->nv_cc_major == 9 && a->nv.warps % 4 == 0;
     int st = lz_nv_build_with(a, wgmma);
     if (st && wgmma) {
         lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill unavailable, mma.sync in use: %s", lazyattn_last_error());
