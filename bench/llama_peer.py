@@ -9,9 +9,11 @@ Prints, with CUDA events (3 warm-ups, median of --reps):
   cold prefill of 2048 and 10240 tokens (causal);
   a question of 32 tokens over 10240 cached tokens (their K/V given);
   2080 new tokens over 8192 cached ones (a request whose documents are half cached);
+  decode steps of B sequences x 1 token over --decode-context cached tokens each
+  (B in --decode, default 1, 16, 64; bench_forward's decode cases);
 so that rag_bench's end-to-end figures have a production-class anchor from
 the same device call.
-    python3 bench/llama_peer.py [--layers 32] [--reps 5] [--csv FILE]
+    python3 bench/llama_peer.py [--layers 32] [--reps 5] [--csv FILE] [--decode 1,16,64] [--decode-context 2048]
 """
 import argparse
 import csv
@@ -88,14 +90,47 @@ def forward(layer, n_layers, x, pos, past_k, past_v, head):
     return F.linear(x[-1:], head)
 
 
+def decode_forward(layer, n_layers, x, pos, k_cache, v_cache, head):
+    """One decode step: x [B, HID] one new token per sequence at position pos
+    (the same for all); k/v_cache [B, KV, pos + 1, D] preallocated, the new
+    K/V written in place at pos (a static cache, as engines keep one); GQA as
+    G queries per KV head (no repeated K/V); the LM head on every row."""
+    B = x.shape[0]
+    p = int(pos[0])
+    g = H // KV
+    for _ in range(n_layers):
+        h = rms(x, layer.n1)
+        qkv = F.linear(h, layer.wqkv)
+        q, k, v = qkv.split([H * D, KV * D, KV * D], -1)
+        q = rope(q.view(B, H, D), pos)
+        k_cache[:, :, p] = rope(k.view(B, KV, D), pos)
+        v_cache[:, :, p] = v.view(B, KV, D)
+        a = F.scaled_dot_product_attention(q.view(B, KV, g, D), k_cache, v_cache)
+        x = x + F.linear(a.reshape(B, H * D), layer.wo)
+        h = rms(x, layer.n2)
+        gu = F.linear(h, layer.wgu)
+        gate, up = gu.split([FFN, FFN], -1)
+        x = x + F.linear(F.silu(gate) * up, layer.wd)
+    return F.linear(x, head).argmax(-1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--csv")
+    ap.add_argument("--decode", default="1,16,64",
+                    help="decode batch sizes, comma separated ('' for none)")
+    ap.add_argument("--decode-context", type=int, default=2048)
     a = ap.parse_args()
     if a.layers < 1 or a.reps < 1:
         ap.error("--layers and --reps must be >= 1")
+    try:
+        a.decode = [int(v) for v in a.decode.split(",")] if a.decode else []
+    except ValueError:
+        ap.error("--decode: comma separated integers")
+    if any(b < 1 or b > 256 for b in a.decode) or not 1 <= a.decode_context <= 65535:
+        ap.error("--decode: batch sizes 1..256; --decode-context 1..65535")
     torch.manual_seed(1)
     layer, head = Layer(), rnd(VOCAB, HID, scale=HID ** -0.5)
     rows = []
@@ -113,6 +148,17 @@ def main():
             ms = time_ms(lambda: forward(layer, a.layers, x, pos, pk, pv, head), a.reps)
             rows.append((name, new, cached, ms))
             del x, pk, pv
+        for b in a.decode:
+            k_cache = rnd(b, KV, a.decode_context + 1, D)
+            v_cache = rnd(b, KV, a.decode_context + 1, D)
+            x = rnd(b, HID)
+            pos = torch.full((b,), a.decode_context, device="cuda", dtype=torch.long)
+            out = decode_forward(layer, a.layers, x, pos, k_cache, v_cache, head)
+            if out.shape != (b,):
+                raise SystemExit(f"decode {b}: output shape {tuple(out.shape)}")
+            ms = time_ms(lambda: decode_forward(layer, a.layers, x, pos, k_cache, v_cache, head), a.reps)
+            rows.append((f"decode_{b}x1_over_{a.decode_context}", b, a.decode_context, ms))
+            del k_cache, v_cache, x
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)

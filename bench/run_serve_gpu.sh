@@ -6,7 +6,8 @@
 #   forward against the f32 one, greedy tokens across the four policies);
 #   bench/gemm_peer.py, then bench_gemm at M = 2048 and 10240 (the large
 #   kernel, ratios to the peer's CSV) and bench_gemm_small at M = 1..64;
-#   bench_forward (bf16) beside bench/llama_peer.py.
+#   bench_forward (bf16; forwards and decode steps, then the decode steps
+#   again with device time per phase) beside bench/llama_peer.py.
 # Build here (meson setup build-serve --buildtype=release -Dspirv=disabled
 # -Dclblast=enabled -Dredis=disabled; ninja -C build-serve; libcmocka.so.0*
 # copied into build-serve/extra-lib), copy libclblast.so.1 into
@@ -37,12 +38,13 @@ done
 step peer 90 sh -c "cd bench && python3 gemm_peer.py --reps 20 --csv '$out/peer.csv'"
 step gemm_large 90 "$bin/serve/bench_gemm" --rows 2048,10240 --peer "$out/peer.csv"
 step gemm_small 120 "$bin/serve/bench_gemm_small" --reps 20
-step forward 150 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5
-step llama_peer 120 sh -c "cd bench && python3 llama_peer.py --reps 5"
+step forward 240 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5
+step forward 120 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5 --no-forwards --device-time
+step llama_peer 180 sh -c "cd bench && python3 llama_peer.py --reps 5"
 echo "== summary"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30
 grep -E "read ceiling| 2048 | 10240 " "$out/peer.log" | head -10
 grep -E "TFLOP|ok$|FAIL|mismatch" "$out/gemm_large.log" | head -12
 sed -n '/^best per shape/,$p' "$out/gemm_small.log" | head -32
 cat "$out/forward.log"
-tail -8 "$out/llama_peer.log"
+tail -11 "$out/llama_peer.log"

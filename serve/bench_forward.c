@@ -6,7 +6,12 @@
  *   cold prefill of 2048 and of 10240 tokens (one causal sequence, LM head
  *   on the last token);
  *   32 new tokens over 10240 cached ones;
- *   2080 new tokens over 8192 cached ones.
+ *   2080 new tokens over 8192 cached ones;
+ *   decode steps: B sequences (--decode, default 1, 16, 64) of one new token
+ *   each over --decode-context cached tokens of its own (default 2048), with
+ *   the host's share of the step (time inside the enqueue calls and uploads,
+ *   commands enqueued) and, with --device-time, the device time per phase
+ *   (profiling events; the wall times are then of a profiling queue).
  * Random weights (serve_model_init_random) and random tokens; each case is
  * run --warmup times, then timed --reps times (wall clock from an idle
  * queue to the next token read back: host work included, as torch's CUDA
@@ -35,6 +40,8 @@ static const fwd_case fwd_cases[] = {
 #define FWD_N_CASES ((int)(sizeof fwd_cases / sizeof fwd_cases[0]))
 #define FWD_MAX_TOKENS 10272 /* the longest context of a case */
 
+#define FWD_MAX_DECODE 8 /* decode batch sizes on one command line */
+
 typedef struct fwd {
     serve_model *model;
     lazyattn_pool *pool;
@@ -44,6 +51,7 @@ typedef struct fwd {
     int32_t *tokens, *pos, *slots; /* [FWD_MAX_TOKENS] */
     uint64_t *table;               /* [n_blocks] */
     int32_t *entry_pos;            /* [n_blocks] */
+    int max_tokens;                /* tokens, pos, slots: [max_tokens] */
 } fwd;
 
 static int cmp_double(const void *a, const void *b) {
@@ -51,16 +59,18 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Prefills positions [from, to) of the sequence in chunks of max_rows; the
- * table of each chunk covers every written token up to the chunk's end. */
-static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
+/* Prefills positions [from, to) of a sequence whose logical block b lives
+ * in blocks[b], in chunks of max_rows; the table of each chunk covers every
+ * written token up to the chunk's end. */
+static int fwd_prefill_seq(fwd *f, const int32_t *blocks, int from, int to, int32_t *next) {
     const int bs = f->mc->block_size;
+    for (int i = from; i < to; i++) f->slots[i] = blocks[i / bs] * bs + i % bs;
     for (int c0 = from; c0 < to; c0 += f->mc->max_rows) {
         int n = to - c0 < f->mc->max_rows ? to - c0 : f->mc->max_rows;
         int end = c0 + n, n_entries = (end + bs - 1) / bs;
         for (int e = 0; e < n_entries; e++) {
             int len = end - e * bs < bs ? end - e * bs : bs;
-            int st = lazyattn_entry_pack(f->blocks[e], 0, len, &f->table[e]);
+            int st = lazyattn_entry_pack(blocks[e], 0, len, &f->table[e]);
             if (st) return serve_lz_fail(st, "lazyattn_entry_pack");
             f->entry_pos[e] = e * bs;
         }
@@ -77,6 +87,104 @@ static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
         if (st) return st;
     }
     return LAZYATTN_STATUS_OK;
+}
+
+static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
+    return fwd_prefill_seq(f, f->blocks, from, to, next);
+}
+
+/* Decode steps: B sequences, sequence s in blocks [s * per, (s + 1) * per)
+ * with context tokens written by an untimed prefill, then warmup + reps
+ * steps of one new token per sequence at position context (each step
+ * rewrites that slot). Wall ms median; the host's share (time in the
+ * enqueue calls and uploads) and the commands enqueued per step; device ms
+ * per phase when the timer has events. */
+typedef struct fwd_decode_result {
+    double wall_ms, host_ms, device_ms[SERVE_PHASE_COUNT];
+    double enqueues;
+} fwd_decode_result;
+
+static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd_decode_result *r) {
+    const int bs = f->mc->block_size, per = (context + 1 + bs - 1) / bs;
+    if ((int64_t)B * per > f->n_blocks || context + 1 > f->max_tokens)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "bench_forward: %d sequences of %d tokens need %lld blocks, the pool has %d",
+                          B, context + 1, (long long)B * per, f->n_blocks);
+    int32_t next = -1;
+    for (int s = 0; s < B; s++) {
+        int st = fwd_prefill_seq(f, f->blocks + (size_t)s * per, 0, context, &next);
+        if (st) return st;
+    }
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * 4), *nx = malloc(sizeof(int32_t) * (size_t)B);
+    uint64_t *table = malloc(sizeof(uint64_t) * (size_t)B * per);
+    int32_t *epos = malloc(sizeof(int32_t) * (size_t)B * per);
+    double *t = calloc((size_t)reps, sizeof *t);
+    int st = LAZYATTN_STATUS_OK;
+    if (!tok || !nx || !table || !epos || !t)
+        st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: decode tables");
+    int32_t *qpos = tok + B, *slots = tok + 2 * B, *stored = tok + 3 * B; /* tok: [4][B] */
+    int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(B + 1));
+    if (!st && !offsets) st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: offsets");
+    for (int s = 0; s < B && !st; s++) {
+        const int32_t *blk = f->blocks + (size_t)s * per;
+        tok[s] = f->tokens[(s * 7919) % f->max_tokens];
+        qpos[s] = stored[s] = context;
+        slots[s] = blk[context / bs] * bs + context % bs;
+        offsets[s] = s * per;
+        for (int e = 0; e < per && !st; e++) {
+            const int len = context + 1 - e * bs < bs ? context + 1 - e * bs : bs;
+            st = lazyattn_entry_pack(blk[e], 0, len, &table[(size_t)s * per + e]);
+            if (st) st = serve_lz_fail(st, "lazyattn_entry_pack");
+            epos[(size_t)s * per + e] = e * bs;
+        }
+    }
+    if (!st) offsets[B] = B * per;
+    serve_timer *timer = serve_model_timer(f->model);
+    cl_command_queue q = serve_model_queue(f->model);
+    memset(r, 0, sizeof *r);
+    for (int i = -warmup; i < reps && !st; i++) {
+        cl_int err = clFinish(q);
+        if (err != CL_SUCCESS) {
+            st = serve_cl_fail(err, "clFinish");
+            break;
+        }
+        if (timer) serve_timer_collect(timer); /* the prefills' and earlier steps' events */
+        serve_timer before = timer ? *timer : (serve_timer){0};
+        const double t0 = serve_now();
+        serve_decode_args da = {.n_seqs = B,
+                                .tokens = tok,
+                                .q_pos = qpos,
+                                .slots = slots,
+                                .stored_pos = stored,
+                                .seq_offsets = offsets,
+                                .table = table,
+                                .entry_pos = epos,
+                                .max_entries = per};
+        st = serve_model_decode(f->model, f->pool, &da, nx); /* reads the tokens back */
+        if (!st && (err = clFinish(q)) != CL_SUCCESS) st = serve_cl_fail(err, "clFinish");
+        if (st) break;
+        const double ms = (serve_now() - t0) * 1e3;
+        for (int s = 0; s < B && !st; s++)
+            if (nx[s] < 0 || nx[s] >= f->mc->vocab)
+                st = serve_fail(LAZYATTN_STATUS_OPENCL, "bench_forward: next token %d", (int)nx[s]);
+        if (i < 0 || st) continue;
+        t[i] = ms;
+        if (timer) {
+            serve_timer_collect(timer);
+            for (int p = 0; p < SERVE_PHASE_COUNT; p++) {
+                r->host_ms += (timer->host_s[p] - before.host_s[p]) * 1e3 / reps;
+                r->device_ms[p] += (timer->seconds[p] - before.seconds[p]) * 1e3 / reps;
+            }
+            r->host_ms += (timer->upload_s - before.upload_s) * 1e3 / reps;
+            r->enqueues += (double)(timer->enqueues - before.enqueues) / reps;
+        }
+    }
+    if (!st) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        r->wall_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(tok), free(nx), free(table), free(epos), free(t), free(offsets);
+    return st;
 }
 
 /* One case: the cached part once (untimed), then warmup + reps timed runs
@@ -116,13 +224,22 @@ static void fwd_release(fwd *f) {
     serve_model_destroy(f->model);
 }
 
-static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc, uint64_t seed) {
+/* The model, and a pool of at least FWD_MAX_TOKENS tokens and decode_tokens
+ * tokens (the decode cases' sequences, each in whole blocks);
+ * max_tokens: the longest sequence. */
+static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc, uint64_t seed,
+                     int64_t decode_blocks, int max_tokens) {
     int st = serve_model_create(ctx, mc, &f->model);
     if (!st) st = serve_model_init_random(f->model, seed);
     if (st) return st;
     f->mc = serve_model_get_config(f->model);
     const int bs = f->mc->block_size;
-    f->n_blocks = (FWD_MAX_TOKENS + bs - 1) / bs;
+    f->max_tokens = max_tokens > FWD_MAX_TOKENS ? max_tokens : FWD_MAX_TOKENS;
+    const int64_t need = (FWD_MAX_TOKENS + bs - 1) / bs > decode_blocks ? (FWD_MAX_TOKENS + bs - 1) / bs
+                                                                           : decode_blocks;
+    if (need > INT32_MAX / bs)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "bench_forward: %lld blocks", (long long)need);
+    f->n_blocks = (int)need;
     lazyattn_pool_config pc;
     serve_model_pool_config(f->mc, (uint64_t)f->n_blocks * bs * serve_model_kv_bytes_per_token(f->mc),
                             &pc);
@@ -130,21 +247,40 @@ static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc
     f->blocks = malloc((size_t)f->n_blocks * sizeof *f->blocks);
     f->table = malloc((size_t)f->n_blocks * sizeof *f->table);
     f->entry_pos = malloc((size_t)f->n_blocks * sizeof *f->entry_pos);
-    f->tokens = malloc(FWD_MAX_TOKENS * sizeof *f->tokens);
-    f->pos = malloc(FWD_MAX_TOKENS * sizeof *f->pos);
-    f->slots = malloc(FWD_MAX_TOKENS * sizeof *f->slots);
+    f->tokens = malloc((size_t)f->max_tokens * sizeof *f->tokens);
+    f->pos = malloc((size_t)f->max_tokens * sizeof *f->pos);
+    f->slots = malloc((size_t)f->max_tokens * sizeof *f->slots);
     if (!f->blocks || !f->table || !f->entry_pos || !f->tokens || !f->pos || !f->slots)
         return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: tables");
     if ((st = lazyattn_pool_alloc(f->pool, f->n_blocks, f->blocks)))
         return serve_lz_fail(st, "lazyattn_pool_alloc");
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (int i = 0; i < FWD_MAX_TOKENS; i++) {
+    for (int i = 0; i < f->max_tokens; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         f->tokens[i] = (int32_t)(x % (uint64_t)f->mc->vocab);
         f->pos[i] = i;
-        f->slots[i] = f->blocks[i / bs] * bs + i % bs;
+        f->slots[i] = f->blocks[i / bs] * bs + i % bs; /* rewritten per sequence by fwd_prefill_seq */
     }
     return LAZYATTN_STATUS_OK;
+}
+
+/* "1,16,64": 1..FWD_MAX_DECODE batch sizes in 1..256, no signs or spaces. */
+static int fwd_parse_batches(const char *prog, const char *text, int *out, int *count) {
+    int n = 0;
+    for (const char *p = text;;) {
+        long v = 0;
+        int digits = 0;
+        while (*p >= '0' && *p <= '9' && digits < 4) v = 10 * v + (*p++ - '0'), digits++;
+        if (!digits || (*p && *p != ',') || v < 1 || v > 256)
+            return cli_fail(prog, "--decode", "\"%s\": batch sizes 1..256, comma separated", text);
+        if (n == FWD_MAX_DECODE)
+            return cli_fail(prog, "--decode", "\"%s\": at most %d batch sizes", text, FWD_MAX_DECODE);
+        out[n++] = (int)v;
+        if (!*p) break;
+        p++;
+    }
+    *count = n;
+    return CLI_OK;
 }
 
 int main(int argc, char **argv) {
@@ -158,10 +294,20 @@ int main(int argc, char **argv) {
         "  --warmup N              untimed runs per case (default 2, 0..100)\n"
         "  --reps N                timed runs per case, median printed (default 5, 1..1000)\n"
         "  --seed S                weight and token seed (default 1)\n"
-        "Cases: cold 2048, cold 10240, 32 over 10240 cached, 2080 over 8192 cached\n"
-        "(bench/llama_peer.py runs the same in torch). Exit status: 0 done, 1 a failure,\n"
-        "2 a bad command line.\n";
+        "  --decode LIST           decode batch sizes, comma separated, 1..256, at most 8\n"
+        "                          (default 1,16,64)\n"
+        "  --decode-context N      cached tokens of each decoding sequence (default 2048,\n"
+        "                          1..65535)\n"
+        "  --no-forwards           only the decode steps\n"
+        "  --device-time           profiling events: device ms per phase of a decode step\n"
+        "                          (the wall times are then those of a profiling queue)\n"
+        "Cases: cold 2048, cold 10240, 32 over 10240 cached, 2080 over 8192 cached, decode\n"
+        "steps of B x 1 token over N cached each (bench/llama_peer.py runs the same in torch).\n"
+        "Exit status: 0 done, 1 a failure, 2 a bad command line.\n";
     int model = 2, gemm = SERVE_GEMM_AUTO, max_rows = 10240, warmup = 2, reps = 5;
+    int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0;
+    int decode_b[FWD_MAX_DECODE] = {1, 16, 64};
+    const char *decode_text = NULL;
     uint64_t seed = 1;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
@@ -170,10 +316,15 @@ int main(int argc, char **argv) {
         {.name = "--warmup", .type = CLI_INT, .dest = &warmup, .min = 0, .max = 100},
         {.name = "--reps", .type = CLI_INT, .dest = &reps, .min = 1, .max = 1000},
         {.name = "--seed", .type = CLI_U64, .dest = &seed},
+        {.name = "--decode", .type = CLI_STRING, .dest = &decode_text},
+        {.name = "--decode-context", .type = CLI_INT, .dest = &decode_context, .min = 1, .max = 65535},
+        {.name = "--no-forwards", .type = CLI_FLAG, .dest = &no_forwards},
+        {.name = "--device-time", .type = CLI_FLAG, .dest = &device_time},
     };
     int pr = cli_parse(prog, usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
     if (pr == CLI_HELP) return 0;
     if (pr != CLI_OK) return pr;
+    if (decode_text && fwd_parse_batches(prog, decode_text, decode_b, &n_decode)) return CLI_USAGE_ERROR;
     static const char *const presets[] = {"tiny", "small", "8b"};
     serve_model_config mc;
     int st = serve_model_config_preset(&mc, presets[model]);
@@ -185,6 +336,7 @@ int main(int argc, char **argv) {
     mc.gemm = (serve_gemm_mode)gemm;
     lazyattn_context_options co;
     lazyattn_context_options_init(&co);
+    co.profiling = device_time;
     lazyattn_context *ctx = NULL;
     if ((st = lazyattn_context_create(&co, &ctx))) {
         fprintf(stderr, "%s: lazyattn_context_create: %s\n", prog, lazyattn_last_error());
@@ -199,16 +351,42 @@ int main(int argc, char **argv) {
            lazyattn_context_fast_path(ctx) ? "NVIDIA" : "portable", presets[model], max_rows,
            warmup, reps);
     fwd f = {0};
-    st = fwd_setup(&f, ctx, &mc, seed);
+    int decode_max = 0;
+    for (int i = 0; i < n_decode; i++)
+        if (decode_b[i] > decode_max) decode_max = decode_b[i];
+    const int64_t per = (decode_context + 1 + mc.block_size - 1) / mc.block_size;
+    st = fwd_setup(&f, ctx, &mc, seed, decode_max * per, decode_context + 1);
+    serve_timer timer = {.enabled = device_time};
+    if (!st) serve_model_set_timer(f.model, &timer); /* host times always; events with --device-time */
     if (!st)
         printf("gemm: %s\n", serve_model_uses_bf16(f.model) ? "bf16" : "f32 (CLBlast)");
-    if (!st) printf("%-24s %10s\n", "case", "ms");
-    for (int i = 0; i < FWD_N_CASES && !st; i++) {
+    if (!st && !no_forwards) printf("%-24s %10s\n", "case", "ms");
+    for (int i = 0; i < FWD_N_CASES && !st && !no_forwards; i++) {
         double ms = 0;
         st = fwd_run_case(&f, &fwd_cases[i], warmup, reps, &ms);
         if (!st) printf("%-24s %10.2f\n", fwd_cases[i].name, ms);
         fflush(stdout);
     }
+    if (!st && n_decode > 0) {
+        printf("%-24s %10s %10s %9s", "decode step", "wall ms", "host ms", "enqueues");
+        if (device_time)
+            for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10s", serve_phase_name((serve_phase)p));
+        printf("\n");
+    }
+    for (int i = 0; i < n_decode && !st; i++) {
+        fwd_decode_result r;
+        st = fwd_decode_case(&f, decode_b[i], decode_context, warmup, reps, &r);
+        if (st) break;
+        char name[64];
+        snprintf(name, sizeof name, "%d x 1 over %d", decode_b[i], decode_context);
+        printf("%-24s %10.2f %10.2f %9.0f", name, r.wall_ms, r.host_ms, r.enqueues);
+        if (device_time)
+            for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10.3f", r.device_ms[p]);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (!st) serve_model_set_timer(f.model, NULL);
+    serve_timer_release(&timer);
     if (!st && serve_model_uses_bf16(f.model)) {
         /* which kernels the times are of: a projection no tensor-core
          * kernel covers falls back to the portable one */
