@@ -11,7 +11,8 @@ typedef struct serve_gemm_small serve_gemm_small;
 
 /* UNSUPPORTED (with a message) unless ctx's device is NVIDIA compute
  * capability >= 8 and lazyattn_context_fast_path(ctx) != 0. Builds the
- * default kernels (the NVIDIA driver's compile, ~1 s). */
+ * default kernels (the NVIDIA driver's compile, ~1 s). g keeps ctx for
+ * later builds (set_tuning's wgmma mode): ctx must outlive g. */
 int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out);
 void serve_gemm_small_destroy(serve_gemm_small *g); /* NULL: no-op */
 
@@ -49,7 +50,13 @@ typedef struct serve_gemm_small_tuning {
     int pipe;   /* 1: the next step's W loads issued before this step's mma */
     int whint;  /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
     int splits; /* work-groups over K (split-K); 0: chosen from the shape */
-    int xs;     /* 1: X staged in local memory per chunk of u blocks (cp.async) */
+    int xs;     /* 1: X staged in local memory per chunk of u blocks (cp.async);
+                 * 2: wgmma (Hopper, compute capability 9.x only; UNSUPPORTED
+                 * elsewhere): a warpgroup multiplies r sets of 64 W rows (r 1
+                 * or 2, A from registers) by all 8 nt tokens (X staged per
+                 * chunk of u blocks in a 2- or 3-slot ring, B by descriptor);
+                 * wr warps over rows (a multiple of 4: wr / 4 warpgroups), wk
+                 * warpgroup rows over K; any in % 32 == 0 */
 } serve_gemm_small_tuning;
 
 /* Tunings are kept per n8 token tiles nt = 1..8 and per class of W:
@@ -62,7 +69,8 @@ int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
                                 serve_gemm_small_tuning *t);
 /* Sets it (nt 0: every nt; cls -1: every class); builds the program if
  * new. INVALID_ARGUMENT for values out of range, e.g. over 48 KB of local
- * memory. */
+ * memory; UNSUPPORTED for xs 2 on a device that is not compute capability
+ * 9.x (the tuning is then unchanged). */
 int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
                                 const serve_gemm_small_tuning *t);
 /* The split count a run of this shape would use (after the tuning's rule);
