@@ -24,7 +24,7 @@
  * block) adds them in split order and writes Y. So every sum has a fixed
  * order: results do not depend on timing.
  *
- * With GS_XS the warps of a K slice stage X in local memory instead, per
+ * With GS_XS 1 the warps of a K slice stage X in local memory instead, per
  * chunk of GS_U blocks (cp.async into a 2-chunk ring, in fragment order so
  * that each lane's 16 bytes are one conflict-free local load): for many
  * token tiles the direct X loads (8 rows of 64 bytes each) cost more L1
@@ -56,6 +56,11 @@
  * GS_WK warpgroup rows over K (slices, each with its ring, summed as above),
  * the split-K epilogue as above. Built through the sm_90a PTX round trip
  * (wgmma behind "//@" markers; lazyattn_context_build_program).
+ * GS_XS 3: the same with X through registers: each work-item loads its
+ * 16-byte pieces of chunk c + 1 (one load a piece: a warp reads 8 rows x
+ * 64 bytes, where a 4-byte cp.async touches the same 8 lines for a quarter
+ * of the bytes) while chunk c runs and stores them as four words after c's
+ * wgmma, then fence.proxy.async; 2 ring slots.
  *
  * One kernel per n8 token tiles NT = 1..8 (M <= 8 NT): gs_gemm_nt<NT>.
  * X rows up to 8 NT - 1 are read (the caller pads X to 128 rows); only
@@ -77,7 +82,8 @@
 #define GS_PIPE 0 /* 1: the next step's W loads issued before this step's mma */
 #endif
 #ifndef GS_XS
-#define GS_XS 0 /* 1: X staged in local memory (cp.async) per U-block chunk, fragment order */
+#define GS_XS 0 /* 1: X staged in local memory (cp.async) per U-block chunk, fragment order;
+                  2, 3: wgmma, X staged by 4-byte cp.async (2) or through registers (3) */
 #endif
 #ifndef GS_WHINT
 #define GS_WHINT 1 /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
@@ -85,12 +91,18 @@
 
 #define GS_WARPS (GS_WR * GS_WK)
 
-#if GS_XS == 2 && (GS_WR % 4 || GS_R > 2)
-#error "GS_XS 2 (wgmma): GS_WR must be a multiple of 4 and GS_R 1 or 2"
+#define GS_WG (GS_XS >= 2) /* the wgmma modes */
+#if GS_WG && (GS_WR % 4 || GS_R > 2)
+#error "GS_XS 2, 3 (wgmma): GS_WR must be a multiple of 4 and GS_R 1 or 2"
 #endif
-/* wgmma mode: X ring slots per K slice (3 where 3 fit in 48 KB at 8 token
- * tiles, the host's rule too): chunk c + GS_SLOTS - 1 is copied while c runs */
+/* wgmma modes: X ring slots per K slice (GS_XS 2: 3 where 3 fit in 48 KB
+ * at 8 token tiles, the host's rule too; GS_XS 3: 2): chunk c + GS_SLOTS -
+ * 1 is copied while c runs */
+#if GS_XS == 3
+#define GS_SLOTS 2
+#else
 #define GS_SLOTS (GS_WK * 3 * GS_U * 8 * 512 + 16 <= 49152 ? 3 : 2)
+#endif
 
 #define GS_MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
@@ -146,7 +158,7 @@ inline int gs_count(__global int *p) {
     return old;
 }
 
-#if GS_XS == 2
+#if GS_WG
 /* wgmma m64n(8 NT)k16, A (W) from registers, B (X) by descriptor, D += A B */
 #define GS_WG1(d, a0, a1, a2, a3, desc) \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
@@ -241,6 +253,8 @@ inline int gs_count(__global int *p) {
 #define GS_WG_COMMIT() asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory")
 #define GS_WG_WAIT0() asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory")
 #define GS_CP_WAIT0() asm volatile("cp.async.wait_group 0;" ::: "memory")
+/* generic-proxy writes of local memory made visible to wgmma's reads */
+#define GS_PROXY_FENCE() asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory")
 #ifndef GS_PROXY
 #define GS_PROXY 0 /* 1: fence.proxy.async after the copies land (as gemm_nv_large's LG_PROXY) */
 #endif
@@ -277,6 +291,40 @@ __attribute__((always_inline)) inline void gs_wx(__local uint *slot, __global co
         gs_cp4(dst + 32, src + 2, n);           /* q 1: step 0, h 1 */
         gs_cp4(dst + NT * 64, src + 4, n);      /* q 2: step 1, h 0 */
         gs_cp4(dst + NT * 64 + 32, src + 6, n); /* q 3: step 1, h 1 */
+    }
+}
+
+/* GS_XS 3: the same through registers, in two halves: chunk cc's 16-byte
+ * pieces of this work-item (zeros for blocks >= kend) into xr ... */
+#define GS_XP(NT) ((GS_U * (NT) + GS_WR - 1) / GS_WR) /* pieces a work-item */
+__attribute__((always_inline)) inline void gs_wx_load(uint4 xr[2 * GS_U], __global const ushort *xs,
+                                                      size_t Ks, int cc, int kend, int tix,
+                                                      const int NT) {
+#pragma unroll
+    for (int i = 0; i < GS_XP(NT); i++) {
+        const int p = tix + i * GS_WR * 32;
+        const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
+        const int kb = cc * GS_U + u;
+        xr[i] = (uint4)(0u);
+        if (p < GS_U * NT * 32 && kb < kend) xr[i] = gs_ld_x(xs + (size_t)t * Ks + (size_t)kb * 32 + 8 * c);
+    }
+}
+
+/* ... and from xr into ring slot `slot` (words; plain local stores: the
+ * caller fences them for wgmma's async proxy) */
+__attribute__((always_inline)) inline void gs_wx_store(__local uint *slot, const uint4 xr[2 * GS_U],
+                                                       int tix, const int NT) {
+#pragma unroll
+    for (int i = 0; i < GS_XP(NT); i++) {
+        const int p = tix + i * GS_WR * 32;
+        const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
+        __local uint *dst = slot + (u * 2 * NT + (t >> 3)) * 64 + (t & 7) * 4 + c;
+        if (p < GS_U * NT * 32) {
+            dst[0] = xr[i].x;
+            dst[32] = xr[i].y;
+            dst[NT * 64] = xr[i].z;
+            dst[NT * 64 + 32] = xr[i].w;
+        }
     }
 }
 
@@ -343,7 +391,7 @@ __attribute__((always_inline)) inline void gs_load(uint4 wv[GS_U][GS_R][2],
         }
 }
 
-#if GS_XS == 2
+#if GS_WG
 /* The same for the blocks kb.. < kend of a chunk, zeros past kend */
 __attribute__((always_inline)) inline void gs_load_c(uint4 wv[GS_U][GS_R][2],
                                                      __global const ushort *wp[GS_R], size_t K8,
@@ -386,7 +434,7 @@ __attribute__((always_inline)) inline void gs_body(
     int tr[GS_R];
 #pragma unroll
     for (int r = 0; r < GS_R; r++)
-#if GS_XS == 2
+#if GS_WG
         tr[r] = blk * 16 * GS_R * GS_WR + (wr >> 2) * 64 * GS_R + 64 * r + 16 * (wr & 3);
 #else
         tr[r] = (blk * GS_WR + wr) * (16 * GS_R) + 16 * r;
@@ -394,7 +442,7 @@ __attribute__((always_inline)) inline void gs_body(
 
     /* K blocks of this split and this slice */
     const int nkb = K >> 5;
-#if GS_XS == 2
+#if GS_WG
     const int kb0 = 0, kb1 = 0; /* every block in the chunk loop */
 #elif GS_XS
     /* in chunks of GS_U blocks; the last split's slice 0 also takes the
@@ -429,7 +477,7 @@ __attribute__((always_inline)) inline void gs_body(
             for (int e = 0; e < 4; e++) acc[r][j][e] = 0.0f;
 
     int kb = kb0;
-#if GS_XS == 2
+#if GS_WG
     {
         /* chunks of GS_U blocks (the last one may be short) over the splits,
          * then over the K slices; every slice runs the longest's iterations,
@@ -445,11 +493,20 @@ __attribute__((always_inline)) inline void gs_body(
         const uint ring_addr = (uint)(size_t)ring;
         const int tix = lid - wk * GS_WR * 32; /* work-item in the slice */
         __global const ushort *xs = x + x_off;
+#if GS_XS == 3
+        uint4 xr[2 * GS_U];
+        if (chunks > 0) {
+            gs_wx_load(xr, xs, Ks, cu0, cu0 < cu1 ? nkb : 0, tix, NT);
+            gs_wx_store(ring, xr, tix, NT);
+            GS_PROXY_FENCE();
+        }
+#else
 #pragma unroll
         for (int i = 0; i < GS_SLOTS - 1; i++) {
             if (i < chunks) gs_wx(ring + i * slotw, xs, Ks, cu0 + i, cu0 + i < cu1 ? nkb : 0, tix, NT);
             GS_CP_COMMIT();
         }
+#endif
         uint4 cur[GS_U][GS_R][2];
 #if GS_PIPE
         gs_load_c(cur, wp, K8, cu0 * GS_U, cu0 < cu1 ? nkb : 0);
@@ -462,13 +519,19 @@ __attribute__((always_inline)) inline void gs_body(
 #else
             gs_load_c(cur, wp, K8, cc * GS_U, cc < cu1 ? nkb : 0);
 #endif
+#if GS_XS == 3
+            /* chunk cc + 1's X into registers (stored after this chunk's wgmma) */
+            if (ci + 1 < chunks) gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
+            /* everyone's X of cc stored and fenced; everyone's wgmma of cc - 1 done */
+            barrier(CLK_LOCAL_MEM_FENCE);
+#else
 #if GS_SLOTS == 3
             GS_CP_WAIT1(); /* chunk cc's copies (mine) are done, cc + 1's may not */
 #else
             GS_CP_WAIT0();
 #endif
 #if GS_PROXY
-            asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory");
+            GS_PROXY_FENCE();
 #endif
             /* everyone's copies of cc; everyone's wgmma of cc - 1 done */
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -476,6 +539,7 @@ __attribute__((always_inline)) inline void gs_body(
                 gs_wx(ring + ((ci + GS_SLOTS - 1) % GS_SLOTS) * slotw, xs, Ks, cc + GS_SLOTS - 1,
                       cc + GS_SLOTS - 1 < cu1 ? nkb : 0, tix, NT);
             GS_CP_COMMIT();
+#endif
             const ulong d0 = gs_wg_desc(ring_addr + (uint)((ci % GS_SLOTS) * slotw * 4));
             GS_WG_FENCE();
 #pragma unroll
@@ -496,6 +560,12 @@ __attribute__((always_inline)) inline void gs_body(
                     asm volatile("" : "+r"(cur[u][r][0].x), "+r"(cur[u][r][0].y), "+r"(cur[u][r][0].z),
                                  "+r"(cur[u][r][0].w), "+r"(cur[u][r][1].x), "+r"(cur[u][r][1].y),
                                  "+r"(cur[u][r][1].z), "+r"(cur[u][r][1].w));
+#if GS_XS == 3
+            if (ci + 1 < chunks) { /* into the slot of cc - 1 (everyone's wgmma of it done) */
+                gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
+                GS_PROXY_FENCE();
+            }
+#endif
 #if GS_PIPE
 #pragma unroll
             for (int u = 0; u < GS_U; u++)
@@ -710,7 +780,7 @@ __attribute__((always_inline)) inline void gs_body(
  * GS_XS the staging rings (which the sums reuse after the K loop) */
 #define GS_RED(NT) (GS_WK > 1 ? (GS_WK - 1) * GS_WR * GS_R * (NT) * 32 : 1)
 #define GS_RING(NT) \
-    (GS_XS == 2 ? GS_WK * GS_SLOTS * GS_U * (NT) * 32 : GS_XS ? GS_WK * 2 * GS_U * (NT) * 32 : 1)
+    (GS_WG ? GS_WK * GS_SLOTS * GS_U * (NT) * 32 : GS_XS ? GS_WK * 2 * GS_U * (NT) * 32 : 1)
 #define GS_LOC(NT) (GS_RED(NT) > GS_RING(NT) ? GS_RED(NT) : GS_RING(NT))
 
 #define GS_KERNEL(NT)                                                                          \

@@ -56,7 +56,9 @@ typedef struct serve_gemm_small_tuning {
                  * or 2, A from registers) by all 8 nt tokens (X staged per
                  * chunk of u blocks in a 2- or 3-slot ring, B by descriptor);
                  * wr warps over rows (a multiple of 4: wr / 4 warpgroups), wk
-                 * warpgroup rows over K; any in % 32 == 0 */
+                 * warpgroup rows over K; any in % 32 == 0; 3: the same with
+                 * X through registers (16-byte loads, 4-byte local stores)
+                 * instead of 4-byte cp.async, 2 slots */
 } serve_gemm_small_tuning;
 
 /* Tunings are kept per n8 token tiles nt = 1..8 and per class of W:
@@ -69,7 +71,7 @@ int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
                                 serve_gemm_small_tuning *t);
 /* Sets it (nt 0: every nt; cls -1: every class); builds the program if
  * new. INVALID_ARGUMENT for values out of range, e.g. over 48 KB of local
- * memory; UNSUPPORTED for xs 2 on a device that is not compute capability
+ * memory; UNSUPPORTED for xs 2, 3 on a device that is not compute capability
  * 9.x (the tuning is then unchanged). */
 int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
                                 const serve_gemm_small_tuning *t);
