@@ -18,6 +18,7 @@
 #define GS_PROGRAMS 24    /* cached programs (kernel shapes) */
 #define GS_LOCAL 49152    /* NVIDIA's local memory per work-group */
 #define GS_WARPS_PER_CU 16 /* the split rule's target of resident warps */
+#define GS_WG_WARPS_PER_CU 12 /* the same for the wgmma modes (xs 2, 3) */
 
 typedef struct gs_program {
     serve_gemm_small_tuning t; /* splits ignored */
@@ -27,9 +28,11 @@ typedef struct gs_program {
 } gs_program;
 
 struct serve_gemm_small {
+    lazyattn_context *ctx; /* the sm_90a builds (xs 2) */
     cl_context cl;
     cl_device_id dev;
     int cus;
+    int major; /* compute capability */
     gs_program programs[GS_PROGRAMS];
     int n_programs;
     serve_gemm_small_tuning tuning[GS_CLASSES][GS_NT];
@@ -66,19 +69,33 @@ static int gs_same(const serve_gemm_small_tuning *a, const serve_gemm_small_tuni
            a->pipe == b->pipe && a->whint == b->whint && a->xs == b->xs;
 }
 
+/* wgmma modes: X ring slots per K slice (GS_SLOTS of the kernel): xs 2: 3
+ * where they fit at 8 token tiles, else 2; xs 3: 2 */
+static int gs_slots(const serve_gemm_small_tuning *t) {
+    return t->xs == 2 && (size_t)t->wk * 3 * t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
+}
+
 static int gs_check_tuning(const serve_gemm_small_tuning *t) {
     if (!t) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "gemm_small tuning: NULL");
     if ((t->r != 1 && t->r != 2 && t->r != 4) || t->wr < 1 || t->wk < 1 || t->wr * t->wk > 32 ||
         t->u < 1 || t->u > 8 || (t->pipe != 0 && t->pipe != 1) || t->whint < 0 ||
-        t->whint > 2 || t->splits < 0 || t->splits > 256 || (t->xs != 0 && t->xs != 1))
+        t->whint > 2 || t->splits < 0 || t->splits > 256 || t->xs < 0 || t->xs > 3)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "gemm_small tuning: r %d (1, 2, 4), wr %d, wk %d (wr * wk 1..32), u %d "
-                          "(1..8), pipe %d, whint %d (0..2), splits %d (0..256), xs %d",
+                          "(1..8), pipe %d, whint %d (0..2), splits %d (0..256), xs %d (0..3)",
                           t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->splits, t->xs);
+    if (t->xs >= 2 && (t->r > 2 || t->wr % 4))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "gemm_small tuning: xs %d (wgmma) needs r 1 or 2 (64-row sets a "
+                          "warpgroup) and wr a multiple of 4 (whole warpgroups), not r %d, wr %d",
+                          t->xs, t->r, t->wr);
     /* the slice sums of the largest kernel (8 token tiles) in local memory */
-    /* and with xs the staging rings (2 chunks of u blocks per K slice) */
+    /* and with xs the staging rings (2 chunks of u blocks per K slice; wgmma:
+     * gs_slots chunks of u blocks x 8 NT tokens x 64 bytes) */
     const size_t red = t->wk > 1 ? (size_t)(t->wk - 1) * t->wr * t->r * GS_NT * 4 * 32 * 4 : 16;
-    const size_t ring = t->xs ? (size_t)t->wk * 2 * t->u * GS_NT * 32 * 16 : 16;
+    const size_t ring = t->xs >= 2   ? (size_t)t->wk * gs_slots(t) * t->u * GS_NT * 512
+                        : t->xs == 1 ? (size_t)t->wk * 2 * t->u * GS_NT * 32 * 16
+                                     : 16;
     if ((red > ring ? red : ring) + 16 > GS_LOCAL)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "gemm_small tuning: local memory %zu B (slice sums) / %zu B (X rings) "
@@ -105,14 +122,17 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
     if (g->n_programs == GS_PROGRAMS)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "gemm_small: more than %d kernel shapes", GS_PROGRAMS);
+    if (t->xs >= 2 && g->major != 9)
+        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                          "gemm_small: xs %d (wgmma) needs an NVIDIA compute capability 9.x device "
+                          "(sm_90a); %s is %d.x",
+                          t->xs, lazyattn_context_device_name(g->ctx), g->major);
     const char *text = serve_source_text("gemm_nv_small");
     if (!text) return serve_fail(LAZYATTN_STATUS_OPENCL, "gemm_small: kernel source missing");
     gs_program p;
     memset(&p, 0, sizeof p);
     p.t = *t;
     cl_int err;
-    p.program = clCreateProgramWithSource(g->cl, 1, &text, NULL, &err);
-    if (err != CL_SUCCESS) return serve_cl_fail(err, "gemm_small: clCreateProgramWithSource");
     const char *verbose = getenv("SERVE_GEMM_SMALL_VERBOSE");
     char opts[256];
     snprintf(opts, sizeof opts,
@@ -120,7 +140,15 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
              "-DGS_XS=%d%s",
              t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs,
              verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
-    err = clBuildProgram(p.program, 1, &g->dev, opts, NULL, NULL);
+    if (t->xs >= 2) { /* wgmma: the sm_90a PTX round trip (as serve/gemm_nv_large.c) */
+        int st = lazyattn_context_build_program(g->ctx, text, opts, LAZYATTN_BUILD_SM90A, &p.program);
+        if (st) return serve_lz_fail(st, "gemm_small: the wgmma kernels (xs 2, 3)");
+        err = CL_SUCCESS;
+    } else {
+        p.program = clCreateProgramWithSource(g->cl, 1, &text, NULL, &err);
+        if (err != CL_SUCCESS) return serve_cl_fail(err, "gemm_small: clCreateProgramWithSource");
+        err = clBuildProgram(p.program, 1, &g->dev, opts, NULL, NULL);
+    }
     size_t n = 0;
     clGetProgramBuildInfo(p.program, g->dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
     p.log = calloc(n + 1, 1);
@@ -164,8 +192,10 @@ int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out) {
                           lazyattn_context_device_name(ctx));
     serve_gemm_small *g = calloc(1, sizeof *g);
     if (!g) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "gemm_small_create");
+    g->ctx = ctx;
     g->cl = lazyattn_context_cl_context(ctx);
     g->dev = dev;
+    g->major = (int)major;
     clRetainContext(g->cl);
     cl_uint cus = 0;
     clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
@@ -238,7 +268,12 @@ static int gs_splits(const serve_gemm_small *g, const serve_gemm_small_tuning *t
     if (most < 1) most = 1;
     if (most > 256) most = 256;
     int s = t->splits;
-    if (s == 0) {
+    if (s == 0 && t->xs >= 2) {
+        /* wgmma: whole warpgroups of 64..255 registers a work-item, ~3 a CU
+         * at R 2: rounded down, so that the grid is one wave */
+        const long long warps = (long long)gs_blocks(t, out) * t->wr * t->wk;
+        s = (int)((long long)g->cus * GS_WG_WARPS_PER_CU / warps);
+    } else if (s == 0) {
         const long long warps = (long long)gs_blocks(t, out) * t->wr * t->wk; /* out near INT_MAX */
         s = (int)(((long long)g->cus * GS_WARPS_PER_CU + warps / 2) / warps);
     }

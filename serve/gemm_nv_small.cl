@@ -24,12 +24,43 @@
  * block) adds them in split order and writes Y. So every sum has a fixed
  * order: results do not depend on timing.
  *
- * With GS_XS the warps of a K slice stage X in local memory instead, per
+ * With GS_XS 1 the warps of a K slice stage X in local memory instead, per
  * chunk of GS_U blocks (cp.async into a 2-chunk ring, in fragment order so
  * that each lane's 16 bytes are one conflict-free local load): for many
  * token tiles the direct X loads (8 rows of 64 bytes each) cost more L1
  * time than the W bytes they serve. Measured on the H200 it pays only on
  * the wide gate/up at 33..64 rows (PERFLOG).
+ *
+ * GS_XS 2 (Hopper, sm_90a): wgmma instead of mma.sync. A warpgroup (4
+ * warps) owns GS_R sets of 64 W rows (warp w: rows 16w..16w+15 of each, the
+ * same 16-byte W loads and A fragments as above) and multiplies them by all
+ * 8 NT tokens at once: wgmma.mma_async m64n(8 NT)k16, A = W from registers,
+ * B = X from local memory through a descriptor, f32 sums in registers (4 NT
+ * a set). The k permutation of the W fragments is applied to X as it is
+ * staged: word q (k = 2q, 2q + 1) of the 16-byte piece c (k 8c..8c+7) of a
+ * token's 32-k block belongs to k-step s = q / 2 and to the core matrix h =
+ * q % 2 (k-slots 0..7 or 8..15) at word c, since the W lane c holds the
+ * same words as {a0, a2} = (.x, .y) of step 0 and (.z, .w) of step 1. So
+ * the 16 bytes scatter as four 4-byte cp.async into a K-major, unswizzled
+ * tile of 8 x 16-byte core matrices, [block u][step s][token / 8][h][token
+ * % 8][word c] (leading byte offset 128: h, stride byte offset 256: the
+ * next 8 tokens); a warp's 32 copies of one word hit 32 consecutive words.
+ * Permuting X rather than W (a 4 x 4 word transpose over each quad by
+ * shuffles) keeps the W stream, the part that sets the speed, exactly the
+ * mma.sync kernel's; X is at most half the W bytes at 128 rows a work-group.
+ * K is walked in chunks of GS_U blocks (the last one may be short: any K %
+ * 32 == 0); per chunk one barrier: X of chunk c + GS_SLOTS - 1 is copied into
+ * the ring slot that chunk c - 1 used (every warpgroup waits for its wgmma
+ * before the barrier), the W of chunk c + 1 is loaded into registers while
+ * chunk c's wgmma runs (GS_PIPE 1). GS_WR warps (a multiple of 4) over rows,
+ * GS_WK warpgroup rows over K (slices, each with its ring, summed as above),
+ * the split-K epilogue as above. Built through the sm_90a PTX round trip
+ * (wgmma behind "//@" markers; lazyattn_context_build_program).
+ * GS_XS 3: the same with X through registers: each work-item loads its
+ * 16-byte pieces of chunk c + 1 (one load a piece: a warp reads 8 rows x
+ * 64 bytes, where a 4-byte cp.async touches the same 8 lines for a quarter
+ * of the bytes) while chunk c runs and stores them as four words after c's
+ * wgmma, then fence.proxy.async; 2 ring slots.
  *
  * One kernel per n8 token tiles NT = 1..8 (M <= 8 NT): gs_gemm_nt<NT>.
  * X rows up to 8 NT - 1 are read (the caller pads X to 128 rows); only
@@ -51,13 +82,27 @@
 #define GS_PIPE 0 /* 1: the next step's W loads issued before this step's mma */
 #endif
 #ifndef GS_XS
-#define GS_XS 0 /* 1: X staged in local memory (cp.async) per U-block chunk, fragment order */
+#define GS_XS 0 /* 1: X staged in local memory (cp.async) per U-block chunk, fragment order;
+                  2, 3: wgmma, X staged by 4-byte cp.async (2) or through registers (3) */
 #endif
 #ifndef GS_WHINT
 #define GS_WHINT 1 /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
 #endif
 
 #define GS_WARPS (GS_WR * GS_WK)
+
+#define GS_WG (GS_XS >= 2) /* the wgmma modes */
+#if GS_WG && (GS_WR % 4 || GS_R > 2)
+#error "GS_XS 2, 3 (wgmma): GS_WR must be a multiple of 4 and GS_R 1 or 2"
+#endif
+/* wgmma modes: X ring slots per K slice (GS_XS 2: 3 where 3 fit in 48 KB
+ * at 8 token tiles, the host's rule too; GS_XS 3: 2): chunk c + GS_SLOTS -
+ * 1 is copied while c runs */
+#if GS_XS == 3
+#define GS_SLOTS 2
+#else
+#define GS_SLOTS (GS_WK * 3 * GS_U * 8 * 512 + 16 <= 49152 ? 3 : 2)
+#endif
 
 #define GS_MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
@@ -113,6 +158,195 @@ inline int gs_count(__global int *p) {
     return old;
 }
 
+#if GS_WG
+/* wgmma m64n(8 NT)k16, A (W) from registers, B (X) by descriptor, D += A B */
+#define GS_WG1(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3" \
+                 "}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+#define GS_WG2(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7" \
+                 "}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), \
+                   "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+#define GS_WG3(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11" \
+                 "}, {%12,%13,%14,%15}, %16, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), \
+                   "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), \
+                   "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+#define GS_WG4(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
+                 "}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), \
+                   "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), \
+                   "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), \
+                   "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+#define GS_WG5(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                 "%16,%17,%18,%19" \
+                 "}, {%20,%21,%22,%23}, %24, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), \
+                   "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), \
+                   "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), \
+                   "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), \
+                   "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+#define GS_WG6(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                 "%16,%17,%18,%19,%20,%21,%22,%23" \
+                 "}, {%24,%25,%26,%27}, %28, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), \
+                   "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), \
+                   "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), \
+                   "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), \
+                   "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]), \
+                   "+f"((d)[5][0]), "+f"((d)[5][1]), "+f"((d)[5][2]), "+f"((d)[5][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+#define GS_WG7(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27" \
+                 "}, {%28,%29,%30,%31}, %32, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), \
+                   "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), \
+                   "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), \
+                   "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), \
+                   "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]), \
+                   "+f"((d)[5][0]), "+f"((d)[5][1]), "+f"((d)[5][2]), "+f"((d)[5][3]), \
+                   "+f"((d)[6][0]), "+f"((d)[6][1]), "+f"((d)[6][2]), "+f"((d)[6][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+#define GS_WG8(d, a0, a1, a2, a3, desc) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+                 "}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), \
+                   "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), \
+                   "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), \
+                   "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), \
+                   "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]), \
+                   "+f"((d)[5][0]), "+f"((d)[5][1]), "+f"((d)[5][2]), "+f"((d)[5][3]), \
+                   "+f"((d)[6][0]), "+f"((d)[6][1]), "+f"((d)[6][2]), "+f"((d)[6][3]), \
+                   "+f"((d)[7][0]), "+f"((d)[7][1]), "+f"((d)[7][2]), "+f"((d)[7][3]) \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
+
+#define GS_WG_FENCE() asm volatile("//@wgmma.fence.sync.aligned;" ::: "memory")
+#define GS_WG_COMMIT() asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory")
+#define GS_WG_WAIT0() asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory")
+#define GS_CP_WAIT0() asm volatile("cp.async.wait_group 0;" ::: "memory")
+/* generic-proxy writes of local memory made visible to wgmma's reads */
+#define GS_PROXY_FENCE() asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory")
+#ifndef GS_PROXY
+#define GS_PROXY 0 /* 1: fence.proxy.async after the copies land (as gemm_nv_large's LG_PROXY) */
+#endif
+
+/* 4 bytes global -> local, asynchronous (through L1: the X of a chunk is
+ * read by four such copies, one word each, of the same lines); n 4: the
+ * copy, n 0: zeros (nothing read) */
+inline void gs_cp4(__local uint *dst, __global const ushort *src, uint n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((uint)(size_t)dst), "l"(src),
+                 "r"(n)
+                 : "memory");
+}
+
+/* K-major, unswizzled: leading byte offset 128 (core matrix h 1), stride
+ * byte offset 256 (the next 8 tokens); addr: local memory byte address */
+inline ulong gs_wg_desc(uint addr) {
+    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)(128u >> 4) << 16 | (ulong)(256u >> 4) << 32;
+}
+
+/* Chunk cc's X (rows 0..8 NT - 1) -> ring slot `slot` (words), in the k
+ * order of the W fragments (header comment); blocks >= kend as zeros; by
+ * the slice's GS_WR * 32 work-items, tix this one's index among them. */
+__attribute__((always_inline)) inline void gs_wx(__local uint *slot, __global const ushort *xs,
+                                                 size_t Ks, int cc, int kend, int tix,
+                                                 const int NT) {
+    const int pieces = GS_U * NT * 32; /* (block u, token t, piece c) */
+    for (int p = tix; p < pieces; p += GS_WR * 32) {
+        const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
+        const int kb = cc * GS_U + u;
+        const uint n = kb < kend ? 4u : 0u;
+        __global const ushort *src = xs + (size_t)t * Ks + (kb < kend ? (size_t)kb * 32 + 8 * c : 0);
+        __local uint *dst = slot + (u * 2 * NT + (t >> 3)) * 64 + (t & 7) * 4 + c;
+        gs_cp4(dst, src, n);                    /* q 0: step 0, h 0 */
+        gs_cp4(dst + 32, src + 2, n);           /* q 1: step 0, h 1 */
+        gs_cp4(dst + NT * 64, src + 4, n);      /* q 2: step 1, h 0 */
+        gs_cp4(dst + NT * 64 + 32, src + 6, n); /* q 3: step 1, h 1 */
+    }
+}
+
+/* GS_XS 3: the same through registers, in two halves: chunk cc's 16-byte
+ * pieces of this work-item (zeros for blocks >= kend) into xr ... */
+#define GS_XP(NT) ((GS_U * (NT) + GS_WR - 1) / GS_WR) /* pieces a work-item */
+__attribute__((always_inline)) inline void gs_wx_load(uint4 xr[2 * GS_U], __global const ushort *xs,
+                                                      size_t Ks, int cc, int kend, int tix,
+                                                      const int NT) {
+#pragma unroll
+    for (int i = 0; i < GS_XP(NT); i++) {
+        const int p = tix + i * GS_WR * 32;
+        const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
+        const int kb = cc * GS_U + u;
+        xr[i] = (uint4)(0u);
+        if (p < GS_U * NT * 32 && kb < kend) xr[i] = gs_ld_x(xs + (size_t)t * Ks + (size_t)kb * 32 + 8 * c);
+    }
+}
+
+/* ... and from xr into ring slot `slot` (words; plain local stores: the
+ * caller fences them for wgmma's async proxy) */
+__attribute__((always_inline)) inline void gs_wx_store(__local uint *slot, const uint4 xr[2 * GS_U],
+                                                       int tix, const int NT) {
+#pragma unroll
+    for (int i = 0; i < GS_XP(NT); i++) {
+        const int p = tix + i * GS_WR * 32;
+        const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
+        __local uint *dst = slot + (u * 2 * NT + (t >> 3)) * 64 + (t & 7) * 4 + c;
+        if (p < GS_U * NT * 32) {
+            dst[0] = xr[i].x;
+            dst[32] = xr[i].y;
+            dst[NT * 64] = xr[i].z;
+            dst[NT * 64 + 32] = xr[i].w;
+        }
+    }
+}
+
+/* d (4 NT sums of one 64-row set) += W (wv[0] row g, wv[1] row g + 8) . X
+ * for k-step s of a block (the B tile at desc) */
+__attribute__((always_inline)) inline void gs_wg(float d[8][4], uint4 wv0, uint4 wv1, int s, ulong desc,
+                                                 const int NT) {
+    const uint a0 = s ? wv0.z : wv0.x, a1 = s ? wv1.z : wv1.x;
+    const uint a2 = s ? wv0.w : wv0.y, a3 = s ? wv1.w : wv1.y;
+    switch (NT) {
+    case 1: GS_WG1(d, a0, a1, a2, a3, desc); break;
+    case 2: GS_WG2(d, a0, a1, a2, a3, desc); break;
+    case 3: GS_WG3(d, a0, a1, a2, a3, desc); break;
+    case 4: GS_WG4(d, a0, a1, a2, a3, desc); break;
+    case 5: GS_WG5(d, a0, a1, a2, a3, desc); break;
+    case 6: GS_WG6(d, a0, a1, a2, a3, desc); break;
+    case 7: GS_WG7(d, a0, a1, a2, a3, desc); break;
+    default: GS_WG8(d, a0, a1, a2, a3, desc); break;
+    }
+}
+#endif
+
 /* acc[r][j] += W tile r (this lane's 16-byte pieces wv[r][0] of row g, wv[r][1]
  * of row g + 8) . X tile j, for one 32-k block; xp at X[g][kb + 8c]. */
 __attribute__((always_inline)) inline void gs_block(float acc[GS_R][8][4], uint4 wv[GS_R][2],
@@ -157,6 +391,24 @@ __attribute__((always_inline)) inline void gs_load(uint4 wv[GS_U][GS_R][2],
         }
 }
 
+#if GS_WG
+/* The same for the blocks kb.. < kend of a chunk, zeros past kend */
+__attribute__((always_inline)) inline void gs_load_c(uint4 wv[GS_U][GS_R][2],
+                                                     __global const ushort *wp[GS_R], size_t K8,
+                                                     int kb, int kend) {
+#pragma unroll
+    for (int u = 0; u < GS_U; u++)
+#pragma unroll
+        for (int r = 0; r < GS_R; r++) {
+            wv[u][r][0] = wv[u][r][1] = (uint4)(0u);
+            if (kb + u < kend) {
+                wv[u][r][0] = gs_ld_w(wp[r] + (size_t)(kb + u) * 32);
+                wv[u][r][1] = gs_ld_w(wp[r] + K8 + (size_t)(kb + u) * 32);
+            }
+        }
+}
+#endif
+
 /* One range's destination of Y column n (ranges of whole 16-column tiles). */
 #define GS_DST(n, y0, y1, y2, o0, o1, o2, l0, l1, l2, c1, c2, yy, oo, ll, cc)    \
     do {                                                                        \
@@ -176,12 +428,23 @@ __attribute__((always_inline)) inline void gs_body(
     const int wr = warp % GS_WR, wk = warp / GS_WR;
     const int g = lane >> 2, c = lane & 3;
     const int blk = get_group_id(0), split = get_group_id(1);
-    const int n0 = (blk * GS_WR + wr) * (16 * GS_R);
     const size_t Ks = (size_t)K;
+    /* row tile r's first W row (16 rows): warp wr's GS_R tiles; with wgmma
+     * warpgroup wr / 4 owns GS_R sets of 64 rows, warp wr % 4 16 of each */
+    int tr[GS_R];
+#pragma unroll
+    for (int r = 0; r < GS_R; r++)
+#if GS_WG
+        tr[r] = blk * 16 * GS_R * GS_WR + (wr >> 2) * 64 * GS_R + 64 * r + 16 * (wr & 3);
+#else
+        tr[r] = (blk * GS_WR + wr) * (16 * GS_R) + 16 * r;
+#endif
 
     /* K blocks of this split and this slice */
     const int nkb = K >> 5;
-#if GS_XS
+#if GS_WG
+    const int kb0 = 0, kb1 = 0; /* every block in the chunk loop */
+#elif GS_XS
     /* in chunks of GS_U blocks; the last split's slice 0 also takes the
      * blocks past the last whole chunk (direct loads) */
     const int nu = nkb / GS_U;
@@ -199,7 +462,7 @@ __attribute__((always_inline)) inline void gs_body(
     __global const ushort *wp[GS_R];
 #pragma unroll
     for (int r = 0; r < GS_R; r++) {
-        const int nb = n0 + 16 * r < N ? n0 + 16 * r : N - 16;
+        const int nb = tr[r] < N ? tr[r] : N - 16;
         wp[r] = w + (size_t)(nb + g) * Ks + 8 * c;
     }
     __global const ushort *xp = x + x_off + (size_t)g * Ks + 8 * c;
@@ -214,7 +477,106 @@ __attribute__((always_inline)) inline void gs_body(
             for (int e = 0; e < 4; e++) acc[r][j][e] = 0.0f;
 
     int kb = kb0;
-#if GS_XS
+#if GS_WG
+    {
+        /* chunks of GS_U blocks (the last one may be short) over the splits,
+         * then over the K slices; every slice runs the longest's iterations,
+         * the blocks it has not (past K, past its slice) as zeros in W and X:
+         * the wgmma are issued unconditionally (a branch among them makes
+         * ptxas serialize them) and add exact zeros there */
+        const int nc = (nkb + GS_U - 1) / GS_U;
+        const int su = (int)((long)nc * split / splits), eu = (int)((long)nc * (split + 1) / splits);
+        const int cu0 = su + (eu - su) * wk / GS_WK, cu1 = su + (eu - su) * (wk + 1) / GS_WK;
+        const int chunks = (eu - su + GS_WK - 1) / GS_WK;
+        const int slotw = GS_U * NT * 128; /* words: U blocks x 8 NT tokens x 16 words */
+        __local uint *ring = (__local uint *)loc + wk * GS_SLOTS * slotw;
+        const uint ring_addr = (uint)(size_t)ring;
+        const int tix = lid - wk * GS_WR * 32; /* work-item in the slice */
+        __global const ushort *xs = x + x_off;
+#if GS_XS == 3
+        uint4 xr[2 * GS_U];
+        if (chunks > 0) {
+            gs_wx_load(xr, xs, Ks, cu0, cu0 < cu1 ? nkb : 0, tix, NT);
+            gs_wx_store(ring, xr, tix, NT);
+            GS_PROXY_FENCE();
+        }
+#else
+#pragma unroll
+        for (int i = 0; i < GS_SLOTS - 1; i++) {
+            if (i < chunks) gs_wx(ring + i * slotw, xs, Ks, cu0 + i, cu0 + i < cu1 ? nkb : 0, tix, NT);
+            GS_CP_COMMIT();
+        }
+#endif
+        uint4 cur[GS_U][GS_R][2];
+#if GS_PIPE
+        gs_load_c(cur, wp, K8, cu0 * GS_U, cu0 < cu1 ? nkb : 0);
+#endif
+        for (int ci = 0; ci < chunks; ci++) {
+            const int cc = cu0 + ci; /* this slice's chunk */
+#if GS_PIPE
+            uint4 nxt[GS_U][GS_R][2];
+            if (ci + 1 < chunks) gs_load_c(nxt, wp, K8, (cc + 1) * GS_U, cc + 1 < cu1 ? nkb : 0);
+#else
+            gs_load_c(cur, wp, K8, cc * GS_U, cc < cu1 ? nkb : 0);
+#endif
+#if GS_XS == 3
+            /* chunk cc + 1's X into registers (stored after this chunk's wgmma) */
+            if (ci + 1 < chunks) gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
+            /* everyone's X of cc stored and fenced; everyone's wgmma of cc - 1 done */
+            barrier(CLK_LOCAL_MEM_FENCE);
+#else
+#if GS_SLOTS == 3
+            GS_CP_WAIT1(); /* chunk cc's copies (mine) are done, cc + 1's may not */
+#else
+            GS_CP_WAIT0();
+#endif
+#if GS_PROXY
+            GS_PROXY_FENCE();
+#endif
+            /* everyone's copies of cc; everyone's wgmma of cc - 1 done */
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (ci + GS_SLOTS - 1 < chunks) /* into the slot of cc - 1 */
+                gs_wx(ring + ((ci + GS_SLOTS - 1) % GS_SLOTS) * slotw, xs, Ks, cc + GS_SLOTS - 1,
+                      cc + GS_SLOTS - 1 < cu1 ? nkb : 0, tix, NT);
+            GS_CP_COMMIT();
+#endif
+            const ulong d0 = gs_wg_desc(ring_addr + (uint)((ci % GS_SLOTS) * slotw * 4));
+            GS_WG_FENCE();
+#pragma unroll
+            for (int u = 0; u < GS_U; u++)
+#pragma unroll
+                for (int st = 0; st < 2; st++)
+#pragma unroll
+                    for (int r = 0; r < GS_R; r++)
+                        gs_wg(acc[r], cur[u][r][0], cur[u][r][1], st,
+                              d0 + (ulong)((u * 2 + st) * NT * 16), NT);
+            GS_WG_COMMIT();
+            GS_WG_WAIT0();
+            /* the A registers stay untouched until the wait */
+#pragma unroll
+            for (int u = 0; u < GS_U; u++)
+#pragma unroll
+                for (int r = 0; r < GS_R; r++)
+                    asm volatile("" : "+r"(cur[u][r][0].x), "+r"(cur[u][r][0].y), "+r"(cur[u][r][0].z),
+                                 "+r"(cur[u][r][0].w), "+r"(cur[u][r][1].x), "+r"(cur[u][r][1].y),
+                                 "+r"(cur[u][r][1].z), "+r"(cur[u][r][1].w));
+#if GS_XS == 3
+            if (ci + 1 < chunks) { /* into the slot of cc - 1 (everyone's wgmma of it done) */
+                gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
+                GS_PROXY_FENCE();
+            }
+#endif
+#if GS_PIPE
+#pragma unroll
+            for (int u = 0; u < GS_U; u++)
+#pragma unroll
+                for (int r = 0; r < GS_R; r++) cur[u][r][0] = nxt[u][r][0], cur[u][r][1] = nxt[u][r][1];
+#endif
+        }
+        GS_CP_WAIT0();
+        barrier(CLK_LOCAL_MEM_FENCE); /* the rings are read: free for the slice sums */
+    }
+#elif GS_XS
     {
         /* slice wk's staging ring: 2 chunks of GS_U blocks x NT tiles x 32
          * lanes x 16 bytes, in fragment order (lane's piece at lane) */
@@ -336,8 +698,8 @@ __attribute__((always_inline)) inline void gs_body(
         if (mine)
 #pragma unroll
             for (int r = 0; r < GS_R; r++) {
-                const int n = n0 + 16 * r + g;
-                if (n0 + 16 * r < N)
+                const int n = tr[r] + g;
+                if (tr[r] < N)
 #pragma unroll
                     for (int j = 0; j < NT; j++) {
                         __global float *p = ws + ((size_t)split * N + n) * ldw + 8 * j + 2 * c;
@@ -360,7 +722,9 @@ __attribute__((always_inline)) inline void gs_body(
 #pragma unroll
                 for (int j = 0; j < NT; j++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[r][j][e] = 0.0f;
+                    for (int e = 0; e < 4; e++) /* a zero the compiler cannot fold into a
+                                                    * memset (clang then kept acc on the stack) */
+                        asm("mov.b32 %0, 0;" : "=f"(acc[r][j][e]));
             for (int s = 0; s < splits; s += SB) {
                 float2 va[8][GS_R][8], vb[8][GS_R][8];
 #pragma unroll
@@ -370,7 +734,7 @@ __attribute__((always_inline)) inline void gs_body(
 #pragma unroll
                         for (int j = 0; j < NT; j++)
                             if (s + q < splits) {
-                                const int n = (n0 + 16 * r < N ? n0 + 16 * r : N - 16) + g;
+                                const int n = (tr[r] < N ? tr[r] : N - 16) + g;
                                 __global const float *p = ws + ((size_t)(s + q) * N + n) * ldw + 8 * j + 2 * c;
                                 va[q][r][j] = gs_ld_cg2(p);
                                 vb[q][r][j] = gs_ld_cg2(p + 8 * ldw);
@@ -392,7 +756,7 @@ __attribute__((always_inline)) inline void gs_body(
     if (!mine) return;
 #pragma unroll
     for (int r = 0; r < GS_R; r++) {
-        const int nt = n0 + 16 * r; /* the tile's first column */
+        const int nt = tr[r]; /* the tile's first column */
         if (nt >= N) continue;
         __global float *yy;
         ulong oo;
@@ -415,7 +779,8 @@ __attribute__((always_inline)) inline void gs_body(
 /* local memory of one kernel in uint4: the slice sums (floats), and with
  * GS_XS the staging rings (which the sums reuse after the K loop) */
 #define GS_RED(NT) (GS_WK > 1 ? (GS_WK - 1) * GS_WR * GS_R * (NT) * 32 : 1)
-#define GS_RING(NT) (GS_XS ? GS_WK * 2 * GS_U * (NT) * 32 : 1)
+#define GS_RING(NT) \
+    (GS_WG ? GS_WK * GS_SLOTS * GS_U * (NT) * 32 : GS_XS ? GS_WK * 2 * GS_U * (NT) * 32 : 1)
 #define GS_LOC(NT) (GS_RED(NT) > GS_RING(NT) ? GS_RED(NT) : GS_RING(NT))
 
 #define GS_KERNEL(NT)                                                                          \

@@ -11,7 +11,8 @@ typedef struct serve_gemm_small serve_gemm_small;
 
 /* UNSUPPORTED (with a message) unless ctx's device is NVIDIA compute
  * capability >= 8 and lazyattn_context_fast_path(ctx) != 0. Builds the
- * default kernels (the NVIDIA driver's compile, ~1 s). */
+ * default kernels (the NVIDIA driver's compile, ~1 s). g keeps ctx for
+ * later builds (set_tuning's wgmma mode): ctx must outlive g. */
 int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out);
 void serve_gemm_small_destroy(serve_gemm_small *g); /* NULL: no-op */
 
@@ -40,7 +41,12 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
 /* The kernel's shape for one class of rows (n8 token tiles nt = ceil(rows / 8)).
  * The order of a sum depends on wk, the resolved split count and xs (and u
  * with xs): tunings of one class that differ there break the batch
- * independence above. */
+ * independence above. The wgmma modes (xs 2 and 3 alike: the same wgmma
+ * on the same values) depend on wk, u and the split count only: wgmma
+ * m64nNk16 gives a column the same bits for every N (measured on the H200,
+ * tests/test_gemm_small.c test_rows_independent_wgmma), so one wgmma shape
+ * for every nt of a class keeps the rows independent of the batch; mixing
+ * it with mma.sync shapes in one class does not. */
 typedef struct serve_gemm_small_tuning {
     int r;      /* 16-row W tiles per warp: 1, 2, 4 */
     int wr;     /* warps over rows per work-group */
@@ -49,7 +55,15 @@ typedef struct serve_gemm_small_tuning {
     int pipe;   /* 1: the next step's W loads issued before this step's mma */
     int whint;  /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
     int splits; /* work-groups over K (split-K); 0: chosen from the shape */
-    int xs;     /* 1: X staged in local memory per chunk of u blocks (cp.async) */
+    int xs;     /* 1: X staged in local memory per chunk of u blocks (cp.async);
+                 * 2: wgmma (Hopper, compute capability 9.x only; UNSUPPORTED
+                 * elsewhere): a warpgroup multiplies r sets of 64 W rows (r 1
+                 * or 2, A from registers) by all 8 nt tokens (X staged per
+                 * chunk of u blocks in a 2- or 3-slot ring, B by descriptor);
+                 * wr warps over rows (a multiple of 4: wr / 4 warpgroups), wk
+                 * warpgroup rows over K; any in % 32 == 0; 3: the same with
+                 * X through registers (16-byte loads, 4-byte local stores)
+                 * instead of 4-byte cp.async, 2 slots */
 } serve_gemm_small_tuning;
 
 /* Tunings are kept per n8 token tiles nt = 1..8 and per class of W:
@@ -62,7 +76,8 @@ int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
                                 serve_gemm_small_tuning *t);
 /* Sets it (nt 0: every nt; cls -1: every class); builds the program if
  * new. INVALID_ARGUMENT for values out of range, e.g. over 48 KB of local
- * memory. */
+ * memory; UNSUPPORTED for xs 2, 3 on a device that is not compute capability
+ * 9.x (the tuning is then unchanged). */
 int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
                                 const serve_gemm_small_tuning *t);
 /* The split count a run of this shape would use (after the tuning's rule);

@@ -3,8 +3,12 @@
  * crash (every device); on an NVIDIA fast-path device, Y = X W^T against a
  * double reference from the same bf16 operands (random in [-1, 1)) for
  * rows 1..64, three output ranges with row strides, an X offset, split-K,
- * accumulate, and bitwise repeatability. On PoCL (CI) create is UNSUPPORTED
- * and the device cases skip. */
+ * accumulate, and bitwise repeatability; on compute capability 9.x the
+ * same for the wgmma modes (xs 2, 3) at every row count 1..64, with K tails,
+ * and whether its rows depend on the batch. On PoCL (CI) create is
+ * UNSUPPORTED and the device cases skip (no g: the wgmma mode cannot be
+ * selected at all); on an NVIDIA device that is not 9.x selecting it is
+ * UNSUPPORTED. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +21,10 @@
 #include <cmocka.h>
 
 #include "gemm_nv_small.h"
+
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#endif
 
 typedef struct gs_state {
     lazyattn_context *ctx;
@@ -125,6 +133,15 @@ static void test_run_bad_input(void **state) {
     }
     t.r = 3;
     assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    /* the wgmma modes: whole warpgroups, 1 or 2 row sets, xs 0..3 */
+    const serve_gemm_small_tuning wbad[] = {
+        {1, 2, 1, 2, 1, 2, 0, 2}, {4, 4, 1, 2, 1, 2, 0, 3}, {1, 4, 1, 2, 1, 2, 0, 4},
+        {1, 4, 1, 8, 1, 2, 0, 2}, /* 2 slots x 8 blocks x 64 tokens: 64 KB */
+    };
+    for (size_t i = 0; i < sizeof wbad / sizeof *wbad; i++) {
+        assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &wbad[i]), LAZYATTN_STATUS_INVALID_ARGUMENT);
+        assert_true(strlen(serve_last_error()) > 0);
+    }
     t.r = 2, t.wk = 8, t.wr = 4; /* 7 x 4 x 2 x 8 tiles of sums: over 48 KB */
     assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_int_equal(serve_gemm_small_set_tuning(s->g, 9, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
@@ -270,11 +287,71 @@ static void test_products(void **state) {
             assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
 }
 
-/* With the default tunings a row of Y is bitwise the same whatever the
- * other rows (the sum order does not depend on `rows`), in every class of W. */
-static void test_rows_independent(void **state) {
+static int device_major(gs_state *s) {
+    cl_uint major = 0;
+    if (clGetDeviceInfo(lazyattn_context_device(s->ctx), CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV,
+                        sizeof major, &major, NULL) != CL_SUCCESS)
+        return 0;
+    return (int)major;
+}
+
+/* wgmma kernel shapes: one and two 64-row sets a warpgroup, two
+ * warpgroups over rows, K slices, 1..4 blocks a chunk (2 and 3 ring slots),
+ * with and without the W prefetch, X by cp.async (xs 2) and through
+ * registers (xs 3) */
+static const serve_gemm_small_tuning WG_TUNINGS[] = {
+    {1, 4, 1, 2, 1, 2, 0, 2}, {2, 4, 1, 2, 1, 2, 0, 2}, {1, 8, 1, 2, 0, 1, 0, 2},
+    {1, 4, 1, 4, 1, 2, 0, 2}, {1, 4, 3, 1, 0, 2, 0, 2}, /* X through registers: */
+    {1, 4, 1, 2, 1, 2, 0, 3}, {2, 4, 2, 1, 0, 0, 0, 3},
+};
+
+/* The wgmma modes (xs 2, 3) against the double reference at every row count:
+ * three ranges with strides and an X offset, a K tail (96: 3 blocks, 1120:
+ * 35), split-K, accumulate, repeatability. UNSUPPORTED off compute
+ * capability 9.x, the tunings unchanged. */
+static void test_products_wgmma(void **state) {
     gs_state *s = *state;
     if (!s->g) skip();
+    serve_gemm_small_tuning before, after;
+    assert_int_equal(serve_gemm_small_get_tuning(s->g, 8, 0, &before), 0);
+    if (device_major(s) != 9) {
+        assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &WG_TUNINGS[0]), LAZYATTN_STATUS_UNSUPPORTED);
+        assert_non_null(strstr(serve_last_error(), "9.x"));
+        assert_int_equal(serve_gemm_small_get_tuning(s->g, 8, 0, &after), 0);
+        assert_memory_equal(&before, &after, sizeof before);
+        skip();
+    }
+    serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_get_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+    const int three[3] = {64, 32, 48}, one[1] = {400}, three160[3] = {64, 48, 48};
+    for (size_t ti = 0; ti < sizeof WG_TUNINGS / sizeof *WG_TUNINGS; ti++) {
+        const int st = serve_gemm_small_set_tuning(s->g, 0, -1, &WG_TUNINGS[ti]);
+        if (st) fprintf(stderr, "wgmma tuning %zu: %s\n", ti, serve_last_error());
+        assert_int_equal(st, 0);
+        for (int rows = 1; rows <= 64; rows++) {
+            check_shape(s, rows, 144, 1024, three, 3, 8, 0);
+            if (rows % 7 == 1 || rows % 8 == 0) check_shape(s, rows, 400, 96, one, 1, 0, 1);
+        }
+        for (int sp = 2; sp <= 5; sp++) {
+            check_shape(s, 17, 144, 2048, three, 3, 0, sp);
+            check_shape(s, 64, 144, 2048, three, 3, 8, sp);
+        }
+        check_shape(s, 64, 160, 1120, three160, 3, 0, 3); /* 35 blocks: a short last chunk */
+        check_shape(s, 5, 160, 1120, three160, 3, 8, 0);
+        check_shape(s, 40, 160, 1120, three160, 3, 8, 7);
+    }
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+}
+
+/* Rows 1..63 of Y against the same rows of a 64-row run, in every class of
+ * W, with the current tunings; returns the row counts that differed
+ * (bitwise) and prints them. */
+static int rows_independent(gs_state *s, const char *what) {
+    int differ = 0;
     cl_context cl = lazyattn_context_cl_context(s->ctx);
     cl_command_queue q = lazyattn_context_queue(s->ctx);
     const int shapes[][2] = {{144, 1024}, {2048, 20480}, {10240, 4096}}; /* out, in: classes 0, 1, 2 */
@@ -297,18 +374,57 @@ static void test_rows_independent(void **state) {
         serve_gemm_args a = {64, out, in, x, 0, w, 1, {{y, 0, out, out}}, 0};
         assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
         assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * 64 * out, all, 0, NULL, NULL), 0);
-        const int rows[] = {1, 3, 8, 9, 16, 17, 31, 33, 50, 63};
+        const int rows[] = {1, 3, 8, 9, 16, 17, 24, 31, 33, 40, 50, 56, 63};
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
             a.rows = rows[i];
             assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
             assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * rows[i] * out, part, 0, NULL, NULL), 0);
-            if (memcmp(part, all, sizeof(float) * rows[i] * out) != 0)
-                fprintf(stderr, "out %d in %d: rows %d differ from the same rows of 64\n", out, in, rows[i]);
-            assert_memory_equal(part, all, sizeof(float) * rows[i] * out);
+            if (memcmp(part, all, sizeof(float) * rows[i] * out) != 0) {
+                long n = 0;
+                for (size_t e = 0; e < (size_t)rows[i] * out; e++) n += memcmp(&part[e], &all[e], 4) != 0;
+                fprintf(stderr, "%s: out %d in %d: rows %d differ from the same rows of 64 (%ld of %d values)\n",
+                        what, out, in, rows[i], n, rows[i] * out);
+                differ++;
+            }
         }
         clReleaseMemObject(x), clReleaseMemObject(w), clReleaseMemObject(y);
         free(xh), free(wh), free(all), free(part);
     }
+    return differ;
+}
+
+/* With the default tunings a row of Y is bitwise the same whatever the
+ * other rows (the sum order does not depend on `rows`), in every class of W. */
+static void test_rows_independent(void **state) {
+    gs_state *s = *state;
+    if (!s->g) skip();
+    assert_int_equal(rows_independent(s, "defaults"), 0);
+}
+
+/* The same with one wgmma tuning for every row count: does wgmma
+ * m64nNk16 give a column the same bits for every N (8..64)? */
+static void test_rows_independent_wgmma(void **state) {
+    gs_state *s = *state;
+    if (!s->g || device_major(s) != 9) skip();
+    serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_get_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+    int differ = 0;
+    const int pick[3] = {0, 1, 5};
+    for (int i = 0; i < 3; i++) {
+        const serve_gemm_small_tuning *t = &WG_TUNINGS[pick[i]];
+        char what[64];
+        snprintf(what, sizeof what, "wgmma %d,%d,%d,%d,%d,%d,%d,%d", t->r, t->wr, t->wk, t->u, t->pipe,
+                 t->whint, t->splits, t->xs);
+        assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, t), 0);
+        differ += rows_independent(s, what);
+    }
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+    fprintf(stderr, "wgmma rows independent of the batch: %s\n", differ ? "NO" : "yes (bitwise)");
+    assert_int_equal(differ, 0);
 }
 
 int main(void) {
@@ -317,6 +433,8 @@ int main(void) {
         cmocka_unit_test(test_run_bad_input),
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_rows_independent),
+        cmocka_unit_test(test_products_wgmma),
+        cmocka_unit_test(test_rows_independent_wgmma),
     };
     return cmocka_run_group_tests_name("gemm_small", tests, setup, teardown);
 }

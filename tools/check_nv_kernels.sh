@@ -83,3 +83,40 @@ compile gemm_nv_small gemm_nv_small.xs cp.async.cg.shared.global -DGS_XS=1 -DGS_
 for k in 1 2 3 4 5 6 7 8; do
     grep -q "^\.entry gs_gemm_nt$k(" "$out/gemm_nv_small.xs.ptx" || { echo "gemm_nv_small: no gs_gemm_nt$k" >&2; exit 1; }
 done
+# the wgmma modes (GS_XS 2, 3: wgmma m64n(8 NT)k16 behind //@ markers, A = W
+# from registers, X through a descriptor, staged by cp.async or registers), a few shapes; where ptxas is installed
+# (PTXAS, default /usr/local/cuda/bin/ptxas) also unmarked and assembled for
+# sm_90a: no stack frame, no spills, no serialized wgmma (ptxas C75xx notes);
+# the register counts are printed (NVIDIA's compiler differs by a few)
+ptxas=${PTXAS:-/usr/local/cuda/bin/ptxas}
+# OpenCL's work-item functions as NVVM special registers (ptxas links no OpenCL library)
+cat > "$out/nv_workitem.h" <<'EOF2'
+#define get_local_id(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_tid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_tid_y() : __nvvm_read_ptx_sreg_tid_z()))
+#define get_group_id(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_ctaid_y() : __nvvm_read_ptx_sreg_ctaid_z()))
+#define barrier(f) __syncthreads()
+EOF2
+for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "2 8 1 1 1 2" \
+    "1 4 3 1 0 2" "1 4 1 2 1 3" "2 4 1 2 1 3" "1 8 2 1 0 3"; do
+    set -- $t
+    name=gemm_nv_small.wg.r$1.wr$2.wk$3.u$4.p$5.xs$6
+    compile gemm_nv_small $name //@wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \
+        -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 -DGS_WHINT=2
+    for k in 1 2 3 4 5 6 7 8; do
+        grep -q "wgmma.mma_async.sync.aligned.m64n$((8 * k))k16.f32.bf16.bf16" "$out/$name.ptx" ||
+            { echo "$name: no wgmma m64n$((8 * k))k16" >&2; exit 1; }
+    done
+    [ -x "$ptxas" ] || continue
+    clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header -include "$out/nv_workitem.h" \
+        -Wno-pass-failed -Dasm=__asm__ -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 \
+        -DGS_WHINT=2 -O2 -S -o "$out/$name.sreg.ptx" "$out/gemm_nv_small.cl"
+    sed -e 's#//@##' -e 's/^\.target sm_[0-9]*.*/.target sm_90a/' -e 's/^\.version .*/.version 8.0/' \
+        "$out/$name.sreg.ptx" > "$out/$name.sm90a.ptx"
+    "$ptxas" -arch=sm_90a -v "$out/$name.sm90a.ptx" -o "$out/$name.cubin" > "$out/$name.ptxas.log" 2>&1 ||
+        { cat "$out/$name.ptxas.log" >&2; exit 1; }
+    if grep -E "C75[0-9][0-9]|[1-9][0-9]* bytes (stack frame|spill)" "$out/$name.ptxas.log" >&2; then
+        echo "$name: stack, spills or serialized wgmma (above)" >&2
+        exit 1
+    fi
+    echo "$name: ptxas sm_90a registers nt1..8:" $(grep -o "Used [0-9]* registers" "$out/$name.ptxas.log" |
+        awk '{print $2}' | tac)
+done
