@@ -8,20 +8,23 @@
 # (libcmocka.so.0), tools/nvidia-opencl-env.sh and bench/{gemm,sdpa}_peer.py
 # (build here with meson setup build-nv --buildtype=release -Dspirv=disabled
 # -Dclblast=enabled -Dredis=disabled).
-#   usage: sh bench/run_gemm_small_gpu.sh [OUTDIR]
+# BIN=DIR takes the binaries from DIR instead (e.g. build-serve/serve, run
+# from the repository root with .device-carry/clblast carried).
+#   usage: [BIN=DIR] sh bench/run_gemm_small_gpu.sh [OUTDIR]
 set -u
+bin=${BIN:-.}
 out=${1:-${OUT:-/tmp/gemm-small-out}}
 mkdir -p "$out"
 . tools/nvidia-opencl-env.sh
-export LD_LIBRARY_PATH="$PWD/extra-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$PWD/extra-lib:$PWD/$bin/../extra-lib:$PWD/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CMOCKA_MESSAGE_OUTPUT=stdout
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/smi.txt" 2>&1
 start=$(date +%s)
-timeout "${TEST_S:-40}" ./test_gemm_small > "$out/test.log" 2>&1
+timeout "${TEST_S:-40}" "$bin/test_gemm_small" > "$out/test.log" 2>&1
 echo "test_gemm_small rc=$? $(( $(date +%s) - start ))s"
 variants=$(echo ${VARIANTS:-} | tr ' ' ';') # one --variant, ';' separated
 start=$(date +%s)
-SERVE_GEMM_SMALL_VERBOSE=1 timeout "${BENCH_S:-100}" ./bench_gemm_small --reps "${REPS:-20}" \
+SERVE_GEMM_SMALL_VERBOSE=1 timeout "${BENCH_S:-100}" "$bin/bench_gemm_small" --reps "${REPS:-20}" ${MS:+--ms "$MS"} \
     ${variants:+--variant "$variants"} > "$out/bench.log" 2>&1
 echo "bench_gemm_small rc=$? $(( $(date +%s) - start ))s"
 start=$(date +%s)
