@@ -58,6 +58,16 @@ static const serve_gemm_small_tuning gs_defaults[GS_CLASSES][GS_NT] = {
     {GS_K8U8, GS_K8U8, GS_K8U8, GS_K8U8, GS_K8U8, GS_K8U8, GS_K8U8, GS_K8U8}, /* down */
     {GS_R2K2, GS_R2K2, GS_R2K2, GS_R2K2, GS_R2K2, GS_R2K2, GS_R2K2, GS_R2K2}, /* gate/up */
 };
+/* On compute capability 9.x the wide class (gate/up) takes the wgmma mode
+ * (xs 3: two warpgroups of 64 W rows, X staged through registers): on the
+ * H200 84 / 84 / 82 / 76 % of the read ceiling at 1 / 16 / 32 / 64 rows
+ * against the mma.sync shape's 86 / 76 / 78 / 46 % in the same call
+ * (docs/h200/issue16/gemm-wg/); its rows are bitwise the same for every NT.
+ * The down projection keeps mma.sync: wgmma took 64 rows from 44 to 54 %
+ * but cost 10-12 points at 1..16 rows, where decode batches mostly are. */
+#define GS_WG8 {1, 8, 1, 2, 1, 2, 0, 3}
+static const serve_gemm_small_tuning gs_wide_sm90[GS_NT] = {GS_WG8, GS_WG8, GS_WG8, GS_WG8,
+                                                             GS_WG8, GS_WG8, GS_WG8, GS_WG8};
 
 int serve_gemm_small_class(int out, int in) {
     if ((int64_t)out * in < 40 * 1000 * 1000) return 0;
@@ -202,8 +212,13 @@ int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out) {
     g->cus = cus ? (int)cus : 1;
     for (int c = 0; c < GS_CLASSES; c++)
         for (int i = 0; i < GS_NT; i++) {
-            g->tuning[c][i] = gs_defaults[c][i];
+            const int wide90 = c == 2 && g->major == 9;
+            g->tuning[c][i] = wide90 ? gs_wide_sm90[i] : gs_defaults[c][i];
             int st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
+            if (st != LAZYATTN_STATUS_OK && wide90) { /* no sm_90a build: the mma.sync shape */
+                g->tuning[c][i] = gs_defaults[c][i];
+                st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
+            }
             if (st != LAZYATTN_STATUS_OK) {
                 serve_gemm_small_destroy(g);
                 return st;
