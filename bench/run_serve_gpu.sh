@@ -13,7 +13,9 @@
 # copied into build-serve/extra-lib), copy libclblast.so.1 into
 # .device-carry/clblast, carry both.
 #   usage: sh bench/run_serve_gpu.sh [OUTDIR]    (BIN=build-serve by default; ONLY_TESTS=1:
-#   the tests alone)
+#   the tests alone; TESTS="serve/test_gemm_small ..." a subset of the tests;
+#   NO_LARGE=1 skips the torch GEMM peer and bench_gemm; VARIANTS="A;B;..." and
+#   MS=1,16,.. go to bench_gemm_small's --variant and --ms)
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-serve-out}}
 bin=${BIN:-build-serve}
@@ -30,20 +32,23 @@ step() { # name seconds command...: runs it into $out/name.log, prints rc and ti
     echo "$name: $* rc=$rc $(( $(date +%s) - start ))s"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/tests.log" 2>&1
-for t in serve/test_gemm_nv_large serve/test_gemm_small serve/test_serve_bf16 \
-         serve/test_serve_equivalence tests/test_context tests/test_attention; do
+for t in ${TESTS:-serve/test_gemm_nv_large serve/test_gemm_small serve/test_serve_bf16 \
+         serve/test_serve_equivalence tests/test_context tests/test_attention}; do
     step tests "${TEST_S:-150}" "$bin/$t"
 done
 [ "${ONLY_TESTS:-0}" = 1 ] && { grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[  ERROR|^# " "$out/tests.log"; exit 0; }
-step peer 90 sh -c "cd bench && python3 gemm_peer.py --reps 20 --csv '$out/peer.csv'"
-step gemm_large 90 "$bin/serve/bench_gemm" --rows 2048,10240 --peer "$out/peer.csv"
-step gemm_small 120 "$bin/serve/bench_gemm_small" --reps 20
+if [ "${NO_LARGE:-0}" != 1 ]; then
+    step peer 90 sh -c "cd bench && python3 gemm_peer.py --reps 20 --csv '$out/peer.csv'"
+    step gemm_large 90 "$bin/serve/bench_gemm" --rows 2048,10240 --peer "$out/peer.csv"
+fi
+step gemm_small "${SMALL_S:-120}" "$bin/serve/bench_gemm_small" --reps 20 ${MS:+--ms "$MS"} \
+    ${VARIANTS:+--variant "$VARIANTS"}
 step forward 240 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5
 step forward 120 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5 --no-forwards --device-time
 step llama_peer 180 sh -c "cd bench && python3 llama_peer.py --reps 5"
 echo "== summary"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30
-grep -E "read ceiling| 2048 | 10240 " "$out/peer.log" | head -10
+grep -E "read ceiling| 2048 | 10240 " "$out/peer.log" 2>/dev/null | head -10
 grep -E "TFLOP|ok$|FAIL|mismatch" "$out/gemm_large.log" | head -12
 sed -n '/^best per shape/,$p' "$out/gemm_small.log" | head -32
 cat "$out/forward.log"
