@@ -49,7 +49,7 @@ step llama_peer 180 sh -c "cd bench && python3 llama_peer.py --reps 5"
 echo "== summary"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30
 grep -E "read ceiling| 2048 | 10240 " "$out/peer.log" 2>/dev/null | head -10
-grep -E "TFLOP|ok$|FAIL|mismatch" "$out/gemm_large.log" | head -12
+grep -E "TFLOP|ok$|FAIL|mismatch" "$out/gemm_large.log" 2>/dev/null | head -12
 sed -n '/^best per shape/,$p' "$out/gemm_small.log" | head -32
 cat "$out/forward.log"
 tail -11 "$out/llama_peer.log"
