@@ -9,12 +9,15 @@
 #   pvov_np  -DLZ_NV_PVOV=1 -DLZ_NV_PROXY=0: also without the async-proxy fence, checks + timing
 #   noproxy  -DLZ_NV_PROXY=0 alone, checks + timing
 #   pvov8    LZ_NV_PVOV at 8 warps (LAZYATTN_NV_PREFILL=32,8,0), checks + timing
+# or, with DIAG=1, instead of the last three: the default with -DLZ_NV_DIAG=1
+# (no copies after the prologue), 2 (no barrier per tile), 4 (no wgmma),
+# timing only (wrong results: what a round costs without that part);
 # then the torch SDPA peer over all of their timings (one table, rows in the
 # order above), then test_attention with pvov_np if time is left (the call's
 # limit is taken as 240 s).
 # Run from a folder holding build-nv/{tests,examples}, build-nv/extra-lib
 # (libcmocka.so.0), tools/nvidia-opencl-env.sh and bench/sdpa_peer.py.
-#   usage: [BUDGET_S=150] sh bench/run_prefill_overlap_gpu.sh [OUTDIR]
+#   usage: [DIAG=1] [BUDGET_S=150] sh bench/run_prefill_overlap_gpu.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 mkdir -p "$out" /tmp/po-csv
@@ -53,16 +56,25 @@ BATCHED=1 tests pvov
 bench pvov
 unset LAZYATTN_NV_DEFINES
 left && bench default --no-checks
-export LAZYATTN_NV_DEFINES="$PVOV -DLZ_NV_PROXY=0"
-left && bench pvov_np
-export LAZYATTN_NV_DEFINES="-DLZ_NV_PROXY=0"
-left && bench noproxy
-export LAZYATTN_NV_DEFINES="$PVOV" LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_PREFILL=32,8,0
-left && bench pvov8
+if [ "${DIAG:-0}" = 1 ]; then
+  rest="diag1 diag2 diag4"
+  for b in 1 2 4; do
+    export LAZYATTN_NV_DEFINES="-DLZ_NV_DIAG=$b"
+    left && bench diag$b --no-checks
+  done
+else
+  rest="pvov_np noproxy pvov8"
+  export LAZYATTN_NV_DEFINES="$PVOV -DLZ_NV_PROXY=0"
+  left && bench pvov_np
+  export LAZYATTN_NV_DEFINES="-DLZ_NV_PROXY=0"
+  left && bench noproxy
+  export LAZYATTN_NV_DEFINES="$PVOV" LAZYATTN_NV_WGMMA=1 LAZYATTN_NV_PREFILL=32,8,0
+  left && bench pvov8
+fi
 unset LAZYATTN_NV_DEFINES LAZYATTN_NV_WGMMA LAZYATTN_NV_PREFILL
 # the peer once, over every variant's rows (the same shape names, in the order above)
 all="$csv/all.csv"; : > "$all"
-for m in pvov default pvov_np noproxy pvov8; do
+for m in pvov default $rest; do
   [ -s "$csv/$m.csv" ] || continue
   [ -s "$all" ] || head -1 "$csv/$m.csv" > "$all"
   tail -n +2 "$csv/$m.csv" >> "$all"
@@ -72,7 +84,7 @@ done
 timeout 45 python3 bench/sdpa_peer.py --ours "$all" >> "$out/peer.log" 2>&1
 rc=$?; echo "[$(el) s] peer rc=$rc"
 export LAZYATTN_NV_DEFINES="$PVOV -DLZ_NV_PROXY=0"
-left 120 && TEST_S=$(( 215 - $(el) )) tests pvov_np
+[ "${DIAG:-0}" = 1 ] || { left 120 && TEST_S=$(( 215 - $(el) )) tests pvov_np; }
 unset LAZYATTN_NV_DEFINES
 grep -E "^rows of" "$out/peer.log"
 grep -A14 "^shape" "$out/peer.log"

@@ -396,6 +396,31 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
             o[n][2] *= al1, o[n][3] *= al1;                                                  \
         }                                                                                    \
     } while (0)
+/* The probabilities in place of the scores (f32), summed into l0 / l1; for
+ * callers that may not write the P fragments yet: the registers of an A
+ * operand stay read by an asynchronous wgmma until it completes, and in a
+ * loop the next round's P is the same PTX register. LZ_NV_PACK_P then packs
+ * them into pa, after the wait. */
+#define LZ_NV_SOFTMAX_EXP_F32(KT, sc, l0, l1, sl2, b0, b1)                                   \
+    do {                                                                                     \
+        _Pragma("unroll")                                                                    \
+        for (int n = 0; n < (KT) / 8; n++) {                                                 \
+            sc[n][0] = native_exp2(fma(sc[n][0], sl2, -b0));                                 \
+            sc[n][1] = native_exp2(fma(sc[n][1], sl2, -b0));                                 \
+            sc[n][2] = native_exp2(fma(sc[n][2], sl2, -b1));                                 \
+            sc[n][3] = native_exp2(fma(sc[n][3], sl2, -b1));                                 \
+            l0 += sc[n][0] + sc[n][1];                                                       \
+            l1 += sc[n][2] + sc[n][3];                                                       \
+        }                                                                                    \
+    } while (0)
+#define LZ_NV_PACK_P(KT, sc, pa)                                                             \
+    do {                                                                                     \
+        _Pragma("unroll")                                                                    \
+        for (int n = 0; n < (KT) / 8; n++) {                                                 \
+            pa[n >> 1][(n & 1) * 2] = lz_nv_pack(sc[n][0], sc[n][1]);                        \
+            pa[n >> 1][(n & 1) * 2 + 1] = lz_nv_pack(sc[n][2], sc[n][3]);                    \
+        }                                                                                    \
+    } while (0)
 #define LZ_NV_SOFTMAX_EXP(KT, sc, l0, l1, sl2, b0, b1, pa)                                   \
     do {                                                                                     \
         _Pragma("unroll")                                                                    \

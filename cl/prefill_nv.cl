@@ -88,6 +88,12 @@
 #ifndef LZ_NV_PROXY
 #define LZ_NV_PROXY 1
 #endif
+/* Diagnostics, timing only (the results are wrong): what a round costs
+ * without a part of it. Bits: 1 no copies after the prologue (the tiles stay
+ * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O unchanged). */
+#ifndef LZ_NV_DIAG
+#define LZ_NV_DIAG 0
+#endif
 
 #if LZ_NV_WGMMA
 #define LZ_NV_CROW(i) (((i) & 7) + (((i) / (8 * LZ_NV_CPR)) << 3))
@@ -230,9 +236,17 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
          * asynchronous: the caller waits (lz_nv_scores_wait) */
         LZ_NV_WG_FENCE();
         const ulong desc = lz_nv_wg_desc(kb + 2 * p * (LZ_NV_CPR * 128), 128, LZ_NV_CPR * 128);
+#if LZ_NV_DIAG & 4
+        (void)desc;
+#pragma unroll
+        for (int u = 0; u < 4; u++) sc[2 * p][u] = sc[2 * p + 1][u] = 0.0f;
+        LZ_NV_WG_TIE(sc[2 * p]);
+        LZ_NV_WG_TIE(sc[2 * p + 1]);
+#else
 #pragma unroll
         for (int c = 0; c < LZ_NV_DC; c++)
             LZ_NV_WGMMA_N16(sc[2 * p], sc[2 * p + 1], qf[c], desc + 16 * c, c > 0);
+#endif
         LZ_NV_WG_COMMIT();
 #else
         LZ_NV_QK16(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane);
@@ -391,10 +405,14 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
          * P V every warp waited for in round j - 1, while t_j-1's may still
          * be in flight */
         LZ_NV_LANDED(0);
+#if !(LZ_NV_DIAG & 2)
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         if (lid < LZ_NV_EPT) meta[(j + 2) % LZ_NV_META][lid] = kmeta;
-        if (kis < n_tiles) lz_nv_issue(kbase + (j & 1) * LZ_NV_MAT_BYTES, kc, ksrc, 1, lid);
-        if (nxt < n_tiles) lz_nv_issue(vbase + LZ_NV_VSLOT(j + 1), vc, vsrc, 0, lid);
+        if (!(LZ_NV_DIAG & 1) && kis < n_tiles)
+            lz_nv_issue(kbase + (j & 1) * LZ_NV_MAT_BYTES, kc, ksrc, 1, lid);
+        if (!(LZ_NV_DIAG & 1) && nxt < n_tiles)
+            lz_nv_issue(vbase + LZ_NV_VSLOT(j + 1), vc, vsrc, 0, lid);
         LZ_NV_CP_COMMIT();
 
         /* scores of t_j+1 go to the tensor cores first ... */
@@ -416,26 +434,36 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         const uint vb = vbase + LZ_NV_VSLOT(j);
 #if LZ_NV_PVOV
         {
-            /* the probabilities first; then O += P V of t_j-1 (issued last
-             * round) and the scores of t_j+1 (issued after it, above) are
-             * waited for, and only then is O rescaled and P V of t_j issued,
-             * to stay in flight until this point of the next round. (Waiting
+            /* the probabilities first (f32, in sc); then O += P V of t_j-1
+             * (issued last round) and the scores of t_j+1 (issued after it,
+             * above) are waited for, and only then are P packed into the A
+             * fragments that P V of t_j-1 read, O rescaled and P V of t_j
+             * issued, to stay in flight until this point of the next round.
+             * (Packing P before the wait raced with that read: a value of the
+             * loop body has the same PTX register in every round, so the new
+             * P overwrote the fragments in flight; test_attention failed at
+             * d 64 on the H200, docs/PERFLOG.md issue 11 step 3. Waiting
              * for P V alone, wgmma.wait_group KT / 16 here and 1 after P V,
              * made ptxas serialize every wgmma: C7514, accumulators read
              * while it could not prove their wgmma complete.) */
             uint pa[LZ_NV_KT / 16][4];
             LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, al0, al1);
-            LZ_NV_SOFTMAX_EXP(LZ_NV_KT, sc, l0, l1, sl2, b0, b1, pa);
+            LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
             LZ_NV_WG_WAIT();
 #pragma unroll
             for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
 #pragma unroll
-            for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sn[n]);
+            for (int n = 0; n < LZ_NV_KT / 8; n++) {
+                LZ_NV_WG_TIE(sn[n]);
+                LZ_NV_WG_TIE(sc[n]); /* the packing below stays after the wait */
+            }
+            LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
             LZ_NV_RESCALE(o, al0, al1);
             LZ_NV_WG_FENCE();
 #pragma unroll
             for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+                if (!(LZ_NV_DIAG & 4))
+                    LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
             LZ_NV_WG_COMMIT();
         }
 #elif LZ_NV_PVWG
@@ -447,7 +475,8 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             LZ_NV_WG_FENCE();
 #pragma unroll
             for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+                if (!(LZ_NV_DIAG & 4))
+                    LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
             LZ_NV_WG_COMMIT();
         }
 #else
