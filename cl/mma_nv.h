@@ -358,6 +358,18 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
  */
 #define LZ_NV_SOFTMAX_P(KT, sc, o, m0, m1, l0, l1, sl2, pa)                                   \
     do {                                                                                     \
+        LZ_NV_SOFTMAX_MAX(KT, sc, m0, m1, l0, l1, sl2, b0_, b1_, al0_, al1_);                \
+        LZ_NV_RESCALE(o, al0_, al1_);                                                        \
+        LZ_NV_SOFTMAX_EXP(KT, sc, l0, l1, sl2, b0_, b1_, pa);                                \
+    } while (0)
+
+/* The three parts of LZ_NV_SOFTMAX_P, for callers that must put something
+ * (the wait for an asynchronous O += P V) between the probabilities and the
+ * rescaling of O. LZ_NV_SOFTMAX_MAX declares b0, b1 (the rows' new maxima,
+ * 0 for rows that saw no key yet) and al0, al1 (the factors O and l take). */
+#define LZ_NV_SOFTMAX_MAX(KT, sc, m0, m1, l0, l1, sl2, b0, b1, al0, al1)                     \
+    float b0, b1, al0, al1;                                                                  \
+    do {                                                                                     \
         float mx0 = -INFINITY, mx1 = -INFINITY;                                              \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < (KT) / 8; n++) {                                                 \
@@ -369,17 +381,48 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
         mx1 = fmax(mx1, lz_nv_xor(mx1, 1));                                                  \
         mx1 = fmax(mx1, lz_nv_xor(mx1, 2));                                                  \
         const float mn0 = fmax(m0, mx0 * sl2), mn1 = fmax(m1, mx1 * sl2);                    \
-        const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;  \
-        const float al0 = native_exp2(m0 - b0), al1 = native_exp2(m1 - b1);                  \
+        b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;              \
+        al0 = native_exp2(m0 - b0), al1 = native_exp2(m1 - b1);                              \
         m0 = mn0;                                                                            \
         m1 = mn1;                                                                            \
         l0 *= al0;                                                                           \
         l1 *= al1;                                                                           \
+    } while (0)
+#define LZ_NV_RESCALE(o, al0, al1)                                                           \
+    do {                                                                                     \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) {                                          \
             o[n][0] *= al0, o[n][1] *= al0;                                                  \
             o[n][2] *= al1, o[n][3] *= al1;                                                  \
         }                                                                                    \
+    } while (0)
+/* The probabilities in place of the scores (f32), summed into l0 / l1; for
+ * callers that may not write the P fragments yet: the registers of an A
+ * operand stay read by an asynchronous wgmma until it completes, and in a
+ * loop the next round's P is the same PTX register. LZ_NV_PACK_P then packs
+ * them into pa, after the wait. */
+#define LZ_NV_SOFTMAX_EXP_F32(KT, sc, l0, l1, sl2, b0, b1)                                   \
+    do {                                                                                     \
+        _Pragma("unroll")                                                                    \
+        for (int n = 0; n < (KT) / 8; n++) {                                                 \
+            sc[n][0] = native_exp2(fma(sc[n][0], sl2, -b0));                                 \
+            sc[n][1] = native_exp2(fma(sc[n][1], sl2, -b0));                                 \
+            sc[n][2] = native_exp2(fma(sc[n][2], sl2, -b1));                                 \
+            sc[n][3] = native_exp2(fma(sc[n][3], sl2, -b1));                                 \
+            l0 += sc[n][0] + sc[n][1];                                                       \
+            l1 += sc[n][2] + sc[n][3];                                                       \
+        }                                                                                    \
+    } while (0)
+#define LZ_NV_PACK_P(KT, sc, pa)                                                             \
+    do {                                                                                     \
+        _Pragma("unroll")                                                                    \
+        for (int n = 0; n < (KT) / 8; n++) {                                                 \
+            pa[n >> 1][(n & 1) * 2] = lz_nv_pack(sc[n][0], sc[n][1]);                        \
+            pa[n >> 1][(n & 1) * 2 + 1] = lz_nv_pack(sc[n][2], sc[n][3]);                    \
+        }                                                                                    \
+    } while (0)
+#define LZ_NV_SOFTMAX_EXP(KT, sc, l0, l1, sl2, b0, b1, pa)                                   \
+    do {                                                                                     \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < (KT) / 8; n++) {                                                 \
             const float p0 = native_exp2(fma(sc[n][0], sl2, -b0));                           \

@@ -32,6 +32,8 @@
  * registers, K from local memory) and O += P V as m64nDk16 (P from
  * registers, V MN-major from local memory, stored in K's core-matrix
  * layout); the softmax between them is unchanged (docs/PERFLOG.md v6, issue 11).
+ * LZ_NV_PVOV (opt-in, issue 11 step 3) keeps each tile's P V in flight until
+ * the next tile's softmax rescales O, with a third V slot.
  *
  * Needs LZ_HEAD_DIM % 16 == 0, LZ_NV_KT % LZ_BLOCK == 0, LZ_BLOCK % 16 == 0
  * and f16 storage (the host checks; otherwise it uses the portable path).
@@ -66,6 +68,31 @@
 #endif
 #ifndef LZ_NV_PVWG
 #define LZ_NV_PVWG 0
+#endif
+/* With P V on wgmma: 1 keeps the P V group of tile j in flight across the
+ * round, waited for only where the softmax of tile j + 1 rescales O, with a
+ * third V slot so that the refill at the next barrier never touches the slot
+ * it reads (issue 11 step 3; ignored without LZ_NV_PVWG). */
+#if !LZ_NV_PVWG
+#undef LZ_NV_PVOV
+#define LZ_NV_PVOV 0
+#endif
+#ifndef LZ_NV_PVOV
+#define LZ_NV_PVOV 0
+#endif
+#define LZ_NV_VSLOTS (LZ_NV_PVOV ? 3 : 2)
+/* byte offset of V slot i (tile t_i) in the V ring */
+#define LZ_NV_VSLOT(i) (((uint)(i) % LZ_NV_VSLOTS) * LZ_NV_MAT_BYTES)
+/* 0 drops the async-proxy fence after each tile's copies (an experiment:
+ * serve/'s wgmma GEMM measured it at ~25 % with one work-group an SM) */
+#ifndef LZ_NV_PROXY
+#define LZ_NV_PROXY 1
+#endif
+/* Diagnostics, timing only (the results are wrong): what a round costs
+ * without a part of it. Bits: 1 no copies after the prologue (the tiles stay
+ * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O unchanged). */
+#ifndef LZ_NV_DIAG
+#define LZ_NV_DIAG 0
 #endif
 
 #if LZ_NV_WGMMA
@@ -209,9 +236,17 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
          * asynchronous: the caller waits (lz_nv_scores_wait) */
         LZ_NV_WG_FENCE();
         const ulong desc = lz_nv_wg_desc(kb + 2 * p * (LZ_NV_CPR * 128), 128, LZ_NV_CPR * 128);
+#if LZ_NV_DIAG & 4
+        (void)desc;
+#pragma unroll
+        for (int u = 0; u < 4; u++) sc[2 * p][u] = sc[2 * p + 1][u] = 0.0f;
+        LZ_NV_WG_TIE(sc[2 * p]);
+        LZ_NV_WG_TIE(sc[2 * p + 1]);
+#else
 #pragma unroll
         for (int c = 0; c < LZ_NV_DC; c++)
             LZ_NV_WGMMA_N16(sc[2 * p], sc[2 * p + 1], qf[c], desc + 16 * c, c > 0);
+#endif
         LZ_NV_WG_COMMIT();
 #else
         LZ_NV_QK16(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane);
@@ -260,7 +295,7 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
 
 /* cp.async copies of this thread have landed (at most `pending` groups of
  * it still in flight), visible to wgmma's reads after the next barrier. */
-#if LZ_NV_WGMMA
+#if LZ_NV_WGMMA && LZ_NV_PROXY
 #define LZ_NV_LANDED(pending) do { LZ_NV_CP_WAIT(pending); LZ_NV_PROXY_FENCE(); } while (0)
 #else
 #define LZ_NV_LANDED(pending) LZ_NV_CP_WAIT(pending)
@@ -314,7 +349,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     barrier(CLK_LOCAL_MEM_FENCE);
 
     /* The visible tiles t_0, t_1, ... in order; round j consumes t_j with
-     * K(t_j) in K slot j % 2, V(t_j) in V slot j % 2, entries in meta[j % 4].
+     * K(t_j) in K slot j % 2, V(t_j) in V slot j % LZ_NV_VSLOTS, entries in meta[j % 4].
      * cur = t_j, nxt = t_j+1, kis = t_j+2 (the next K tile to issue), with
      * ksrc its chunk sources and kmeta its entry; vsrc: V of t_j+1. */
     const uint kbase = LZ_NV_SMEM(kring), vbase = LZ_NV_SMEM(vring);
@@ -365,12 +400,19 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 
     for (int j = 0; cur < n_tiles; j++) {
         /* K(t_j+1) and V(t_j) have landed; every warp is past round j - 1,
-         * so K slot j % 2 (t_j, scored) and V slot (j + 1) % 2 (t_j-1) are free */
+         * so K slot j % 2 (t_j, scored) and V slot (j + 1) % LZ_NV_VSLOTS are
+         * free: t_j-1's with two slots; with three (LZ_NV_PVOV) t_j-2's, whose
+         * P V every warp waited for in round j - 1, while t_j-1's may still
+         * be in flight */
         LZ_NV_LANDED(0);
+#if !(LZ_NV_DIAG & 2)
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
         if (lid < LZ_NV_EPT) meta[(j + 2) % LZ_NV_META][lid] = kmeta;
-        if (kis < n_tiles) lz_nv_issue(kbase + (j & 1) * LZ_NV_MAT_BYTES, kc, ksrc, 1, lid);
-        if (nxt < n_tiles) lz_nv_issue(vbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES, vc, vsrc, 0, lid);
+        if (!(LZ_NV_DIAG & 1) && kis < n_tiles)
+            lz_nv_issue(kbase + (j & 1) * LZ_NV_MAT_BYTES, kc, ksrc, 1, lid);
+        if (!(LZ_NV_DIAG & 1) && nxt < n_tiles)
+            lz_nv_issue(vbase + LZ_NV_VSLOT(j + 1), vc, vsrc, 0, lid);
         LZ_NV_CP_COMMIT();
 
         /* scores of t_j+1 go to the tensor cores first ... */
@@ -389,8 +431,42 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 
         /* ... and tile t_j is finished: mask, online softmax, P.V */
         if (!full) lz_nv_mask(sc, meta[j % LZ_NV_META], qp0, qp1, t4);
-        const uint vb = vbase + (j & 1) * LZ_NV_MAT_BYTES;
-#if LZ_NV_PVWG
+        const uint vb = vbase + LZ_NV_VSLOT(j);
+#if LZ_NV_PVOV
+        {
+            /* the probabilities first (f32, in sc); then O += P V of t_j-1
+             * (issued last round) and the scores of t_j+1 (issued after it,
+             * above) are waited for, and only then are P packed into the A
+             * fragments that P V of t_j-1 read, O rescaled and P V of t_j
+             * issued, to stay in flight until this point of the next round.
+             * (Packing P before the wait raced with that read: a value of the
+             * loop body has the same PTX register in every round, so the new
+             * P overwrote the fragments in flight; test_attention failed at
+             * d 64 on the H200, docs/PERFLOG.md issue 11 step 3. Waiting
+             * for P V alone, wgmma.wait_group KT / 16 here and 1 after P V,
+             * made ptxas serialize every wgmma: C7514, accumulators read
+             * while it could not prove their wgmma complete.) */
+            uint pa[LZ_NV_KT / 16][4];
+            LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, al0, al1);
+            LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
+            LZ_NV_WG_WAIT();
+#pragma unroll
+            for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
+#pragma unroll
+            for (int n = 0; n < LZ_NV_KT / 8; n++) {
+                LZ_NV_WG_TIE(sn[n]);
+                LZ_NV_WG_TIE(sc[n]); /* the packing below stays after the wait */
+            }
+            LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
+            LZ_NV_RESCALE(o, al0, al1);
+            LZ_NV_WG_FENCE();
+#pragma unroll
+            for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
+                if (!(LZ_NV_DIAG & 4))
+                    LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+            LZ_NV_WG_COMMIT();
+        }
+#elif LZ_NV_PVWG
         {
             /* O += P V as KT / 16 asynchronous wgmma m64nDk16 (A = P from
              * registers), waited for with the scores of t_j+1 below */
@@ -399,14 +475,17 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             LZ_NV_WG_FENCE();
 #pragma unroll
             for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+                if (!(LZ_NV_DIAG & 4))
+                    LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
             LZ_NV_WG_COMMIT();
         }
 #else
         LZ_NV_SOFTMAX_PV(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, vb, lane);
 #endif
 
+#if !LZ_NV_PVOV
         lz_nv_scores_wait(sn, o);
+#endif
 #pragma unroll
         for (int n = 0; n < LZ_NV_KT / 8; n++)
 #pragma unroll
@@ -417,6 +496,12 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         kis = kis_n;
     }
     LZ_NV_CP_WAIT(0);
+#if LZ_NV_PVOV
+    /* the last P V */
+    LZ_NV_WG_WAIT();
+#pragma unroll
+    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
+#endif
 
     l0 += lz_nv_xor(l0, 1);
     l0 += lz_nv_xor(l0, 2);
@@ -444,7 +529,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
               int rope_style, int rot_dim, int alibi, float scale, int n_queries, int n_entries,
               int n_q_heads, int n_kv_heads, int n_blocks, __global int *err) {
     __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
-    __local uchar vring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local int4 meta[LZ_NV_META][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
     (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
     const int WM = LZ_NV_WARPS / (n_q_heads / n_kv_heads);
@@ -480,7 +565,7 @@ lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
                       int max_queries, int n_q_heads, int n_kv_heads, int n_blocks,
                       __global int *err) {
     __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
-    __local uchar vring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local int4 meta[LZ_NV_META][LZ_NV_EPT];
     (void)slopes, (void)alibi;
     const int seq = get_group_id(2), kvh = get_group_id(1);

@@ -36,6 +36,12 @@ for d in 64 128; do
     # O += P V on wgmma too (A from registers, V MN-major: m64n<d>k16)
     grep -q "//@wgmma.mma_async.sync.aligned.m64n${d}k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma.ptx" ||
         { echo "prefill_nv.d$d.wgmma: no wgmma m64n${d}k16 (P V)" >&2; exit 1; }
+    # issue 11 step 3 (opt-in): P V kept in flight across the round, three V slots
+    compile prefill_nv prefill_nv.d$d.wgmma_pvov //@wgmma.wait_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
+        -DLZ_NV_PVOV=1
+    # ... and its timing-only diagnostics (no copies, no barrier, no wgmma)
+    compile prefill_nv prefill_nv.d$d.wgmma_diag //@wgmma.commit_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
+        -DLZ_NV_PVOV=1 -DLZ_NV_DIAG=7
     # v6's form: only the scores on wgmma
     compile prefill_nv prefill_nv.d$d.wgmma_s //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVWG=0
