@@ -18,7 +18,7 @@
 #define GS_PROGRAMS 24    /* cached programs (kernel shapes) */
 #define GS_LOCAL 49152    /* NVIDIA's local memory per work-group */
 #define GS_WARPS_PER_CU 16 /* the split rule's target of resident warps */
-#define GS_WG_WARPS_PER_CU 12 /* the same for the wgmma modes (xs 2, 3) */
+#define GS_WG_WARPS_PER_CU 12 /* the same for the wgmma modes (xs 2, 3, 4) */
 
 typedef struct gs_program {
     serve_gemm_small_tuning t; /* splits ignored */
@@ -80,19 +80,32 @@ static int gs_same(const serve_gemm_small_tuning *a, const serve_gemm_small_tuni
 }
 
 /* wgmma modes: X ring slots per K slice (GS_SLOTS of the kernel): xs 2: 3
- * where they fit at 8 token tiles, else 2; xs 3: 2 */
+ * where they fit at 8 token tiles, else 2; xs 3, 4: 2 */
 static int gs_slots(const serve_gemm_small_tuning *t) {
     return t->xs == 2 && (size_t)t->wk * 3 * t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
+}
+
+/* xs 4: the register cap (-cl-nv-maxrregcount) under which the work-groups
+ * of GS_WG_WARPS_PER_CU warps (rounded up to whole work-groups) fit in a
+ * CU's 65536 registers, so that the split rule's grid is one wave at every
+ * token tile count (xs 3 at 8 tiles took 200 registers: 2 work-groups of 4
+ * warps a CU, the down projection's 384 in 1.5 waves); 0: no cap */
+static int gs_maxreg(const serve_gemm_small_tuning *t) {
+    if (t->xs != 4) return 0;
+    const int warps = t->wr * t->wk;
+    const int groups = (GS_WG_WARPS_PER_CU + warps - 1) / warps;
+    const int cap = 65536 / (groups * 32 * warps) / 8 * 8; /* allocated in 8s */
+    return cap >= 255 ? 0 : cap;
 }
 
 static int gs_check_tuning(const serve_gemm_small_tuning *t) {
     if (!t) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "gemm_small tuning: NULL");
     if ((t->r != 1 && t->r != 2 && t->r != 4) || t->wr < 1 || t->wk < 1 || t->wr * t->wk > 32 ||
         t->u < 1 || t->u > 8 || (t->pipe != 0 && t->pipe != 1) || t->whint < 0 ||
-        t->whint > 2 || t->splits < 0 || t->splits > 256 || t->xs < 0 || t->xs > 3)
+        t->whint > 2 || t->splits < 0 || t->splits > 256 || t->xs < 0 || t->xs > 4)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "gemm_small tuning: r %d (1, 2, 4), wr %d, wk %d (wr * wk 1..32), u %d "
-                          "(1..8), pipe %d, whint %d (0..2), splits %d (0..256), xs %d (0..3)",
+                          "(1..8), pipe %d, whint %d (0..2), splits %d (0..256), xs %d (0..4)",
                           t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->splits, t->xs);
     if (t->xs >= 2 && (t->r > 2 || t->wr % 4))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
@@ -144,15 +157,16 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
     p.t = *t;
     cl_int err;
     const char *verbose = getenv("SERVE_GEMM_SMALL_VERBOSE");
-    char opts[256];
+    char opts[256], cap[40] = "";
+    if (gs_maxreg(t)) snprintf(cap, sizeof cap, " -cl-nv-maxrregcount=%d", gs_maxreg(t));
     snprintf(opts, sizeof opts,
              "-cl-std=CL1.2 -DGS_R=%d -DGS_WR=%d -DGS_WK=%d -DGS_U=%d -DGS_PIPE=%d -DGS_WHINT=%d "
-             "-DGS_XS=%d%s",
-             t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs,
+             "-DGS_XS=%d%s%s",
+             t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs, cap,
              verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
     if (t->xs >= 2) { /* wgmma: the sm_90a PTX round trip (as serve/gemm_nv_large.c) */
         int st = lazyattn_context_build_program(g->ctx, text, opts, LAZYATTN_BUILD_SM90A, &p.program);
-        if (st) return serve_lz_fail(st, "gemm_small: the wgmma kernels (xs 2, 3)");
+        if (st) return serve_lz_fail(st, "gemm_small: the wgmma kernels (xs 2, 3, 4)");
         err = CL_SUCCESS;
     } else {
         p.program = clCreateProgramWithSource(g->cl, 1, &text, NULL, &err);

@@ -61,6 +61,14 @@
  * 64 bytes, where a 4-byte cp.async touches the same 8 lines for a quarter
  * of the bytes) while chunk c runs and stores them as four words after c's
  * wgmma, then fence.proxy.async; 2 ring slots.
+ * GS_XS 4: the same as 3, but chunk c + 1's X is loaded after chunk c's
+ * wgmma (and stored at once): 3 held the X registers (32 at 8 token tiles
+ * and GS_U 4) next to the A registers, the W prefetch and the sums, 200
+ * registers, two 4-warp work-groups a CU, and the down projection's 384
+ * work-groups ran in 1.5 waves at 57..64 rows. Its L2 round trip runs
+ * while the W of chunk c + 1 (issued first) is on its way from DRAM. The
+ * host builds it under a register cap (gemm_nv_small.c, gs_maxreg) and
+ * the split-K epilogue takes ~96 floats of loads a round trip.
  *
  * One kernel per n8 token tiles NT = 1..8 (M <= 8 NT): gs_gemm_nt<NT>.
  * X rows up to 8 NT - 1 are read (the caller pads X to 128 rows); only
@@ -83,7 +91,8 @@
 #endif
 #ifndef GS_XS
 #define GS_XS 0 /* 1: X staged in local memory (cp.async) per U-block chunk, fragment order;
-                  2, 3: wgmma, X staged by 4-byte cp.async (2) or through registers (3) */
+                  2, 3: wgmma, X staged by 4-byte cp.async (2) or through registers (3);
+                  4: 3 with X loaded after the chunk's wgmma (fewer registers) */
 #endif
 #ifndef GS_WHINT
 #define GS_WHINT 1 /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
@@ -93,12 +102,12 @@
 
 #define GS_WG (GS_XS >= 2) /* the wgmma modes */
 #if GS_WG && (GS_WR % 4 || GS_R > 2)
-#error "GS_XS 2, 3 (wgmma): GS_WR must be a multiple of 4 and GS_R 1 or 2"
+#error "GS_XS 2, 3, 4 (wgmma): GS_WR must be a multiple of 4 and GS_R 1 or 2"
 #endif
 /* wgmma modes: X ring slots per K slice (GS_XS 2: 3 where 3 fit in 48 KB
  * at 8 token tiles, the host's rule too; GS_XS 3: 2): chunk c + GS_SLOTS -
  * 1 is copied while c runs */
-#if GS_XS == 3
+#if GS_XS == 3 || GS_XS == 4
 #define GS_SLOTS 2
 #else
 #define GS_SLOTS (GS_WK * 3 * GS_U * 8 * 512 + 16 <= 49152 ? 3 : 2)
@@ -493,7 +502,7 @@ __attribute__((always_inline)) inline void gs_body(
         const uint ring_addr = (uint)(size_t)ring;
         const int tix = lid - wk * GS_WR * 32; /* work-item in the slice */
         __global const ushort *xs = x + x_off;
-#if GS_XS == 3
+#if GS_XS == 3 || GS_XS == 4
         uint4 xr[2 * GS_U];
         if (chunks > 0) {
             gs_wx_load(xr, xs, Ks, cu0, cu0 < cu1 ? nkb : 0, tix, NT);
@@ -523,6 +532,11 @@ __attribute__((always_inline)) inline void gs_body(
             /* chunk cc + 1's X into registers (stored after this chunk's wgmma) */
             if (ci + 1 < chunks) gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
             /* everyone's X of cc stored and fenced; everyone's wgmma of cc - 1 done */
+            barrier(CLK_LOCAL_MEM_FENCE);
+#elif GS_XS == 4
+            /* everyone's X of cc stored and fenced; everyone's wgmma of cc - 1 done
+             * (chunk cc + 1's X is loaded after this chunk's wgmma: the X
+             * registers are not live next to the A registers and W's prefetch) */
             barrier(CLK_LOCAL_MEM_FENCE);
 #else
 #if GS_SLOTS == 3
@@ -562,6 +576,13 @@ __attribute__((always_inline)) inline void gs_body(
                                  "+r"(cur[u][r][1].z), "+r"(cur[u][r][1].w));
 #if GS_XS == 3
             if (ci + 1 < chunks) { /* into the slot of cc - 1 (everyone's wgmma of it done) */
+                gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
+                GS_PROXY_FENCE();
+            }
+#elif GS_XS == 4
+            if (ci + 1 < chunks) { /* the same, loaded now: its L2 round trip runs
+                                    * while W of cc + 1 (issued above) is on its way */
+                gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
                 gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
                 GS_PROXY_FENCE();
             }
@@ -716,7 +737,13 @@ __attribute__((always_inline)) inline void gs_body(
         if (mine) {
             /* the splits' sums in split order; the loads of SB splits and
              * every tile issued before their adds (one round trip each) */
+#if GS_XS == 4
+            /* xs 4: ~96 floats of loads a round trip (the K loop's registers
+             * are free; 3 splits at 8 tiles of one row set instead of 1) */
+            const int SB = GS_R * NT >= 24 ? 1 : 24 / (GS_R * NT) > 8 ? 8 : 24 / (GS_R * NT);
+#else
             const int SB = GS_R * NT >= 8 ? 1 : 8 / (GS_R * NT);
+#endif
 #pragma unroll
             for (int r = 0; r < GS_R; r++)
 #pragma unroll
