@@ -300,13 +300,13 @@ static int device_major(gs_state *s) {
  * warpgroups over rows, K slices, 1..4 blocks a chunk (2 and 3 ring slots),
  * with and without the W prefetch, X by cp.async (xs 2) and through
  * registers (xs 3; xs 4: loaded after the chunk's wgmma, a register cap
- * of 168 for 4 warps, 128 for 8, the split-K sums 3 or 1 splits a round
- * trip at 8 tiles) */
+ * of 168 for 4 and 12 warps, 128 for 8, the split-K sums 3 or 1 splits a
+ * round trip at 8 tiles; 12 warps: work-groups of 192 rows, partly past N) */
 static const serve_gemm_small_tuning WG_TUNINGS[] = {
     {1, 4, 1, 2, 1, 2, 0, 2}, {2, 4, 1, 2, 1, 2, 0, 2}, {1, 8, 1, 2, 0, 1, 0, 2},
     {1, 4, 1, 4, 1, 2, 0, 2}, {1, 4, 3, 1, 0, 2, 0, 2}, /* X through registers: */
     {1, 4, 1, 2, 1, 2, 0, 3}, {2, 4, 2, 1, 0, 0, 0, 3}, {1, 4, 1, 4, 1, 2, 0, 4},
-    {2, 4, 2, 1, 0, 0, 0, 4},
+    {2, 4, 2, 1, 0, 0, 0, 4}, {1, 12, 1, 4, 1, 2, 0, 4}, /* 3 warpgroups: 192 rows */
 };
 
 /* The wgmma modes (xs 2, 3, 4) against the double reference at every row count:
