@@ -41,7 +41,7 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
 /* The kernel's shape for one class of rows (n8 token tiles nt = ceil(rows / 8)).
  * The order of a sum depends on wk, the resolved split count and xs (and u
  * with xs): tunings of one class that differ there break the batch
- * independence above. The wgmma modes (xs 2, 3 and 4 alike: the same wgmma
+ * independence above. The wgmma modes (xs 2..5 alike: the same wgmma
  * on the same values) depend on wk, u and the split count only: wgmma
  * m64nNk16 gives a column the same bits for every N (measured on the H200,
  * tests/test_gemm_small.c test_rows_independent_wgmma), so one wgmma shape
@@ -68,7 +68,13 @@ typedef struct serve_gemm_small_tuning {
                  * live next to the A registers and W's prefetch) and a
                  * register cap (-cl-nv-maxrregcount) that fits 12 warps a CU
                  * (168 for 4 warps a work-group, 128 for 8), the split rule's
-                 * one wave at every nt; the split-K sums in fewer round trips */
+                 * one wave at every nt; the split-K sums in fewer round trips;
+                 * 5: W through local memory too (16-byte cp.async of W and X
+                 * in natural k order into a ring of as many chunks as fit in
+                 * 48 KB, both wgmma operands by descriptor, no W or X
+                 * registers; cap 128: 4 work-groups of 4 warps a CU, the
+                 * split rule's target 16 warps a CU; pipe has no effect);
+                 * best with u 1 (5 slots at r 1, wr 4) */
 } serve_gemm_small_tuning;
 
 /* Tunings are kept per n8 token tiles nt = 1..8 and per class of W:
@@ -83,7 +89,7 @@ int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
                                 serve_gemm_small_tuning *t);
 /* Sets it (nt 0: every nt; cls -1: every class); builds the program if
  * new. INVALID_ARGUMENT for values out of range, e.g. over 48 KB of local
- * memory; UNSUPPORTED for xs 2..4 on a device that is not compute capability
+ * memory; UNSUPPORTED for xs 2..5 on a device that is not compute capability
  * 9.x (the tuning is then unchanged). */
 int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
                                 const serve_gemm_small_tuning *t);

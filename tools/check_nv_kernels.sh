@@ -96,11 +96,12 @@ cat > "$out/nv_workitem.h" <<'EOF2'
 #define barrier(f) __syncthreads()
 EOF2
 # xs 4 under the host's register cap (serve/gemm_nv_small.c gs_maxreg: 12
-# warps a CU in whole work-groups: 168 for 4 or 12 warps, 128 for 8 or 16), the 7th field
+# warps a CU in whole work-groups: 168 for 4 or 12 warps, 128 for 8 or 16; xs 5: 16 warps,
+# 128 for 4, 8 or 16), the 7th field
 for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "2 8 1 1 1 2" \
     "1 4 3 1 0 2" "1 4 1 2 1 3" "2 4 1 2 1 3" "1 8 2 1 0 3" \
     "1 4 1 4 1 4 168" "2 4 1 2 1 4 168" "1 4 1 2 1 4 168" "1 8 1 2 1 4 128" "1 8 2 1 0 4 128" \
-    "1 12 1 4 1 4 168" "1 12 1 4 1 3"; do
+    "1 12 1 4 1 4 168" "1 12 1 4 1 3" "1 4 1 1 1 5 128" "1 8 1 1 1 5 128" "1 4 1 2 1 5 128"; do
     set -- $t
     maxreg=${7:-0}
     name=gemm_nv_small.wg.r$1.wr$2.wk$3.u$4.p$5.xs$6
@@ -127,3 +128,5 @@ for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "
     echo "$name: ptxas sm_90a registers nt1..8:" $(grep -o "Used [0-9]* registers" "$out/$name.ptxas.log" |
         awk '{print $2}' | tac)
 done
+# GS_XS 5's local-memory layout (W and X tiles read back through the descriptors), on the host
+if command -v python3 >/dev/null 2>&1; then python3 tools/sim_gemm_small_xs5.py; fi
