@@ -86,11 +86,12 @@ static int gs_slots(const serve_gemm_small_tuning *t) {
     return t->xs == 2 && (size_t)t->wk * 3 * t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
 }
 
-/* xs 4 (xs 5: GS_WS_WARPS_PER_CU): the register cap (-cl-nv-maxrregcount) under which the work-groups
- * of GS_WG_WARPS_PER_CU warps (rounded up to whole work-groups) fit in a
- * CU's 65536 registers, so that the split rule's grid is one wave at every
- * token tile count (xs 3 at 8 tiles took 200 registers: 2 work-groups of 4
- * warps a CU, the down projection's 384 in 1.5 waves); 0: no cap */
+/* xs 4 and 5: the register cap (-cl-nv-maxrregcount) under which the
+ * work-groups of GS_WG_WARPS_PER_CU warps (xs 5: GS_WS_WARPS_PER_CU; rounded
+ * up to whole work-groups) fit in a CU's 65536 registers, so that the split
+ * rule's grid is one wave at every token tile count (xs 3 at 8 tiles took
+ * 200 registers: 2 work-groups of 4 warps a CU, the down projection's 384
+ * in 1.5 waves); 0: no cap */
 static int gs_maxreg(const serve_gemm_small_tuning *t) {
     if (t->xs != 4 && t->xs != 5) return 0;
     const int warps = t->wr * t->wk;

@@ -41,9 +41,10 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
 /* The kernel's shape for one class of rows (n8 token tiles nt = ceil(rows / 8)).
  * The order of a sum depends on wk, the resolved split count and xs (and u
  * with xs): tunings of one class that differ there break the batch
- * independence above. The wgmma modes (xs 2..5 alike: the same wgmma
- * on the same values) depend on wk, u and the split count only: wgmma
- * m64nNk16 gives a column the same bits for every N (measured on the H200,
+ * independence above. The wgmma modes (xs 2..4 alike: the same wgmma
+ * on the same values; xs 5 in its own k order) depend on wk, u and the
+ * split count only: wgmma m64nNk16 gives a column the same bits for every
+ * N (measured on the H200 with A from registers; xs 5 in the same test,
  * tests/test_gemm_small.c test_rows_independent_wgmma), so one wgmma shape
  * for every nt of a class keeps the rows independent of the batch; mixing
  * it with mma.sync shapes in one class does not. */
