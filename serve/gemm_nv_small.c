@@ -15,7 +15,7 @@
 
 #define GS_NT 8           /* token tiles: rows 1..64 */
 #define GS_CLASSES SERVE_GEMM_SMALL_CLASSES
-#define GS_PROGRAMS 24    /* cached programs (kernel shapes) */
+#define GS_PROGRAMS 32    /* cached programs (kernel shapes; test_gemm_small builds 24) */
 #define GS_LOCAL 49152    /* NVIDIA's local memory per work-group */
 #define GS_WARPS_PER_CU 16 /* the split rule's target of resident warps */
 #define GS_WG_WARPS_PER_CU 12 /* the same for the wgmma modes (xs 2, 3, 4) */
