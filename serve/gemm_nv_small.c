@@ -15,10 +15,11 @@
 
 #define GS_NT 8           /* token tiles: rows 1..64 */
 #define GS_CLASSES SERVE_GEMM_SMALL_CLASSES
-#define GS_PROGRAMS 24    /* cached programs (kernel shapes) */
+#define GS_PROGRAMS 32    /* cached programs (kernel shapes; test_gemm_small builds 24) */
 #define GS_LOCAL 49152    /* NVIDIA's local memory per work-group */
 #define GS_WARPS_PER_CU 16 /* the split rule's target of resident warps */
-#define GS_WG_WARPS_PER_CU 12 /* the same for the wgmma modes (xs 2, 3) */
+#define GS_WG_WARPS_PER_CU 12 /* the same for the wgmma modes (xs 2, 3, 4) */
+#define GS_WS_WARPS_PER_CU 16 /* xs 5 (no W or X registers: 4 work-groups of 4 warps) */
 
 typedef struct gs_program {
     serve_gemm_small_tuning t; /* splits ignored */
@@ -80,19 +81,44 @@ static int gs_same(const serve_gemm_small_tuning *a, const serve_gemm_small_tuni
 }
 
 /* wgmma modes: X ring slots per K slice (GS_SLOTS of the kernel): xs 2: 3
- * where they fit at 8 token tiles, else 2; xs 3: 2 */
+ * where they fit at 8 token tiles, else 2; xs 3, 4: 2 */
 static int gs_slots(const serve_gemm_small_tuning *t) {
     return t->xs == 2 && (size_t)t->wk * 3 * t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
+}
+
+/* xs 4 and 5: the register cap (-cl-nv-maxrregcount) under which the
+ * work-groups of GS_WG_WARPS_PER_CU warps (xs 5: GS_WS_WARPS_PER_CU; rounded
+ * up to whole work-groups) fit in a CU's 65536 registers, so that the split
+ * rule's grid is one wave at every token tile count (xs 3 at 8 tiles took
+ * 200 registers: 2 work-groups of 4 warps a CU, the down projection's 384
+ * in 1.5 waves); 0: no cap */
+static int gs_maxreg(const serve_gemm_small_tuning *t) {
+    if (t->xs != 4 && t->xs != 5) return 0;
+    const int warps = t->wr * t->wk;
+    const int target = t->xs == 5 ? GS_WS_WARPS_PER_CU : GS_WG_WARPS_PER_CU;
+    const int groups = (target + warps - 1) / warps;
+    const int cap = 65536 / (groups * 32 * warps) / 8 * 8; /* allocated in 8s */
+    return cap >= 255 ? 0 : cap;
+}
+
+/* xs 5: the bytes of one ring slot at 8 token tiles (W of the slice's
+ * 64-row sets, X) and the slots a K slice (GS_STG of the kernel) */
+static size_t gs_ws_slot(const serve_gemm_small_tuning *t) {
+    return (size_t)(t->wr / 4) * t->r * t->u * 4096 + (size_t)t->u * GS_NT * 512;
+}
+static int gs_ws_stages(const serve_gemm_small_tuning *t) {
+    const size_t n = (GS_LOCAL - 64) / ((size_t)t->wk * gs_ws_slot(t));
+    return n > 8 ? 8 : (int)n;
 }
 
 static int gs_check_tuning(const serve_gemm_small_tuning *t) {
     if (!t) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "gemm_small tuning: NULL");
     if ((t->r != 1 && t->r != 2 && t->r != 4) || t->wr < 1 || t->wk < 1 || t->wr * t->wk > 32 ||
         t->u < 1 || t->u > 8 || (t->pipe != 0 && t->pipe != 1) || t->whint < 0 ||
-        t->whint > 2 || t->splits < 0 || t->splits > 256 || t->xs < 0 || t->xs > 3)
+        t->whint > 2 || t->splits < 0 || t->splits > 256 || t->xs < 0 || t->xs > 5)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "gemm_small tuning: r %d (1, 2, 4), wr %d, wk %d (wr * wk 1..32), u %d "
-                          "(1..8), pipe %d, whint %d (0..2), splits %d (0..256), xs %d (0..3)",
+                          "(1..8), pipe %d, whint %d (0..2), splits %d (0..256), xs %d (0..5)",
                           t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->splits, t->xs);
     if (t->xs >= 2 && (t->r > 2 || t->wr % 4))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
@@ -103,7 +129,13 @@ static int gs_check_tuning(const serve_gemm_small_tuning *t) {
     /* and with xs the staging rings (2 chunks of u blocks per K slice; wgmma:
      * gs_slots chunks of u blocks x 8 NT tokens x 64 bytes) */
     const size_t red = t->wk > 1 ? (size_t)(t->wk - 1) * t->wr * t->r * GS_NT * 4 * 32 * 4 : 16;
-    const size_t ring = t->xs >= 2   ? (size_t)t->wk * gs_slots(t) * t->u * GS_NT * 512
+    if (t->xs == 5 && gs_ws_stages(t) < 2)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "gemm_small tuning: xs 5: 2 ring slots of %zu B (W and X of a chunk) a "
+                          "K slice, %d slices: over %d B of local memory",
+                          gs_ws_slot(t), t->wk, GS_LOCAL - 64);
+    const size_t ring = t->xs == 5   ? (size_t)t->wk * gs_ws_stages(t) * gs_ws_slot(t)
+                        : t->xs >= 2 ? (size_t)t->wk * gs_slots(t) * t->u * GS_NT * 512
                         : t->xs == 1 ? (size_t)t->wk * 2 * t->u * GS_NT * 32 * 16
                                      : 16;
     if ((red > ring ? red : ring) + 16 > GS_LOCAL)
@@ -144,15 +176,16 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
     p.t = *t;
     cl_int err;
     const char *verbose = getenv("SERVE_GEMM_SMALL_VERBOSE");
-    char opts[256];
+    char opts[256], cap[40] = "";
+    if (gs_maxreg(t)) snprintf(cap, sizeof cap, " -cl-nv-maxrregcount=%d", gs_maxreg(t));
     snprintf(opts, sizeof opts,
              "-cl-std=CL1.2 -DGS_R=%d -DGS_WR=%d -DGS_WK=%d -DGS_U=%d -DGS_PIPE=%d -DGS_WHINT=%d "
-             "-DGS_XS=%d%s",
-             t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs,
+             "-DGS_XS=%d%s%s",
+             t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs, cap,
              verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
     if (t->xs >= 2) { /* wgmma: the sm_90a PTX round trip (as serve/gemm_nv_large.c) */
         int st = lazyattn_context_build_program(g->ctx, text, opts, LAZYATTN_BUILD_SM90A, &p.program);
-        if (st) return serve_lz_fail(st, "gemm_small: the wgmma kernels (xs 2, 3)");
+        if (st) return serve_lz_fail(st, "gemm_small: the wgmma kernels (xs 2..5)");
         err = CL_SUCCESS;
     } else {
         p.program = clCreateProgramWithSource(g->cl, 1, &text, NULL, &err);
@@ -287,7 +320,8 @@ static int gs_splits(const serve_gemm_small *g, const serve_gemm_small_tuning *t
         /* wgmma: whole warpgroups of 64..255 registers a work-item, ~3 a CU
          * at R 2: rounded down, so that the grid is one wave */
         const long long warps = (long long)gs_blocks(t, out) * t->wr * t->wk;
-        s = (int)((long long)g->cus * GS_WG_WARPS_PER_CU / warps);
+        const int per_cu = t->xs == 5 ? GS_WS_WARPS_PER_CU : GS_WG_WARPS_PER_CU;
+        s = (int)((long long)g->cus * per_cu / warps);
     } else if (s == 0) {
         const long long warps = (long long)gs_blocks(t, out) * t->wr * t->wk; /* out near INT_MAX */
         s = (int)(((long long)g->cus * GS_WARPS_PER_CU + warps / 2) / warps);

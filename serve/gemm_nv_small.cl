@@ -61,6 +61,14 @@
  * 64 bytes, where a 4-byte cp.async touches the same 8 lines for a quarter
  * of the bytes) while chunk c runs and stores them as four words after c's
  * wgmma, then fence.proxy.async; 2 ring slots.
+ * GS_XS 4: the same as 3, but chunk c + 1's X is loaded after chunk c's
+ * wgmma (and stored at once): 3 held the X registers (32 at 8 token tiles
+ * and GS_U 4) next to the A registers, the W prefetch and the sums, 200
+ * registers, two 4-warp work-groups a CU, and the down projection's 384
+ * work-groups ran in 1.5 waves at 57..64 rows. Its L2 round trip runs
+ * while the W of chunk c + 1 (issued first) is on its way from DRAM. The
+ * host builds it under a register cap (gemm_nv_small.c, gs_maxreg) and
+ * the split-K epilogue takes ~96 floats of loads a round trip.
  *
  * One kernel per n8 token tiles NT = 1..8 (M <= 8 NT): gs_gemm_nt<NT>.
  * X rows up to 8 NT - 1 are read (the caller pads X to 128 rows); only
@@ -83,7 +91,8 @@
 #endif
 #ifndef GS_XS
 #define GS_XS 0 /* 1: X staged in local memory (cp.async) per U-block chunk, fragment order;
-                  2, 3: wgmma, X staged by 4-byte cp.async (2) or through registers (3) */
+                  2, 3: wgmma, X staged by 4-byte cp.async (2) or through registers (3);
+                  4: 3 with X loaded after the chunk's wgmma (fewer registers) */
 #endif
 #ifndef GS_WHINT
 #define GS_WHINT 1 /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
@@ -93,12 +102,12 @@
 
 #define GS_WG (GS_XS >= 2) /* the wgmma modes */
 #if GS_WG && (GS_WR % 4 || GS_R > 2)
-#error "GS_XS 2, 3 (wgmma): GS_WR must be a multiple of 4 and GS_R 1 or 2"
+#error "GS_XS 2, 3, 4 (wgmma): GS_WR must be a multiple of 4 and GS_R 1 or 2"
 #endif
 /* wgmma modes: X ring slots per K slice (GS_XS 2: 3 where 3 fit in 48 KB
  * at 8 token tiles, the host's rule too; GS_XS 3: 2): chunk c + GS_SLOTS -
  * 1 is copied while c runs */
-#if GS_XS == 3
+#if GS_XS == 3 || GS_XS == 4
 #define GS_SLOTS 2
 #else
 #define GS_SLOTS (GS_WK * 3 * GS_U * 8 * 512 + 16 <= 49152 ? 3 : 2)
@@ -347,6 +356,157 @@ __attribute__((always_inline)) inline void gs_wg(float d[8][4], uint4 wv0, uint4
 }
 #endif
 
+#if GS_XS == 5
+/* GS_XS 5: W through local memory too. Both wgmma operands by descriptor,
+ * in natural k order (k-step s of a 32-k block: k 16s..16s+15, core
+ * matrix h: k 16s+8h..+7), so every 16-byte piece of a W row or an X row
+ * is one 16-byte cp.async into a core-matrix row: K-major, unswizzled,
+ * [8-row group][h][row % 8][16 bytes] per k-step (leading byte offset 128,
+ * stride byte offset 256), as the X tiles of xs 2..4. A slot of the ring
+ * holds one chunk (GS_U blocks): the W of every 64-row set of the slice's
+ * warpgroups, [set][block u][step s] tiles of 2 KB, then X, [u][s] tiles
+ * of NT * 256 bytes. GS_STG slots a K slice (as many as fit at 8 token
+ * tiles, 2..8): chunk c + GS_STG - 1 is copied while c runs, no W or X
+ * registers (the sums and addresses only), so the bytes in flight are set
+ * by local memory, not by registers. GS_PIPE has no effect. */
+#define GS_WSET (GS_WR / 4 * GS_R) /* 64-row sets a K slice */
+#define GS_SLOT_W (GS_WSET * GS_U * 4096) /* bytes */
+#define GS_SLOT(NT) (GS_SLOT_W + GS_U * (NT) * 512)
+#define GS_STG0 ((49152 - 64) / (GS_WK * GS_SLOT(8)))
+#define GS_STG (GS_STG0 > 8 ? 8 : GS_STG0)
+#if GS_STG < 2
+#error "GS_XS 5: fewer than 2 ring slots fit in 48 KB"
+#endif
+#define GS_WS1(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3" \
+                 "}, %4, %5, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]) \
+                 : "l"(da), "l"(db))
+#define GS_WS2(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7" \
+                 "}, %8, %9, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]) \
+                 : "l"(da), "l"(db))
+#define GS_WS3(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11" \
+                 "}, %12, %13, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]) \
+                 : "l"(da), "l"(db))
+#define GS_WS4(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
+                 "}, %16, %17, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]) \
+                 : "l"(da), "l"(db))
+#define GS_WS5(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19" \
+                 "}, %20, %21, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]) \
+                 : "l"(da), "l"(db))
+#define GS_WS6(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23" \
+                 "}, %24, %25, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]), "+f"((d)[5][0]), "+f"((d)[5][1]), "+f"((d)[5][2]), "+f"((d)[5][3]) \
+                 : "l"(da), "l"(db))
+#define GS_WS7(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27" \
+                 "}, %28, %29, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]), "+f"((d)[5][0]), "+f"((d)[5][1]), "+f"((d)[5][2]), "+f"((d)[5][3]), "+f"((d)[6][0]), "+f"((d)[6][1]), "+f"((d)[6][2]), "+f"((d)[6][3]) \
+                 : "l"(da), "l"(db))
+#define GS_WS8(d, da, db) \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
+                 "//@wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" \
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}" \
+                 : "+f"((d)[0][0]), "+f"((d)[0][1]), "+f"((d)[0][2]), "+f"((d)[0][3]), "+f"((d)[1][0]), "+f"((d)[1][1]), "+f"((d)[1][2]), "+f"((d)[1][3]), "+f"((d)[2][0]), "+f"((d)[2][1]), "+f"((d)[2][2]), "+f"((d)[2][3]), "+f"((d)[3][0]), "+f"((d)[3][1]), "+f"((d)[3][2]), "+f"((d)[3][3]), "+f"((d)[4][0]), "+f"((d)[4][1]), "+f"((d)[4][2]), "+f"((d)[4][3]), "+f"((d)[5][0]), "+f"((d)[5][1]), "+f"((d)[5][2]), "+f"((d)[5][3]), "+f"((d)[6][0]), "+f"((d)[6][1]), "+f"((d)[6][2]), "+f"((d)[6][3]), "+f"((d)[7][0]), "+f"((d)[7][1]), "+f"((d)[7][2]), "+f"((d)[7][3]) \
+                 : "l"(da), "l"(db))
+
+#if GS_STG == 2
+#define GS_CP_WAITS() asm volatile("cp.async.wait_group 0;" ::: "memory")
+#elif GS_STG == 3
+#define GS_CP_WAITS() asm volatile("cp.async.wait_group 1;" ::: "memory")
+#elif GS_STG == 4
+#define GS_CP_WAITS() asm volatile("cp.async.wait_group 2;" ::: "memory")
+#elif GS_STG == 5
+#define GS_CP_WAITS() asm volatile("cp.async.wait_group 3;" ::: "memory")
+#elif GS_STG == 6
+#define GS_CP_WAITS() asm volatile("cp.async.wait_group 4;" ::: "memory")
+#elif GS_STG == 7
+#define GS_CP_WAITS() asm volatile("cp.async.wait_group 5;" ::: "memory")
+#else
+#define GS_CP_WAITS() asm volatile("cp.async.wait_group 6;" ::: "memory")
+#endif
+
+/* 16 bytes global -> local (L2 -> shared, around L1), n 16: the copy, 0: zeros */
+inline void gs_cpz16(uint dst, __global const ushort *src, uint n) {
+#if GS_WHINT == 2
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
+                 : "memory");
+#endif
+}
+
+/* Chunk cc of the slice (blocks cc * GS_U.., zeros from kend) into the
+ * slot at byte address `slot`: W rows of the GS_WSET sets from row wrow0
+ * (a 16-row tile past N reads the last tile, as the direct path), then X
+ * rows 0..8 NT - 1; by the slice's GS_WR * 32 work-items, tix this one */
+__attribute__((always_inline)) inline void gs_ws_copy(uint slot, __global const ushort *w,
+                                                      __global const ushort *xs, size_t Ks, int N,
+                                                      int wrow0, int cc, int kend, int tix,
+                                                      const int NT) {
+    const int wpieces = GS_WSET * GS_U * 256; /* (set, block u, row n, piece c) */
+    for (int p = tix; p < wpieces; p += GS_WR * 32) {
+        const int c = p & 3, n = (p >> 2) & 63, q = p >> 8;
+        const int u = q % GS_U, set = q / GS_U;
+        const int kb = cc * GS_U + u;
+        const int tile = wrow0 + 64 * set + (n & ~15);
+        const int row = (tile < N ? tile : N - 16) + (n & 15);
+        __global const ushort *src = w + (size_t)row * Ks + (kb < kend ? (size_t)kb * 32 + 8 * c : 0);
+        const uint dst = slot + (uint)(((set * GS_U + u) * 2 + (c >> 1)) * 2048 + (n >> 3) * 256 +
+                                       (c & 1) * 128 + (n & 7) * 16);
+        gs_cpz16(dst, src, kb < kend ? 16u : 0u);
+    }
+    const int xpieces = GS_U * NT * 32; /* (block u, token t, piece c) */
+    for (int p = tix; p < xpieces; p += GS_WR * 32) {
+        const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
+        const int kb = cc * GS_U + u;
+        __global const ushort *src = xs + (size_t)t * Ks + (kb < kend ? (size_t)kb * 32 + 8 * c : 0);
+        const uint dst = slot + (uint)GS_SLOT_W +
+                         (uint)((u * 2 + (c >> 1)) * NT * 256 + (t >> 3) * 256 + (c & 1) * 128 + (t & 7) * 16);
+        gs_cpz16(dst, src, kb < kend ? 16u : 0u);
+    }
+}
+
+/* d (4 NT sums of one 64-row set) += A (desc da) . B (desc db), one k-step */
+__attribute__((always_inline)) inline void gs_ws(float d[8][4], ulong da, ulong db, const int NT) {
+    switch (NT) {
+    case 1: GS_WS1(d, da, db); break;
+    case 2: GS_WS2(d, da, db); break;
+    case 3: GS_WS3(d, da, db); break;
+    case 4: GS_WS4(d, da, db); break;
+    case 5: GS_WS5(d, da, db); break;
+    case 6: GS_WS6(d, da, db); break;
+    case 7: GS_WS7(d, da, db); break;
+    default: GS_WS8(d, da, db); break;
+    }
+}
+#endif
+
 /* acc[r][j] += W tile r (this lane's 16-byte pieces wv[r][0] of row g, wv[r][1]
  * of row g + 8) . X tile j, for one 32-k block; xp at X[g][kb + 8c]. */
 __attribute__((always_inline)) inline void gs_block(float acc[GS_R][8][4], uint4 wv[GS_R][2],
@@ -477,7 +637,54 @@ __attribute__((always_inline)) inline void gs_body(
             for (int e = 0; e < 4; e++) acc[r][j][e] = 0.0f;
 
     int kb = kb0;
-#if GS_WG
+#if GS_XS == 5
+    {
+        /* chunks of GS_U blocks over the splits and slices as the other
+         * wgmma modes (zeros past K and past a slice); GS_STG-slot ring */
+        const int nc = (nkb + GS_U - 1) / GS_U;
+        const int su = (int)((long)nc * split / splits), eu = (int)((long)nc * (split + 1) / splits);
+        const int cu0 = su + (eu - su) * wk / GS_WK, cu1 = su + (eu - su) * (wk + 1) / GS_WK;
+        const int chunks = (eu - su + GS_WK - 1) / GS_WK;
+        const uint slot_b = GS_SLOT(NT);
+        const uint ring_addr = (uint)(size_t)loc + (uint)(wk * GS_STG) * slot_b;
+        const int tix = lid - wk * GS_WR * 32; /* work-item in the slice */
+        __global const ushort *xs = x + x_off;
+        const int wrow0 = blk * 16 * GS_R * GS_WR; /* the slice's first W row */
+        const int set0 = (wr >> 2) * GS_R;        /* this warpgroup's first 64-row set */
+#pragma unroll
+        for (int i = 0; i < GS_STG - 1; i++) {
+            if (i < chunks)
+                gs_ws_copy(ring_addr + (uint)i * slot_b, w, xs, Ks, N, wrow0, cu0 + i,
+                           cu0 + i < cu1 ? nkb : 0, tix, NT);
+            GS_CP_COMMIT();
+        }
+        for (int ci = 0; ci < chunks; ci++) {
+            const int cc = cu0 + ci; /* this slice's chunk */
+            GS_CP_WAITS(); /* my copies of cc are done (GS_STG - 2 later groups may not) */
+            GS_PROXY_FENCE();
+            /* everyone's copies of cc; everyone's wgmma of cc - 1 done */
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (ci + GS_STG - 1 < chunks) /* into the slot of cc - 1 */
+                gs_ws_copy(ring_addr + (uint)((ci + GS_STG - 1) % GS_STG) * slot_b, w, xs, Ks, N, wrow0,
+                           cc + GS_STG - 1, cc + GS_STG - 1 < cu1 ? nkb : 0, tix, NT);
+            GS_CP_COMMIT();
+            const uint sa = ring_addr + (uint)(ci % GS_STG) * slot_b;
+            GS_WG_FENCE();
+#pragma unroll
+            for (int u = 0; u < GS_U; u++)
+#pragma unroll
+                for (int st = 0; st < 2; st++)
+#pragma unroll
+                    for (int r = 0; r < GS_R; r++)
+                        gs_ws(acc[r], gs_wg_desc(sa + (uint)((((set0 + r) * GS_U + u) * 2 + st) * 2048)),
+                              gs_wg_desc(sa + (uint)GS_SLOT_W + (uint)((u * 2 + st) * NT * 256)), NT);
+            GS_WG_COMMIT();
+            GS_WG_WAIT0();
+        }
+        GS_CP_WAIT0();
+        barrier(CLK_LOCAL_MEM_FENCE); /* the rings are read: free for the slice sums */
+    }
+#elif GS_WG
     {
         /* chunks of GS_U blocks (the last one may be short) over the splits,
          * then over the K slices; every slice runs the longest's iterations,
@@ -493,7 +700,7 @@ __attribute__((always_inline)) inline void gs_body(
         const uint ring_addr = (uint)(size_t)ring;
         const int tix = lid - wk * GS_WR * 32; /* work-item in the slice */
         __global const ushort *xs = x + x_off;
-#if GS_XS == 3
+#if GS_XS == 3 || GS_XS == 4
         uint4 xr[2 * GS_U];
         if (chunks > 0) {
             gs_wx_load(xr, xs, Ks, cu0, cu0 < cu1 ? nkb : 0, tix, NT);
@@ -523,6 +730,11 @@ __attribute__((always_inline)) inline void gs_body(
             /* chunk cc + 1's X into registers (stored after this chunk's wgmma) */
             if (ci + 1 < chunks) gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
             /* everyone's X of cc stored and fenced; everyone's wgmma of cc - 1 done */
+            barrier(CLK_LOCAL_MEM_FENCE);
+#elif GS_XS == 4
+            /* everyone's X of cc stored and fenced; everyone's wgmma of cc - 1 done
+             * (chunk cc + 1's X is loaded after this chunk's wgmma: the X
+             * registers are not live next to the A registers and W's prefetch) */
             barrier(CLK_LOCAL_MEM_FENCE);
 #else
 #if GS_SLOTS == 3
@@ -562,6 +774,13 @@ __attribute__((always_inline)) inline void gs_body(
                                  "+r"(cur[u][r][1].z), "+r"(cur[u][r][1].w));
 #if GS_XS == 3
             if (ci + 1 < chunks) { /* into the slot of cc - 1 (everyone's wgmma of it done) */
+                gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
+                GS_PROXY_FENCE();
+            }
+#elif GS_XS == 4
+            if (ci + 1 < chunks) { /* the same, loaded now: its L2 round trip runs
+                                    * while W of cc + 1 (issued above) is on its way */
+                gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
                 gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
                 GS_PROXY_FENCE();
             }
@@ -716,7 +935,13 @@ __attribute__((always_inline)) inline void gs_body(
         if (mine) {
             /* the splits' sums in split order; the loads of SB splits and
              * every tile issued before their adds (one round trip each) */
+#if GS_XS >= 4
+            /* xs 4, 5: ~96 floats of loads a round trip (the K loop's registers
+             * are free; 3 splits at 8 tiles of one row set instead of 1) */
+            const int SB = GS_R * NT >= 24 ? 1 : 24 / (GS_R * NT) > 8 ? 8 : 24 / (GS_R * NT);
+#else
             const int SB = GS_R * NT >= 8 ? 1 : 8 / (GS_R * NT);
+#endif
 #pragma unroll
             for (int r = 0; r < GS_R; r++)
 #pragma unroll
@@ -779,8 +1004,12 @@ __attribute__((always_inline)) inline void gs_body(
 /* local memory of one kernel in uint4: the slice sums (floats), and with
  * GS_XS the staging rings (which the sums reuse after the K loop) */
 #define GS_RED(NT) (GS_WK > 1 ? (GS_WK - 1) * GS_WR * GS_R * (NT) * 32 : 1)
+#if GS_XS == 5
+#define GS_RING(NT) (GS_WK * GS_STG * GS_SLOT(NT) / 16)
+#else
 #define GS_RING(NT) \
     (GS_WG ? GS_WK * GS_SLOTS * GS_U * (NT) * 32 : GS_XS ? GS_WK * 2 * GS_U * (NT) * 32 : 1)
+#endif
 #define GS_LOC(NT) (GS_RED(NT) > GS_RING(NT) ? GS_RED(NT) : GS_RING(NT))
 
 #define GS_KERNEL(NT)                                                                          \

@@ -41,9 +41,10 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
 /* The kernel's shape for one class of rows (n8 token tiles nt = ceil(rows / 8)).
  * The order of a sum depends on wk, the resolved split count and xs (and u
  * with xs): tunings of one class that differ there break the batch
- * independence above. The wgmma modes (xs 2 and 3 alike: the same wgmma
- * on the same values) depend on wk, u and the split count only: wgmma
- * m64nNk16 gives a column the same bits for every N (measured on the H200,
+ * independence above. The wgmma modes (xs 2..4 alike: the same wgmma
+ * on the same values; xs 5 in its own k order) depend on wk, u and the
+ * split count only: wgmma m64nNk16 gives a column the same bits for every
+ * N (measured on the H200 with A from registers; xs 5 in the same test,
  * tests/test_gemm_small.c test_rows_independent_wgmma), so one wgmma shape
  * for every nt of a class keeps the rows independent of the batch; mixing
  * it with mma.sync shapes in one class does not. */
@@ -63,7 +64,18 @@ typedef struct serve_gemm_small_tuning {
                  * wr warps over rows (a multiple of 4: wr / 4 warpgroups), wk
                  * warpgroup rows over K; any in % 32 == 0; 3: the same with
                  * X through registers (16-byte loads, 4-byte local stores)
-                 * instead of 4-byte cp.async, 2 slots */
+                 * instead of 4-byte cp.async, 2 slots; 4: 3 with chunk c + 1's
+                 * X loaded after chunk c's wgmma instead of during it (not
+                 * live next to the A registers and W's prefetch) and a
+                 * register cap (-cl-nv-maxrregcount) that fits 12 warps a CU
+                 * (168 for 4 warps a work-group, 128 for 8), the split rule's
+                 * one wave at every nt; the split-K sums in fewer round trips;
+                 * 5: W through local memory too (16-byte cp.async of W and X
+                 * in natural k order into a ring of as many chunks as fit in
+                 * 48 KB, both wgmma operands by descriptor, no W or X
+                 * registers; cap 128: 4 work-groups of 4 warps a CU, the
+                 * split rule's target 16 warps a CU; pipe has no effect);
+                 * best with u 1 (5 slots at r 1, wr 4) */
 } serve_gemm_small_tuning;
 
 /* Tunings are kept per n8 token tiles nt = 1..8 and per class of W:
@@ -78,7 +90,7 @@ int serve_gemm_small_get_tuning(const serve_gemm_small *g, int nt, int cls,
                                 serve_gemm_small_tuning *t);
 /* Sets it (nt 0: every nt; cls -1: every class); builds the program if
  * new. INVALID_ARGUMENT for values out of range, e.g. over 48 KB of local
- * memory; UNSUPPORTED for xs 2, 3 on a device that is not compute capability
+ * memory; UNSUPPORTED for xs 2..5 on a device that is not compute capability
  * 9.x (the tuning is then unchanged). */
 int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
                                 const serve_gemm_small_tuning *t);

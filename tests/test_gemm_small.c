@@ -4,7 +4,7 @@
  * double reference from the same bf16 operands (random in [-1, 1)) for
  * rows 1..64, three output ranges with row strides, an X offset, split-K,
  * accumulate, and bitwise repeatability; on compute capability 9.x the
- * same for the wgmma modes (xs 2, 3) at every row count 1..64, with K tails,
+ * same for the wgmma modes (xs 2..5) at every row count 1..64, with K tails,
  * and whether its rows depend on the batch. On PoCL (CI) create is
  * UNSUPPORTED and the device cases skip (no g: the wgmma mode cannot be
  * selected at all); on an NVIDIA device that is not 9.x selecting it is
@@ -133,9 +133,12 @@ static void test_run_bad_input(void **state) {
     }
     t.r = 3;
     assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
-    /* the wgmma modes: whole warpgroups, 1 or 2 row sets, xs 0..3 */
+    /* the wgmma modes: whole warpgroups, 1 or 2 row sets, xs 0..5; xs 5:
+     * 2 ring slots of W and X a K slice in 48 KB */
     const serve_gemm_small_tuning wbad[] = {
-        {1, 2, 1, 2, 1, 2, 0, 2}, {4, 4, 1, 2, 1, 2, 0, 3}, {1, 4, 1, 2, 1, 2, 0, 4},
+        {1, 2, 1, 2, 1, 2, 0, 2}, {4, 4, 1, 2, 1, 2, 0, 3}, {1, 4, 1, 2, 1, 2, 0, 6},
+        {1, 2, 1, 4, 1, 2, 0, 4}, {4, 4, 1, 1, 1, 2, 0, 4}, {1, 6, 1, 1, 1, 2, 0, 5},
+        {2, 8, 1, 2, 1, 2, 0, 5}, /* 2 x (16 KB of W + 8 KB of X) > 48 KB */
         {1, 4, 1, 8, 1, 2, 0, 2}, /* 2 slots x 8 blocks x 64 tokens: 64 KB */
     };
     for (size_t i = 0; i < sizeof wbad / sizeof *wbad; i++) {
@@ -298,14 +301,21 @@ static int device_major(gs_state *s) {
 /* wgmma kernel shapes: one and two 64-row sets a warpgroup, two
  * warpgroups over rows, K slices, 1..4 blocks a chunk (2 and 3 ring slots),
  * with and without the W prefetch, X by cp.async (xs 2) and through
- * registers (xs 3) */
+ * registers (xs 3; xs 4: loaded after the chunk's wgmma, a register cap
+ * of 168 for 4 and 12 warps, 128 for 8, the split-K sums 3 or 1 splits a
+ * round trip at 8 tiles; 12 warps: work-groups of 192 rows, partly past N) */
 static const serve_gemm_small_tuning WG_TUNINGS[] = {
     {1, 4, 1, 2, 1, 2, 0, 2}, {2, 4, 1, 2, 1, 2, 0, 2}, {1, 8, 1, 2, 0, 1, 0, 2},
     {1, 4, 1, 4, 1, 2, 0, 2}, {1, 4, 3, 1, 0, 2, 0, 2}, /* X through registers: */
-    {1, 4, 1, 2, 1, 2, 0, 3}, {2, 4, 2, 1, 0, 0, 0, 3},
+    {1, 4, 1, 2, 1, 2, 0, 3}, {2, 4, 2, 1, 0, 0, 0, 3}, {1, 4, 1, 4, 1, 2, 0, 4},
+    {2, 4, 2, 1, 0, 0, 0, 4}, {1, 12, 1, 4, 1, 2, 0, 4}, /* 3 warpgroups: 192 rows */
+    /* W through local memory (xs 5): 5 slots of one block; 2 row sets (3
+     * slots); 2 K slices (2 slots each); 2 warpgroups, 2 blocks a chunk (2 slots) */
+    {1, 4, 1, 1, 1, 2, 0, 5}, {2, 4, 1, 1, 1, 0, 0, 5}, {1, 4, 2, 1, 0, 2, 0, 5},
+    {1, 8, 1, 2, 1, 2, 0, 5},
 };
 
-/* The wgmma modes (xs 2, 3) against the double reference at every row count:
+/* The wgmma modes (xs 2..5) against the double reference at every row count:
  * three ranges with strides and an X offset, a K tail (96: 3 blocks, 1120:
  * 35), split-K, accumulate, repeatability. UNSUPPORTED off compute
  * capability 9.x, the tunings unchanged. */
@@ -411,8 +421,8 @@ static void test_rows_independent_wgmma(void **state) {
         for (int nt = 1; nt <= 8; nt++)
             assert_int_equal(serve_gemm_small_get_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
     int differ = 0;
-    const int pick[3] = {0, 1, 5};
-    for (int i = 0; i < 3; i++) {
+    const int pick[5] = {0, 1, 5, 7, 10};
+    for (int i = 0; i < 5; i++) {
         const serve_gemm_small_tuning *t = &WG_TUNINGS[pick[i]];
         char what[64];
         snprintf(what, sizeof what, "wgmma %d,%d,%d,%d,%d,%d,%d,%d", t->r, t->wr, t->wk, t->u, t->pipe,

@@ -101,9 +101,15 @@ cat > "$out/nv_workitem.h" <<'EOF2'
 #define get_group_id(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_ctaid_y() : __nvvm_read_ptx_sreg_ctaid_z()))
 #define barrier(f) __syncthreads()
 EOF2
+# xs 4 under the host's register cap (serve/gemm_nv_small.c gs_maxreg: 12
+# warps a CU in whole work-groups: 168 for 4 or 12 warps, 128 for 8 or 16; xs 5: 16 warps,
+# 128 for 4, 8 or 16), the 7th field
 for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "2 8 1 1 1 2" \
-    "1 4 3 1 0 2" "1 4 1 2 1 3" "2 4 1 2 1 3" "1 8 2 1 0 3"; do
+    "1 4 3 1 0 2" "1 4 1 2 1 3" "2 4 1 2 1 3" "1 8 2 1 0 3" \
+    "1 4 1 4 1 4 168" "2 4 1 2 1 4 168" "1 4 1 2 1 4 168" "1 8 1 2 1 4 128" "1 8 2 1 0 4 128" \
+    "1 12 1 4 1 4 168" "1 12 1 4 1 3" "1 4 1 1 1 5 128" "1 8 1 1 1 5 128" "1 4 1 2 1 5 128"; do
     set -- $t
+    maxreg=${7:-0}
     name=gemm_nv_small.wg.r$1.wr$2.wk$3.u$4.p$5.xs$6
     compile gemm_nv_small $name //@wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \
         -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 -DGS_WHINT=2
@@ -117,7 +123,9 @@ for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "
         -DGS_WHINT=2 -O2 -S -o "$out/$name.sreg.ptx" "$out/gemm_nv_small.cl"
     sed -e 's#//@##' -e 's/^\.target sm_[0-9]*.*/.target sm_90a/' -e 's/^\.version .*/.version 8.0/' \
         "$out/$name.sreg.ptx" > "$out/$name.sm90a.ptx"
-    "$ptxas" -arch=sm_90a -v "$out/$name.sm90a.ptx" -o "$out/$name.cubin" > "$out/$name.ptxas.log" 2>&1 ||
+    cap=""
+    [ "$maxreg" = 0 ] || cap="-maxrregcount=$maxreg"
+    "$ptxas" -arch=sm_90a -v $cap "$out/$name.sm90a.ptx" -o "$out/$name.cubin" > "$out/$name.ptxas.log" 2>&1 ||
         { cat "$out/$name.ptxas.log" >&2; exit 1; }
     if grep -E "C75[0-9][0-9]|[1-9][0-9]* bytes (stack frame|spill)" "$out/$name.ptxas.log" >&2; then
         echo "$name: stack, spills or serialized wgmma (above)" >&2
@@ -126,3 +134,5 @@ for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "
     echo "$name: ptxas sm_90a registers nt1..8:" $(grep -o "Used [0-9]* registers" "$out/$name.ptxas.log" |
         awk '{print $2}' | tac)
 done
+# GS_XS 5's local-memory layout (W and X tiles read back through the descriptors), on the host
+if command -v python3 >/dev/null 2>&1; then python3 tools/sim_gemm_small_xs5.py; fi
