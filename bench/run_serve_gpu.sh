@@ -15,7 +15,8 @@
 #   usage: sh bench/run_serve_gpu.sh [OUTDIR]    (BIN=build-serve by default; ONLY_TESTS=1:
 #   the tests alone; TESTS="serve/test_gemm_small ..." a subset of the tests;
 #   NO_LARGE=1 skips the torch GEMM peer and bench_gemm; VARIANTS="A;B;..." and
-#   MS=1,16,.. go to bench_gemm_small's --variant and --ms)
+#   MS=1,16,.. go to bench_gemm_small's --variant and --ms; DEVICE_TIME=0 skips
+#   the decode steps' device-time run)
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-serve-out}}
 bin=${BIN:-build-serve}
@@ -44,7 +45,8 @@ fi
 step gemm_small "${SMALL_S:-120}" "$bin/serve/bench_gemm_small" --reps 20 ${MS:+--ms "$MS"} \
     ${VARIANTS:+--variant "$VARIANTS"}
 step forward 240 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5
-step forward 120 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5 --no-forwards --device-time
+[ "${DEVICE_TIME:-1}" = 1 ] &&
+    step forward 120 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5 --no-forwards --device-time
 step llama_peer 180 sh -c "cd bench && python3 llama_peer.py --reps 5"
 echo "== summary"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30

@@ -64,11 +64,16 @@ static const serve_gemm_small_tuning gs_defaults[GS_CLASSES][GS_NT] = {
  * H200 84 / 84 / 82 / 76 % of the read ceiling at 1 / 16 / 32 / 64 rows
  * against the mma.sync shape's 86 / 76 / 78 / 46 % in the same call
  * (docs/h200/issue16/gemm-wg/); its rows are bitwise the same for every NT.
- * The down projection keeps mma.sync: wgmma took 64 rows from 44 to 54 %
- * but cost 10-12 points at 1..16 rows, where decode batches mostly are. */
+ * The long-row class (down) takes the wgmma mode with three warpgroups of
+ * 64 rows and 4-block chunks, 1,12,1,4,1,2,0,3: 77 / 74 / 69 / 62 % at 1 /
+ * 16 / 32 / 64 rows against mma.sync's 78 / 71 / 59 / 43 % in the same
+ * call (docs/h200/issue16/final/, PERFLOG). */
 #define GS_WG8 {1, 8, 1, 2, 1, 2, 0, 3}
+#define GS_WG12 {1, 12, 1, 4, 1, 2, 0, 3}
 static const serve_gemm_small_tuning gs_wide_sm90[GS_NT] = {GS_WG8, GS_WG8, GS_WG8, GS_WG8,
                                                              GS_WG8, GS_WG8, GS_WG8, GS_WG8};
+static const serve_gemm_small_tuning gs_long_sm90[GS_NT] = {GS_WG12, GS_WG12, GS_WG12, GS_WG12,
+                                                             GS_WG12, GS_WG12, GS_WG12, GS_WG12};
 
 int serve_gemm_small_class(int out, int in) {
     if ((int64_t)out * in < 40 * 1000 * 1000) return 0;
@@ -245,10 +250,10 @@ int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out) {
     g->cus = cus ? (int)cus : 1;
     for (int c = 0; c < GS_CLASSES; c++)
         for (int i = 0; i < GS_NT; i++) {
-            const int wide90 = c == 2 && g->major == 9;
-            g->tuning[c][i] = wide90 ? gs_wide_sm90[i] : gs_defaults[c][i];
+            const int wg90 = c >= 1 && g->major == 9;
+            g->tuning[c][i] = !wg90 ? gs_defaults[c][i] : c == 2 ? gs_wide_sm90[i] : gs_long_sm90[i];
             int st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
-            if (st != LAZYATTN_STATUS_OK && wide90) { /* no sm_90a build: the mma.sync shape */
+            if (st != LAZYATTN_STATUS_OK && wg90) { /* no sm_90a build: the mma.sync shape */
                 g->tuning[c][i] = gs_defaults[c][i];
                 st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
             }

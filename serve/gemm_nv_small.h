@@ -81,8 +81,9 @@ typedef struct serve_gemm_small_tuning {
 /* Tunings are kept per n8 token tiles nt = 1..8 and per class of W:
  * 0 small (out * in < 40 M weights: the 8B's QKV and O), 1 long rows (in >
  * out: the down projection), 2 wide (the gate/up). Defaults: mma.sync
- * shapes, except the wide class on compute capability 9.x, which takes
- * the wgmma mode 1,8,1,2,1,2,0,3 (serve/gemm_nv_small.c says why). */
+ * shapes, except on compute capability 9.x the wide class, which takes the
+ * wgmma mode 1,8,1,2,1,2,0,3, and the long-row class, 1,12,1,4,1,2,0,3
+ * (serve/gemm_nv_small.c says why). */
 #define SERVE_GEMM_SMALL_CLASSES 3
 int serve_gemm_small_class(int out, int in);
 /* The tuning used for nt (1..8) and cls (0..2). */

@@ -139,6 +139,7 @@ static void test_run_bad_input(void **state) {
         {1, 2, 1, 2, 1, 2, 0, 2}, {4, 4, 1, 2, 1, 2, 0, 3}, {1, 4, 1, 2, 1, 2, 0, 6},
         {1, 2, 1, 4, 1, 2, 0, 4}, {4, 4, 1, 1, 1, 2, 0, 4}, {1, 6, 1, 1, 1, 2, 0, 5},
         {2, 8, 1, 2, 1, 2, 0, 5}, /* 2 x (16 KB of W + 8 KB of X) > 48 KB */
+        {1, 8, 1, 2, 1, 2, 0, 5}, /* 2 x (16 KB of W + 8 KB of X): 49152 B > 48 KB - 48 */
         {1, 4, 1, 8, 1, 2, 0, 2}, /* 2 slots x 8 blocks x 64 tokens: 64 KB */
     };
     for (size_t i = 0; i < sizeof wbad / sizeof *wbad; i++) {
@@ -309,10 +310,10 @@ static const serve_gemm_small_tuning WG_TUNINGS[] = {
     {1, 4, 1, 4, 1, 2, 0, 2}, {1, 4, 3, 1, 0, 2, 0, 2}, /* X through registers: */
     {1, 4, 1, 2, 1, 2, 0, 3}, {2, 4, 2, 1, 0, 0, 0, 3}, {1, 4, 1, 4, 1, 2, 0, 4},
     {2, 4, 2, 1, 0, 0, 0, 4}, {1, 12, 1, 4, 1, 2, 0, 4}, /* 3 warpgroups: 192 rows */
+    {1, 12, 1, 4, 1, 2, 0, 3}, /* the down projection's default on 9.x */
     /* W through local memory (xs 5): 5 slots of one block; 2 row sets (3
-     * slots); 2 K slices (2 slots each); 2 warpgroups, 2 blocks a chunk (2 slots) */
+     * slots); 2 K slices (2 slots each) */
     {1, 4, 1, 1, 1, 2, 0, 5}, {2, 4, 1, 1, 1, 0, 0, 5}, {1, 4, 2, 1, 0, 2, 0, 5},
-    {1, 8, 1, 2, 1, 2, 0, 5},
 };
 
 /* The wgmma modes (xs 2..5) against the double reference at every row count:
