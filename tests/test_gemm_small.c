@@ -422,8 +422,11 @@ static void test_rows_independent_wgmma(void **state) {
         for (int nt = 1; nt <= 8; nt++)
             assert_int_equal(serve_gemm_small_get_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
     int differ = 0;
-    const int pick[5] = {0, 1, 5, 7, 10};
-    for (int i = 0; i < 5; i++) {
+    /* xs 2, 2 row sets, xs 3, xs 4, the down default (xs 3, 12 warps), xs 5 */
+    const int pick[] = {0, 1, 5, 7, 10, 11};
+    assert_int_equal(WG_TUNINGS[10].wr, 12); /* the indices above follow WG_TUNINGS */
+    assert_int_equal(WG_TUNINGS[11].xs, 5);
+    for (size_t i = 0; i < sizeof pick / sizeof *pick; i++) {
         const serve_gemm_small_tuning *t = &WG_TUNINGS[pick[i]];
         char what[64];
         snprintf(what, sizeof what, "wgmma %d,%d,%d,%d,%d,%d,%d,%d", t->r, t->wr, t->wk, t->u, t->pipe,
