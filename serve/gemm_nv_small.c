@@ -248,12 +248,17 @@ int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out) {
     cl_uint cus = 0;
     clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cus, &cus, NULL);
     g->cus = cus ? (int)cus : 1;
+    /* a class whose wgmma build failed takes the mma.sync shapes at every
+     * nt after one failed build (a failed build is not cached: each nt
+     * would try again, ~1 s of the driver's compile each) */
+    int wg_failed[GS_CLASSES] = {0};
     for (int c = 0; c < GS_CLASSES; c++)
         for (int i = 0; i < GS_NT; i++) {
-            const int wg90 = c >= 1 && g->major == 9;
+            const int wg90 = c >= 1 && g->major == 9 && !wg_failed[c];
             g->tuning[c][i] = !wg90 ? gs_defaults[c][i] : c == 2 ? gs_wide_sm90[i] : gs_long_sm90[i];
             int st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
             if (st != LAZYATTN_STATUS_OK && wg90) { /* no sm_90a build: the mma.sync shape */
+                wg_failed[c] = 1;
                 g->tuning[c][i] = gs_defaults[c][i];
                 st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
             }
