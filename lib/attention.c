@@ -225,12 +225,18 @@ static int lz_nv_build(lazyattn_attention *a) {
     if (!lz_nv_fits(ctx, &a->cfg)) return LAZYATTN_STATUS_OK;
     const char *env = getenv("LAZYATTN_NV_WGMMA");
     const int want = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "0") ? 0 : lz_nv_wgmma_default(a);
-    lz_nv_tune_defaults(a, want, &a->nv);
-    int wgmma = want && ctx->nv_cc_major == 9 && a->nv.warps % 4 == 0;
+    const int can = want && ctx->nv_cc_major == 9;
+    lz_nv_tune_defaults(a, can, &a->nv);
+    int wgmma = can && a->nv.warps % 4 == 0;
+    /* mma.sync keeps its own default geometry (8 warps), also where wgmma
+     * was asked for but cannot run (not 9.x, warps not whole warpgroups,
+     * e.g. 12 rounded to 10 for groups of 5) or its build fails */
+    if (can && !wgmma) lz_nv_tune_defaults(a, 0, &a->nv);
     int st = lz_nv_build_with(a, wgmma);
     if (st && wgmma) {
         lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill unavailable, mma.sync in use: %s", lazyattn_last_error());
         wgmma = 0;
+        lz_nv_tune_defaults(a, 0, &a->nv);
         st = lz_nv_build_with(a, 0);
     }
     if (st) {
