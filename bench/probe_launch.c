@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
         host[i] = (uint32_t)(rng >> 32);
     }
     buf = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, host, &err);
-    outb = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4096, NULL, &err);
+    outb = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 4 * 1025, NULL, &err); /* out[0], out[1 + 0..1023] */
     if (!buf || !outb) {
         printf("buffers: error %d\n", err);
         return 1;

@@ -524,7 +524,7 @@ int main(int argc, char **argv) {
                     cl_ulong s0 = 0, s1 = 0;
                     clGetEventProfilingInfo(ev[3], CL_PROFILING_COMMAND_START, sizeof s0, &s0, NULL);
                     clGetEventProfilingInfo(ev[n + 2], CL_PROFILING_COMMAND_END, sizeof s1, &s1, NULL);
-                    stream = (double)(s1 - s0) * 1e-3 / n;
+                    stream = s1 > s0 ? (double)(s1 - s0) * 1e-3 / n : 0.0; /* 0: no profile */
                 }
                 for (int i = 0; i < n + 3; i++) {
                     if (i >= 3) cold[i - 3] = ev[i] ? event_us(ev[i]) : 0.0;
