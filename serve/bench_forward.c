@@ -325,6 +325,9 @@ int main(int argc, char **argv) {
     if (pr == CLI_HELP) return 0;
     if (pr != CLI_OK) return pr;
     if (decode_text && fwd_parse_batches(prog, decode_text, decode_b, &n_decode)) return CLI_USAGE_ERROR;
+    for (int i = 0; i < n_decode; i++) /* a decode step holds at most max_rows sequences */
+        if (decode_b[i] > max_rows)
+            return cli_fail(prog, "--decode", "batch size %d over --max-rows %d", decode_b[i], max_rows);
     static const char *const presets[] = {"tiny", "small", "8b"};
     serve_model_config mc;
     int st = serve_model_config_preset(&mc, presets[model]);
