@@ -256,7 +256,7 @@ static const char usage_text[] =
     "  --ms LIST       rows M, comma separated, 1..64, at most 16 (default 1,2,4,8,16,32,64)\n"
     "  --variant LIST  kernel shapes, ';' separated: R,WR,WK,U,PIPE,WHINT,SPLITS[,XS] or\n"
     "                  defaults (the built-in table); at most 16 (default: defaults);\n"
-    "                  XS 2, 3: wgmma (compute capability 9.x; serve/gemm_nv_small.h)\n"
+    "                  XS 2..5: wgmma (compute capability 9.x; serve/gemm_nv_small.h)\n"
     "  --no-checks     skip the checks against the float64 reference\n"
     "Exit status: 0 all checks passed, 1 a failure or mismatch, 2 a bad command line.\n";
 
