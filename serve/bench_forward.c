@@ -122,7 +122,8 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
     int st = LAZYATTN_STATUS_OK;
     if (!tok || !nx || !table || !epos || !t)
         st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: decode tables");
-    int32_t *qpos = tok + B, *slots = tok + 2 * B, *stored = tok + 3 * B; /* tok: [4][B] */
+    int32_t *qpos = tok ? tok + B : NULL, *slots = tok ? tok + 2 * B : NULL; /* tok: [4][B] */
+    int32_t *stored = tok ? tok + 3 * B : NULL;
     int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(B + 1));
     if (!st && !offsets) st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: offsets");
     for (int s = 0; s < B && !st; s++) {
