@@ -68,12 +68,14 @@ static const serve_gemm_small_tuning gs_defaults[GS_CLASSES][GS_NT] = {
  * 64 rows and 4-block chunks, 1,12,1,4,1,2,0,3: 77 / 74 / 69 / 62 % at 1 /
  * 16 / 32 / 64 rows against mma.sync's 78 / 71 / 59 / 43 % in the same
  * call (docs/h200/issue16/final/, PERFLOG). */
-#define GS_WG8 {1, 8, 1, 2, 1, 2, 0, 3}
-#define GS_WG12 {1, 12, 1, 4, 1, 2, 0, 3}
-static const serve_gemm_small_tuning gs_wide_sm90[GS_NT] = {GS_WG8, GS_WG8, GS_WG8, GS_WG8,
-                                                             GS_WG8, GS_WG8, GS_WG8, GS_WG8};
-static const serve_gemm_small_tuning gs_long_sm90[GS_NT] = {GS_WG12, GS_WG12, GS_WG12, GS_WG12,
-                                                             GS_WG12, GS_WG12, GS_WG12, GS_WG12};
+#define GS_T_WIDE90 {1, 8, 1, 2, 1, 2, 0, 3}
+#define GS_T_LONG90 {1, 12, 1, 4, 1, 2, 0, 3}
+static const serve_gemm_small_tuning gs_wide_sm90[GS_NT] = {
+    GS_T_WIDE90, GS_T_WIDE90, GS_T_WIDE90, GS_T_WIDE90,
+    GS_T_WIDE90, GS_T_WIDE90, GS_T_WIDE90, GS_T_WIDE90};
+static const serve_gemm_small_tuning gs_long_sm90[GS_NT] = {
+    GS_T_LONG90, GS_T_LONG90, GS_T_LONG90, GS_T_LONG90,
+    GS_T_LONG90, GS_T_LONG90, GS_T_LONG90, GS_T_LONG90};
 
 int serve_gemm_small_class(int out, int in) {
     if ((int64_t)out * in < 40 * 1000 * 1000) return 0;
