@@ -11,17 +11,7 @@
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-launch-out}}
 bin=${BIN:-build-serve}
-mkdir -p "$out"
-. tools/nvidia-opencl-env.sh
-export LD_LIBRARY_PATH="$PWD/$bin/extra-lib:$PWD/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-step() { # name seconds command...: runs it into $out/name.log, prints rc and time
-    name=$1 secs=$2
-    shift 2
-    start=$(date +%s)
-    timeout "$secs" "$@" >> "$out/$name.log" 2>&1
-    rc=$?
-    echo "$name: rc=$rc $(( $(date +%s) - start ))s"
-}
+. bench/gpu_call.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/smi.txt" 2>&1
 step launch 60 "$bin/probe_launch" 32
 step gemm_small "${BENCH_S:-150}" "$bin/serve/bench_gemm_small" --reps "${REPS:-30}" --ms "${MS:-1,2,16,32,64}" \

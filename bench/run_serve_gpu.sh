@@ -20,18 +20,8 @@
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-serve-out}}
 bin=${BIN:-build-serve}
-mkdir -p "$out"
-. tools/nvidia-opencl-env.sh
-export LD_LIBRARY_PATH="$PWD/$bin/extra-lib:$PWD/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. bench/gpu_call.sh
 export CMOCKA_MESSAGE_OUTPUT=stdout
-step() { # name seconds command...: runs it into $out/name.log, prints rc and time
-    name=$1 secs=$2
-    shift 2
-    start=$(date +%s)
-    timeout "$secs" "$@" >> "$out/$name.log" 2>&1
-    rc=$?
-    echo "$name: $* rc=$rc $(( $(date +%s) - start ))s"
-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/tests.log" 2>&1
 for t in ${TESTS:-serve/test_gemm_nv_large serve/test_gemm_small serve/test_serve_bf16 \
          serve/test_serve_equivalence tests/test_context tests/test_attention}; do
