@@ -7,7 +7,8 @@ run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
-probe_wgmma_layout, probe_wgmma_rs, rag_bench, bench_gemm, bench_gemm_small; a program not given is not tested).
+probe_wgmma_layout, probe_wgmma_rs, rag_bench, bench_gemm, bench_gemm_small, bench_forward; a program not
+given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
 import csv
@@ -249,6 +250,19 @@ BAD = [
     ("bench_gemm_small", ["--no-checks=1"], USAGE, "--no-checks"),
     ("bench_gemm_small", ["extra"], USAGE, "extra"),
     ("probe_wgmma_rs", ["--n", "64"], USAGE, "--n"),
+    # bench_forward (its decode steps)
+    ("bench_forward", ["--decode", "0"], USAGE, "--decode"),
+    ("bench_forward", ["--decode", "257"], USAGE, "--decode"),
+    ("bench_forward", ["--decode", "1,,2"], USAGE, "--decode"),
+    ("bench_forward", ["--decode", "1,"], USAGE, "--decode"),
+    ("bench_forward", ["--decode", "1, 2"], USAGE, "--decode"),
+    ("bench_forward", ["--decode", "-1"], USAGE, "--decode"),
+    ("bench_forward", ["--decode", "1,2,3,4,5,6,7,8,9"], USAGE, "--decode"),
+    ("bench_forward", ["--decode-context", "0"], USAGE, "--decode-context"),
+    ("bench_forward", ["--decode-context", "65536"], USAGE, "--decode-context"),
+    ("bench_forward", ["--model", "tiny", "--max-rows", "16", "--decode", "17"], USAGE, "--max-rows"),
+    ("bench_forward", ["--device-time=1"], USAGE, "--device-time"),
+    ("bench_forward", ["extra"], USAGE, "extra"),
 ]
 
 GOOD = [
@@ -257,6 +271,8 @@ GOOD = [
      ["h.csv", "h.svg"]),
     ("hitratio", HR_SMALL + ["--points", "3", "--csv=", "--svg", ""], []),
     ("hitratio", ["--help"], []),
+    ("bench_forward", ["--model", "tiny", "--no-forwards", "--decode", "1,3", "--decode-context", "40",
+                       "--warmup", "0", "--reps", "1", "--device-time"], []),
     # (HR_SMALL without --doc-len: lengths from a law)
     ("hitratio", HR_SMALL[:2] + HR_SMALL[4:] +
      ["--budgets", "4KiB,16KiB", "--seeds", "3", "--tier-budgets", "0,8KiB,64tok", "--tier-write",
