@@ -68,6 +68,34 @@ inline void lz_nv_cp16(uint dst, __global const void *src, int valid) {
         else LZ_NV_CP_WAIT(4);                       \
     } while (0)
 
+/* mbarriers in local memory (shared address bar, 8 bytes, 8-aligned), as
+ * verified from OpenCL on the H200 (../shared/gpu/probe_async_pipeline.c):
+ * init to `count` arrivals a phase (one thread, then LZ_NV_MBAR_INIT_FENCE
+ * and a barrier before any use); a plain arrive (release: the thread's
+ * earlier local writes are seen by whoever waits for the phase); the
+ * asynchronous arrive of cp.async, counted as one of the `count` (.noinc)
+ * and made once every earlier cp.async of the thread has landed; the wait
+ * for the phase of the given parity to complete (acquire). */
+inline void lz_nv_mbar_init(uint bar, uint count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+#define LZ_NV_MBAR_INIT_FENCE() asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory")
+inline void lz_nv_mbar_arrive(uint bar) {
+    asm volatile("mbarrier.arrive.shared.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+inline void lz_nv_mbar_arrive_cp(uint bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(bar) : "memory");
+}
+inline void lz_nv_mbar_wait(uint bar, uint parity) {
+    uint done = 0;
+    while (!done)
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+}
+#define LZ_NV_CP_WAIT_ALL() asm volatile("cp.async.wait_all;" ::: "memory")
+
 /* Two f32 -> one register of two f16 (lo in the low half), round to nearest. */
 inline uint lz_nv_pack(float lo, float hi) {
     uint r;
@@ -371,8 +399,19 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
         l0 *= al0;                                                                           \
         l1 *= al1;                                                                           \
     } while (0)
+/* 1: O is rescaled only where a row's maximum moved (al != 1) in some lane
+ * of the warp; an exact skip (issue 11 step 4, opt-in) */
+#ifndef LZ_NV_RESCALE_SKIP
+#define LZ_NV_RESCALE_SKIP 0
+#endif
+#if LZ_NV_RESCALE_SKIP
+#define LZ_NV_RESCALE_IF(al0, al1) if ((al0) != 1.0f || (al1) != 1.0f)
+#else
+#define LZ_NV_RESCALE_IF(al0, al1)
+#endif
 #define LZ_NV_RESCALE(o, al0, al1)                                                           \
     do {                                                                                     \
+        LZ_NV_RESCALE_IF(al0, al1)                                                           \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) {                                          \
             o[n][0] *= al0, o[n][1] *= al0;                                                  \

@@ -80,6 +80,33 @@
 #ifndef LZ_NV_PVOV
 #define LZ_NV_PVOV 0
 #endif
+/* 1 (wgmma with P V on wgmma, not with LZ_NV_PVOV; issue 11 step 4): one
+ * more warp in the work-group, the producer. It walks the visible tiles,
+ * writes each tile's entries into a meta slot and copies its K into a ring
+ * of LZ_NV_KSLOTS slots and its V into a ring of two, each copy completing
+ * on the slot's "full" mbarrier; the consumer warps wait there, and give a
+ * slot back on its "empty" mbarrier once their wgmma that read it are done.
+ * No barrier across the work-group in the loop, no address lookups and no
+ * copies in the consumer warps; the producer runs up to LZ_NV_KSLOTS - 1
+ * tiles ahead (docs/PERFLOG.md, issue 11 step 4). */
+#if !LZ_NV_PVWG || LZ_NV_PVOV
+#undef LZ_NV_PRODUCER
+#define LZ_NV_PRODUCER 0
+#endif
+#ifndef LZ_NV_PRODUCER
+#define LZ_NV_PRODUCER 0
+#endif
+#ifndef LZ_NV_KSLOTS
+#define LZ_NV_KSLOTS 3
+#endif
+/* work-items of a work-group: the consumer warps, and the producer */
+#define LZ_NV_WG_THREADS (LZ_NV_THREADS + 32 * LZ_NV_PRODUCER)
+/* slots of the K ring; meta slots (one more than the K slots: a tile's
+ * entries stay until its softmax has masked it, after its K slot is given
+ * back); mbarriers (full and empty of each K and each V slot) */
+#define LZ_NV_KRING (LZ_NV_PRODUCER ? LZ_NV_KSLOTS : 2)
+#define LZ_NV_NMETA (LZ_NV_PRODUCER ? LZ_NV_KSLOTS + 1 : LZ_NV_META)
+#define LZ_NV_MBARS (LZ_NV_PRODUCER ? 2 * LZ_NV_KSLOTS + 4 : 1)
 #define LZ_NV_VSLOTS (LZ_NV_PVOV ? 3 : 2)
 /* byte offset of V slot i (tile t_i) in the V ring */
 #define LZ_NV_VSLOT(i) (((uint)(i) % LZ_NV_VSLOTS) * LZ_NV_MAT_BYTES)
@@ -301,6 +328,96 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
 #define LZ_NV_LANDED(pending) LZ_NV_CP_WAIT(pending)
 #endif
 
+#if LZ_NV_PRODUCER
+/* The mbarriers of the rings at shared address bars (LZ_NV_MBARS of 8 bytes):
+ * full / empty of K slot s and of V slot s. Full of K: the producer's 32
+ * asynchronous arrivals (its copies landed) and one plain arrival of lane 0
+ * (the meta slot written); full of V: the 32 asynchronous ones; empty: one
+ * arrival of each consumer warp. */
+#define LZ_NV_KFULL(bars, s) ((bars) + 8u * (uint)(s))
+#define LZ_NV_KEMPTY(bars, s) ((bars) + 8u * (uint)(LZ_NV_KSLOTS + (s)))
+#define LZ_NV_VFULL(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + (s)))
+#define LZ_NV_VEMPTY(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + 2 + (s)))
+
+inline void lz_nv_ring_init(uint bars) {
+    for (int s = 0; s < LZ_NV_KSLOTS; s++) {
+        lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 33);
+        lz_nv_mbar_init(LZ_NV_KEMPTY(bars, s), LZ_NV_WARPS);
+    }
+    for (int s = 0; s < 2; s++) {
+        lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32);
+        lz_nv_mbar_init(LZ_NV_VEMPTY(bars, s), LZ_NV_WARPS);
+    }
+    LZ_NV_MBAR_INIT_FENCE();
+}
+
+/* The producer's copies of one K (is_k) or V tile with entries en into the
+ * slot at shared address dst: 16-byte cp.async, LZ_NV_CHUNKS / 32 a lane,
+ * keys past their entry's length (and bad entries) zero-filled. */
+__attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global const ushort *pool,
+                                                              const lz_nv_entry en[LZ_NV_EPT], int kvh,
+                                                              int n_kv_heads, int is_k, int lane) {
+#pragma unroll
+    for (int i = 0; i < LZ_NV_CHUNKS / 32; i++) {
+        const int c = lane + 32 * i, r = LZ_NV_CROW(c), ch = LZ_NV_CCOL(c), j = r % LZ_BLOCK;
+        lz_nv_entry e = en[0];
+#pragma unroll
+        for (int k = 1; k < LZ_NV_EPT; k++)
+            if (r / LZ_BLOCK == k) e = en[k];
+        const int ok = j < e.len;
+        const long src = ok ? (long)lz_kv_offset(e.blk, kvh, n_kv_heads, j) + ch * 8 : 0;
+        lz_nv_cp16(dst + (is_k ? LZ_NV_KOFF(r, ch) : LZ_NV_VOFF(r, ch)), pool + src, ok);
+    }
+}
+
+/* The producer warp: item n = 0, 1, ... is the n-th visible tile (then one
+ * end marker, meta tile -1): its entries into meta[n % LZ_NV_NMETA], its K
+ * into K slot n % LZ_NV_KSLOTS, and after it V of item n - 1 into V slot
+ * (n - 1) % 2, each slot refilled only once the consumers gave back its
+ * previous tile (items n - LZ_NV_KSLOTS, n - 3). */
+__attribute__((always_inline)) inline void
+lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global const ulong *table,
+              __global const int *entry_pos, int kvh, int n_kv_heads, int n_entries, int n_blocks,
+              int max_pos, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], uint bars,
+              int lane) {
+    const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
+    int tk = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
+    int tv = n_tiles; /* the tile whose V comes next (none yet) */
+    lz_nv_entry ev[LZ_NV_EPT];
+    for (int n = 0;; n++) {
+        const int ks = n % LZ_NV_KSLOTS;
+        if (n >= LZ_NV_KSLOTS) lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1);
+        lz_nv_entry ek[LZ_NV_EPT];
+#pragma unroll
+        for (int k = 0; k < LZ_NV_EPT; k++) {
+            const lz_nv_entry none = {0, 0, 0, 0};
+            ek[k] = tk < n_tiles ? lz_nv_get_entry(table, entry_pos, tk * LZ_NV_EPT + k, n_entries, n_blocks)
+                                 : none;
+        }
+        if (tk < n_tiles) lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, 1, lane);
+        lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
+        if (lane == 0) {
+#pragma unroll
+            for (int k = 0; k < LZ_NV_EPT; k++)
+                meta[n % LZ_NV_NMETA][k] = (int4)(ek[k].pos0, ek[k].delta, ek[k].len, tk < n_tiles ? tk : -1);
+            lz_nv_mbar_arrive(LZ_NV_KFULL(bars, ks));
+        }
+        if (tv < n_tiles) {
+            const int vn = n - 1, vs = vn & 1;
+            if (vn >= 2) lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / 2 - 1) & 1);
+            lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, 0, lane);
+            lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
+        }
+        if (tk >= n_tiles) break;
+        tv = tk;
+#pragma unroll
+        for (int k = 0; k < LZ_NV_EPT; k++) ev[k] = ek[k];
+        tk = lz_nv_next_tile(tk + 1, n_tiles, n_entries, entry_pos, max_pos);
+    }
+    LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
+}
+#endif
+
 /* One work-group's rows tok0 .. tok0 + 16 * WM - 1 of one sequence (q, q_pos,
  * out from its first row, table and entry_pos from its first entry) over its
  * n_entries entries; flag_entries: this work-group records the sequence's
@@ -312,7 +429,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
                    int rope_style, int rot_dim, float scale, int n_queries, int n_entries,
                    int n_q_heads, int n_kv_heads, int n_blocks, __global int *err, int kvh,
                    int tok0, int flag_entries, __local uchar *kring, __local uchar *vring,
-                   __local int4 (*meta)[LZ_NV_EPT]) {
+                   __local int4 (*meta)[LZ_NV_EPT], __local ulong *mbar) {
     const int lid = get_local_id(0);
     const int lane = lid & 31, warp = lid >> 5;
     const int G = n_q_heads / n_kv_heads, WM = LZ_NV_WARPS / G;
@@ -325,7 +442,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 
     /* bad entries are flagged once per sequence, wherever they are */
     if (flag_entries)
-        for (int e = lid; e < n_entries; e += LZ_NV_THREADS) {
+        for (int e = lid; e < n_entries; e += LZ_NV_WG_THREADS) {
             const ulong w = table[e];
             if (LAZYATTN_ENTRY_BLOCK(w) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
             else if (LAZYATTN_ENTRY_LENGTH(w) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
@@ -335,7 +452,12 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 
     /* the work-group's latest and earliest query positions (active rows) */
     __local int *red = (__local int *)kring;
-    if (lid == 0) red[0] = -1, red[1] = INT_MAX;
+    if (lid == 0) {
+        red[0] = -1, red[1] = INT_MAX;
+#if LZ_NV_PRODUCER
+        lz_nv_ring_init(LZ_NV_SMEM(mbar));
+#endif
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < 16 * WM && tok0 + lid < n_queries) {
         /* each work-group records its own rows' bad positions */
@@ -353,9 +475,21 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
      * cur = t_j, nxt = t_j+1, kis = t_j+2 (the next K tile to issue), with
      * ksrc its chunk sources and kmeta its entry; vsrc: V of t_j+1. */
     const uint kbase = LZ_NV_SMEM(kring), vbase = LZ_NV_SMEM(vring);
+#if LZ_NV_PRODUCER
+    const uint bars = LZ_NV_SMEM(mbar);
+    if (warp == LZ_NV_WARPS) {
+        lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase,
+                      vbase, meta, bars, lane);
+        return;
+    }
+#else
+    (void)mbar;
+#endif
+#if !LZ_NV_PRODUCER
     const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
     int cur = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
     int nxt = cur < n_tiles ? lz_nv_next_tile(cur + 1, n_tiles, n_entries, entry_pos, max_pos) : n_tiles;
+#endif
 
     /* the queries, as given (rotated on the first entry with a delta) */
     __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
@@ -370,6 +504,59 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     const float sl2 = scale * 1.44269504088896341f;
 
+#if LZ_NV_PRODUCER
+    /* Round j consumes item j of the producer (lz_nv_produce): the scores
+     * of item j + 1 go to the tensor cores as soon as its K slot is full,
+     * then item j is masked, its softmax taken and O += P V issued once its
+     * V slot is full; both wgmma groups are waited for together, and the
+     * two slots given back (one arrival a warp). */
+    float sc[LZ_NV_KT / 8][4];
+    int full = 1;
+    lz_nv_mbar_wait(LZ_NV_KFULL(bars, 0), 0);
+    int has = meta[0][0].w >= 0; /* item 0 is a tile, not the end marker */
+    if (has) {
+        LZ_NV_PROXY_FENCE(); /* the producer's copies, seen by wgmma */
+        full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
+                            rope_style, rot_dim, freq);
+    }
+    lz_nv_scores_wait(sc, o);
+    if (has && lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, 0));
+    for (int j = 0; has; j++) {
+        const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j & 1;
+        lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
+        __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
+        const int has_n = mn[0].w >= 0;
+        float sn[LZ_NV_KT / 8][4];
+        int full_n = 1;
+        if (has_n) {
+            LZ_NV_PROXY_FENCE();
+            full_n = lz_nv_scores(sn, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos,
+                                  qrow0, qrow1, lane, rope_style, rot_dim, freq);
+        }
+        if (!full) lz_nv_mask(sc, meta[j % LZ_NV_NMETA], qp0, qp1, t4);
+        uint pa[LZ_NV_KT / 16][4];
+        LZ_NV_SOFTMAX_P(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, pa);
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / 2) & 1);
+        LZ_NV_PROXY_FENCE();
+        const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
+        LZ_NV_WG_FENCE();
+#pragma unroll
+        for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
+            LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+        LZ_NV_WG_COMMIT();
+        lz_nv_scores_wait(sn, o);
+        if (lane == 0) {
+            lz_nv_mbar_arrive(LZ_NV_VEMPTY(bars, vs));
+            if (has_n) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, ks));
+        }
+#pragma unroll
+        for (int n = 0; n < LZ_NV_KT / 8; n++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) sc[n][u] = sn[n][u];
+        full = full_n;
+        has = has_n;
+    }
+#else
     long ksrc[LZ_NV_CPT], vsrc[LZ_NV_CPT];
     int4 kmeta = (int4)(0, 0, 0, 0);
     /* prologue: K(t_0); then K(t_1) and V(t_0) */
@@ -502,6 +689,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 #pragma unroll
     for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
 #endif
+#endif /* LZ_NV_PRODUCER */
 
     l0 += lz_nv_xor(l0, 1);
     l0 += lz_nv_xor(l0, 2);
@@ -522,15 +710,16 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(LZ_NV_THREADS, 1, 1))) void
+__kernel __attribute__((reqd_work_group_size(LZ_NV_WG_THREADS, 1, 1))) void
 lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const ulong *table,
               __global const int *entry_pos, __global const ushort *kc, __global const ushort *vc,
               __global float *out, __global const float2 *freq, __global const float *slopes,
               int rope_style, int rot_dim, int alibi, float scale, int n_queries, int n_entries,
               int n_q_heads, int n_kv_heads, int n_blocks, __global int *err) {
-    __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local uchar kring[LZ_NV_KRING * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
-    __local int4 meta[LZ_NV_META][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
+    __local int4 meta[LZ_NV_NMETA][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
+    __local ulong mbar[LZ_NV_MBARS] __attribute__((aligned(8)));
     (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
     const int WM = LZ_NV_WARPS / (n_q_heads / n_kv_heads);
     /* later token blocks see more keys (causal): schedule them first */
@@ -538,7 +727,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     lz_prefill_nv_rows(q, q_pos, table, entry_pos, kc, vc, out, freq, rope_style, rot_dim, scale,
                        n_queries, n_entries, n_q_heads, n_kv_heads, n_blocks, err,
                        get_group_id(1), tok0, get_group_id(0) == 0 && get_group_id(1) == 0,
-                       kring, vring, meta);
+                       kring, vring, meta, mbar);
 }
 
 /*
@@ -555,7 +744,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
  * q_indptr (their rows could overlap). Work-groups past a sequence's rows
  * return at once (before any barrier).
  */
-__kernel __attribute__((reqd_work_group_size(LZ_NV_THREADS, 1, 1))) void
+__kernel __attribute__((reqd_work_group_size(LZ_NV_WG_THREADS, 1, 1))) void
 lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
                       __global const int *q_indptr, __global const int *table_indptr,
                       __global const ulong *table, __global const int *entry_pos,
@@ -564,9 +753,10 @@ lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
                       int rot_dim, int alibi, float scale, int n_queries, int n_entries,
                       int max_queries, int n_q_heads, int n_kv_heads, int n_blocks,
                       __global int *err) {
-    __local uchar kring[2 * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
+    __local uchar kring[LZ_NV_KRING * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
-    __local int4 meta[LZ_NV_META][LZ_NV_EPT];
+    __local int4 meta[LZ_NV_NMETA][LZ_NV_EPT];
+    __local ulong mbar[LZ_NV_MBARS] __attribute__((aligned(8)));
     (void)slopes, (void)alibi;
     const int seq = get_group_id(2), kvh = get_group_id(1);
     const int q_begin = q_indptr[seq], q_end = q_indptr[seq + 1];
@@ -588,7 +778,7 @@ lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
     __local int disorder;
     if (get_local_id(0) == 0) disorder = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int i = get_local_id(0); i < seq; i += LZ_NV_THREADS)
+    for (int i = get_local_id(0); i < seq; i += LZ_NV_WG_THREADS)
         if (q_indptr[i] > q_indptr[i + 1]) atomic_or(&disorder, 1);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (disorder) return;
@@ -596,5 +786,5 @@ lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
     lz_prefill_nv_rows(q + row0, q_pos + q_begin, table + t_begin, entry_pos + t_begin, kc, vc,
                        out + row0, freq, rope_style, rot_dim, scale, rows, t_end - t_begin,
                        n_q_heads, n_kv_heads, n_blocks, err, kvh, tile * 16 * WM,
-                       tile == n_tiles - 1 && kvh == 0, kring, vring, meta);
+                       tile == n_tiles - 1 && kvh == 0, kring, vring, meta, mbar);
 }

@@ -24,7 +24,9 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * per KV head. Launch geometry below; for tuning, LAZYATTN_NV_PREFILL=
  * "KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it and
  * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments);
- * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build). */
+ * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build);
+ * LAZYATTN_NV_PRODUCER=1 gives the wgmma prefill a producer warp that feeds
+ * the others through mbarrier rings (cl/prefill_nv.cl, LZ_NV_PRODUCER). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
 
@@ -34,6 +36,7 @@ typedef struct lz_nv_tune {
     int maxreg;      /* -cl-nv-maxrregcount, 0 = the compiler's choice */
     int dstages;     /* decode ring depth (blocks in flight + 1) */
     int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
+    int producer;    /* 1: the wgmma prefill's K / V copies by one more warp (LZ_NV_PRODUCER) */
 } lz_nv_tune;
 
 enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE,
@@ -165,6 +168,9 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
     if (t->dstages < 2 || t->dstages > 6) t->dstages = LZ_NV_DECODE_RING;
     while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
     if (t->waves < 0) t->waves = 0;
+    /* the producer's rings: 3 K and 2 V slots of kt keys (f16), under 48 KB */
+    env = getenv("LAZYATTN_NV_PRODUCER");
+    t->producer = wgmma && env && !strcmp(env, "1") && (size_t)10 * t->kt * D <= 48640;
 }
 
 /* Builds the tensor-core kernels, with the prefill's scores on Hopper wgmma
@@ -175,9 +181,9 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     int n = snprintf(options, sizeof options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d "
                      "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d "
-                     "-DLZ_NV_WGMMA=%d",
+                     "-DLZ_NV_WGMMA=%d%s",
                      a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype, a->nv.kt,
-                     a->nv.warps, a->nv.dstages, wgmma);
+                     a->nv.warps, a->nv.dstages, wgmma, wgmma && a->nv.producer ? " -DLZ_NV_PRODUCER=1" : "");
     const int n_base = n;
     if (a->nv.maxreg > 0)
         n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", a->nv.maxreg);
@@ -246,10 +252,15 @@ static int lz_nv_build(lazyattn_attention *a) {
     }
     a->fast = 1;
     lz_log(ctx, LAZYATTN_LOG_INFO,
-           "NVIDIA tensor-core path: prefill %s, tile %d keys, %d warps, maxreg %d; "
+           "NVIDIA tensor-core path: prefill %s%s, tile %d keys, %d warps, maxreg %d; "
            "decode ring %d, waves %d (0: default)",
-           wgmma ? "wgmma (S and P V)" : "mma.sync", a->nv.kt, a->nv.warps, a->nv.maxreg,
+           wgmma ? "wgmma (S and P V)" : "mma.sync", wgmma && a->nv.producer ? " + producer warp" : "",
+           a->nv.kt, a->nv.warps, a->nv.maxreg,
            a->nv.dstages, a->nv.waves);
+    if (wgmma && a->nv.producer)
+        lz_log(ctx, LAZYATTN_LOG_WARN,
+               "LAZYATTN_NV_PRODUCER=1: an experiment, not yet checked on a GPU (docs/PERFLOG.md, "
+               "issue 11 step 4); leave it unset outside bench/run_prefill_producer_gpu.sh");
     return LAZYATTN_STATUS_OK;
 }
 
@@ -692,7 +703,7 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     if (fast) {
         /* one warp per (16 tokens, query head); the G heads of a KV head together */
         size_t tokens = (size_t)16 * (a->nv.warps / a->group);
-        size_t local[2] = {(size_t)32 * a->nv.warps, 1};
+        size_t local[2] = {(size_t)32 * (a->nv.warps + a->nv.producer), 1};
         size_t global[2] = {lz_round_up((size_t)p->n_queries, tokens) / tokens * local[0],
                             (size_t)nkv};
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_prefill, 2, NULL,
@@ -910,7 +921,8 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     /* rows per work-group, and the launch: tiles x KV heads x sequences */
     const size_t tokens = fast ? (size_t)16 * (a->nv.warps / a->group)
                                   : (size_t)(a->tune.prefill.rows / a->group);
-    const size_t local0 = fast ? (size_t)32 * a->nv.warps : (size_t)a->tune.prefill.work_group;
+    const size_t local0 = fast ? (size_t)32 * (a->nv.warps + a->nv.producer)
+                               : (size_t)a->tune.prefill.work_group;
     const size_t tiles = ((size_t)p->max_queries + tokens - 1) / tokens;
     /* the kernels form q_begin + tile x tokens in int */
     LZ_TRY(lz_fits_int((int64_t)p->n_queries + (int64_t)(tiles * tokens), fn,

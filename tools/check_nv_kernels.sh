@@ -42,10 +42,15 @@ for d in 64 128; do
     # ... and its timing-only diagnostics (no copies, no barrier, no wgmma)
     compile prefill_nv prefill_nv.d$d.wgmma_diag //@wgmma.commit_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVOV=1 -DLZ_NV_DIAG=7
+    # issue 11 step 4 (opt-in): the producer warp and its mbarrier rings; the exact rescale skip
+    compile prefill_nv prefill_nv.d$d.wgmma_producer cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1
     # v6's form: only the scores on wgmma
     compile prefill_nv prefill_nv.d$d.wgmma_s //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVWG=0
 done
+# the producer warp's mbarrier protocol under random interleavings, on the host
+if command -v python3 >/dev/null 2>&1; then python3 tools/sim_prefill_producer.py; fi
 # the batched ragged prefill kernel is in the prefill program next to lz_prefill_nv
 for f in "$out"/prefill_nv.d*.b*.ptx; do
     grep -q '^\.entry lz_prefill_nv_batched' "$f" || { echo "$f: no lz_prefill_nv_batched" >&2; exit 1; }
