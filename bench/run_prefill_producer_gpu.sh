@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # One device call on the lent H200 for issue 11 step 4: the wgmma prefill's
 # producer warp (LAZYATTN_NV_PRODUCER=1: mbarrier rings, no work-group
-# barrier in the loop) and the exact rescale skip (-DLZ_NV_RESCALE_SKIP=1),
+# barrier in the loop), the exact rescale skip (-DLZ_NV_RESCALE_SKIP=1) and
+# the scores of a tile inside one document as one m64n32k16 (-DLZ_NV_S_WIDE=1),
 # against the default, each item skipped once the call has run past BUDGET_S:
 #   prod      producer warp: bench checks + timing, then test_attention and
 #             test_prefill_batched on the GPU
@@ -10,11 +11,14 @@
 #   skip      rescale skip alone: checks + timing
 #   prodskip  both: checks + timing
 #   prod2     producer warp with two K slots (-DLZ_NV_KSLOTS=2): checks + timing
+#   wide      the wide scores alone: checks + timing
+#   all       producer + skip + wide: checks + timing
 # then the torch SDPA peer over all of their timings (one table, rows in the
-# order above), then test_attention with prodskip if time is left.
+# order above), then test_attention and test_prefill_batched with all three
+# if time is left.
 # Run from a folder holding build-nv/{tests,examples}, build-nv/extra-lib
 # (libcmocka.so.0), tools/nvidia-opencl-env.sh and bench/sdpa_peer.py.
-#   usage: [BUDGET_S=200] sh bench/run_prefill_producer_gpu.sh [OUTDIR]
+#   usage: [BUDGET_S=240] sh bench/run_prefill_producer_gpu.sh [OUTDIR]  (call limit >= 420 s)
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 mkdir -p "$out" /tmp/pp-csv
@@ -24,7 +28,7 @@ export LD_LIBRARY_PATH="$PWD/build-nv/extra-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_P
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
-left() { [ "$(el)" -lt "${1:-${BUDGET_S:-200}}" ]; } # [SECONDS]: still before that point
+left() { [ "$(el)" -lt "${1:-${BUDGET_S:-240}}" ]; } # [SECONDS]: still before that point
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 tests() { # NAME: test_attention + test_prefill_batched into tests_NAME.log
   log="$out/tests_$1.log"
@@ -56,10 +60,15 @@ export LAZYATTN_NV_PRODUCER=1
 left && bench prodskip
 export LAZYATTN_NV_DEFINES="-DLZ_NV_KSLOTS=2"
 left && bench prod2
+unset LAZYATTN_NV_PRODUCER
+export LAZYATTN_NV_DEFINES="-DLZ_NV_S_WIDE=1"
+left && bench wide
+export LAZYATTN_NV_PRODUCER=1 LAZYATTN_NV_DEFINES="-DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"
+left && bench all
 unset LAZYATTN_NV_DEFINES LAZYATTN_NV_PRODUCER
 # the peer once, over every variant's rows (the same shape names, in the order above)
 all="$csv/all.csv"; : > "$all"
-for m in prod default skip prodskip prod2; do
+for m in prod default skip prodskip prod2 wide all; do
   [ -s "$csv/$m.csv" ] || continue
   [ -s "$all" ] || head -1 "$csv/$m.csv" > "$all"
   tail -n +2 "$csv/$m.csv" >> "$all"
@@ -68,8 +77,8 @@ done
 { echo "==== csv"; cat "$all"; } >> "$out/peer.log"
 timeout 45 python3 bench/sdpa_peer.py --ours "$all" >> "$out/peer.log" 2>&1
 rc=$?; echo "[$(el) s] peer rc=$rc"
-export LAZYATTN_NV_PRODUCER=1 LAZYATTN_NV_DEFINES="-DLZ_NV_RESCALE_SKIP=1"
-left 230 && TEST_S=$(( 320 - $(el) )) tests prodskip
+export LAZYATTN_NV_PRODUCER=1 LAZYATTN_NV_DEFINES="-DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"
+left 260 && TEST_S=$(( 350 - $(el) )) tests all
 unset LAZYATTN_NV_DEFINES LAZYATTN_NV_PRODUCER
 grep -E "^rows of" "$out/peer.log"
 grep -A14 "^shape" "$out/peer.log"

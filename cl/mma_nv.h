@@ -252,7 +252,11 @@ __attribute__((always_inline)) inline void lz_nv_rotate_a(uint qf[LZ_HEAD_DIM / 
 /* Raw scores of 16 keys (rows p16 .. p16 + 15 of the K tile at shared
  * address kb, read by ldmatrix) against the A fragments qf: s0 gets keys
  * p16 .. + 7, s1 keys p16 + 8 .. + 15 (float[4] each, zeroed here). */
-#define LZ_NV_QK16(s0, s1, qf, kb, p16, lane)                                            \
+#define LZ_NV_QK16(s0, s1, qf, kb, p16, lane) LZ_NV_QK16_OFF(s0, s1, qf, kb, p16, lane, LZ_NV_SWZ)
+/* ... with the K tile's byte offsets OFF(row, 16-byte column) (LZ_NV_SWZ, or
+ * the core-matrix layout of the wgmma build: ldmatrix reads any layout of
+ * 16-byte rows) */
+#define LZ_NV_QK16_OFF(s0, s1, qf, kb, p16, lane, OFF)                                   \
     do {                                                                                 \
         _Pragma("unroll")                                                                \
         for (int u_ = 0; u_ < 4; u_++) (s0)[u_] = (s1)[u_] = 0.0f;                       \
@@ -260,7 +264,7 @@ __attribute__((always_inline)) inline void lz_nv_rotate_a(uint qf[LZ_HEAD_DIM / 
         _Pragma("unroll")                                                                \
         for (int c_ = 0; c_ < LZ_HEAD_DIM / 16; c_++) {                                  \
             uint b0_, b1_, b2_, b3_;                                                     \
-            LZ_NV_LDSM_X4(b0_, b1_, b2_, b3_, (kb) + LZ_NV_SWZ(kr_, 2 * c_ + (((lane) >> 3) & 1))); \
+            LZ_NV_LDSM_X4(b0_, b1_, b2_, b3_, (kb) + OFF(kr_, 2 * c_ + (((lane) >> 3) & 1))); \
             LZ_NV_MMA(s0, qf[c_], b0_, b1_);                                             \
             LZ_NV_MMA(s1, qf[c_], b2_, b3_);                                             \
         }                                                                                \
@@ -293,6 +297,15 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
                  "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}"            \
                  : "+f"((s0)[0]), "+f"((s0)[1]), "+f"((s0)[2]), "+f"((s0)[3]), "+f"((s1)[0]), \
                    "+f"((s1)[1]), "+f"((s1)[2]), "+f"((s1)[3])                               \
+                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(desc), "r"(acc))
+/* The same over 32 keys (s[0..3]: keys 8n..8n+7), one wgmma m64n32k16, for
+ * a K tile whose entries share one delta (LZ_NV_S_WIDE). */
+#define LZ_NV_WGMMA_N32(s, a, desc, acc)                                                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                \
+                 "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "                   \
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "                  \
+                 "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}"                                    \
+                 : LZ_NV_ACC1(s, 0), LZ_NV_ACC1(s, 1), LZ_NV_ACC1(s, 2), LZ_NV_ACC1(s, 3)     \
                  : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(desc), "r"(acc))
 #define LZ_NV_WG_FENCE() asm volatile("//@wgmma.fence.sync.aligned;" ::: "memory")
 #define LZ_NV_WG_COMMIT() asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory")

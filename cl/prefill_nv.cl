@@ -215,6 +215,17 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
     }
 }
 
+/* 1 (wgmma, KT 32; issue 11 step 4, opt-in): a K tile whose entries share
+ * one delta (every tile inside a document) is scored by one wgmma m64n32k16
+ * per 16 dims instead of two m64n16k16 (lz_nv_scores_wide) */
+#if !LZ_NV_WGMMA || LZ_NV_KT != 32
+#undef LZ_NV_S_WIDE
+#define LZ_NV_S_WIDE 0
+#endif
+#ifndef LZ_NV_S_WIDE
+#define LZ_NV_S_WIDE 0
+#endif
+
 /*
  * Raw scores of the warp's 16 rows against the K tile at shared address kb:
  * sc[n] = keys 8n..8n+7. Before each entry whose delta differs from the one
@@ -233,6 +244,44 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
              __global const float2 *freq) {
     int full = 1;
     const int t4 = lane & 3;
+#if LZ_NV_S_WIDE
+    /* one m64n32k16 per 16 dims over the whole tile, the queries rotated for
+     * the first entry with keys; when the second entry has keys at another
+     * delta (a tile across a document boundary, rare), keys 16..31 are
+     * scored again after a second rotation, by mma.sync (ldmatrix reads the
+     * core-matrix layout too): a second wgmma pass here, into the same or
+     * other accumulators, made ptxas serialize every wgmma (C7511), and so
+     * did mixing m64n16 and m64n32 */
+#pragma unroll
+    for (int e = 0; e < LZ_NV_EPT; e++) {
+        const int4 en = meta[e]; /* start, delta, length */
+        full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
+        if (rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
+            if (e > 0) {
+                /* the first pass still reads qf: let it finish */
+                LZ_NV_WG_WAIT();
+#pragma unroll
+                for (int n = 0; n < 4; n++) LZ_NV_WG_TIE(sc[n]);
+            }
+            const int rel = *cur_delta - en.y;
+            if (lz_nv_pairs_in_lane(rope_style, rot_dim) && (++*n_rel & 7) && rel > -(1 << 24) &&
+                rel < (1 << 24))
+                lz_nv_rotate_a(qf, qf, t4, rel, rope_style, rot_dim, freq);
+            else
+                lz_nv_load_a(qf, qrow0, qrow1, t4, -en.y, rope_style, rot_dim, freq);
+            *cur_delta = en.y;
+            if (e > 0) LZ_NV_QK16_OFF(sc[2], sc[3], qf, kb, 16, lane, LZ_NV_KOFF);
+        }
+        if (e == 0) {
+            LZ_NV_WG_FENCE();
+            const ulong desc = lz_nv_wg_desc(kb, 128, LZ_NV_CPR * 128);
+#pragma unroll
+            for (int c = 0; c < LZ_NV_DC; c++) LZ_NV_WGMMA_N32(sc, qf[c], desc + 16 * c, c > 0);
+            LZ_NV_WG_COMMIT();
+        }
+    }
+    return full;
+#else
 #pragma unroll
     for (int p = 0; p < LZ_NV_KT / 16; p++) {
         if ((p * 16) % LZ_BLOCK == 0) {
@@ -280,6 +329,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
 #endif
     }
     return full;
+#endif
 }
 
 /* -INFINITY on the scores of keys that rows g / g + 8 (positions qp0, qp1)

@@ -44,7 +44,9 @@ for d in 64 128; do
         -DLZ_NV_PVOV=1 -DLZ_NV_DIAG=7
     # issue 11 step 4 (opt-in): the producer warp and its mbarrier rings; the exact rescale skip
     compile prefill_nv prefill_nv.d$d.wgmma_producer cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
-        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1
+        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1
+    grep -q "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma_producer.ptx" ||
+        { echo "prefill_nv.d$d.wgmma_producer: no wgmma m64n32k16 (LZ_NV_S_WIDE)" >&2; exit 1; }
     # v6's form: only the scores on wgmma
     compile prefill_nv prefill_nv.d$d.wgmma_s //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVWG=0
@@ -139,5 +141,44 @@ for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "
     echo "$name: ptxas sm_90a registers nt1..8:" $(grep -o "Used [0-9]* registers" "$out/$name.ptxas.log" |
         awk '{print $2}' | tac)
 done
+# The wgmma prefill at d 64 (where clang's PTX needs no spills; at d 128 clang takes far more
+# registers than NVIDIA's compiler), default and the opt-in variants of issue 11 step 4, unmarked
+# and assembled for sm_90a: no serialized wgmma (ptxas C75xx), which a second wgmma pass or a
+# second wgmma shape in lz_nv_scores brought; the registers are printed
+if [ -x "$ptxas" ]; then
+    cat > "$out/nv_prefill_builtins.h" <<'EOF2'
+#define get_num_groups(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_nctaid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_nctaid_y() : __nvvm_read_ptx_sreg_nctaid_z()))
+#define native_cos(x) __nvvm_cos_approx_f(x)
+#define native_sin(x) __nvvm_sin_approx_f(x)
+#define native_exp2(x) __nvvm_ex2_approx_f(x)
+#define fma(a, b, c) __builtin_fmaf(a, b, c)
+#define fmax(a, b) __builtin_fmaxf(a, b)
+#define rint(x) __builtin_rintf(x)
+#define vstore2(v, o, p) (*(__global float2 *)(p) = (v))
+#define atomic_or(p, v) (*(p) |= (v))
+#define atomic_max(p, v) (*(p) = *(p) > (v) ? *(p) : (v))
+#define atomic_min(p, v) (*(p) = *(p) < (v) ? *(p) : (v))
+EOF2
+    for v in base "producer -DLZ_NV_PRODUCER=1" "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
+        "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
+        set -- $v
+        name=prefill_nv.d64.wgmma12.$1
+        shift
+        clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
+            -include "$out/nv_workitem.h" -include "$out/nv_prefill_builtins.h" -Wno-pass-failed -Dasm=__asm__ \
+            -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_NV_KT=32 -DLZ_NV_WARPS=12 -DLZ_HEAD_DIM=64 -DLZ_BLOCK=16 \
+            -DLZ_NV_WGMMA=1 "$@" -O2 -S -o "$out/$name.sreg.ptx" "$out/prefill_nv.cl"
+        sed -e 's#//@##' -e 's/^\.target sm_[0-9]*.*/.target sm_90a/' -e 's/^\.version .*/.version 8.0/' \
+            "$out/$name.sreg.ptx" > "$out/$name.sm90a.ptx"
+        "$ptxas" -arch=sm_90a -v "$out/$name.sm90a.ptx" -o "$out/$name.cubin" > "$out/$name.ptxas.log" 2>&1 ||
+            { cat "$out/$name.ptxas.log" >&2; exit 1; }
+        if grep -E "C75[0-9][0-9]|[1-9][0-9]* bytes (stack frame|spill)" "$out/$name.ptxas.log" >&2; then
+            echo "$name: stack, spills or serialized wgmma (above)" >&2
+            exit 1
+        fi
+        echo "$name: ptxas sm_90a registers (batched, single):" $(grep -o "Used [0-9]* registers" \
+            "$out/$name.ptxas.log" | awk '{print $2}')
+    done
+fi
 # GS_XS 5's local-memory layout (W and X tiles read back through the descriptors), on the host
 if command -v python3 >/dev/null 2>&1; then python3 tools/sim_gemm_small_xs5.py; fi
