@@ -161,6 +161,25 @@ int cli_parse_size_list(const char *prog, const char *opt, const char *text,
     return CLI_OK;
 }
 
+int cli_parse_int_list(const char *prog, const char *opt, const char *text, double min,
+                       double max, int unique, int *out, int max_items, int *count) {
+    if (min < -2147483648.0 || max > 2147483647.0)
+        return cli_fail(prog, opt, "bad option table (int range)");
+    char buf[CLI_MAX_TEXT];
+    const char *items[CLI_MAX_TEXT / 2 + 1];
+    int n, r = split_list(prog, opt, text, buf, items, max_items, &n);
+    if (r) return r;
+    for (int k = 0; k < n; k++) {
+        long long v;
+        if ((r = parse_int_in(prog, opt, items[k], min, max, &v))) return r;
+        for (int j = 0; unique && j < k; j++)
+            if (out[j] == (int)v) return cli_fail(prog, opt, "\"%s\" names %lld twice", text, v);
+        out[k] = (int)v;
+    }
+    *count = n;
+    return CLI_OK;
+}
+
 /* Word of an enum: choices' index, or parse_item's value. */
 static int parse_enum_word(const char *prog, const cli_option *o, const char *word, int *out) {
     const char *listed = o->choices ? o->choices : "see --help";
@@ -243,6 +262,9 @@ static int parse_value(const char *prog, cli_option *o, const char *v) {
         return CLI_OK;
     case CLI_ENUM:
         return parse_enum_word(prog, o, v, (int *)o->dest);
+    case CLI_INT_LIST:
+        return cli_parse_int_list(prog, o->name, v, o->min, o->max, 1, (int *)o->dest, o->max_items,
+                                  o->count);
     case CLI_ENUM_LIST: {
         char buf[CLI_MAX_TEXT];
         const char *items[CLI_MAX_TEXT / 2 + 1];

@@ -30,7 +30,9 @@ typedef enum cli_type {
     CLI_RANGE,     /* dest: int[2], "A-B", "A:B" or "A" (= A-A), min <= A <= B <= max */
     CLI_STRING,    /* dest: const char *, non-empty unless allow_empty */
     CLI_ENUM,      /* dest: int, index of the value in choices, or parse_item's result */
-    CLI_ENUM_LIST  /* dest: int[max_items], comma separated, no repeats; *count items */
+    CLI_ENUM_LIST, /* dest: int[max_items], comma separated, no repeats; *count items */
+    CLI_INT_LIST   /* dest: int[max_items], comma separated integers in [min, max], no
+                      repeats; *count items */
 } cli_type;
 
 /* Maps one enum word to a value (0: known). For enums with aliases. */
@@ -78,6 +80,13 @@ int cli_fail(const char *prog, const char *option, const char *fmt, ...)
 int cli_parse_size(const char *prog, const char *option, const char *text,
                    const char *token_unit, uint64_t token_bytes, double min, double max,
                    uint64_t *out);
+/* A comma separated list of integers in [min, max] (each as CLI_INT takes
+ * it: decimal, nothing around it) into out[0..max_items), *count items;
+ * unique: a repeated value is refused. For lists inside other values (e.g.
+ * one item of a ';' separated option); options of their own use
+ * CLI_INT_LIST. */
+int cli_parse_int_list(const char *prog, const char *option, const char *text, double min,
+                       double max, int unique, int *out, int max_items, int *count);
 /* A comma separated list of sizes into out[0..max_items), *count items. */
 int cli_parse_size_list(const char *prog, const char *option, const char *text,
                         const char *token_unit, uint64_t token_bytes, double min, double max,

@@ -266,24 +266,6 @@ static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc
 }
 
 /* "1,16,64": 1..FWD_MAX_DECODE batch sizes in 1..256, no signs or spaces. */
-static int fwd_parse_batches(const char *prog, const char *text, int *out, int *count) {
-    int n = 0;
-    for (const char *p = text;;) {
-        long v = 0;
-        int digits = 0;
-        while (*p >= '0' && *p <= '9' && digits < 4) v = 10 * v + (*p++ - '0'), digits++;
-        if (!digits || (*p && *p != ',') || v < 1 || v > 256)
-            return cli_fail(prog, "--decode", "\"%s\": batch sizes 1..256, comma separated", text);
-        if (n == FWD_MAX_DECODE)
-            return cli_fail(prog, "--decode", "\"%s\": at most %d batch sizes", text, FWD_MAX_DECODE);
-        out[n++] = (int)v;
-        if (!*p) break;
-        p++;
-    }
-    *count = n;
-    return CLI_OK;
-}
-
 int main(int argc, char **argv) {
     static const char prog[] = "bench_forward";
     static const char usage[] =
@@ -295,7 +277,7 @@ int main(int argc, char **argv) {
         "  --warmup N              untimed runs per case (default 2, 0..100)\n"
         "  --reps N                timed runs per case, median printed (default 5, 1..1000)\n"
         "  --seed S                weight and token seed (default 1)\n"
-        "  --decode LIST           decode batch sizes, comma separated, 1..256, at most 8\n"
+        "  --decode LIST           decode batch sizes, comma separated, 1..256, at most 8, no repeats\n"
         "                          (default 1,16,64)\n"
         "  --decode-context N      cached tokens of each decoding sequence (default 2048,\n"
         "                          1..65535)\n"
@@ -308,7 +290,6 @@ int main(int argc, char **argv) {
     int model = 2, gemm = SERVE_GEMM_AUTO, max_rows = 10240, warmup = 2, reps = 5;
     int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0;
     int decode_b[FWD_MAX_DECODE] = {1, 16, 64};
-    const char *decode_text = NULL;
     uint64_t seed = 1;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
@@ -317,7 +298,8 @@ int main(int argc, char **argv) {
         {.name = "--warmup", .type = CLI_INT, .dest = &warmup, .min = 0, .max = 100},
         {.name = "--reps", .type = CLI_INT, .dest = &reps, .min = 1, .max = 1000},
         {.name = "--seed", .type = CLI_U64, .dest = &seed},
-        {.name = "--decode", .type = CLI_STRING, .dest = &decode_text},
+        {.name = "--decode", .type = CLI_INT_LIST, .dest = decode_b, .min = 1, .max = 256,
+         .max_items = FWD_MAX_DECODE, .count = &n_decode},
         {.name = "--decode-context", .type = CLI_INT, .dest = &decode_context, .min = 1, .max = 65535},
         {.name = "--no-forwards", .type = CLI_FLAG, .dest = &no_forwards},
         {.name = "--device-time", .type = CLI_FLAG, .dest = &device_time},
@@ -325,7 +307,6 @@ int main(int argc, char **argv) {
     int pr = cli_parse(prog, usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
     if (pr == CLI_HELP) return 0;
     if (pr != CLI_OK) return pr;
-    if (decode_text && fwd_parse_batches(prog, decode_text, decode_b, &n_decode)) return CLI_USAGE_ERROR;
     for (int i = 0; i < n_decode; i++) /* a decode step holds at most max_rows sequences */
         if (decode_b[i] > max_rows)
             return cli_fail(prog, "--decode", "batch size %d over --max-rows %d", decode_b[i], max_rows);

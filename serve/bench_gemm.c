@@ -115,25 +115,6 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static int parse_int_list(const char *prog, const char *opt, const char *text, int *out, int cap,
-                          int lo, int hi, int *count) {
-    int n = 0;
-    const char *s = text;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || *s < '0' || *s > '9' || /* no spaces or signs */ (*end && *end != ',') || v < lo || v > hi)
-            return cli_fail(prog, opt, "\"%s\": want comma separated integers in %d..%d", text, lo, hi);
-        if (n == cap) return cli_fail(prog, opt, "at most %d values", cap);
-        out[n++] = (int)v;
-        s = *end ? end + 1 : end;
-        if (*end && !*s) return cli_fail(prog, opt, "\"%s\": empty item", text);
-    }
-    if (!n) return cli_fail(prog, opt, "empty list");
-    *count = n;
-    return 0;
-}
-
 typedef struct bench_bufs {
     cl_mem x, w, y[SERVE_GEMM_MAX_OUTS];
 } bench_bufs;
@@ -277,7 +258,8 @@ static const char usage_text[] =
     "usage: bench_gemm [options]\n"
     "Times and checks the bf16 projections of serve/ (Y = X W^T, f32 accumulation) on the\n"
     "Llama-3.1-8B shapes: qkv 6144x4096, o 4096x4096, gate_up 28672x4096, down 4096x14336.\n"
-    "  --rows LIST        M values, comma separated (default 2048,10240,777)\n"
+    "  --rows LIST        M values, comma separated, 1..65536, at most 16, no repeats\n"
+    "                     (default 2048,10240,777)\n"
     "  --only LIST        projections (qkv|o|gate_up|down; default all)\n"
     "  --tiles LIST       tiles of the large kernel, ';' separated WG,MW,BN,BK,STAGES,LAG,GROUP[,MAXREG],\n"
     "                     at most 16 (default: its default tile; see serve/gemm_nv_large.h)\n"
@@ -291,11 +273,13 @@ static const char usage_text[] =
 
 int main(int argc, char **argv) {
     static const char prog[] = "bench_gemm";
-    const char *rows_text = "2048,10240,777", *tiles_text = NULL, *peer_path = NULL;
+    const char *tiles_text = NULL, *peer_path = NULL;
+    int ms_list[16] = {2048, 10240, 777}, n_m = 3;
     int reps = 20, warmup = 3, check_rows = 16, check_cols = 128, only[N_PROJ], n_only = 0;
     uint64_t seed = 1;
     cli_option opts[] = {
-        {.name = "--rows", .type = CLI_STRING, .dest = &rows_text},
+        {.name = "--rows", .type = CLI_INT_LIST, .dest = ms_list, .min = 1, .max = 65536,
+         .max_items = 16, .count = &n_m},
         {.name = "--only", .type = CLI_ENUM_LIST, .dest = only, .choices = "qkv|o|gate_up|down",
          .max_items = N_PROJ, .count = &n_only},
         {.name = "--tiles", .type = CLI_STRING, .dest = &tiles_text},
@@ -308,8 +292,6 @@ int main(int argc, char **argv) {
     };
     int r = cli_parse(prog, usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
     if (r) return r == CLI_HELP ? 0 : CLI_USAGE_ERROR;
-    int ms_list[16], n_m = 0;
-    if (parse_int_list(prog, "--rows", rows_text, ms_list, 16, 1, 65536, &n_m)) return CLI_USAGE_ERROR;
     if (!n_only)
         for (int i = 0; i < N_PROJ; i++) only[n_only++] = i;
     /* the tiles, each checked by serve_gemm_large_create_tile below */

@@ -194,28 +194,6 @@ static int fill_y(bench *b, const shape *s, cl_mem *y, float v) {
     return err != CL_SUCCESS;
 }
 
-/* Comma separated integers in lo..hi (no signs, spaces or empty items;
- * no repeats when unique), at most cap. */
-static int parse_int_list(const char *prog, const char *opt, const char *text, int *out, int cap,
-                          int lo, int hi, int unique, int *count) {
-    int n = 0;
-    for (const char *s = text;;) {
-        int digits = 0;
-        long v = 0;
-        while (*s >= '0' && *s <= '9' && digits < 10) v = 10 * v + (*s++ - '0'), digits++;
-        if (!digits || digits == 10 || v < lo || v > hi || (*s && *s != ','))
-            return cli_fail(prog, opt, "\"%s\": want comma separated integers in %d..%d", text, lo, hi);
-        if (n == cap) return cli_fail(prog, opt, "\"%s\": at most %d values", text, cap);
-        for (int i = 0; unique && i < n; i++)
-            if (out[i] == (int)v) return cli_fail(prog, opt, "\"%s\" names %ld twice", text, v);
-        out[n++] = (int)v;
-        if (!*s) break;
-        if (!*++s) return cli_fail(prog, opt, "\"%s\": empty item", text);
-    }
-    *count = n;
-    return CLI_OK;
-}
-
 /* --variant: ';' separated kernel shapes, each "defaults" (splits -1 marks
  * it) or R,WR,WK,U,PIPE,WHINT,SPLITS[,XS] (ranges checked by set_tuning). */
 static int parse_variants(const char *prog, const char *text, serve_gemm_small_tuning *out,
@@ -236,7 +214,8 @@ static int parse_variants(const char *prog, const char *text, serve_gemm_small_t
                 return cli_fail(prog, "--variant", "\"%s\": an empty or over-long variant", text);
             memcpy(item, s, len);
             item[len] = 0;
-            if (parse_int_list(prog, "--variant", item, v, 8, 0, 256, 0, &k) != CLI_OK) return CLI_USAGE_ERROR;
+            if (cli_parse_int_list(prog, "--variant", item, 0, 256, 0, v, 8, &k) != CLI_OK)
+                return CLI_USAGE_ERROR;
             if (k < 7)
                 return cli_fail(prog, "--variant", "\"%s\": want R,WR,WK,U,PIPE,WHINT,SPLITS[,XS]", item);
             *t = (serve_gemm_small_tuning){v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
@@ -253,7 +232,8 @@ static const char usage_text[] =
     "Times and checks the decode-sized bf16 GEMM (serve/gemm_nv_small.c) on the Llama-3.1-8B\n"
     "projections against the device's read ceiling (an NVIDIA fast-path GPU; exit 77 without).\n"
     "  --reps N        timed runs, median reported (1..200, default 20)\n"
-    "  --ms LIST       rows M, comma separated, 1..64, at most 16 (default 1,2,4,8,16,32,64)\n"
+    "  --ms LIST       rows M, comma separated, 1..64, at most 16, no repeats\n"
+    "                  (default 1,2,4,8,16,32,64)\n"
     "  --variant LIST  kernel shapes, ';' separated: R,WR,WK,U,PIPE,WHINT,SPLITS[,XS] or\n"
     "                  defaults (the built-in table); at most 16 (default: defaults);\n"
     "                  XS 2..5: wgmma (compute capability 9.x; serve/gemm_nv_small.h)\n"
@@ -263,18 +243,18 @@ static const char usage_text[] =
 int main(int argc, char **argv) {
     static const char prog[] = "bench_gemm_small";
     int reps = 20, no_checks = 0;
-    const char *ms_text = NULL, *variant_text = NULL;
+    const char *variant_text = NULL;
+    int ms[16] = {1, 2, 4, 8, 16, 32, 64}, n_ms = 7;
     cli_option opts[] = {
         {.name = "--reps", .type = CLI_INT, .dest = &reps, .min = 1, .max = MAXREP},
-        {.name = "--ms", .type = CLI_STRING, .dest = &ms_text},
+        {.name = "--ms", .type = CLI_INT_LIST, .dest = ms, .min = 1, .max = MAXM, .max_items = 16,
+         .count = &n_ms},
         {.name = "--variant", .type = CLI_STRING, .dest = &variant_text},
         {.name = "--no-checks", .type = CLI_FLAG, .dest = &no_checks},
     };
     int r = cli_parse(prog, usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
     if (r) return r == CLI_HELP ? 0 : CLI_USAGE_ERROR;
     const int checks = !no_checks;
-    int ms[16] = {1, 2, 4, 8, 16, 32, 64}, n_ms = 7;
-    if (ms_text && parse_int_list(prog, "--ms", ms_text, ms, 16, 1, MAXM, 1, &n_ms)) return CLI_USAGE_ERROR;
     serve_gemm_small_tuning variants[MAX_VARIANTS];
     int n_variants = 0;
     if (variant_text && parse_variants(prog, variant_text, variants, &n_variants)) return CLI_USAGE_ERROR;

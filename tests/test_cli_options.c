@@ -15,7 +15,7 @@
 #include "cli_options.h"
 
 typedef struct values {
-    int flag, i, range[2], e, list[3], n_list;
+    int flag, i, range[2], e, list[3], n_list, ints[3], n_ints;
     int64_t i64;
     uint64_t u, size, sizes[3];
     int n_sizes;
@@ -52,6 +52,8 @@ static int parse(const char *line, values *v) {
         {.name = "--enum", .type = CLI_ENUM, .dest = &v->e, .choices = "a|bb|c"},
         {.name = "--list", .type = CLI_ENUM_LIST, .dest = v->list, .choices = "ONE|TWO",
          .parse_item = word_upper, .max_items = 3, .count = &v->n_list},
+        {.name = "--ints", .type = CLI_INT_LIST, .dest = v->ints, .min = -3, .max = 256,
+         .max_items = 3, .count = &v->n_ints},
     };
     return cli_parse("prog", "usage: prog\n", opts, (int)(sizeof opts / sizeof opts[0]), argc,
                      argv);
@@ -101,6 +103,17 @@ static void test_good_values(void **state) {
     assert_int_equal(parse("--list TWO,one", &v), CLI_OK);
     assert_int_equal(v.n_list, 2);
     assert_true(v.list[0] == 2 && v.list[1] == 1);
+    assert_int_equal(parse("--ints 256,-3,0", &v), CLI_OK);
+    assert_int_equal(v.n_ints, 3);
+    assert_true(v.ints[0] == 256 && v.ints[1] == -3 && v.ints[2] == 0);
+    assert_int_equal(parse("--ints 7", &v), CLI_OK);
+    assert_true(v.n_ints == 1 && v.ints[0] == 7);
+    /* the function form, repeats allowed or not */
+    int out[4], n = 0;
+    assert_int_equal(cli_parse_int_list("prog", "--x", "1,1,2", 0, 9, 0, out, 4, &n), CLI_OK);
+    assert_true(n == 3 && out[0] == 1 && out[1] == 1 && out[2] == 2);
+    assert_int_equal(cli_parse_int_list("prog", "--x", "1,1", 0, 9, 1, out, 4, &n), CLI_USAGE_ERROR);
+    assert_int_equal(cli_parse_int_list("prog", "--x", "1", 0, 3e9, 0, out, 4, &n), CLI_USAGE_ERROR);
     assert_int_equal(parse("--str=--x", &v), CLI_OK); /* a value starting with -- needs '=' */
     assert_string_equal(v.str, "--x");
     assert_int_equal(parse("--int 3 --help", &v), CLI_HELP);
@@ -128,6 +141,9 @@ static void test_bad_values(void **state) {
         /* strings, enums */
         "--str", "--str --flag", "--enum d", "--enum A", "--enum", "--enum a|bb", "--list one,ONE",
         "--list one,,TWO", "--list three",
+        /* integer lists */
+        "--ints", "--ints ,", "--ints 1,,2", "--ints 1,", "--ints ,1", "--ints 1,2,3,4", "--ints 1,1",
+        "--ints 257", "--ints -4", "--ints 1,x", "--ints 0x10", "--ints 1.0", "--ints=", "--ints 1,+",
         /* the command line itself */
         "--flag=1", "--flag --flag", "--bogus", "-x", "word", "--", "--str=a extra",
     };
