@@ -306,54 +306,43 @@ void lg_gemm(__global const ushort *x, ulong x_off, __global const ushort *w, in
         LG_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-#elif LG_LAG == 0
+#else
+    /* copies LG_AHEAD stages ahead; the wgmma group of stage kt is waited
+     * for at the end of round kt (LG_LAG 0) or of round kt + 1 (LG_LAG 1,
+     * so that the refill after the next barrier goes into the slot of kt - 2) */
+#define LG_AHEAD (LG_STAGES - 1 - LG_LAG)
+    /* at most this many younger copy groups while stage kt must be in:
+     * LG_AHEAD - 1, capped at 3 - LG_LAG (waits a stage early at 6 stages) */
+#define LG_YOUNGER (LG_AHEAD - 1 < 3 - LG_LAG ? LG_AHEAD - 1 : 3 - LG_LAG)
 #pragma unroll
-    for (int s = 0; s < LG_STAGES - 1; s++) {
+    for (int s = 0; s < LG_AHEAD; s++) {
         if (s < KT) lg_load(smem, s, s, x, w, m0, n0, rows, K, tid);
         LG_CP_COMMIT();
     }
     for (int kt = 0; kt < KT; kt++) {
-        /* at most LG_STAGES - 2 younger groups: stage kt is in */
-        if (LG_STAGES == 2) LG_CP_WAIT(0);
-        else if (LG_STAGES == 3) LG_CP_WAIT(1);
-        else if (LG_STAGES == 4) LG_CP_WAIT(2);
+        if (LG_YOUNGER == 0) LG_CP_WAIT(0);
+        else if (LG_YOUNGER == 1) LG_CP_WAIT(1);
+        else if (LG_YOUNGER == 2) LG_CP_WAIT(2);
         else LG_CP_WAIT(3);
         LG_PROXY_FENCE();
-        barrier(CLK_LOCAL_MEM_FENCE); /* everybody's copies of kt; everybody's wgmma of kt - 1 done */
+        barrier(CLK_LOCAL_MEM_FENCE); /* everybody's copies of kt; everybody's wgmma of kt - 1 - LG_LAG done */
         LG_FENCE();
         lg_mma(acc, smem, kt % LG_STAGES, wg, kt == 0);
         LG_COMMIT();
-        const int nk = kt + LG_STAGES - 1; /* into the slot of kt - 1 */
+        const int nk = kt + LG_STAGES - 1 - LG_LAG; /* into the slot of kt - 1 - LG_LAG */
 #if LG_SKIP != 1
         if (nk < KT) lg_load(smem, nk % LG_STAGES, nk, x, w, m0, n0, rows, K, tid);
 #endif
         LG_CP_COMMIT();
-        LG_WAIT(0);
-    }
-#else
-#pragma unroll
-    for (int s = 0; s < LG_STAGES - 2; s++) {
-        if (s < KT) lg_load(smem, s, s, x, w, m0, n0, rows, K, tid);
-        LG_CP_COMMIT();
-    }
-    for (int kt = 0; kt < KT; kt++) {
-        /* at most LG_STAGES - 3 younger groups: stage kt is in */
-        if (LG_STAGES == 3) LG_CP_WAIT(0);
-        else if (LG_STAGES == 4) LG_CP_WAIT(1);
-        else LG_CP_WAIT(2);
-        LG_PROXY_FENCE();
-        barrier(CLK_LOCAL_MEM_FENCE); /* everybody's copies of kt; everybody's wgmma of kt - 2 done */
-        LG_FENCE();
-        lg_mma(acc, smem, kt % LG_STAGES, wg, kt == 0);
-        LG_COMMIT();
-        const int nk = kt + LG_STAGES - 2; /* into the slot of kt - 2 */
-#if LG_SKIP != 1
-        if (nk < KT) lg_load(smem, nk % LG_STAGES, nk, x, w, m0, n0, rows, K, tid);
-#endif
-        LG_CP_COMMIT();
+#if LG_LAG
         LG_WAIT(1);
+#else
+        LG_WAIT(0);
+#endif
     }
+#if LG_LAG
     LG_WAIT(0);
+#endif
 #endif
     LG_CP_WAIT(0);
 #pragma unroll
