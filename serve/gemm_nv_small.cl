@@ -514,6 +514,15 @@ __attribute__((always_inline)) inline void gs_body(
         tr[r] = (blk * GS_WR + wr) * (16 * GS_R) + 16 * r;
 #endif
 
+    /* Chunks cu0 .. cu1 - 1 of n for slice wk of this split (the splits
+     * take consecutive shares of the n chunks, the GS_WK slices of a split
+     * consecutive shares of its), and the iterations every slice runs (the
+     * longest slice's chunks). */
+#define GS_PARTITION(n, cu0, cu1, chunks)                                                        \
+    const int su_ = (int)((long)(n) * split / splits), eu_ = (int)((long)(n) * (split + 1) / splits); \
+    const int cu0 = su_ + (eu_ - su_) * wk / GS_WK, cu1 = su_ + (eu_ - su_) * (wk + 1) / GS_WK;    \
+    const int chunks = (eu_ - su_ + GS_WK - 1) / GS_WK
+
     /* K blocks of this split and this slice */
     const int nkb = K >> 5;
 #if GS_WG
@@ -522,9 +531,7 @@ __attribute__((always_inline)) inline void gs_body(
     /* in chunks of GS_U blocks; the last split's slice 0 also takes the
      * blocks past the last whole chunk (direct loads) */
     const int nu = nkb / GS_U;
-    const int su = (int)((long)nu * split / splits), eu = (int)((long)nu * (split + 1) / splits);
-    const int cu0 = su + (eu - su) * wk / GS_WK, cu1 = su + (eu - su) * (wk + 1) / GS_WK;
-    const int chunks = (eu - su + GS_WK - 1) / GS_WK; /* iterations: the longest slice's */
+    GS_PARTITION(nu, cu0, cu1, chunks);
     const int kb0 = split == splits - 1 && wk == 0 ? nu * GS_U : 0;
     const int kb1 = split == splits - 1 && wk == 0 ? nkb : 0;
 #else
@@ -556,9 +563,7 @@ __attribute__((always_inline)) inline void gs_body(
         /* chunks of GS_U blocks over the splits and slices as the other
          * wgmma modes (zeros past K and past a slice); GS_STG-slot ring */
         const int nc = (nkb + GS_U - 1) / GS_U;
-        const int su = (int)((long)nc * split / splits), eu = (int)((long)nc * (split + 1) / splits);
-        const int cu0 = su + (eu - su) * wk / GS_WK, cu1 = su + (eu - su) * (wk + 1) / GS_WK;
-        const int chunks = (eu - su + GS_WK - 1) / GS_WK;
+        GS_PARTITION(nc, cu0, cu1, chunks);
         const uint slot_b = GS_SLOT(NT);
         const uint ring_addr = (uint)(size_t)loc + (uint)(wk * GS_STG) * slot_b;
         const int tix = lid - wk * GS_WR * 32; /* work-item in the slice */
@@ -606,9 +611,7 @@ __attribute__((always_inline)) inline void gs_body(
          * the wgmma are issued unconditionally (a branch among them makes
          * ptxas serialize them) and add exact zeros there */
         const int nc = (nkb + GS_U - 1) / GS_U;
-        const int su = (int)((long)nc * split / splits), eu = (int)((long)nc * (split + 1) / splits);
-        const int cu0 = su + (eu - su) * wk / GS_WK, cu1 = su + (eu - su) * (wk + 1) / GS_WK;
-        const int chunks = (eu - su + GS_WK - 1) / GS_WK;
+        GS_PARTITION(nc, cu0, cu1, chunks);
         const int slotw = GS_U * NT * 128; /* words: U blocks x 8 NT tokens x 16 words */
         __local uint *ring = (__local uint *)loc + wk * GS_SLOTS * slotw;
         const uint ring_addr = (uint)(size_t)ring;
