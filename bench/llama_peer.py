@@ -7,7 +7,7 @@ engine's --model 8b shape), F.linear with fused QKV and gate/up projections,
 RMSNorm, NeoX RoPE, SDPA with GQA, SwiGLU; the LM head on the last token only.
 Prints, with CUDA events (3 warm-ups, median of --reps):
   cold prefill of 2048 and 10240 tokens (causal);
-  a question of 32 tokens over 10240 cached tokens (their K/V given);
+  a question of 32 tokens over 10240 cached tokens (their K/V given, each layer its own);
   2080 new tokens over 8192 cached ones (a request whose documents are half cached);
   decode steps of B sequences x 1 token over --decode-context cached tokens each
   (B in --decode, default 1, 16, 64; bench_forward's decode cases);
@@ -56,14 +56,15 @@ def rope(x, pos, theta=500000.0):
 
 
 def forward(layer, n_layers, x, pos, past_k, past_v, head):
-    """x [T, HID]; past_k/v [1, KV, C, D] or None (the same cached K/V for every layer)."""
+    """x [T, HID]; past_k/v [n_layers, 1, KV, C, D] or None: each layer its own
+    cached K/V, as in an engine (one copy for all layers would sit in L2)."""
     T = x.shape[0]
     C = 0 if past_k is None else past_k.shape[2]
     # causal over the new tokens, every cached token visible
     mask = None
     if C:
         mask = torch.arange(C + T, device="cuda")[None, :] <= (C + torch.arange(T, device="cuda"))[:, None]
-    for _ in range(n_layers):
+    for li in range(n_layers):
         h = rms(x, layer.n1)
         qkv = F.linear(h, layer.wqkv)
         q, k, v = qkv.split([H * D, KV * D, KV * D], -1)
@@ -74,7 +75,7 @@ def forward(layer, n_layers, x, pos, past_k, past_v, head):
         k = rope(k.view(T, KV, D), pos).transpose(0, 1).unsqueeze(0)
         v = v.view(T, KV, D).transpose(0, 1).unsqueeze(0)
         if C:
-            k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
+            k, v = torch.cat([past_k[li], k], 2), torch.cat([past_v[li], v], 2)
         g = H // KV
         k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
         if C:
@@ -92,20 +93,21 @@ def forward(layer, n_layers, x, pos, past_k, past_v, head):
 
 def decode_forward(layer, n_layers, x, pos, k_cache, v_cache, head):
     """One decode step: x [B, HID] one new token per sequence at position pos
-    (the same for all); k/v_cache [B, KV, pos + 1, D] preallocated, the new
-    K/V written in place at pos (a static cache, as engines keep one); GQA as
-    G queries per KV head (no repeated K/V); the LM head on every row."""
+    (the same for all); k/v_cache [n_layers, B, KV, pos + 1, D] preallocated,
+    each layer's own, the new K/V written in place at pos (a static cache, as
+    engines keep one); GQA as G queries per KV head (no repeated K/V); the LM
+    head on every row."""
     B = x.shape[0]
     p = int(pos[0])
     g = H // KV
-    for _ in range(n_layers):
+    for li in range(n_layers):
         h = rms(x, layer.n1)
         qkv = F.linear(h, layer.wqkv)
         q, k, v = qkv.split([H * D, KV * D, KV * D], -1)
         q = rope(q.view(B, H, D), pos)
-        k_cache[:, :, p] = rope(k.view(B, KV, D), pos)
-        v_cache[:, :, p] = v.view(B, KV, D)
-        a = F.scaled_dot_product_attention(q.view(B, KV, g, D), k_cache, v_cache)
+        k_cache[li, :, :, p] = rope(k.view(B, KV, D), pos)
+        v_cache[li, :, :, p] = v.view(B, KV, D)
+        a = F.scaled_dot_product_attention(q.view(B, KV, g, D), k_cache[li], v_cache[li])
         x = x + F.linear(a.reshape(B, H * D), layer.wo)
         h = rms(x, layer.n2)
         gu = F.linear(h, layer.wgu)
@@ -140,8 +142,8 @@ def main():
                                   ("new_2080_over_8192", 2080, 8192)):
             x = rnd(new, HID)
             pos = torch.arange(cached, cached + new, device="cuda")
-            pk = rnd(1, KV, cached, D) if cached else None
-            pv = rnd(1, KV, cached, D) if cached else None
+            pk = rnd(a.layers, 1, KV, cached, D) if cached else None
+            pv = rnd(a.layers, 1, KV, cached, D) if cached else None
             out = forward(layer, a.layers, x, pos, pk, pv, head)
             if not torch.isfinite(out.float()).all():
                 raise SystemExit(f"{name}: non-finite output")
@@ -149,8 +151,8 @@ def main():
             rows.append((name, new, cached, ms))
             del x, pk, pv
         for b in a.decode:
-            k_cache = rnd(b, KV, a.decode_context + 1, D)
-            v_cache = rnd(b, KV, a.decode_context + 1, D)
+            k_cache = rnd(a.layers, b, KV, a.decode_context + 1, D)
+            v_cache = rnd(a.layers, b, KV, a.decode_context + 1, D)
             x = rnd(b, HID)
             pos = torch.full((b,), a.decode_context, device="cuda", dtype=torch.long)
             out = decode_forward(layer, a.layers, x, pos, k_cache, v_cache, head)
