@@ -68,6 +68,7 @@ inline void lz_nv_cp16(uint dst, __global const void *src, int valid) {
         else LZ_NV_CP_WAIT(4);                       \
     } while (0)
 
+#if LZ_NV_WGMMA
 /* mbarriers in local memory (shared address bar, 8 bytes, 8-aligned), as
  * verified from OpenCL on the H200 (../shared/gpu/probe_async_pipeline.c):
  * init to `count` arrivals a phase (one thread, then LZ_NV_MBAR_INIT_FENCE
@@ -95,6 +96,11 @@ inline void lz_nv_mbar_wait(uint bar, uint parity) {
                      : "memory");
 }
 #define LZ_NV_CP_WAIT_ALL() asm volatile("cp.async.wait_all;" ::: "memory")
+/* the warp's lanes meet; their memory accesses before it are ordered
+ * before the others' after it (so a slot read by every lane can be given
+ * back by one) */
+#define LZ_NV_WARP_SYNC() asm volatile("bar.warp.sync -1;" ::: "memory")
+#endif /* LZ_NV_WGMMA: mbarrier.try_wait is sm_90 */
 
 /* Two f32 -> one register of two f16 (lo in the low half), round to nearest. */
 inline uint lz_nv_pack(float lo, float hi) {
@@ -412,19 +418,20 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
         l0 *= al0;                                                                           \
         l1 *= al1;                                                                           \
     } while (0)
-/* 1: O is rescaled only where a row's maximum moved (al != 1) in some lane
- * of the warp; an exact skip (issue 11 step 4, opt-in) */
+/* 1: a thread leaves O as it is where neither of its rows' maxima moved
+ * (both factors exactly 1): an exact skip, which saves the multiplies where
+ * no lane of the warp needs them (issue 11 step 4, opt-in) */
 #ifndef LZ_NV_RESCALE_SKIP
 #define LZ_NV_RESCALE_SKIP 0
 #endif
 #if LZ_NV_RESCALE_SKIP
-#define LZ_NV_RESCALE_IF(al0, al1) if ((al0) != 1.0f || (al1) != 1.0f)
+#define LZ_NV_RESCALE_UNLESS_ONE(al0, al1) if ((al0) == 1.0f && (al1) == 1.0f) break;
 #else
-#define LZ_NV_RESCALE_IF(al0, al1)
+#define LZ_NV_RESCALE_UNLESS_ONE(al0, al1)
 #endif
 #define LZ_NV_RESCALE(o, al0, al1)                                                           \
     do {                                                                                     \
-        LZ_NV_RESCALE_IF(al0, al1)                                                           \
+        LZ_NV_RESCALE_UNLESS_ONE(al0, al1)                                                   \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) {                                          \
             o[n][0] *= al0, o[n][1] *= al0;                                                  \

@@ -88,13 +88,15 @@
  * slot back on its "empty" mbarrier once their wgmma that read it are done.
  * No barrier across the work-group in the loop, no address lookups and no
  * copies in the consumer warps; the producer runs up to LZ_NV_KSLOTS - 1
- * tiles ahead (docs/PERFLOG.md, issue 11 step 4). */
-#if !LZ_NV_PVWG || LZ_NV_PVOV
-#undef LZ_NV_PRODUCER
-#define LZ_NV_PRODUCER 0
-#endif
+ * tiles ahead (docs/PERFLOG.md, issue 11 step 4). The consumers' proxy
+ * fence is unconditional (LZ_NV_PROXY is the default path's switch) and the
+ * LZ_NV_DIAG diagnostics are not in this path. The host sizes the launch by
+ * the kernel's compiled work-group size. */
 #ifndef LZ_NV_PRODUCER
 #define LZ_NV_PRODUCER 0
+#endif
+#if LZ_NV_PRODUCER && (!LZ_NV_PVWG || LZ_NV_PVOV)
+#error "LZ_NV_PRODUCER needs the wgmma prefill with P V on wgmma, without LZ_NV_PVOV"
 #endif
 #ifndef LZ_NV_KSLOTS
 #define LZ_NV_KSLOTS 3
@@ -217,7 +219,8 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 
 /* 1 (wgmma, KT 32; issue 11 step 4, opt-in): a K tile whose entries share
  * one delta (every tile inside a document) is scored by one wgmma m64n32k16
- * per 16 dims instead of two m64n16k16 (lz_nv_scores_wide) */
+ * per 16 dims instead of two m64n16k16 (in lz_nv_scores; without the
+ * LZ_NV_DIAG 4 diagnostic) */
 #if !LZ_NV_WGMMA || LZ_NV_KT != 32
 #undef LZ_NV_S_WIDE
 #define LZ_NV_S_WIDE 0
@@ -570,6 +573,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
                             rope_style, rot_dim, freq);
     }
     lz_nv_scores_wait(sc, o);
+    LZ_NV_WARP_SYNC(); /* every lane's reads (meta, ldmatrix) before lane 0 gives the slot back */
     if (has && lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, 0));
     for (int j = 0; has; j++) {
         const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j & 1;
@@ -595,6 +599,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
         LZ_NV_WG_COMMIT();
         lz_nv_scores_wait(sn, o);
+        LZ_NV_WARP_SYNC();
         if (lane == 0) {
             lz_nv_mbar_arrive(LZ_NV_VEMPTY(bars, vs));
             if (has_n) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, ks));

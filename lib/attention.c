@@ -37,6 +37,7 @@ typedef struct lz_nv_tune {
     int dstages;     /* decode ring depth (blocks in flight + 1) */
     int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
     int producer;    /* 1: the wgmma prefill's K / V copies by one more warp (LZ_NV_PRODUCER) */
+    size_t prefill_threads; /* work-items of a prefill work-group, as the kernels were compiled */
 } lz_nv_tune;
 
 enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE,
@@ -170,7 +171,7 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
     if (t->waves < 0) t->waves = 0;
     /* the producer's rings: 3 K and 2 V slots of kt keys (f16), under 48 KB */
     env = getenv("LAZYATTN_NV_PRODUCER");
-    t->producer = wgmma && env && !strcmp(env, "1") && (size_t)10 * t->kt * D <= 48640;
+    t->producer = wgmma && env && !strcmp(env, "1") && (size_t)10 * t->kt * D <= 48640 && t->warps < 32;
 }
 
 /* Builds the tensor-core kernels, with the prefill's scores on Hopper wgmma
@@ -209,6 +210,19 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     if (err == CL_SUCCESS) a->nv_reduce = clCreateKernel(program, "lz_decode_nv_reduce", &err);
     if (err == CL_SUCCESS)
         a->nv_prefill_batched = clCreateKernel(program, "lz_prefill_nv_batched", &err);
+    /* the launch takes the work-group size the prefill kernels were compiled
+     * for (reqd_work_group_size: the warps, and the producer warp when the
+     * build has one), so that host and kernel cannot disagree */
+    size_t wg[3] = {0, 0, 0}, wgb[3] = {0, 0, 0};
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(a->nv_prefill, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE,
+                                       sizeof wg, wg, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(a->nv_prefill_batched, ctx->device,
+                                       CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wgb, wgb, NULL);
+    if (err == CL_SUCCESS && (wg[0] == 0 || wg[0] % 32 || wgb[0] != wg[0]))
+        err = CL_INVALID_KERNEL_DEFINITION;
+    a->nv.prefill_threads = wg[0];
     if (patched) clReleaseProgram(patched); /* the kernels keep it */
     if (err != CL_SUCCESS) {
         cl_kernel *k[] = {&a->nv_prefill, &a->nv_decode, &a->nv_reduce, &a->nv_prefill_batched};
@@ -251,13 +265,14 @@ static int lz_nv_build(lazyattn_attention *a) {
         return LAZYATTN_STATUS_OK;
     }
     a->fast = 1;
+    const int producer = a->nv.prefill_threads > (size_t)32 * a->nv.warps; /* LZ_NV_PRODUCER built */
     lz_log(ctx, LAZYATTN_LOG_INFO,
            "NVIDIA tensor-core path: prefill %s%s, tile %d keys, %d warps, maxreg %d; "
            "decode ring %d, waves %d (0: default)",
-           wgmma ? "wgmma (S and P V)" : "mma.sync", wgmma && a->nv.producer ? " + producer warp" : "",
+           wgmma ? "wgmma (S and P V)" : "mma.sync", producer ? " + producer warp" : "",
            a->nv.kt, a->nv.warps, a->nv.maxreg,
            a->nv.dstages, a->nv.waves);
-    if (wgmma && a->nv.producer)
+    if (producer)
         lz_log(ctx, LAZYATTN_LOG_WARN,
                "LAZYATTN_NV_PRODUCER=1: an experiment, not yet checked on a GPU (docs/PERFLOG.md, "
                "issue 11 step 4); leave it unset outside bench/run_prefill_producer_gpu.sh");
@@ -703,7 +718,7 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     if (fast) {
         /* one warp per (16 tokens, query head); the G heads of a KV head together */
         size_t tokens = (size_t)16 * (a->nv.warps / a->group);
-        size_t local[2] = {(size_t)32 * (a->nv.warps + a->nv.producer), 1};
+        size_t local[2] = {a->nv.prefill_threads, 1};
         size_t global[2] = {lz_round_up((size_t)p->n_queries, tokens) / tokens * local[0],
                             (size_t)nkv};
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_prefill, 2, NULL,
@@ -921,8 +936,7 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     /* rows per work-group, and the launch: tiles x KV heads x sequences */
     const size_t tokens = fast ? (size_t)16 * (a->nv.warps / a->group)
                                   : (size_t)(a->tune.prefill.rows / a->group);
-    const size_t local0 = fast ? (size_t)32 * (a->nv.warps + a->nv.producer)
-                               : (size_t)a->tune.prefill.work_group;
+    const size_t local0 = fast ? a->nv.prefill_threads : (size_t)a->tune.prefill.work_group;
     const size_t tiles = ((size_t)p->max_queries + tokens - 1) / tokens;
     /* the kernels form q_begin + tile x tokens in int */
     LZ_TRY(lz_fits_int((int64_t)p->n_queries + (int64_t)(tiles * tokens), fn,

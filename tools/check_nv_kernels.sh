@@ -144,7 +144,9 @@ done
 # The wgmma prefill at d 64 (where clang's PTX needs no spills; at d 128 clang takes far more
 # registers than NVIDIA's compiler), default and the opt-in variants of issue 11 step 4, unmarked
 # and assembled for sm_90a: no serialized wgmma (ptxas C75xx), which a second wgmma pass or a
-# second wgmma shape in lz_nv_scores brought; the registers are printed
+# second wgmma shape in lz_nv_scores brought; the registers are printed (clang's PTX, no cap: NVIDIA's
+# compiler takes far fewer, and its count under the work-group's cap, 152 with the producer's 13 warps,
+# is read from the device call's verbose log)
 if [ -x "$ptxas" ]; then
     cat > "$out/nv_prefill_builtins.h" <<'EOF2'
 #define get_num_groups(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_nctaid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_nctaid_y() : __nvvm_read_ptx_sreg_nctaid_z()))

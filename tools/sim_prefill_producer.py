@@ -9,7 +9,8 @@ the producer's cp.async copies in order at random later times and then makes
 their asynchronous mbarrier arrivals (cp.async.mbarrier.arrive.noinc). The
 mbarriers follow PTX: a count of arrivals a phase, and a wait for the phase
 of a parity, which succeeds once that phase has completed (so a waiter must
-never be two phases behind: checked). For every interleaving tried, checks:
+never be two phases behind, nor wait for a phase before the one before it
+has completed: both checked). For every interleaving tried, checks:
   - no deadlock; every consumer sees every visible tile, in order, then the end;
   - a consumer reads a meta slot only when it holds the item it expects
     (written before the arrival, not yet overwritten);
@@ -44,6 +45,9 @@ class MBarrier:
         if self.completed > phase_wanted + 1:
             raise Violation(f"{self.name}: waiter for phase {phase_wanted} is two phases behind "
                             f"({self.completed} completed): parity is ambiguous")
+        if self.completed < phase_wanted:
+            raise Violation(f"{self.name}: waiter for phase {phase_wanted} while phase {self.completed} "
+                            "is not complete: the parity would pass at once")
         assert parity == phase_wanted & 1
         # the phase of this parity has completed <=> the current phase's parity differs
         return (self.completed & 1) != parity
