@@ -212,17 +212,22 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
         a->nv_prefill_batched = clCreateKernel(program, "lz_prefill_nv_batched", &err);
     /* the launch takes the work-group size the prefill kernels were compiled
      * for (reqd_work_group_size: the warps, and the producer warp when the
-     * build has one), so that host and kernel cannot disagree */
+     * build has one), so that host and kernel cannot disagree; where the
+     * driver does not report it (0, e.g. a program rebuilt from PTX), the
+     * size the host asked for */
     size_t wg[3] = {0, 0, 0}, wgb[3] = {0, 0, 0};
-    if (err == CL_SUCCESS)
-        err = clGetKernelWorkGroupInfo(a->nv_prefill, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE,
-                                       sizeof wg, wg, NULL);
-    if (err == CL_SUCCESS)
-        err = clGetKernelWorkGroupInfo(a->nv_prefill_batched, ctx->device,
-                                       CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wgb, wgb, NULL);
-    if (err == CL_SUCCESS && (wg[0] == 0 || wg[0] % 32 || wgb[0] != wg[0]))
+    if (err == CL_SUCCESS &&
+        clGetKernelWorkGroupInfo(a->nv_prefill, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE,
+                                 sizeof wg, wg, NULL) != CL_SUCCESS)
+        wg[0] = 0;
+    if (err == CL_SUCCESS &&
+        clGetKernelWorkGroupInfo(a->nv_prefill_batched, ctx->device,
+                                 CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wgb, wgb, NULL) != CL_SUCCESS)
+        wgb[0] = 0;
+    a->nv.prefill_threads = wg[0] ? wg[0] : (size_t)32 * (a->nv.warps + a->nv.producer);
+    if (err == CL_SUCCESS &&
+        (a->nv.prefill_threads % 32 || (wgb[0] && wgb[0] != a->nv.prefill_threads)))
         err = CL_INVALID_KERNEL_DEFINITION;
-    a->nv.prefill_threads = wg[0];
     if (patched) clReleaseProgram(patched); /* the kernels keep it */
     if (err != CL_SUCCESS) {
         cl_kernel *k[] = {&a->nv_prefill, &a->nv_decode, &a->nv_reduce, &a->nv_prefill_batched};
