@@ -59,7 +59,7 @@ def forward(layer, n_layers, x, pos, past_k, past_v, head):
     """x [T, HID]; past_k/v [n_layers, 1, KV, C, D] or None: each layer its own
     cached K/V, as in an engine (one copy for all layers would sit in L2)."""
     T = x.shape[0]
-    C = 0 if past_k is None else past_k.shape[2]
+    C = 0 if past_k is None else past_k.shape[3]
     # causal over the new tokens, every cached token visible
     mask = None
     if C:

@@ -189,6 +189,12 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     if (a->nv.maxreg > 0)
         n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", a->nv.maxreg);
     const char *extra = getenv("LAZYATTN_NV_DEFINES"); /* experiments: extra -D options */
+    if (extra && (strstr(extra, "LZ_NV_PRODUCER") || strstr(extra, "LZ_NV_WARPS"))) {
+        /* the host sizes the launch by these: LAZYATTN_NV_PRODUCER and LAZYATTN_NV_PREFILL set them */
+        lz_log(ctx, LAZYATTN_LOG_WARN, "LAZYATTN_NV_DEFINES ignored: it sets LZ_NV_PRODUCER or LZ_NV_WARPS, "
+               "which LAZYATTN_NV_PRODUCER and LAZYATTN_NV_PREFILL set");
+        extra = NULL;
+    }
     if (extra && strlen(extra) < 200)
         n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     if (getenv("LAZYATTN_NV_VERBOSE"))

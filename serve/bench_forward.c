@@ -265,7 +265,6 @@ static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc
     return LAZYATTN_STATUS_OK;
 }
 
-/* "1,16,64": 1..FWD_MAX_DECODE batch sizes in 1..256, no signs or spaces. */
 int main(int argc, char **argv) {
     static const char prog[] = "bench_forward";
     static const char usage[] =

@@ -8,11 +8,13 @@ test's body had run to the end.
 Usage: lsan_tracer_crashes.py TESTLOG.json
 
 Prints the failed tests' names (without the suite), one per line, and exits
-0 when every failed test shows the tracer's crash and nothing else: no leak
-report, no AddressSanitizer or UndefinedBehaviorSanitizer report, no failed
-cmocka case, a cmocka summary that passed.  Exits 1, naming the test, when
-any failed test failed for another reason (that failure is real: no rerun
-can excuse it), 2 on a log that cannot be read.  .ci/run reruns the printed
+0 when there is at least one and every one is a FAIL (not a timeout or an
+error) showing the tracer's crash and nothing else: no leak report, no
+AddressSanitizer or UndefinedBehaviorSanitizer report, no failed cmocka
+case, a cmocka summary that passed.  Exits 1, naming the test, when any test
+failed otherwise (that failure is real: no rerun can excuse it) or when the
+log shows no failed test at all (the run failed for a reason the log does
+not name), 2 on a log that cannot be read.  .ci/run reruns the printed
 tests; a crash of the tracer is not a result about our code, a leak report is.
 """
 import json
@@ -41,13 +43,16 @@ def main(argv):
             continue
         out = (r.get("stdout") or "") + (r.get("stderr") or "")
         name = r.get("name", "?").split(" / ")[-1]
-        if TRACER.search(out) and not REAL.search(out) and PASSED.search(out):
+        if r.get("result") == "FAIL" and TRACER.search(out) and not REAL.search(out) and PASSED.search(out):
             names.append(name)
         else:
             real.append(name)
     if real:
         print("failed for a reason other than LeakSanitizer's tracer crash: " + " ".join(real),
               file=sys.stderr)
+        return 1
+    if not names:
+        print(f"{argv[1]}: no failed test in the log, so nothing a rerun could excuse", file=sys.stderr)
         return 1
     print("\n".join(names))
     return 0
