@@ -21,6 +21,9 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   LAZYATTN_LOG=info timeout 300 build-nv/tests/test_prefill_batched > "$out/test_prefill_batched.log" 2>&1
   echo "test_prefill_batched on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_prefill_batched.log") ok, $(grep -c 'NVIDIA tensor-core path' "$out/test_prefill_batched.log") attention objects on the fast path)"
   grep -E "^# |FAILED|error" "$out/test_prefill_batched.log" | head -20
+  # the wgmma prefill without its producer warpgroup (LAZYATTN_NV_PRODUCER=0)
+  LAZYATTN_NV_PRODUCER=0 timeout 120 build-nv/tests/test_attention > "$out/test_attention_noprod.log" 2>&1
+  echo "test_attention with LAZYATTN_NV_PRODUCER=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_noprod.log") ok)"
   # the other prefill (the default is wgmma on compute capability 9.x, mma.sync
   # elsewhere): mma.sync forced, same tests and bench checks
   LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/tests/test_attention > "$out/test_attention_mma.log" 2>&1

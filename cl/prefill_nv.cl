@@ -80,17 +80,18 @@
 #ifndef LZ_NV_PVOV
 #define LZ_NV_PVOV 0
 #endif
-/* 1 (wgmma with P V on wgmma, not with LZ_NV_PVOV; issue 11 step 4): one
- * more warp in the work-group, the producer. It walks the visible tiles,
- * writes each tile's entries into a meta slot and copies its K into a ring
- * of LZ_NV_KSLOTS slots and its V into a ring of two, each copy completing
- * on the slot's "full" mbarrier; the consumer warps wait there, and give a
- * slot back on its "empty" mbarrier once their wgmma that read it are done.
- * No barrier across the work-group in the loop, no address lookups and no
- * copies in the consumer warps; the producer runs up to LZ_NV_KSLOTS - 1
- * tiles ahead (docs/PERFLOG.md, issue 11 step 4). The consumers' proxy
- * fence is unconditional (LZ_NV_PROXY is the default path's switch) and the
- * LZ_NV_DIAG diagnostics are not in this path. The host sizes the launch by
+/* 1 (wgmma with P V on wgmma, not with LZ_NV_PVOV; issue 11 steps 4-5; the
+ * host's default on compute capability 9.x): one more warpgroup in the
+ * work-group, the producer. Its copying warps (LZ_NV_PWARPS) walk the
+ * visible tiles, write each tile's entries into a meta slot and copy its K
+ * into a ring of LZ_NV_KSLOTS slots and its V into a ring of two, each copy
+ * completing on the slot's "full" mbarrier; the consumer warps wait there,
+ * and give a slot back on its "empty" mbarrier once their wgmma that read it
+ * are done. No barrier across the work-group in the loop, no address
+ * lookups and no copies in the consumer warps; the producer runs up to
+ * LZ_NV_KSLOTS - 1 tiles ahead (docs/PERFLOG.md). The consumers' proxy
+ * fence is unconditional (LZ_NV_PROXY is the default path's switch); of the
+ * LZ_NV_DIAG diagnostics, 4 and 8 apply. The host sizes the launch by
  * the kernel's compiled work-group size. */
 #ifndef LZ_NV_PRODUCER
 #define LZ_NV_PRODUCER 0
@@ -101,8 +102,40 @@
 #ifndef LZ_NV_KSLOTS
 #define LZ_NV_KSLOTS 3
 #endif
-/* work-items of a work-group: the consumer warps, and the producer */
-#define LZ_NV_WG_THREADS (LZ_NV_THREADS + 32 * LZ_NV_PRODUCER)
+/* Copying warps of the producer's warpgroup: 1 (all of it), 2 (K and the
+ * entries; V) or 4 (two for K, two for V, half of each tile's chunks each).
+ * One warp's copy instructions held the round: measured on the H200, 2
+ * warps ran 23 % faster than 1, 4 another 1.4 % (docs/PERFLOG.md issue 11
+ * step 5). */
+#ifndef LZ_NV_PWARPS
+#define LZ_NV_PWARPS 4
+#endif
+#if LZ_NV_PWARPS != 1 && LZ_NV_PWARPS != 2 && LZ_NV_PWARPS != 4
+#error "LZ_NV_PWARPS: 1, 2 or 4"
+#endif
+/* warps copying K (and V): all with one copying warp, else half each */
+#define LZ_NV_KWARPS (LZ_NV_PWARPS == 1 ? 1 : LZ_NV_PWARPS / 2)
+/* Work-items of a work-group: the consumer warps, and the producer's
+ * warpgroup (warp LZ_NV_WARPS copies, its three siblings end at once).
+ * A whole warpgroup, because registers go to an SM's four schedulers a
+ * warp at a time: with one producer warp beside 12 consumers one scheduler
+ * holds 4 warps and every warp got 128 registers (measured on the H200:
+ * the consumers spilled 2 240 bytes and ptxas serialized their wgmma,
+ * C7512; docs/PERFLOG.md issue 11 step 5). With a warpgroup, `setmaxnreg`
+ * moves registers from the producer (LZ_NV_PREGS) to the consumers
+ * (LZ_NV_CREGS) within each scheduler's 512 a thread-slot: 12 consumer
+ * warps 160 (+ 32) from a launch cap of 128; 8 consumer warps 232 (+ 40)
+ * from 168; 4 consumer warps keep their launch cap (256). */
+#define LZ_NV_WG_THREADS (LZ_NV_THREADS + 128 * LZ_NV_PRODUCER)
+#if LZ_NV_PRODUCER && LZ_NV_WARPS == 12
+#define LZ_NV_CREGS 160
+#define LZ_NV_PREGS 32
+#elif LZ_NV_PRODUCER && LZ_NV_WARPS == 8
+#define LZ_NV_CREGS 232
+#define LZ_NV_PREGS 40
+#elif LZ_NV_PRODUCER && LZ_NV_WARPS != 4
+#error "LZ_NV_PRODUCER needs 4, 8 or 12 consumer warps"
+#endif
 /* slots of the K ring; meta slots (one more than the K slots: a tile's
  * entries stay until its softmax has masked it, after its K slot is given
  * back); mbarriers (full and empty of each K and each V slot) */
@@ -119,7 +152,9 @@
 #endif
 /* Diagnostics, timing only (the results are wrong): what a round costs
  * without a part of it. Bits: 1 no copies after the prologue (the tiles stay
- * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O unchanged). */
+ * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O
+ * unchanged), 8 (LZ_NV_PRODUCER) the producer copies nothing after its
+ * first K_SLOTS K and 2 V tiles, its lookups and arrivals unchanged. */
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
@@ -394,25 +429,26 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
 
 inline void lz_nv_ring_init(uint bars) {
     for (int s = 0; s < LZ_NV_KSLOTS; s++) {
-        lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 33);
+        lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 32 * LZ_NV_KWARPS + 1);
         lz_nv_mbar_init(LZ_NV_KEMPTY(bars, s), LZ_NV_WARPS);
     }
     for (int s = 0; s < 2; s++) {
-        lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32);
+        lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32 * LZ_NV_KWARPS);
         lz_nv_mbar_init(LZ_NV_VEMPTY(bars, s), LZ_NV_WARPS);
     }
     LZ_NV_MBAR_INIT_FENCE();
 }
 
 /* The producer's copies of one K (is_k) or V tile with entries en into the
- * slot at shared address dst: 16-byte cp.async, LZ_NV_CHUNKS / 32 a lane,
- * keys past their entry's length (and bad entries) zero-filled. */
+ * slot at shared address dst: 16-byte cp.async, LZ_NV_CHUNKS / (32
+ * LZ_NV_KWARPS) for thread t of the warps copying it, keys past their
+ * entry's length (and bad entries) zero-filled. */
 __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global const ushort *pool,
                                                               const lz_nv_entry en[LZ_NV_EPT], int kvh,
-                                                              int n_kv_heads, int is_k, int lane) {
+                                                              int n_kv_heads, int is_k, int t) {
 #pragma unroll
-    for (int i = 0; i < LZ_NV_CHUNKS / 32; i++) {
-        const int c = lane + 32 * i, r = LZ_NV_CROW(c), ch = LZ_NV_CCOL(c), j = r % LZ_BLOCK;
+    for (int i = 0; i < LZ_NV_CHUNKS / (32 * LZ_NV_KWARPS); i++) {
+        const int c = t + 32 * LZ_NV_KWARPS * i, r = LZ_NV_CROW(c), ch = LZ_NV_CCOL(c), j = r % LZ_BLOCK;
         lz_nv_entry e = en[0];
 #pragma unroll
         for (int k = 1; k < LZ_NV_EPT; k++)
@@ -423,23 +459,28 @@ __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global
     }
 }
 
-/* The producer warp: item n = 0, 1, ... is the n-th visible tile (then one
+/* A producer's copying warp: item n = 0, 1, ... is the n-th visible tile (then one
  * end marker, meta tile -1): its entries into meta[n % LZ_NV_NMETA], its K
  * into K slot n % LZ_NV_KSLOTS, and after it V of item n - 1 into V slot
  * (n - 1) % 2, each slot refilled only once the consumers gave back its
- * previous tile (items n - LZ_NV_KSLOTS, n - 3). */
+ * previous tile (items n - LZ_NV_KSLOTS, n - 3). role 0 does all of it
+ * (LZ_NV_PWARPS 1); else role 1 the K slots and the meta slots, role 2 the
+ * V slots, each walking the same tiles; t: the thread among the
+ * LZ_NV_KWARPS warps of its role (t 0 writes the meta slots). */
 __attribute__((always_inline)) inline void
 lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global const ulong *table,
               __global const int *entry_pos, int kvh, int n_kv_heads, int n_entries, int n_blocks,
               int max_pos, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], uint bars,
-              int lane) {
+              int t, int role) {
+    const int do_k = role != 2, do_v = role != 1;
     const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
     int tk = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
     int tv = n_tiles; /* the tile whose V comes next (none yet) */
     lz_nv_entry ev[LZ_NV_EPT];
     for (int n = 0;; n++) {
         const int ks = n % LZ_NV_KSLOTS;
-        if (n >= LZ_NV_KSLOTS) lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1);
+        if (do_k && n >= LZ_NV_KSLOTS)
+            lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1);
         lz_nv_entry ek[LZ_NV_EPT];
 #pragma unroll
         for (int k = 0; k < LZ_NV_EPT; k++) {
@@ -447,18 +488,20 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             ek[k] = tk < n_tiles ? lz_nv_get_entry(table, entry_pos, tk * LZ_NV_EPT + k, n_entries, n_blocks)
                                  : none;
         }
-        if (tk < n_tiles) lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, 1, lane);
-        lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
-        if (lane == 0) {
+        if (do_k && tk < n_tiles && !(LZ_NV_DIAG & 8 && n >= LZ_NV_KSLOTS))
+            lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, 1, t);
+        if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
+        if (do_k && t == 0) {
 #pragma unroll
             for (int k = 0; k < LZ_NV_EPT; k++)
                 meta[n % LZ_NV_NMETA][k] = (int4)(ek[k].pos0, ek[k].delta, ek[k].len, tk < n_tiles ? tk : -1);
             lz_nv_mbar_arrive(LZ_NV_KFULL(bars, ks));
         }
-        if (tv < n_tiles) {
+        if (do_v && tv < n_tiles) {
             const int vn = n - 1, vs = vn & 1;
             if (vn >= 2) lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / 2 - 1) & 1);
-            lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, 0, lane);
+            if (!(LZ_NV_DIAG & 8 && vn >= 2))
+                lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, 0, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
         }
         if (tk >= n_tiles) break;
@@ -530,11 +573,20 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     const uint kbase = LZ_NV_SMEM(kring), vbase = LZ_NV_SMEM(vring);
 #if LZ_NV_PRODUCER
     const uint bars = LZ_NV_SMEM(mbar);
-    if (warp == LZ_NV_WARPS) {
-        lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase,
-                      vbase, meta, bars, lane);
+    if (warp >= LZ_NV_WARPS) {
+#ifdef LZ_NV_PREGS
+        LZ_NV_SETMAXNREG(dec, LZ_NV_PREGS);
+#endif
+        const int pw = warp - LZ_NV_WARPS; /* the warp in the producer's warpgroup */
+        if (pw < LZ_NV_PWARPS)
+            lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase,
+                          vbase, meta, bars, lane + 32 * (pw % LZ_NV_KWARPS),
+                          LZ_NV_PWARPS == 1 ? 0 : pw < LZ_NV_KWARPS ? 1 : 2);
         return;
     }
+#ifdef LZ_NV_CREGS
+    LZ_NV_SETMAXNREG(inc, LZ_NV_CREGS);
+#endif
 #else
     (void)mbar;
 #endif
@@ -596,7 +648,8 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         LZ_NV_WG_FENCE();
 #pragma unroll
         for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-            LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+            if (!(LZ_NV_DIAG & 4))
+                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
         LZ_NV_WG_COMMIT();
         lz_nv_scores_wait(sn, o);
         LZ_NV_WARP_SYNC();

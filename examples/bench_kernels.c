@@ -8,7 +8,7 @@
  *   3. Llama-3.1-8B heads (32 q, 8 kv, d 128, f16, block 16), timed with
  *      OpenCL profiling events (warm-up, median of REPS), with real deltas and
  *      with all deltas zero:
- *        prefill (a) 4096 new tokens over 4 cached documents of 2048 tokens at
+ *        prefill (a) 4096 (--prefill-queries) new tokens over 4 cached documents of 2048 tokens at
  *                    deltas 2048..8192, causal within the new tokens;
  *        prefill (b) S = 8192 causal self-attention, batch 2 = two calls (the
  *                    prefill API is one sequence per call), timed first start
@@ -21,7 +21,8 @@
  *   FLOPs: 4 * H * d * (visible query-key pairs), causal counted as S^2 / 2
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
- * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]
+ * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]
+ *                      [--only prefill|decode|prefill_a|prefill_b] [--prefill-queries T]
  *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]
  *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
@@ -50,6 +51,7 @@ extern const bench_cl_entry bench_cl[];
 enum { H = 32, KV = 8, D = 128, BS = 16 };
 
 static int g_reps = 25;
+static int g_prefill_queries = 4096; /* --prefill-queries: T of prefill (a) */
 static int g_decode_splits; /* --decode-splits: 0 = the library's choice */
 static FILE *g_csv;
 
@@ -356,7 +358,7 @@ static cl_mem random_queries(size_t n) {
     return m;
 }
 
-static void bench_prefill(void) {
+static void bench_prefill(int shape_a, int shape_b) {
     lazyattn_attention *attn = make_attn();
     lazyattn_kernel_tuning got;
     CHECK(lazyattn_attention_get_tuning(attn, &got));
@@ -365,9 +367,9 @@ static void bench_prefill(void) {
            pt->rows, pt->keys, pt->work_group, pt->score_rows, pt->score_keys, pt->out_rows,
            pt->out_dims, pt->kv_together, pt->prefetch);
     /* (a) 4 documents of 2048 tokens stored at 0, at logical 2048 + i * 2048
-     * (deltas 2048..8192), then 4096 new tokens with their own blocks */
-    {
-        const int docs = 4, L = 2048, T = 4096, base = 2048;
+     * (deltas 2048..8192), then T new tokens with their own blocks */
+    if (shape_a) {
+        const int docs = 4, L = 2048, T = g_prefill_queries, base = 2048;
         int n_entries = docs * L / BS + T / BS;
         lazyattn_pool *pool = make_pool(n_entries);
         uint64_t *table = malloc(8 * n_entries), *table0 = malloc(8 * n_entries);
@@ -388,7 +390,7 @@ static void bench_prefill(void) {
         lazyattn_prefill_args z = {T, n_entries, qm, qpm, t0m, em, om,
                                    NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
         result *r = &g_results[g_n_results++];
-        snprintf(r->name, sizeof r->name, "prefill_a_4096_over_4x2048");
+        snprintf(r->name, sizeof r->name, "prefill_a_%d_over_4x2048", T);
         r->ms = time_prefill(attn, pool, &a, 1);
         r->ms_zero = time_prefill(attn, pool, &z, 1);
         r->flops = 4.0 * H * D * ((double)T * docs * L + (double)T * T / 2);
@@ -399,7 +401,7 @@ static void bench_prefill(void) {
         lazyattn_pool_destroy(pool);
     }
     /* (b) S = 8192 causal self-attention, batch 2: two calls, two pools regions */
-    {
+    if (shape_b) {
         const int S = 8192, n_entries = S / BS;
         lazyattn_pool *pool = make_pool(2 * n_entries);
         lazyattn_prefill_args a[2];
@@ -499,13 +501,16 @@ static void bench_decode(void) {
 }
 
 static const char usage_text[] =
-    "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks] [--only prefill|decode]\n"
+    "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]\n"
+    "                     [--only prefill|decode|prefill_a|prefill_b] [--prefill-queries T]\n"
     "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]\n"
     "                     [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
-    "  --only WHAT      time only the prefill or only the decode shapes\n"
+    "  --only WHAT      time only the prefill or only the decode shapes, or one prefill shape\n"
+    "  --prefill-queries T  new tokens of prefill (a) (16..4096, a multiple of 16, default\n"
+    "                   4096; its row is named prefill_a_T_over_4x2048)\n"
     "  --decode-splits N  split every timed decode N ways along the KV length (0..4096,\n"
     "                   default 0: the library's choice; for split-count experiments)\n"
     "  --decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]  portable decode geometry: key slots per\n"
@@ -532,13 +537,19 @@ int main(int argc, char **argv) {
         {.name = "--reps", .type = CLI_INT, .dest = &g_reps, .min = 20, .max = 256},
         {.name = "--decode-splits", .type = CLI_INT, .dest = &g_decode_splits, .min = 0, .max = 4096},
         {.name = "--no-checks", .type = CLI_FLAG, .dest = &skip_checks},
-        {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode"},
+        {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode|prefill_a|prefill_b"},
+        {.name = "--prefill-queries", .type = CLI_INT, .dest = &g_prefill_queries, .min = 16, .max = 4096},
         {.name = "--decode-tile", .type = CLI_STRING, .dest = &decode_tile},
         {.name = "--prefill-tile", .type = CLI_STRING, .dest = &prefill_tile},
     };
     int r = cli_parse("bench_kernels", usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc,
                       argv);
     if (r) return r == CLI_HELP ? 0 : 2;
+    if (g_prefill_queries % BS) {
+        fprintf(stderr, "bench_kernels: --prefill-queries: %d is not a multiple of the block size %d\n",
+                g_prefill_queries, BS);
+        return 2;
+    }
     if (decode_tile) {
         int k, w, d, g, u = 0, pf = 0, ring = 0, kp = 0, ol = 0;
         char extra;
@@ -605,8 +616,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "the NVIDIA fast path failed to build (log above): not timing\n");
         return 1;
     }
-    if (only != 1) bench_prefill();
-    if (only != 0) bench_decode();
+    /* only: -1 all, 0 prefill, 1 decode, 2 prefill (a), 3 prefill (b) */
+    if (only != 1) bench_prefill(only != 3, only != 2);
+    if (only == -1 || only == 1) bench_decode();
 
     if (g_csv) fprintf(g_csv, "name,ms,ms_zero,flops,bytes,read_gbs,mma_tflops\n");
     printf("\n%-28s %9s %9s %8s %8s %7s %7s %9s\n", "shape", "ms", "ms(d=0)", "TFLOP/s", "GB/s",

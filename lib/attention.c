@@ -25,8 +25,9 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * "KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it and
  * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments);
  * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build);
- * LAZYATTN_NV_PRODUCER=1 gives the wgmma prefill a producer warp that feeds
- * the others through mbarrier rings (cl/prefill_nv.cl, LZ_NV_PRODUCER). */
+ * the wgmma prefill has a producer warpgroup that feeds the others through
+ * mbarrier rings (cl/prefill_nv.cl, LZ_NV_PRODUCER; LAZYATTN_NV_PRODUCER=0
+ * turns it off). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
 
@@ -36,7 +37,7 @@ typedef struct lz_nv_tune {
     int maxreg;      /* -cl-nv-maxrregcount, 0 = the compiler's choice */
     int dstages;     /* decode ring depth (blocks in flight + 1) */
     int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
-    int producer;    /* 1: the wgmma prefill's K / V copies by one more warp (LZ_NV_PRODUCER) */
+    int producer;    /* 1: the wgmma prefill's K / V copies by a producer warpgroup (LZ_NV_PRODUCER) */
     size_t prefill_threads; /* work-items of a prefill work-group, as the kernels were compiled */
 } lz_nv_tune;
 
@@ -169,9 +170,13 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
     if (t->dstages < 2 || t->dstages > 6) t->dstages = LZ_NV_DECODE_RING;
     while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
     if (t->waves < 0) t->waves = 0;
-    /* the producer's rings: 3 K and 2 V slots of kt keys (f16), under 48 KB */
+    /* the wgmma prefill's producer warpgroup (the default, measured faster on
+     * the H200; LAZYATTN_NV_PRODUCER=0 turns it off): its rings of 3 K and 2 V
+     * slots of kt keys (f16) under 48 KB, its registers going to 4, 8 or 12
+     * consumer warps (cl/prefill_nv.cl) */
     env = getenv("LAZYATTN_NV_PRODUCER");
-    t->producer = wgmma && env && !strcmp(env, "1") && (size_t)10 * t->kt * D <= 48640 && t->warps < 32;
+    t->producer = wgmma && !(env && !strcmp(env, "0")) && (size_t)10 * t->kt * D <= 48640 &&
+                  t->warps % 4 == 0 && t->warps <= 12;
 }
 
 /* Builds the tensor-core kernels, with the prefill's scores on Hopper wgmma
@@ -217,8 +222,8 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     if (err == CL_SUCCESS)
         a->nv_prefill_batched = clCreateKernel(program, "lz_prefill_nv_batched", &err);
     /* the launch takes the work-group size the prefill kernels were compiled
-     * for (reqd_work_group_size: the warps, and the producer warp when the
-     * build has one), so that host and kernel cannot disagree; where the
+     * for (reqd_work_group_size: the warps, and the producer's warpgroup when
+     * the build has one), so that host and kernel cannot disagree; where the
      * driver does not report it (0, e.g. a program rebuilt from PTX), the
      * size the host asked for */
     size_t wg[3] = {0, 0, 0}, wgb[3] = {0, 0, 0};
@@ -230,7 +235,7 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
         clGetKernelWorkGroupInfo(a->nv_prefill_batched, ctx->device,
                                  CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wgb, wgb, NULL) != CL_SUCCESS)
         wgb[0] = 0;
-    a->nv.prefill_threads = wg[0] ? wg[0] : (size_t)32 * (a->nv.warps + a->nv.producer);
+    a->nv.prefill_threads = wg[0] ? wg[0] : (size_t)32 * (a->nv.warps + 4 * a->nv.producer);
     if (err == CL_SUCCESS &&
         (a->nv.prefill_threads % 32 || (wgb[0] && wgb[0] != a->nv.prefill_threads)))
         err = CL_INVALID_KERNEL_DEFINITION;
@@ -280,13 +285,9 @@ static int lz_nv_build(lazyattn_attention *a) {
     lz_log(ctx, LAZYATTN_LOG_INFO,
            "NVIDIA tensor-core path: prefill %s%s, tile %d keys, %d warps, maxreg %d; "
            "decode ring %d, waves %d (0: default)",
-           wgmma ? "wgmma (S and P V)" : "mma.sync", producer ? " + producer warp" : "",
+           wgmma ? "wgmma (S and P V)" : "mma.sync", producer ? " + producer warpgroup" : "",
            a->nv.kt, a->nv.warps, a->nv.maxreg,
            a->nv.dstages, a->nv.waves);
-    if (producer)
-        lz_log(ctx, LAZYATTN_LOG_WARN,
-               "LAZYATTN_NV_PRODUCER=1: an experiment, not yet checked on a GPU (docs/PERFLOG.md, "
-               "issue 11 step 4); leave it unset outside bench/run_prefill_producer_gpu.sh");
     return LAZYATTN_STATUS_OK;
 }
 

@@ -98,6 +98,9 @@ typedef struct lz_source {
  * sources with these options, building it once per (context, sources,
  * options). The cache owns the program; do not release it. The build log
  * goes to the log callback. */
+/* The build log of program, whole, in pieces of 480 characters at level
+ * (labelled with key). */
+void lz_log_build(lazyattn_context *ctx, cl_program program, lazyattn_log_level level, const char *key);
 int lz_program_get(lazyattn_context *ctx, const char *const *source_names, int n_sources,
                    const char *options, cl_program *out);
 void lz_program_cache_clear(lazyattn_context *ctx);
@@ -162,6 +165,12 @@ int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options,
  * out of memory); *n_markers: markers deleted, *retargeted: 1 when the
  * target was changed. */
 char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted);
+/* A copy of the NUL-terminated ptx in which every ".entry" whose body holds
+ * setmaxnreg has ".minnctapersm 1" before its body's "{" (unless it has one):
+ * ptxas heeds setmaxnreg only with a register count fixed at entry, which
+ * .reqntid alone does not always give (C7508). *n_added: entries given it.
+ * NULL when out of memory; free() the result. */
+char *lz_ptx_min_ctas(const char *ptx, int *n_added);
 
 /* ---- geometry (geometry.c) ---- */
 

@@ -32,8 +32,7 @@ char *lz_program_key(const char *const *names, int n, const char *options) {
     return key;
 }
 
-static void lz_log_build(lazyattn_context *ctx, cl_program program, lazyattn_log_level level,
-                         const char *key) {
+void lz_log_build(lazyattn_context *ctx, cl_program program, lazyattn_log_level level, const char *key) {
     size_t size = 0;
     if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) !=
             CL_SUCCESS ||

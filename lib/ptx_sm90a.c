@@ -9,7 +9,10 @@
  * (CL_PROGRAM_BINARIES is PTX text on NVIDIA), deletes the markers, turns
  * `.target sm_90` into `.target sm_90a`, and builds the result as a binary
  * program. Measured in ../shared/gpu/NVIDIA-OPENCL.md and
- * bench/probe_wgmma_layout.c. All PTX handling of the library is here. */
+ * bench/probe_wgmma_layout.c. Kernels that move registers between their
+ * warpgroups (setmaxnreg) get ".minnctapersm 1", CUDA's launch bound of one
+ * block an SM, without which ptxas may ignore setmaxnreg. All PTX handling
+ * of the library is here. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -40,6 +43,45 @@ char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted)
     return out;
 }
 
+/* The first occurrence of needle in s[0 .. n), or NULL. */
+static const char *lz_find(const char *s, size_t n, const char *needle) {
+    const size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(s + i, needle, k)) return s + i;
+    return NULL;
+}
+
+char *lz_ptx_min_ctas(const char *ptx, int *n_added) {
+    static const char dir[] = ".minnctapersm 1\n";
+    const size_t len = strlen(ptx), dlen = sizeof dir - 1;
+    size_t n_entries = 0;
+    for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 7, ".entry ")) n_entries++;
+    char *out = malloc(len + n_entries * dlen + 1);
+    if (!out) return NULL;
+    *n_added = 0;
+    char *w = out;
+    const char *r = ptx; /* copied up to here */
+    for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 7, ".entry ")) {
+        const char *body = strstr(e, "\n{"); /* the body's "{", alone at a line's start */
+        if (!body) break;
+        body++;
+        const char *next = strstr(body, ".entry ");
+        const size_t body_len = (size_t)((next ? next : ptx + len) - body);
+        if (lz_find(body, body_len, "setmaxnreg") && !lz_find(e, (size_t)(body - e), ".minnctapersm")) {
+            memcpy(w, r, (size_t)(body - r));
+            w += body - r;
+            memcpy(w, dir, dlen);
+            w += dlen;
+            r = body;
+            ++*n_added;
+        }
+    }
+    const size_t rest = len - (size_t)(r - ptx);
+    memcpy(w, r, rest);
+    w[rest] = 0;
+    return out;
+}
+
 int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options, cl_program *out) {
     static const char fn[] = "lz_ptx_sm90a";
     *out = NULL;
@@ -66,6 +108,11 @@ int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options,
                        "%s: the binary is not sm_90 PTX with //@ markers (%d markers, target %s)", fn,
                        n_markers, retargeted ? "found" : "not found");
     }
+    int n_min_ctas = 0;
+    char *fixed = lz_ptx_min_ctas(patched, &n_min_ctas);
+    free(patched);
+    if (!fixed) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", fn);
+    patched = fixed;
     const char *dump = getenv("LAZYATTN_NV_DUMP_PTX"); /* debugging: where the patched PTX goes */
     if (dump) {
         FILE *f = fopen(dump, "w");
@@ -81,14 +128,16 @@ int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options,
         return lz_cl_fail(err != CL_SUCCESS ? err : bin_status, "lz_ptx_sm90a: clCreateProgramWithBinary");
     }
     err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
-    char log[4096] = "";
-    clGetProgramBuildInfo(p, ctx->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
     if (err != CL_SUCCESS) {
+        lz_log_build(ctx, p, LAZYATTN_LOG_ERROR, "sm_90a round trip");
         clReleaseProgram(p);
-        return lz_fail(LAZYATTN_STATUS_BUILD_FAILED, "%s: sm_90a PTX build failed (%d): %s", fn, err, log);
+        return lz_fail(LAZYATTN_STATUS_BUILD_FAILED, "%s: sm_90a PTX build failed (%d); the build log went "
+                       "to the log callback", fn, err);
     }
-    lz_log(ctx, LAZYATTN_LOG_INFO, "sm_90a PTX round trip: %d instructions unmarked%s%s", n_markers,
-           log[0] ? "; build log: " : "", log);
+    lz_log(ctx, LAZYATTN_LOG_INFO, "sm_90a PTX round trip: %d instructions unmarked, %d kernels with "
+           "setmaxnreg given .minnctapersm 1", n_markers, n_min_ctas);
+    /* whole (registers and ptxas notes of every kernel with -cl-nv-verbose) */
+    lz_log_build(ctx, p, LAZYATTN_LOG_INFO, "sm_90a round trip");
     *out = p;
     return LAZYATTN_STATUS_OK;
 }

@@ -46,6 +46,38 @@ static void test_patch_text(void **state) {
     check_patch("", 0, "", 0, 0);
 }
 
+static void check_min_ctas(const char *in, const char *want, int want_added) {
+    int n = -1;
+    char *out = lz_ptx_min_ctas(in, &n);
+    assert_non_null(out);
+    assert_string_equal(out, want);
+    assert_int_equal(n, want_added);
+    free(out);
+}
+
+static void test_min_ctas(void **state) {
+    (void)state;
+    /* two kernels: the one with setmaxnreg gets the directive, the other not */
+    check_min_ctas(".target sm_90a\n.entry a(\n.param .u32 x\n)\n.reqntid 512, 1, 1\n{\nret;\n}\n"
+                   ".entry b(\n.param .u32 y\n)\n.reqntid 512, 1, 1\n{\nsetmaxnreg.inc.sync.aligned.u32 160;\n}\n",
+                   ".target sm_90a\n.entry a(\n.param .u32 x\n)\n.reqntid 512, 1, 1\n{\nret;\n}\n"
+                   ".entry b(\n.param .u32 y\n)\n.reqntid 512, 1, 1\n.minnctapersm 1\n{\n"
+                   "setmaxnreg.inc.sync.aligned.u32 160;\n}\n",
+                   1);
+    /* both, the first at the text's start; one that has the directive already */
+    check_min_ctas(".entry a()\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}\n"
+                   ".visible .entry b()\n.minnctapersm 2\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}\n"
+                   ".entry c()\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}",
+                   ".entry a()\n.minnctapersm 1\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}\n"
+                   ".visible .entry b()\n.minnctapersm 2\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}\n"
+                   ".entry c()\n.minnctapersm 1\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}",
+                   2);
+    /* no kernel, no body, no setmaxnreg: unchanged */
+    check_min_ctas("", "", 0);
+    check_min_ctas(".entry a(", ".entry a(", 0);
+    check_min_ctas("setmaxnreg\n.entry a()\n{\nret;\n}", "setmaxnreg\n.entry a()\n{\nret;\n}", 0);
+}
+
 static void test_not_ptx(void **state) {
     lazyattn_context *ctx = *state;
     static const char *const names[] = {"block_entry", "kernel_abi", "storage", "rope", "flash", "decode"};
@@ -65,6 +97,7 @@ static void test_not_ptx(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_patch_text),
+        cmocka_unit_test(test_min_ctas),
         cmocka_unit_test(test_not_ptx),
     };
     return cmocka_run_group_tests_name("ptx_sm90a", tests, lt_context_setup, lt_context_teardown);
