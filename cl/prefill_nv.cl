@@ -264,6 +264,22 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #define LZ_NV_S_WIDE 0
 #endif
 
+/* The query fragments qf, rotated for *cur_delta, re-rotated for delta:
+ * in registers by R(cur - delta) when every rotary pair sits in one lane,
+ * else and on every 8th change (*n_rel counts them) from the f32 queries
+ * (bounded f16 drift). */
+__attribute__((always_inline)) inline void
+lz_nv_requery(uint qf[LZ_NV_DC][4], int *cur_delta, int *n_rel, int delta, __global const float *qrow0,
+              __global const float *qrow1, int t4, int rope_style, int rot_dim,
+              __global const float2 *freq) {
+    const int rel = *cur_delta - delta;
+    if (lz_nv_pairs_in_lane(rope_style, rot_dim) && (++*n_rel & 7) && rel > -(1 << 24) && rel < (1 << 24))
+        lz_nv_rotate_a(qf, qf, t4, rel, rope_style, rot_dim, freq);
+    else
+        lz_nv_load_a(qf, qrow0, qrow1, t4, -delta, rope_style, rot_dim, freq);
+    *cur_delta = delta;
+}
+
 /*
  * Raw scores of the warp's 16 rows against the K tile at shared address kb:
  * sc[n] = keys 8n..8n+7. Before each entry whose delta differs from the one
@@ -301,13 +317,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
 #pragma unroll
                 for (int n = 0; n < 4; n++) LZ_NV_WG_TIE(sc[n]);
             }
-            const int rel = *cur_delta - en.y;
-            if (lz_nv_pairs_in_lane(rope_style, rot_dim) && (++*n_rel & 7) && rel > -(1 << 24) &&
-                rel < (1 << 24))
-                lz_nv_rotate_a(qf, qf, t4, rel, rope_style, rot_dim, freq);
-            else
-                lz_nv_load_a(qf, qrow0, qrow1, t4, -en.y, rope_style, rot_dim, freq);
-            *cur_delta = en.y;
+            lz_nv_requery(qf, cur_delta, n_rel, en.y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
             if (e > 0) LZ_NV_QK16_OFF(sc[2], sc[3], qf, kb, 16, lane, LZ_NV_KOFF);
         }
         if (e == 0) {
@@ -334,15 +344,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
                     for (int n = 0; n < 2 * p; n++) LZ_NV_WG_TIE(sc[n]);
                 }
 #endif
-                /* in registers by R(cur - delta) when pairs sit in one lane,
-                 * from the f32 queries every 8th time (bounded f16 drift) */
-                const int rel = *cur_delta - en.y;
-                if (lz_nv_pairs_in_lane(rope_style, rot_dim) && (++*n_rel & 7) &&
-                    rel > -(1 << 24) && rel < (1 << 24))
-                    lz_nv_rotate_a(qf, qf, t4, rel, rope_style, rot_dim, freq);
-                else
-                    lz_nv_load_a(qf, qrow0, qrow1, t4, -en.y, rope_style, rot_dim, freq);
-                *cur_delta = en.y;
+                lz_nv_requery(qf, cur_delta, n_rel, en.y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
             }
         }
 #if LZ_NV_WGMMA
