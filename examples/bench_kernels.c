@@ -13,6 +13,7 @@
  *        prefill (b) S = 8192 causal self-attention, batch 2 = two calls (the
  *                    prefill API is one sequence per call), timed first start
  *                    to second end;
+ *        prefill (c) S = 16384, not causal (queries past every key), batch 1;
  *        decode  B x L in {1x32768, 16x8192, 64x4096, 128x4096}, contexts of
  *                documents of 2048 tokens at distinct non-zero deltas, blocks
  *                scattered over the pool; timed from the end of a 4-byte fill
@@ -22,7 +23,7 @@
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]
- *                      [--only prefill|decode|prefill_a|prefill_b] [--prefill-queries T]
+ *                      [--only prefill|decode|prefill_a|prefill_b|prefill_c] [--prefill-queries T]
  *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]
  *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
@@ -358,7 +359,7 @@ static cl_mem random_queries(size_t n) {
     return m;
 }
 
-static void bench_prefill(int shape_a, int shape_b) {
+static void bench_prefill(int shape_a, int shape_b, int shape_c) {
     lazyattn_attention *attn = make_attn();
     lazyattn_kernel_tuning got;
     CHECK(lazyattn_attention_get_tuning(attn, &got));
@@ -436,6 +437,32 @@ static void bench_prefill(int shape_a, int shape_b) {
         clReleaseMemObject(om1);
         lazyattn_pool_destroy(pool);
     }
+    /* (c) S = 16384, not causal: every query at a position past every key */
+    if (shape_c) {
+        const int S = 16384, n_entries = S / BS;
+        lazyattn_pool *pool = make_pool(n_entries);
+        uint64_t *table = malloc(8 * n_entries);
+        int32_t *epos = malloc(4 * n_entries), *qpos = malloc(4 * S);
+        for (int e = 0; e < n_entries; e++) {
+            CHECK(lazyattn_entry_pack(e, 0, BS, &table[e]));
+            epos[e] = e * BS;
+        }
+        for (int t = 0; t < S; t++) qpos[t] = S + t;
+        cl_mem tm = buf(table, 8 * n_entries), em = buf(epos, 4 * n_entries), qpm = buf(qpos, 4 * S);
+        cl_mem qm = random_queries((size_t)S * H * D), om = buf(NULL, sizeof(float) * S * H * D);
+        lazyattn_prefill_args a = {S, n_entries, qm, qpm, tm, em, om,
+                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
+        result *r = &g_results[g_n_results++];
+        snprintf(r->name, sizeof r->name, "prefill_c_1x16384");
+        r->ms = time_prefill(attn, pool, &a, 1);
+        r->ms_zero = r->ms; /* all deltas are zero already */
+        r->flops = 4.0 * H * D * (double)S * S;
+        r->bytes = 0;
+        cl_mem mems[] = {tm, em, qpm, qm, om};
+        for (int i = 0; i < 5; i++) clReleaseMemObject(mems[i]);
+        free(table); free(epos); free(qpos);
+        lazyattn_pool_destroy(pool);
+    }
     lazyattn_attention_destroy(attn);
 }
 
@@ -502,7 +529,7 @@ static void bench_decode(void) {
 
 static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]\n"
-    "                     [--only prefill|decode|prefill_a|prefill_b] [--prefill-queries T]\n"
+    "                     [--only prefill|decode|prefill_a|prefill_b|prefill_c] [--prefill-queries T]\n"
     "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]\n"
     "                     [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
@@ -537,7 +564,7 @@ int main(int argc, char **argv) {
         {.name = "--reps", .type = CLI_INT, .dest = &g_reps, .min = 20, .max = 256},
         {.name = "--decode-splits", .type = CLI_INT, .dest = &g_decode_splits, .min = 0, .max = 4096},
         {.name = "--no-checks", .type = CLI_FLAG, .dest = &skip_checks},
-        {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode|prefill_a|prefill_b"},
+        {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode|prefill_a|prefill_b|prefill_c"},
         {.name = "--prefill-queries", .type = CLI_INT, .dest = &g_prefill_queries, .min = 16, .max = 4096},
         {.name = "--decode-tile", .type = CLI_STRING, .dest = &decode_tile},
         {.name = "--prefill-tile", .type = CLI_STRING, .dest = &prefill_tile},
@@ -616,8 +643,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "the NVIDIA fast path failed to build (log above): not timing\n");
         return 1;
     }
-    /* only: -1 all, 0 prefill, 1 decode, 2 prefill (a), 3 prefill (b) */
-    if (only != 1) bench_prefill(only != 3, only != 2);
+    /* only: -1 all, 0 prefill, 1 decode, 2 prefill (a), 3 prefill (b), 4 prefill (c) */
+    if (only != 1) bench_prefill(only < 2 || only == 2, only < 2 || only == 3, only < 2 || only == 4);
     if (only == -1 || only == 1) bench_decode();
 
     if (g_csv) fprintf(g_csv, "name,ms,ms_zero,flops,bytes,read_gbs,mma_tflops\n");

@@ -209,6 +209,10 @@ BAD = [
     ("bench_kernels", ["--no-checks", "--no-checks"], USAGE, "--no-checks"),
     ("bench_kernels", ["--csv", "no/such/dir/x.csv"], FAILED, "no/such/dir/x.csv"),
     ("bench_kernels", ["--fast"], USAGE, "--fast"),
+    ("bench_kernels", ["--prefill-queries", "100"], USAGE, "multiple of the block size"),
+    ("bench_kernels", ["--prefill-queries", "8192"], USAGE, "--prefill-queries"),
+    ("bench_kernels", ["--prefill-queries", "0"], USAGE, "--prefill-queries"),
+    ("bench_kernels", ["--only", "prefill_d"], USAGE, "--only"),
     # programs without options
     ("quickstart", ["--verbose"], USAGE, "--verbose"),
     ("quickstart", ["extra"], USAGE, "extra"),
