@@ -165,8 +165,10 @@ int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options,
  * out of memory); *n_markers: markers deleted, *retargeted: 1 when the
  * target was changed. */
 char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted);
-/* A copy of the NUL-terminated ptx in which every ".entry" whose body holds
- * setmaxnreg has ".minnctapersm 1" before its body's "{" (unless it has one):
+/* A copy of the NUL-terminated ptx in which every kernel (a line ".entry
+ * NAME", maybe after blanks, ".visible", ".weak") whose body (from the next
+ * line opening with "{" to the next kernel) holds setmaxnreg has
+ * ".minnctapersm 1" on a line before that "{" (unless it has a .minnctapersm):
  * ptxas heeds setmaxnreg only with a register count fixed at entry, which
  * .reqntid alone does not always give (C7508). *n_added: entries given it.
  * NULL when out of memory; free() the result. */

@@ -51,9 +51,37 @@ static const char *lz_find(const char *s, size_t n, const char *needle) {
     return NULL;
 }
 
+/* The start of the line after the one at p, or end. */
+static const char *lz_next_line(const char *p, const char *end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    return nl ? nl + 1 : end;
+}
+
+/* The line at p past its blanks. */
+static const char *lz_skip_blanks(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t')) p++;
+    return p;
+}
+
+/* Whether the line at p declares a kernel: ".entry NAME", after blanks and
+ * any ".visible" / ".weak". */
+static int lz_is_entry_line(const char *p, const char *end) {
+    p = lz_skip_blanks(p, end);
+    for (int more = 1; more;) {
+        more = 0;
+        static const char *const linkage[] = {".visible ", ".weak "};
+        for (int i = 0; i < 2; i++) {
+            const size_t k = strlen(linkage[i]);
+            if ((size_t)(end - p) >= k && !memcmp(p, linkage[i], k)) p = lz_skip_blanks(p + k, end), more = 1;
+        }
+    }
+    return end - p >= 7 && !memcmp(p, ".entry ", 7);
+}
+
 char *lz_ptx_min_ctas(const char *ptx, int *n_added) {
     static const char dir[] = ".minnctapersm 1\n";
     const size_t len = strlen(ptx), dlen = sizeof dir - 1;
+    const char *const end = ptx + len;
     size_t n_entries = 0;
     for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 7, ".entry ")) n_entries++;
     char *out = malloc(len + n_entries * dlen + 1);
@@ -61,13 +89,25 @@ char *lz_ptx_min_ctas(const char *ptx, int *n_added) {
     *n_added = 0;
     char *w = out;
     const char *r = ptx; /* copied up to here */
-    for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 7, ".entry ")) {
-        const char *body = strstr(e, "\n{"); /* the body's "{", alone at a line's start */
-        if (!body) break;
-        body++;
-        const char *next = strstr(body, ".entry ");
-        const size_t body_len = (size_t)((next ? next : ptx + len) - body);
-        if (lz_find(body, body_len, "setmaxnreg") && !lz_find(e, (size_t)(body - e), ".minnctapersm")) {
+    const char *line = ptx;
+    while (line < end) {
+        if (!lz_is_entry_line(line, end)) {
+            line = lz_next_line(line, end);
+            continue;
+        }
+        /* the body: the first line opening with "{" before the next kernel */
+        const char *entry = line, *body = NULL;
+        for (line = lz_next_line(line, end); line < end && !lz_is_entry_line(line, end);
+             line = lz_next_line(line, end))
+            if (*lz_skip_blanks(line, end) == '{') {
+                body = line;
+                break;
+            }
+        if (!body) continue; /* a declaration without a body */
+        const char *next = lz_next_line(body, end); /* the next kernel's line, or the end */
+        while (next < end && !lz_is_entry_line(next, end)) next = lz_next_line(next, end);
+        if (lz_find(body, (size_t)(next - body), "setmaxnreg") &&
+            !lz_find(entry, (size_t)(body - entry), ".minnctapersm")) {
             memcpy(w, r, (size_t)(body - r));
             w += body - r;
             memcpy(w, dir, dlen);
@@ -75,6 +115,7 @@ char *lz_ptx_min_ctas(const char *ptx, int *n_added) {
             r = body;
             ++*n_added;
         }
+        line = next;
     }
     const size_t rest = len - (size_t)(r - ptx);
     memcpy(w, r, rest);

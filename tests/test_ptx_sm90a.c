@@ -72,6 +72,15 @@ static void test_min_ctas(void **state) {
                    ".visible .entry b()\n.minnctapersm 2\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}\n"
                    ".entry c()\n.minnctapersm 1\n{\nsetmaxnreg.dec.sync.aligned.u32 32;\n}",
                    2);
+    /* ".entry" in a comment or inside a body is no kernel; an indented "{" */
+    check_min_ctas("// .entry x\n.visible .entry a()\n  {\n\tcall .entry y;\nsetmaxnreg.dec.sync.aligned.u32 32;\n}\n"
+                   ".weak .entry b()\n{\nret;\n}\n",
+                   "// .entry x\n.visible .entry a()\n.minnctapersm 1\n  {\n\tcall .entry y;\n"
+                   "setmaxnreg.dec.sync.aligned.u32 32;\n}\n.weak .entry b()\n{\nret;\n}\n",
+                   1);
+    /* a declaration without a body before a kernel with one */
+    check_min_ctas(".entry a();\n.entry b()\n{\nsetmaxnreg.inc.sync.aligned.u32 160;\n}",
+                   ".entry a();\n.entry b()\n.minnctapersm 1\n{\nsetmaxnreg.inc.sync.aligned.u32 160;\n}", 1);
     /* no kernel, no body, no setmaxnreg: unchanged */
     check_min_ctas("", "", 0);
     check_min_ctas(".entry a(", ".entry a(", 0);
