@@ -29,7 +29,7 @@ for kernel in prefill_nv decode_nv; do
         done
     done
 done
-# the opt-in wgmma prefill (its instructions behind //@ markers until
+# the wgmma prefill (its instructions behind //@ markers until
 # lib/ptx_sm90a.c unmarks them on the GPU)
 for d in 64 128; do
     compile prefill_nv prefill_nv.d$d.wgmma //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1
@@ -42,7 +42,13 @@ for d in 64 128; do
     # ... and its timing-only diagnostics (no copies, no barrier, no wgmma)
     compile prefill_nv prefill_nv.d$d.wgmma_diag //@wgmma.commit_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVOV=1 -DLZ_NV_DIAG=7
-    # issue 11 step 4 (opt-in): the producer warp and its mbarrier rings; the exact rescale skip
+    # issue 11 steps 4-5 (the default on compute capability 9.x): the producer warpgroup, its
+    # mbarrier rings and setmaxnreg, at 8 and 4 consumer warps (the host's other choices) ...
+    for w in 8 4; do
+        compile prefill_nv prefill_nv.d$d.wgmma_producer_w$w cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
+            -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1
+    done
+    # ... and at 12 with the opt-in wide scores
     compile prefill_nv prefill_nv.d$d.wgmma_producer cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
         -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1
     grep -q "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma_producer.ptx" ||
@@ -51,7 +57,7 @@ for d in 64 128; do
     compile prefill_nv prefill_nv.d$d.wgmma_s //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVWG=0
 done
-# the producer warp's mbarrier protocol under random interleavings, on the host
+# the producer's mbarrier protocol (1, 2 or 4 copying warps) under random interleavings, on the host
 if command -v python3 >/dev/null 2>&1; then python3 tools/sim_prefill_producer.py; fi
 # the batched ragged prefill kernel is in the prefill program next to lz_prefill_nv
 for f in "$out"/prefill_nv.d*.b*.ptx; do
@@ -142,7 +148,7 @@ for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "
         awk '{print $2}' | tac)
 done
 # The wgmma prefill at d 64 (where clang's PTX needs no spills; at d 128 clang takes far more
-# registers than NVIDIA's compiler), default and the opt-in variants of issue 11 step 4, unmarked
+# registers than NVIDIA's compiler), without and with the producer and the variants of issue 11 steps 4-5, unmarked
 # and assembled for sm_90a: no serialized wgmma (ptxas C75xx), which a second wgmma pass or a
 # second wgmma shape in lz_nv_scores brought, or setmaxnreg ignored (C7508). Registers and spills
 # are printed, not judged: clang's PTX under the work-group's cap spills where NVIDIA's compiler
@@ -161,7 +167,7 @@ if [ -x "$ptxas" ]; then
 #define atomic_max(p, v) (*(p) = *(p) > (v) ? *(p) : (v))
 #define atomic_min(p, v) (*(p) = *(p) < (v) ? *(p) : (v))
 EOF2
-    for v in base "producer -DLZ_NV_PRODUCER=1" "pwarps2 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=2" "pwarps4 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=4" \
+    for v in base "producer -DLZ_NV_PRODUCER=1" "pwarps1 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=1" "pwarps2 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=2" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v

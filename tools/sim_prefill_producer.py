@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Replays the mbarrier protocol of the wgmma prefill's producer warp
+"""Replays the mbarrier protocol of the wgmma prefill's producer
 (cl/prefill_nv.cl, LZ_NV_PRODUCER: lz_nv_produce and the consumer loop of
 lz_prefill_nv_rows) under random interleavings, on the host.
 
-Actors: the producer warp, W consumer warps, and the copy engine, which lands
-the producer's cp.async copies in order at random later times and then makes
-their asynchronous mbarrier arrivals (cp.async.mbarrier.arrive.noinc). The
+Actors: the producer's copying warps (LZ_NV_PWARPS 1, 2 or 4: one doing all,
+or K + entries and V, or two of each with half of every tile's copies each),
+W consumer warps, and one copy engine per copying warp, which lands that
+warp's cp.async copies in order at random later times and then makes their
+asynchronous mbarrier arrivals (cp.async.mbarrier.arrive.noinc). The
 mbarriers follow PTX: a count of arrivals a phase, and a wait for the phase
 of a parity, which succeeds once that phase has completed (so a waiter must
 never be two phases behind, nor wait for a phase before the one before it
@@ -53,56 +55,66 @@ class MBarrier:
         return (self.completed & 1) != parity
 
 
-def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None):
+def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1):
     """bug: a deliberate error in the protocol, which the checks must catch
     (main's self-test): "meta" one meta slot too few, "release" the K slot
     given back before its scores are waited for, "vwait" V refilled without
-    waiting for its slot, "parity" the producer's empty-wait one phase off."""
+    waiting for its slot, "parity" the producer's empty-wait one phase off,
+    "count" a K full barrier counting one copying warp too few."""
+    kwarps = 1 if pwarps == 1 else pwarps // 2  # copying warps a role (LZ_NV_KWARPS)
     vs_slots = 2
     nmeta = ks_slots + (0 if bug == "meta" else 1)
-    kfull = [MBarrier(f"kfull{s}", 33) for s in range(ks_slots)]
+    kcount = 32 * (kwarps - (1 if bug == "count" else 0)) + 1
+    kfull = [MBarrier(f"kfull{s}", kcount) for s in range(ks_slots)]
     kempty = [MBarrier(f"kempty{s}", n_warps) for s in range(ks_slots)]
-    vfull = [MBarrier(f"vfull{s}", 32) for s in range(vs_slots)]
+    vfull = [MBarrier(f"vfull{s}", 32 * kwarps) for s in range(vs_slots)]
     vempty = [MBarrier(f"vempty{s}", n_warps) for s in range(vs_slots)]
     meta = [None] * nmeta  # item number written there
-    # per slot: the tile it holds (None: never written), copies in flight, open reads
-    kslot = [{"tile": None, "inflight": 0, "readers": 0} for _ in range(ks_slots)]
-    vslot = [{"tile": None, "inflight": 0, "readers": 0} for _ in range(vs_slots)]
-    engine = []  # FIFO of pending completions: (slot dict, tile, barrier or None, arrivals)
+    # per slot: the tile each copying warp's part holds (None: never written),
+    # copies in flight, open reads
+    kslot = [{"parts": [None] * kwarps, "inflight": 0, "readers": 0} for _ in range(ks_slots)]
+    vslot = [{"parts": [None] * kwarps, "inflight": 0, "readers": 0} for _ in range(vs_slots)]
+    engines = []  # per copying warp, FIFO of pending completions: (slot, part, tile) or ("arrive", barrier, n)
 
-    def issue_copy(slot, tile, what):
+    def issue_copy(eng, slot, part, tile, what):
         if slot["readers"]:
             raise Violation(f"copy of {what} tile {tile} issued into a slot a wgmma still reads")
         slot["inflight"] += 1
-        engine.append((slot, tile))
+        eng.append((slot, part, tile))
 
-    def producer():
+    def producer(role, t, eng):
+        """role 0 all, 1 K and the meta slots, 2 V; t: the warp among its role's"""
+        do_k, do_v = role != 2, role != 1
         tk, tv = (0 if n_tiles > 0 else None), None
         n = 0
         while True:
             ks = n % ks_slots
-            if n >= ks_slots:
-                phase = n // ks_slots - (2 if bug == "parity" else 1)
-                while not kempty[ks].ready(phase & 1, phase):
-                    yield
-            if tk is not None:
-                issue_copy(kslot[ks], tk, "K")
-            engine.append(("arrive", kfull[ks], 32))  # the 32 lanes' noinc arrivals
-            yield
-            meta[n % nmeta] = n  # lane 0: the entries (end marker when tk is None)
-            kfull[ks].arrive(1)
-            yield
-            if tv is not None:
+            if do_k:
+                if n >= ks_slots:
+                    phase = n // ks_slots - (2 if bug == "parity" else 1)
+                    while not kempty[ks].ready(phase & 1, phase):
+                        yield
+                if tk is not None:
+                    issue_copy(eng, kslot[ks], t, tk, "K")
+                eng.append(("arrive", kfull[ks], 32))  # the 32 lanes' noinc arrivals
+                yield
+                if t == 0:
+                    meta[n % nmeta] = n  # lane 0: the entries (end marker when tk is None)
+                    kfull[ks].arrive(1)
+                yield
+            if do_v and tv is not None:
                 vn = n - 1
                 vs = vn % vs_slots
                 if vn >= 2 and bug != "vwait":
                     phase = vn // 2 - 1
                     while not vempty[vs].ready(phase & 1, phase):
                         yield
-                issue_copy(vslot[vs], tv, "V")
-                engine.append(("arrive", vfull[vs], 32))
+                issue_copy(eng, vslot[vs], t, tv, "V")
+                eng.append(("arrive", vfull[vs], 32))
                 yield
             if tk is None:
+                while eng:  # cp.async.wait_all before the warp ends
+                    yield
                 return
             tv = tk
             tk = tk + 1 if tk + 1 < n_tiles else None
@@ -119,8 +131,9 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None):
     def open_read(slot, tile, what, who):
         if slot["inflight"]:
             raise Violation(f"{who}: wgmma reads {what} of tile {tile} while a copy into its slot is in flight")
-        if slot["tile"] != tile:
-            raise Violation(f"{who}: {what} slot holds tile {slot['tile']}, expected {tile}")
+        if any(p != tile for p in slot["parts"]):
+            raise Violation(f"{who}: {what} slot holds tiles {slot['parts']} (a part each copying warp), "
+                            f"expected {tile}")
         slot["readers"] += 1
 
     def consumer(w):
@@ -162,35 +175,33 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None):
             has = has_n
             j += 1
 
-    def copy_engine():
-        while True:
-            if not engine:
-                yield "idle"
-                continue
-            head = engine[0]
-            if head[0] == "arrive":
-                # an asynchronous arrival fires once every earlier copy has landed
-                engine.pop(0)
-                head[1].arrive(head[2])
-            else:
-                slot, tile = engine.pop(0)
-                slot["inflight"] -= 1
-                slot["tile"] = tile
-            yield "work"
+    def step_engine(eng):
+        head = eng.pop(0)
+        if head[0] == "arrive":
+            # an asynchronous arrival fires once every earlier copy of that warp has landed
+            head[1].arrive(head[2])
+        else:
+            slot, part, tile = head
+            slot["inflight"] -= 1
+            slot["parts"][part] = tile
 
-    actors = {"producer": producer()}
+    actors = {}
+    for pw in range(pwarps):
+        eng = []
+        engines.append(eng)
+        actors[f"producer warp {pw}"] = producer(0 if pwarps == 1 else 1 if pw < kwarps else 2, pw % kwarps, eng)
     for w in range(n_warps):
         actors[f"warp {w}"] = consumer(w)
-    eng = copy_engine()
     steps = 0
     while actors:
         steps += 1
-        if steps > 200000:
-            raise Violation("no end after 200000 steps: a deadlock (every actor waiting)")
+        if steps > 400000:
+            raise Violation("no end after 400000 steps: a deadlock (every actor waiting)")
         names = list(actors)
         pick = rng.random()
-        if pick < 0.3 and engine:
-            next(eng)
+        busy = [e for e in engines if e]
+        if pick < 0.3 and busy:
+            step_engine(rng.choice(busy))
             continue
         name = rng.choice(names)
         try:
@@ -202,18 +213,19 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None):
     for w in range(n_warps):
         if seen[w] != list(range(n_tiles)):
             raise Violation(f"warp {w} consumed tiles {seen[w]}, expected 0..{n_tiles - 1}")
-    if engine:
+    if any(engines):
         raise Violation("copies or arrivals still pending after every warp ended")
 
 
 def main(argv):
-    runs = int(argv[1]) if len(argv) > 1 else 40
+    runs = int(argv[1]) if len(argv) > 1 else 20
     # self-test: each deliberate error must be caught somewhere
-    for bug in ("meta", "release", "vwait", "parity"):
+    for bug in ("meta", "release", "vwait", "parity", "count"):
         caught = False
         for seed in range(200):
             try:
-                simulate(2 + seed % 2, 7, 1 + 3 * (seed % 3 == 0), random.Random(seed), bug)
+                simulate(2 + seed % 2, 7, 1 + 3 * (seed % 3 == 0), random.Random(seed), bug, None,
+                         4 if bug == "count" else (1, 2, 4)[seed % 3])
             except Violation:
                 caught = True
                 break
@@ -221,21 +233,22 @@ def main(argv):
             print(f"sim_prefill_producer: the deliberate error '{bug}' went unnoticed", file=sys.stderr)
             return 1
     cases, stats = 0, []
-    for ks_slots in (2, 3, 4):
-        for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
-            for n_warps in (1, 4, 12):
-                for seed in range(runs):
-                    rng = random.Random(seed * 7919 + ks_slots * 131 + n_tiles * 17 + n_warps)
-                    try:
-                        simulate(ks_slots, n_tiles, n_warps, rng, None, stats)
-                    except Violation as e:
-                        print(f"sim_prefill_producer: K slots {ks_slots}, {n_tiles} tiles, {n_warps} warps, "
-                              f"seed {seed}: {e}", file=sys.stderr)
-                        return 1
-                    cases += 1
-    print(f"sim_prefill_producer: {cases} interleavings ({sum(stats)} steps; K slots 2/3/4, 0-9 tiles, "
-          "1/4/12 consumer warps): no deadlock, no slot read while written or written while read, every "
-          "tile seen in order; 4 deliberate protocol errors caught")
+    for pwarps in (1, 2, 4):
+        for ks_slots in (2, 3, 4):
+            for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
+                for n_warps in (1, 4, 12):
+                    for seed in range(runs):
+                        rng = random.Random(seed * 7919 + ks_slots * 131 + n_tiles * 17 + n_warps + pwarps * 99991)
+                        try:
+                            simulate(ks_slots, n_tiles, n_warps, rng, None, stats, pwarps)
+                        except Violation as e:
+                            print(f"sim_prefill_producer: {pwarps} copying warps, K slots {ks_slots}, {n_tiles} "
+                                  f"tiles, {n_warps} warps, seed {seed}: {e}", file=sys.stderr)
+                            return 1
+                        cases += 1
+    print(f"sim_prefill_producer: {cases} interleavings ({sum(stats)} steps; 1/2/4 copying warps, K slots "
+          "2/3/4, 0-9 tiles, 1/4/12 consumer warps): no deadlock, no slot read while written or written while "
+          "read, every tile seen in order; 5 deliberate protocol errors caught")
     return 0
 
 
