@@ -116,7 +116,7 @@
 /* warps copying K (and V): all with one copying warp, else half each */
 #define LZ_NV_KWARPS (LZ_NV_PWARPS == 1 ? 1 : LZ_NV_PWARPS / 2)
 /* Work-items of a work-group: the consumer warps, and the producer's
- * warpgroup (warp LZ_NV_WARPS copies, its three siblings end at once).
+ * warpgroup (its first LZ_NV_PWARPS warps copy, the others end at once).
  * A whole warpgroup, because registers go to an SM's four schedulers a
  * warp at a time: with one producer warp beside 12 consumers one scheduler
  * holds 4 warps and every warp got 128 registers (measured on the H200:
@@ -125,7 +125,10 @@
  * moves registers from the producer (LZ_NV_PREGS) to the consumers
  * (LZ_NV_CREGS) within each scheduler's 512 a thread-slot: 12 consumer
  * warps 160 (+ 32) from a launch cap of 128; 8 consumer warps 232 (+ 40)
- * from 168; 4 consumer warps keep their launch cap (256). */
+ * from 168; 4 consumer warps keep their launch cap (255). The budgets
+ * hold only with a register count at entry equal to the launch cap, which
+ * ".minnctapersm 1" gives (lib/ptx_sm90a.c); setmaxnreg.inc waits for
+ * registers the pool does not have. */
 #define LZ_NV_WG_THREADS (LZ_NV_THREADS + 128 * LZ_NV_PRODUCER)
 #if LZ_NV_PRODUCER && LZ_NV_WARPS == 12
 #define LZ_NV_CREGS 160
@@ -420,10 +423,11 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
 
 #if LZ_NV_PRODUCER
 /* The mbarriers of the rings at shared address bars (LZ_NV_MBARS of 8 bytes):
- * full / empty of K slot s and of V slot s. Full of K: the producer's 32
- * asynchronous arrivals (its copies landed) and one plain arrival of lane 0
- * (the meta slot written); full of V: the 32 asynchronous ones; empty: one
- * arrival of each consumer warp. */
+ * full / empty of K slot s and of V slot s. Full of K: the asynchronous
+ * arrivals of the 32 LZ_NV_KWARPS lanes that copy K (their copies landed)
+ * and one plain arrival of the first of them (the meta slot written); full
+ * of V: the asynchronous ones of the lanes that copy V; empty: one arrival
+ * of each consumer warp. */
 #define LZ_NV_KFULL(bars, s) ((bars) + 8u * (uint)(s))
 #define LZ_NV_KEMPTY(bars, s) ((bars) + 8u * (uint)(LZ_NV_KSLOTS + (s)))
 #define LZ_NV_VFULL(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + (s)))
@@ -490,7 +494,7 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             ek[k] = tk < n_tiles ? lz_nv_get_entry(table, entry_pos, tk * LZ_NV_EPT + k, n_entries, n_blocks)
                                  : none;
         }
-        if (do_k && tk < n_tiles && !(LZ_NV_DIAG & 8 && n >= LZ_NV_KSLOTS))
+        if (do_k && tk < n_tiles && !((LZ_NV_DIAG & 8) && n >= LZ_NV_KSLOTS))
             lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, 1, t);
         if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
         if (do_k && t == 0) {
@@ -502,7 +506,7 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
         if (do_v && tv < n_tiles) {
             const int vn = n - 1, vs = vn & 1;
             if (vn >= 2) lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / 2 - 1) & 1);
-            if (!(LZ_NV_DIAG & 8 && vn >= 2))
+            if (!((LZ_NV_DIAG & 8) && vn >= 2))
                 lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, 0, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
         }

@@ -26,8 +26,9 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments);
  * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build);
  * the wgmma prefill has a producer warpgroup that feeds the others through
- * mbarrier rings (cl/prefill_nv.cl, LZ_NV_PRODUCER; LAZYATTN_NV_PRODUCER=0
- * turns it off). */
+ * mbarrier rings (cl/prefill_nv.cl, LZ_NV_PRODUCER; LAZYATTN_NV_PRODUCER=0,
+ * exactly "0", turns it off, as do LAZYATTN_NV_DEFINES naming LZ_NV_PVOV or
+ * LZ_NV_PVWG, experiments of the kernel without it). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
 
@@ -175,7 +176,11 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
      * slots of kt keys (f16) under 48 KB, its registers going to 4, 8 or 12
      * consumer warps (cl/prefill_nv.cl) */
     env = getenv("LAZYATTN_NV_PRODUCER");
-    t->producer = wgmma && !(env && !strcmp(env, "0")) && (size_t)10 * t->kt * D <= 48640 &&
+    /* the experiments of LAZYATTN_NV_DEFINES that the producer cannot carry
+     * (cl/prefill_nv.cl: #error) are of the kernel without it */
+    const char *defines = getenv("LAZYATTN_NV_DEFINES");
+    const int other_kernel = defines && (strstr(defines, "LZ_NV_PVOV") || strstr(defines, "LZ_NV_PVWG"));
+    t->producer = wgmma && !(env && !strcmp(env, "0")) && !other_kernel && (size_t)10 * t->kt * D <= 48640 &&
                   t->warps % 4 == 0 && t->warps <= 12;
 }
 
