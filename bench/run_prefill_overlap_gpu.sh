@@ -22,6 +22,8 @@ out=${1:-${OUT:-/tmp/lazyattn-out}}
 csv=/tmp/po-csv
 BUDGET_S=${BUDGET_S:-150}
 . bench/prefill_call.sh
+# these variants change the kernel without the producer (the default since issue 11 step 5)
+export LAZYATTN_NV_PRODUCER=0
 PVOV="-DLZ_NV_PVOV=1"
 export LAZYATTN_NV_DEFINES="$PVOV"
 BATCHED=1 tests pvov

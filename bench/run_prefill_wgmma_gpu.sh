@@ -14,6 +14,8 @@
 # 32,12,0) is the geometry of the last, timing-only run.
 #   usage: [NV_PREFILL=..] [EXPLORE=..] sh bench/run_prefill_wgmma_gpu.sh [OUTDIR]
 set -u
+# the wgmma kernel of issue 11 steps 1-2, without the producer (the default since step 5)
+export LAZYATTN_NV_PRODUCER=0
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 mkdir -p "$out" /tmp/pw-csv
 csv=/tmp/pw-csv  # at most 8 files come back from $OUT: the CSVs are printed instead

@@ -11,6 +11,7 @@ C program); decode effective bandwidth = K and V bytes / time.
 """
 import argparse
 import csv
+import re
 import statistics
 
 import torch
@@ -46,7 +47,9 @@ def rnd(*shape):
     return torch.empty(*shape, device="cuda", dtype=torch.float16).uniform_(-1, 1)
 
 
-def peers(reps):
+def peers(reps, names=()):
+    """names: the rows of our CSV; a prefill (a) row with another T than 4096
+    (bench_kernels --prefill-queries T) gets its own peer."""
     out = {}
     # prefill (b): B = 2, S = 8192, causal
     q, k, v = rnd(2, H, 8192, D), rnd(2, KV, 8192, D), rnd(2, KV, 8192, D)
@@ -54,11 +57,13 @@ def peers(reps):
     del q, k, v
     # prefill (a): 4096 queries over 8192 cached + 4096 new keys, causal in the new ones
     # (a boolean mask: SDPA's is_causal aligns top-left when q_len != kv_len)
-    T, C = 4096, 8192
-    q, k, v = rnd(1, H, T, D), rnd(1, KV, C + T, D), rnd(1, KV, C + T, D)
-    mask = torch.arange(C + T, device="cuda")[None, :] <= (C + torch.arange(T, device="cuda"))[:, None]
-    out["prefill_a_4096_over_4x2048"] = time_ms(lambda: sdpa(q, k, v, attn_mask=mask), reps)
-    del q, k, v, mask
+    C = 8192
+    ts = {4096} | {int(m.group(1)) for m in (re.fullmatch(r"prefill_a_(\d+)_over_4x2048", n) for n in names) if m}
+    for T in sorted(ts):
+        q, k, v = rnd(1, H, T, D), rnd(1, KV, C + T, D), rnd(1, KV, C + T, D)
+        mask = torch.arange(C + T, device="cuda")[None, :] <= (C + torch.arange(T, device="cuda"))[:, None]
+        out["prefill_a_%d_over_4x2048" % T] = time_ms(lambda: sdpa(q, k, v, attn_mask=mask), reps)
+        del q, k, v, mask
     # prefill (c): B = 1, S = 16384, not causal (every query sees every key)
     q, k, v = rnd(1, H, 16384, D), rnd(1, KV, 16384, D), rnd(1, KV, 16384, D)
     out["prefill_c_1x16384"] = time_ms(lambda: sdpa(q, k, v), reps)
@@ -82,8 +87,8 @@ def main():
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     print("torch", torch.__version__, torch.cuda.get_device_name())
-    peer = peers(max(a.reps, 20))
     rows = list(csv.DictReader(open(a.ours)))
+    peer = peers(max(a.reps, 20), [r["name"] for r in rows])
     print()
     print("%-28s %9s %9s %9s %9s %8s %7s %8s %7s" % ("shape", "ours ms", "peer ms", "ours", "peer",
                                                       "unit", "ratio", "target", "rot.ovh"))

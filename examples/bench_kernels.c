@@ -572,6 +572,10 @@ int main(int argc, char **argv) {
     int r = cli_parse("bench_kernels", usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc,
                       argv);
     if (r) return r == CLI_HELP ? 0 : 2;
+    if (g_prefill_queries != 4096 && (only == 1 || only == 3 || only == 4)) {
+        fprintf(stderr, "bench_kernels: --prefill-queries sets prefill (a), which --only leaves out\n");
+        return 2;
+    }
     if (g_prefill_queries % BS) {
         fprintf(stderr, "bench_kernels: --prefill-queries: %d is not a multiple of the block size %d\n",
                 g_prefill_queries, BS);

@@ -213,6 +213,7 @@ BAD = [
     ("bench_kernels", ["--prefill-queries", "8192"], USAGE, "--prefill-queries"),
     ("bench_kernels", ["--prefill-queries", "0"], USAGE, "--prefill-queries"),
     ("bench_kernels", ["--only", "prefill_d"], USAGE, "--only"),
+    ("bench_kernels", ["--only", "prefill_b", "--prefill-queries", "480"], USAGE, "--prefill-queries"),
     # programs without options
     ("quickstart", ["--verbose"], USAGE, "--verbose"),
     ("quickstart", ["extra"], USAGE, "extra"),
