@@ -98,11 +98,11 @@ typedef struct lz_source {
  * sources with these options, building it once per (context, sources,
  * options). The cache owns the program; do not release it. The build log
  * goes to the log callback. */
+int lz_program_get(lazyattn_context *ctx, const char *const *source_names, int n_sources,
+                   const char *options, cl_program *out);
 /* The build log of program, whole, in pieces of 480 characters at level
  * (labelled with key). */
 void lz_log_build(lazyattn_context *ctx, cl_program program, lazyattn_log_level level, const char *key);
-int lz_program_get(lazyattn_context *ctx, const char *const *source_names, int n_sources,
-                   const char *options, cl_program *out);
 void lz_program_cache_clear(lazyattn_context *ctx);
 /* Looks an embedded source up by name; NULL if absent. */
 const char *lz_source_text(const char *name);
