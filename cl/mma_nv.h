@@ -316,6 +316,12 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
 #define LZ_NV_WG_FENCE() asm volatile("//@wgmma.fence.sync.aligned;" ::: "memory")
 #define LZ_NV_WG_COMMIT() asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory")
 #define LZ_NV_WG_WAIT() asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory")
+/* ... all but the last committed group (the one committed before it done) */
+#define LZ_NV_WG_WAIT1() asm volatile("//@wgmma.wait_group.sync.aligned 1;" ::: "memory")
+/* Named barrier id (1..15; 0 is barrier()) of n work-items (a multiple of
+ * 32): wait there / arrive without waiting (sm_70). */
+#define LZ_NV_BAR_SYNC(id, n) asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory")
+#define LZ_NV_BAR_ARRIVE(id, n) asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory")
 /* After LZ_NV_WG_WAIT: ties an accumulator tile so that no use of it is
  * moved above the wait. */
 #define LZ_NV_WG_TIE(s) asm volatile("" : "+f"((s)[0]), "+f"((s)[1]), "+f"((s)[2]), "+f"((s)[3]))

@@ -130,6 +130,20 @@
  * ".minnctapersm 1" gives (lib/ptx_sm90a.c); setmaxnreg.inc waits for
  * registers the pool does not have. */
 #define LZ_NV_WG_THREADS (LZ_NV_THREADS + 128 * LZ_NV_PRODUCER)
+/* 1 (with the producer, 8 or 12 consumer warps; issue 11 step 6, opt-in,
+ * not yet run on a GPU): FlashAttention-3's ping-pong. The consumer
+ * warpgroups take turns at the tensor cores: in its turn a warpgroup issues
+ * the scores of tile j + 1 and O += P V of tile j back to back, then hands
+ * the turn on (named barriers) and does the softmax of tile j + 1 while the
+ * next warpgroup's products run. The probabilities stay f32 until P V of
+ * tile j is waited for (its A operand), O is rescaled in the next turn. */
+#ifndef LZ_NV_PINGPONG
+#define LZ_NV_PINGPONG 0
+#endif
+#if LZ_NV_PINGPONG && !(LZ_NV_PRODUCER && (LZ_NV_WARPS == 8 || LZ_NV_WARPS == 12))
+#undef LZ_NV_PINGPONG
+#define LZ_NV_PINGPONG 0
+#endif
 #if LZ_NV_PRODUCER && LZ_NV_WARPS == 12
 #define LZ_NV_CREGS 160
 #define LZ_NV_PREGS 32
@@ -633,6 +647,77 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     lz_nv_scores_wait(sc, o);
     LZ_NV_WARP_SYNC(); /* every lane's reads (meta, ldmatrix) before lane 0 gives the slot back */
     if (has && lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, 0));
+#if LZ_NV_PINGPONG
+    /* the turns: warpgroup wg waits at named barrier 1 + wg and hands on to
+     * the next one's; the last warpgroup opens the first turn (and does not
+     * hand on after the last round, which nobody would take) */
+    const int nwg = LZ_NV_WARPS / 4, wg = warp / 4;
+    const uint my_turn = 1 + (uint)wg, next_turn = 1 + (uint)((wg + 1) % nwg);
+    if (has && wg == nwg - 1) LZ_NV_BAR_ARRIVE(1u, 256u);
+    /* tile 0's probabilities: P(0) packed, its factor on O (0 so far) kept */
+    float al0 = 1.0f, al1 = 1.0f;
+    uint pa[LZ_NV_KT / 16][4];
+    if (has) {
+        if (!full) lz_nv_mask(sc, meta[0], qp0, qp1, t4);
+        LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
+        LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
+        LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
+        al0 = a0, al1 = a1;
+    }
+    for (int j = 0; has; j++) {
+        const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j & 1;
+        lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
+        __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
+        const int has_n = mn[0].w >= 0;
+        int full_n = 1;
+        /* O (no product in flight) rescaled for P(j) before the turn: a
+         * write to an accumulator between a wgmma and its wait makes ptxas
+         * serialize them all (C7515) */
+        LZ_NV_RESCALE(o, al0, al1);
+        LZ_NV_BAR_SYNC(my_turn, 256u);
+        /* the turn: the scores of tile j + 1 (into sc, free since P(j) is
+         * packed), then O += P(j) V. Also after the last tile (the end
+         * marker's slot, which no copy writes any more; entries of length 0,
+         * so no rotation; the scores unused): with the scores' wgmma only on
+         * some paths, ptxas could not tell the group left by wait_group 1
+         * and serialized every wgmma (C7515) */
+        LZ_NV_PROXY_FENCE();
+        full_n = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0,
+                              qrow1, lane, rope_style, rot_dim, freq);
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / 2) & 1);
+        LZ_NV_PROXY_FENCE();
+        const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
+        LZ_NV_WG_FENCE();
+#pragma unroll
+        for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
+            if (!(LZ_NV_DIAG & 4))
+                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
+        LZ_NV_WG_COMMIT();
+        if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
+        /* the scores of tile j + 1 done (P V of tile j may still run) */
+        LZ_NV_WG_WAIT1();
+#pragma unroll
+        for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
+        LZ_NV_WARP_SYNC();
+        if (has_n && lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, ks));
+        if (has_n) {
+            if (!full_n) lz_nv_mask(sc, mn, qp0, qp1, t4);
+            LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
+            LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
+            al0 = a0, al1 = a1;
+        }
+        /* P V of tile j done: its V slot back, and P(j + 1) packed */
+        LZ_NV_WG_WAIT();
+#pragma unroll
+        for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
+#pragma unroll
+        for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
+        LZ_NV_WARP_SYNC();
+        if (lane == 0) lz_nv_mbar_arrive(LZ_NV_VEMPTY(bars, vs));
+        if (has_n) LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
+        has = has_n;
+    }
+#else
     for (int j = 0; has; j++) {
         const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j & 1;
         lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
@@ -670,6 +755,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         full = full_n;
         has = has_n;
     }
+#endif /* LZ_NV_PINGPONG */
 #else
     long ksrc[LZ_NV_CPT], vsrc[LZ_NV_CPT];
     int4 kmeta = (int4)(0, 0, 0, 0);

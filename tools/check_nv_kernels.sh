@@ -48,6 +48,11 @@ for d in 64 128; do
         compile prefill_nv prefill_nv.d$d.wgmma_producer_w$w cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
             -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1
     done
+    # ... with FA3's ping-pong of the consumer warpgroups (opt-in), at 12 and 8 ...
+    for w in 12 8; do
+        compile prefill_nv prefill_nv.d$d.wgmma_pingpong_w$w bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+            -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=1
+    done
     # ... and at 12 with the opt-in wide scores
     compile prefill_nv prefill_nv.d$d.wgmma_producer cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
         -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1
@@ -168,6 +173,7 @@ if [ -x "$ptxas" ]; then
 #define atomic_min(p, v) (*(p) = *(p) < (v) ? *(p) : (v))
 EOF2
     for v in base "producer -DLZ_NV_PRODUCER=1" "pwarps1 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=1" "pwarps2 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=2" \
+        "pingpong -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=1" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v

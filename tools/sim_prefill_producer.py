@@ -55,12 +55,30 @@ class MBarrier:
         return (self.completed & 1) != parity
 
 
-def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1):
+class NamedBarrier:
+    """bar.sync / bar.arrive of `count` warps a phase (the turns of LZ_NV_PINGPONG)."""
+
+    def __init__(self, name, count):
+        self.name, self.count, self.arrived, self.completed = name, count, 0, 0
+
+    def arrive(self):
+        """One warp's arrival; returns the phase it joined."""
+        phase = self.completed
+        self.arrived += 1
+        if self.arrived == self.count:
+            self.arrived, self.completed = 0, self.completed + 1
+        return phase
+
+
+def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pingpong=False):
     """bug: a deliberate error in the protocol, which the checks must catch
     (main's self-test): "meta" one meta slot too few, "release" the K slot
     given back before its scores are waited for, "vwait" V refilled without
     waiting for its slot, "parity" the producer's empty-wait one phase off,
-    "count" a K full barrier counting one copying warp too few."""
+    "count" a K full barrier counting one copying warp too few, "turn" the
+    last warpgroup handing on the turn after the last round (pingpong).
+    pingpong: the consumers of LZ_NV_PINGPONG (warpgroups of 4 warps taking
+    turns through named barriers of 8 warps)."""
     kwarps = 1 if pwarps == 1 else pwarps // 2  # copying warps a role (LZ_NV_KWARPS)
     vs_slots = 2
     nmeta = ks_slots + (0 if bug == "meta" else 1)
@@ -175,6 +193,58 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1):
             has = has_n
             j += 1
 
+    nwg = n_warps // 4
+    turns = [NamedBarrier(f"turn{g}", 8) for g in range(nwg)] if pingpong else []
+
+    def consumer_pingpong(w):
+        who, wg = f"warp {w}", w // 4
+        while not kfull[0].ready(0, 0):
+            yield
+        has = read_meta(0, 0, who)
+        if has:
+            open_read(kslot[0], 0, "K", who)
+        yield  # the scores' wgmma in flight
+        if has:
+            kslot[0]["readers"] -= 1
+            kempty[0].arrive()
+            read_meta(0, 0, who)  # the mask of tile 0
+            if wg == nwg - 1:
+                turns[0].arrive()  # the first turn opened
+        j = 0
+        while has:
+            n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
+            phase = n1 // ks_slots
+            while not kfull[ks].ready(phase & 1, phase):
+                yield
+            has_n = read_meta(n1 % nmeta, n1, who)
+            joined = turns[wg].arrive()
+            while turns[wg].completed <= joined:
+                yield
+            # the scores of j + 1; after the last tile of the end marker's slot (stale, unused)
+            if has_n:
+                open_read(kslot[ks], n1, "K", who)
+            else:
+                if kslot[ks]["inflight"]:
+                    raise Violation(f"{who}: the end marker's K slot read while a copy into it is in flight")
+                kslot[ks]["readers"] += 1
+            phase = j // 2
+            while not vfull[vs].ready(phase & 1, phase):
+                yield
+            open_read(vslot[vs], j, "V", who)
+            seen[w].append(j)
+            if has_n or wg != nwg - 1 or bug == "turn":
+                turns[(wg + 1) % nwg].arrive()
+            yield  # both products in flight
+            kslot[ks]["readers"] -= 1  # wait_group 1: the scores done
+            if has_n:
+                kempty[ks].arrive()
+                read_meta(n1 % nmeta, n1, who)  # the mask of tile j + 1
+            yield  # P V in flight
+            vslot[vs]["readers"] -= 1
+            vempty[vs].arrive()
+            has = has_n
+            j += 1
+
     def step_engine(eng):
         head = eng.pop(0)
         if head[0] == "arrive":
@@ -191,7 +261,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1):
         engines.append(eng)
         actors[f"producer warp {pw}"] = producer(0 if pwarps == 1 else 1 if pw < kwarps else 2, pw % kwarps, eng)
     for w in range(n_warps):
-        actors[f"warp {w}"] = consumer(w)
+        actors[f"warp {w}"] = consumer_pingpong(w) if pingpong else consumer(w)
     steps = 0
     while actors:
         steps += 1
@@ -215,17 +285,23 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1):
             raise Violation(f"warp {w} consumed tiles {seen[w]}, expected 0..{n_tiles - 1}")
     if any(engines):
         raise Violation("copies or arrivals still pending after every warp ended")
+    for t in turns:
+        if t.arrived:
+            raise Violation(f"{t.name}: {t.arrived} warps arrived that no warp waits for")
 
 
 def main(argv):
     runs = int(argv[1]) if len(argv) > 1 else 20
     # self-test: each deliberate error must be caught somewhere
-    for bug in ("meta", "release", "vwait", "parity", "count"):
+    for bug in ("meta", "release", "vwait", "parity", "count", "turn"):
         caught = False
         for seed in range(200):
             try:
-                simulate(2 + seed % 2, 7, 1 + 3 * (seed % 3 == 0), random.Random(seed), bug, None,
-                         4 if bug == "count" else (1, 2, 4)[seed % 3])
+                if bug == "turn":
+                    simulate(3, 1 + seed % 5, 8 + 4 * (seed % 2), random.Random(seed), bug, None, 4, True)
+                else:
+                    simulate(2 + seed % 2, 7, 1 + 3 * (seed % 3 == 0), random.Random(seed), bug, None,
+                             4 if bug == "count" else (1, 2, 4)[seed % 3])
             except Violation:
                 caught = True
                 break
@@ -246,9 +322,23 @@ def main(argv):
                                   f"tiles, {n_warps} warps, seed {seed}: {e}", file=sys.stderr)
                             return 1
                         cases += 1
+    # the ping-pong consumers (LZ_NV_PINGPONG): 2 or 3 warpgroups taking turns
+    for ks_slots in (2, 3, 4):
+        for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
+            for n_warps in (8, 12):
+                for seed in range(runs):
+                    rng = random.Random(seed * 104729 + ks_slots * 131 + n_tiles * 17 + n_warps)
+                    try:
+                        simulate(ks_slots, n_tiles, n_warps, rng, None, stats, 4, True)
+                    except Violation as e:
+                        print(f"sim_prefill_producer: ping-pong, K slots {ks_slots}, {n_tiles} tiles, "
+                              f"{n_warps} warps, seed {seed}: {e}", file=sys.stderr)
+                        return 1
+                    cases += 1
     print(f"sim_prefill_producer: {cases} interleavings ({sum(stats)} steps; 1/2/4 copying warps, K slots "
-          "2/3/4, 0-9 tiles, 1/4/12 consumer warps): no deadlock, no slot read while written or written while "
-          "read, every tile seen in order; 5 deliberate protocol errors caught")
+          "2/3/4, 0-9 tiles, 1/4/12 consumer warps, and 8/12 taking turns): no deadlock, no slot read while "
+          "written or written while read, every tile seen in order, no turn left open; 6 deliberate protocol "
+          "errors caught")
     return 0
 
 
