@@ -175,6 +175,13 @@
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
+/* whether the producer copies item n of a ring whose first `first` items it
+ * always copies (bit 8) */
+#if LZ_NV_DIAG & 8
+#define LZ_NV_PCOPY(n, first) ((n) < (first))
+#else
+#define LZ_NV_PCOPY(n, first) 1
+#endif
 
 #if LZ_NV_WGMMA
 #define LZ_NV_CROW(i) (((i) & 7) + (((i) / (8 * LZ_NV_CPR)) << 3))
@@ -508,7 +515,7 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             ek[k] = tk < n_tiles ? lz_nv_get_entry(table, entry_pos, tk * LZ_NV_EPT + k, n_entries, n_blocks)
                                  : none;
         }
-        if (do_k && tk < n_tiles && !((LZ_NV_DIAG & 8) && n >= LZ_NV_KSLOTS))
+        if (do_k && tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS))
             lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, 1, t);
         if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
         if (do_k && t == 0) {
@@ -520,7 +527,7 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
         if (do_v && tv < n_tiles) {
             const int vn = n - 1, vs = vn & 1;
             if (vn >= 2) lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / 2 - 1) & 1);
-            if (!((LZ_NV_DIAG & 8) && vn >= 2))
+            if (LZ_NV_PCOPY(vn, 2))
                 lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, 0, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
         }

@@ -9,12 +9,13 @@ cd "$(dirname "$0")/.."
 out=${1:-build/nv-ptx}
 mkdir -p "$out"
 # compile KERNEL NAME PATTERN DEFINES...: cl/KERNEL.cl (with its headers)
-# to $out/NAME.ptx, which must contain PATTERN
+# to $out/NAME.ptx, which must contain PATTERN (DEFINES may override the
+# defaults here, LZ_NV_WARPS for one)
 compile() {
     kernel=$1 name=$2 pattern=$3
     shift 3
     clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
-        -Wno-pass-failed -Dasm=__asm__ -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_NV_KT=32 \
+        -Wno-pass-failed -Wno-macro-redefined -Dasm=__asm__ -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_NV_KT=32 \
         -DLZ_NV_WARPS=8 "$@" -O2 -S -o "$out/$name.ptx" "$out/$kernel.cl"
     n=$(grep -c "$pattern" "$out/$name.ptx" || true)
     [ "$n" -gt 0 ] || { echo "$name: no $pattern in the PTX" >&2; exit 1; }
