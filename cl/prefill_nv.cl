@@ -415,6 +415,23 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
     }
 }
 
+#if LZ_NV_PVWG
+/* O += P V over the LZ_NV_KT keys of the V tile at shared address vb: KT / 16
+ * asynchronous wgmma m64nDk16 (A = P from registers, this lane's fragments
+ * pa), one commit group that the caller waits for (without them with the
+ * LZ_NV_DIAG 4 diagnostic). A macro: as a function, clang moved the row
+ * sums of the softmax across its fences. */
+#define LZ_NV_PV_ISSUE(o, pa, vb)                                                            \
+    do {                                                                                     \
+        LZ_NV_WG_FENCE();                                                                    \
+        _Pragma("unroll")                                                                    \
+        for (int kk_ = 0; kk_ < LZ_NV_KT / 16; kk_++)                                        \
+            if (!(LZ_NV_DIAG & 4))                                                           \
+                LZ_NV_WGMMA_PV(o, pa[kk_], lz_nv_wg_vdesc((vb) + (uint)kk_ * (2 * LZ_NV_CPR * 128))); \
+        LZ_NV_WG_COMMIT();                                                                   \
+    } while (0)
+#endif
+
 /* The scores of lz_nv_scores are ready to read (wgmma: wait for them),
  * and the accumulators o of the P V wgmma issued before them. */
 __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT / 8][4],
@@ -694,12 +711,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / 2) & 1);
         LZ_NV_PROXY_FENCE();
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
-        LZ_NV_WG_FENCE();
-#pragma unroll
-        for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-            if (!(LZ_NV_DIAG & 4))
-                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
-        LZ_NV_WG_COMMIT();
+        LZ_NV_PV_ISSUE(o, pa, vb);
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
         /* the scores of tile j + 1 done (P V of tile j may still run) */
         LZ_NV_WG_WAIT1();
@@ -743,12 +755,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / 2) & 1);
         LZ_NV_PROXY_FENCE();
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
-        LZ_NV_WG_FENCE();
-#pragma unroll
-        for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-            if (!(LZ_NV_DIAG & 4))
-                LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
-        LZ_NV_WG_COMMIT();
+        LZ_NV_PV_ISSUE(o, pa, vb);
         lz_nv_scores_wait(sn, o);
         LZ_NV_WARP_SYNC();
         if (lane == 0) {
@@ -853,12 +860,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             }
             LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
             LZ_NV_RESCALE(o, al0, al1);
-            LZ_NV_WG_FENCE();
-#pragma unroll
-            for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-                if (!(LZ_NV_DIAG & 4))
-                    LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
-            LZ_NV_WG_COMMIT();
+            LZ_NV_PV_ISSUE(o, pa, vb);
         }
 #elif LZ_NV_PVWG
         {
@@ -866,12 +868,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
              * registers), waited for with the scores of t_j+1 below */
             uint pa[LZ_NV_KT / 16][4];
             LZ_NV_SOFTMAX_P(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, pa);
-            LZ_NV_WG_FENCE();
-#pragma unroll
-            for (int kk = 0; kk < LZ_NV_KT / 16; kk++)
-                if (!(LZ_NV_DIAG & 4))
-                    LZ_NV_WGMMA_PV(o, pa[kk], lz_nv_wg_vdesc(vb + (uint)kk * (2 * LZ_NV_CPR * 128)));
-            LZ_NV_WG_COMMIT();
+            LZ_NV_PV_ISSUE(o, pa, vb);
         }
 #else
         LZ_NV_SOFTMAX_PV(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, vb, lane);
