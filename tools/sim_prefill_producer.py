@@ -70,6 +70,12 @@ class NamedBarrier:
         return phase
 
 
+def wait_phase(bar, phase):
+    """An mbarrier.try_wait.parity loop for that phase (a step each failed try)."""
+    while not bar.ready(phase & 1, phase):
+        yield
+
+
 def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pingpong=False):
     """bug: a deliberate error in the protocol, which the checks must catch
     (main's self-test): "meta" one meta slot too few, "release" the K slot
@@ -109,9 +115,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
             ks = n % ks_slots
             if do_k:
                 if n >= ks_slots:
-                    phase = n // ks_slots - (2 if bug == "parity" else 1)
-                    while not kempty[ks].ready(phase & 1, phase):
-                        yield
+                    yield from wait_phase(kempty[ks], n // ks_slots - (2 if bug == "parity" else 1))
                 if tk is not None:
                     issue_copy(eng, kslot[ks], t, tk, "K")
                 eng.append(("arrive", kfull[ks], 32))  # the 32 lanes' noinc arrivals
@@ -124,9 +128,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                 vn = n - 1
                 vs = vn % vs_slots
                 if vn >= 2 and bug != "vwait":
-                    phase = vn // 2 - 1
-                    while not vempty[vs].ready(phase & 1, phase):
-                        yield
+                    yield from wait_phase(vempty[vs], vn // 2 - 1)
                 issue_copy(eng, vslot[vs], t, tv, "V")
                 eng.append(("arrive", vfull[vs], 32))
                 yield
@@ -154,10 +156,10 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                             f"expected {tile}")
         slot["readers"] += 1
 
-    def consumer(w):
-        who = f"warp {w}"
-        while not kfull[0].ready(0, 0):
-            yield
+    def first_scores(who):
+        """Both consumers' start: the scores of item 0, its K slot given back;
+        returns whether item 0 is a tile."""
+        yield from wait_phase(kfull[0], 0)
         has = read_meta(0, 0, who)
         if has:
             open_read(kslot[0], 0, "K", who)
@@ -165,12 +167,15 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
         if has:
             kslot[0]["readers"] -= 1
             kempty[0].arrive()
+        return has
+
+    def consumer(w):
+        who = f"warp {w}"
+        has = yield from first_scores(who)
         j = 0
         while has:
             n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
-            phase = n1 // ks_slots
-            while not kfull[ks].ready(phase & 1, phase):
-                yield
+            yield from wait_phase(kfull[ks], n1 // ks_slots)
             has_n = read_meta(n1 % nmeta, n1, who)
             if has_n:
                 open_read(kslot[ks], n1, "K", who)
@@ -178,9 +183,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                     kempty[ks].arrive()
             yield
             read_meta(j % nmeta, j, who)  # the mask of tile j
-            phase = j // 2
-            while not vfull[vs].ready(phase & 1, phase):
-                yield
+            yield from wait_phase(vfull[vs], j // 2)
             open_read(vslot[vs], j, "V", who)
             seen[w].append(j)
             yield  # P V (and the scores of j + 1) in flight
@@ -198,24 +201,15 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
 
     def consumer_pingpong(w):
         who, wg = f"warp {w}", w // 4
-        while not kfull[0].ready(0, 0):
-            yield
-        has = read_meta(0, 0, who)
+        has = yield from first_scores(who)
         if has:
-            open_read(kslot[0], 0, "K", who)
-        yield  # the scores' wgmma in flight
-        if has:
-            kslot[0]["readers"] -= 1
-            kempty[0].arrive()
             read_meta(0, 0, who)  # the mask of tile 0
             if wg == nwg - 1:
                 turns[0].arrive()  # the first turn opened
         j = 0
         while has:
             n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
-            phase = n1 // ks_slots
-            while not kfull[ks].ready(phase & 1, phase):
-                yield
+            yield from wait_phase(kfull[ks], n1 // ks_slots)
             has_n = read_meta(n1 % nmeta, n1, who)
             joined = turns[wg].arrive()
             while turns[wg].completed <= joined:
@@ -227,9 +221,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                 if kslot[ks]["inflight"]:
                     raise Violation(f"{who}: the end marker's K slot read while a copy into it is in flight")
                 kslot[ks]["readers"] += 1
-            phase = j // 2
-            while not vfull[vs].ready(phase & 1, phase):
-                yield
+            yield from wait_phase(vfull[vs], j // 2)
             open_read(vslot[vs], j, "V", who)
             seen[w].append(j)
             if has_n or wg != nwg - 1 or bug == "turn":
