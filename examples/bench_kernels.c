@@ -359,6 +359,31 @@ static cl_mem random_queries(size_t n) {
     return m;
 }
 
+/* One sequence of S queries at positions q_pos0, q_pos0 + 1, ... over S keys
+ * stored at 0.. (delta 0) in blocks first_block.. of the pool: its arguments
+ * (out NULL), its table, positions, query positions and queries in
+ * mems[0..3], which the caller releases. */
+static lazyattn_prefill_args sequence_args(int S, int first_block, int q_pos0, cl_mem mems[4]) {
+    const int n_entries = S / BS;
+    uint64_t *table = malloc(8 * (size_t)n_entries);
+    int32_t *epos = malloc(4 * (size_t)n_entries), *qpos = malloc(4 * (size_t)S);
+    if (!table || !epos || !qpos) {
+        fprintf(stderr, "bench_kernels: out of host memory\n");
+        exit(1);
+    }
+    for (int e = 0; e < n_entries; e++) {
+        CHECK(lazyattn_entry_pack(first_block + e, 0, BS, &table[e]));
+        epos[e] = e * BS;
+    }
+    for (int t = 0; t < S; t++) qpos[t] = q_pos0 + t;
+    mems[0] = buf(table, 8 * (size_t)n_entries), mems[1] = buf(epos, 4 * (size_t)n_entries);
+    mems[2] = buf(qpos, 4 * (size_t)S), mems[3] = random_queries((size_t)S * H * D);
+    free(table), free(epos), free(qpos);
+    lazyattn_prefill_args a = {S, n_entries, mems[3], mems[2], mems[0], mems[1], NULL,
+                               NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
+    return a;
+}
+
 static void bench_prefill(int shape_a, int shape_b, int shape_c) {
     lazyattn_attention *attn = make_attn();
     lazyattn_kernel_tuning got;
@@ -408,22 +433,7 @@ static void bench_prefill(int shape_a, int shape_b, int shape_c) {
         lazyattn_prefill_args a[2];
         cl_mem mems[8];
         int nm = 0;
-        for (int b = 0; b < 2; b++) {
-            uint64_t *table = malloc(8 * n_entries);
-            int32_t *epos = malloc(4 * n_entries), *qpos = malloc(4 * S);
-            for (int e = 0; e < n_entries; e++) {
-                CHECK(lazyattn_entry_pack(b * n_entries + e, 0, BS, &table[e]));
-                epos[e] = e * BS;
-            }
-            for (int t = 0; t < S; t++) qpos[t] = t;
-            cl_mem tm = buf(table, 8 * n_entries), em = buf(epos, 4 * n_entries), qpm = buf(qpos, 4 * S);
-            cl_mem qm = random_queries((size_t)S * H * D);
-            lazyattn_prefill_args x = {S, n_entries, qm, qpm, tm, em, NULL,
-                                       NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
-            mems[nm++] = tm, mems[nm++] = em, mems[nm++] = qpm, mems[nm++] = qm;
-            a[b] = x;
-            free(table); free(epos); free(qpos);
-        }
+        for (int b = 0; b < 2; b++, nm += 4) a[b] = sequence_args(S, b * n_entries, 0, &mems[nm]);
         cl_mem om0 = buf(NULL, sizeof(float) * S * H * D), om1 = buf(NULL, sizeof(float) * S * H * D);
         a[0].out = om0, a[1].out = om1;
         result *r = &g_results[g_n_results++];
@@ -441,26 +451,16 @@ static void bench_prefill(int shape_a, int shape_b, int shape_c) {
     if (shape_c) {
         const int S = 16384, n_entries = S / BS;
         lazyattn_pool *pool = make_pool(n_entries);
-        uint64_t *table = malloc(8 * n_entries);
-        int32_t *epos = malloc(4 * n_entries), *qpos = malloc(4 * S);
-        for (int e = 0; e < n_entries; e++) {
-            CHECK(lazyattn_entry_pack(e, 0, BS, &table[e]));
-            epos[e] = e * BS;
-        }
-        for (int t = 0; t < S; t++) qpos[t] = S + t;
-        cl_mem tm = buf(table, 8 * n_entries), em = buf(epos, 4 * n_entries), qpm = buf(qpos, 4 * S);
-        cl_mem qm = random_queries((size_t)S * H * D), om = buf(NULL, sizeof(float) * S * H * D);
-        lazyattn_prefill_args a = {S, n_entries, qm, qpm, tm, em, om,
-                                   NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
+        cl_mem mems[5];
+        lazyattn_prefill_args a = sequence_args(S, 0, S, mems);
+        a.out = mems[4] = buf(NULL, sizeof(float) * S * H * D);
         result *r = &g_results[g_n_results++];
         snprintf(r->name, sizeof r->name, "prefill_c_1x16384");
         r->ms = time_prefill(attn, pool, &a, 1);
         r->ms_zero = r->ms; /* all deltas are zero already */
         r->flops = 4.0 * H * D * (double)S * S;
         r->bytes = 0;
-        cl_mem mems[] = {tm, em, qpm, qm, om};
         for (int i = 0; i < 5; i++) clReleaseMemObject(mems[i]);
-        free(table); free(epos); free(qpos);
         lazyattn_pool_destroy(pool);
     }
     lazyattn_attention_destroy(attn);
