@@ -27,8 +27,9 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build);
  * the wgmma prefill has a producer warpgroup that feeds the others through
  * mbarrier rings (cl/prefill_nv.cl, LZ_NV_PRODUCER; LAZYATTN_NV_PRODUCER=0,
- * exactly "0", turns it off, as do LAZYATTN_NV_DEFINES naming LZ_NV_PVOV or
- * LZ_NV_PVWG, experiments of the kernel without it). */
+ * exactly "0", turns it off; where it does not build, e.g. with
+ * LAZYATTN_NV_DEFINES experiments of the kernel without it, the wgmma
+ * prefill without it is built). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
 
@@ -176,11 +177,7 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
      * slots of kt keys (f16) under 48 KB, its registers going to 4, 8 or 12
      * consumer warps (cl/prefill_nv.cl) */
     env = getenv("LAZYATTN_NV_PRODUCER");
-    /* the experiments of LAZYATTN_NV_DEFINES that the producer cannot carry
-     * (cl/prefill_nv.cl: #error) are of the kernel without it */
-    const char *defines = getenv("LAZYATTN_NV_DEFINES");
-    const int other_kernel = defines && (strstr(defines, "LZ_NV_PVOV") || strstr(defines, "LZ_NV_PVWG"));
-    t->producer = wgmma && !(env && !strcmp(env, "0")) && !other_kernel && (size_t)10 * t->kt * D <= 48640 &&
+    t->producer = wgmma && !(env && !strcmp(env, "0")) && (size_t)10 * t->kt * D <= 48640 &&
                   t->warps % 4 == 0 && t->warps <= 12;
 }
 
@@ -257,7 +254,8 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
 /* Builds the tensor-core kernels next to the portable ones. The prefill
  * puts its scores and its P V on Hopper wgmma where lz_nv_wgmma_default
  * says (compute capability 9.x), mma.sync elsewhere or when the round trip
- * fails; LAZYATTN_NV_WGMMA=0 / 1 forces mma.sync / wgmma (1 only on 9.x,
+ * fails (first without its producer warpgroup where only that fails);
+ * LAZYATTN_NV_WGMMA=0 / 1 forces mma.sync / wgmma (1 only on 9.x,
  * with warps a multiple of 4). Both are checked on the H200
  * (bench/run_gpu.sh). A build failure leaves the portable kernels in
  * charge, with a warning in the log. */
@@ -274,6 +272,14 @@ static int lz_nv_build(lazyattn_attention *a) {
      * e.g. 12 rounded to 10 for groups of 5) or its build fails */
     if (can && !wgmma) lz_nv_tune_defaults(a, 0, &a->nv);
     int st = lz_nv_build_with(a, wgmma);
+    if (st && wgmma && a->nv.producer) {
+        /* e.g. the LAZYATTN_NV_DEFINES experiments of the kernel without it
+         * (LZ_NV_PVOV, LZ_NV_PVWG 0: an #error with the producer) */
+        lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill with the producer unavailable, without it in use: %s",
+               lazyattn_last_error());
+        a->nv.producer = 0;
+        st = lz_nv_build_with(a, wgmma);
+    }
     if (st && wgmma) {
         lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill unavailable, mma.sync in use: %s", lazyattn_last_error());
         wgmma = 0;
