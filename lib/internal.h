@@ -171,7 +171,8 @@ char *lz_ptx_patch(const char *src, size_t len, int *n_markers, int *retargeted)
  * ".minnctapersm 1" on a line before that "{" (unless it has a .minnctapersm):
  * ptxas heeds setmaxnreg only with a register count fixed at entry, which
  * .reqntid alone does not always give (C7508). *n_added: entries given it.
- * NULL when out of memory; free() the result. */
+ * NULL when out of memory or when the copy's size would not fit a size_t;
+ * free() the result. */
 char *lz_ptx_min_ctas(const char *ptx, int *n_added);
 
 /* ---- geometry (geometry.c) ---- */

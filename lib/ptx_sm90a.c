@@ -15,6 +15,7 @@
  * of the library is here. */
 #include "internal.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,7 @@ char *lz_ptx_min_ctas(const char *ptx, int *n_added) {
     const char *const end = ptx + len;
     size_t n_entries = 0;
     for (const char *e = strstr(ptx, ".entry "); e; e = strstr(e + 7, ".entry ")) n_entries++;
+    if (n_entries > (SIZE_MAX - len - 1) / dlen) return NULL; /* the copy's size would wrap */
     char *out = malloc(len + n_entries * dlen + 1);
     if (!out) return NULL;
     *n_added = 0;
