@@ -109,6 +109,28 @@ inline uint lz_nv_pack(float lo, float hi) {
     return r;
 }
 
+/* Lane src's x, to every lane of the warp. */
+inline uint lz_nv_shfl(uint x, int src) {
+    uint r;
+    asm volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x), "r"(src));
+    return r;
+}
+/* Bit l: lane l's c is not 0 (every lane of the warp takes part). */
+inline uint lz_nv_ballot(int c) {
+    uint r;
+    asm volatile("{ .reg .pred p; setp.ne.s32 p, %1, 0; vote.sync.ballot.b32 %0, p, 0xffffffff; }"
+                 : "=r"(r)
+                 : "r"(c));
+    return r;
+}
+
+/* The index of the lowest set bit of m (m not 0). */
+inline int lz_nv_low_bit(uint m) {
+    uint r;
+    asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(m & (0u - m)));
+    return (int)r;
+}
+
 /* Butterfly exchange within a warp. */
 inline float lz_nv_xor(float x, int m) {
     uint r;

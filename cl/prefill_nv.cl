@@ -80,27 +80,37 @@
 #ifndef LZ_NV_PVOV
 #define LZ_NV_PVOV 0
 #endif
-/* 1 (wgmma with P V on wgmma, not with LZ_NV_PVOV; issue 11 steps 4-5; the
+/* 1 (wgmma with P V on wgmma, not with LZ_NV_PVOV; issue 11 steps 4-8; the
  * host's default on compute capability 9.x): one more warpgroup in the
  * work-group, the producer. Its copying warps (LZ_NV_PWARPS) walk the
- * visible tiles, write each tile's entries into a meta slot and copy its K
- * into a ring of LZ_NV_KSLOTS slots and its V into a ring of two, each copy
+ * visible tiles (the block table read a batch of entries at a time),
+ * write each tile's entries into a meta slot and copy its K into a ring of
+ * LZ_NV_KSLOTS slots and its V into a ring of LZ_NV_PVSLOTS, each copy
  * completing on the slot's "full" mbarrier; the consumer warps wait there,
  * and give a slot back on its "empty" mbarrier once their wgmma that read it
  * are done. No barrier across the work-group in the loop, no address
- * lookups and no copies in the consumer warps; the producer runs up to
- * LZ_NV_KSLOTS - 1 tiles ahead (docs/PERFLOG.md). The consumers' proxy
- * fence is unconditional (LZ_NV_PROXY is the default path's switch); of the
- * LZ_NV_DIAG diagnostics, 4 and 8 apply. The host sizes the launch by
- * the kernel's compiled work-group size. */
+ * lookups and no copies in the consumer warps (docs/PERFLOG.md). With the
+ * producer, LZ_NV_PROXY 0 drops the consumers' proxy fence (timing only);
+ * of the LZ_NV_DIAG diagnostics, 4 and 8 apply. The host sizes the launch
+ * by the kernel's compiled work-group size. */
 #ifndef LZ_NV_PRODUCER
 #define LZ_NV_PRODUCER 0
 #endif
 #if LZ_NV_PRODUCER && (!LZ_NV_PVWG || LZ_NV_PVOV)
 #error "LZ_NV_PRODUCER needs the wgmma prefill with P V on wgmma, without LZ_NV_PVOV"
 #endif
+/* Slots of the producer's K and V rings: 2 K and 3 V (40 KB at d 128, KT
+ * 32), measured 3.5 % faster than 3 K and 2 V on 2 x 8192 causal (issue 11
+ * step 8): a V slot is given back only after P V, at the end of a round, a K
+ * slot as soon as its scores are done, so V needs the deeper ring. */
 #ifndef LZ_NV_KSLOTS
-#define LZ_NV_KSLOTS 3
+#define LZ_NV_KSLOTS 2
+#endif
+#ifndef LZ_NV_PVSLOTS
+#define LZ_NV_PVSLOTS 3
+#endif
+#if LZ_NV_PVSLOTS != 2 && LZ_NV_PVSLOTS != 3
+#error "LZ_NV_PVSLOTS: 2 or 3"
 #endif
 /* Copying warps of the producer's warpgroup: 1 (all of it), 2 (K and the
  * entries; V) or 4 (two for K, two for V, half of each tile's chunks each).
@@ -130,15 +140,22 @@
  * ".minnctapersm 1" gives (lib/ptx_sm90a.c); setmaxnreg.inc waits for
  * registers the pool does not have. */
 #define LZ_NV_WG_THREADS (LZ_NV_THREADS + 128 * LZ_NV_PRODUCER)
-/* 1 (with the producer, 8 or 12 consumer warps; issue 11 step 6, opt-in,
- * not yet run on a GPU): FlashAttention-3's ping-pong. The consumer
- * warpgroups take turns at the tensor cores: in its turn a warpgroup issues
- * the scores of tile j + 1 and O += P V of tile j back to back, then hands
- * the turn on (named barriers) and does the softmax of tile j + 1 while the
- * next warpgroup's products run. The probabilities stay f32 until P V of
- * tile j is waited for (its A operand), O is rescaled in the next turn. */
+/* 1 (the default with the producer at 8 or 12 consumer warps; issue 11
+ * step 6: +21 % on 2 x 8192 causal on the H200; 0 through
+ * LAZYATTN_NV_DEFINES gives step 5's loop): FlashAttention-3's ping-pong.
+ * The consumer warpgroups take turns at the tensor cores: in its turn a
+ * warpgroup issues the scores of tile j + 1 and O += P V of tile j back to
+ * back, then hands the turn on (named barriers) and does the softmax of
+ * tile j + 1 while the next warpgroup's products run. The probabilities
+ * stay f32 until P V of tile j is waited for (its A operand); O is
+ * rescaled before the next turn. */
 #ifndef LZ_NV_PINGPONG
-#define LZ_NV_PINGPONG 0
+#define LZ_NV_PINGPONG 1
+#endif
+/* 1: the ping-pong's first-entry rotation, V wait and proxy fence before
+ * the turn; 0: inside it, as first measured (issue 11 step 6) */
+#ifndef LZ_NV_PP_EARLY
+#define LZ_NV_PP_EARLY 1
 #endif
 #if LZ_NV_PINGPONG && !(LZ_NV_PRODUCER && (LZ_NV_WARPS == 8 || LZ_NV_WARPS == 12))
 #undef LZ_NV_PINGPONG
@@ -153,17 +170,18 @@
 #elif LZ_NV_PRODUCER && LZ_NV_WARPS != 4
 #error "LZ_NV_PRODUCER needs 4, 8 or 12 consumer warps"
 #endif
-/* slots of the K ring; meta slots (one more than the K slots: a tile's
- * entries stay until its softmax has masked it, after its K slot is given
- * back); mbarriers (full and empty of each K and each V slot) */
+/* slots of the K ring and of the V ring; meta slots (one more than the K
+ * slots: a tile's entries stay until its softmax has masked it, after its
+ * K slot is given back); mbarriers (full and empty of each K and each V slot) */
 #define LZ_NV_KRING (LZ_NV_PRODUCER ? LZ_NV_KSLOTS : 2)
+#define LZ_NV_VSLOTS (LZ_NV_PVOV ? 3 : LZ_NV_PRODUCER ? LZ_NV_PVSLOTS : 2)
 #define LZ_NV_NMETA (LZ_NV_PRODUCER ? LZ_NV_KSLOTS + 1 : LZ_NV_META)
-#define LZ_NV_MBARS (LZ_NV_PRODUCER ? 2 * LZ_NV_KSLOTS + 4 : 1)
-#define LZ_NV_VSLOTS (LZ_NV_PVOV ? 3 : 2)
+#define LZ_NV_MBARS (LZ_NV_PRODUCER ? 2 * (LZ_NV_KSLOTS + LZ_NV_VSLOTS) : 1)
 /* byte offset of V slot i (tile t_i) in the V ring */
 #define LZ_NV_VSLOT(i) (((uint)(i) % LZ_NV_VSLOTS) * LZ_NV_MAT_BYTES)
 /* 0 drops the async-proxy fence after each tile's copies (an experiment:
- * serve/'s wgmma GEMM measured it at ~25 % with one work-group an SM) */
+ * serve/'s wgmma GEMM measured it at ~25 % with one work-group an SM; with
+ * the producer timing only, as wgmma may then read a slot's old data) */
 #ifndef LZ_NV_PROXY
 #define LZ_NV_PROXY 1
 #endif
@@ -171,7 +189,7 @@
  * without a part of it. Bits: 1 no copies after the prologue (the tiles stay
  * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O
  * unchanged), 8 (LZ_NV_PRODUCER) the producer copies nothing after its
- * first K_SLOTS K and 2 V tiles, its lookups and arrivals unchanged. */
+ * first tiles of each K and V slot, its lookups and arrivals unchanged. */
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
@@ -204,18 +222,24 @@ typedef struct lz_nv_entry {
     int blk, len, delta, pos0;
 } lz_nv_entry;
 
-inline lz_nv_entry lz_nv_get_entry(__global const ulong *table, __global const int *entry_pos,
-                                   int e, int n_entries, int n_blocks) {
+/* The fields of a table entry w starting at position pos0 (0 length when
+ * bad); in_table 0: past the table, all 0. */
+inline lz_nv_entry lz_nv_decode_entry(ulong w, int pos0, int in_table, int n_blocks) {
     lz_nv_entry r = {0, 0, 0, 0};
-    if (e >= n_entries) return r;
-    const ulong w = table[e];
+    if (!in_table) return r;
     r.blk = LAZYATTN_ENTRY_BLOCK(w);
     r.len = LAZYATTN_ENTRY_LENGTH(w);
     r.delta = LAZYATTN_ENTRY_DELTA(w);
-    r.pos0 = entry_pos[e];
+    r.pos0 = pos0;
     if (r.blk >= n_blocks || r.len > LZ_BLOCK || !LZ_ENTRY_POSITIONS_OK(r.pos0, r.delta, r.len))
         r.len = 0;
     return r;
+}
+
+inline lz_nv_entry lz_nv_get_entry(__global const ulong *table, __global const int *entry_pos,
+                                   int e, int n_entries, int n_blocks) {
+    const lz_nv_entry none = {0, 0, 0, 0};
+    return e < n_entries ? lz_nv_decode_entry(table[e], entry_pos[e], 1, n_blocks) : none;
 }
 
 /* Position of query row r; -1 (sees no key) past the queries or outside
@@ -312,6 +336,8 @@ lz_nv_requery(uint qf[LZ_NV_DC][4], int *cur_delta, int *n_rel, int delta, __glo
  * R(cur - delta)) when every rotary pair sits in one lane, and from the f32
  * queries qrow0 / qrow1 (NULL: padding row) otherwise and on every 8th
  * change (*n_rel counts them), so that f16 roundings cannot pile up.
+ * first_rotated (a constant): the caller has rotated qf for the first entry
+ * already (the ping-pong, before its turn), so only a later entry rotates here.
  * Returns 1 when every key of the tile is a full entry visible to every row
  * of the work-group (no mask needed).
  */
@@ -319,7 +345,7 @@ __attribute__((always_inline)) inline int
 lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, int *n_rel, uint kb,
              __local const int4 *meta, int min_pos, __global const float *qrow0,
              __global const float *qrow1, int lane, int rope_style, int rot_dim,
-             __global const float2 *freq) {
+             __global const float2 *freq, int first_rotated) {
     int full = 1;
     const int t4 = lane & 3;
 #if LZ_NV_S_WIDE
@@ -334,7 +360,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
     for (int e = 0; e < LZ_NV_EPT; e++) {
         const int4 en = meta[e]; /* start, delta, length */
         full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
-        if (rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
+        if ((e > 0 || !first_rotated) && rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
             if (e > 0) {
                 /* the first pass still reads qf: let it finish */
                 LZ_NV_WG_WAIT();
@@ -359,7 +385,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
         if ((p * 16) % LZ_BLOCK == 0) {
             const int4 en = meta[(p * 16) / LZ_BLOCK]; /* start, delta, length */
             full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
-            if (rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
+            if ((p > 0 || !first_rotated) && rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
 #if LZ_NV_WGMMA
                 /* the wgmma of the parts before still read qf: let them finish */
                 if (p > 0) {
@@ -469,45 +495,116 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
 #define LZ_NV_KFULL(bars, s) ((bars) + 8u * (uint)(s))
 #define LZ_NV_KEMPTY(bars, s) ((bars) + 8u * (uint)(LZ_NV_KSLOTS + (s)))
 #define LZ_NV_VFULL(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + (s)))
-#define LZ_NV_VEMPTY(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + 2 + (s)))
+#define LZ_NV_VEMPTY(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + LZ_NV_VSLOTS + (s)))
 
 inline void lz_nv_ring_init(uint bars) {
     for (int s = 0; s < LZ_NV_KSLOTS; s++) {
         lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 32 * LZ_NV_KWARPS + 1);
         lz_nv_mbar_init(LZ_NV_KEMPTY(bars, s), LZ_NV_WARPS);
     }
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < LZ_NV_VSLOTS; s++) {
         lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32 * LZ_NV_KWARPS);
         lz_nv_mbar_init(LZ_NV_VEMPTY(bars, s), LZ_NV_WARPS);
     }
     LZ_NV_MBAR_INIT_FENCE();
 }
 
-/* The producer's copies of one K (is_k) or V tile with entries en into the
- * slot at shared address dst: 16-byte cp.async, LZ_NV_CHUNKS / (32
- * LZ_NV_KWARPS) for thread t of the warps copying it, keys past their
- * entry's length (and bad entries) zero-filled. */
+/* The producer's copies of one K or V tile (the same layout: LZ_NV_VOFF is
+ * LZ_NV_KOFF with P V on wgmma) with entries en into the slot at shared
+ * address dst: 16-byte cp.async, LZ_NV_CHUNKS / (32 LZ_NV_KWARPS) for thread
+ * t of the warps copying it, keys past their entry's length (and bad
+ * entries) zero-filled. Thread t takes rows t / 2 + q * (its threads / 2)
+ * and in each the chunks of t's parity: a pair of threads reads whole
+ * 32-byte sectors, a warp's stores meet each bank 4 times (as few as 512
+ * bytes allow), and one row's addresses, in local and global memory, are
+ * a base and constant steps. (The first form gave each chunk its own row
+ * and column arithmetic, which NVIDIA's compiler hoisted out of the
+ * producer's loop and spilled at the producer's 32 registers.) */
+#define LZ_NV_PTHREADS (32 * LZ_NV_KWARPS)
+#if LZ_NV_PRODUCER && (LZ_NV_KT % (LZ_NV_PTHREADS / 2) || LZ_NV_CPR % 2)
+#error "LZ_NV_PRODUCER: LZ_NV_KT must be a multiple of 16 LZ_NV_KWARPS"
+#endif
 __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global const ushort *pool,
                                                               const lz_nv_entry en[LZ_NV_EPT], int kvh,
-                                                              int n_kv_heads, int is_k, int t) {
+                                                              int n_kv_heads, int t) {
+    const uint par = (uint)t & 1;
 #pragma unroll
-    for (int i = 0; i < LZ_NV_CHUNKS / (32 * LZ_NV_KWARPS); i++) {
-        const int c = t + 32 * LZ_NV_KWARPS * i, r = LZ_NV_CROW(c), ch = LZ_NV_CCOL(c), j = r % LZ_BLOCK;
+    for (uint q = 0; q < LZ_NV_KT / (LZ_NV_PTHREADS / 2); q++) {
+        const uint r = ((uint)t >> 1) + q * (LZ_NV_PTHREADS / 2), j = r % LZ_BLOCK;
         lz_nv_entry e = en[0];
 #pragma unroll
         for (int k = 1; k < LZ_NV_EPT; k++)
-            if (r / LZ_BLOCK == k) e = en[k];
-        const int ok = j < e.len;
-        const long src = ok ? (long)lz_kv_offset(e.blk, kvh, n_kv_heads, j) + ch * 8 : 0;
-        lz_nv_cp16(dst + (is_k ? LZ_NV_KOFF(r, ch) : LZ_NV_VOFF(r, ch)), pool + src, ok);
+            if (r / LZ_BLOCK == (uint)k) e = en[k];
+        const int ok = (int)j < e.len;
+        __global const ushort *row = pool + (ok ? (long)lz_kv_offset(e.blk, kvh, n_kv_heads, (int)j) : 0);
+        const uint d0 = dst + LZ_NV_KOFF(r, par);
+#pragma unroll
+        for (uint h = 0; h < LZ_NV_CPR / 2; h++)
+            lz_nv_cp16(d0 + 2 * h * 128, row + (2 * h + par) * 8, ok);
     }
+}
+
+/* A copying warp's view of the block table: LZ_NV_BATCH entries at a time,
+ * entry be + lane held by its lane (the packed word w, the start position
+ * pos, INT_MAX past the table), vis the entries some row can see (one bit
+ * a lane). A tile's entries then come by shuffles: one load of the table
+ * a batch of tiles instead of two dependent ones (the next visible tile,
+ * then its entries) every round. */
+#define LZ_NV_BATCH (32 / LZ_NV_EPT * LZ_NV_EPT)
+/* 0: the producer looks each tile up in the table as it goes (steps 4-6) */
+#ifndef LZ_NV_PBATCH
+#define LZ_NV_PBATCH 1
+#endif
+typedef struct lz_nv_table_batch {
+    int be, pos;
+    ulong w;
+    uint vis;
+} lz_nv_table_batch;
+
+/* The batch of entries be, be + 1, ... (a multiple of LZ_NV_BATCH). */
+__attribute__((always_inline)) inline void
+lz_nv_batch_load(lz_nv_table_batch *b, int be, __global const ulong *table, __global const int *entry_pos,
+                 int n_entries, int max_pos, int lane) {
+    const int e = be + lane, in = lane < LZ_NV_BATCH && e < n_entries;
+    b->be = be;
+    b->w = in ? table[e] : 0;
+    b->pos = in ? entry_pos[e] : INT_MAX;
+    b->vis = lz_nv_ballot(b->pos <= max_pos);
+}
+
+/* The first tile at or after tile i with an entry some row can see
+ * (n_tiles: none), the batch moved on to the one holding it (i at or after
+ * the batch's first tile; every lane of the warp calls it alike). */
+__attribute__((always_inline)) inline int
+lz_nv_batch_next(lz_nv_table_batch *b, int i, int n_tiles, __global const ulong *table,
+                 __global const int *entry_pos, int n_entries, int max_pos, int lane) {
+    while (i < n_tiles) {
+        const int off = i * LZ_NV_EPT - b->be;
+        if (off >= LZ_NV_BATCH) {
+            lz_nv_batch_load(b, b->be + LZ_NV_BATCH, table, entry_pos, n_entries, max_pos, lane);
+            continue;
+        }
+        const uint m = b->vis >> off;
+        if (m) return (b->be + off + lz_nv_low_bit(m)) / LZ_NV_EPT;
+        i = (b->be + LZ_NV_BATCH) / LZ_NV_EPT;
+    }
+    return n_tiles;
+}
+
+/* Entry e (in the batch, or past the table), from the lane holding it. */
+__attribute__((always_inline)) inline lz_nv_entry lz_nv_batch_entry(const lz_nv_table_batch *b, int e,
+                                                                     int n_entries, int n_blocks) {
+    const int src = e - b->be;
+    const uint lo = lz_nv_shfl((uint)b->w, src), hi = lz_nv_shfl((uint)(b->w >> 32), src);
+    const int pos0 = (int)lz_nv_shfl((uint)b->pos, src);
+    return lz_nv_decode_entry(((ulong)hi << 32) | lo, pos0, e < n_entries, n_blocks);
 }
 
 /* A producer's copying warp: item n = 0, 1, ... is the n-th visible tile (then one
  * end marker, meta tile -1): its entries into meta[n % LZ_NV_NMETA], its K
  * into K slot n % LZ_NV_KSLOTS, and after it V of item n - 1 into V slot
- * (n - 1) % 2, each slot refilled only once the consumers gave back its
- * previous tile (items n - LZ_NV_KSLOTS, n - 3). role 0 does all of it
+ * (n - 1) % LZ_NV_VSLOTS, each slot refilled only once the consumers gave
+ * back its previous tile (items n - LZ_NV_KSLOTS, n - 1 - LZ_NV_VSLOTS). role 0 does all of it
  * (LZ_NV_PWARPS 1); else role 1 the K slots and the meta slots, role 2 the
  * V slots, each walking the same tiles; t: the thread among the
  * LZ_NV_KWARPS warps of its role (t 0 writes the meta slots). */
@@ -518,7 +615,14 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
               int t, int role) {
     const int do_k = role != 2, do_v = role != 1;
     const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
+#if LZ_NV_PBATCH
+    const int lane = t & 31;
+    lz_nv_table_batch b;
+    lz_nv_batch_load(&b, 0, table, entry_pos, n_entries, max_pos, lane);
+    int tk = max_pos < 0 ? n_tiles : lz_nv_batch_next(&b, 0, n_tiles, table, entry_pos, n_entries, max_pos, lane);
+#else
     int tk = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
+#endif
     int tv = n_tiles; /* the tile whose V comes next (none yet) */
     lz_nv_entry ev[LZ_NV_EPT];
     for (int n = 0;; n++) {
@@ -529,11 +633,15 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
 #pragma unroll
         for (int k = 0; k < LZ_NV_EPT; k++) {
             const lz_nv_entry none = {0, 0, 0, 0};
+#if LZ_NV_PBATCH
+            ek[k] = tk < n_tiles ? lz_nv_batch_entry(&b, tk * LZ_NV_EPT + k, n_entries, n_blocks) : none;
+#else
             ek[k] = tk < n_tiles ? lz_nv_get_entry(table, entry_pos, tk * LZ_NV_EPT + k, n_entries, n_blocks)
                                  : none;
+#endif
         }
         if (do_k && tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS))
-            lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, 1, t);
+            lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, t);
         if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
         if (do_k && t == 0) {
 #pragma unroll
@@ -542,17 +650,22 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             lz_nv_mbar_arrive(LZ_NV_KFULL(bars, ks));
         }
         if (do_v && tv < n_tiles) {
-            const int vn = n - 1, vs = vn & 1;
-            if (vn >= 2) lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / 2 - 1) & 1);
-            if (LZ_NV_PCOPY(vn, 2))
-                lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, 0, t);
+            const int vn = n - 1, vs = vn % LZ_NV_VSLOTS;
+            if (vn >= LZ_NV_VSLOTS)
+                lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1);
+            if (LZ_NV_PCOPY(vn, LZ_NV_VSLOTS))
+                lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
         }
         if (tk >= n_tiles) break;
         tv = tk;
 #pragma unroll
         for (int k = 0; k < LZ_NV_EPT; k++) ev[k] = ek[k];
+#if LZ_NV_PBATCH
+        tk = lz_nv_batch_next(&b, tk + 1, n_tiles, table, entry_pos, n_entries, max_pos, lane);
+#else
         tk = lz_nv_next_tile(tk + 1, n_tiles, n_entries, entry_pos, max_pos);
+#endif
     }
     LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
 }
@@ -622,10 +735,19 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         LZ_NV_SETMAXNREG(dec, LZ_NV_PREGS);
 #endif
         const int pw = warp - LZ_NV_WARPS; /* the warp in the producer's warpgroup */
-        if (pw < LZ_NV_PWARPS)
-            lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase,
-                          vbase, meta, bars, lane + 32 * (pw % LZ_NV_KWARPS),
-                          LZ_NV_PWARPS == 1 ? 0 : pw < LZ_NV_KWARPS ? 1 : 2);
+        /* each role its own inlined copy (the role a constant): at 32
+         * registers a thread, what one role keeps live spills less */
+#define LZ_NV_PRODUCE(role)                                                                      \
+    lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase, vbase, \
+                  meta, bars, lane + 32 * (pw % LZ_NV_KWARPS), role)
+        if (LZ_NV_PWARPS == 1) {
+            if (pw == 0) LZ_NV_PRODUCE(0);
+        } else if (pw < LZ_NV_KWARPS) {
+            LZ_NV_PRODUCE(1);
+        } else if (pw < LZ_NV_PWARPS) {
+            LZ_NV_PRODUCE(2);
+        }
+#undef LZ_NV_PRODUCE
         return;
     }
 #ifdef LZ_NV_CREGS
@@ -664,9 +786,9 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     lz_nv_mbar_wait(LZ_NV_KFULL(bars, 0), 0);
     int has = meta[0][0].w >= 0; /* item 0 is a tile, not the end marker */
     if (has) {
-        LZ_NV_PROXY_FENCE(); /* the producer's copies, seen by wgmma */
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE(); /* the producer's copies, seen by wgmma */
         full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
-                            rope_style, rot_dim, freq);
+                            rope_style, rot_dim, freq, 0);
     }
     lz_nv_scores_wait(sc, o);
     LZ_NV_WARP_SYNC(); /* every lane's reads (meta, ldmatrix) before lane 0 gives the slot back */
@@ -689,27 +811,41 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         al0 = a0, al1 = a1;
     }
     for (int j = 0; has; j++) {
-        const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j & 1;
+        const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j % LZ_NV_VSLOTS;
         lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
         __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
         const int has_n = mn[0].w >= 0;
         int full_n = 1;
-        /* O (no product in flight) rescaled for P(j) before the turn: a
-         * write to an accumulator between a wgmma and its wait makes ptxas
-         * serialize them all (C7515) */
+        /* Everything a turn does not need held before it: a stall inside
+         * the turn holds every warpgroup's products. The queries rotated
+         * for tile j + 1's first entry (lz_nv_scores finds them rotated; a
+         * rotation inside the turn measured +3.4 % on prefill (a)), V(j)
+         * waited for, one proxy fence for both slots' copies; O (no product
+         * in flight) rescaled for P(j): a write to an accumulator between a
+         * wgmma and its wait makes ptxas serialize them all (C7515). */
+#if LZ_NV_PP_EARLY
+        if (rope_style != LZ_ROPE_NONE && mn[0].z > 0 && mn[0].y != cur_delta)
+            lz_nv_requery(qf, &cur_delta, &n_rel, mn[0].y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+#endif
         LZ_NV_RESCALE(o, al0, al1);
         LZ_NV_BAR_SYNC(my_turn, 256u);
+#if !LZ_NV_PP_EARLY
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+#endif
         /* the turn: the scores of tile j + 1 (into sc, free since P(j) is
          * packed), then O += P(j) V. Also after the last tile (the end
          * marker's slot, which no copy writes any more; entries of length 0,
          * so no rotation; the scores unused): with the scores' wgmma only on
          * some paths, ptxas could not tell the group left by wait_group 1
          * and serialized every wgmma (C7515) */
-        LZ_NV_PROXY_FENCE();
         full_n = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0,
-                              qrow1, lane, rope_style, rot_dim, freq);
-        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / 2) & 1);
-        LZ_NV_PROXY_FENCE();
+                              qrow1, lane, rope_style, rot_dim, freq, LZ_NV_PP_EARLY);
+#if !LZ_NV_PP_EARLY
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+#endif
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
         LZ_NV_PV_ISSUE(o, pa, vb);
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
@@ -738,22 +874,22 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     }
 #else
     for (int j = 0; has; j++) {
-        const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j & 1;
+        const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j % LZ_NV_VSLOTS;
         lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
         __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
         const int has_n = mn[0].w >= 0;
         float sn[LZ_NV_KT / 8][4];
         int full_n = 1;
         if (has_n) {
-            LZ_NV_PROXY_FENCE();
+            if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
             full_n = lz_nv_scores(sn, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos,
-                                  qrow0, qrow1, lane, rope_style, rot_dim, freq);
+                                  qrow0, qrow1, lane, rope_style, rot_dim, freq, 0);
         }
         if (!full) lz_nv_mask(sc, meta[j % LZ_NV_NMETA], qp0, qp1, t4);
         uint pa[LZ_NV_KT / 16][4];
         LZ_NV_SOFTMAX_P(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, pa);
-        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / 2) & 1);
-        LZ_NV_PROXY_FENCE();
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
         LZ_NV_PV_ISSUE(o, pa, vb);
         lz_nv_scores_wait(sn, o);
@@ -796,7 +932,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     int full = 1;
     if (cur < n_tiles)
         full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
-                            rope_style, rot_dim, freq);
+                            rope_style, rot_dim, freq, 0);
     lz_nv_scores_wait(sc, o);
 
     for (int j = 0; cur < n_tiles; j++) {
@@ -822,7 +958,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (nxt < n_tiles)
             full_n = lz_nv_scores(sn, qf, &cur_delta, &n_rel, kbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES,
                                   meta[(j + 1) % LZ_NV_META], min_pos, qrow0, qrow1, lane,
-                                  rope_style, rot_dim, freq);
+                                  rope_style, rot_dim, freq, 0);
         /* ... the addresses of t_j+3 are looked up while they run ... */
 #pragma unroll
         for (int i = 0; i < LZ_NV_CPT; i++) vsrc[i] = ksrc[i];

@@ -173,7 +173,7 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
     while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
     if (t->waves < 0) t->waves = 0;
     /* the wgmma prefill's producer warpgroup (the default, measured faster on
-     * the H200; LAZYATTN_NV_PRODUCER=0 turns it off): its rings of 3 K and 2 V
+     * the H200; LAZYATTN_NV_PRODUCER=0 turns it off): its rings of 2 K and 3 V
      * slots of kt keys (f16) under 48 KB, its registers going to 4, 8 or 12
      * consumer warps (cl/prefill_nv.cl) */
     env = getenv("LAZYATTN_NV_PRODUCER");

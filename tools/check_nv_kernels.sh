@@ -43,16 +43,19 @@ for d in 64 128; do
     # ... and its timing-only diagnostics (no copies, no barrier, no wgmma)
     compile prefill_nv prefill_nv.d$d.wgmma_diag //@wgmma.commit_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVOV=1 -DLZ_NV_DIAG=7
-    # issue 11 steps 4-5 (the default on compute capability 9.x): the producer warpgroup, its
-    # mbarrier rings and setmaxnreg, at 8 and 4 consumer warps (the host's other choices) ...
-    for w in 8 4; do
-        compile prefill_nv prefill_nv.d$d.wgmma_producer_w$w cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
-            -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1
-    done
-    # ... with FA3's ping-pong of the consumer warpgroups (opt-in), at 12 and 8 ...
+    # issue 11 steps 4-6 (the default on compute capability 9.x): the producer warpgroup, its
+    # mbarrier rings and setmaxnreg, with FA3's ping-pong of the consumer warpgroups (named
+    # barriers) at 12 and 8 consumer warps, without it at 4 (the host's other choices) ...
     for w in 12 8; do
         compile prefill_nv prefill_nv.d$d.wgmma_pingpong_w$w bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
-            -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=1
+            -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1
+    done
+    compile prefill_nv prefill_nv.d$d.wgmma_producer_w4 cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
+        -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=4 -DLZ_NV_PRODUCER=1
+    # ... step 5's loop without the ping-pong (opt-out), at 12 and 8 ...
+    for w in 12 8; do
+        compile prefill_nv prefill_nv.d$d.wgmma_producer_w$w cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
+            -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=0
     done
     # ... and at 12 with the opt-in wide scores
     compile prefill_nv prefill_nv.d$d.wgmma_producer cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
@@ -174,7 +177,7 @@ if [ -x "$ptxas" ]; then
 #define atomic_min(p, v) (*(p) = *(p) < (v) ? *(p) : (v))
 EOF2
     for v in base "producer -DLZ_NV_PRODUCER=1" "pwarps1 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=1" "pwarps2 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=2" \
-        "pingpong -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=1" \
+        "step5 -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=0" "inturn -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_EARLY=0" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v

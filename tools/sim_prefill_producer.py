@@ -76,7 +76,7 @@ def wait_phase(bar, phase):
         yield
 
 
-def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pingpong=False):
+def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pingpong=False, vs_slots=2):
     """bug: a deliberate error in the protocol, which the checks must catch
     (main's self-test): "meta" one meta slot too few, "release" the K slot
     given back before its scores are waited for, "vwait" V refilled without
@@ -84,9 +84,9 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
     "count" a K full barrier counting one copying warp too few, "turn" the
     last warpgroup handing on the turn after the last round (pingpong).
     pingpong: the consumers of LZ_NV_PINGPONG (warpgroups of 4 warps taking
-    turns through named barriers of 8 warps)."""
+    turns through named barriers of 8 warps); vs_slots: V slots
+    (LZ_NV_PVSLOTS)."""
     kwarps = 1 if pwarps == 1 else pwarps // 2  # copying warps a role (LZ_NV_KWARPS)
-    vs_slots = 2
     nmeta = ks_slots + (0 if bug == "meta" else 1)
     kcount = 32 * (kwarps - (1 if bug == "count" else 0)) + 1
     kfull = [MBarrier(f"kfull{s}", kcount) for s in range(ks_slots)]
@@ -127,8 +127,8 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
             if do_v and tv is not None:
                 vn = n - 1
                 vs = vn % vs_slots
-                if vn >= 2 and bug != "vwait":
-                    yield from wait_phase(vempty[vs], vn // 2 - 1)
+                if vn >= vs_slots and bug != "vwait":
+                    yield from wait_phase(vempty[vs], vn // vs_slots - 1)
                 issue_copy(eng, vslot[vs], t, tv, "V")
                 eng.append(("arrive", vfull[vs], 32))
                 yield
@@ -183,7 +183,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                     kempty[ks].arrive()
             yield
             read_meta(j % nmeta, j, who)  # the mask of tile j
-            yield from wait_phase(vfull[vs], j // 2)
+            yield from wait_phase(vfull[vs], j // vs_slots)
             open_read(vslot[vs], j, "V", who)
             seen[w].append(j)
             yield  # P V (and the scores of j + 1) in flight
@@ -211,6 +211,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
             n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
             yield from wait_phase(kfull[ks], n1 // ks_slots)
             has_n = read_meta(n1 % nmeta, n1, who)
+            yield from wait_phase(vfull[vs], j // vs_slots)  # V(j) before the turn
             joined = turns[wg].arrive()
             while turns[wg].completed <= joined:
                 yield
@@ -221,7 +222,6 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                 if kslot[ks]["inflight"]:
                     raise Violation(f"{who}: the end marker's K slot read while a copy into it is in flight")
                 kslot[ks]["readers"] += 1
-            yield from wait_phase(vfull[vs], j // 2)
             open_read(vslot[vs], j, "V", who)
             seen[w].append(j)
             if has_n or wg != nwg - 1 or bug == "turn":
@@ -302,33 +302,36 @@ def main(argv):
             return 1
     cases, stats = 0, []
     for pwarps in (1, 2, 4):
-        for ks_slots in (2, 3, 4):
+        for ks_slots, vs_slots in ((2, 2), (3, 2), (4, 2), (2, 3)):
             for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
                 for n_warps in (1, 4, 12):
                     for seed in range(runs):
-                        rng = random.Random(seed * 7919 + ks_slots * 131 + n_tiles * 17 + n_warps + pwarps * 99991)
+                        rng = random.Random(seed * 7919 + ks_slots * 131 + n_tiles * 17 + n_warps + pwarps * 99991
+                                            + vs_slots * 7)
                         try:
-                            simulate(ks_slots, n_tiles, n_warps, rng, None, stats, pwarps)
+                            simulate(ks_slots, n_tiles, n_warps, rng, None, stats, pwarps, False, vs_slots)
                         except Violation as e:
-                            print(f"sim_prefill_producer: {pwarps} copying warps, K slots {ks_slots}, {n_tiles} "
-                                  f"tiles, {n_warps} warps, seed {seed}: {e}", file=sys.stderr)
+                            print(f"sim_prefill_producer: {pwarps} copying warps, K slots {ks_slots}, V slots "
+                                  f"{vs_slots}, {n_tiles} tiles, {n_warps} warps, seed {seed}: {e}", file=sys.stderr)
                             return 1
                         cases += 1
-    # the ping-pong consumers (LZ_NV_PINGPONG): 2 or 3 warpgroups taking turns
-    for ks_slots in (2, 3, 4):
-        for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
-            for n_warps in (8, 12):
-                for seed in range(runs):
-                    rng = random.Random(seed * 104729 + ks_slots * 131 + n_tiles * 17 + n_warps)
-                    try:
-                        simulate(ks_slots, n_tiles, n_warps, rng, None, stats, 4, True)
-                    except Violation as e:
-                        print(f"sim_prefill_producer: ping-pong, K slots {ks_slots}, {n_tiles} tiles, "
-                              f"{n_warps} warps, seed {seed}: {e}", file=sys.stderr)
-                        return 1
-                    cases += 1
+    # the ping-pong consumers (LZ_NV_PINGPONG): 2 or 3 warpgroups taking turns, 2 or 3 V slots
+    for vs_slots in (2, 3):
+        for ks_slots in (2, 3, 4):
+            for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
+                for n_warps in (8, 12):
+                    for seed in range(runs):
+                        rng = random.Random(seed * 104729 + ks_slots * 131 + n_tiles * 17 + n_warps + vs_slots * 7)
+                        try:
+                            simulate(ks_slots, n_tiles, n_warps, rng, None, stats, 4, True, vs_slots)
+                        except Violation as e:
+                            print(f"sim_prefill_producer: ping-pong, K slots {ks_slots}, V slots {vs_slots}, "
+                                  f"{n_tiles} tiles, {n_warps} warps, seed {seed}: {e}", file=sys.stderr)
+                            return 1
+                        cases += 1
     print(f"sim_prefill_producer: {cases} interleavings ({sum(stats)} steps; 1/2/4 copying warps, K slots "
-          "2/3/4, 0-9 tiles, 1/4/12 consumer warps, and 8/12 taking turns): no deadlock, no slot read while "
+          "2/3/4 with 2 V slots and 2 with 3, 0-9 tiles, 1/4/12 consumer warps, and 8/12 taking turns with 2/3 V "
+          "slots): no deadlock, no slot read while "
           "written or written while read, every tile seen in order, no turn left open; 6 deliberate protocol "
           "errors caught")
     return 0

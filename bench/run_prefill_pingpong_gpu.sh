@@ -1,0 +1,61 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# One device call on the lent H200 for issue 11 steps 7-8: the wgmma
+# prefill's variants, each a line "NAME|LAZYATTN_NV_DEFINES|checks" of
+# VARIANTS (default: the list below), benched in order (bench_kernels --only
+# prefill: its checks where the third field is 1, else timing only), each
+# after the first skipped once the call has run past BUDGET_S (default
+# 380); then the torch SDPA peer over all their timings (one table, rows in
+# that order); the first variant's patched sm_90a PTX (the round trip's,
+# for prefill (b)) into ptx.gz, to assemble and disassemble elsewhere; then
+# test_attention + test_prefill_batched with the first variant.
+# The diagnostics (LZ_NV_DIAG, cl/prefill_nv.cl) give wrong results: timing
+# only. Step 7 (call 2 of 2026-12-01) ran: default (checks), wide
+# (-DLZ_NV_S_WIDE=1, checks), inturn (-DLZ_NV_PP_EARLY=0), step5
+# (-DLZ_NV_PINGPONG=0), noproxy (-DLZ_NV_PROXY=0), p8, p4, p12.
+# The call's limit must be >= 600 s. Run from a folder holding build-nv
+# (bench/prefill_call.sh says what it needs).
+#   usage: [BUDGET_S=380] [VARIANTS=...] sh bench/run_prefill_pingpong_gpu.sh [OUTDIR]
+set -u
+out=${1:-${OUT:-/tmp/lazyattn-out}}
+csv=/tmp/pp-variants-csv
+BUDGET_S=${BUDGET_S:-380}
+VARIANTS=${VARIANTS:-"default||1
+v3|-DLZ_NV_KSLOTS=2 -DLZ_NV_PVSLOTS=3|1
+pb0|-DLZ_NV_PBATCH=0|0
+p8|-DLZ_NV_DIAG=8|0
+p12|-DLZ_NV_DIAG=12|0"}
+. bench/prefill_call.sh
+names="" first="" first_defines=""
+BENCH_LOGS=$out
+while IFS='|' read -r name defines checks; do
+  [ -n "$name" ] || continue
+  if [ -z "$first" ]; then
+    first=$name first_defines=$defines
+  else
+    left || { echo "[$(el) s] $name skipped (past ${BUDGET_S} s)"; continue; }
+  fi
+  opt=--no-checks
+  [ "$checks" = 1 ] && opt=""
+  LAZYATTN_NV_DEFINES=$defines BENCH_S=$([ "$checks" = 1 ] && echo 100 || echo 45) bench "$name" $opt < /dev/null
+  BENCH_LOGS=$csv # the others' logs come back in one archive
+  names="$names $name"
+done <<EOF
+$VARIANTS
+EOF
+BENCH_LOGS=$out
+peer $names
+# the first variant's prefill (b) kernel as the round trip patched it
+if left 440; then
+  LAZYATTN_NV_DUMP_PTX=$csv/first.ptx LAZYATTN_NV_DEFINES=$first_defines timeout 60 \
+    build-nv/examples/bench_kernels --only prefill_b --no-checks --reps 20 > "$csv/bench_dump.log" 2>&1
+  if [ -s "$csv/first.ptx" ]; then
+    gzip -c "$csv/first.ptx" > "$out/ptx.gz"
+    echo "[$(el) s] PTX of $first: $(wc -l < "$csv/first.ptx") lines"
+  else
+    echo "[$(el) s] no PTX dumped"; tail -3 "$csv/bench_dump.log"
+  fi
+fi
+tar czf "$out/bench_logs.tgz" -C "$csv" $(cd "$csv" && ls bench_*.log)
+left 500 && LAZYATTN_NV_DEFINES=$first_defines BATCHED=1 TEST_S=$(( 560 - $(el) )) tests "$first"
+echo "[$(el) s] done"
