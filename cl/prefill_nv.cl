@@ -193,6 +193,28 @@
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
+/* Bit 16 (the ping-pong with its producer; the results stay right): where
+ * a round's time goes, in SM clocks summed over the rounds of each warp
+ * (%clock, 32 bits, a phase far shorter than 2^32): a consumer's waits
+ * for a full K and V slot, for its turn, for the scores (wait_group 1) and
+ * for P V (wait_group 0); a copying warp's waits for an empty slot; and the
+ * whole loop. One work-group prints them (printf, lane 0 of each warp): the
+ * middle one of the first KV head of the first sequence. */
+#if LZ_NV_DIAG & 16
+#define LZ_NV_CLK(v) asm volatile("mov.u32 %0, %%clock;" : "=r"(v)::"memory")
+#define LZ_NV_TIMED(acc, stmt)                                                                  \
+    do {                                                                                     \
+        uint t0_, t1_;                                                                       \
+        LZ_NV_CLK(t0_);                                                                      \
+        stmt;                                                                                \
+        LZ_NV_CLK(t1_);                                                                      \
+        (acc) += t1_ - t0_;                                                                  \
+    } while (0)
+#define LZ_NV_DIAG_PRINTS() \
+    ((lid & 31) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
+#else
+#define LZ_NV_TIMED(acc, stmt) stmt
+#endif
 /* whether the producer copies item n of a ring whose first `first` items it
  * always copies (bit 8) */
 #if LZ_NV_DIAG & 8
@@ -625,10 +647,17 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
 #endif
     int tv = n_tiles; /* the tile whose V comes next (none yet) */
     lz_nv_entry ev[LZ_NV_EPT];
+#if LZ_NV_DIAG & 16
+    uint d_empty = 0, d_start, d_end;
+    LZ_NV_CLK(d_start);
+    int n = 0;
+    for (;; n++) {
+#else
     for (int n = 0;; n++) {
+#endif
         const int ks = n % LZ_NV_KSLOTS;
         if (do_k && n >= LZ_NV_KSLOTS)
-            lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1);
+            LZ_NV_TIMED(d_empty, lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1));
         lz_nv_entry ek[LZ_NV_EPT];
 #pragma unroll
         for (int k = 0; k < LZ_NV_EPT; k++) {
@@ -652,7 +681,7 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
         if (do_v && tv < n_tiles) {
             const int vn = n - 1, vs = vn % LZ_NV_VSLOTS;
             if (vn >= LZ_NV_VSLOTS)
-                lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1);
+                LZ_NV_TIMED(d_empty, lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1));
             if (LZ_NV_PCOPY(vn, LZ_NV_VSLOTS))
                 lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
@@ -668,6 +697,12 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
 #endif
     }
     LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
+#if LZ_NV_DIAG & 16
+    LZ_NV_CLK(d_end);
+    if ((t & 31) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
+        printf("lz_diag producer role %d thread %d: items %d clocks %u empty-wait %u\n", role, t, n, d_end - d_start,
+               d_empty);
+#endif
 }
 #endif
 
@@ -810,9 +845,16 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
         al0 = a0, al1 = a1;
     }
+#if LZ_NV_DIAG & 16
+    uint d_full = 0, d_turn = 0, d_w1 = 0, d_w0 = 0, d_start, d_end;
+    LZ_NV_CLK(d_start);
+    int j = 0;
+    for (; has; j++) {
+#else
     for (int j = 0; has; j++) {
+#endif
         const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j % LZ_NV_VSLOTS;
-        lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
+        LZ_NV_TIMED(d_full, lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1));
         __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
         const int has_n = mn[0].w >= 0;
         int full_n = 1;
@@ -826,11 +868,11 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 #if LZ_NV_PP_EARLY
         if (rope_style != LZ_ROPE_NONE && mn[0].z > 0 && mn[0].y != cur_delta)
             lz_nv_requery(qf, &cur_delta, &n_rel, mn[0].y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
-        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
+        LZ_NV_TIMED(d_full, lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1));
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
         LZ_NV_RESCALE(o, al0, al1);
-        LZ_NV_BAR_SYNC(my_turn, 256u);
+        LZ_NV_TIMED(d_turn, LZ_NV_BAR_SYNC(my_turn, 256u));
 #if !LZ_NV_PP_EARLY
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
@@ -850,7 +892,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         LZ_NV_PV_ISSUE(o, pa, vb);
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
         /* the scores of tile j + 1 done (P V of tile j may still run) */
-        LZ_NV_WG_WAIT1();
+        LZ_NV_TIMED(d_w1, LZ_NV_WG_WAIT1());
 #pragma unroll
         for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
         LZ_NV_WARP_SYNC();
@@ -862,7 +904,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             al0 = a0, al1 = a1;
         }
         /* P V of tile j done: its V slot back, and P(j + 1) packed */
-        LZ_NV_WG_WAIT();
+        LZ_NV_TIMED(d_w0, LZ_NV_WG_WAIT());
 #pragma unroll
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
 #pragma unroll
@@ -872,6 +914,12 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (has_n) LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
         has = has_n;
     }
+#if LZ_NV_DIAG & 16
+    LZ_NV_CLK(d_end);
+    if (LZ_NV_DIAG_PRINTS())
+        printf("lz_diag consumer warp %d: rounds %d clocks %u full-wait %u turn-wait %u scores-wait %u pv-wait %u\n",
+               warp, j, d_end - d_start, d_full, d_turn, d_w1, d_w0);
+#endif
 #else
     for (int j = 0; has; j++) {
         const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j % LZ_NV_VSLOTS;
