@@ -9,10 +9,13 @@
 # that order); the first variant's patched sm_90a PTX (the round trip's,
 # for prefill (b)) into ptx.gz, to assemble and disassemble elsewhere; then
 # test_attention + test_prefill_batched with the first variant.
-# The diagnostics (LZ_NV_DIAG, cl/prefill_nv.cl) give wrong results: timing
-# only. Step 7 (call 2 of 2026-12-01) ran: default (checks), wide
-# (-DLZ_NV_S_WIDE=1, checks), inturn (-DLZ_NV_PP_EARLY=0), step5
-# (-DLZ_NV_PINGPONG=0), noproxy (-DLZ_NV_PROXY=0), p8, p4, p12.
+# The diagnostics (LZ_NV_DIAG, cl/prefill_nv.cl) 1-8 give wrong results:
+# timing only; 16 prints where a ping-pong round's time goes (one
+# work-group's warps, printf into the bench log). Step 7 (call 2 of
+# 2026-12-01) ran: default (checks), wide (-DLZ_NV_S_WIDE=1, checks),
+# inturn (-DLZ_NV_PP_EARLY=0), step5 (-DLZ_NV_PINGPONG=0), noproxy
+# (-DLZ_NV_PROXY=0), p8, p4, p12; step 8 (calls 3-4): default, v3
+# (-DLZ_NV_KSLOTS=2 -DLZ_NV_PVSLOTS=3, since the default), pb0, p8, p12.
 # The call's limit must be >= 600 s. Run from a folder holding build-nv
 # (bench/prefill_call.sh says what it needs).
 #   usage: [BUDGET_S=380] [VARIANTS=...] sh bench/run_prefill_pingpong_gpu.sh [OUTDIR]
@@ -21,9 +24,10 @@ out=${1:-${OUT:-/tmp/lazyattn-out}}
 csv=/tmp/pp-variants-csv
 BUDGET_S=${BUDGET_S:-380}
 VARIANTS=${VARIANTS:-"default||1
-v3|-DLZ_NV_KSLOTS=2 -DLZ_NV_PVSLOTS=3|1
+k3v2|-DLZ_NV_KSLOTS=3 -DLZ_NV_PVSLOTS=2|1
 pb0|-DLZ_NV_PBATCH=0|0
 p8|-DLZ_NV_DIAG=8|0
+p4|-DLZ_NV_DIAG=4|0
 p12|-DLZ_NV_DIAG=12|0"}
 . bench/prefill_call.sh
 names="" first="" first_defines=""

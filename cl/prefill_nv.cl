@@ -99,19 +99,6 @@
 #if LZ_NV_PRODUCER && (!LZ_NV_PVWG || LZ_NV_PVOV)
 #error "LZ_NV_PRODUCER needs the wgmma prefill with P V on wgmma, without LZ_NV_PVOV"
 #endif
-/* Slots of the producer's K and V rings: 2 K and 3 V (40 KB at d 128, KT
- * 32), measured 3.5 % faster than 3 K and 2 V on 2 x 8192 causal (issue 11
- * step 8): a V slot is given back only after P V, at the end of a round, a K
- * slot as soon as its scores are done, so V needs the deeper ring. */
-#ifndef LZ_NV_KSLOTS
-#define LZ_NV_KSLOTS 2
-#endif
-#ifndef LZ_NV_PVSLOTS
-#define LZ_NV_PVSLOTS 3
-#endif
-#if LZ_NV_PVSLOTS != 2 && LZ_NV_PVSLOTS != 3
-#error "LZ_NV_PVSLOTS: 2 or 3"
-#endif
 /* Copying warps of the producer's warpgroup: 1 (all of it), 2 (K and the
  * entries; V) or 4 (two for K, two for V, half of each tile's chunks each).
  * One warp's copy instructions held the round: measured on the H200, 2
@@ -161,6 +148,21 @@
 #undef LZ_NV_PINGPONG
 #define LZ_NV_PINGPONG 0
 #endif
+/* Slots of the producer's K and V rings (40 KB at d 128, KT 32). With the
+ * ping-pong 2 K and 3 V, measured 3.5 % faster than 3 K and 2 V on 2 x 8192
+ * causal (issue 11 step 8): there a V slot is given back only after P V, at
+ * the end of a round, a K slot as soon as its scores are done, so V needs
+ * the deeper ring. Without it (both given back together) 3 K and 2 V, as
+ * step 5 measured. */
+#ifndef LZ_NV_KSLOTS
+#define LZ_NV_KSLOTS (LZ_NV_PINGPONG ? 2 : 3)
+#endif
+#ifndef LZ_NV_PVSLOTS
+#define LZ_NV_PVSLOTS (LZ_NV_PINGPONG ? 3 : 2)
+#endif
+#if LZ_NV_PVSLOTS != 2 && LZ_NV_PVSLOTS != 3
+#error "LZ_NV_PVSLOTS: 2 or 3"
+#endif
 #if LZ_NV_PRODUCER && LZ_NV_WARPS == 12
 #define LZ_NV_CREGS 160
 #define LZ_NV_PREGS 32
@@ -193,11 +195,13 @@
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
-/* Bit 16 (the ping-pong with its producer; the results stay right): where
- * a round's time goes, in SM clocks summed over the rounds of each warp
- * (%clock, 32 bits, a phase far shorter than 2^32): a consumer's waits
- * for a full K and V slot, for its turn, for the scores (wait_group 1) and
- * for P V (wait_group 0); a copying warp's waits for an empty slot; and the
+/* Bit 16 (the ping-pong with its producer; the results stay right, the
+ * clock reads slow it): where a round's time goes, in SM clocks summed over
+ * the rounds of each warp (%clock, 32 bits, a phase far shorter than 2^32).
+ * A consumer's round in four parts, one clock read between each: before its
+ * turn (the K and V waits, rotation, rescale), the wait for the turn, the
+ * turn (issuing the scores and P V), after it (the waits for both, mask,
+ * softmax, packing); a copying warp's waits for an empty slot, and its
  * whole loop. One work-group prints them (printf, lane 0 of each warp): the
  * middle one of the first KV head of the first sequence. */
 #if LZ_NV_DIAG & 16
@@ -210,10 +214,19 @@
         LZ_NV_CLK(t1_);                                                                      \
         (acc) += t1_ - t0_;                                                                  \
     } while (0)
+/* the time since the last mark into acc */
+#define LZ_NV_MARK(acc)                                                                         \
+    do {                                                                                     \
+        uint t_;                                                                             \
+        LZ_NV_CLK(t_);                                                                       \
+        (acc) += t_ - d_mark;                                                                \
+        d_mark = t_;                                                                         \
+    } while (0)
 #define LZ_NV_DIAG_PRINTS() \
     ((lid & 31) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
 #else
 #define LZ_NV_TIMED(acc, stmt) stmt
+#define LZ_NV_MARK(acc)
 #endif
 /* whether the producer copies item n of a ring whose first `first` items it
  * always copies (bit 8) */
@@ -544,7 +557,7 @@ inline void lz_nv_ring_init(uint bars) {
  * producer's loop and spilled at the producer's 32 registers.) */
 #define LZ_NV_PTHREADS (32 * LZ_NV_KWARPS)
 #if LZ_NV_PRODUCER && (LZ_NV_KT % (LZ_NV_PTHREADS / 2) || LZ_NV_CPR % 2)
-#error "LZ_NV_PRODUCER: LZ_NV_KT must be a multiple of 16 LZ_NV_KWARPS"
+#error "LZ_NV_PRODUCER: LZ_NV_KT must be a multiple of 16 LZ_NV_KWARPS, the head dim of 16"
 #endif
 __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global const ushort *pool,
                                                               const lz_nv_entry en[LZ_NV_EPT], int kvh,
@@ -811,11 +824,16 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     const float sl2 = scale * 1.44269504088896341f;
 
 #if LZ_NV_PRODUCER
-    /* Round j consumes item j of the producer (lz_nv_produce): the scores
-     * of item j + 1 go to the tensor cores as soon as its K slot is full,
-     * then item j is masked, its softmax taken and O += P V issued once its
-     * V slot is full; both wgmma groups are waited for together, and the
-     * two slots given back (one arrival a warp). */
+    /* Round j consumes item j of the producer (lz_nv_produce). With the
+     * ping-pong (the default): before its turn a warpgroup waits for K of
+     * item j + 1 and V of item j; in its turn it issues the scores of j + 1
+     * and O += P(j) V; after it, wait_group 1 gives the K slot back and the
+     * softmax of j + 1 runs while P V does, then wait_group 0 gives the V
+     * slot back. Without it: the scores of item j + 1 go to the tensor cores
+     * as soon as its K slot is full, then item j is masked, its softmax
+     * taken and O += P V issued once its V slot is full; both wgmma groups
+     * are waited for together, and the two slots given back (one arrival a
+     * warp each). */
     float sc[LZ_NV_KT / 8][4];
     int full = 1;
     lz_nv_mbar_wait(LZ_NV_KFULL(bars, 0), 0);
@@ -846,15 +864,16 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         al0 = a0, al1 = a1;
     }
 #if LZ_NV_DIAG & 16
-    uint d_full = 0, d_turn = 0, d_w1 = 0, d_w0 = 0, d_start, d_end;
+    uint d_pre = 0, d_wait = 0, d_turn = 0, d_post = 0, d_start, d_end, d_mark;
     LZ_NV_CLK(d_start);
+    d_mark = d_start;
     int j = 0;
     for (; has; j++) {
 #else
     for (int j = 0; has; j++) {
 #endif
         const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j % LZ_NV_VSLOTS;
-        LZ_NV_TIMED(d_full, lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1));
+        lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
         __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
         const int has_n = mn[0].w >= 0;
         int full_n = 1;
@@ -868,11 +887,13 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 #if LZ_NV_PP_EARLY
         if (rope_style != LZ_ROPE_NONE && mn[0].z > 0 && mn[0].y != cur_delta)
             lz_nv_requery(qf, &cur_delta, &n_rel, mn[0].y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
-        LZ_NV_TIMED(d_full, lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1));
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
         LZ_NV_RESCALE(o, al0, al1);
-        LZ_NV_TIMED(d_turn, LZ_NV_BAR_SYNC(my_turn, 256u));
+        LZ_NV_MARK(d_pre);
+        LZ_NV_BAR_SYNC(my_turn, 256u);
+        LZ_NV_MARK(d_wait);
 #if !LZ_NV_PP_EARLY
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
@@ -891,8 +912,9 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
         LZ_NV_PV_ISSUE(o, pa, vb);
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
+        LZ_NV_MARK(d_turn);
         /* the scores of tile j + 1 done (P V of tile j may still run) */
-        LZ_NV_TIMED(d_w1, LZ_NV_WG_WAIT1());
+        LZ_NV_WG_WAIT1();
 #pragma unroll
         for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
         LZ_NV_WARP_SYNC();
@@ -904,7 +926,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             al0 = a0, al1 = a1;
         }
         /* P V of tile j done: its V slot back, and P(j + 1) packed */
-        LZ_NV_TIMED(d_w0, LZ_NV_WG_WAIT());
+        LZ_NV_WG_WAIT();
 #pragma unroll
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
 #pragma unroll
@@ -913,12 +935,13 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (lane == 0) lz_nv_mbar_arrive(LZ_NV_VEMPTY(bars, vs));
         if (has_n) LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
         has = has_n;
+        LZ_NV_MARK(d_post);
     }
 #if LZ_NV_DIAG & 16
     LZ_NV_CLK(d_end);
     if (LZ_NV_DIAG_PRINTS())
-        printf("lz_diag consumer warp %d: rounds %d clocks %u full-wait %u turn-wait %u scores-wait %u pv-wait %u\n",
-               warp, j, d_end - d_start, d_full, d_turn, d_w1, d_w0);
+        printf("lz_diag consumer warp %d: rounds %d clocks %u before-turn %u turn-wait %u turn %u after-turn %u\n",
+               warp, j, d_end - d_start, d_pre, d_wait, d_turn, d_post);
 #endif
 #else
     for (int j = 0; has; j++) {

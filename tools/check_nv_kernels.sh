@@ -43,7 +43,7 @@ for d in 64 128; do
     # ... and its timing-only diagnostics (no copies, no barrier, no wgmma)
     compile prefill_nv prefill_nv.d$d.wgmma_diag //@wgmma.commit_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVOV=1 -DLZ_NV_DIAG=7
-    # issue 11 steps 4-6 (the default on compute capability 9.x): the producer warpgroup, its
+    # issue 11 steps 4-8 (the default on compute capability 9.x): the producer warpgroup, its
     # mbarrier rings and setmaxnreg, with FA3's ping-pong of the consumer warpgroups (named
     # barriers) at 12 and 8 consumer warps, without it at 4 (the host's other choices) ...
     for w in 12 8; do
@@ -157,7 +157,7 @@ for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "
         awk '{print $2}' | tac)
 done
 # The wgmma prefill at d 64 (where clang's PTX needs no spills; at d 128 clang takes far more
-# registers than NVIDIA's compiler), without and with the producer and the variants of issue 11 steps 4-5, unmarked
+# registers than NVIDIA's compiler), without and with the producer and the variants of issue 11 steps 4-8, unmarked
 # and assembled for sm_90a: no serialized wgmma (ptxas C75xx), which a second wgmma pass or a
 # second wgmma shape in lz_nv_scores brought, or setmaxnreg ignored (C7508). Registers and spills
 # are printed, not judged: clang's PTX under the work-group's cap spills where NVIDIA's compiler
@@ -178,13 +178,16 @@ if [ -x "$ptxas" ]; then
 EOF2
     for v in base "producer -DLZ_NV_PRODUCER=1" "pwarps1 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=1" "pwarps2 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=2" \
         "step5 -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=0" "inturn -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_EARLY=0" \
+        "block32 -DLZ_NV_PRODUCER=1 -DLZ_BLOCK=32" "kt64 -DLZ_NV_PRODUCER=1 -DLZ_NV_KT=64" \
+        "k3v2 -DLZ_NV_PRODUCER=1 -DLZ_NV_KSLOTS=3 -DLZ_NV_PVSLOTS=2" "pbatch0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PBATCH=0" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v
         name=prefill_nv.d64.wgmma12.$1
         shift
         clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
-            -include "$out/nv_workitem.h" -include "$out/nv_prefill_builtins.h" -Wno-pass-failed -Dasm=__asm__ \
+            -include "$out/nv_workitem.h" -include "$out/nv_prefill_builtins.h" -Wno-pass-failed -Wno-macro-redefined \
+            -Dasm=__asm__ \
             -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_NV_KT=32 -DLZ_NV_WARPS=12 -DLZ_HEAD_DIM=64 -DLZ_BLOCK=16 \
             -DLZ_NV_WGMMA=1 "$@" -O2 -S -o "$out/$name.sreg.ptx" "$out/prefill_nv.cl"
         # the work-group size as NVIDIA's compiler writes it (.reqntid): 12 warps, the producer's

@@ -76,7 +76,8 @@ def wait_phase(bar, phase):
         yield
 
 
-def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pingpong=False, vs_slots=2):
+def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pingpong=False, vs_slots=2,
+             pp_early=True):
     """bug: a deliberate error in the protocol, which the checks must catch
     (main's self-test): "meta" one meta slot too few, "release" the K slot
     given back before its scores are waited for, "vwait" V refilled without
@@ -85,7 +86,8 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
     last warpgroup handing on the turn after the last round (pingpong).
     pingpong: the consumers of LZ_NV_PINGPONG (warpgroups of 4 warps taking
     turns through named barriers of 8 warps); vs_slots: V slots
-    (LZ_NV_PVSLOTS)."""
+    (LZ_NV_PVSLOTS); pp_early: the ping-pong waits for V before its turn
+    (LZ_NV_PP_EARLY 1) or inside it, after issuing the scores (0)."""
     kwarps = 1 if pwarps == 1 else pwarps // 2  # copying warps a role (LZ_NV_KWARPS)
     nmeta = ks_slots + (0 if bug == "meta" else 1)
     kcount = 32 * (kwarps - (1 if bug == "count" else 0)) + 1
@@ -211,7 +213,8 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
             n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
             yield from wait_phase(kfull[ks], n1 // ks_slots)
             has_n = read_meta(n1 % nmeta, n1, who)
-            yield from wait_phase(vfull[vs], j // vs_slots)  # V(j) before the turn
+            if pp_early:
+                yield from wait_phase(vfull[vs], j // vs_slots)  # V(j) before the turn
             joined = turns[wg].arrive()
             while turns[wg].completed <= joined:
                 yield
@@ -222,6 +225,8 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                 if kslot[ks]["inflight"]:
                     raise Violation(f"{who}: the end marker's K slot read while a copy into it is in flight")
                 kslot[ks]["readers"] += 1
+            if not pp_early:
+                yield from wait_phase(vfull[vs], j // vs_slots)  # V(j) inside the turn
             open_read(vslot[vs], j, "V", who)
             seen[w].append(j)
             if has_n or wg != nwg - 1 or bug == "turn":
@@ -315,23 +320,29 @@ def main(argv):
                                   f"{vs_slots}, {n_tiles} tiles, {n_warps} warps, seed {seed}: {e}", file=sys.stderr)
                             return 1
                         cases += 1
-    # the ping-pong consumers (LZ_NV_PINGPONG): 2 or 3 warpgroups taking turns, 2 or 3 V slots
-    for vs_slots in (2, 3):
-        for ks_slots in (2, 3, 4):
-            for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
-                for n_warps in (8, 12):
-                    for seed in range(runs):
-                        rng = random.Random(seed * 104729 + ks_slots * 131 + n_tiles * 17 + n_warps + vs_slots * 7)
-                        try:
-                            simulate(ks_slots, n_tiles, n_warps, rng, None, stats, 4, True, vs_slots)
-                        except Violation as e:
-                            print(f"sim_prefill_producer: ping-pong, K slots {ks_slots}, V slots {vs_slots}, "
-                                  f"{n_tiles} tiles, {n_warps} warps, seed {seed}: {e}", file=sys.stderr)
-                            return 1
-                        cases += 1
+    # the ping-pong consumers (LZ_NV_PINGPONG): 2 or 3 warpgroups taking turns, 2 or 3 V slots,
+    # 1, 2 or 4 copying warps, V waited for before the turn (the default) or in it (LZ_NV_PP_EARLY 0)
+    for pwarps, pp_early in ((1, True), (2, True), (4, True), (4, False)):
+        for vs_slots in (2, 3):
+            for ks_slots in (2, 3, 4):
+                for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
+                    for n_warps in (8, 12):
+                        for seed in range(runs):
+                            rng = random.Random(seed * 104729 + ks_slots * 131 + n_tiles * 17 + n_warps
+                                                + vs_slots * 7 + pwarps * 3 + pp_early)
+                            try:
+                                simulate(ks_slots, n_tiles, n_warps, rng, None, stats, pwarps, True, vs_slots,
+                                         pp_early)
+                            except Violation as e:
+                                print(f"sim_prefill_producer: ping-pong, {pwarps} copying warps, K slots "
+                                      f"{ks_slots}, V slots {vs_slots}, V waited {'before' if pp_early else 'in'} "
+                                      f"the turn, {n_tiles} tiles, {n_warps} warps, seed {seed}: {e}",
+                                      file=sys.stderr)
+                                return 1
+                            cases += 1
     print(f"sim_prefill_producer: {cases} interleavings ({sum(stats)} steps; 1/2/4 copying warps, K slots "
           "2/3/4 with 2 V slots and 2 with 3, 0-9 tiles, 1/4/12 consumer warps, and 8/12 taking turns with 2/3 V "
-          "slots): no deadlock, no slot read while "
+          "slots, V waited before or in the turn): no deadlock, no slot read while "
           "written or written while read, every tile seen in order, no turn left open; 6 deliberate protocol "
           "errors caught")
     return 0
