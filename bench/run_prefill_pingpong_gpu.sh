@@ -16,6 +16,8 @@
 # inturn (-DLZ_NV_PP_EARLY=0), step5 (-DLZ_NV_PINGPONG=0), noproxy
 # (-DLZ_NV_PROXY=0), p8, p4, p12; step 8 (calls 3-4): default, v3
 # (-DLZ_NV_KSLOTS=2 -DLZ_NV_PVSLOTS=3, since the default), pb0, p8, p12.
+# The list below is the next call's (not yet run): the turn without the
+# entries' loads (LZ_NV_PP_META) and the four-part timing (LZ_NV_DIAG 16).
 # The call's limit must be >= 600 s. Run from a folder holding build-nv
 # (bench/prefill_call.sh says what it needs).
 #   usage: [BUDGET_S=380] [VARIANTS=...] sh bench/run_prefill_pingpong_gpu.sh [OUTDIR]
@@ -24,8 +26,9 @@ out=${1:-${OUT:-/tmp/lazyattn-out}}
 csv=/tmp/pp-variants-csv
 BUDGET_S=${BUDGET_S:-380}
 VARIANTS=${VARIANTS:-"default||1
-k3v2|-DLZ_NV_KSLOTS=3 -DLZ_NV_PVSLOTS=2|1
-pb0|-DLZ_NV_PBATCH=0|0
+ppmeta|-DLZ_NV_PP_META=1|1
+d16|-DLZ_NV_DIAG=16|0
+ppmeta16|-DLZ_NV_PP_META=1 -DLZ_NV_DIAG=16|0
 p8|-DLZ_NV_DIAG=8|0
 p4|-DLZ_NV_DIAG=4|0
 p12|-DLZ_NV_DIAG=12|0"}

@@ -346,6 +346,40 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #ifndef LZ_NV_S_WIDE
 #define LZ_NV_S_WIDE 0
 #endif
+/* 1 (the ping-pong with LZ_NV_PP_EARLY, without LZ_NV_S_WIDE; opt-in, not
+ * yet run on a GPU): the scores' bookkeeping done before the turn, whether
+ * the tile needs a mask and which later entry rotates the queries
+ * (lz_nv_rot_mask), so that the turn issues its wgmma without reading the
+ * entries (two dependent local loads in it so far). */
+#ifndef LZ_NV_PP_META
+#define LZ_NV_PP_META 0
+#endif
+#if LZ_NV_S_WIDE || !LZ_NV_PINGPONG || !LZ_NV_PP_EARLY
+#undef LZ_NV_PP_META
+#define LZ_NV_PP_META 0
+#endif
+/* lz_nv_scores' rmask when it reads the entries and decides itself */
+#define LZ_NV_DECIDE_HERE 0xffffffffu
+
+/* Before the ping-pong's turn (LZ_NV_PP_META), with qf rotated for
+ * cur_delta (the first entry's rotation done): whether the tile at meta
+ * needs no mask (*full, as lz_nv_scores returns it), and as bits e the
+ * later entries that rotate the queries, in lz_nv_scores' order. */
+inline uint lz_nv_rot_mask(__local const int4 *meta, int cur_delta, int min_pos, int rope_style, int *full) {
+    uint m = 0;
+    int f = 1;
+#pragma unroll
+    for (int e = 0; e < LZ_NV_EPT; e++) {
+        const int4 en = meta[e]; /* start, delta, length */
+        f &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
+        if (e > 0 && rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != cur_delta) {
+            m |= 1u << e;
+            cur_delta = en.y;
+        }
+    }
+    *full = f;
+    return m;
+}
 
 /* The query fragments qf, rotated for *cur_delta, re-rotated for delta:
  * in registers by R(cur - delta) when every rotary pair sits in one lane,
@@ -373,6 +407,9 @@ lz_nv_requery(uint qf[LZ_NV_DC][4], int *cur_delta, int *n_rel, int delta, __glo
  * change (*n_rel counts them), so that f16 roundings cannot pile up.
  * first_rotated (a constant): the caller has rotated qf for the first entry
  * already (the ping-pong, before its turn), so only a later entry rotates here.
+ * rmask: LZ_NV_DECIDE_HERE (a constant), or the caller's decisions (without
+ * LZ_NV_S_WIDE; lz_nv_rot_mask): bit e set where entry e rotates qf, the
+ * entries then read only there and the return value 1 (the caller took it).
  * Returns 1 when every key of the tile is a full entry visible to every row
  * of the work-group (no mask needed).
  */
@@ -380,9 +417,10 @@ __attribute__((always_inline)) inline int
 lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, int *n_rel, uint kb,
              __local const int4 *meta, int min_pos, __global const float *qrow0,
              __global const float *qrow1, int lane, int rope_style, int rot_dim,
-             __global const float2 *freq, int first_rotated) {
+             __global const float2 *freq, int first_rotated, uint rmask) {
     int full = 1;
     const int t4 = lane & 3;
+    (void)rmask; /* read with LZ_NV_PP_META only */
 #if LZ_NV_S_WIDE
     /* one m64n32k16 per 16 dims over the whole tile, the queries rotated for
      * the first entry with keys; when the second entry has keys at another
@@ -417,6 +455,22 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
 #else
 #pragma unroll
     for (int p = 0; p < LZ_NV_KT / 16; p++) {
+#if LZ_NV_PP_META
+        if ((p * 16) % LZ_BLOCK == 0 && rmask != LZ_NV_DECIDE_HERE) {
+            /* decided by the caller: the entry read only where it rotates */
+            if ((rmask >> ((p * 16) / LZ_BLOCK)) & 1) {
+#if LZ_NV_WGMMA
+                if (p > 0) {
+                    LZ_NV_WG_WAIT();
+#pragma unroll
+                    for (int n = 0; n < 2 * p; n++) LZ_NV_WG_TIE(sc[n]);
+                }
+#endif
+                lz_nv_requery(qf, cur_delta, n_rel, meta[(p * 16) / LZ_BLOCK].y, qrow0, qrow1, t4, rope_style,
+                              rot_dim, freq);
+            }
+        } else
+#endif
         if ((p * 16) % LZ_BLOCK == 0) {
             const int4 en = meta[(p * 16) / LZ_BLOCK]; /* start, delta, length */
             full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
@@ -841,7 +895,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     if (has) {
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE(); /* the producer's copies, seen by wgmma */
         full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
-                            rope_style, rot_dim, freq, 0);
+                            rope_style, rot_dim, freq, 0, LZ_NV_DECIDE_HERE);
     }
     lz_nv_scores_wait(sc, o);
     LZ_NV_WARP_SYNC(); /* every lane's reads (meta, ldmatrix) before lane 0 gives the slot back */
@@ -890,6 +944,10 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
+#if LZ_NV_PP_META
+        int full_pre;
+        const uint rmask = lz_nv_rot_mask(mn, cur_delta, min_pos, rope_style, &full_pre);
+#endif
         LZ_NV_RESCALE(o, al0, al1);
         LZ_NV_MARK(d_pre);
         LZ_NV_BAR_SYNC(my_turn, 256u);
@@ -903,8 +961,14 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
          * so no rotation; the scores unused): with the scores' wgmma only on
          * some paths, ptxas could not tell the group left by wait_group 1
          * and serialized every wgmma (C7515) */
+#if LZ_NV_PP_META
+        lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0, qrow1, lane,
+                     rope_style, rot_dim, freq, 1, rmask);
+        full_n = full_pre;
+#else
         full_n = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0,
-                              qrow1, lane, rope_style, rot_dim, freq, LZ_NV_PP_EARLY);
+                              qrow1, lane, rope_style, rot_dim, freq, LZ_NV_PP_EARLY, LZ_NV_DECIDE_HERE);
+#endif
 #if !LZ_NV_PP_EARLY
         lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
@@ -954,7 +1018,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (has_n) {
             if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
             full_n = lz_nv_scores(sn, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos,
-                                  qrow0, qrow1, lane, rope_style, rot_dim, freq, 0);
+                                  qrow0, qrow1, lane, rope_style, rot_dim, freq, 0, LZ_NV_DECIDE_HERE);
         }
         if (!full) lz_nv_mask(sc, meta[j % LZ_NV_NMETA], qp0, qp1, t4);
         uint pa[LZ_NV_KT / 16][4];
@@ -1003,7 +1067,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     int full = 1;
     if (cur < n_tiles)
         full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase, meta[0], min_pos, qrow0, qrow1, lane,
-                            rope_style, rot_dim, freq, 0);
+                            rope_style, rot_dim, freq, 0, LZ_NV_DECIDE_HERE);
     lz_nv_scores_wait(sc, o);
 
     for (int j = 0; cur < n_tiles; j++) {
@@ -1029,7 +1093,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (nxt < n_tiles)
             full_n = lz_nv_scores(sn, qf, &cur_delta, &n_rel, kbase + ((j + 1) & 1) * LZ_NV_MAT_BYTES,
                                   meta[(j + 1) % LZ_NV_META], min_pos, qrow0, qrow1, lane,
-                                  rope_style, rot_dim, freq, 0);
+                                  rope_style, rot_dim, freq, 0, LZ_NV_DECIDE_HERE);
         /* ... the addresses of t_j+3 are looked up while they run ... */
 #pragma unroll
         for (int i = 0; i < LZ_NV_CPT; i++) vsrc[i] = ksrc[i];
