@@ -1,5 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
+# (Kept as run in step 6's call 1: the ping-pong has since become the
+# default, so "pingpong" and "default" now build the same kernel;
+# bench/run_prefill_pingpong_gpu.sh runs variant lists.)
 # One device call on the lent H200 for issue 11 (steps 5 on): the wgmma
 # prefill's producer warpgroup (the default on compute capability 9.x since
 # step 5: mbarrier rings, no work-group barrier in the loop, setmaxnreg
