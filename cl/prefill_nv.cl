@@ -222,8 +222,9 @@
         (acc) += t_ - d_mark;                                                                \
         d_mark = t_;                                                                         \
     } while (0)
-#define LZ_NV_DIAG_PRINTS() \
-    ((lid & 31) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
+/* whether the thread whose lane is `lane` prints (lane 0 of the work-group chosen) */
+#define LZ_NV_DIAG_PRINTS(lane) \
+    ((lane) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
 #else
 #define LZ_NV_TIMED(acc, stmt) stmt
 #define LZ_NV_MARK(acc)
@@ -397,6 +398,24 @@ lz_nv_requery(uint qf[LZ_NV_DC][4], int *cur_delta, int *n_rel, int delta, __glo
     *cur_delta = delta;
 }
 
+/* In lz_nv_scores (its names): qf re-rotated for delta before part p (the
+ * wgmma of the parts before still read qf: let them finish); a macro, so
+ * that both of its uses compile as the one before LZ_NV_PP_META did */
+#if LZ_NV_WGMMA
+#define LZ_NV_ROTATE_FOR_PART(p, delta)                                                          \
+    do {                                                                                     \
+        if ((p) > 0) {                                                                       \
+            LZ_NV_WG_WAIT();                                                                 \
+            _Pragma("unroll")                                                                \
+            for (int n = 0; n < 2 * (p); n++) LZ_NV_WG_TIE(sc[n]);                           \
+        }                                                                                    \
+        lz_nv_requery(qf, cur_delta, n_rel, delta, qrow0, qrow1, t4, rope_style, rot_dim, freq); \
+    } while (0)
+#else
+#define LZ_NV_ROTATE_FOR_PART(p, delta) \
+    lz_nv_requery(qf, cur_delta, n_rel, delta, qrow0, qrow1, t4, rope_style, rot_dim, freq)
+#endif
+
 /*
  * Raw scores of the warp's 16 rows against the K tile at shared address kb:
  * sc[n] = keys 8n..8n+7. Before each entry whose delta differs from the one
@@ -458,33 +477,14 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
 #if LZ_NV_PP_META
         if ((p * 16) % LZ_BLOCK == 0 && rmask != LZ_NV_DECIDE_HERE) {
             /* decided by the caller: the entry read only where it rotates */
-            if ((rmask >> ((p * 16) / LZ_BLOCK)) & 1) {
-#if LZ_NV_WGMMA
-                if (p > 0) {
-                    LZ_NV_WG_WAIT();
-#pragma unroll
-                    for (int n = 0; n < 2 * p; n++) LZ_NV_WG_TIE(sc[n]);
-                }
-#endif
-                lz_nv_requery(qf, cur_delta, n_rel, meta[(p * 16) / LZ_BLOCK].y, qrow0, qrow1, t4, rope_style,
-                              rot_dim, freq);
-            }
+            if ((rmask >> ((p * 16) / LZ_BLOCK)) & 1) LZ_NV_ROTATE_FOR_PART(p, meta[(p * 16) / LZ_BLOCK].y);
         } else
 #endif
         if ((p * 16) % LZ_BLOCK == 0) {
             const int4 en = meta[(p * 16) / LZ_BLOCK]; /* start, delta, length */
             full &= en.z == LZ_BLOCK && en.x + LZ_BLOCK - 1 <= min_pos;
-            if ((p > 0 || !first_rotated) && rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta) {
-#if LZ_NV_WGMMA
-                /* the wgmma of the parts before still read qf: let them finish */
-                if (p > 0) {
-                    LZ_NV_WG_WAIT();
-#pragma unroll
-                    for (int n = 0; n < 2 * p; n++) LZ_NV_WG_TIE(sc[n]);
-                }
-#endif
-                lz_nv_requery(qf, cur_delta, n_rel, en.y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
-            }
+            if ((p > 0 || !first_rotated) && rope_style != LZ_ROPE_NONE && en.z > 0 && en.y != *cur_delta)
+                LZ_NV_ROTATE_FOR_PART(p, en.y);
         }
 #if LZ_NV_WGMMA
         /* this warpgroup's 64 rows x 16 keys, one wgmma per 16 dims,
@@ -510,6 +510,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
     return full;
 #endif
 }
+#undef LZ_NV_ROTATE_FOR_PART
 
 /* -INFINITY on the scores of keys that rows g / g + 8 (positions qp0, qp1)
  * must not see: past their position, or padding. */
@@ -766,7 +767,7 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
     LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
 #if LZ_NV_DIAG & 16
     LZ_NV_CLK(d_end);
-    if ((t & 31) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
+    if (LZ_NV_DIAG_PRINTS(t & 31))
         printf("lz_diag producer role %d thread %d: items %d clocks %u empty-wait %u\n", role, t, n, d_end - d_start,
                d_empty);
 #endif
@@ -1003,7 +1004,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     }
 #if LZ_NV_DIAG & 16
     LZ_NV_CLK(d_end);
-    if (LZ_NV_DIAG_PRINTS())
+    if (LZ_NV_DIAG_PRINTS(lane))
         printf("lz_diag consumer warp %d: rounds %d clocks %u before-turn %u turn-wait %u turn %u after-turn %u\n",
                warp, j, d_end - d_start, d_pre, d_wait, d_turn, d_post);
 #endif
