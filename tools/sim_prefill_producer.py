@@ -171,14 +171,20 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
             kempty[0].arrive()
         return has
 
+    def next_k(j, who):
+        """Both consumers' round j begins: K of item j + 1 waited for, its
+        entries read; returns (its item n1, K slot, V slot of item j, whether
+        item j + 1 is a tile)."""
+        n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
+        yield from wait_phase(kfull[ks], n1 // ks_slots)
+        return n1, ks, vs, read_meta(n1 % nmeta, n1, who)
+
     def consumer(w):
         who = f"warp {w}"
         has = yield from first_scores(who)
         j = 0
         while has:
-            n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
-            yield from wait_phase(kfull[ks], n1 // ks_slots)
-            has_n = read_meta(n1 % nmeta, n1, who)
+            n1, ks, vs, has_n = yield from next_k(j, who)
             if has_n:
                 open_read(kslot[ks], n1, "K", who)
                 if bug == "release":
@@ -210,9 +216,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                 turns[0].arrive()  # the first turn opened
         j = 0
         while has:
-            n1, ks, vs = j + 1, (j + 1) % ks_slots, j % vs_slots
-            yield from wait_phase(kfull[ks], n1 // ks_slots)
-            has_n = read_meta(n1 % nmeta, n1, who)
+            n1, ks, vs, has_n = yield from next_k(j, who)
             if pp_early:
                 yield from wait_phase(vfull[vs], j // vs_slots)  # V(j) before the turn
             joined = turns[wg].arrive()
