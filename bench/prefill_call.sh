@@ -47,6 +47,7 @@ bench() {
   # the prefill kernels of the sm_90a round trip (its build log comes last) or of the one build
   grep -E -A4 "entry function 'lz_prefill_nv" "$log" | grep -E "Used|spill" | tail -4
   grep -E "C75[0-9][0-9]" "$log" | cut -c1-150 | sort -u | head -4
+  grep "^lz_diag" "$log" | head -18
 }
 peer() {
   all="$csv/peer_input.csv"; : > "$all"

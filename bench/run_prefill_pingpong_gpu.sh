@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# One device call on the lent H200 for issue 11 steps 7-8: the wgmma
+# One device call on the lent H200 for issue 11 steps 7-9: the wgmma
 # prefill's variants, each a line "NAME|LAZYATTN_NV_DEFINES|checks" of
 # VARIANTS (default: the list below), benched in order (bench_kernels --only
 # prefill: its checks where the third field is 1, else timing only), each
@@ -10,28 +10,35 @@
 # for prefill (b)) into ptx.gz, to assemble and disassemble elsewhere; then
 # test_attention + test_prefill_batched with the first variant.
 # The diagnostics (LZ_NV_DIAG, cl/prefill_nv.cl) 1-8 give wrong results:
-# timing only; 16 prints where a ping-pong round's time goes (one
-# work-group's warps, printf into the bench log). Step 7 (call 2 of
-# 2026-12-01) ran: default (checks), wide (-DLZ_NV_S_WIDE=1, checks),
+# timing only; 16 gives where a ping-pong round's time goes (one
+# work-group's warps; bench_kernels prints it into the bench log with
+# LAZYATTN_NV_DIAG_DUMP=1, set here for the variants with DIAG=16).
+# Step 7 (call 2 of 2026-12-01) ran: default (checks), wide (-DLZ_NV_S_WIDE=1, checks),
 # inturn (-DLZ_NV_PP_EARLY=0), step5 (-DLZ_NV_PINGPONG=0), noproxy
 # (-DLZ_NV_PROXY=0), p8, p4, p12; step 8 (calls 3-4): default, v3
 # (-DLZ_NV_KSLOTS=2 -DLZ_NV_PVSLOTS=3, since the default), pb0, p8, p12.
-# The list below is the next call's (not yet run): the turn without the
-# entries' loads (LZ_NV_PP_META) and the four-part timing (LZ_NV_DIAG 16).
+# Step 9 (2026-12-01, second session; docs/h200/issue11/step9) ran, by
+# VARIANTS: call 1 default, ppmeta (-DLZ_NV_PP_META=1, checks), the
+# printf timing, p8, p4, p12; call 2 ppmeta, slack (+ -DLZ_NV_MAX_SLACK=8,
+# checks), the clocks written to out, the default, wide scores with the
+# slack, p12; calls 3-4 the clock reads one by one (LZ_NV_DIAG_MARKS,
+# DIAG 48); call 5 -DLZ_NV_EXP2_FTZ=1 with and without the slack, DIAG 16,
+# p12, p4, p8; call 6 the new default (PP_META and the slack), L1
+# prefetch (-DLZ_NV_L1PF=1, 2, 4), 2 K + 2 V slots, no slack. The list
+# below: the default (checks), its four-part timing and its three
+# diagnostics, for the next change to compare against.
 # The call's limit must be >= 600 s. Run from a folder holding build-nv
 # (bench/prefill_call.sh says what it needs).
-#   usage: [BUDGET_S=380] [VARIANTS=...] sh bench/run_prefill_pingpong_gpu.sh [OUTDIR]
+#   usage: [BUDGET_S=380] [VARIANTS=...] [TESTS=0] sh bench/run_prefill_pingpong_gpu.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 csv=/tmp/pp-variants-csv
 BUDGET_S=${BUDGET_S:-380}
 VARIANTS=${VARIANTS:-"default||1
-ppmeta|-DLZ_NV_PP_META=1|1
 d16|-DLZ_NV_DIAG=16|0
-ppmeta16|-DLZ_NV_PP_META=1 -DLZ_NV_DIAG=16|0
-p8|-DLZ_NV_DIAG=8|0
+p12|-DLZ_NV_DIAG=12|0
 p4|-DLZ_NV_DIAG=4|0
-p12|-DLZ_NV_DIAG=12|0"}
+p8|-DLZ_NV_DIAG=8|0"}
 . bench/prefill_call.sh
 names="" first="" first_defines=""
 BENCH_LOGS=$out
@@ -44,6 +51,7 @@ while IFS='|' read -r name defines checks; do
   fi
   opt=--no-checks
   [ "$checks" = 1 ] && opt=""
+  case "$defines" in *DIAG=16*) export LAZYATTN_NV_DIAG_DUMP=1 ;; *) unset LAZYATTN_NV_DIAG_DUMP ;; esac
   LAZYATTN_NV_DEFINES=$defines BENCH_S=$([ "$checks" = 1 ] && echo 100 || echo 45) bench "$name" $opt < /dev/null
   BENCH_LOGS=$csv # the others' logs come back in one archive
   names="$names $name"
@@ -64,5 +72,5 @@ if left 440; then
   fi
 fi
 tar czf "$out/bench_logs.tgz" -C "$csv" $(cd "$csv" && ls bench_*.log)
-left 500 && LAZYATTN_NV_DEFINES=$first_defines BATCHED=1 TEST_S=$(( 560 - $(el) )) tests "$first"
+[ "${TESTS:-1}" = 1 ] && left 500 && LAZYATTN_NV_DEFINES=$first_defines BATCHED=1 TEST_S=$(( 560 - $(el) )) tests "$first"
 echo "[$(el) s] done"

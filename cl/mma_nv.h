@@ -55,6 +55,12 @@ inline void lz_nv_cp16(uint dst, __global const void *src, int valid) {
                  "r"(valid ? 16 : 0)
                  : "memory");
 }
+/* The same through L1 (.ca: a line already there is read from it). */
+inline void lz_nv_cp16_ca(uint dst, __global const void *src, int valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
 #define LZ_NV_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
 /* Wait until at most n (a literal) committed groups are still in flight. */
 #define LZ_NV_CP_WAIT(n) asm volatile("cp.async.wait_group " #n ";" ::: "memory")
@@ -429,6 +435,49 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
         LZ_NV_SOFTMAX_EXP(KT, sc, l0, l1, sl2, b0_, b1_, pa);                                \
     } while (0)
 
+/* 2^x for the online softmax. NVIDIA's OpenCL compiles native_exp2 to
+ * ex2.approx.f32 without .ftz, which ptxas wraps in a denormal guard (a
+ * compare and two predicated multiplies around each MUFU.EX2: 3 of the 4
+ * instructions of an exponential, on the softmax's critical chain; seen in
+ * the SASS of the wgmma prefill, issue 11). Flushing results below 2^-126
+ * to zero changes nothing a softmax can see (its row maximum gives 1).
+ * Opt-in (1): on the wgmma prefill (issue 11 step 9, H200) the whole
+ * kernel measured 1-2 % slower with it than with native_exp2 (noise is
+ * about 1.5 %), although the rest without copies and wgmma got faster
+ * (1.93 -> 1.79 ms on (b), with LZ_NV_MAX_SLACK 8 too). */
+#ifndef LZ_NV_EXP2_FTZ
+#define LZ_NV_EXP2_FTZ 0
+#endif
+inline float lz_nv_exp2(float x) {
+#if LZ_NV_EXP2_FTZ
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return native_exp2(x);
+#endif
+}
+
+/* The running maximum a row's probabilities are taken against (log2
+ * domain). LZ_NV_MAX_SLACK 0: the exact running maximum, so every new
+ * maximum rescales O and l. S > 0 (FlashAttention-4's conditional
+ * rescaling): the reference moves only when a tile's maximum exceeds it by
+ * more than S, so probabilities stay below 2^S (f16 and bf16 hold them, O
+ * and l are f32) and most tiles leave O alone (with LZ_NV_RESCALE_SKIP, no
+ * multiplies at all). Exact either way: O and l share the reference, and the
+ * output is O / l. */
+#ifndef LZ_NV_MAX_SLACK
+#if defined(LZ_NV_PRODUCER) && LZ_NV_PRODUCER
+#define LZ_NV_MAX_SLACK 8 /* the default with the producer (issue 11 step 9: +1-2 %) */
+#else
+#define LZ_NV_MAX_SLACK 0
+#endif
+#endif
+#if LZ_NV_MAX_SLACK > 0
+#define LZ_NV_NEW_MAX(m, c) ((c) > (m) + (float)LZ_NV_MAX_SLACK ? (c) : (m))
+#else
+#define LZ_NV_NEW_MAX(m, c) fmax(m, c)
+#endif
 /* The three parts of LZ_NV_SOFTMAX_P, for callers that must put something
  * (the wait for an asynchronous O += P V) between the probabilities and the
  * rescaling of O. LZ_NV_SOFTMAX_MAX declares b0, b1 (the rows' new maxima,
@@ -446,9 +495,9 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
         mx0 = fmax(mx0, lz_nv_xor(mx0, 2));                                                  \
         mx1 = fmax(mx1, lz_nv_xor(mx1, 1));                                                  \
         mx1 = fmax(mx1, lz_nv_xor(mx1, 2));                                                  \
-        const float mn0 = fmax(m0, mx0 * sl2), mn1 = fmax(m1, mx1 * sl2);                    \
+        const float mn0 = LZ_NV_NEW_MAX(m0, mx0 * sl2), mn1 = LZ_NV_NEW_MAX(m1, mx1 * sl2);  \
         b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;              \
-        al0 = native_exp2(m0 - b0), al1 = native_exp2(m1 - b1);                              \
+        al0 = lz_nv_exp2(m0 - b0), al1 = lz_nv_exp2(m1 - b1);                                \
         m0 = mn0;                                                                            \
         m1 = mn1;                                                                            \
         l0 *= al0;                                                                           \
@@ -488,10 +537,10 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
     do {                                                                                     \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < (KT) / 8; n++) {                                                 \
-            sc[n][0] = native_exp2(fma(sc[n][0], sl2, -b0));                                 \
-            sc[n][1] = native_exp2(fma(sc[n][1], sl2, -b0));                                 \
-            sc[n][2] = native_exp2(fma(sc[n][2], sl2, -b1));                                 \
-            sc[n][3] = native_exp2(fma(sc[n][3], sl2, -b1));                                 \
+            sc[n][0] = lz_nv_exp2(fma(sc[n][0], sl2, -b0));                                  \
+            sc[n][1] = lz_nv_exp2(fma(sc[n][1], sl2, -b0));                                  \
+            sc[n][2] = lz_nv_exp2(fma(sc[n][2], sl2, -b1));                                  \
+            sc[n][3] = lz_nv_exp2(fma(sc[n][3], sl2, -b1));                                  \
             l0 += sc[n][0] + sc[n][1];                                                       \
             l1 += sc[n][2] + sc[n][3];                                                       \
         }                                                                                    \
@@ -508,10 +557,10 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
     do {                                                                                     \
         _Pragma("unroll")                                                                    \
         for (int n = 0; n < (KT) / 8; n++) {                                                 \
-            const float p0 = native_exp2(fma(sc[n][0], sl2, -b0));                           \
-            const float p1 = native_exp2(fma(sc[n][1], sl2, -b0));                           \
-            const float p2 = native_exp2(fma(sc[n][2], sl2, -b1));                           \
-            const float p3 = native_exp2(fma(sc[n][3], sl2, -b1));                           \
+            const float p0 = lz_nv_exp2(fma(sc[n][0], sl2, -b0));                            \
+            const float p1 = lz_nv_exp2(fma(sc[n][1], sl2, -b0));                            \
+            const float p2 = lz_nv_exp2(fma(sc[n][2], sl2, -b1));                            \
+            const float p3 = lz_nv_exp2(fma(sc[n][3], sl2, -b1));                            \
             l0 += p0 + p1;                                                                   \
             l1 += p2 + p3;                                                                   \
             pa[n >> 1][(n & 1) * 2] = lz_nv_pack(p0, p1);                                    \

@@ -195,39 +195,44 @@
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
-/* Bit 16 (the ping-pong with its producer; the results stay right, the
- * clock reads slow it): where a round's time goes, in SM clocks summed over
- * the rounds of each warp (%clock, 32 bits, a phase far shorter than 2^32).
- * A consumer's round in four parts, one clock read between each: before its
- * turn (the K and V waits, rotation, rescale), the wait for the turn, the
- * turn (issuing the scores and P V), after it (the waits for both, mask,
- * softmax, packing); a copying warp's waits for an empty slot, and its
- * whole loop. One work-group prints them (printf, lane 0 of each warp): the
- * middle one of the first KV head of the first sequence. */
+/* Bit 16 (the ping-pong with its producer): where a consumer's round goes,
+ * in SM clocks summed over its rounds (%clock, 32 bits, a phase far shorter
+ * than 2^32), in four parts with a clock read between each: before its turn
+ * (the K and V waits, rotation, rescale), the wait for the turn, the turn
+ * (issuing the scores and P V), after it (the waits for both, mask,
+ * softmax, packing). The results stay right; lane 0 of each consumer warp of
+ * one work-group (the middle one of the first KV head of the first
+ * sequence) then writes over 8 of its own elements of its row r0 (columns
+ * 0, 1, 8, 9, 16, 17, 24, 25 of its head): LZ_NV_DIAG_MAGIC | warp, rounds,
+ * clocks, the four parts, 0 — bench_kernels prints them with
+ * LAZYATTN_NV_DIAG_DUMP=1. (Its first form printed them with printf, which
+ * made ptxas serialize every wgmma (C7509: an extern call in the function);
+ * its second never stored O, so ptxas dropped the products (call 3 of
+ * 2026-12-01, second session: timings of a kernel without tensor work).)
+ * Bit 32 with 16: the clock reads without the write (results exact), for
+ * finding which reads change the kernel's schedule; LZ_NV_DIAG_MARKS picks
+ * them (bits: 1 after the pre-turn work, 2 after the turn's wait, 4 after
+ * the turn, 8 at the end of the round; default all; a phase whose read is
+ * left out counts in the next one). */
 #if LZ_NV_DIAG & 16
 #define LZ_NV_CLK(v) asm volatile("mov.u32 %0, %%clock;" : "=r"(v)::"memory")
-#define LZ_NV_TIMED(acc, stmt)                                                                  \
-    do {                                                                                     \
-        uint t0_, t1_;                                                                       \
-        LZ_NV_CLK(t0_);                                                                      \
-        stmt;                                                                                \
-        LZ_NV_CLK(t1_);                                                                      \
-        (acc) += t1_ - t0_;                                                                  \
-    } while (0)
+#ifndef LZ_NV_DIAG_MARKS
+#define LZ_NV_DIAG_MARKS 15
+#endif
 /* the time since the last mark into acc */
-#define LZ_NV_MARK(acc)                                                                         \
-    do {                                                                                     \
+#define LZ_NV_MARK(bit, acc)                                                                    \
+    if (LZ_NV_DIAG_MARKS & (bit)) do {                                                       \
         uint t_;                                                                             \
         LZ_NV_CLK(t_);                                                                       \
         (acc) += t_ - d_mark;                                                                \
         d_mark = t_;                                                                         \
     } while (0)
-/* whether the thread whose lane is `lane` prints (lane 0 of the work-group chosen) */
+#define LZ_NV_DIAG_MAGIC 0x1a2d0000u
+/* whether the thread whose lane is `lane` writes (lane 0 of the work-group chosen) */
 #define LZ_NV_DIAG_PRINTS(lane) \
     ((lane) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
 #else
-#define LZ_NV_TIMED(acc, stmt) stmt
-#define LZ_NV_MARK(acc)
+#define LZ_NV_MARK(bit, acc)
 #endif
 /* whether the producer copies item n of a ring whose first `first` items it
  * always copies (bit 8) */
@@ -347,13 +352,15 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #ifndef LZ_NV_S_WIDE
 #define LZ_NV_S_WIDE 0
 #endif
-/* 1 (the ping-pong with LZ_NV_PP_EARLY, without LZ_NV_S_WIDE; opt-in, not
- * yet run on a GPU): the scores' bookkeeping done before the turn, whether
- * the tile needs a mask and which later entry rotates the queries
- * (lz_nv_rot_mask), so that the turn issues its wgmma without reading the
- * entries (two dependent local loads in it so far). */
+/* 1 (the ping-pong with LZ_NV_PP_EARLY, without LZ_NV_S_WIDE; the default
+ * at 32-key tiles since issue 11 step 9, +2-4 % on the H200): the scores'
+ * bookkeeping done before the turn, whether the tile needs a mask and
+ * which later entry rotates the queries (lz_nv_rot_mask), so that the turn
+ * issues its wgmma without reading the entries (two dependent local loads
+ * in it before). At 64-key tiles ptxas serializes every wgmma with it
+ * (C7514, seen at d 64), so there it stays off unless asked for. */
 #ifndef LZ_NV_PP_META
-#define LZ_NV_PP_META 0
+#define LZ_NV_PP_META (LZ_NV_KT == 32)
 #endif
 #if LZ_NV_S_WIDE || !LZ_NV_PINGPONG || !LZ_NV_PP_EARLY
 #undef LZ_NV_PP_META
@@ -611,6 +618,20 @@ inline void lz_nv_ring_init(uint bars) {
  * and column arithmetic, which NVIDIA's compiler hoisted out of the
  * producer's loop and spilled at the producer's 32 registers.) */
 #define LZ_NV_PTHREADS (32 * LZ_NV_KWARPS)
+/* N > 0 (the producer; opt-in): while it copies tile i, each copying role
+ * prefetches its rows of tile i + N into L1 (prefetch.global.L1) and copies
+ * with cp.async.ca, so that a copy could read L1 rather than wait out L2's
+ * latency (48 KB of local memory leave the rings about one round of
+ * lookahead). Measured slower on the H200 (issue 11 step 9, prefill (b)):
+ * N = 1, 2, 4 took 3.95, 3.89, 3.85 ms against 3.28 without. */
+#ifndef LZ_NV_L1PF
+#define LZ_NV_L1PF 0
+#endif
+#if LZ_NV_L1PF > 0
+#define LZ_NV_PCP16(dst, src, valid) lz_nv_cp16_ca(dst, src, valid)
+#else
+#define LZ_NV_PCP16(dst, src, valid) lz_nv_cp16(dst, src, valid)
+#endif
 #if LZ_NV_PRODUCER && (LZ_NV_KT % (LZ_NV_PTHREADS / 2) || LZ_NV_CPR % 2)
 #error "LZ_NV_PRODUCER: LZ_NV_KT must be a multiple of 16 LZ_NV_KWARPS, the head dim of 16"
 #endif
@@ -630,7 +651,7 @@ __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global
         const uint d0 = dst + LZ_NV_KOFF(r, par);
 #pragma unroll
         for (uint h = 0; h < LZ_NV_CPR / 2; h++)
-            lz_nv_cp16(d0 + 2 * h * 128, row + (2 * h + par) * 8, ok);
+            LZ_NV_PCP16(d0 + 2 * h * 128, row + (2 * h + par) * 8, ok);
     }
 }
 
@@ -690,6 +711,34 @@ __attribute__((always_inline)) inline lz_nv_entry lz_nv_batch_entry(const lz_nv_
     return lz_nv_decode_entry(((ulong)hi << 32) | lo, pos0, e < n_entries, n_blocks);
 }
 
+#if LZ_NV_PBATCH && LZ_NV_L1PF > 0
+/* The K or V rows of tile tp (its entries in batch b) into L1 ahead of
+ * their copy: one prefetch a 128-byte line, the role's threads t in turn
+ * (tiles whose entries are not in the batch are left alone). */
+__attribute__((always_inline)) inline void lz_nv_prefetch_tile(const lz_nv_table_batch *b, int tp, int n_tiles,
+                                                               __global const ushort *pool, int kvh,
+                                                               int n_kv_heads, int n_entries, int n_blocks,
+                                                               int t) {
+    const int off = tp * LZ_NV_EPT - b->be;
+    if (tp >= n_tiles || off < 0 || off + LZ_NV_EPT > LZ_NV_BATCH) return;
+    lz_nv_entry en[LZ_NV_EPT];
+#pragma unroll
+    for (int k = 0; k < LZ_NV_EPT; k++) en[k] = lz_nv_batch_entry(b, tp * LZ_NV_EPT + k, n_entries, n_blocks);
+    const int lpr = LZ_NV_CPR / 8; /* 128-byte lines a row */
+#pragma unroll
+    for (int i = t; i < LZ_NV_KT * (LZ_NV_CPR / 8); i += LZ_NV_PTHREADS) {
+        const int r = i / lpr, j = r % LZ_BLOCK;
+        lz_nv_entry e = en[0];
+#pragma unroll
+        for (int k = 1; k < LZ_NV_EPT; k++)
+            if (r / LZ_BLOCK == k) e = en[k];
+        if (j < e.len)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(pool + (long)lz_kv_offset(e.blk, kvh, n_kv_heads, j) +
+                                                          (i % lpr) * 64));
+    }
+}
+#endif
+
 /* A producer's copying warp: item n = 0, 1, ... is the n-th visible tile (then one
  * end marker, meta tile -1): its entries into meta[n % LZ_NV_NMETA], its K
  * into K slot n % LZ_NV_KSLOTS, and after it V of item n - 1 into V slot
@@ -715,17 +764,10 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
 #endif
     int tv = n_tiles; /* the tile whose V comes next (none yet) */
     lz_nv_entry ev[LZ_NV_EPT];
-#if LZ_NV_DIAG & 16
-    uint d_empty = 0, d_start, d_end;
-    LZ_NV_CLK(d_start);
-    int n = 0;
-    for (;; n++) {
-#else
     for (int n = 0;; n++) {
-#endif
         const int ks = n % LZ_NV_KSLOTS;
         if (do_k && n >= LZ_NV_KSLOTS)
-            LZ_NV_TIMED(d_empty, lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1));
+            lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1);
         lz_nv_entry ek[LZ_NV_EPT];
 #pragma unroll
         for (int k = 0; k < LZ_NV_EPT; k++) {
@@ -737,6 +779,11 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
                                  : none;
 #endif
         }
+#if LZ_NV_PBATCH && LZ_NV_L1PF > 0
+        if (tk < n_tiles)
+            lz_nv_prefetch_tile(&b, tk + LZ_NV_L1PF, n_tiles, do_k ? kc : vc, kvh, n_kv_heads, n_entries,
+                                n_blocks, t);
+#endif
         if (do_k && tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS))
             lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, t);
         if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
@@ -749,7 +796,7 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
         if (do_v && tv < n_tiles) {
             const int vn = n - 1, vs = vn % LZ_NV_VSLOTS;
             if (vn >= LZ_NV_VSLOTS)
-                LZ_NV_TIMED(d_empty, lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1));
+                lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1);
             if (LZ_NV_PCOPY(vn, LZ_NV_VSLOTS))
                 lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
@@ -765,12 +812,6 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
 #endif
     }
     LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
-#if LZ_NV_DIAG & 16
-    LZ_NV_CLK(d_end);
-    if (LZ_NV_DIAG_PRINTS(t & 31))
-        printf("lz_diag producer role %d thread %d: items %d clocks %u empty-wait %u\n", role, t, n, d_end - d_start,
-               d_empty);
-#endif
 }
 #endif
 
@@ -950,9 +991,9 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         const uint rmask = lz_nv_rot_mask(mn, cur_delta, min_pos, rope_style, &full_pre);
 #endif
         LZ_NV_RESCALE(o, al0, al1);
-        LZ_NV_MARK(d_pre);
+        LZ_NV_MARK(1, d_pre);
         LZ_NV_BAR_SYNC(my_turn, 256u);
-        LZ_NV_MARK(d_wait);
+        LZ_NV_MARK(2, d_wait);
 #if !LZ_NV_PP_EARLY
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
@@ -977,7 +1018,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
         LZ_NV_PV_ISSUE(o, pa, vb);
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
-        LZ_NV_MARK(d_turn);
+        LZ_NV_MARK(4, d_turn);
         /* the scores of tile j + 1 done (P V of tile j may still run) */
         LZ_NV_WG_WAIT1();
 #pragma unroll
@@ -1000,13 +1041,11 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (lane == 0) lz_nv_mbar_arrive(LZ_NV_VEMPTY(bars, vs));
         if (has_n) LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
         has = has_n;
-        LZ_NV_MARK(d_post);
+        LZ_NV_MARK(8, d_post);
     }
 #if LZ_NV_DIAG & 16
     LZ_NV_CLK(d_end);
-    if (LZ_NV_DIAG_PRINTS(lane))
-        printf("lz_diag consumer warp %d: rounds %d clocks %u before-turn %u turn-wait %u turn %u after-turn %u\n",
-               warp, j, d_end - d_start, d_pre, d_wait, d_turn, d_post);
+    const uint d_rounds = (uint)j, d_clocks = d_end - d_start;
 #endif
 #else
     for (int j = 0; has; j++) {
@@ -1184,6 +1223,18 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++)
             vstore2((float2)(o[n][2] * i1, o[n][3] * i1), 0, dst + n * 8);
     }
+#if (LZ_NV_DIAG & 16) && LZ_NV_PRODUCER && LZ_NV_PINGPONG
+    /* over elements this lane has just stored: no other thread writes them
+     * (with bit 32 never, on a condition ptxas cannot decide, which keeps
+     * the clock reads) */
+    const int d_write = (LZ_NV_DIAG & 32) ? d_clocks + d_pre + d_wait + d_turn + d_post == 0xfffffffeu : 1;
+    if (d_write && LZ_NV_DIAG_PRINTS(lane) && r0 < n_queries) {
+        __global uint *d = (__global uint *)out + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM;
+        const uint w[8] = {LZ_NV_DIAG_MAGIC | (uint)warp, d_rounds, d_clocks, d_pre, d_wait, d_turn, d_post, 0};
+#pragma unroll
+        for (int i = 0; i < 8; i++) d[(i >> 1) * 8 + (i & 1)] = w[i];
+    }
+#endif
 }
 
 __kernel __attribute__((reqd_work_group_size(LZ_NV_WG_THREADS, 1, 1))) void
