@@ -221,11 +221,13 @@
 #endif
 /* the time since the last mark into acc */
 #define LZ_NV_MARK(bit, acc)                                                                    \
-    if (LZ_NV_DIAG_MARKS & (bit)) do {                                                       \
-        uint t_;                                                                             \
-        LZ_NV_CLK(t_);                                                                       \
-        (acc) += t_ - d_mark;                                                                \
-        d_mark = t_;                                                                         \
+    do {                                                                                     \
+        if (LZ_NV_DIAG_MARKS & (bit)) {                                                      \
+            uint t_;                                                                         \
+            LZ_NV_CLK(t_);                                                                   \
+            (acc) += t_ - d_mark;                                                            \
+            d_mark = t_;                                                                     \
+        }                                                                                    \
     } while (0)
 #define LZ_NV_DIAG_MAGIC 0x1a2d0000u
 /* whether the thread whose lane is `lane` writes (lane 0 of the work-group chosen) */
