@@ -25,8 +25,10 @@
 # DIAG 48); call 5 -DLZ_NV_EXP2_FTZ=1 with and without the slack, DIAG 16,
 # p12, p4, p8; call 6 the new default (PP_META and the slack), L1
 # prefetch (-DLZ_NV_L1PF=1, 2, 4), 2 K + 2 V slots, no slack. The list
-# below: the default (checks), its four-part timing and its three
-# diagnostics, for the next change to compare against.
+# below (not yet run): the default (checks), the same bytes as one 4 KB
+# cp.async.bulk a page (DIAG 64, timing only: what the bulk-copy page
+# layout would buy) with and without wgmma, the four-part timing and the
+# three diagnostics.
 # The call's limit must be >= 600 s. Run from a folder holding build-nv
 # (bench/prefill_call.sh says what it needs).
 #   usage: [BUDGET_S=380] [VARIANTS=...] [TESTS=0] sh bench/run_prefill_pingpong_gpu.sh [OUTDIR]
@@ -35,6 +37,8 @@ out=${1:-${OUT:-/tmp/lazyattn-out}}
 csv=/tmp/pp-variants-csv
 BUDGET_S=${BUDGET_S:-380}
 VARIANTS=${VARIANTS:-"default||1
+bulk|-DLZ_NV_DIAG=64|0
+bulk4|-DLZ_NV_DIAG=68|0
 d16|-DLZ_NV_DIAG=16|0
 p12|-DLZ_NV_DIAG=12|0
 p4|-DLZ_NV_DIAG=4|0

@@ -191,7 +191,12 @@
  * without a part of it. Bits: 1 no copies after the prologue (the tiles stay
  * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O
  * unchanged), 8 (LZ_NV_PRODUCER) the producer copies nothing after its
- * first tiles of each K and V slot, its lookups and arrivals unchanged. */
+ * first tiles of each K and V slot, its lookups and arrivals unchanged; 64
+ * (LZ_NV_PRODUCER) each page a tile holds comes as one 4 KB cp.async.bulk
+ * (lz_nv_bulk_tile) instead of 16-byte cp.async: the same bytes, as a pool
+ * stored in the slots' layout would give them (its pages are [token][dim]
+ * today, so the tile is scrambled) — what the bulk-copy page layout would
+ * buy (issue 11 step 9, "What is left"), before building it. */
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
@@ -657,6 +662,30 @@ __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global
     }
 }
 
+#if LZ_NV_DIAG & 64
+/* The LZ_NV_DIAG 64 diagnostic's copy of a tile (timing only): one thread
+ * arrives on the slot's full barrier bar expecting the bytes, then copies
+ * each valid entry's whole page (LZ_BLOCK rows of the pool, contiguous) to
+ * its rows of the slot at dst with one cp.async.bulk completing on bar;
+ * copy 0: it only arrives. */
+#define LZ_NV_PAGE_BYTES (LZ_BLOCK * LZ_HEAD_DIM * 2)
+__attribute__((always_inline)) inline void lz_nv_bulk_tile(uint bar, uint dst, __global const ushort *pool,
+                                                           const lz_nv_entry en[LZ_NV_EPT], int kvh,
+                                                           int n_kv_heads, int copy) {
+    uint bytes = 0;
+#pragma unroll
+    for (int k = 0; k < LZ_NV_EPT; k++) bytes += copy && en[k].len > 0 ? LZ_NV_PAGE_BYTES : 0;
+    asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#pragma unroll
+    for (int k = 0; k < LZ_NV_EPT; k++)
+        if (copy && en[k].len > 0)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                             dst + (uint)k * LZ_NV_PAGE_BYTES),
+                         "l"(pool + lz_kv_offset(en[k].blk, kvh, n_kv_heads, 0)), "r"(LZ_NV_PAGE_BYTES), "r"(bar)
+                         : "memory");
+}
+#endif
+
 /* A copying warp's view of the block table: LZ_NV_BATCH entries at a time,
  * entry be + lane held by its lane (the packed word w, the start position
  * pos, INT_MAX past the table), vis the entries some row can see (one bit
@@ -786,9 +815,17 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             lz_nv_prefetch_tile(&b, tk + LZ_NV_L1PF, n_tiles, do_k ? kc : vc, kvh, n_kv_heads, n_entries,
                                 n_blocks, t);
 #endif
+#if LZ_NV_DIAG & 64
+        if (do_k && t == 0)
+            lz_nv_bulk_tile(LZ_NV_KFULL(bars, ks), kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads,
+                            tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS));
+        else if (do_k)
+            lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
+#else
         if (do_k && tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS))
             lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, t);
         if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
+#endif
         if (do_k && t == 0) {
 #pragma unroll
             for (int k = 0; k < LZ_NV_EPT; k++)
@@ -799,9 +836,17 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             const int vn = n - 1, vs = vn % LZ_NV_VSLOTS;
             if (vn >= LZ_NV_VSLOTS)
                 lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1);
+#if LZ_NV_DIAG & 64
+            if (t == 0)
+                lz_nv_bulk_tile(LZ_NV_VFULL(bars, vs), vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads,
+                                LZ_NV_PCOPY(vn, LZ_NV_VSLOTS));
+            else
+                lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
+#else
             if (LZ_NV_PCOPY(vn, LZ_NV_VSLOTS))
                 lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
+#endif
         }
         if (tk >= n_tiles) break;
         tv = tk;
