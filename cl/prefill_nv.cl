@@ -677,12 +677,15 @@ __attribute__((always_inline)) inline void lz_nv_bulk_tile(uint bar, uint dst, _
     for (int k = 0; k < LZ_NV_EPT; k++) bytes += copy && en[k].len > 0 ? LZ_NV_PAGE_BYTES : 0;
     asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 #pragma unroll
-    for (int k = 0; k < LZ_NV_EPT; k++)
+    for (int k = 0; k < LZ_NV_EPT; k++) {
+        const uint to = dst + (uint)k * LZ_NV_PAGE_BYTES;
+        __global const ushort *from = pool + lz_kv_offset(en[k].blk, kvh, n_kv_heads, 0);
         if (copy && en[k].len > 0)
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                             dst + (uint)k * LZ_NV_PAGE_BYTES),
-                         "l"(pool + lz_kv_offset(en[k].blk, kvh, n_kv_heads, 0)), "r"(LZ_NV_PAGE_BYTES), "r"(bar)
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                         " [%0], [%1], %2, [%3];" ::"r"(to),
+                         "l"(from), "r"(LZ_NV_PAGE_BYTES), "r"(bar)
                          : "memory");
+    }
 }
 #endif
 
