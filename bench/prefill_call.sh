@@ -15,7 +15,12 @@
 #   peer NAME...       the torch SDPA peer once over the rows of those benches
 #                      (one table, rows in that order) into $out/peer.log
 # Run from a folder holding build-nv/{tests,examples}, build-nv/extra-lib,
-# tools/nvidia-opencl-env.sh and bench/sdpa_peer.py.
+# tools/nvidia-opencl-env.sh and bench/sdpa_peer.py. On a fresh checkout
+# (after sh tools/bootstrap.sh has installed the packages):
+#   meson setup build-nv --buildtype=release -Dspirv=disabled -Dclblast=disabled -Dredis=disabled
+#   ninja -C build-nv && mkdir -p build-nv/extra-lib
+#   cp -L /usr/lib/x86_64-linux-gnu/libcmocka.so.0 build-nv/extra-lib/
+# then carry build-nv (16 MB; the kernels are built on the GPU from cl/).
 mkdir -p "$out" "$csv"
 . tools/nvidia-opencl-env.sh
 export LD_LIBRARY_PATH="$PWD/build-nv/extra-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
