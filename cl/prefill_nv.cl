@@ -236,7 +236,7 @@
     } while (0)
 #define LZ_NV_DIAG_MAGIC 0x1a2d0000u
 /* whether the thread whose lane is `lane` writes (lane 0 of the work-group chosen) */
-#define LZ_NV_DIAG_PRINTS(lane) \
+#define LZ_NV_DIAG_WRITES(lane) \
     ((lane) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
 #else
 #define LZ_NV_MARK(bit, acc)
@@ -642,6 +642,15 @@ inline void lz_nv_ring_init(uint bars) {
 #if LZ_NV_PRODUCER && (LZ_NV_KT % (LZ_NV_PTHREADS / 2) || LZ_NV_CPR % 2)
 #error "LZ_NV_PRODUCER: LZ_NV_KT must be a multiple of 16 LZ_NV_KWARPS, the head dim of 16"
 #endif
+/* The entry of a tile's entries en that holds the tile's row r. */
+__attribute__((always_inline)) inline lz_nv_entry lz_nv_row_entry(const lz_nv_entry en[LZ_NV_EPT], uint r) {
+    lz_nv_entry e = en[0];
+#pragma unroll
+    for (int k = 1; k < LZ_NV_EPT; k++)
+        if (r / LZ_BLOCK == (uint)k) e = en[k];
+    return e;
+}
+
 __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global const ushort *pool,
                                                               const lz_nv_entry en[LZ_NV_EPT], int kvh,
                                                               int n_kv_heads, int t) {
@@ -649,10 +658,7 @@ __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global
 #pragma unroll
     for (uint q = 0; q < LZ_NV_KT / (LZ_NV_PTHREADS / 2); q++) {
         const uint r = ((uint)t >> 1) + q * (LZ_NV_PTHREADS / 2), j = r % LZ_BLOCK;
-        lz_nv_entry e = en[0];
-#pragma unroll
-        for (int k = 1; k < LZ_NV_EPT; k++)
-            if (r / LZ_BLOCK == (uint)k) e = en[k];
+        const lz_nv_entry e = lz_nv_row_entry(en, r);
         const int ok = (int)j < e.len;
         __global const ushort *row = pool + (ok ? (long)lz_kv_offset(e.blk, kvh, n_kv_heads, (int)j) : 0);
         const uint d0 = dst + LZ_NV_KOFF(r, par);
@@ -760,12 +766,9 @@ __attribute__((always_inline)) inline void lz_nv_prefetch_tile(const lz_nv_table
     for (int k = 0; k < LZ_NV_EPT; k++) en[k] = lz_nv_batch_entry(b, tp * LZ_NV_EPT + k, n_entries, n_blocks);
     const int lpr = LZ_NV_CPR / 8; /* 128-byte lines a row */
 #pragma unroll
-    for (int i = t; i < LZ_NV_KT * (LZ_NV_CPR / 8); i += LZ_NV_PTHREADS) {
+    for (int i = t; i < LZ_NV_KT * lpr; i += LZ_NV_PTHREADS) {
         const int r = i / lpr, j = r % LZ_BLOCK;
-        lz_nv_entry e = en[0];
-#pragma unroll
-        for (int k = 1; k < LZ_NV_EPT; k++)
-            if (r / LZ_BLOCK == k) e = en[k];
+        const lz_nv_entry e = lz_nv_row_entry(en, (uint)r);
         if (j < e.len)
             asm volatile("prefetch.global.L1 [%0];" ::"l"(pool + (long)lz_kv_offset(e.blk, kvh, n_kv_heads, j) +
                                                           (i % lpr) * 64));
@@ -1278,7 +1281,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
      * (with bit 32 never, on a condition ptxas cannot decide, which keeps
      * the clock reads) */
     const int d_write = (LZ_NV_DIAG & 32) ? d_clocks + d_pre + d_wait + d_turn + d_post == 0xfffffffeu : 1;
-    if (d_write && LZ_NV_DIAG_PRINTS(lane) && r0 < n_queries) {
+    if (d_write && LZ_NV_DIAG_WRITES(lane) && r0 < n_queries) {
         __global uint *d = (__global uint *)out + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM;
         const uint w[8] = {LZ_NV_DIAG_MAGIC | (uint)warp, d_rounds, d_clocks, d_pre, d_wait, d_turn, d_post, 0};
 #pragma unroll
