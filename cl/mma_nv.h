@@ -442,7 +442,7 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
  * the SASS of the wgmma prefill, issue 11). Flushing results below 2^-126
  * to zero changes nothing a softmax can see (its row maximum gives 1).
  * Opt-in (1): on the wgmma prefill (issue 11 step 9, H200) the whole
- * kernel measured 1-2 % slower with it than with native_exp2 (noise is
+ * kernel measured 2-3 % slower with it than with native_exp2 (noise is
  * about 1.5 %), although the rest without copies and wgmma got faster
  * (1.93 -> 1.79 ms on (b), with LZ_NV_MAX_SLACK 8 too). */
 #ifndef LZ_NV_EXP2_FTZ
