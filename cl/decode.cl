@@ -265,7 +265,7 @@ inline void lz_dec_vbatch(long off[LZ_VU], LZ_VX_T x[LZ_VPI][LZ_NVC][LZ_VU], __l
         for (int c = 0; c < LZ_NVC; c++)
 #pragma unroll
             for (int u = 0; u < LZ_VU; u++)
-                x[i][c][u] = off[u] >= 0 && vo < LZ_NVO ? LZ_VLOAD(off[u] + vo * LZ_FON + c * LZ_VSTEP) : LZ_VZERO;
+                x[i][c][u] = off[u] >= 0 && vo < LZ_NVO ? LZ_VLOAD(off[u] + LZ_KV_DIM(vo * LZ_FON + c * LZ_VSTEP)) : LZ_VZERO;
     }
 }
 
@@ -313,7 +313,7 @@ lz_dec_kstage(LZ_RAW8_T x[LZ_DKP][LZ_SC8], int j, int p, __local const ulong *ta
 #pragma unroll
         for (int c = 0; c < LZ_SC8; c++) {
             const int cc = p * LZ_SC8 + c;
-            x[u][c] = off >= 0 && cc < LZ_NC8 ? lz_raw8(kc, off + cc * 8) : (LZ_RAW8_T)(0);
+            x[u][c] = off >= 0 && cc < LZ_NC8 ? lz_raw8(kc, off + LZ_KV_DIM(cc * 8)) : (LZ_RAW8_T)(0);
         }
     }
 }
@@ -598,7 +598,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
 #pragma unroll
                     for (int c = 0; c < LZ_KPC; c++) {
                         const int cc = pc * LZ_KPC + c;
-                        x[c] = cc < LZ_NC8 ? lz_raw8(kc, off + cc * 8) : (LZ_RAW8_T)(0);
+                        x[c] = cc < LZ_NC8 ? lz_raw8(kc, off + LZ_KV_DIM(cc * 8)) : (LZ_RAW8_T)(0);
                     }
 #pragma unroll
                     for (int c = 0; c < LZ_KPC; c++) {
@@ -679,7 +679,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
                 const int vis = min((int)LAZYATTN_ENTRY_LENGTH(nw[t]), qp - np[t] + 1);
                 if (vis > 0)
                     lz_dec_prefetch(kc + lz_kv_offset(LAZYATTN_ENTRY_BLOCK(nw[t]), kvh, n_kv_heads, 0),
-                                    vis * LZ_HEAD_DIM);
+                                    LZ_KV_SPAN(vis));
             }
         }
 #endif

@@ -27,10 +27,40 @@
 #define LZ_NV_DDC (LZ_HEAD_DIM / 16)
 #define LZ_NV_DCPR (LZ_HEAD_DIM / 8)
 #define LZ_NV_DMAT (LZ_BLOCK * LZ_HEAD_DIM * 2) /* bytes of one block's K (or V) */
-
+/* A stage's layout of a block's K and V (byte offset of row r, 16-byte
+ * column c): with tiled pages the pool's own (LZ_NV_CM), so that a page is
+ * copied as stored and every 128-byte line of it lands in one 128-byte
+ * line of local memory; else XOR-swizzled rows (LZ_NV_SWZ). (Tiled pages
+ * walked in storage order into swizzled rows, each line's 8 chunks to 8
+ * rows, or in row order, each line read 32 bytes at a time, ran the decode
+ * at half its speed on the H200: issue 11 step 10.) */
+#if LZ_KV_TILED
+#define LZ_NV_DOFF LZ_NV_CM
+#else
+#define LZ_NV_DOFF LZ_NV_SWZ
+#endif
+#if LZ_KV_TILED && LZ_NV_DCPR % 4
+#error "decode_nv on tiled pages needs LZ_HEAD_DIM a multiple of 32"
+#endif
 /* cp.async of entry e's K and V (this KV head) into the stage at `base`. */
 inline void lz_nv_dstage(uint base, int blk, int len, int kvh, int n_kv_heads,
                          __global const ushort *kc, __global const ushort *vc, int lane) {
+#if LZ_KV_TILED
+    /* the page in storage order: lane l copies token 8 g + l % 8 of 16-byte
+     * column l / 8 + 4 q, so that a warp's 32 copies read 512 contiguous
+     * bytes (four columns of 8 tokens) into 512 contiguous bytes */
+    const int r = lane & 7, c0 = lane >> 3;
+    const size_t page = lz_kv_offset(blk, kvh, n_kv_heads, r) + LZ_KV_DIM(c0 * 8);
+#pragma unroll
+    for (int g = 0; g < LZ_BLOCK / 8; g++)
+#pragma unroll
+        for (int q = 0; q < LZ_NV_DCPR / 4; q++) {
+            const int j = 8 * g + r, ch = c0 + 4 * q, ok = j < len;
+            const size_t off = ok ? page + (size_t)g * (8 * LZ_HEAD_DIM) + (size_t)q * 256 : 0;
+            lz_nv_cp16(base + LZ_NV_DOFF(j, ch), kc + off, ok);
+            lz_nv_cp16(base + LZ_NV_DMAT + LZ_NV_DOFF(j, ch), vc + off, ok);
+        }
+#else
     for (int c = lane; c < LZ_BLOCK * LZ_NV_DCPR; c += 32) {
         const int j = c / LZ_NV_DCPR, ch = c % LZ_NV_DCPR;
         const int ok = j < len;
@@ -38,6 +68,7 @@ inline void lz_nv_dstage(uint base, int blk, int len, int kvh, int n_kv_heads,
         lz_nv_cp16(base + LZ_NV_SWZ(j, ch), kc + off, ok);
         lz_nv_cp16(base + LZ_NV_DMAT + LZ_NV_SWZ(j, ch), vc + off, ok);
     }
+#endif
 }
 
 /* Block id and valid length of a table word (length 0 for a bad entry). */
@@ -153,7 +184,7 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         /* ---- S = Q K^T over the block's keys ---- */
         float sc[LZ_BLOCK / 8][4];
 #pragma unroll
-        for (int p = 0; p < LZ_BLOCK / 16; p++) LZ_NV_QK16(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane);
+        for (int p = 0; p < LZ_BLOCK / 16; p++) LZ_NV_QK16_OFF(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane, LZ_NV_DOFF);
         if (len < LZ_BLOCK || pos0 + LZ_BLOCK - 1 > qp) {
 #pragma unroll
             for (int n = 0; n < LZ_BLOCK / 8; n++)
@@ -165,7 +196,7 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         }
 
         /* ---- online softmax (exp2 domain) ---- */
-        LZ_NV_SOFTMAX_PV(LZ_BLOCK, sc, o, m0, m1, l0, l1, sl2, vb, lane);
+        LZ_NV_SOFTMAX_PV_OFF(LZ_BLOCK, sc, o, m0, m1, l0, l1, sl2, vb, lane, LZ_NV_DOFF);
     }
     LZ_NV_CP_WAIT(0);
 

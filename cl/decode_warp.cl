@@ -130,27 +130,30 @@ inline void lz_dw_cvt(const LZ_WRAW_T x[LZ_WNC], float4 f[LZ_W4]) {
 
 /* Visible keys of the batch at token t0 of an entry (w, pos0): keys t0 ..
  * t0 + n - 1 are inside the valid length and at or before qp (0 for a
- * skipped entry); *base: the element offset of token t0's row. */
+ * skipped entry); *base: the element offset of token t0's row, or with
+ * tiled pages (where tokens do not step by a row) of the page's token 0. */
 inline int lz_dw_visible(ulong w, int pos0, int t0, int qp, int kvh, int n_kv_heads, int n_blocks,
                          long *base) {
     *base = 0;
     if (lz_entry_bad(w, pos0, n_blocks)) return 0;
     const int n = min((int)LAZYATTN_ENTRY_LENGTH(w) - t0, qp - pos0 - t0 + 1);
     if (n <= 0) return 0;
-    *base = (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, t0);
+    *base = (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, LZ_KV_TILED ? 0 : t0);
     return min(n, LZ_WNB);
 }
 
-/* The work-item's rows of a batch (keys kg, kg + LZ_WKG, ...): n visible
- * keys from element offset base; the others read as zeros (no load). */
-inline void lz_dw_rows(LZ_WRAW_T x[LZ_WJN][LZ_WNC], __global const LZ_STORE_T *p, long base, int n,
-                       int kg, int vo) {
+/* The work-item's rows of the batch at token t0 (keys t0 + kg, t0 + kg +
+ * LZ_WKG, ...) from base (lz_dw_visible): n visible keys; the others read
+ * as zeros (no load). */
+inline void lz_dw_rows(LZ_WRAW_T x[LZ_WJN][LZ_WNC], __global const LZ_STORE_T *p, long base, int t0,
+                       int n, int kg, int vo) {
 #pragma unroll
     for (int j = 0; j < LZ_WJN; j++) {
         const int k = kg + j * LZ_WKG;
 #pragma unroll
         for (int c = 0; c < LZ_WNC; c++)
-            x[j][c] = k < n ? LZ_WLOAD(p, base + (long)k * LZ_HEAD_DIM + vo * LZ_WD + c * LZ_WC) : LZ_WZERO;
+            x[j][c] = k < n ? LZ_WLOAD(p, base + (LZ_KV_TILED ? (long)LZ_KV_TOKEN(t0 + k) : (long)k * LZ_HEAD_DIM) +
+                                          LZ_KV_DIM(vo * LZ_WD + c * LZ_WC)) : LZ_WZERO;
     }
 }
 
@@ -227,7 +230,7 @@ __kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
     long base;
     int nvis = lz_dw_visible(w0, p0, 0, qp, kvh, n_kv_heads, n_blocks, &base);
     LZ_WRAW_T xk[LZ_WJN][LZ_WNC], xv[LZ_WJN][LZ_WNC];
-    lz_dw_rows(xk, kc, base, nb > 0 ? nvis : 0, kg, vo);
+    lz_dw_rows(xk, kc, base, 0, nb > 0 ? nvis : 0, kg, vo);
 
     for (int b = 0; b < nb; b++) { /* uniform */
         const int t0 = b % LZ_WBPE * LZ_WNB;
@@ -261,14 +264,14 @@ __kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
         cur_delta = delta;
         /* 1. V rows of this batch in flight (after the rotation: fewer registers
          * live around its sincos); the next batch's place */
-        lz_dw_rows(xv, vc, base, nvis, kg, vo);
+        lz_dw_rows(xv, vc, base, t0, nvis, kg, vo);
         long base_n = 0;
         int nvis_n = 0;
-        if (b + 1 < nb)
-            nvis_n = lz_dw_visible(w1, p1, (b + 1) % LZ_WBPE * LZ_WNB, qp, kvh, n_kv_heads, n_blocks, &base_n);
+        const int t0_n = (b + 1) % LZ_WBPE * LZ_WNB;
+        if (b + 1 < nb) nvis_n = lz_dw_visible(w1, p1, t0_n, qp, kvh, n_kv_heads, n_blocks, &base_n);
 #if LZ_WKAHEAD
         LZ_WRAW_T xk_n[LZ_WJN][LZ_WNC];
-        lz_dw_rows(xk_n, kc, base_n, nvis_n, kg, vo);
+        lz_dw_rows(xk_n, kc, base_n, t0_n, nvis_n, kg, vo);
 #endif
         /* the partial dot products of the work-item's keys */
 #pragma unroll
@@ -295,7 +298,7 @@ __kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
 #pragma unroll
             for (int c = 0; c < LZ_WNC; c++) xk[j][c] = xk_n[j][c];
 #else
-        lz_dw_rows(xk, kc, base_n, nvis_n, kg, vo); /* the next batch's K rows in flight */
+        lz_dw_rows(xk, kc, base_n, t0_n, nvis_n, kg, vo); /* the next batch's K rows in flight */
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
 

@@ -169,7 +169,7 @@ inline void lz_fetch(LZ_RAW8_T x[LZ_NCH], __global const LZ_STORE_T *src, __loca
         if (i < LZ_STAGE_CHUNKS && kk < n_slots) {
             const ulong w = table[e];
             if (!lz_entry_storage_bad(w, n_blocks) && tok < LAZYATTN_ENTRY_LENGTH(w))
-                x[it] = lz_raw8(src, (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + c * 8);
+                x[it] = lz_raw8(src, (long)lz_kv_offset(LAZYATTN_ENTRY_BLOCK(w), kvh, n_kv_heads, tok) + LZ_KV_DIM(c * 8));
         }
     }
 }

@@ -5,7 +5,7 @@
  *   k, v:       [n_tokens, n_kv_heads, LZ_HEAD_DIM] f32, k unrotated
  *   slots:      [n_tokens] block * LZ_BLOCK + offset
  *   stored_pos: [n_tokens]
- *   kc, vc:     pool buffers [n_blocks, n_kv_heads, LZ_BLOCK, LZ_HEAD_DIM]
+ *   kc, vc:     pool buffers [n_blocks, n_kv_heads] pages (cl/storage.h)
  */
 __kernel void lz_kv_write(__global const float *k, __global const float *v,
                           __global const int *slots, __global const int *stored_pos,
@@ -28,8 +28,9 @@ __kernel void lz_kv_write(__global const float *k, __global const float *v,
     size_t dst = lz_kv_offset(slot / LZ_BLOCK, h, n_kv_heads, slot % LZ_BLOCK);
     float2 x = lz_rotate((float2)(k[src + d.x], k[src + d.y]),
                          lz_rope_cs(pos, p, rope_style, rot_dim, freq));
-    LZ_STORE(kc, dst + d.x, x.x);
-    LZ_STORE(kc, dst + d.y, x.y);
-    LZ_STORE(vc, dst + d.x, v[src + d.x]);
-    LZ_STORE(vc, dst + d.y, v[src + d.y]);
+    const size_t dx = dst + LZ_KV_DIM(d.x), dy = dst + LZ_KV_DIM(d.y);
+    LZ_STORE(kc, dx, x.x);
+    LZ_STORE(kc, dy, x.y);
+    LZ_STORE(vc, dx, v[src + d.x]);
+    LZ_STORE(vc, dy, v[src + d.y]);
 }

@@ -25,11 +25,12 @@ __kernel void lz_materialise(__global const ulong *src, __global const int *dst,
     }
     if (t >= len) return;
     int2 d = lz_rope_pair(p, rope_style, rot_dim);
-    size_t so = lz_kv_offset(sb, h, n_kv_heads, t), dof = lz_kv_offset(db, h, n_kv_heads, t);
-    float2 x = lz_rotate((float2)(LZ_LOAD(kc, so + d.x), LZ_LOAD(kc, so + d.y)),
+    const size_t so = lz_kv_offset(sb, h, n_kv_heads, t), dof = lz_kv_offset(db, h, n_kv_heads, t);
+    const size_t dx = LZ_KV_DIM(d.x), dy = LZ_KV_DIM(d.y);
+    float2 x = lz_rotate((float2)(LZ_LOAD(kc, so + dx), LZ_LOAD(kc, so + dy)),
                          lz_rope_cs(delta, p, rope_style, rot_dim, freq));
-    LZ_STORE(kc, dof + d.x, x.x);
-    LZ_STORE(kc, dof + d.y, x.y);
-    LZ_STORE(vc, dof + d.x, LZ_LOAD(vc, so + d.x));
-    LZ_STORE(vc, dof + d.y, LZ_LOAD(vc, so + d.y));
+    LZ_STORE(kc, dof + dx, x.x);
+    LZ_STORE(kc, dof + dy, x.y);
+    LZ_STORE(vc, dof + dx, LZ_LOAD(vc, so + dx));
+    LZ_STORE(vc, dof + dy, LZ_LOAD(vc, so + dy));
 }

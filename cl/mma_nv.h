@@ -156,6 +156,10 @@ inline uint lz_nv_lane(void) {
  * XOR-swizzled over 8 chunks so that the 8 rows one ldmatrix reads fall in
  * distinct banks (rows are 128 or 256 bytes). */
 #define LZ_NV_SWZ(r, c) ((uint)(r) * (LZ_HEAD_DIM * 2) + ((uint)((c) ^ ((r) & 7)) << 4))
+/* ... in 8 x 8 core matrices of 128 contiguous bytes (8 rows of one 16-byte
+ * column), [r / 8][c][r % 8]: a tiled pool page as stored (cl/storage.h),
+ * and the layout wgmma reads (ldmatrix reads either without conflicts). */
+#define LZ_NV_CM(r, c) ((uint)((r) >> 3) * (LZ_HEAD_DIM / 8 * 128) + (uint)(c) * 128 + (uint)((r) & 7) * 16)
 
 /* (pair index, 1 if dim i is the pair's first dim) of dim i; pair -1 when
  * dim i is not rotated. */
@@ -568,8 +572,10 @@ inline float lz_nv_exp2(float x) {
         }                                                                                    \
     } while (0)
 
-/* O += P V on mma.sync, V read transposed (ldmatrix) from the tile at vb. */
-#define LZ_NV_PV_MMA(KT, pa, o, vb, lane)                                                    \
+/* O += P V on mma.sync, V read transposed (ldmatrix) from the tile at vb
+ * (laid out LZ_NV_SWZ; LZ_NV_PV_MMA_OFF: any layout OFF(row, 16-byte column)). */
+#define LZ_NV_PV_MMA(KT, pa, o, vb, lane) LZ_NV_PV_MMA_OFF(KT, pa, o, vb, lane, LZ_NV_SWZ)
+#define LZ_NV_PV_MMA_OFF(KT, pa, o, vb, lane, OFF)                                           \
     do {                                                                                     \
         /* ---- O += P V ---- */                                                             \
         _Pragma("unroll")                                                                    \
@@ -578,18 +584,20 @@ inline float lz_nv_exp2(float x) {
         _Pragma("unroll")                                                                    \
             for (int dd = 0; dd < (LZ_HEAD_DIM / 16); dd++) {                                \
                 uint v0, v1, v2, v3;                                                         \
-                LZ_NV_LDSM_X4_T(v0, v1, v2, v3, vb + LZ_NV_SWZ(vr, 2 * dd + (lane >> 4)));   \
+                LZ_NV_LDSM_X4_T(v0, v1, v2, v3, vb + OFF(vr, 2 * dd + (lane >> 4)));         \
                 LZ_NV_MMA(o[2 * dd], pa[kk], v0, v1);                                        \
                 LZ_NV_MMA(o[2 * dd + 1], pa[kk], v2, v3);                                    \
             }                                                                                \
         }                                                                                    \
     } while (0)
 
-#define LZ_NV_SOFTMAX_PV(KT, sc, o, m0, m1, l0, l1, sl2, vb, lane)                           \
+#define LZ_NV_SOFTMAX_PV(KT, sc, o, m0, m1, l0, l1, sl2, vb, lane) \
+    LZ_NV_SOFTMAX_PV_OFF(KT, sc, o, m0, m1, l0, l1, sl2, vb, lane, LZ_NV_SWZ)
+#define LZ_NV_SOFTMAX_PV_OFF(KT, sc, o, m0, m1, l0, l1, sl2, vb, lane, OFF)                  \
     do {                                                                                     \
         uint pa[(KT) / 16][4];                                                               \
         LZ_NV_SOFTMAX_P(KT, sc, o, m0, m1, l0, l1, sl2, pa);                                 \
-        LZ_NV_PV_MMA(KT, pa, o, vb, lane);                                                   \
+        LZ_NV_PV_MMA_OFF(KT, pa, o, vb, lane, OFF);                                          \
     } while (0)
 
 #endif

@@ -99,6 +99,21 @@
 #if LZ_NV_PRODUCER && (!LZ_NV_PVWG || LZ_NV_PVOV)
 #error "LZ_NV_PRODUCER needs the wgmma prefill with P V on wgmma, without LZ_NV_PVOV"
 #endif
+/* 1 (opt-in, the producer with a tiled pool, LZ_KV_TILED): the producer
+ * copies each page of a tile that is full (valid length LZ_BLOCK) with one
+ * cp.async.bulk (lz_nv_bulk_pages), as stored, instead of 16-byte cp.async
+ * by its 32 threads. Measured on the H200 (issue 11 step 10) 2 % slower
+ * than the 16-byte copies of the same tiled pages (which read whole
+ * 128-byte lines, 4 a warp's copy instead of 16 from row pages), so 0 is
+ * the default. 1 on a row pool is a timing-only diagnostic: the same
+ * bytes, landing scrambled (what -DLZ_NV_DIAG=64 measured before the tiled
+ * layout existed). */
+#ifndef LZ_NV_BULK
+#define LZ_NV_BULK 0
+#endif
+#if LZ_NV_BULK && !LZ_NV_PRODUCER
+#error "LZ_NV_BULK needs the producer"
+#endif
 /* Copying warps of the producer's warpgroup: 1 (all of it), 2 (K and the
  * entries; V) or 4 (two for K, two for V, half of each tile's chunks each).
  * One warp's copy instructions held the round: measured on the H200, 2
@@ -191,12 +206,9 @@
  * without a part of it. Bits: 1 no copies after the prologue (the tiles stay
  * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O
  * unchanged), 8 (LZ_NV_PRODUCER) the producer copies nothing after its
- * first tiles of each K and V slot, its lookups and arrivals unchanged; 64
- * (LZ_NV_PRODUCER) each page a tile holds comes as one 4 KB cp.async.bulk
- * (lz_nv_bulk_tile) instead of 16-byte cp.async: the same bytes, as a pool
- * stored in the slots' layout would give them (its pages are [token][dim]
- * today, so the tile is scrambled) — what the bulk-copy page layout would
- * buy (issue 11 step 9, "What is left"), before building it. */
+ * first tiles of each K and V slot, its lookups and arrivals unchanged.
+ * (Bit 64, each page as one 4 KB cp.async.bulk whatever its layout, measured
+ * what the tiled pool layout would buy before it was built: LZ_NV_BULK.) */
 #ifndef LZ_NV_DIAG
 #define LZ_NV_DIAG 0
 #endif
@@ -249,7 +261,10 @@
 #define LZ_NV_PCOPY(n, first) 1
 #endif
 
-#if LZ_NV_WGMMA
+/* (wgmma, or tiled pool pages on mma.sync: the pages' own order, each
+ * 128-byte line of a page read whole into one line of local memory, as
+ * decode_nv measured it must be) */
+#if LZ_NV_WGMMA || LZ_KV_TILED
 #define LZ_NV_CROW(i) (((i) & 7) + (((i) / (8 * LZ_NV_CPR)) << 3))
 #define LZ_NV_CCOL(i) (((i) >> 3) % LZ_NV_CPR)
 #define LZ_NV_KOFF(r, c) ((uint)((r) >> 3) * (LZ_NV_CPR * 128) + (uint)(c) * 128 + (uint)((r) & 7) * 16)
@@ -258,8 +273,8 @@
 #define LZ_NV_CCOL(i) ((i) % LZ_NV_CPR)
 #define LZ_NV_KOFF(r, c) LZ_NV_SWZ(r, c)
 #endif
-/* ... and of a V chunk: the K layout when P V is a wgmma, else LZ_NV_SWZ */
-#if LZ_NV_PVWG
+/* ... and of a V chunk: the K layout when P V is a wgmma or the pool tiled, else LZ_NV_SWZ */
+#if LZ_NV_PVWG || LZ_KV_TILED
 #define LZ_NV_VOFF(r, c) LZ_NV_KOFF(r, c)
 #else
 #define LZ_NV_VOFF(r, c) LZ_NV_SWZ(r, c)
@@ -325,7 +340,7 @@ lz_nv_lookup(long src[LZ_NV_CPT], int4 *meta, int tile, int n_tiles, __global co
             const lz_nv_entry en =
                 lz_nv_get_entry(table, entry_pos, tile * LZ_NV_EPT + r / LZ_BLOCK, n_entries, n_blocks);
             const int j = r % LZ_BLOCK;
-            if (j < en.len) src[i] = (long)lz_kv_offset(en.blk, kvh, n_kv_heads, j) + ch * 8;
+            if (j < en.len) src[i] = (long)lz_kv_offset(en.blk, kvh, n_kv_heads, j) + LZ_KV_DIM(ch * 8);
         }
     }
     if (lid < LZ_NV_EPT && tile < n_tiles) {
@@ -518,7 +533,7 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
 #endif
         LZ_NV_WG_COMMIT();
 #else
-        LZ_NV_QK16(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane);
+        LZ_NV_QK16_OFF(sc[2 * p], sc[2 * p + 1], qf, kb, p * 16, lane, LZ_NV_KOFF);
 #endif
     }
     return full;
@@ -603,11 +618,11 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
 
 inline void lz_nv_ring_init(uint bars) {
     for (int s = 0; s < LZ_NV_KSLOTS; s++) {
-        lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 32 * LZ_NV_KWARPS + 1);
+        lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 32 * LZ_NV_KWARPS + 1 + LZ_NV_BULK);
         lz_nv_mbar_init(LZ_NV_KEMPTY(bars, s), LZ_NV_WARPS);
     }
     for (int s = 0; s < LZ_NV_VSLOTS; s++) {
-        lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32 * LZ_NV_KWARPS);
+        lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32 * LZ_NV_KWARPS + LZ_NV_BULK);
         lz_nv_mbar_init(LZ_NV_VEMPTY(bars, s), LZ_NV_WARPS);
     }
     LZ_NV_MBAR_INIT_FENCE();
@@ -630,7 +645,9 @@ inline void lz_nv_ring_init(uint bars) {
  * with cp.async.ca, so that a copy could read L1 rather than wait out L2's
  * latency (48 KB of local memory leave the rings about one round of
  * lookahead). Measured slower on the H200 (issue 11 step 9, prefill (b)):
- * N = 1, 2, 4 took 3.95, 3.89, 3.85 ms against 3.28 without. */
+ * N = 1, 2, 4 took 3.95, 3.89, 3.85 ms against 3.28 without. Its lines
+ * are a row page's (on tiled pages it prefetches other lines of the same
+ * pages: timing only). */
 #ifndef LZ_NV_L1PF
 #define LZ_NV_L1PF 0
 #endif
@@ -659,39 +676,54 @@ __attribute__((always_inline)) inline void lz_nv_produce_tile(uint dst, __global
     for (uint q = 0; q < LZ_NV_KT / (LZ_NV_PTHREADS / 2); q++) {
         const uint r = ((uint)t >> 1) + q * (LZ_NV_PTHREADS / 2), j = r % LZ_BLOCK;
         const lz_nv_entry e = lz_nv_row_entry(en, r);
+        if (LZ_NV_BULK && e.len == LZ_BLOCK) continue; /* its page comes whole (lz_nv_bulk_pages) */
         const int ok = (int)j < e.len;
         __global const ushort *row = pool + (ok ? (long)lz_kv_offset(e.blk, kvh, n_kv_heads, (int)j) : 0);
         const uint d0 = dst + LZ_NV_KOFF(r, par);
 #pragma unroll
         for (uint h = 0; h < LZ_NV_CPR / 2; h++)
-            LZ_NV_PCP16(d0 + 2 * h * 128, row + (2 * h + par) * 8, ok);
+            LZ_NV_PCP16(d0 + 2 * h * 128, row + LZ_KV_DIM((2 * h + par) * 8), ok);
     }
 }
 
-#if LZ_NV_DIAG & 64
-/* The LZ_NV_DIAG 64 diagnostic's copy of a tile (timing only): one thread
- * arrives on the slot's full barrier bar expecting the bytes, then copies
- * each valid entry's whole page (LZ_BLOCK rows of the pool, contiguous) to
- * its rows of the slot at dst with one cp.async.bulk completing on bar;
- * copy 0: it only arrives. */
+/* Whether a tile with entries en has rows for 16-byte copies: always, but
+ * with LZ_NV_BULK only where one of its entries is not full (uniform
+ * across the copying warp: a tile of full pages skips lz_nv_produce_tile
+ * altogether). */
+__attribute__((always_inline)) inline int lz_nv_chunk_copies(const lz_nv_entry en[LZ_NV_EPT]) {
+#if LZ_NV_BULK
+    int some = 0;
+#pragma unroll
+    for (int k = 0; k < LZ_NV_EPT; k++) some |= en[k].len < LZ_BLOCK;
+    return some;
+#else
+    return 1;
+#endif
+}
+
+#if LZ_NV_BULK
+/* A tile's full pages (valid length LZ_BLOCK) as one cp.async.bulk each,
+ * completing on the slot's full barrier bar: one thread arms bar with their
+ * bytes (an arrival of its own, LZ_NV_BULK in the barrier's count; 0 bytes
+ * when copy is 0 or no page is full), then issues them. A tiled pool page
+ * is stored as the slot holds it (cl/storage.h): entry k's page lands
+ * whole at dst + k pages. The rows of the other entries come by 16-byte
+ * cp.async (lz_nv_produce_tile), zero-filled past their length. */
 #define LZ_NV_PAGE_BYTES (LZ_BLOCK * LZ_HEAD_DIM * 2)
-__attribute__((always_inline)) inline void lz_nv_bulk_tile(uint bar, uint dst, __global const ushort *pool,
-                                                           const lz_nv_entry en[LZ_NV_EPT], int kvh,
-                                                           int n_kv_heads, int copy) {
+__attribute__((always_inline)) inline void lz_nv_bulk_pages(uint bar, uint dst, __global const ushort *pool,
+                                                            const lz_nv_entry en[LZ_NV_EPT], int kvh,
+                                                            int n_kv_heads, int copy) {
     uint bytes = 0;
 #pragma unroll
-    for (int k = 0; k < LZ_NV_EPT; k++) bytes += copy && en[k].len > 0 ? LZ_NV_PAGE_BYTES : 0;
+    for (int k = 0; k < LZ_NV_EPT; k++) bytes += copy && en[k].len == LZ_BLOCK ? LZ_NV_PAGE_BYTES : 0;
     asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 #pragma unroll
-    for (int k = 0; k < LZ_NV_EPT; k++) {
-        const uint to = dst + (uint)k * LZ_NV_PAGE_BYTES;
-        __global const ushort *from = pool + lz_kv_offset(en[k].blk, kvh, n_kv_heads, 0);
-        if (copy && en[k].len > 0)
+    for (int k = 0; k < LZ_NV_EPT; k++)
+        if (copy && en[k].len == LZ_BLOCK)
             asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
-                         " [%0], [%1], %2, [%3];" ::"r"(to),
-                         "l"(from), "r"(LZ_NV_PAGE_BYTES), "r"(bar)
+                         " [%0], [%1], %2, [%3];" ::"r"(dst + (uint)k * LZ_NV_PAGE_BYTES),
+                         "l"(pool + lz_kv_offset(en[k].blk, kvh, n_kv_heads, 0)), "r"(LZ_NV_PAGE_BYTES), "r"(bar)
                          : "memory");
-    }
 }
 #endif
 
@@ -821,17 +853,14 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             lz_nv_prefetch_tile(&b, tk + LZ_NV_L1PF, n_tiles, do_k ? kc : vc, kvh, n_kv_heads, n_entries,
                                 n_blocks, t);
 #endif
-#if LZ_NV_DIAG & 64
+#if LZ_NV_BULK
         if (do_k && t == 0)
-            lz_nv_bulk_tile(LZ_NV_KFULL(bars, ks), kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads,
-                            tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS));
-        else if (do_k)
-            lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
-#else
-        if (do_k && tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS))
+            lz_nv_bulk_pages(LZ_NV_KFULL(bars, ks), kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads,
+                             tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS));
+#endif
+        if (do_k && tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS) && lz_nv_chunk_copies(ek))
             lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, t);
         if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
-#endif
         if (do_k && t == 0) {
 #pragma unroll
             for (int k = 0; k < LZ_NV_EPT; k++)
@@ -842,17 +871,14 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             const int vn = n - 1, vs = vn % LZ_NV_VSLOTS;
             if (vn >= LZ_NV_VSLOTS)
                 lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1);
-#if LZ_NV_DIAG & 64
+#if LZ_NV_BULK
             if (t == 0)
-                lz_nv_bulk_tile(LZ_NV_VFULL(bars, vs), vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads,
-                                LZ_NV_PCOPY(vn, LZ_NV_VSLOTS));
-            else
-                lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
-#else
-            if (LZ_NV_PCOPY(vn, LZ_NV_VSLOTS))
+                lz_nv_bulk_pages(LZ_NV_VFULL(bars, vs), vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads,
+                                 LZ_NV_PCOPY(vn, LZ_NV_VSLOTS));
+#endif
+            if (LZ_NV_PCOPY(vn, LZ_NV_VSLOTS) && lz_nv_chunk_copies(ev))
                 lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
-#endif
         }
         if (tk >= n_tiles) break;
         tv = tk;
@@ -1235,7 +1261,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             LZ_NV_PV_ISSUE(o, pa, vb);
         }
 #else
-        LZ_NV_SOFTMAX_PV(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, vb, lane);
+        LZ_NV_SOFTMAX_PV_OFF(LZ_NV_KT, sc, o, m0, m1, l0, l1, sl2, vb, lane, LZ_NV_VOFF);
 #endif
 
 #if !LZ_NV_PVOV

@@ -137,10 +137,40 @@ inline float4 lz_load4v(__global const LZ_STORE_T *p, long i) {
  * word instead of reading or writing out of bounds. */
 inline void lz_raise(__global int *err, int bits) { atomic_or(err, bits); }
 
-/* Element offset of (block, kv head, token, dim 0) in a pool buffer laid out
- * [n_blocks, n_kv_heads, LZ_BLOCK, LZ_HEAD_DIM]. */
+/*
+ * A pool buffer is [n_blocks, n_kv_heads] pages of LZ_BLOCK x LZ_HEAD_DIM
+ * elements (lazyattn_kv_layout), each page laid out
+ *   LZ_KV_TILED 0 (ROWS):  [LZ_BLOCK][LZ_HEAD_DIM], a token's dims contiguous;
+ *   LZ_KV_TILED 1 (TILED): [LZ_BLOCK / 8][LZ_HEAD_DIM / 8][8 tokens][8 dims],
+ *     the 8 x 8 core matrices Hopper's wgmma reads from local memory, so that
+ *     a page is one bulk copy (cl/prefill_nv.cl); LZ_BLOCK a multiple of 8.
+ * Either way an element's offset in its page is a token part plus a dim
+ * part: lz_kv_offset gives (block, kv head, token, dim 0), LZ_KV_DIM(d) what
+ * dim d adds to it. Dims d .. d + 7 (d a multiple of 8) stay contiguous, so
+ * the kernels' 4- and 8-element loads read one offset + LZ_KV_DIM(d).
+ */
+#ifndef LZ_KV_TILED
+#define LZ_KV_TILED 0
+#endif
+#if LZ_KV_TILED
+#if LZ_BLOCK % 8 || LZ_HEAD_DIM % 8
+#error "the tiled KV layout needs LZ_BLOCK and LZ_HEAD_DIM multiples of 8"
+#endif
+#define LZ_KV_TOKEN(t) ((size_t)((t) >> 3) * (8 * LZ_HEAD_DIM) + (size_t)((t) & 7) * 8)
+#define LZ_KV_DIM(d) ((((d) >> 3) << 6) + ((d) & 7))
+/* elements from a page's start that hold its tokens 0 .. n - 1 (whole groups of 8) */
+#define LZ_KV_SPAN(n) ((((n) + 7) >> 3) * (8 * LZ_HEAD_DIM))
+#else
+#define LZ_KV_TOKEN(t) ((size_t)(t) * LZ_HEAD_DIM)
+#define LZ_KV_DIM(d) (d)
+#define LZ_KV_SPAN(n) ((n) * LZ_HEAD_DIM)
+#endif
 inline size_t lz_kv_offset(int block, int kv_head, int n_kv_heads, int token) {
+#if LZ_KV_TILED
+    return ((size_t)block * n_kv_heads + kv_head) * (LZ_BLOCK * LZ_HEAD_DIM) + LZ_KV_TOKEN(token);
+#else
     return (((size_t)block * n_kv_heads + kv_head) * LZ_BLOCK + token) * LZ_HEAD_DIM;
+#endif
 }
 
 /* A table entry the kernels skip (and report): its block outside the pool or

@@ -25,7 +25,7 @@
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]
  *                      [--only prefill|decode|prefill_a|prefill_b|prefill_c] [--prefill-queries T]
  *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]
- *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]
+ *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF] [--kv-layout rows|tiled]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
  * override the launch geometry, see lib/attention.c, for tuning sweeps;
  * LAZYATTN_NV_DIAG_DUMP=1 prints the clocks of a -DLZ_NV_DIAG=16 prefill
@@ -56,6 +56,9 @@ enum { H = 32, KV = 8, D = 128, BS = 16 };
 static int g_reps = 25;
 static int g_prefill_queries = 4096; /* --prefill-queries: T of prefill (a) */
 static int g_decode_splits; /* --decode-splits: 0 = the library's choice */
+/* --kv-layout: the page order of every pool and attention (lazyattn_kv_layout;
+ * the choices' indices are its values) */
+static int g_kv_layout = LAZYATTN_KV_LAYOUT_ROWS;
 static FILE *g_csv;
 
 
@@ -192,9 +195,10 @@ static void check_case(int d, int nq_heads, int nkv, int block, int n_docs, int 
     c.dtype = LAZYATTN_DTYPE_F16;
     c.rope.style = style;
     c.rope.rotary_dim = rot_dim;
+    c.kv_layout = (lazyattn_kv_layout)g_kv_layout;
     int per_doc = (doc_len + block - 1) / block, q_blocks = (n_q + block - 1) / block;
     int n_entries = n_docs * per_doc + q_blocks, n_keys = n_docs * doc_len + n_q;
-    lazyattn_pool_config pc = {1, nkv, d, block, LAZYATTN_DTYPE_F16, 0};
+    lazyattn_pool_config pc = {1, nkv, d, block, LAZYATTN_DTYPE_F16, 0, c.kv_layout};
     pc.budget_bytes = (uint64_t)(n_entries + 4) * 2 * nkv * block * d * 2;
     lazyattn_pool *pool;
     lazyattn_attention *attn;
@@ -337,13 +341,14 @@ static double time_decode(lazyattn_attention *attn, lazyattn_pool *pool, const l
 static lazyattn_attention *make_attn(void) {
     lazyattn_attention_config c;
     lazyattn_attention_config_default(&c); /* Llama-3.1-8B: 32/8, d 128, B 16, f16 */
+    c.kv_layout = (lazyattn_kv_layout)g_kv_layout;
     lazyattn_attention *attn;
     CHECK(lazyattn_attention_create_tuned(g_ctx, &c, &g_tuning, &attn));
     return attn;
 }
 
 static lazyattn_pool *make_pool(int64_t n_blocks) {
-    lazyattn_pool_config pc = {1, KV, D, BS, LAZYATTN_DTYPE_F16, 0};
+    lazyattn_pool_config pc = {1, KV, D, BS, LAZYATTN_DTYPE_F16, 0, (lazyattn_kv_layout)g_kv_layout};
     pc.budget_bytes = (uint64_t)n_blocks * 2 * KV * BS * D * 2;
     lazyattn_pool *pool;
     CHECK(lazyattn_pool_create(g_ctx, &pc, &pool));
@@ -555,7 +560,7 @@ static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]\n"
     "                     [--only prefill|decode|prefill_a|prefill_b|prefill_c] [--prefill-queries T]\n"
     "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]\n"
-    "                     [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF]\n"
+    "                     [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF] [--kv-layout rows|tiled]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
@@ -576,6 +581,8 @@ static const char usage_text[] =
     "  --prefill-tile R,K,W,SR,SK,OR,OD,KV,PF  portable prefill geometry (lazyattn_tile_params:\n"
     "                   rows, keys, work-items, score tile, output tile, kv_together, prefetch;\n"
     "                   0 = choose)\n"
+    "  --kv-layout rows|tiled  page order of the pools and kernels (lazyattn_kv_layout;\n"
+    "                   default rows; tiled: 8 x 8 tiles, the NVIDIA kernels' order)\n"
     "Needs a GPU (OpenCL device of type GPU). Exit status: 0 all checks passed, 1 a check or\n"
     "the run failed, 2 a bad command line.\n";
 
@@ -592,6 +599,7 @@ int main(int argc, char **argv) {
         {.name = "--prefill-queries", .type = CLI_INT, .dest = &g_prefill_queries, .min = 16, .max = 4096},
         {.name = "--decode-tile", .type = CLI_STRING, .dest = &decode_tile},
         {.name = "--prefill-tile", .type = CLI_STRING, .dest = &prefill_tile},
+        {.name = "--kv-layout", .type = CLI_ENUM, .dest = &g_kv_layout, .choices = "rows|tiled"},
     };
     int r = cli_parse("bench_kernels", usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc,
                       argv);
@@ -648,8 +656,9 @@ int main(int argc, char **argv) {
     CHECK(lazyattn_context_create(&o, &g_ctx));
     g_cl = lazyattn_context_cl_context(g_ctx);
     g_q = lazyattn_context_queue(g_ctx);
-    printf("device: %s; fast path: %s\n", lazyattn_context_device_name(g_ctx),
-           lazyattn_context_fast_path(g_ctx) ? "NVIDIA tensor cores" : "portable");
+    printf("device: %s; fast path: %s; kv layout: %s\n", lazyattn_context_device_name(g_ctx),
+           lazyattn_context_fast_path(g_ctx) ? "NVIDIA tensor cores" : "portable",
+           g_kv_layout == LAZYATTN_KV_LAYOUT_TILED ? "tiled" : "rows");
     build_bench_program();
     ceilings();
 

@@ -277,7 +277,7 @@ static int run_one(const options *o, lazyattn_workload *wl, const doc_key *keys,
                    const int32_t *doc_len, lazyattn_cache_policy policy, uint64_t budget,
                    uint64_t headroom, uint64_t token_bytes, result *out) {
     lazyattn_pool_config pc = {o->n_layers, o->n_kv_heads, o->head_dim, o->block_size, o->dtype,
-                               o->strict ? budget : budget + headroom};
+                               o->strict ? budget : budget + headroom, LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = NULL;
     lazyattn_cache *cache = NULL;
     lazyattn_cache_config cc = {policy, MODEL_ID, o->strict ? 0 : budget};
@@ -665,7 +665,8 @@ int main(int argc, char **argv) {
      * block checks the shape; a larger one would only cost host memory). */
     uint64_t one_block = 2ull * (uint64_t)o.n_layers * (uint64_t)o.n_kv_heads *
                          (uint64_t)o.head_dim * (uint64_t)o.block_size * lazyattn_dtype_size(o.dtype);
-    lazyattn_pool_config pc = {o.n_layers, o.n_kv_heads, o.head_dim, o.block_size, o.dtype, one_block};
+    lazyattn_pool_config pc = {o.n_layers, o.n_kv_heads, o.head_dim, o.block_size, o.dtype, one_block,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *probe = NULL;
     if (lazyattn_pool_create(NULL, &pc, &probe)) {
         fprintf(stderr, "hitratio: model shape: %s\n", lazyattn_last_error());

@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
 
     lazyattn_attention_config cfg;
     lazyattn_attention_config_default(&cfg); /* Llama-3.1-8B heads, fp16 KV, Llama-3 RoPE */
-    lazyattn_pool_config pc = {1, KV, D, B, cfg.dtype, 0};
+    lazyattn_pool_config pc = {1, KV, D, B, cfg.dtype, 0, LAZYATTN_KV_LAYOUT_ROWS};
     pc.budget_bytes = (uint64_t)MAX_BLOCKS * 2 * KV * B * D * lazyattn_dtype_size(cfg.dtype);
     lazyattn_pool *pool;
     lazyattn_attention *attn;

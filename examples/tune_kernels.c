@@ -96,7 +96,7 @@ static void problem_make(problem *p, int S, const int db[2], const int dl[2]) {
         if (db[i] * dl[i] > n) n = db[i] * dl[i];
     n = (n + B - 1) / B * B;
     p->n_tokens = n;
-    lazyattn_pool_config pc = {1, nkv, d, B, c->dtype, 0};
+    lazyattn_pool_config pc = {1, nkv, d, B, c->dtype, 0, LAZYATTN_KV_LAYOUT_ROWS};
     pc.budget_bytes = (uint64_t)(n / B + 1) * 2 * nkv * B * d * lazyattn_dtype_size(c->dtype);
     CHECK(lazyattn_pool_create(g_ctx, &pc, &p->pool));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n / B));

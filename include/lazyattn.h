@@ -138,6 +138,33 @@ typedef enum lazyattn_dtype {
  * reason in lazyattn_last_error()). */
 LAZYATTN_API size_t lazyattn_dtype_size(lazyattn_dtype dtype);
 
+/*
+ * Order of the elements inside one page of a pool's K or V buffer (a page:
+ * one block of one KV head, block_size x head_dim elements; pages stay
+ * where they are, page (block, kv_head) at element
+ * (block * n_kv_heads + kv_head) * block_size * head_dim):
+ *   ROWS:  [block_size][head_dim], token t's dims contiguous:
+ *          rows(t, d) = t * head_dim + d
+ *   TILED: [block_size / 8][head_dim / 8][8 tokens][8 dims], 8 x 8 tiles:
+ *          tiled(t, d) = ((t / 8) * (head_dim / 8) + d / 8) * 64 + (t % 8) * 8 + d % 8
+ * TILED is the order the NVIDIA tensor-core kernels keep K and V in local
+ * memory (the core matrices Hopper's wgmma reads): their copies move every
+ * 128-byte line of a TILED page whole into one line of local memory, where
+ * ROWS pages are gathered 16 bytes a row. Measured on the H200 (Llama-3.1-8B
+ * shapes, docs/PERFLOG.md issue 11 step 10): prefill 3-7 % faster, decode
+ * the same. The portable kernels read TILED pages correctly but 16 bytes at
+ * a time (not tuned for it). It needs block_size a multiple of 8 (head_dim
+ * always is). Every kernel reads and writes both; a pool and the
+ * attention objects that use it must agree (lazyattn_pool_config and
+ * lazyattn_attention_config carry it). Document exports
+ * (lazyattn_cache_export) are in ROWS order whatever the pool's layout, so
+ * they import into a pool of either layout.
+ */
+typedef enum lazyattn_kv_layout {
+    LAZYATTN_KV_LAYOUT_ROWS = 0,  /* the default */
+    LAZYATTN_KV_LAYOUT_TILED = 1  /* block_size % 8 == 0 */
+} lazyattn_kv_layout;
+
 typedef enum lazyattn_rope_style {
     LAZYATTN_ROPE_NONE = 0, /* no rotary embedding (e.g. with ALiBi) */
     LAZYATTN_ROPE_NEOX = 1, /* half split: pairs (i, i + rotary_dim/2) */
@@ -179,6 +206,8 @@ typedef struct lazyattn_attention_config {
     lazyattn_rope_config rope; /* style NONE for no rotation */
     int alibi;                 /* 1: add slope_h * (key_pos - query_pos) (standard ALiBi slopes) */
     float scale;               /* softmax scale; 0 = 1/sqrt(head_dim) */
+    lazyattn_kv_layout kv_layout; /* appended: the pool pages' order (the kernels are built
+                                   * for one, like dtype); default ROWS */
 } lazyattn_attention_config;
 
 /* Llama-3.1-8B defaults for one layer: 32/8 heads, d = 128, B = 16, fp16,
@@ -361,7 +390,11 @@ LAZYATTN_API int lazyattn_entry_unpack(uint64_t word, int32_t *block, int32_t *d
  *   block_bytes = 2 * n_layers * n_kv_heads * block_size * head_dim * dtype_size
  *   n_blocks    = budget_bytes / block_bytes
  * Device layout, one K and one V buffer per layer:
- *   k(layer), v(layer): [n_blocks, n_kv_heads, block_size, head_dim] dtype
+ *   k(layer), v(layer): [n_blocks, n_kv_heads] pages of block_size x head_dim
+ *     dtype elements; in a page, kv_layout's order (lazyattn_kv_layout):
+ *     ROWS [block_size, head_dim], the default, so the buffer is
+ *     [n_blocks, n_kv_heads, block_size, head_dim]; TILED
+ *     [block_size / 8, head_dim / 8, 8, 8]
  * A pool created with ctx == NULL keeps the accounting only (no device
  * memory): the cache simulator uses it.
  *
@@ -373,8 +406,9 @@ LAZYATTN_API int lazyattn_entry_unpack(uint64_t word, int32_t *block, int32_t *d
  * would had the other thread come first.
  *
  * Refused up front, before anything is allocated: n_layers outside
- * 1..LAZYATTN_MAX_LAYERS or a geometry outside the limits above
- * (INVALID_ARGUMENT); a budget below one block (BUDGET_EXCEEDED); on a
+ * 1..LAZYATTN_MAX_LAYERS, a geometry outside the limits above, a kv_layout
+ * that is neither ROWS nor TILED, or TILED with a block_size not a multiple
+ * of 8 (INVALID_ARGUMENT); a budget below one block (BUDGET_EXCEEDED); on a
  * device, one layer's K buffer above CL_DEVICE_MAX_MEM_ALLOC_SIZE or all
  * layers' K and V together above CL_DEVICE_GLOBAL_MEM_SIZE
  * (OUT_OF_DEVICE_MEMORY); more than LAZYATTN_MAX_POOL_BLOCKS blocks
@@ -389,6 +423,8 @@ typedef struct lazyattn_pool_config {
     int block_size;
     lazyattn_dtype dtype;
     uint64_t budget_bytes;
+    lazyattn_kv_layout kv_layout; /* appended: order inside a page; default ROWS; TILED
+                                   * needs block_size a multiple of 8 */
 } lazyattn_pool_config;
 
 /* The KV shape of lazyattn_attention_config_default's model (Llama-3.1-8B:
@@ -1112,8 +1148,11 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
  *          88  u64      header checksum (of bytes 0..87)
  *          96  payload: tokens [n_tokens] int32, then for each layer its K blocks
  *              and its V blocks, each [n_kv_heads, block_size, head_dim] of
- *              the storage dtype, exactly as stored (the last block's slots
- *              past the document included)
+ *              the storage dtype, the values exactly as stored, in ROWS
+ *              order whatever the pool's kv_layout (a TILED pool's pages
+ *              are reordered on the host, both ways), so an export imports
+ *              into a pool of either layout (the last block's slots past
+ *              the document included)
  * block_layer_bytes = n_kv_heads * block_size * head_dim * dtype size.
  *
  * Export reads the blocks from the pool's device buffers on the context's

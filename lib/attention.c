@@ -73,6 +73,7 @@ static int lz_check_config(const lazyattn_context *ctx, const lazyattn_attention
     LZ_CHECK_ARG(c->n_q_heads >= 1 && c->n_q_heads <= LAZYATTN_MAX_HEADS,
                  "%s: n_q_heads %d outside 1..%d", fn, c->n_q_heads, LAZYATTN_MAX_HEADS);
     LZ_TRY(lz_check_geometry(fn, c->n_kv_heads, c->head_dim, c->block_size, c->dtype, 1));
+    LZ_TRY(lz_check_kv_layout(fn, c->kv_layout, c->block_size));
     LZ_CHECK_ARG(c->n_q_heads % c->n_kv_heads == 0,
                  "%s: %d query heads not divisible by %d KV heads", fn, c->n_q_heads,
                  c->n_kv_heads);
@@ -188,10 +189,11 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     lazyattn_context *ctx = a->ctx;
     char options[512];
     int n = snprintf(options, sizeof options,
-                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d "
+                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_KV_TILED=%d "
                      "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d "
                      "-DLZ_NV_WGMMA=%d%s",
-                     a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype, a->nv.kt,
+                     a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype,
+                     a->cfg.kv_layout == LAZYATTN_KV_LAYOUT_TILED, a->nv.kt,
                      a->nv.warps, a->nv.dstages, wgmma, wgmma && a->nv.producer ? " -DLZ_NV_PRODUCER=1" : "");
     const int n_base = n;
     if (a->nv.maxreg > 0)
@@ -366,8 +368,9 @@ int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_
     if (which == 1 && lz_decode_warp(tune))
         out->sources = decode_warp_src, out->n_sources = (int)(sizeof decode_warp_src / sizeof *decode_warp_src);
     int n = snprintf(out->options, sizeof out->options,
-                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d", config->head_dim,
-                     config->block_size, (int)config->dtype);
+                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_KV_TILED=%d",
+                     config->head_dim, config->block_size, (int)config->dtype,
+                     config->kv_layout == LAZYATTN_KV_LAYOUT_TILED);
     if (n < 0 || (size_t)n >= sizeof out->options ||
         lz_tile_options(which == 1 ? &tune->decode : &tune->prefill,
                         config->n_q_heads / config->n_kv_heads, out->options + n,
@@ -598,6 +601,11 @@ static int lz_check_pool(const lazyattn_attention *a, const lazyattn_pool *pool,
                  "the attention's (%d, %d, %d, %d)",
                  fn, pc.n_kv_heads, pc.head_dim, pc.block_size, (int)pc.dtype, a->cfg.n_kv_heads,
                  a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype);
+    /* the kernels were compiled for one page order (LZ_KV_TILED) */
+    LZ_CHECK_ARG(pc.kv_layout == a->cfg.kv_layout,
+                 "%s: pool kv_layout %s differs from the attention's %s", fn,
+                 pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED ? "TILED" : "ROWS",
+                 a->cfg.kv_layout == LAZYATTN_KV_LAYOUT_TILED ? "TILED" : "ROWS");
     return LAZYATTN_STATUS_OK;
 }
 

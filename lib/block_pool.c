@@ -37,8 +37,9 @@ static int lz_pool_check_config(const lazyattn_context *ctx, const lazyattn_pool
     LZ_CHECK_ARG(c->n_layers >= 1 && c->n_layers <= LAZYATTN_MAX_LAYERS,
                  "lazyattn_pool_create: n_layers %d outside 1..%d", c->n_layers,
                  LAZYATTN_MAX_LAYERS);
-    return lz_check_geometry("lazyattn_pool_create", c->n_kv_heads, c->head_dim, c->block_size,
-                             c->dtype, ctx != NULL);
+    LZ_TRY(lz_check_geometry("lazyattn_pool_create", c->n_kv_heads, c->head_dim, c->block_size,
+                             c->dtype, ctx != NULL));
+    return lz_check_kv_layout("lazyattn_pool_create", c->kv_layout, c->block_size);
 }
 
 /* The device pool as a whole must fit the device: every layer's K and V

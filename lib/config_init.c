@@ -20,6 +20,7 @@ void lazyattn_pool_config_init(lazyattn_pool_config *config) {
     config->block_size = 16;
     config->dtype = LAZYATTN_DTYPE_F16;
     config->budget_bytes = (uint64_t)1 << 30;
+    config->kv_layout = LAZYATTN_KV_LAYOUT_ROWS;
 }
 
 void lazyattn_prefill_args_init(lazyattn_prefill_args *args) {

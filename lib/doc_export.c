@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Export and import of a LAZY cache's document K/V: the versioned,
  * checksummed byte format of include/lazyattn.h ("document KV export and
- * import"), to and from a buffer or callbacks. */
+ * import"), to and from a buffer or callbacks. The format's pages are in
+ * ROWS order; a TILED pool's are reordered on the host (kv_layout.c). */
 #include "cache_policy.h"
 
 #include <stdlib.h>
@@ -113,6 +114,29 @@ static uint64_t lz_payload_bytes(const lazyattn_pool_config *pc, uint64_t n_toke
     return kv + 4 * n_tokens;
 }
 
+/* Pages (block_size x head_dim) in the K/V part of a payload of n_blocks. */
+static int64_t lz_payload_pages(const lazyattn_pool_config *pc, int n_blocks) {
+    return (int64_t)2 * pc->n_layers * n_blocks * pc->n_kv_heads;
+}
+
+/* A TILED pool's pages are reordered on the host (kv_layout.c) between its
+ * device buffers and the payload, which is in ROWS order for either layout:
+ * a staging copy of the payload's K/V part (NULL for a ROWS pool, which
+ * moves its bytes as they are). */
+static int lz_staging_new(const lazyattn_pool_config *pc, int n_blocks, const char *w,
+                          uint8_t **out) {
+    *out = NULL;
+    if (pc->kv_layout != LAZYATTN_KV_LAYOUT_TILED) return LAZYATTN_STATUS_OK;
+    /* the payload that holds it was sized (lz_payload_bytes) and allocated */
+    size_t bytes = (size_t)lz_payload_pages(pc, n_blocks) * (size_t)pc->block_size *
+                   (size_t)pc->head_dim * lazyattn_dtype_size(pc->dtype);
+    *out = malloc(bytes);
+    if (!*out)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes to reorder TILED pages",
+                       w, bytes);
+    return LAZYATTN_STATUS_OK;
+}
+
 // ---- export ----
 
 static int lz_export_find(const lazyattn_cache *c, uint64_t doc_hash, const char *who,
@@ -147,6 +171,29 @@ int lazyattn_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, size_
     return LAZYATTN_STATUS_OK;
 }
 
+/* The entry's blocks, for each layer its K blocks then its V blocks, read
+ * from the pool's buffers into kv as they are stored (the pool's layout). */
+static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool,
+                          const lazyattn_pool_config *pc, const lz_entry *e, uint8_t *kv) {
+    size_t per = (size_t)lz_block_layer_bytes(pc);
+    for (int l = 0; l < pc->n_layers; l++)
+        for (int which = 0; which < 2; which++) {
+            cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
+            for (int b = 0; b < e->n_blocks; b++, kv += per) {
+                cl_int err = clEnqueueReadBuffer(ctx->queue, m, CL_FALSE,
+                                                 (size_t)e->blocks[b] * per, per, kv, 0, NULL,
+                                                 NULL);
+                if (err != CL_SUCCESS) {
+                    clFinish(ctx->queue);
+                    return lz_cl_fail(err, "lazyattn_cache_export: clEnqueueReadBuffer");
+                }
+            }
+        }
+    cl_int err = clFinish(ctx->queue);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_cache_export: clFinish");
+    return LAZYATTN_STATUS_OK;
+}
+
 int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer,
                           size_t capacity, size_t *written) {
     const char *w = "lazyattn_cache_export";
@@ -171,23 +218,16 @@ int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buff
     uint8_t *out = buffer;
     uint8_t *payload = out + LAZYATTN_KV_HEADER_BYTES;
     for (int t = 0; t < e->n_tokens; t++) lz_put32(payload + 4 * (size_t)t, (uint32_t)e->tokens[t]);
-    size_t per = (size_t)lz_block_layer_bytes(&pc);
     uint8_t *kv = payload + 4 * (size_t)e->n_tokens;
-    for (int l = 0; l < pc.n_layers; l++)
-        for (int which = 0; which < 2; which++) {
-            cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
-            for (int b = 0; b < e->n_blocks; b++, kv += per) {
-                cl_int err = clEnqueueReadBuffer(ctx->queue, m, CL_FALSE,
-                                                 (size_t)e->blocks[b] * per, per, kv, 0, NULL,
-                                                 NULL);
-                if (err != CL_SUCCESS) {
-                    clFinish(ctx->queue);
-                    return lz_cl_fail(err, "lazyattn_cache_export: clEnqueueReadBuffer");
-                }
-            }
-        }
-    cl_int err = clFinish(ctx->queue);
-    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_cache_export: clFinish");
+    uint8_t *staging;
+    st = lz_staging_new(&pc, e->n_blocks, w, &staging);
+    if (st) return st;
+    st = lz_export_read(ctx, pool, &pc, e, staging ? staging : kv);
+    if (!st && staging)
+        lz_kv_pages_to_rows(staging, kv, lz_payload_pages(&pc, e->n_blocks), pc.block_size,
+                            pc.head_dim, lazyattn_dtype_size(pc.dtype));
+    free(staging);
+    if (st) return st;
     lz_kv_header h = {0};
     h.version = LAZYATTN_KV_FORMAT_VERSION;
     h.header_bytes = LAZYATTN_KV_HEADER_BYTES;
@@ -267,7 +307,8 @@ int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv_info *info) 
     int st = lz_header_check(data, size, "lazyattn_kv_describe", &h);
     if (st) return st;
     lazyattn_pool_config pc = {(int)h.n_layers, (int)h.n_kv_heads, (int)h.head_dim,
-                               (int)h.block_size, (lazyattn_dtype)h.dtype, 0};
+                               (int)h.block_size, (lazyattn_dtype)h.dtype, 0,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     if (h.n_layers > LAZYATTN_MAX_LAYERS || h.n_kv_heads > LAZYATTN_MAX_HEADS ||
         h.head_dim > LAZYATTN_MAX_HEAD_DIM)
         return lz_fail(LAZYATTN_STATUS_FORMAT,
@@ -335,6 +376,33 @@ static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, siz
     return LAZYATTN_STATUS_OK;
 }
 
+/* The payload's K/V part (ROWS order), for each layer its K blocks then its
+ * V blocks, written to the pool's blocks in the pool's layout (through
+ * staging, lz_staging_new's, for a TILED pool); waits. */
+static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int32_t *blocks,
+                           int n_blocks, const uint8_t *kv, uint8_t *staging) {
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(pool, &pc);
+    size_t per = (size_t)lz_block_layer_bytes(&pc);
+    if (staging) {
+        lz_kv_pages_to_tiled(kv, staging, lz_payload_pages(&pc, n_blocks), pc.block_size,
+                             pc.head_dim, lazyattn_dtype_size(pc.dtype));
+        kv = staging;
+    }
+    cl_int err = CL_SUCCESS;
+    for (int l = 0; l < pc.n_layers && err == CL_SUCCESS; l++)
+        for (int which = 0; which < 2 && err == CL_SUCCESS; which++) {
+            cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
+            for (int b = 0; b < n_blocks && err == CL_SUCCESS; b++, kv += per)
+                err = clEnqueueWriteBuffer(ctx->queue, m, CL_FALSE, (size_t)blocks[b] * per, per,
+                                           kv, 0, NULL, NULL);
+        }
+    cl_int fin = clFinish(ctx->queue); /* the writes read staging until they complete */
+    if (err == CL_SUCCESS) err = fin;
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_cache_import: clEnqueueWriteBuffer");
+    return LAZYATTN_STATUS_OK;
+}
+
 static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t *doc_hash,
                      const char *w) {
     int st = lz_cache_check_idle(c, w);
@@ -372,6 +440,17 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
         free(blocks);
         return LAZYATTN_STATUS_OK; /* cached already: left as it is */
     }
+    /* a TILED pool's reorder buffer, before anything changes */
+    lazyattn_pool *pool = lz_cache_pool(c);
+    lazyattn_context *ctx = lz_pool_context(pool);
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(pool, &pc);
+    uint8_t *staging = NULL;
+    if (ctx && (st = lz_staging_new(&pc, n_blocks, w, &staging)) != LAZYATTN_STATUS_OK) {
+        free(tokens);
+        free(blocks);
+        return st;
+    }
     /* Checked: from here on the cache changes (evictions for room). */
     lz_entry *e = NULL;
     st = lz_cache_take_blocks(c, n_blocks, blocks, 0, w);
@@ -384,31 +463,16 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
     }
     e->key = e->doc_hash = h.doc_hash;
     e->stored_start = 0;
-    lazyattn_pool *pool = lz_cache_pool(c);
-    lazyattn_context *ctx = lz_pool_context(pool);
     if (ctx) {
-        lazyattn_pool_config pc;
-        lazyattn_pool_get_config(pool, &pc);
-        size_t per = (size_t)lz_block_layer_bytes(&pc);
-        const uint8_t *kv = payload + 4 * (size_t)n_tokens;
-        cl_int err = CL_SUCCESS;
-        for (int l = 0; l < pc.n_layers && err == CL_SUCCESS; l++)
-            for (int which = 0; which < 2 && err == CL_SUCCESS; which++) {
-                cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
-                for (int b = 0; b < n_blocks && err == CL_SUCCESS; b++, kv += per)
-                    err = clEnqueueWriteBuffer(ctx->queue, m, CL_FALSE, (size_t)blocks[b] * per,
-                                               per, kv, 0, NULL, NULL);
-            }
-        cl_int fin = clFinish(ctx->queue);
-        if (err == CL_SUCCESS) err = fin;
-        if (err != CL_SUCCESS) {
-            st = lz_cl_fail(err, "lazyattn_cache_import: clEnqueueWriteBuffer");
+        st = lz_import_write(ctx, pool, blocks, n_blocks, payload + 4 * (size_t)n_tokens, staging);
+        if (st) {
             lz_cache_drop(c, e);
             goto out;
         }
     }
     lz_cache_add_imported(c, e); /* cannot find an equal entry: checked above */
 out:
+    free(staging);
     free(tokens);
     free(blocks);
     return st;

@@ -23,3 +23,12 @@ int lz_check_geometry(const char *fn, int n_kv_heads, int head_dim, int block_si
                  "%s: unknown dtype %d", fn, (int)dtype);
     return LAZYATTN_STATUS_OK;
 }
+
+/* TILED pages are 8 x 8 tiles of (token, dim): whole groups of 8 tokens. */
+int lz_check_kv_layout(const char *fn, lazyattn_kv_layout layout, int block_size) {
+    LZ_CHECK_ARG(layout == LAZYATTN_KV_LAYOUT_ROWS || layout == LAZYATTN_KV_LAYOUT_TILED,
+                 "%s: unknown kv_layout %d (0 = ROWS, 1 = TILED)", fn, (int)layout);
+    LZ_CHECK_ARG(layout != LAZYATTN_KV_LAYOUT_TILED || block_size % 8 == 0,
+                 "%s: kv_layout TILED needs block_size a multiple of 8, got %d", fn, block_size);
+    return LAZYATTN_STATUS_OK;
+}

@@ -187,6 +187,21 @@ char *lz_ptx_min_ctas(const char *ptx, int *n_added);
  * with "fn: ..." otherwise. */
 int lz_check_geometry(const char *fn, int n_kv_heads, int head_dim, int block_size,
                       lazyattn_dtype dtype, int for_kernels);
+/* The page order: ROWS or TILED, TILED only with block_size a multiple of 8
+ * (INVALID_ARGUMENT with "fn: ..." otherwise). Checked after the geometry. */
+int lz_check_kv_layout(const char *fn, lazyattn_kv_layout layout, int block_size);
+
+/* ---- page layouts (kv_layout.c) ---- */
+
+/* Reorders n_pages consecutive pages of block_size x head_dim elements of
+ * esize bytes (4 f32, 2 f16 / bf16) between the layouts of
+ * lazyattn_kv_layout, on the host: rows[t * head_dim + d] <->
+ * tiled[((t / 8) * (head_dim / 8) + d / 8) * 64 + (t % 8) * 8 + d % 8].
+ * block_size and head_dim multiples of 8; src and dst must not overlap. */
+void lz_kv_pages_to_rows(const uint8_t *tiled, uint8_t *rows, int64_t n_pages, int block_size,
+                         int head_dim, size_t esize);
+void lz_kv_pages_to_tiled(const uint8_t *rows, uint8_t *tiled, int64_t n_pages, int block_size,
+                          int head_dim, size_t esize);
 
 /* ---- block pool (block_pool.c) ---- */
 

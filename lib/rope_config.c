@@ -68,6 +68,7 @@ void lazyattn_attention_config_default(lazyattn_attention_config *cfg) {
     cfg->rope.llama3_low_freq_factor = 1.0;
     cfg->rope.llama3_high_freq_factor = 4.0;
     cfg->rope.llama3_original_context = 8192;
+    cfg->kv_layout = LAZYATTN_KV_LAYOUT_ROWS;
 }
 
 /* in double: h + 1 and n reach 2^31 for n_heads near INT_MAX */

@@ -25,8 +25,8 @@ void doc_kv(int id, int layer, float *k, float *v) {
     lt_fill(&r, v, (size_t)doc_len[id] * ROW, 1.0f);
 }
 
-void engine_open_as(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
-                    int block_size, lazyattn_dtype dtype) {
+void engine_open_layout(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
+                        int block_size, lazyattn_dtype dtype, lazyattn_kv_layout layout) {
     memset(e, 0, sizeof *e);
     e->ctx = ctx;
     e->block_size = block_size;
@@ -39,15 +39,21 @@ void engine_open_as(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t mod
     e->c.dtype = dtype;
     e->c.rope.theta = 10000.0;
     e->c.rope.llama3_factor = 0;
+    e->c.kv_layout = layout;
     lazyattn_pool_config pc = {L, NKV, D, block_size, dtype,
                                (uint64_t)n_blocks * 2 * L * block_size * ROW *
-                                   lazyattn_dtype_size(dtype)};
+                                   lazyattn_dtype_size(dtype), layout};
     lazyattn_cache_config cc;
     lazyattn_cache_config_init(&cc);
     cc.model_id = model;
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &e->pool), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_attention_create(ctx, &e->c, &e->attn), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_cache_create(e->pool, &cc, &e->cache), LAZYATTN_STATUS_OK);
+}
+
+void engine_open_as(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
+                    int block_size, lazyattn_dtype dtype) {
+    engine_open_layout(e, ctx, n_blocks, model, block_size, dtype, LAZYATTN_KV_LAYOUT_ROWS);
 }
 
 void engine_open(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model) {

@@ -40,7 +40,11 @@ typedef struct engine {
 } engine;
 
 /* A pool of n_blocks blocks (per layer, K and V), attention and a LAZY
- * cache of this model id, block size and storage type. */
+ * cache of this model id, block size, storage type and page layout (of the
+ * pool and the attention). */
+void engine_open_layout(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
+                        int block_size, lazyattn_dtype dtype, lazyattn_kv_layout layout);
+/* engine_open_layout with ROWS pages. */
 void engine_open_as(engine *e, lazyattn_context *ctx, int n_blocks, uint64_t model,
                     int block_size, lazyattn_dtype dtype);
 /* engine_open_as with block size B and f32 storage. */

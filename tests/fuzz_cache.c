@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int block_size = take_or(&in, 4) % 8 + 1;
     int n_blocks = take_or(&in, 16) % 64 + 1;
     lazyattn_pool_config pc = {1, 1, 1, block_size, LAZYATTN_DTYPE_F32,
-                               (uint64_t)n_blocks * 8 * block_size};
+                               (uint64_t)n_blocks * 8 * block_size, LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool;
     CHECK(lazyattn_pool_create(NULL, &pc, &pool) == LAZYATTN_STATUS_OK);
     int cfg = take_or(&in, 0);

@@ -123,7 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     input in = {data, size};
     lazyattn_pool_config pc = {take_or(&in, 0) % 2 + 1,  take_or(&in, 0) % 2 + 1,
                                take_or(&in, 1) % 4 + 1,  take_or(&in, 2) % 8 + 1,
-                               (lazyattn_dtype)(take_or(&in, 0) % 3), 0};
+                               (lazyattn_dtype)(take_or(&in, 0) % 3), 0, LAZYATTN_KV_LAYOUT_ROWS};
     int n_blocks_pool = take_or(&in, 16) % 32 + 1;
     size_t dsize = lazyattn_dtype_size(pc.dtype);
     uint64_t block_layer = (uint64_t)pc.n_kv_heads * pc.block_size * pc.head_dim * dsize;

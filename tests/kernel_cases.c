@@ -97,9 +97,11 @@ int lk_run(lazyattn_context *ctx, const lk_case *c, lk_result *r) {
     lazyattn_attention_config_default(&cfg); /* NeoX RoPE with Llama-3 scaling */
     cfg.n_q_heads = H, cfg.n_kv_heads = KV, cfg.head_dim = D, cfg.block_size = B;
     cfg.dtype = c->dtype;
+    cfg.kv_layout = c->kv_layout;
     const int n_blocks = n_entries + n_doc_blocks; /* + the materialised copies */
     lazyattn_pool_config pc = {1, KV, D, B, c->dtype,
-                               (uint64_t)n_blocks * 2 * KV * B * D * lazyattn_dtype_size(c->dtype)};
+                               (uint64_t)n_blocks * 2 * KV * B * D * lazyattn_dtype_size(c->dtype),
+                               c->kv_layout};
     LK_TRY(lazyattn_pool_create(ctx, &pc, &s.pool));
     lazyattn_kernel_tuning tune;
     memset(&tune, 0, sizeof tune);

@@ -31,6 +31,7 @@ typedef struct lk_case {
                         2: the same with its split-parallel reduction (prefetch 1),
                         3: the reduction chosen by the split count (prefetch 3: the
                            split-parallel one from 64 splits on) */
+    lazyattn_kv_layout kv_layout; /* of the pool and the attention (TILED: block_size % 8 == 0) */
 } lk_case;
 
 /* Normalised errors against the float64 reference:

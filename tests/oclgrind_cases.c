@@ -18,29 +18,36 @@
 #include "kernel_cases.h"
 
 static const lk_case cases[] = {
-    /* name           D   B  storage               H  KV docs lengths  NQ splits corrupt warp */
-    {"f32-gqa2",      16, 4, LAZYATTN_DTYPE_F32,   4, 2, 2, {6, 9},    5, 3, 0, 0},
-    {"f16-gqa2",      16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 0, 0},
-    {"bf16-gqa2",     16, 4, LAZYATTN_DTYPE_BF16,  4, 2, 2, {6, 9},    5, 3, 0, 0},
+    /* name           D   B  storage               H  KV docs lengths  NQ splits corrupt warp tiled */
+    {"f32-gqa2",      16, 4, LAZYATTN_DTYPE_F32,   4, 2, 2, {6, 9},    5, 3, 0, 0, 0},
+    {"f16-gqa2",      16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 0, 0, 0},
+    {"bf16-gqa2",     16, 4, LAZYATTN_DTYPE_BF16,  4, 2, 2, {6, 9},    5, 3, 0, 0, 0},
     /* a group of 3, blocks longer than a document, one split per entry */
-    {"f32-gqa3-b16",  32, 16, LAZYATTN_DTYPE_F32,  3, 1, 3, {5, 20, 1}, 3, 4, 0, 0},
+    {"f32-gqa3-b16",  32, 16, LAZYATTN_DTYPE_F32,  3, 1, 3, {5, 20, 1}, 3, 4, 0, 0, 0},
     /* the shapes of the precompiled set: Llama's head dim, GQA 4 */
-    {"f16-d128-gqa4", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 0},
-    {"bf16-d64-b32",  64, 32, LAZYATTN_DTYPE_BF16, 4, 4, 2, {40, 7},  17, 2, 0, 0},
+    {"f16-d128-gqa4", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 0, 0},
+    {"bf16-d64-b32",  64, 32, LAZYATTN_DTYPE_BF16, 4, 4, 2, {40, 7},  17, 2, 0, 0, 0},
     /* the small-work-group decode (cl/decode_warp.cl): Llama's shape, then blocks of 4 and a
      * group of 3 (with its split-parallel reduction over 22 splits: 2 work-items a dim), a
      * hostile table */
-    {"f16-d128-warp", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 1},
-    {"f32-gqa3-warp", 32, 4, LAZYATTN_DTYPE_F32,   3, 1, 3, {40, 30, 9}, 3, 22, 0, 2},
-    {"f16-bad-warp",  16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 1},
+    {"f16-d128-warp", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 1, 0},
+    {"f32-gqa3-warp", 32, 4, LAZYATTN_DTYPE_F32,   3, 1, 3, {40, 30, 9}, 3, 22, 0, 2, 0},
+    {"f16-bad-warp",  16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 1, 0},
     /* the reduction by the split count: 67 splits, one entry each (the split-parallel
      * one), then 3 splits (decode.cl's) */
-    {"f32-warp-auto67", 16, 2, LAZYATTN_DTYPE_F32, 4, 2, 3, {40, 60, 30}, 3, 67, 0, 3},
-    {"f16-warp-auto3",  16, 4, LAZYATTN_DTYPE_F16, 4, 2, 2, {6, 9},     5, 3, 0, 3},
+    {"f32-warp-auto67", 16, 2, LAZYATTN_DTYPE_F32, 4, 2, 3, {40, 60, 30}, 3, 67, 0, 3, 0},
+    {"f16-warp-auto3",  16, 4, LAZYATTN_DTYPE_F16, 4, 2, 2, {6, 9},     5, 3, 0, 3, 0},
     /* hostile table: a block outside the pool, a length above the block size */
-    {"f16-bad-table", 16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 0},
+    {"f16-bad-table", 16, 4, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 0, 0},
     /* hostile batched-prefill offsets: skipped and reported, nothing written */
-    {"f32-bad-indptr", 16, 4, LAZYATTN_DTYPE_F32,  4, 2, 2, {6, 9},    5, 3, 2, 0},
+    {"f32-bad-indptr", 16, 4, LAZYATTN_DTYPE_F32,  4, 2, 2, {6, 9},    5, 3, 2, 0, 0},
+    /* TILED pages (lazyattn_kv_layout): one tile row a block with ragged documents, the
+     * NVIDIA shape with the small-work-group decode, blocks of 4 tile rows with the
+     * split-parallel reduction, a hostile table */
+    {"f32-tiled-b8",  16, 8, LAZYATTN_DTYPE_F32,   4, 2, 2, {6, 19},   5, 3, 0, 0, 1},
+    {"f16-tiled-warp", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 1, 1},
+    {"bf16-tiled-b32", 32, 32, LAZYATTN_DTYPE_BF16, 3, 1, 3, {40, 30, 9}, 3, 22, 0, 2, 1},
+    {"f16-tiled-bad", 16, 8, LAZYATTN_DTYPE_F16,   4, 2, 2, {6, 9},    5, 3, 1, 0, 1},
 };
 
 /* --canary: one out-of-bounds write and one write-write race, so that CI

@@ -4,9 +4,12 @@
  * KV splits), materialised copies, write_kv and rope, over seeded random
  * requests: head dims 64/96/128, GQA 1/2/3/4/8, block sizes 7/16/32, f32/f16/bf16,
  * NeoX/GPT-J/partial RoPE with and without Llama-3 scaling, ALiBi, document
- * lengths that are not multiples of the block size, deltas of +-150 000.
+ * lengths that are not multiples of the block size, deltas of +-150 000;
+ * pools and kernels in either page layout (lazyattn_kv_layout).
  */
 #include "test_common.h"
+
+#include "kernel_cases.h" /* every kernel on one small case (batched prefill, warp decode) */
 
 #include <math.h>
 #include <stdio.h>
@@ -19,19 +22,29 @@ static double tolerance(lazyattn_dtype t) {
     return t == LAZYATTN_DTYPE_F32 ? 2e-5 : t == LAZYATTN_DTYPE_F16 ? 2e-3 : 1.6e-2;
 }
 
-/* One program per (head_dim, block size, dtype); everything else varies. */
+/* One program per (head_dim, block size, dtype, page layout); everything
+ * else varies. */
 typedef struct program_case {
     int head_dim, block_size;
     lazyattn_dtype dtype;
+    lazyattn_kv_layout kv_layout; /* of the pool and the attention */
 } program_case;
 
+#define ROWS LAZYATTN_KV_LAYOUT_ROWS
+#define TILED LAZYATTN_KV_LAYOUT_TILED
 static const program_case programs[] = {
-    {64, 16, LAZYATTN_DTYPE_F32},
-    {128, 16, LAZYATTN_DTYPE_F16},
-    {128, 32, LAZYATTN_DTYPE_F32},
-    {64, 32, LAZYATTN_DTYPE_F16},
-    {128, 16, LAZYATTN_DTYPE_BF16},
-    {96, 7, LAZYATTN_DTYPE_F32}, /* odd shapes: head dim not a power of two, block of 7 */
+    {64, 16, LAZYATTN_DTYPE_F32, ROWS},
+    {128, 16, LAZYATTN_DTYPE_F16, ROWS},
+    {128, 32, LAZYATTN_DTYPE_F32, ROWS},
+    {64, 32, LAZYATTN_DTYPE_F16, ROWS},
+    {128, 16, LAZYATTN_DTYPE_BF16, ROWS},
+    {96, 7, LAZYATTN_DTYPE_F32, ROWS}, /* odd shapes: head dim not a power of two, block of 7 */
+    /* TILED pages (8 x 8 tiles of tokens x dims): the NVIDIA path's shapes, a
+     * block of one tile row, 12 tiles across a head of 96 */
+    {64, 16, LAZYATTN_DTYPE_F32, TILED},
+    {128, 16, LAZYATTN_DTYPE_F16, TILED},
+    {64, 32, LAZYATTN_DTYPE_BF16, TILED},
+    {96, 8, LAZYATTN_DTYPE_F32, TILED},
 };
 
 /* A random request laid into a pool: a prefix, documents at their own
@@ -149,8 +162,10 @@ static void run_program_cases(void **state, const program_case *pc, int n_cases)
         c.head_dim = pc->head_dim;
         c.block_size = pc->block_size;
         c.dtype = pc->dtype;
+        c.kv_layout = pc->kv_layout;
         random_scheme(&r, &c);
-        lazyattn_pool_config poolc = {1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, 0};
+        lazyattn_pool_config poolc = {1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, 0,
+                                      c.kv_layout};
         poolc.budget_bytes = (uint64_t)600 * 2 * c.n_kv_heads * c.block_size * c.head_dim *
                              lazyattn_dtype_size(c.dtype);
         lazyattn_pool *pool = NULL;
@@ -275,9 +290,10 @@ static void run_program_cases(void **state, const program_case *pc, int n_cases)
         lazyattn_attention_destroy(attn);
         lazyattn_pool_destroy(pool);
     }
-    printf("# d=%d B=%d dtype=%d: %d prefill + %d decode checks, worst error prefill %.2e decode "
-           "%.2e (tol %.1e), materialised-vs-lazy %.2e\n",
-           pc->head_dim, pc->block_size, (int)pc->dtype, n_prefill, n_decode, worst_prefill,
+    printf("# d=%d B=%d dtype=%d %s: %d prefill + %d decode checks, worst error prefill %.2e "
+           "decode %.2e (tol %.1e), materialised-vs-lazy %.2e\n",
+           pc->head_dim, pc->block_size, (int)pc->dtype, pc->kv_layout == TILED ? "tiled" : "rows",
+           n_prefill, n_decode, worst_prefill,
            worst_decode, tolerance(pc->dtype), worst_agree);
 }
 
@@ -289,9 +305,25 @@ PROGRAM_TEST(2)
 PROGRAM_TEST(3)
 PROGRAM_TEST(4)
 PROGRAM_TEST(5)
+PROGRAM_TEST(6)
+PROGRAM_TEST(7)
+PROGRAM_TEST(8)
+PROGRAM_TEST(9)
 
-/* write_kv stores K rotated at its stored position: read the pool back. */
-static void test_write_kv_rotates_at_stored_position(void **state) {
+/* Element offset of (block, kv head, token t, dim d) in a pool buffer of
+ * n_kv heads, blocks of B tokens of D dims, written out here from the
+ * header's lazyattn_kv_layout (not the library's converter): pages in
+ * place, inside a page rows [B][D] or 8 x 8 tiles [B / 8][D / 8][8][8]. */
+static size_t kv_offset(lazyattn_kv_layout layout, int block, int head, int n_kv, int B, int D,
+                        int t, int d) {
+    size_t page = ((size_t)block * n_kv + head) * B * D;
+    if (layout == LAZYATTN_KV_LAYOUT_ROWS) return page + (size_t)t * D + d;
+    return page + ((size_t)(t / 8) * (D / 8) + d / 8) * 64 + (t % 8) * 8 + d % 8;
+}
+
+/* write_kv stores K rotated at its stored position: read the pool back,
+ * each element where its layout puts it. */
+static void write_kv_readback(void **state, lazyattn_kv_layout layout) {
     lazyattn_context *ctx = *state;
     lt_rng r = {lt_seed() + 7};
     lazyattn_attention_config c;
@@ -299,7 +331,8 @@ static void test_write_kv_rotates_at_stored_position(void **state) {
     c.head_dim = 64;
     c.dtype = LAZYATTN_DTYPE_F32;
     c.n_q_heads = 4, c.n_kv_heads = 2;
-    lazyattn_pool_config pc = {1, 2, 64, 16, LAZYATTN_DTYPE_F32, 8 * 2 * 2 * 16 * 64 * 4};
+    c.kv_layout = layout;
+    lazyattn_pool_config pc = {1, 2, 64, 16, LAZYATTN_DTYPE_F32, 8 * 2 * 2 * 16 * 64 * 4, layout};
     lazyattn_pool *pool;
     lazyattn_attention *attn;
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
@@ -319,16 +352,27 @@ static void test_write_kv_rotates_at_stored_position(void **state) {
     for (int t = 0; t < N; t++)
         for (int h = 0; h < 2; h++) {
             double ref[64];
+            float kt[64], vt[64];
             lazyattn_reference_rope(&c, pos[t], k + (t * 2 + h) * 64, ref);
-            size_t o = (((size_t)(slot[t] / 16) * 2 + h) * 16 + slot[t] % 16) * 64;
-            assert_true(lazyattn_normalised_error(kc + o, ref, 64) < 2e-6);
-            assert_memory_equal(vc + o, v + (t * 2 + h) * 64, 64 * sizeof(float));
+            for (int d = 0; d < 64; d++) {
+                size_t o = kv_offset(layout, slot[t] / 16, h, 2, 16, 64, slot[t] % 16, d);
+                kt[d] = kc[o], vt[d] = vc[o];
+            }
+            assert_true(lazyattn_normalised_error(kt, ref, 64) < 2e-6);
+            assert_memory_equal(vt, v + (t * 2 + h) * 64, 64 * sizeof(float));
         }
     free(kc); free(vc);
     clReleaseMemObject(km); clReleaseMemObject(vm); clReleaseMemObject(sm); clReleaseMemObject(pm);
     lazyattn_attention_destroy(attn);
     lazyattn_pool_destroy(pool);
 }
+
+static void test_write_kv_rotates_at_stored_position(void **state) {
+    write_kv_readback(state, LAZYATTN_KV_LAYOUT_ROWS);
+}
+/* Most offsets differ from ROWS (token 0's dim d sits at (d / 8) * 64 +
+ * d % 8, not d), so a kernel that writes rows fails this. */
+static void test_write_kv_tiled_pages(void **state) { write_kv_readback(state, LAZYATTN_KV_LAYOUT_TILED); }
 
 /* rope_apply matches the double-precision rotation at large positions,
  * where a plain f32 angle would be off by a large fraction of a radian. */
@@ -388,7 +432,8 @@ static void test_bad_launches(void **state) {
     lt_assert_status(lazyattn_attention_create(ctx, &c, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
     lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
 
-    lazyattn_pool_config pc = {2, 2, 64, 16, LAZYATTN_DTYPE_F32, 4 * 2 * 2 * 2 * 16 * 64 * 4};
+    lazyattn_pool_config pc = {2, 2, 64, 16, LAZYATTN_DTYPE_F32, 4 * 2 * 2 * 2 * 16 * 64 * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool, *other, *books;
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_pool_create(NULL, &pc, &books), LAZYATTN_STATUS_OK);
@@ -477,9 +522,120 @@ static void test_bad_launches(void **state) {
     lazyattn_attention_destroy(NULL);
 }
 
+/* TILED pages through the kernels run_program_cases leaves out: the batched
+ * prefill, the small-work-group decode and its split-parallel reduction, and
+ * a hostile table skipped and reported (tests/kernel_cases.c, the TILED cases
+ * of oclgrind_cases.c). */
+static void test_tiled_every_kernel(void **state) {
+    lazyattn_context *ctx = *state;
+    static const lk_case cases[] = {
+        {"f32-tiled-b8", 16, 8, LAZYATTN_DTYPE_F32, 4, 2, 2, {6, 19}, 5, 3, 0, 0, TILED},
+        {"f16-tiled-warp", 128, 16, LAZYATTN_DTYPE_F16, 8, 2, 2, {21, 38}, 9, 3, 0, 1, TILED},
+        {"bf16-tiled-b32", 32, 32, LAZYATTN_DTYPE_BF16, 3, 1, 3, {40, 30, 9}, 3, 22, 0, 2, TILED},
+        {"f16-tiled-bad", 16, 8, LAZYATTN_DTYPE_F16, 4, 2, 2, {6, 9}, 5, 3, 1, 0, TILED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const lk_case *c = &cases[i];
+        lk_result r;
+        lt_assert_status(lk_run(ctx, c, &r), LAZYATTN_STATUS_OK);
+        if (c->corrupt) continue; /* skipped and reported: lk_run checked it */
+        const double tol = lk_tolerance(c->dtype);
+        printf("# %s: rope %.1e, prefill %.1e, decode %.1e, materialised %.1e, batched %.1e, "
+               "lse %.1e (tolerance %.0e)\n",
+               c->name, r.rope, r.prefill, r.decode, r.materialised, r.batched, r.lse, tol);
+        assert_true(r.rope < 2e-6);
+        assert_true(r.prefill < tol && r.decode < tol && r.materialised < tol && r.batched < tol);
+        assert_true(r.lse < 10 * tol && r.half_out < tol + 1e-3);
+        free(r.outputs);
+    }
+}
+
+/* kv_layout of an attention: ROWS or TILED, TILED only with whole tile rows
+ * of 8 tokens a block; kept by get_config; and a pool of the other layout
+ * is refused (INVALID_ARGUMENT naming kv_layout) by every launch that reads
+ * or writes its pages, while the same launch on its own layout's pool runs. */
+static void test_kv_layout_checks(void **state) {
+    lazyattn_context *ctx = *state;
+    lazyattn_attention_config c;
+    memset(&c, 0xA5, sizeof c);
+    lazyattn_attention_config_default(&c);
+    assert_int_equal(c.kv_layout, ROWS);
+    c.n_q_heads = 4, c.n_kv_heads = 2, c.head_dim = 64, c.dtype = LAZYATTN_DTYPE_F32;
+    lazyattn_attention *attn = (lazyattn_attention *)0x1;
+    const int bad[] = {2, -1};
+    for (int i = 0; i < 2; i++) {
+        c.kv_layout = (lazyattn_kv_layout)bad[i];
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+        assert_null(attn);
+        assert_non_null(strstr(lazyattn_last_error(), "kv_layout"));
+    }
+    c.kv_layout = TILED, c.block_size = 12;
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(lazyattn_last_error(), "TILED needs block_size a multiple of 8, got 12"));
+    c.block_size = 16;
+    lazyattn_attention *as[2]; /* [layout] */
+    lazyattn_pool *pools[2];
+    for (int l = 0; l < 2; l++) {
+        c.kv_layout = (lazyattn_kv_layout)l;
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &as[l]), LAZYATTN_STATUS_OK);
+        lazyattn_attention_config back;
+        memset(&back, 0xA5, sizeof back);
+        lt_assert_status(lazyattn_attention_get_config(as[l], &back), LAZYATTN_STATUS_OK);
+        assert_int_equal(back.kv_layout, l);
+        lazyattn_pool_config pc = {1, 2, 64, 16, LAZYATTN_DTYPE_F32, 4 * 2 * 2 * 16 * 64 * 4,
+                                   (lazyattn_kv_layout)l};
+        lt_assert_status(lazyattn_pool_create(ctx, &pc, &pools[l]), LAZYATTN_STATUS_OK);
+    }
+
+    /* one query over one full block; valid buffers, so only the layout can fail */
+    float q[4 * 64] = {0.25f}, kv[2 * 64] = {0.5f};
+    int32_t qpos[1] = {15}, epos[1] = {0}, slot[1] = {3}, spos[1] = {3}, offsets[2] = {0, 1};
+    int32_t q_indptr[2] = {0, 1}, t_indptr[2] = {0, 1}, dst[1] = {1};
+    uint64_t table[1];
+    lazyattn_entry_pack(0, 0, 16, &table[0]);
+    cl_mem qm = lt_buffer(ctx, q, sizeof q), qpm = lt_buffer(ctx, qpos, sizeof qpos);
+    cl_mem tm = lt_buffer(ctx, table, sizeof table), epm = lt_buffer(ctx, epos, sizeof epos);
+    cl_mem out = lt_buffer(ctx, NULL, sizeof q), om = lt_buffer(ctx, offsets, sizeof offsets);
+    cl_mem kvm = lt_buffer(ctx, kv, sizeof kv), sm = lt_buffer(ctx, slot, sizeof slot);
+    cl_mem spm = lt_buffer(ctx, spos, sizeof spos), dm = lt_buffer(ctx, dst, sizeof dst);
+    cl_mem qim = lt_buffer(ctx, q_indptr, sizeof q_indptr), tim = lt_buffer(ctx, t_indptr, sizeof t_indptr);
+    lazyattn_prefill_args a = {1, 1, qm, qpm, tm, epm, out, NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
+    lazyattn_decode_args d = {1, 1, 0, qm, qpm, om, tm, epm, out, NULL, LAZYATTN_DTYPE_F32,
+                              LAZYATTN_DTYPE_F32};
+    lazyattn_prefill_batch_args ba;
+    lazyattn_prefill_batch_args_init(&ba);
+    ba.n_seqs = 1, ba.n_queries = 1, ba.n_entries = 1, ba.max_queries = 1;
+    ba.q = qm, ba.q_pos = qpm, ba.q_indptr = qim, ba.table_indptr = tim, ba.table = tm;
+    ba.entry_pos = epm, ba.out = out;
+    for (int al = 0; al < 2; al++)
+        for (int pl = 0; pl < 2; pl++) {
+            const int want = al == pl ? LAZYATTN_STATUS_OK : LAZYATTN_STATUS_INVALID_ARGUMENT;
+            lazyattn_attention *at = as[al];
+            lazyattn_pool *pool = pools[pl];
+            lt_assert_status(lazyattn_write_kv(at, pool, 0, 1, kvm, kvm, sm, spm, NULL, NULL), want);
+            if (want) assert_non_null(strstr(lazyattn_last_error(), "kv_layout"));
+            lt_assert_status(lazyattn_prefill(at, pool, 0, &a, NULL, NULL), want);
+            if (want) assert_non_null(strstr(lazyattn_last_error(), "kv_layout"));
+            lt_assert_status(lazyattn_decode(at, pool, 0, &d, NULL, NULL), want);
+            if (want) assert_non_null(strstr(lazyattn_last_error(), "kv_layout"));
+            lt_assert_status(lazyattn_prefill_batched(at, pool, 0, &ba, NULL, NULL), want);
+            if (want) assert_non_null(strstr(lazyattn_last_error(), "kv_layout"));
+            lt_assert_status(lazyattn_materialise(at, pool, 0, 1, tm, dm, NULL, NULL), want);
+            if (want) assert_non_null(strstr(lazyattn_last_error(), "kv_layout"));
+            lt_assert_status(lazyattn_attention_check(at, NULL), LAZYATTN_STATUS_OK);
+        }
+    cl_mem mems[] = {qm, qpm, tm, epm, out, om, kvm, sm, spm, dm, qim, tim};
+    for (size_t i = 0; i < sizeof mems / sizeof *mems; i++) clReleaseMemObject(mems[i]);
+    for (int l = 0; l < 2; l++) {
+        lazyattn_attention_destroy(as[l]);
+        lazyattn_pool_destroy(pools[l]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_kv_rotates_at_stored_position),
+        cmocka_unit_test(test_write_kv_tiled_pages),
         cmocka_unit_test(test_rope_apply_is_accurate_at_large_positions),
         cmocka_unit_test(test_program_0),
         cmocka_unit_test(test_program_1),
@@ -487,7 +643,13 @@ int main(void) {
         cmocka_unit_test(test_program_3),
         cmocka_unit_test(test_program_4),
         cmocka_unit_test(test_program_5),
+        cmocka_unit_test(test_program_6),
+        cmocka_unit_test(test_program_7),
+        cmocka_unit_test(test_program_8),
+        cmocka_unit_test(test_program_9),
         cmocka_unit_test(test_bad_launches),
+        cmocka_unit_test(test_kv_layout_checks),
+        cmocka_unit_test(test_tiled_every_kernel),
     };
     return cmocka_run_group_tests_name("attention", tests, lt_context_setup, lt_context_teardown);
 }

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const lazyattn_pool_config llama8b = {32, 8, 128, 16, LAZYATTN_DTYPE_F16, 1ull << 30};
+static const lazyattn_pool_config llama8b = {32, 8, 128, 16, LAZYATTN_DTYPE_F16, 1ull << 30,
+                                             LAZYATTN_KV_LAYOUT_ROWS};
 
 static void test_budget_arithmetic(void **state) {
     (void)state;
@@ -110,7 +111,7 @@ static void test_bad_input(void **state) {
 /* A device pool has one K and one V buffer per layer of the right size. */
 static void test_device_buffers(void **state) {
     lazyattn_context *ctx = *state;
-    lazyattn_pool_config c = {3, 2, 64, 16, LAZYATTN_DTYPE_BF16, 0};
+    lazyattn_pool_config c = {3, 2, 64, 16, LAZYATTN_DTYPE_BF16, 0, LAZYATTN_KV_LAYOUT_ROWS};
     uint64_t block = 2ull * 3 * 2 * 16 * 64 * 2;
     c.budget_bytes = 5 * block;
     lazyattn_pool *pool;
@@ -133,12 +134,66 @@ static void test_device_buffers(void **state) {
     assert_null(pool);
 }
 
+/* kv_layout: ROWS or TILED, TILED only with whole groups of 8 tokens a
+ * block; the pool keeps it (get_config), device and bookkeeping pools alike. */
+static void test_kv_layout(void **state) {
+    lazyattn_context *ctx = *state;
+    lazyattn_pool_config c = {2, 2, 64, 16, LAZYATTN_DTYPE_F16, 4ull * 2 * 2 * 2 * 16 * 64 * 2,
+                              LAZYATTN_KV_LAYOUT_ROWS};
+    lazyattn_pool *pool = (lazyattn_pool *)0x1;
+    const int bad_layouts[] = {2, -1};
+    for (int i = 0; i < 2; i++) {
+        c.kv_layout = (lazyattn_kv_layout)bad_layouts[i];
+        lt_assert_status(lazyattn_pool_create(ctx, &c, &pool), LAZYATTN_STATUS_INVALID_ARGUMENT);
+        assert_null(pool);
+        assert_non_null(strstr(lazyattn_last_error(), "kv_layout"));
+        lt_assert_status(lazyattn_pool_create(NULL, &c, &pool), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    }
+    c.kv_layout = LAZYATTN_KV_LAYOUT_TILED;
+    c.block_size = 12;
+    lt_assert_status(lazyattn_pool_create(ctx, &c, &pool), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_null(pool);
+    assert_non_null(strstr(lazyattn_last_error(), "TILED needs block_size a multiple of 8, got 12"));
+    lt_assert_status(lazyattn_pool_create(NULL, &c, &pool), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    /* ROWS takes any block size */
+    c.kv_layout = LAZYATTN_KV_LAYOUT_ROWS;
+    lt_assert_status(lazyattn_pool_create(ctx, &c, &pool), LAZYATTN_STATUS_OK);
+    lazyattn_pool_destroy(pool);
+    const int good_blocks[] = {8, 16, 32};
+    for (int i = 0; i < 3; i++) {
+        c.kv_layout = LAZYATTN_KV_LAYOUT_TILED;
+        c.block_size = good_blocks[i];
+        for (int device = 0; device < 2; device++) {
+            lt_assert_status(lazyattn_pool_create(device ? ctx : NULL, &c, &pool), LAZYATTN_STATUS_OK);
+            lazyattn_pool_config back;
+            memset(&back, 0xA5, sizeof back);
+            lt_assert_status(lazyattn_pool_get_config(pool, &back), LAZYATTN_STATUS_OK);
+            assert_int_equal(back.kv_layout, LAZYATTN_KV_LAYOUT_TILED);
+            assert_int_equal(back.block_size, good_blocks[i]);
+            lazyattn_pool_destroy(pool);
+        }
+    }
+    /* the default is ROWS, and get_config says so */
+    lazyattn_pool_config d;
+    memset(&d, 0xA5, sizeof d);
+    lazyattn_pool_config_init(&d);
+    assert_int_equal(d.kv_layout, LAZYATTN_KV_LAYOUT_ROWS);
+    d.budget_bytes = 64ull << 20;
+    lt_assert_status(lazyattn_pool_create(NULL, &d, &pool), LAZYATTN_STATUS_OK);
+    lazyattn_pool_config back;
+    memset(&back, 0xA5, sizeof back);
+    lt_assert_status(lazyattn_pool_get_config(pool, &back), LAZYATTN_STATUS_OK);
+    assert_int_equal(back.kv_layout, LAZYATTN_KV_LAYOUT_ROWS);
+    lazyattn_pool_destroy(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget_arithmetic),
         cmocka_unit_test(test_alloc_free_accounting),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_device_buffers),
+        cmocka_unit_test(test_kv_layout),
     };
     return cmocka_run_group_tests_name("block_pool", tests, lt_context_setup, lt_context_teardown);
 }

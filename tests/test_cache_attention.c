@@ -33,7 +33,8 @@ static void run_policy(lazyattn_context *ctx, lazyattn_cache_policy policy, lt_r
     c.dtype = LAZYATTN_DTYPE_F32;
     c.rope.theta = 10000.0;
     c.rope.llama3_factor = 0;
-    lazyattn_pool_config pc = {1, NKV, D, 16, LAZYATTN_DTYPE_F32, (uint64_t)48 * 2 * ROW * 16 * 4};
+    lazyattn_pool_config pc = {1, NKV, D, 16, LAZYATTN_DTYPE_F32, (uint64_t)48 * 2 * ROW * 16 * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool;
     lazyattn_attention *attn;
     lazyattn_cache *cache;

@@ -277,7 +277,8 @@ static void run_world(uint64_t seed, lazyattn_cache_policy policy, int steps) {
     w->rng.state = seed;
     w->block_size = lt_int(&w->rng, 1, 6);
     int n_blocks = lt_int(&w->rng, 4, 120);
-    lazyattn_pool_config pc = {1, 1, 1, w->block_size, LAZYATTN_DTYPE_F32, 0};
+    lazyattn_pool_config pc = {1, 1, 1, w->block_size, LAZYATTN_DTYPE_F32, 0,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     pc.budget_bytes = (uint64_t)n_blocks * 8 * w->block_size;
     lt_assert_status(lazyattn_pool_create(NULL, &pc, &w->pool), LAZYATTN_STATUS_OK);
     lazyattn_cache_config cc = {policy, 0, 0};

@@ -69,7 +69,8 @@ static void fixture_make(lazyattn_context *ctx, fixture *f) {
     lazyattn_attention_config_default(&c);
     c.n_q_heads = 4, c.n_kv_heads = 2, c.head_dim = 64, c.dtype = LAZYATTN_DTYPE_F32;
     lt_assert_status(lazyattn_attention_create(ctx, &c, &f->attn), LAZYATTN_STATUS_OK);
-    lazyattn_pool_config pc = {1, 2, 64, 16, LAZYATTN_DTYPE_F32, 4 * 2 * 2 * 16 * 64 * 4};
+    lazyattn_pool_config pc = {1, 2, 64, 16, LAZYATTN_DTYPE_F32, 4 * 2 * 2 * 16 * 64 * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &f->pool), LAZYATTN_STATUS_OK);
     uint64_t t[2];
     lazyattn_entry_pack(0, 0, 16, &t[0]);
@@ -198,7 +199,8 @@ static void test_decode_sizes(void **state) {
 static void test_pool_sizes(void **state) {
     lazyattn_context *ctx = *state;
     lazyattn_pool *pool = NULL;
-    const lazyattn_pool_config base = {1, 1, 16, 1, LAZYATTN_DTYPE_F16, 1 << 20};
+    const lazyattn_pool_config base = {1, 1, 16, 1, LAZYATTN_DTYPE_F16, 1 << 20,
+                                       LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool_config c = base;
     c.n_layers = INT_MAX;
     lt_assert_status(lazyattn_pool_create(NULL, &c, &pool), LAZYATTN_STATUS_INVALID_ARGUMENT);
@@ -212,7 +214,8 @@ static void test_pool_sizes(void **state) {
     /* the largest geometry: 2 x 4096 layers x 4096 heads x 256 x 256 x 4 B
      * per block = 2^43 B, no wrap; a budget of 2^64 - 1 holds 2^21 of them */
     c = (lazyattn_pool_config){LAZYATTN_MAX_LAYERS, LAZYATTN_MAX_HEADS, LAZYATTN_MAX_HEAD_DIM,
-                               LAZYATTN_MAX_BLOCK_SIZE, LAZYATTN_DTYPE_F32, UINT64_MAX};
+                               LAZYATTN_MAX_BLOCK_SIZE, LAZYATTN_DTYPE_F32, UINT64_MAX,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lt_assert_status(lazyattn_pool_create(NULL, &c, &pool), LAZYATTN_STATUS_OK);
     lazyattn_pool_info info;
     lazyattn_pool_get_info(pool, &info);

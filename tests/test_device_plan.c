@@ -217,7 +217,7 @@ static void test_bad_input(void **state) {
 
     /* handles of another kind: refused by name, never dereferenced further */
     static uint64_t zeros[64];
-    lazyattn_pool_config pc = {1, 1, 16, 4, LAZYATTN_DTYPE_F32, 4096};
+    lazyattn_pool_config pc = {1, 1, 16, 4, LAZYATTN_DTYPE_F32, 4096, LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = NULL;
     lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
     lazyattn_device_plan *wrong[2] = {(lazyattn_device_plan *)pool, (lazyattn_device_plan *)zeros};
@@ -699,7 +699,8 @@ static void test_decode_through_plan(void **state) {
     c.dtype = LAZYATTN_DTYPE_F32;
     c.rope.theta = 10000.0;
     c.rope.llama3_factor = 0;
-    lazyattn_pool_config pc = {1, NKV, D, BS, LAZYATTN_DTYPE_F32, (uint64_t)256 * 2 * ROW * BS * 4};
+    lazyattn_pool_config pc = {1, NKV, D, BS, LAZYATTN_DTYPE_F32, (uint64_t)256 * 2 * ROW * BS * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = NULL;
     lazyattn_attention *attn = NULL;
     lazyattn_cache *cache = NULL;

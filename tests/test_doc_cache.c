@@ -41,7 +41,8 @@ void *realloc(void *p, size_t n) { return oom_now() ? NULL : __libc_realloc(p, n
 
 /* Pool of n blocks of 32 bytes (1 layer, 1 head, d = 1, B = 4, f32). */
 static lazyattn_pool *pool_of(int n_blocks) {
-    lazyattn_pool_config pc = {1, 1, 1, B, LAZYATTN_DTYPE_F32, (uint64_t)n_blocks * 32};
+    lazyattn_pool_config pc = {1, 1, 1, B, LAZYATTN_DTYPE_F32, (uint64_t)n_blocks * 32,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = NULL;
     lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
     return pool;
@@ -639,7 +640,8 @@ static void test_lengths_checked_to_the_end(void **state) {
 static void test_slot_range(void **state) {
     (void)state;
     /* 1 layer, 1 head, d = 1, B = 256, f16: 1 KiB per block. */
-    lazyattn_pool_config pc = {1, 1, 1, 256, LAZYATTN_DTYPE_F16, ((uint64_t)1 << 23) * 1024};
+    lazyattn_pool_config pc = {1, 1, 1, 256, LAZYATTN_DTYPE_F16, ((uint64_t)1 << 23) * 1024,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = NULL;
     lazyattn_cache *cache = (lazyattn_cache *)&pc;
     lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);

@@ -161,6 +161,111 @@ static void test_round_trip_f16(void **state) {
     engine_close(&a);
 }
 
+// ---- page layouts ----
+
+/* Element offset of (block, kv head, token t, dim d) in a pool buffer of NKV
+ * heads of D dims, blocks of bs tokens, written out here from the header's
+ * lazyattn_kv_layout (not the library's converter): pages in place, inside
+ * a page rows [bs][D] or 8 x 8 tiles [bs / 8][D / 8][8][8]. */
+static size_t page_offset(lazyattn_kv_layout layout, int block, int head, int bs, int t, int d) {
+    size_t page = ((size_t)block * NKV + head) * bs * D;
+    if (layout == LAZYATTN_KV_LAYOUT_ROWS) return page + (size_t)t * D + d;
+    return page + ((size_t)(t / 8) * (D / 8) + d / 8) * 64 + (t % 8) * 8 + d % 8;
+}
+
+/* A pool buffer read whole. */
+static uint8_t *read_buffer(lazyattn_context *ctx, cl_mem m) {
+    size_t bytes = 0;
+    assert_int_equal(clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes, &bytes, NULL), CL_SUCCESS);
+    uint8_t *buf = malloc(bytes);
+    assert_non_null(buf);
+    lt_read(ctx, m, buf, bytes);
+    return buf;
+}
+
+/* Document id's blocks in a's pool and in b's, every layer's K and V, every
+ * slot (those past the document too: exports carry them), each pool read
+ * in its own layout: the same bytes, and not all zeros. */
+static void expect_same_pages(engine *a, engine *b, int id) {
+    const lz_entry *ea = lz_cache_find_lazy(a->cache, hash_of(id));
+    const lz_entry *eb = lz_cache_find_lazy(b->cache, hash_of(id));
+    assert_non_null(ea);
+    assert_non_null(eb);
+    assert_int_equal(ea->n_blocks, eb->n_blocks);
+    const size_t es = lazyattn_dtype_size(a->dtype);
+    const uint8_t zero[4] = {0};
+    long differ = 0, nonzero = 0;
+    for (int l = 0; l < L; l++)
+        for (int kv = 0; kv < 2; kv++) {
+            uint8_t *pa = read_buffer(a->ctx, kv ? lazyattn_pool_v_buffer(a->pool, l)
+                                                 : lazyattn_pool_k_buffer(a->pool, l));
+            uint8_t *pb = read_buffer(b->ctx, kv ? lazyattn_pool_v_buffer(b->pool, l)
+                                                 : lazyattn_pool_k_buffer(b->pool, l));
+            for (int i = 0; i < ea->n_blocks; i++)
+                for (int h = 0; h < NKV; h++)
+                    for (int t = 0; t < a->block_size; t++)
+                        for (int d = 0; d < D; d++) {
+                            const uint8_t *x =
+                                pa + es * page_offset(a->c.kv_layout, ea->blocks[i], h, a->block_size, t, d);
+                            const uint8_t *y =
+                                pb + es * page_offset(b->c.kv_layout, eb->blocks[i], h, b->block_size, t, d);
+                            differ += memcmp(x, y, es) != 0;
+                            nonzero += memcmp(x, zero, es) != 0;
+                        }
+            free(pa);
+            free(pb);
+        }
+    if (differ) print_error("document %d: %ld elements differ between the pools\n", id, differ);
+    assert_int_equal(differ, 0);
+    assert_true(nonzero > 0);
+}
+
+/* Exports are in ROWS order whatever the pool's layout: a TILED pool's
+ * documents import into a ROWS pool and a ROWS pool's into a TILED one,
+ * with the same K/V in every block (each pool read in its own layout), the
+ * same export bytes out of the importing pool, and the same attention
+ * output bits (only the addresses of the elements differ). */
+static void test_layouts_cross(void **state) {
+    lazyattn_context *ctx = *state;
+    static const struct {
+        lazyattn_kv_layout from, to;
+        int block_size;
+        lazyattn_dtype dtype;
+    } runs[] = {
+        {LAZYATTN_KV_LAYOUT_TILED, LAZYATTN_KV_LAYOUT_ROWS, 16, LAZYATTN_DTYPE_F32},
+        {LAZYATTN_KV_LAYOUT_ROWS, LAZYATTN_KV_LAYOUT_TILED, 32, LAZYATTN_DTYPE_F16},
+    };
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        engine a, b;
+        engine_open_layout(&a, ctx, 24, MODEL, runs[r].block_size, runs[r].dtype, runs[r].from);
+        engine_open_layout(&b, ctx, 24, MODEL, runs[r].block_size, runs[r].dtype, runs[r].to);
+        static float out_a[OUT_N], out_b[OUT_N];
+        lazyattn_segment_action act[2];
+        const int ids[] = {0, 3};
+        run_request(&a, 2, ids, out_a, act);
+        int32_t taken[3];
+        lt_assert_status(lazyattn_pool_alloc(b.pool, 3, taken), LAZYATTN_STATUS_OK); /* other ids */
+        for (int k = 0; k < 2; k++) {
+            size_t n, m;
+            uint8_t *blob = export_doc(&a, ids[k], &n);
+            lt_assert_status(lazyattn_cache_import(b.cache, blob, n, NULL), LAZYATTN_STATUS_OK);
+            expect_same_pages(&a, &b, ids[k]);
+            uint8_t *again = export_doc(&b, ids[k], &m);
+            assert_int_equal(m, n);
+            assert_memory_equal(again, blob, n);
+            free(again);
+            free(blob);
+        }
+        run_request(&b, 2, ids, out_b, act);
+        assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+        assert_int_equal(act[1], LAZYATTN_ACTION_REUSE);
+        assert_memory_equal(out_a, out_b, sizeof out_a);
+        lazyattn_pool_free(b.pool, 3, taken);
+        engine_close(&b);
+        engine_close(&a);
+    }
+}
+
 static void expect_refused(lazyattn_cache *cache, const uint8_t *data, size_t n, int status,
                            const char *what) {
     lazyattn_cache_stats s0, s1;
@@ -194,7 +299,8 @@ static void test_refusals(void **state) {
     assert_non_null(bad);
 
     /* The same geometry on a bookkeeping pool imports it (no K/V). */
-    lazyattn_pool_config pc = {L, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)64 * 2 * L * B * ROW * 4};
+    lazyattn_pool_config pc = {L, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)64 * 2 * L * B * ROW * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool;
     lazyattn_cache *cache;
     lazyattn_cache_config cc = {LAZYATTN_CACHE_POLICY_LAZY, MODEL, 0};
@@ -277,7 +383,8 @@ static void test_refusals(void **state) {
                     {L, NKV, D, B, LAZYATTN_DTYPE_BF16, MODEL}};
     for (size_t i = 0; i < sizeof other_id / sizeof other_id[0]; i++) {
         lazyattn_pool_config opc = {other_id[i].layers, other_id[i].heads, other_id[i].dim,
-                                    other_id[i].block, other_id[i].dtype, (uint64_t)1 << 24};
+                                    other_id[i].block, other_id[i].dtype, (uint64_t)1 << 24,
+                                    LAZYATTN_KV_LAYOUT_ROWS};
         lazyattn_cache_config occ = {LAZYATTN_CACHE_POLICY_LAZY, other_id[i].model, 0};
         lazyattn_pool *op;
         lazyattn_cache *oc;
@@ -672,6 +779,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_round_trip_f16),
+        cmocka_unit_test(test_layouts_cross),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_evict_callback_spills),
         cmocka_unit_test(test_padding_ignored),

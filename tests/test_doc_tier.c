@@ -84,7 +84,8 @@ static void test_refusals(void **state) {
     /* only LAZY caches have a tier */
     lazyattn_cache_policy others[3] = {LAZYATTN_CACHE_POLICY_POSITION, LAZYATTN_CACHE_POLICY_PREFIX,
                                        LAZYATTN_CACHE_POLICY_NONE};
-    lazyattn_pool_config pc = {L, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)32 * 2 * L * B * ROW * 4};
+    lazyattn_pool_config pc = {L, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)32 * 2 * L * B * ROW * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool;
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
     for (int i = 0; i < 3; i++) {

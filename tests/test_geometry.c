@@ -80,7 +80,7 @@ static void run_case(lazyattn_context *ctx, const geometry_case *g, const lazyat
     const int doc_blocks = (doc_len + B - 1) / B, q_blocks = (n_q + B - 1) / B;
     const int n_entries = doc_blocks + q_blocks, n_keys = doc_len + n_q;
 
-    lazyattn_pool_config pc = {1, nkv, d, B, c.dtype, 0};
+    lazyattn_pool_config pc = {1, nkv, d, B, c.dtype, 0, LAZYATTN_KV_LAYOUT_ROWS};
     pc.budget_bytes = (uint64_t)(2 * n_entries + 2) * 2 * nkv * B * d * lazyattn_dtype_size(c.dtype);
     lazyattn_pool *pool = NULL;
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);

@@ -27,7 +27,7 @@ static void test_pool_over_global_memory_is_refused(void **state) {
     uint64_t n_blocks = cap / per_layer_block;
     assert_true(n_blocks >= 1);
     /* 4 layers x (K + V) x n_blocks x per_layer_block = 8 x cap > global */
-    lazyattn_pool_config c = {4, 8, 128, 16, LAZYATTN_DTYPE_F16, 0};
+    lazyattn_pool_config c = {4, 8, 128, 16, LAZYATTN_DTYPE_F16, 0, LAZYATTN_KV_LAYOUT_ROWS};
     c.budget_bytes = n_blocks * 2 * 4 * per_layer_block;
     assert_true(c.budget_bytes > global_mem);
     lazyattn_pool *pool = (lazyattn_pool *)0x1;
@@ -48,7 +48,8 @@ static void test_pool_over_global_memory_is_refused(void **state) {
 static void test_pool_block_count_cap(void **state) {
     (void)state;
     /* the smallest block: 1 layer, 1 head, 1 token, head_dim 1, 2 B: 4 B */
-    lazyattn_pool_config c = {1, 1, 1, 1, LAZYATTN_DTYPE_F16, (uint64_t)1 << 63};
+    lazyattn_pool_config c = {1, 1, 1, 1, LAZYATTN_DTYPE_F16, (uint64_t)1 << 63,
+                              LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = (lazyattn_pool *)0x1;
     lt_assert_status(lazyattn_pool_create(NULL, &c, &pool), LAZYATTN_STATUS_OUT_OF_RANGE);
     assert_null(pool);
@@ -129,7 +130,8 @@ static void test_one_geometry_validator(void **state) {
         {2, 64, 16, (lazyattn_dtype)3},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        lazyattn_pool_config pc = {1, bad[i].n_kv, bad[i].head_dim, bad[i].block, bad[i].dtype, 1 << 30};
+        lazyattn_pool_config pc = {1, bad[i].n_kv, bad[i].head_dim, bad[i].block, bad[i].dtype, 1 << 30,
+                                   LAZYATTN_KV_LAYOUT_ROWS};
         lazyattn_pool *pool = (lazyattn_pool *)0x1;
         lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_INVALID_ARGUMENT);
         assert_null(pool);
@@ -146,7 +148,7 @@ static void test_one_geometry_validator(void **state) {
         assert_string_equal(strchr(pool_msg, ':'), strchr(lazyattn_last_error(), ':'));
     }
     /* a bookkeeping pool (no kernels) keeps any head dim up to 1024 */
-    lazyattn_pool_config books = {1, 1, 1, 4, LAZYATTN_DTYPE_F32, 1 << 20};
+    lazyattn_pool_config books = {1, 1, 1, 4, LAZYATTN_DTYPE_F32, 1 << 20, LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = NULL;
     lt_assert_status(lazyattn_pool_create(NULL, &books, &pool), LAZYATTN_STATUS_OK);
     lazyattn_pool_destroy(pool);
@@ -155,7 +157,8 @@ static void test_one_geometry_validator(void **state) {
     /* and the edges the kernels accept are accepted by device pools */
     const int good_dims[] = {16, 24, 256};
     for (size_t i = 0; i < sizeof good_dims / sizeof *good_dims; i++) {
-        lazyattn_pool_config pc = {1, 1, good_dims[i], 1, LAZYATTN_DTYPE_F32, 1 << 16};
+        lazyattn_pool_config pc = {1, 1, good_dims[i], 1, LAZYATTN_DTYPE_F32, 1 << 16,
+                                   LAZYATTN_KV_LAYOUT_ROWS};
         lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
         lazyattn_pool_destroy(pool);
     }
@@ -166,7 +169,7 @@ static void test_one_geometry_validator(void **state) {
 static void test_last_error_is_errno_like(void **state) {
     (void)state;
     lazyattn_pool *pool = NULL;
-    lazyattn_pool_config c = {0, 1, 16, 16, LAZYATTN_DTYPE_F32, 1 << 20};
+    lazyattn_pool_config c = {0, 1, 16, 16, LAZYATTN_DTYPE_F32, 1 << 20, LAZYATTN_KV_LAYOUT_ROWS};
     lt_assert_status(lazyattn_pool_create(NULL, &c, &pool), LAZYATTN_STATUS_INVALID_ARGUMENT);
     char failure[512];
     snprintf(failure, sizeof failure, "%s", lazyattn_last_error());

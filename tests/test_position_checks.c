@@ -53,7 +53,8 @@ static void scene_make(lazyattn_context *ctx, int32_t L, uint64_t seed, scene *s
     s->cfg.n_q_heads = NQ, s->cfg.n_kv_heads = NKV, s->cfg.head_dim = D, s->cfg.block_size = B;
     s->cfg.dtype = LAZYATTN_DTYPE_F32;
     lt_assert_status(lazyattn_attention_create(ctx, &s->cfg, &s->attn), LAZYATTN_STATUS_OK);
-    lazyattn_pool_config pc = {1, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)4 * 2 * NKV * B * D * 4};
+    lazyattn_pool_config pc = {1, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)4 * 2 * NKV * B * D * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &s->pool), LAZYATTN_STATUS_OK);
 
     for (int i = 0; i < N_Q * NQ * D; i++) garbage[i] = 7.0f;

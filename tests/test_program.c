@@ -116,9 +116,16 @@ static void test_forced_source(void **state) {
     lazyattn_attention_config c = config_of(128, 16, LAZYATTN_DTYPE_F16);
     lazyattn_attention *attn = NULL;
     lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
-    assert_non_null(strstr(log.text, "-DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_DTYPE=1"));
+    assert_non_null(strstr(log.text, "-DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_DTYPE=1 -DLZ_KV_TILED=0"));
     assert_non_null(strstr(log.text, "]: OpenCL C source (source forced"));
     assert_null(strstr(log.text, "SPIR-V IL"));
+    lazyattn_attention_destroy(attn);
+    /* the page layout is a build option of every program, like the storage type */
+    c.kv_layout = LAZYATTN_KV_LAYOUT_TILED;
+    log.used = 0, log.text[0] = 0;
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+    assert_non_null(strstr(log.text, "-DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_DTYPE=1 -DLZ_KV_TILED=1"));
+    assert_null(strstr(log.text, "-DLZ_KV_TILED=0"));
     lazyattn_attention_destroy(attn);
     lazyattn_context_destroy(ctx);
 }
@@ -146,6 +153,15 @@ static void test_strict_il(void **state) {
         assert_non_null(strstr(lazyattn_last_error(), "SPIR-V required"));
     }
     c = config_of(96, 7, LAZYATTN_DTYPE_F32);
+    attn = (lazyattn_attention *)&c;
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_UNSUPPORTED);
+    assert_null(attn);
+    assert_non_null(strstr(lazyattn_last_error(),
+                           il ? "no SPIR-V variant was built" : "SPIR-V required"));
+    /* TILED pages are outside the precompiled set (ROWS only): a supported
+     * shape in TILED never takes a ROWS variant */
+    c = config_of(64, 32, LAZYATTN_DTYPE_BF16);
+    c.kv_layout = LAZYATTN_KV_LAYOUT_TILED;
     attn = (lazyattn_attention *)&c;
     lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_UNSUPPORTED);
     assert_null(attn);
@@ -201,6 +217,20 @@ static void test_embedded_variants(void **state) {
                         }
                     }
     assert_int_equal(found, lz_il_count()); /* no variant without a configuration */
+    /* and none of TILED pages: their options (-DLZ_KV_TILED=1) key no variant */
+    lazyattn_attention_config tc = config_of(64, 16, LAZYATTN_DTYPE_F16);
+    tc.kv_layout = LAZYATTN_KV_LAYOUT_TILED;
+    lazyattn_kernel_tuning tt;
+    lt_assert_status(lz_tuning_choose_for(&profiles[0], &tc, NULL, &tt), LAZYATTN_STATUS_OK);
+    for (int which = 0; which < LZ_PORTABLE_PROGRAMS; which++) {
+        lz_program_spec spec;
+        lt_assert_status(lz_portable_program(&tc, &tt, which, &spec), LAZYATTN_STATUS_OK);
+        assert_non_null(strstr(spec.options, "-DLZ_KV_TILED=1"));
+        char *key = lz_program_key(spec.sources, spec.n_sources, spec.options);
+        assert_non_null(key);
+        assert_null(lz_il_find(key));
+        free(key);
+    }
     for (int i = 0; i < found; i++) free(seen[i]);
     assert_null(lz_il_find("block_entry+|-DLZ_HEAD_DIM=64"));
 }
@@ -229,7 +259,7 @@ static void test_il_matches_source(void **state) {
     const lazyattn_dtype dtypes[] = {LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F16, LAZYATTN_DTYPE_BF16};
     const int il = device_takes_il(il_ctx);
     for (int t = 0; t < 3; t++) {
-        lk_case c = {"il-vs-source", 64, 16, dtypes[t], 8, 2, 2, {21, 38}, 9, 3, 0, 0}; /* group 4 */
+        lk_case c = {"il-vs-source", 64, 16, dtypes[t], 8, 2, 2, {21, 38}, 9, 3, 0, 0, 0}; /* group 4 */
         lk_result a, b;
         lk_quiet = !il; /* the strict IL request is expected to fail there */
         int st = lk_run(il_ctx, &c, &a);

@@ -35,7 +35,8 @@ static void test_one_document_two_positions(void **state) {
     lazyattn_attention_config_default(&cfg); /* Llama-3.1-8B heads, fp16, NeoX, Llama-3 scaling */
     cfg.n_q_heads = 8, cfg.n_kv_heads = 2;
     enum { L = 37, D = 128, KV = 2, H = 8, B = 16, NB = (L + B - 1) / B };
-    lazyattn_pool_config pc = {1, KV, D, B, LAZYATTN_DTYPE_F16, 16ull * 2 * KV * B * D * 2};
+    lazyattn_pool_config pc = {1, KV, D, B, LAZYATTN_DTYPE_F16, 16ull * 2 * KV * B * D * 2,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool;
     lazyattn_attention *attn;
     assert_int_equal(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
@@ -157,6 +158,7 @@ static void test_init_functions(void **state) {
     assert_int_equal(pc.block_size, 16);
     assert_int_equal(pc.dtype, LAZYATTN_DTYPE_F16);
     assert_true(pc.budget_bytes == (uint64_t)1 << 30);
+    assert_int_equal(pc.kv_layout, LAZYATTN_KV_LAYOUT_ROWS);
     lazyattn_pool *pool;
     assert_int_equal(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
     lazyattn_pool_info info;
@@ -193,6 +195,7 @@ static void test_init_functions(void **state) {
     lazyattn_attention_config_init(&a);
     lazyattn_attention_config_default(&b);
     assert_memory_equal(&a, &b, sizeof a);
+    assert_int_equal(a.kv_layout, LAZYATTN_KV_LAYOUT_ROWS);
 
     lazyattn_prefill_args pa;
     memset(&pa, 0xA5, sizeof pa);

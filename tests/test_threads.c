@@ -51,7 +51,7 @@ static void run_threads(void *(*fn)(void *), void *args, size_t arg_size, int n)
 
 static lazyattn_pool *bookkeeping_pool(int block_size, int64_t n_blocks) {
     /* block_bytes = 2 * 1 layer * 1 head * block_size * 8 dims * 2 B */
-    lazyattn_pool_config pc = {1, 1, 8, block_size, LAZYATTN_DTYPE_F16, 0};
+    lazyattn_pool_config pc = {1, 1, 8, block_size, LAZYATTN_DTYPE_F16, 0, LAZYATTN_KV_LAYOUT_ROWS};
     pc.budget_bytes = (uint64_t)n_blocks * 2 * block_size * 8 * 2;
     lazyattn_pool *pool = NULL;
     lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
@@ -732,7 +732,8 @@ static void test_device_pool_destroy_logs_attached_caches(void **state) {
     o.log_user = &rec;
     lazyattn_context *ctx = NULL;
     lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_OK);
-    lazyattn_pool_config pc = {1, 1, 16, BS, LAZYATTN_DTYPE_F16, 16 * 2 * BS * 16 * 2};
+    lazyattn_pool_config pc = {1, 1, 16, BS, LAZYATTN_DTYPE_F16, 16 * 2 * BS * 16 * 2,
+                               LAZYATTN_KV_LAYOUT_ROWS};
     lazyattn_pool *pool = NULL;
     lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
     lazyattn_cache *cache = NULL;

@@ -218,7 +218,8 @@ static void test_hand_hit_ratios(void **state) {
     }
     assert_true(seen_order[0] && seen_order[1]);
     for (int p = 0; p < 4; p++) {
-        lazyattn_pool_config pc = {1, 1, 1, 4, LAZYATTN_DTYPE_F32, 1 << 20};
+        lazyattn_pool_config pc = {1, 1, 1, 4, LAZYATTN_DTYPE_F32, 1 << 20,
+                                   LAZYATTN_KV_LAYOUT_ROWS};
         lazyattn_pool *pool;
         lazyattn_cache *cache;
         lazyattn_cache_config cc = {(lazyattn_cache_policy)p, 0, 0};

@@ -16,6 +16,8 @@
  *
  * The supported set: head dim 64 and 128 (most open models), block size 16
  * and 32, every storage type, GQA group 4 (lazyattn_attention_config_default),
+ * ROWS pages (its kv_layout: a TILED attention's programs carry
+ * -DLZ_KV_TILED=1, a key no variant has, so they are built from source),
  * for each device profile below. The portable programs carry their tile
  * geometry as -D options, chosen per device (lib/tuning.c: the device's row
  * of lib/tuning_db.inc, else defaults from its local memory and work-group
