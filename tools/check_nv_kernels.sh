@@ -27,6 +27,9 @@ for kernel in prefill_nv decode_nv; do
         for b in 16 32; do
             compile $kernel $kernel.d$d.b$b mma.sync.aligned.m16n8k16 \
                 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_NV_DSTAGES=4
+            # ... reading pages of the tiled layout (lazyattn_kv_layout)
+            compile $kernel $kernel.d$d.b$b.tiled mma.sync.aligned.m16n8k16 \
+                -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_NV_DSTAGES=4 -DLZ_KV_TILED=1
         done
     done
 done
@@ -50,6 +53,11 @@ for d in 64 128; do
         compile prefill_nv prefill_nv.d$d.wgmma_pingpong_w$w bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
             -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1
     done
+    # ... reading a tiled pool, and with its full pages one cp.async.bulk each (LZ_NV_BULK, opt-in)
+    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_tiled bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1
+    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_bulk cp.async.bulk.shared -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=1
     compile prefill_nv prefill_nv.d$d.wgmma_producer_w4 cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
         -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=4 -DLZ_NV_PRODUCER=1
     # ... step 5's loop without the ping-pong (opt-out), at 12 and 8 ...
@@ -183,7 +191,7 @@ EOF2
         "ppmeta0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_META=0" "slack0 -DLZ_NV_PRODUCER=1 -DLZ_NV_MAX_SLACK=0" \
         "ftz -DLZ_NV_PRODUCER=1 -DLZ_NV_EXP2_FTZ=1" "l1pf -DLZ_NV_PRODUCER=1 -DLZ_NV_L1PF=2" \
         "diag16 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=16" "diag48 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=48 -DLZ_NV_DIAG_MARKS=2" \
-        "bulk -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=64" \
+        "tiled -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1" "tiledbulk -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=1" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v

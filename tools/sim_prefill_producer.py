@@ -33,12 +33,23 @@ class Violation(Exception):
 class MBarrier:
     def __init__(self, name, count):
         self.name, self.count, self.pending, self.completed = name, count, count, 0
+        self.tx = 0  # bytes (here: copies) still expected this phase
 
-    def arrive(self, n=1):
+    def arrive(self, n=1, expect_tx=0):
+        """n arrivals; expect_tx: mbarrier.arrive.expect_tx's bytes expected first"""
+        self.tx += expect_tx
         self.pending -= n
         if self.pending < 0:
             raise Violation(f"{self.name}: more arrivals than its count in phase {self.completed}")
-        if self.pending == 0:
+        self._complete()
+
+    def complete_tx(self, n=1):
+        """a cp.async.bulk's complete_tx"""
+        self.tx -= n
+        self._complete()
+
+    def _complete(self):
+        if self.pending == 0 and self.tx == 0:
             self.completed += 1
             self.pending = self.count
 
@@ -77,7 +88,7 @@ def wait_phase(bar, phase):
 
 
 def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pingpong=False, vs_slots=2,
-             pp_early=True):
+             pp_early=True, bulk=False):
     """bug: a deliberate error in the protocol, which the checks must catch
     (main's self-test): "meta" one meta slot too few, "release" the K slot
     given back before its scores are waited for, "vwait" V refilled without
@@ -87,20 +98,38 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
     pingpong: the consumers of LZ_NV_PINGPONG (warpgroups of 4 warps taking
     turns through named barriers of 8 warps); vs_slots: V slots
     (LZ_NV_PVSLOTS); pp_early: the ping-pong waits for V before its turn
-    (LZ_NV_PP_EARLY 1) or inside it, after issuing the scores (0)."""
+    (LZ_NV_PP_EARLY 1) or inside it, after issuing the scores (0); bulk: a
+    tiled pool's full pages (LZ_NV_BULK), one cp.async.bulk a slot by thread
+    0 of the role's first warp, which arms the full barrier first with an
+    arrival of its own (the count one higher; bug "bulk" leaves it out)."""
     kwarps = 1 if pwarps == 1 else pwarps // 2  # copying warps a role (LZ_NV_KWARPS)
     nmeta = ks_slots + (0 if bug == "meta" else 1)
-    kcount = 32 * (kwarps - (1 if bug == "count" else 0)) + 1
+    nbulk = 1 if bulk and bug != "bulk" else 0
+    kcount = 32 * (kwarps - (1 if bug == "count" else 0)) + 1 + nbulk
     kfull = [MBarrier(f"kfull{s}", kcount) for s in range(ks_slots)]
     kempty = [MBarrier(f"kempty{s}", n_warps) for s in range(ks_slots)]
-    vfull = [MBarrier(f"vfull{s}", 32 * kwarps) for s in range(vs_slots)]
+    vfull = [MBarrier(f"vfull{s}", 32 * kwarps + nbulk) for s in range(vs_slots)]
     vempty = [MBarrier(f"vempty{s}", n_warps) for s in range(vs_slots)]
     meta = [None] * nmeta  # item number written there
     # per slot: the tile each copying warp's part holds (None: never written),
     # copies in flight, open reads
-    kslot = [{"parts": [None] * kwarps, "inflight": 0, "readers": 0} for _ in range(ks_slots)]
-    vslot = [{"parts": [None] * kwarps, "inflight": 0, "readers": 0} for _ in range(vs_slots)]
+    # (with bulk one more part: the pages the bulk copies bring)
+    nparts = kwarps + (1 if bulk else 0)
+    kslot = [{"parts": [None] * nparts, "inflight": 0, "readers": 0} for _ in range(ks_slots)]
+    vslot = [{"parts": [None] * nparts, "inflight": 0, "readers": 0} for _ in range(vs_slots)]
     engines = []  # per copying warp, FIFO of pending completions: (slot, part, tile) or ("arrive", barrier, n)
+    bulks = []  # cp.async.bulk copies in flight, completing in any order: (slot, tile, barrier)
+
+    def issue_bulk(t, slot, tile, bar, what):
+        """thread 0 of a role's first warp: the barrier armed (its own arrival), then the bulk copy"""
+        if not bulk or t != 0:
+            return
+        bar.arrive(1, expect_tx=1 if tile is not None else 0)
+        if tile is not None:
+            if slot["readers"]:
+                raise Violation(f"bulk copy of {what} tile {tile} issued into a slot a wgmma still reads")
+            slot["inflight"] += 1
+            bulks.append((slot, tile, bar))
 
     def issue_copy(eng, slot, part, tile, what):
         if slot["readers"]:
@@ -118,6 +147,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
             if do_k:
                 if n >= ks_slots:
                     yield from wait_phase(kempty[ks], n // ks_slots - (2 if bug == "parity" else 1))
+                issue_bulk(t, kslot[ks], tk, kfull[ks], "K")
                 if tk is not None:
                     issue_copy(eng, kslot[ks], t, tk, "K")
                 eng.append(("arrive", kfull[ks], 32))  # the 32 lanes' noinc arrivals
@@ -131,6 +161,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
                 vs = vn % vs_slots
                 if vn >= vs_slots and bug != "vwait":
                     yield from wait_phase(vempty[vs], vn // vs_slots - 1)
+                issue_bulk(t, vslot[vs], tv, vfull[vs], "V")
                 issue_copy(eng, vslot[vs], t, tv, "V")
                 eng.append(("arrive", vfull[vs], 32))
                 yield
@@ -274,6 +305,12 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
         if pick < 0.3 and busy:
             step_engine(rng.choice(busy))
             continue
+        if pick < 0.4 and bulks:
+            slot, tile, bar = bulks.pop(rng.randrange(len(bulks)))
+            slot["inflight"] -= 1
+            slot["parts"][-1] = tile
+            bar.complete_tx(1)
+            continue
         name = rng.choice(names)
         try:
             next(actors[name])
@@ -284,7 +321,7 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
     for w in range(n_warps):
         if seen[w] != list(range(n_tiles)):
             raise Violation(f"warp {w} consumed tiles {seen[w]}, expected 0..{n_tiles - 1}")
-    if any(engines):
+    if any(engines) or bulks:
         raise Violation("copies or arrivals still pending after every warp ended")
     for t in turns:
         if t.arrived:
@@ -294,11 +331,13 @@ def simulate(ks_slots, n_tiles, n_warps, rng, bug=None, stats=None, pwarps=1, pi
 def main(argv):
     runs = int(argv[1]) if len(argv) > 1 else 20
     # self-test: each deliberate error must be caught somewhere
-    for bug in ("meta", "release", "vwait", "parity", "count", "turn"):
+    for bug in ("meta", "release", "vwait", "parity", "count", "turn", "bulk"):
         caught = False
         for seed in range(200):
             try:
-                if bug == "turn":
+                if bug == "bulk":
+                    simulate(2, 1 + seed % 5, 12, random.Random(seed), bug, None, 4, True, 3, True, True)
+                elif bug == "turn":
                     simulate(3, 1 + seed % 5, 8 + 4 * (seed % 2), random.Random(seed), bug, None, 4, True)
                 else:
                     simulate(2 + seed % 2, 7, 1 + 3 * (seed % 3 == 0), random.Random(seed), bug, None,
@@ -326,28 +365,29 @@ def main(argv):
                         cases += 1
     # the ping-pong consumers (LZ_NV_PINGPONG): 2 or 3 warpgroups taking turns, 2 or 3 V slots,
     # 1, 2 or 4 copying warps, V waited for before the turn (the default) or in it (LZ_NV_PP_EARLY 0)
-    for pwarps, pp_early in ((1, True), (2, True), (4, True), (4, False)):
+    for pwarps, pp_early, bulk in ((1, True, False), (2, True, False), (4, True, False), (4, False, False),
+                                   (4, True, True), (2, True, True)):
         for vs_slots in (2, 3):
             for ks_slots in (2, 3, 4):
                 for n_tiles in (0, 1, 2, 3, 4, 5, 7, 9):
                     for n_warps in (8, 12):
                         for seed in range(runs):
                             rng = random.Random(seed * 104729 + ks_slots * 131 + n_tiles * 17 + n_warps
-                                                + vs_slots * 7 + pwarps * 3 + pp_early)
+                                                + vs_slots * 7 + pwarps * 3 + pp_early + 5 * bulk)
                             try:
                                 simulate(ks_slots, n_tiles, n_warps, rng, None, stats, pwarps, True, vs_slots,
-                                         pp_early)
+                                         pp_early, bulk)
                             except Violation as e:
                                 print(f"sim_prefill_producer: ping-pong, {pwarps} copying warps, K slots "
                                       f"{ks_slots}, V slots {vs_slots}, V waited {'before' if pp_early else 'in'} "
-                                      f"the turn, {n_tiles} tiles, {n_warps} warps, seed {seed}: {e}",
+                                      f"the turn, bulk pages {bulk}, {n_tiles} tiles, {n_warps} warps, seed {seed}: {e}",
                                       file=sys.stderr)
                                 return 1
                             cases += 1
     print(f"sim_prefill_producer: {cases} interleavings ({sum(stats)} steps; 1/2/4 copying warps, K slots "
           "2/3/4 with 2 V slots and 2 with 3, 0-9 tiles, 1/4/12 consumer warps, and 8/12 taking turns with 2/3 V "
-          "slots, V waited before or in the turn): no deadlock, no slot read while "
-          "written or written while read, every tile seen in order, no turn left open; 6 deliberate protocol "
+          "slots, V waited before or in the turn, with and without bulk pages): no deadlock, no slot read while "
+          "written or written while read, every tile seen in order, no turn left open; 7 deliberate protocol "
           "errors caught")
     return 0
 
