@@ -4,9 +4,12 @@
 # path), the kernel benchmark (ceilings, checks, timings) and the torch SDPA
 # peer, the ratio table printed last. Build here first (meson setup build-nv
 # && ninja -C build-nv) and carry build-nv; libcmocka.so.0 goes in
-# build-nv/extra-lib (the GPU machine has none).
-#   usage: sh bench/run_gpu.sh [OUTDIR]
+# build-nv/extra-lib (the GPU machine has none). The benches use pools of
+# KV_LAYOUT pages (default tiled, the faster on the H200: issue 11 step 10;
+# rows for the layout measured before it); the tests cover both.
+#   usage: [KV_LAYOUT=tiled|rows] sh bench/run_gpu.sh [OUTDIR]
 set -u
+layout=${KV_LAYOUT:-tiled}
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 mkdir -p "$out"
 . tools/nvidia-opencl-env.sh
@@ -28,11 +31,11 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # elsewhere): mma.sync forced, same tests and bench checks
   LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/tests/test_attention > "$out/test_attention_mma.log" 2>&1
   echo "test_attention with LAZYATTN_NV_WGMMA=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_mma.log") ok)"
-  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/examples/bench_kernels --only prefill > "$out/bench_mma.log" 2>&1
+  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --only prefill > "$out/bench_mma.log" 2>&1
   echo "bench_kernels prefill with LAZYATTN_NV_WGMMA=0: rc=$?"
   grep -E "^check|^checks|^prefill" "$out/bench_mma.log"
 fi
-LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/examples/bench_kernels --csv "$out/ours.csv" > "$out/bench.log" 2>&1
+LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --csv "$out/ours.csv" > "$out/bench.log" 2>&1
 echo "bench_kernels rc=$?"
 grep -v "^\[log 3\] build log" "$out/bench.log" | grep -E -v "^$" | tail -40
 grep -E "registers|spill" "$out/bench.log" | head -12
