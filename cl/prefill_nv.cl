@@ -267,7 +267,7 @@
 #if LZ_NV_WGMMA || LZ_KV_TILED
 #define LZ_NV_CROW(i) (((i) & 7) + (((i) / (8 * LZ_NV_CPR)) << 3))
 #define LZ_NV_CCOL(i) (((i) >> 3) % LZ_NV_CPR)
-#define LZ_NV_KOFF(r, c) ((uint)((r) >> 3) * (LZ_NV_CPR * 128) + (uint)(c) * 128 + (uint)((r) & 7) * 16)
+#define LZ_NV_KOFF(r, c) LZ_NV_CM(r, c)
 #else
 #define LZ_NV_CROW(i) ((i) / LZ_NV_CPR)
 #define LZ_NV_CCOL(i) ((i) % LZ_NV_CPR)
