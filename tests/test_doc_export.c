@@ -133,34 +133,6 @@ static void test_round_trip(void **state) {
     engine_close(&a);
 }
 
-/* f16 storage (the usual engine's), B = 32 (the program of test_attention):
- * the stored halves travel as they are. */
-static void test_round_trip_f16(void **state) {
-    lazyattn_context *ctx = *state;
-    engine a, b;
-    engine_open_as(&a, ctx, 12, MODEL, 32, LAZYATTN_DTYPE_F16);
-    engine_open_as(&b, ctx, 12, MODEL, 32, LAZYATTN_DTYPE_F16);
-    static float out_a[OUT_N], out_b[OUT_N];
-    lazyattn_segment_action act[2];
-    const int ids[] = {0, 3};
-    run_request(&a, 2, ids, out_a, act);
-    int32_t taken[3];
-    lt_assert_status(lazyattn_pool_alloc(b.pool, 3, taken), LAZYATTN_STATUS_OK);
-    for (int k = 0; k < 2; k++) {
-        size_t n;
-        uint8_t *blob = export_doc(&a, ids[k], &n);
-        lt_assert_status(lazyattn_cache_import(b.cache, blob, n, NULL), LAZYATTN_STATUS_OK);
-        free(blob);
-    }
-    run_request(&b, 2, ids, out_b, act);
-    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
-    assert_int_equal(act[1], LAZYATTN_ACTION_REUSE);
-    assert_memory_equal(out_a, out_b, sizeof out_a);
-    lazyattn_pool_free(b.pool, 3, taken);
-    engine_close(&b);
-    engine_close(&a);
-}
-
 // ---- page layouts ----
 
 /* Element offset of (block, kv head, token t, dim d) in a pool buffer of NKV
@@ -220,6 +192,47 @@ static void expect_same_pages(engine *a, engine *b, int id) {
     assert_true(nonzero > 0);
 }
 
+/* Documents 0 and 3 computed in a, exported and imported into b (at other
+ * block ids): the same K/V in every block (each pool read in its own
+ * layout), the same export bytes out of b, and b reuses both with a's
+ * attention output bits. */
+static void carry_documents(engine *a, engine *b) {
+    static float out_a[OUT_N], out_b[OUT_N];
+    lazyattn_segment_action act[2];
+    const int ids[] = {0, 3};
+    run_request(a, 2, ids, out_a, act);
+    int32_t taken[3];
+    lt_assert_status(lazyattn_pool_alloc(b->pool, 3, taken), LAZYATTN_STATUS_OK); /* other ids */
+    for (int k = 0; k < 2; k++) {
+        size_t n, m;
+        uint8_t *blob = export_doc(a, ids[k], &n);
+        lt_assert_status(lazyattn_cache_import(b->cache, blob, n, NULL), LAZYATTN_STATUS_OK);
+        expect_same_pages(a, b, ids[k]);
+        uint8_t *again = export_doc(b, ids[k], &m);
+        assert_int_equal(m, n);
+        assert_memory_equal(again, blob, n);
+        free(again);
+        free(blob);
+    }
+    run_request(b, 2, ids, out_b, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    assert_int_equal(act[1], LAZYATTN_ACTION_REUSE);
+    assert_memory_equal(out_a, out_b, sizeof out_a);
+    lazyattn_pool_free(b->pool, 3, taken);
+}
+
+/* f16 storage (the usual engine's), B = 32 (the program of test_attention):
+ * the stored halves travel as they are. */
+static void test_round_trip_f16(void **state) {
+    lazyattn_context *ctx = *state;
+    engine a, b;
+    engine_open_as(&a, ctx, 12, MODEL, 32, LAZYATTN_DTYPE_F16);
+    engine_open_as(&b, ctx, 12, MODEL, 32, LAZYATTN_DTYPE_F16);
+    carry_documents(&a, &b);
+    engine_close(&b);
+    engine_close(&a);
+}
+
 /* Exports are in ROWS order whatever the pool's layout: a TILED pool's
  * documents import into a ROWS pool and a ROWS pool's into a TILED one,
  * with the same K/V in every block (each pool read in its own layout), the
@@ -239,28 +252,7 @@ static void test_layouts_cross(void **state) {
         engine a, b;
         engine_open_layout(&a, ctx, 24, MODEL, runs[r].block_size, runs[r].dtype, runs[r].from);
         engine_open_layout(&b, ctx, 24, MODEL, runs[r].block_size, runs[r].dtype, runs[r].to);
-        static float out_a[OUT_N], out_b[OUT_N];
-        lazyattn_segment_action act[2];
-        const int ids[] = {0, 3};
-        run_request(&a, 2, ids, out_a, act);
-        int32_t taken[3];
-        lt_assert_status(lazyattn_pool_alloc(b.pool, 3, taken), LAZYATTN_STATUS_OK); /* other ids */
-        for (int k = 0; k < 2; k++) {
-            size_t n, m;
-            uint8_t *blob = export_doc(&a, ids[k], &n);
-            lt_assert_status(lazyattn_cache_import(b.cache, blob, n, NULL), LAZYATTN_STATUS_OK);
-            expect_same_pages(&a, &b, ids[k]);
-            uint8_t *again = export_doc(&b, ids[k], &m);
-            assert_int_equal(m, n);
-            assert_memory_equal(again, blob, n);
-            free(again);
-            free(blob);
-        }
-        run_request(&b, 2, ids, out_b, act);
-        assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
-        assert_int_equal(act[1], LAZYATTN_ACTION_REUSE);
-        assert_memory_equal(out_a, out_b, sizeof out_a);
-        lazyattn_pool_free(b.pool, 3, taken);
+        carry_documents(&a, &b);
         engine_close(&b);
         engine_close(&a);
     }
