@@ -445,12 +445,18 @@ inline ulong lz_nv_wg_vdesc(uint addr) {
  * instructions of an exponential, on the softmax's critical chain; seen in
  * the SASS of the wgmma prefill, issue 11). Flushing results below 2^-126
  * to zero changes nothing a softmax can see (its row maximum gives 1).
- * Opt-in (1): on the wgmma prefill (issue 11 step 9, H200) the whole
- * kernel measured 2-3 % slower with it than with native_exp2 (noise is
- * about 1.5 %), although the rest without copies and wgmma got faster
- * (1.93 -> 1.79 ms on (b), with LZ_NV_MAX_SLACK 8 too). */
+ * The default with the producer (the wgmma prefill): issue 11 step 9
+ * measured it 2-3 % slower there (noise about 1.5 %; the rest without
+ * copies and wgmma got faster, 1.93 -> 1.79 ms on (b)); on tiled pools,
+ * step 11 measured it faster in three calls, each against the old default
+ * of the same call: (b) 3.21 -> 3.03-3.05 ms, (c) 11.8-12.0 -> 11.2-11.4,
+ * (a) 2.02-2.03 -> 1.90-1.91. Elsewhere opt-in. */
 #ifndef LZ_NV_EXP2_FTZ
+#if defined(LZ_NV_PRODUCER) && LZ_NV_PRODUCER
+#define LZ_NV_EXP2_FTZ 1
+#else
 #define LZ_NV_EXP2_FTZ 0
+#endif
 #endif
 inline float lz_nv_exp2(float x) {
 #if LZ_NV_EXP2_FTZ

@@ -99,17 +99,19 @@
 #if LZ_NV_PRODUCER && (!LZ_NV_PVWG || LZ_NV_PVOV)
 #error "LZ_NV_PRODUCER needs the wgmma prefill with P V on wgmma, without LZ_NV_PVOV"
 #endif
-/* 1 (opt-in, the producer with a tiled pool, LZ_KV_TILED): the producer
- * copies each page of a tile that is full (valid length LZ_BLOCK) with one
- * cp.async.bulk (lz_nv_bulk_pages), as stored, instead of 16-byte cp.async
- * by its 32 threads. Measured on the H200 (issue 11 step 10) 2 % slower
- * than the 16-byte copies of the same tiled pages (which read whole
- * 128-byte lines, 4 a warp's copy instead of 16 from row pages), so 0 is
- * the default. 1 on a row pool is a timing-only diagnostic: the same
- * bytes, landing scrambled (what -DLZ_NV_DIAG=64 measured before the tiled
- * layout existed). */
+/* 1 (the default with the producer on a tiled pool, LZ_KV_TILED): the
+ * producer copies each page of a tile that is full (valid length LZ_BLOCK)
+ * with one cp.async.bulk (lz_nv_bulk_pages), as stored, instead of 16-byte
+ * cp.async by its 32 threads. On the H200 issue 11 step 10 measured it 2 %
+ * slower than the 16-byte copies of the same tiled pages (which read whole
+ * 128-byte lines, 4 a warp's copy instead of 16 from row pages); step 11,
+ * with the softmax's exponentials one instruction each (LZ_NV_EXP2_FTZ),
+ * 3-4 % faster: (b) 2.940 ms against 3.050 and 3.053 in the same call,
+ * (c) 10.96 against 11.27 and 11.31. 0: 16-byte copies. 1 on a row pool
+ * is a timing-only diagnostic: the same bytes, landing scrambled (what
+ * -DLZ_NV_DIAG=64 measured before the tiled layout existed). */
 #ifndef LZ_NV_BULK
-#define LZ_NV_BULK 0
+#define LZ_NV_BULK (LZ_NV_PRODUCER && LZ_KV_TILED)
 #endif
 #if LZ_NV_BULK && !LZ_NV_PRODUCER
 #error "LZ_NV_BULK needs the producer"

@@ -149,10 +149,11 @@ LAZYATTN_API size_t lazyattn_dtype_size(lazyattn_dtype dtype);
  *          tiled(t, d) = ((t / 8) * (head_dim / 8) + d / 8) * 64 + (t % 8) * 8 + d % 8
  * TILED is the order the NVIDIA tensor-core kernels keep K and V in local
  * memory (the core matrices Hopper's wgmma reads): their copies move every
- * 128-byte line of a TILED page whole into one line of local memory, where
- * ROWS pages are gathered 16 bytes a row. Measured on the H200 (Llama-3.1-8B
- * shapes, docs/PERFLOG.md issue 11 step 10): prefill 3-7 % faster, decode
- * the same. The portable kernels read TILED pages correctly but 16 bytes at
+ * 128-byte line of a TILED page whole into one line of local memory (the
+ * Hopper prefill a full page as one bulk copy), where ROWS pages are
+ * gathered 16 bytes a row. Measured on the H200 (Llama-3.1-8B shapes,
+ * docs/PERFLOG.md issue 11 step 10): prefill 3-7 % faster, decode the
+ * same. The portable kernels read TILED pages correctly but 16 bytes at
  * a time (not tuned for it). It needs block_size a multiple of 8 (head_dim
  * always is). Every kernel reads and writes both; a pool and the
  * attention objects that use it must agree (lazyattn_pool_config and

@@ -53,11 +53,16 @@ for d in 64 128; do
         compile prefill_nv prefill_nv.d$d.wgmma_pingpong_w$w bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
             -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1
     done
-    # ... reading a tiled pool, and with its full pages one cp.async.bulk each (LZ_NV_BULK, opt-in)
-    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_tiled bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+    # ... reading a tiled pool, its full pages one cp.async.bulk each (LZ_NV_BULK, the default
+    # there), and with 16-byte copies only (-DLZ_NV_BULK=0)
+    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_tiled cp.async.bulk.shared -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
         -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1
-    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_bulk cp.async.bulk.shared -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
-        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=1
+    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_tiled16 bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=0
+    if grep -q "cp.async.bulk.shared" "$out/prefill_nv.d$d.wgmma_pingpong_tiled16.ptx"; then
+        echo "prefill_nv.d$d.wgmma_pingpong_tiled16: a bulk copy with LZ_NV_BULK=0" >&2
+        exit 1
+    fi
     compile prefill_nv prefill_nv.d$d.wgmma_producer_w4 cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
         -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=4 -DLZ_NV_PRODUCER=1
     # ... step 5's loop without the ping-pong (opt-out), at 12 and 8 ...
@@ -189,9 +194,9 @@ EOF2
         "block32 -DLZ_NV_PRODUCER=1 -DLZ_BLOCK=32" "kt64 -DLZ_NV_PRODUCER=1 -DLZ_NV_KT=64" \
         "k3v2 -DLZ_NV_PRODUCER=1 -DLZ_NV_KSLOTS=3 -DLZ_NV_PVSLOTS=2" "pbatch0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PBATCH=0" \
         "ppmeta0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_META=0" "slack0 -DLZ_NV_PRODUCER=1 -DLZ_NV_MAX_SLACK=0" \
-        "ftz -DLZ_NV_PRODUCER=1 -DLZ_NV_EXP2_FTZ=1" "l1pf -DLZ_NV_PRODUCER=1 -DLZ_NV_L1PF=2" \
+        "noftz -DLZ_NV_PRODUCER=1 -DLZ_NV_EXP2_FTZ=0" "l1pf -DLZ_NV_PRODUCER=1 -DLZ_NV_L1PF=2" \
         "diag16 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=16" "diag48 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=48 -DLZ_NV_DIAG_MARKS=2" \
-        "tiled -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1" "tiledbulk -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=1" \
+        "tiled -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1" "tiled16 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=0" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v
