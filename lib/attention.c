@@ -766,10 +766,11 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
 /* ---- decode ----------------------------------------------------------------- */
 
 /* Decode geometry of the fast path, measured on the H200 (docs/PERFLOG.md,
- * v5 sweep): a ring of 3 blocks per warp and about 6 warps per SM do best
- * on every benchmark batch (1 x 32768 to 128 x 4096), once the query
- * re-rotation no longer stalls a warp. */
-#define LZ_NV_DECODE_WAVES 6
+ * v5 sweep): a ring of 3 blocks per warp; about 4 warps per SM (issue 11
+ * step 11's sweep of 3-24 warps and rings of 2-5 on tiled pools: 1 x 32768
+ * +8-13 % over the 6 that v5 had found on row pools, the batches of 16-128
+ * the same). */
+#define LZ_NV_DECODE_WAVES 4
 static int lz_nv_decode_waves(const lazyattn_attention *a) {
     return a->nv.waves ? a->nv.waves : LZ_NV_DECODE_WAVES;
 }
