@@ -5,10 +5,11 @@
 #  1. test_attention (its cases on row and tiled pools) with the default
 #     prefill (TESTS=1, the default), and also with LAZYATTN_NV_PRODUCER=0
 #     and LAZYATTN_NV_WGMMA=0 and test_prefill_batched (TESTS=3);
-#  2. bench_kernels for each line "NAME|LAYOUT|LAZYATTN_NV_DEFINES|checks|WHAT"
+#  2. bench_kernels for each line "NAME|LAYOUT|LAZYATTN_NV_DEFINES|checks|WHAT[|ENV]"
 #     of VARIANTS (WHAT: prefill, decode or all; checks 1 runs bench_kernels'
-#     checks against the float64 reference), each after the first skipped
-#     once the call has run past BUDGET_S (default 420);
+#     checks against the float64 reference; ENV: VAR=value words set for
+#     that run, LAZYATTN_NV_PREFILL=32,8,0 for one), each after the first
+#     skipped once the call has run past BUDGET_S (default 420);
 #  3. the torch SDPA peer over all their timings (one table, rows in order).
 # Calls 2-7 of 2026-12-01 (docs/h200/issue11/step10, PERFLOG "Issue 11 step
 # 10") ran: whole benches of both layouts, the prefill with bulk pages
@@ -41,7 +42,7 @@ if [ "$TESTS" -ge 3 ]; then
   unset LAZYATTN_NV_WGMMA
 fi
 names="" first=""
-while IFS='|' read -r name layout defines checks what; do
+while IFS='|' read -r name layout defines checks what envs; do
   [ -n "$name" ] || continue
   if [ -n "$first" ] && ! left; then echo "[$(el) s] $name skipped (past ${BUDGET_S} s)"; continue; fi
   first=$name
@@ -50,9 +51,10 @@ while IFS='|' read -r name layout defines checks what; do
   [ "$checks" = 1 ] && opt=""
   only="--only $what"
   [ "$what" = all ] && only=""
-  LAZYATTN_NV_DEFINES=$defines LAZYATTN_LOG=info LAZYATTN_NV_VERBOSE=1 timeout 150 build-nv/examples/bench_kernels \
-    --kv-layout "$layout" $only $opt --csv "$csv/$name.csv" > "$log" 2>&1 < /dev/null
-  echo "[$(el) s] bench_kernels $name (--kv-layout $layout $only $opt, defines '$defines') rc=$?"
+  # shellcheck disable=SC2086 # envs: words of VAR=value
+  env $envs LAZYATTN_NV_DEFINES="$defines" LAZYATTN_LOG=info LAZYATTN_NV_VERBOSE=1 timeout 150 \
+    build-nv/examples/bench_kernels --kv-layout "$layout" $only $opt --csv "$csv/$name.csv" > "$log" 2>&1 < /dev/null
+  echo "[$(el) s] bench_kernels $name (--kv-layout $layout $only $opt, defines '$defines'${envs:+, $envs}) rc=$?"
   grep -E "^ceilings|^check|^checks|^prefill_|^decode_|unavailable|disabled" "$log" | cut -c1-150 | head -24
   grep -E -A4 "entry function 'lz_(prefill|decode)_nv'" "$log" | grep -E "Used|spill" | tail -4
   grep -E "C75[0-9][0-9]" "$log" | cut -c1-150 | sort -u | head -4
