@@ -336,6 +336,15 @@ inline ulong lz_nv_wg_desc(uint addr, uint lbo, uint sbo) {
                  : "+f"((s0)[0]), "+f"((s0)[1]), "+f"((s0)[2]), "+f"((s0)[3]), "+f"((s1)[0]), \
                    "+f"((s1)[1]), "+f"((s1)[2]), "+f"((s1)[3])                               \
                  : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(desc), "r"(acc))
+/* l (float[4]) += A(64 x 16, this lane's fragment a) B(16 x 8 at descriptor
+ * desc)^T, asynchronously: with B all ones, l[0] = l[1] and l[2] = l[3] gain
+ * the sums of rows g and g + 8 of A (the row sums of P, LZ_NV_L_WG). */
+#define LZ_NV_WGMMA_N8(l, a, desc)                                                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                 \
+                 "//@wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "                    \
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}"                          \
+                 : "+f"((l)[0]), "+f"((l)[1]), "+f"((l)[2]), "+f"((l)[3])                    \
+                 : "r"((a)[0]), "r"((a)[1]), "r"((a)[2]), "r"((a)[3]), "l"(desc))
 /* The same over 32 keys (s[0..3]: keys 8n..8n+7), one wgmma m64n32k16, for
  * a K tile whose entries share one delta (LZ_NV_S_WIDE). */
 #define LZ_NV_WGMMA_N32(s, a, desc, acc)                                                     \

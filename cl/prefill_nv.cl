@@ -165,6 +165,29 @@
 #undef LZ_NV_PINGPONG
 #define LZ_NV_PINGPONG 0
 #endif
+/* 1 (the ping-pong; opt-in, issue 11 step 11, built offline, not yet
+ * measured): the rows' sums of P by the tensor cores, one wgmma m64n8k16
+ * of P against a 16 x 8 block of f16 ones beside each k-step of O += P V
+ * (into ls, rescaled with O), instead of 16 adds and 2 multiplies a round
+ * on the softmax's chain and the quad's shuffles at the end; the sums are
+ * then of the f16 probabilities P V multiplies. 512 bytes of local memory
+ * and 4 accumulator registers. */
+#ifndef LZ_NV_L_WG
+#define LZ_NV_L_WG 0
+#endif
+#if LZ_NV_L_WG && !(LZ_NV_PRODUCER && LZ_NV_PINGPONG)
+#undef LZ_NV_L_WG
+#define LZ_NV_L_WG 0
+#endif
+#if LZ_NV_L_WG
+#define LZ_NV_ONES_DECL __local ushort ones_[256] __attribute__((aligned(128)));
+#define LZ_NV_ONES_ARG , ones_
+#define LZ_NV_ONES_PARAM , __local ushort *ones
+#else
+#define LZ_NV_ONES_DECL
+#define LZ_NV_ONES_ARG
+#define LZ_NV_ONES_PARAM
+#endif
 /* Slots of the producer's K and V rings (40 KB at d 128, KT 32). With the
  * ping-pong 2 K and 3 V, measured 3.5 % faster than 3 K and 2 V on 2 x 8192
  * causal (issue 11 step 8): there a V slot is given back only after P V, at
@@ -577,6 +600,19 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
                 LZ_NV_WGMMA_PV(o, pa[kk_], lz_nv_wg_vdesc((vb) + (uint)kk_ * (2 * LZ_NV_CPR * 128))); \
         LZ_NV_WG_COMMIT();                                                                   \
     } while (0)
+/* The same, each k-step's P also against the ones at descriptor onesd into
+ * the row sums ls (LZ_NV_L_WG), in the same group */
+#define LZ_NV_PV_ISSUE_L(o, ls, pa, vb, onesd)                                               \
+    do {                                                                                     \
+        LZ_NV_WG_FENCE();                                                                    \
+        _Pragma("unroll")                                                                    \
+        for (int kk_ = 0; kk_ < LZ_NV_KT / 16; kk_++)                                        \
+            if (!(LZ_NV_DIAG & 4)) {                                                         \
+                LZ_NV_WGMMA_PV(o, pa[kk_], lz_nv_wg_vdesc((vb) + (uint)kk_ * (2 * LZ_NV_CPR * 128))); \
+                LZ_NV_WGMMA_N8(ls, pa[kk_], onesd);                                          \
+            }                                                                                \
+        LZ_NV_WG_COMMIT();                                                                   \
+    } while (0)
 #endif
 
 /* The scores of lz_nv_scores are ready to read (wgmma: wait for them),
@@ -907,7 +943,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
                    int rope_style, int rot_dim, float scale, int n_queries, int n_entries,
                    int n_q_heads, int n_kv_heads, int n_blocks, __global int *err, int kvh,
                    int tok0, int flag_entries, __local uchar *kring, __local uchar *vring,
-                   __local int4 (*meta)[LZ_NV_EPT], __local ulong *mbar) {
+                   __local int4 (*meta)[LZ_NV_EPT], __local ulong *mbar LZ_NV_ONES_PARAM) {
     const int lid = get_local_id(0);
     const int lane = lid & 31, warp = lid >> 5;
     const int G = n_q_heads / n_kv_heads, WM = LZ_NV_WARPS / G;
@@ -936,6 +972,12 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         lz_nv_ring_init(LZ_NV_SMEM(mbar));
 #endif
     }
+#if LZ_NV_L_WG
+    if (lid < 256) {
+        ones[lid] = 0x3C00; /* f16 1.0 */
+        LZ_NV_PROXY_FENCE(); /* for wgmma's reads, after the barrier */
+    }
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < 16 * WM && tok0 + lid < n_queries) {
         /* each work-group records its own rows' bad positions */
@@ -998,6 +1040,11 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 #pragma unroll
     for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+#if LZ_NV_L_WG
+    /* the row sums by the tensor cores (l0, l1 then unused until the end) */
+    float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const ulong onesd = lz_nv_wg_desc(LZ_NV_SMEM(ones), 128, 128);
+#endif
     const float sl2 = scale * 1.44269504088896341f;
 
 #if LZ_NV_PRODUCER
@@ -1072,6 +1119,9 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         const uint rmask = lz_nv_rot_mask(mn, cur_delta, min_pos, rope_style, &full_pre);
 #endif
         LZ_NV_RESCALE(o, al0, al1);
+#if LZ_NV_L_WG
+        if (al0 != 1.0f || al1 != 1.0f) ls[0] *= al0, ls[1] *= al0, ls[2] *= al1, ls[3] *= al1;
+#endif
         LZ_NV_MARK(1, d_pre);
         LZ_NV_BAR_SYNC(my_turn, 256u);
         LZ_NV_MARK(2, d_wait);
@@ -1097,7 +1147,11 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
+#if LZ_NV_L_WG
+        LZ_NV_PV_ISSUE_L(o, ls, pa, vb, onesd);
+#else
         LZ_NV_PV_ISSUE(o, pa, vb);
+#endif
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
         LZ_NV_MARK(4, d_turn);
         /* the scores of tile j + 1 done (P V of tile j may still run) */
@@ -1116,6 +1170,9 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         LZ_NV_WG_WAIT();
 #pragma unroll
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
+#if LZ_NV_L_WG
+        LZ_NV_WG_TIE(ls);
+#endif
 #pragma unroll
         for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
         LZ_NV_WARP_SYNC();
@@ -1287,10 +1344,14 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
 #endif
 #endif /* LZ_NV_PRODUCER */
 
+#if LZ_NV_L_WG
+    l0 = ls[0], l1 = ls[2]; /* whole rows' sums already */
+#else
     l0 += lz_nv_xor(l0, 1);
     l0 += lz_nv_xor(l0, 2);
     l1 += lz_nv_xor(l1, 1);
     l1 += lz_nv_xor(l1, 2);
+#endif
     const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
     if (r0 < n_queries) {
         __global float *dst = out + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM + 2 * t4;
@@ -1328,6 +1389,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local int4 meta[LZ_NV_NMETA][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
     __local ulong mbar[LZ_NV_MBARS] __attribute__((aligned(8)));
+    LZ_NV_ONES_DECL
     (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
     const int WM = LZ_NV_WARPS / (n_q_heads / n_kv_heads);
     /* later token blocks see more keys (causal): schedule them first */
@@ -1335,7 +1397,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     lz_prefill_nv_rows(q, q_pos, table, entry_pos, kc, vc, out, freq, rope_style, rot_dim, scale,
                        n_queries, n_entries, n_q_heads, n_kv_heads, n_blocks, err,
                        get_group_id(1), tok0, get_group_id(0) == 0 && get_group_id(1) == 0,
-                       kring, vring, meta, mbar);
+                       kring, vring, meta, mbar LZ_NV_ONES_ARG);
 }
 
 /*
@@ -1365,6 +1427,7 @@ lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
     __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local int4 meta[LZ_NV_NMETA][LZ_NV_EPT];
     __local ulong mbar[LZ_NV_MBARS] __attribute__((aligned(8)));
+    LZ_NV_ONES_DECL
     (void)slopes, (void)alibi;
     const int seq = get_group_id(2), kvh = get_group_id(1);
     const int q_begin = q_indptr[seq], q_end = q_indptr[seq + 1];
@@ -1394,5 +1457,5 @@ lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
     lz_prefill_nv_rows(q + row0, q_pos + q_begin, table + t_begin, entry_pos + t_begin, kc, vc,
                        out + row0, freq, rope_style, rot_dim, scale, rows, t_end - t_begin,
                        n_q_heads, n_kv_heads, n_blocks, err, kvh, tile * 16 * WM,
-                       tile == n_tiles - 1 && kvh == 0, kring, vring, meta, mbar);
+                       tile == n_tiles - 1 && kvh == 0, kring, vring, meta, mbar LZ_NV_ONES_ARG);
 }
