@@ -596,23 +596,20 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
         LZ_NV_WG_FENCE();                                                                    \
         _Pragma("unroll")                                                                    \
         for (int kk_ = 0; kk_ < LZ_NV_KT / 16; kk_++)                                        \
-            if (!(LZ_NV_DIAG & 4))                                                           \
-                LZ_NV_WGMMA_PV(o, pa[kk_], lz_nv_wg_vdesc((vb) + (uint)kk_ * (2 * LZ_NV_CPR * 128))); \
-        LZ_NV_WG_COMMIT();                                                                   \
-    } while (0)
-/* The same, each k-step's P also against the ones at descriptor onesd into
- * the row sums ls (LZ_NV_L_WG), in the same group */
-#define LZ_NV_PV_ISSUE_L(o, ls, pa, vb, onesd)                                               \
-    do {                                                                                     \
-        LZ_NV_WG_FENCE();                                                                    \
-        _Pragma("unroll")                                                                    \
-        for (int kk_ = 0; kk_ < LZ_NV_KT / 16; kk_++)                                        \
             if (!(LZ_NV_DIAG & 4)) {                                                         \
                 LZ_NV_WGMMA_PV(o, pa[kk_], lz_nv_wg_vdesc((vb) + (uint)kk_ * (2 * LZ_NV_CPR * 128))); \
-                LZ_NV_WGMMA_N8(ls, pa[kk_], onesd);                                          \
+                LZ_NV_PV_ROWSUM(pa[kk_]);                                                    \
             }                                                                                \
         LZ_NV_WG_COMMIT();                                                                   \
     } while (0)
+/* With LZ_NV_L_WG (built only into the ping-pong loop): the same P against
+ * the ones at the caller's descriptor onesd into its row sums ls, in the
+ * same group */
+#if LZ_NV_L_WG
+#define LZ_NV_PV_ROWSUM(a) LZ_NV_WGMMA_N8(ls, a, onesd)
+#else
+#define LZ_NV_PV_ROWSUM(a)
+#endif
 #endif
 
 /* The scores of lz_nv_scores are ready to read (wgmma: wait for them),
@@ -1147,11 +1144,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
 #endif
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
-#if LZ_NV_L_WG
-        LZ_NV_PV_ISSUE_L(o, ls, pa, vb, onesd);
-#else
-        LZ_NV_PV_ISSUE(o, pa, vb);
-#endif
+        LZ_NV_PV_ISSUE(o, pa, vb); /* (and the row sums, LZ_NV_L_WG) */
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
         LZ_NV_MARK(4, d_turn);
         /* the scores of tile j + 1 done (P V of tile j may still run) */
