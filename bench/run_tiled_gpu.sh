@@ -56,6 +56,7 @@ while IFS='|' read -r name layout defines checks what envs; do
     build-nv/examples/bench_kernels --kv-layout "$layout" $only $opt --csv "$csv/$name.csv" > "$log" 2>&1 < /dev/null
   echo "[$(el) s] bench_kernels $name (--kv-layout $layout $only $opt, defines '$defines'${envs:+, $envs}) rc=$?"
   grep -E "^ceilings|^check|^checks|^prefill_|^decode_|unavailable|disabled" "$log" | cut -c1-150 | head -24
+  grep -E "prefill order for" "$log" | sed 's/.*prefill order/  order/' | cut -c1-170 | sort -u | head -6
   grep -E -A4 "entry function 'lz_(prefill|decode)_nv'" "$log" | grep -E "Used|spill" | tail -4
   grep -E "C75[0-9][0-9]" "$log" | cut -c1-150 | sort -u | head -4
   [ "$checks" = 1 ] || { mv "$log" "$csv/"; }

@@ -1377,7 +1377,8 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
               __global const int *entry_pos, __global const ushort *kc, __global const ushort *vc,
               __global float *out, __global const float2 *freq, __global const float *slopes,
               int rope_style, int rot_dim, int alibi, float scale, int n_queries, int n_entries,
-              int n_q_heads, int n_kv_heads, int n_blocks, __global int *err) {
+              int n_q_heads, int n_kv_heads, int n_blocks, __global int *err,
+              __global const int *order) {
     __local uchar kring[LZ_NV_KRING * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local int4 meta[LZ_NV_NMETA][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
@@ -1385,12 +1386,19 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     LZ_NV_ONES_DECL
     (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
     const int WM = LZ_NV_WARPS / (n_q_heads / n_kv_heads);
-    /* later token blocks see more keys (causal): schedule them first */
-    const int tok0 = (get_num_groups(0) - 1 - get_group_id(0)) * 16 * WM;
+    /* Which token tile and KV head: the task order[linear id] = tile *
+     * n_kv_heads + head (lib/prefill_order.c: the order that ends the launch
+     * soonest by its estimate); without it, head by head, later token tiles
+     * (more keys when causal) first. */
+    int tile = get_num_groups(0) - 1 - get_group_id(0), kvh = get_group_id(1);
+    if (order) {
+        const int task = order[get_group_id(0) + get_num_groups(0) * get_group_id(1)];
+        tile = task / n_kv_heads, kvh = task - tile * n_kv_heads;
+    }
     lz_prefill_nv_rows(q, q_pos, table, entry_pos, kc, vc, out, freq, rope_style, rot_dim, scale,
-                       n_queries, n_entries, n_q_heads, n_kv_heads, n_blocks, err,
-                       get_group_id(1), tok0, get_group_id(0) == 0 && get_group_id(1) == 0,
-                       kring, vring, meta, mbar LZ_NV_ONES_ARG);
+                       n_queries, n_entries, n_q_heads, n_kv_heads, n_blocks, err, kvh,
+                       tile * 16 * WM, get_group_id(0) == 0 && get_group_id(1) == 0, kring, vring,
+                       meta, mbar LZ_NV_ONES_ARG);
 }
 
 /*

@@ -3,6 +3,7 @@
  * every launch on the host, and enqueues write_kv, rope, prefill, decode and
  * materialise. */
 #include "checked_size.h"
+#include "prefill_order.h"
 #include "tuning.h"
 
 #include "../cl/kernel_abi.h"
@@ -32,6 +33,7 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * prefill without it is built). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
+#define LZ_NV_ORDERS 4 /* prefill dispatch orders kept (shapes) */
 
 typedef struct lz_nv_tune {
     int kt;          /* prefill keys per staged tile (multiple of the block size) */
@@ -64,6 +66,15 @@ struct lazyattn_attention {
     int fast;             /* the NVIDIA tensor-core kernels below are in use */
     lz_nv_tune nv;
     cl_kernel nv_prefill, nv_decode, nv_reduce, nv_prefill_batched;
+    /* lz_prefill_nv's dispatch orders (prefill_order.c) of the last
+     * LZ_NV_ORDERS shapes, made once each, read-only after */
+    struct {
+        int n_queries, n_entries;
+        cl_mem order; /* [tiles * n_kv_heads] int */
+    } nv_orders[LZ_NV_ORDERS];
+    int nv_order_next;                  /* the slot the next new shape replaces */
+    lz_order_policy nv_order_policy;    /* LAZYATTN_NV_ORDER; AUTO by default */
+    int nv_order_off;                   /* LAZYATTN_NV_ORDER=none: the kernel's own order */
 };
 
 /* ---- configuration ------------------------------------------------------ */
@@ -296,6 +307,15 @@ static int lz_nv_build(lazyattn_attention *a) {
     }
     a->fast = 1;
     const int producer = a->nv.prefill_threads > (size_t)32 * a->nv.warps; /* LZ_NV_PRODUCER built */
+    /* the dispatch order of the prefill's work-groups (prefill_order.c), for
+     * the wgmma prefill with its producer (one work-group a SM, measured on
+     * the H200); LAZYATTN_NV_ORDER=none|heads|lpt|balanced|auto */
+    env = getenv("LAZYATTN_NV_ORDER");
+    a->nv_order_policy = LZ_ORDER_AUTO;
+    a->nv_order_off = !(wgmma && producer) || (env && !strcmp(env, "none"));
+    if (env && !strcmp(env, "heads")) a->nv_order_policy = LZ_ORDER_HEADS;
+    if (env && !strcmp(env, "lpt")) a->nv_order_policy = LZ_ORDER_LPT;
+    if (env && !strcmp(env, "balanced")) a->nv_order_policy = LZ_ORDER_BALANCED;
     lz_log(ctx, LAZYATTN_LOG_INFO,
            "NVIDIA tensor-core path: prefill %s%s, tile %d keys, %d warps, maxreg %d; "
            "decode ring %d, waves %d (0: default)",
@@ -484,6 +504,8 @@ void lazyattn_attention_destroy(lazyattn_attention *a) {
     if (a->nv_decode) clReleaseKernel(a->nv_decode);
     if (a->nv_reduce) clReleaseKernel(a->nv_reduce);
     if (a->nv_prefill_batched) clReleaseKernel(a->nv_prefill_batched);
+    for (int i = 0; i < LZ_NV_ORDERS; i++)
+        if (a->nv_orders[i].order) clReleaseMemObject(a->nv_orders[i].order);
     cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc};
     for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
         if (mems[i]) clReleaseMemObject(mems[i]);
@@ -714,6 +736,64 @@ int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, 
 
 /* ---- prefill -------------------------------------------------------------- */
 
+/* The dispatch order lz_prefill_nv reads (prefill_order.c) for n_queries
+ * over n_entries in `tiles` token tiles of `tokens`, NULL for the kernel's
+ * own order (LAZYATTN_NV_ORDER=none, not the producer's kernel, or no
+ * memory: the order changes the speed, never the result). Each token tile's
+ * cost is estimated as a prefill's usual table has it: the queries the last
+ * n_queries positions over n_entries full blocks, each query seeing every
+ * key up to its own position; 4 tiles of keys for the start and the end.
+ * Made once a shape into a buffer never written again (CL_MEM_COPY_HOST_PTR:
+ * safe on any queue), the last LZ_NV_ORDERS shapes kept. */
+static cl_mem lz_nv_prefill_order(lazyattn_attention *a, int n_queries, int n_entries, int tiles,
+                                  int tokens) {
+    if (a->nv_order_off) return NULL;
+    for (int i = 0; i < LZ_NV_ORDERS; i++)
+        if (a->nv_orders[i].order && a->nv_orders[i].n_queries == n_queries &&
+            a->nv_orders[i].n_entries == n_entries)
+            return a->nv_orders[i].order;
+    const int heads = a->cfg.n_kv_heads, kt = a->nv.kt;
+    if ((size_t)tiles > (size_t)(1 << 30) / (size_t)heads) return NULL;
+    double *cost = malloc(sizeof(double) * (size_t)tiles);
+    int *order = malloc(sizeof(int) * (size_t)tiles * (size_t)heads);
+    cl_mem buf = NULL;
+    if (cost && order) {
+        const int64_t keys = (int64_t)n_entries * a->cfg.block_size;
+        const int64_t prefix = keys > n_queries ? keys - n_queries : 0;
+        for (int t = 0; t < tiles; t++) {
+            const int64_t last = (int64_t)(t + 1) * tokens;
+            cost[t] = 4.0 + (double)((prefix + (last < n_queries ? last : n_queries) + kt - 1) / kt);
+        }
+        lz_order_policy chosen = LZ_ORDER_AUTO;
+        double end = 0.0;
+        int at_once = 1;
+        const int slots = (int)a->ctx->compute_units;
+        if (lz_prefill_order(tiles, heads, cost, slots, a->nv_order_policy, order, &chosen,
+                             &at_once, &end) == 0) {
+            cl_int err;
+            buf = clCreateBuffer(a->ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                 sizeof(int) * (size_t)tiles * (size_t)heads, order, &err);
+            if (err != CL_SUCCESS) buf = NULL;
+            double total = 0.0;
+            for (int t = 0; t < tiles; t++) total += cost[t] * heads;
+            lz_log(a->ctx, LAZYATTN_LOG_INFO,
+                   "prefill order for %d queries over %d entries: %d x %d work-groups on %d, "
+                   "policy %d over %d heads at once, simulated end %.4f x the even spread%s",
+                   n_queries, n_entries, tiles, heads, slots, (int)chosen, at_once, end * slots / total,
+                   buf ? "" : " (buffer not made: the kernel's own order)");
+        }
+    }
+    free(cost);
+    free(order);
+    if (!buf) return NULL;
+    const int i = a->nv_order_next;
+    a->nv_order_next = (i + 1) % LZ_NV_ORDERS;
+    if (a->nv_orders[i].order) clReleaseMemObject(a->nv_orders[i].order);
+    a->nv_orders[i].n_queries = n_queries, a->nv_orders[i].n_entries = n_entries;
+    a->nv_orders[i].order = buf;
+    return buf;
+}
+
 int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                      const lazyattn_prefill_args *p, cl_command_queue queue, cl_event *event) {
     static const char fn[] = "lazyattn_prefill";
@@ -745,14 +825,18 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     LZ_ARG(&g, style); LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale);
     LZ_ARG(&g, p->n_queries); LZ_ARG(&g, p->n_entries); LZ_ARG(&g, nqh); LZ_ARG(&g, nkv);
     LZ_ARG(&g, nb); LZ_ARG(&g, a->err);
+    /* one warp per (16 tokens, query head); the G heads of a KV head together */
+    const size_t nv_tokens = fast ? (size_t)16 * (a->nv.warps / a->group) : 1;
+    const size_t nv_tiles = lz_round_up((size_t)p->n_queries, nv_tokens) / nv_tokens;
+    if (fast) {
+        cl_mem order = lz_nv_prefill_order(a, p->n_queries, p->n_entries, (int)nv_tiles, (int)nv_tokens);
+        LZ_ARG(&g, order);
+    }
     if (!fast) LZ_IO_ARGS(&g, a, p->lse, p->q_dtype, p->out_dtype);
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_prefill: clSetKernelArg");
     if (fast) {
-        /* one warp per (16 tokens, query head); the G heads of a KV head together */
-        size_t tokens = (size_t)16 * (a->nv.warps / a->group);
         size_t local[2] = {a->nv.prefill_threads, 1};
-        size_t global[2] = {lz_round_up((size_t)p->n_queries, tokens) / tokens * local[0],
-                            (size_t)nkv};
+        size_t global[2] = {nv_tiles * local[0], (size_t)nkv};
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_prefill, 2, NULL,
                                             global, local, 0, NULL, event);
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);

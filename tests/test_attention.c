@@ -550,6 +550,78 @@ static void test_tiled_every_kernel(void **state) {
     }
 }
 
+/* The prefill's dispatch order (lib/prefill_order.c, LAZYATTN_NV_ORDER)
+ * moves work between work-groups, never the result: a prefill long enough
+ * for the orders to differ on a GPU (22 token tiles of 48 x 8 KV heads =
+ * 176 work-groups: the NVIDIA wgmma prefill picks among its orders), once
+ * per order (auto, none, lpt, balanced; each an attention created with it
+ * set), gives the same bits every time, and sampled rows of it match the
+ * float64 reference. (On CPU OpenCL all four run the portable kernel.) */
+static void test_prefill_order_invariance(void **state) {
+    lazyattn_context *ctx = *state;
+    lt_rng r = {lt_seed() ^ 0x0bde7u};
+    lazyattn_attention_config c;
+    memset(&c, 0, sizeof c);
+    c.head_dim = 64, c.block_size = 16, c.dtype = LAZYATTN_DTYPE_F16, c.kv_layout = TILED;
+    c.n_q_heads = 32, c.n_kv_heads = 8;
+    c.rope.style = LAZYATTN_ROPE_NEOX, c.rope.theta = 500000.0;
+    lazyattn_pool_config poolc = {1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, 0, c.kv_layout};
+    poolc.budget_bytes = (uint64_t)260 * 2 * c.n_kv_heads * c.block_size * c.head_dim * 2;
+    lazyattn_pool *pool = NULL;
+    lt_assert_status(lazyattn_pool_create(ctx, &poolc, &pool), LAZYATTN_STATUS_OK);
+    /* two documents at their own stored starts, then 1040 new tokens */
+    int seg_len[4] = {5, 700, 900, 1040}, seg_stored[4] = {-1, 123, 40000, -1};
+    sequence s;
+    lt_sequence_lay_out(&r, pool, &c, 77, 4, seg_len, seg_stored, &s);
+    const int n_q = seg_len[3];
+    const int32_t *q_pos = s.k_pos + (s.n_keys - n_q);
+    float *q = make_queries(&r, &c, n_q);
+    static const char *const orders[] = {NULL, "none", "lpt", "balanced"};
+    const size_t n = (size_t)n_q * c.n_q_heads * c.head_dim;
+    float *first = NULL;
+    for (int i = 0; i < 4; i++) {
+        if (orders[i]) setenv("LAZYATTN_NV_ORDER", orders[i], 1);
+        lazyattn_attention *attn = NULL;
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+        unsetenv("LAZYATTN_NV_ORDER");
+        if (i == 0) sequence_write(ctx, attn, pool, &s, c.n_kv_heads, c.head_dim);
+        float *out = run_prefill(ctx, attn, pool, &c, q, q_pos, n_q, s.table, s.entry_pos, s.n_entries);
+        lazyattn_attention_destroy(attn);
+        if (!first) {
+            first = out;
+            continue;
+        }
+        size_t diff = 0;
+        for (size_t j = 0; j < n; j++) diff += memcmp(&out[j], &first[j], sizeof *out) != 0;
+        if (diff) print_error("order %s: %zu of %zu outputs differ from the default order's\n", orders[i], diff, n);
+        assert_int_equal(diff, 0);
+        free(out);
+    }
+    /* every 29th row (all token tiles, first and last rows included) against the reference */
+    enum { STEP = 29 };
+    const int n_rows = (n_q - 1) / STEP + 2;
+    const size_t row = (size_t)c.n_q_heads * c.head_dim;
+    float *qs = malloc(sizeof(float) * n_rows * row), *got = malloc(sizeof(float) * n_rows * row);
+    int32_t *ps = malloc(sizeof(int32_t) * n_rows);
+    for (int i = 0; i < n_rows; i++) {
+        const int t = i == n_rows - 1 ? n_q - 1 : i * STEP;
+        memcpy(qs + i * row, q + t * row, sizeof(float) * row);
+        memcpy(got + i * row, first + t * row, sizeof(float) * row);
+        ps[i] = q_pos[t];
+    }
+    double *ref = malloc(sizeof(double) * n_rows * row);
+    lazyattn_reference_args ra = {n_rows, s.n_keys, qs, ps, s.k, s.v, s.k_pos, ref, NULL};
+    lt_assert_status(lazyattn_reference_attention(&c, &ra), LAZYATTN_STATUS_OK);
+    const double err = lazyattn_normalised_error(got, ref, (size_t)n_rows * row);
+    printf("# prefill order invariance: %d queries over %d keys, 4 orders bit-identical, "
+           "%d rows against the reference %.2e (tolerance %.0e)\n",
+           n_q, s.n_keys, n_rows, err, tolerance(c.dtype));
+    assert_true(err <= tolerance(c.dtype));
+    free(qs), free(got), free(ps), free(ref), free(first), free(q);
+    sequence_free(&s);
+    lazyattn_pool_destroy(pool);
+}
+
 /* kv_layout of an attention: ROWS or TILED, TILED only with whole tile rows
  * of 8 tokens a block; kept by get_config; and a pool of the other layout
  * is refused (INVALID_ARGUMENT naming kv_layout) by every launch that reads
@@ -650,6 +722,7 @@ int main(void) {
         cmocka_unit_test(test_bad_launches),
         cmocka_unit_test(test_kv_layout_checks),
         cmocka_unit_test(test_tiled_every_kernel),
+        cmocka_unit_test(test_prefill_order_invariance),
     };
     return cmocka_run_group_tests_name("attention", tests, lt_context_setup, lt_context_teardown);
 }
