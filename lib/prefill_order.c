@@ -96,14 +96,22 @@ static void lz_order_heads(int n_tiles, int n_heads, int *order) {
         for (int t = n_tiles - 1; t >= 0; t--) order[k++] = t * n_heads + h;
 }
 
-/* The tiles by decreasing cost (ties: the later tile first), a stable
- * insertion sort. */
-static void lz_order_tiles(int n_tiles, const double *cost, int *tiles) {
-    for (int i = 0; i < n_tiles; i++) {
-        int t = n_tiles - 1 - i, j = i;
-        for (; j > 0 && cost[tiles[j - 1]] < cost[t]; j--) tiles[j] = tiles[j - 1];
-        tiles[j] = t;
-    }
+/* The tiles by decreasing cost, ties the later tile first. */
+typedef struct {
+    double cost;
+    int tile;
+} lz_tile_cost;
+
+static int lz_tile_cost_cmp(const void *a, const void *b) {
+    const lz_tile_cost *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost < y->cost ? 1 : -1;
+    return (x->tile < y->tile) - (x->tile > y->tile);
+}
+
+static void lz_order_tiles(int n_tiles, const double *cost, lz_tile_cost *tc, int *tiles) {
+    for (int t = 0; t < n_tiles; t++) tc[t].cost = cost[t], tc[t].tile = t;
+    qsort(tc, (size_t)n_tiles, sizeof *tc, lz_tile_cost_cmp);
+    for (int i = 0; i < n_tiles; i++) tiles[i] = tc[i].tile;
 }
 
 /* LPT over groups of `chunk` heads one after another: in each group the
@@ -166,6 +174,7 @@ int lz_prefill_order(int n_tiles, int n_heads, const double *cost, int slots,
     int *lpt = malloc(sizeof(int) * (size_t)n), *cand = malloc(sizeof(int) * (size_t)n);
     int *tiles = malloc(sizeof(int) * (size_t)n_tiles), *slot = malloc(sizeof(int) * (size_t)n);
     int *next = malloc(sizeof(int) * (size_t)n), *count = malloc(sizeof(int) * (size_t)slots);
+    lz_tile_cost *tc = malloc(sizeof *tc * (size_t)n_tiles);
     /* the candidates, fewest heads at a time first: HEADS, LPT by 2, 4, ...
      * heads, LPT, BALANCED; each with its simulated end */
     enum { LZ_MAX_CAND = 34 };
@@ -173,11 +182,11 @@ int lz_prefill_order(int n_tiles, int n_heads, const double *cost, int slots,
     int cchunk[LZ_MAX_CAND], nc = 0;
     double cend[LZ_MAX_CAND];
     int st = LAZYATTN_STATUS_OK;
-    if (!h.t || !h.s || !lpt || !cand || !tiles || !slot || !next || !count) {
+    if (!h.t || !h.s || !lpt || !cand || !tiles || !slot || !next || !count || !tc) {
         st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %d tasks", fn, n);
         goto done;
     }
-    lz_order_tiles(n_tiles, cost, tiles);
+    lz_order_tiles(n_tiles, cost, tc, tiles);
     lz_order_lpt(n_tiles, n_heads, n_heads, tiles, lpt);
     const int balance = n % slots != 0 && n > slots; /* else BALANCED is LPT */
     if (policy == LZ_ORDER_AUTO || policy == LZ_ORDER_HEADS) cp[nc] = LZ_ORDER_HEADS, cchunk[nc++] = 1;
@@ -207,5 +216,6 @@ int lz_prefill_order(int n_tiles, int n_heads, const double *cost, int slots,
     if (makespan) *makespan = cend[pick];
 done:
     free(h.t), free(h.s), free(lpt), free(cand), free(tiles), free(slot), free(next), free(count);
+    free(tc);
     return st;
 }
