@@ -24,9 +24,12 @@
  *    already as loaded as the rest: ~10 % late with ~5 tasks a slot);
  *  - LZ_ORDER_AUTO: of those, the one fewest heads at a time (HEADS, LPT by
  *    2, 4, ... heads, LPT, BALANCED) whose simulated end is within 1 % of
- *    the earliest (on the H200 the tile-major orders of a 16384-token prefill
- *    over 8 heads, whose keys exceed the L2 cache, ran ~1 % slower than
- *    HEADS when their predicted gain was nil: docs/PERFLOG.md, step 12).
+ *    the lower bound max(total / slots, longest task), else within 1 % of
+ *    the earliest simulated (on the H200 the tile-major orders of a
+ *    16384-token prefill over 8 heads, whose keys exceed the L2 cache, ran
+ *    ~1 % slower than HEADS when their predicted gain was nil:
+ *    docs/PERFLOG.md, step 12). The simulations cost ~0.1 us a task each on
+ *    the host; the caller keeps the result per shape.
  */
 #include <stdlib.h>
 
@@ -196,17 +199,31 @@ int lz_prefill_order(int n_tiles, int n_heads, const double *cost, int slots,
         cp[nc] = LZ_ORDER_LPT, cchunk[nc++] = n_heads;
     if ((policy == LZ_ORDER_AUTO || policy == LZ_ORDER_BALANCED) && balance)
         cp[nc] = LZ_ORDER_BALANCED, cchunk[nc++] = n_heads;
+    /* no order ends before max(total / slots, the longest task): the first
+     * candidate within 1 % of that is taken without simulating the rest
+     * (with n <= slots every order ends with the longest task) */
+    double bound = 0.0, longest = 0.0;
+    for (int t = 0; t < n_tiles; t++) {
+        bound += cost[t] * n_heads / slots;
+        if (cost[t] > longest) longest = cost[t];
+    }
+    if (longest > bound) bound = longest;
     double best = 0.0;
+    int pick = -1;
     for (int i = 0; i < nc; i++) {
         if (cp[i] == LZ_ORDER_HEADS) lz_order_heads(n_tiles, n_heads, cand);
         if (cp[i] == LZ_ORDER_LPT) lz_order_lpt(n_tiles, n_heads, cchunk[i], tiles, cand);
         if (cp[i] == LZ_ORDER_BALANCED)
             lz_order_balanced(lpt, n, n_heads, cost, slots, &h, slot, count, next, cand);
-        cend[i] = lz_order_makespan(cand, n, n_heads, cost, slots, &h);
+        cend[i] = n <= slots ? longest : lz_order_makespan(cand, n, n_heads, cost, slots, &h);
         if (i == 0 || cend[i] < best) best = cend[i];
+        if (cend[i] <= bound * 1.01) {
+            pick = i;
+            break;
+        }
     }
-    int pick = 0;
-    while (cend[pick] > best * 1.01) pick++;
+    if (pick < 0)
+        for (pick = 0; cend[pick] > best * 1.01;) pick++;
     if (cp[pick] == LZ_ORDER_HEADS) lz_order_heads(n_tiles, n_heads, order);
     if (cp[pick] == LZ_ORDER_LPT) lz_order_lpt(n_tiles, n_heads, cchunk[pick], tiles, order);
     if (cp[pick] == LZ_ORDER_BALANCED)

@@ -556,7 +556,9 @@ static void test_tiled_every_kernel(void **state) {
  * 176 work-groups: the NVIDIA wgmma prefill picks among its orders), once
  * per order (auto, none, lpt, balanced; each an attention created with it
  * set), gives the same bits every time, and sampled rows of it match the
- * float64 reference. (On CPU OpenCL all four run the portable kernel.) */
+ * float64 reference; so do eight prefills of other lengths through one
+ * attention object keeping its orders (the cache of lib/attention.c). (On
+ * CPU OpenCL all of them run the portable kernel.) */
 static void test_prefill_order_invariance(void **state) {
     lazyattn_context *ctx = *state;
     lt_rng r = {lt_seed() ^ 0x0bde7u};
@@ -596,6 +598,28 @@ static void test_prefill_order_invariance(void **state) {
         if (diff) print_error("order %s: %zu of %zu outputs differ from the default order's\n", orders[i], diff, n);
         assert_int_equal(diff, 0);
         free(out);
+    }
+    /* one attention object over several shapes, shapes repeated and more of
+     * them than the orders it keeps (4): its cached orders (lpt, a table
+     * each) give what the kernel's own order gives */
+    {
+        static const int n_sub[] = {300, 200, 300, 100, 250, 150, 350, 300};
+        lazyattn_attention *lpt = NULL, *own = NULL;
+        setenv("LAZYATTN_NV_ORDER", "lpt", 1);
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &lpt), LAZYATTN_STATUS_OK);
+        setenv("LAZYATTN_NV_ORDER", "none", 1);
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &own), LAZYATTN_STATUS_OK);
+        unsetenv("LAZYATTN_NV_ORDER");
+        for (size_t k = 0; k < sizeof n_sub / sizeof *n_sub; k++) {
+            const int m = n_sub[k]; /* the question's first m tokens */
+            float *a = run_prefill(ctx, lpt, pool, &c, q, q_pos, m, s.table, s.entry_pos, s.n_entries);
+            float *b = run_prefill(ctx, own, pool, &c, q, q_pos, m, s.table, s.entry_pos, s.n_entries);
+            const size_t nm = (size_t)m * c.n_q_heads * c.head_dim;
+            assert_memory_equal(a, b, nm * sizeof *a);
+            free(a), free(b);
+        }
+        lazyattn_attention_destroy(lpt);
+        lazyattn_attention_destroy(own);
     }
     /* every 29th row (all token tiles, first and last rows included) against the reference */
     enum { STEP = 29 };
