@@ -31,6 +31,7 @@
  *    docs/PERFLOG.md, step 12). The simulations cost ~0.1 us a task each on
  *    the host; the caller keeps the result per shape.
  */
+#include <limits.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -234,5 +235,53 @@ int lz_prefill_order(int n_tiles, int n_heads, const double *cost, int slots,
 done:
     free(h.t), free(h.s), free(lpt), free(cand), free(tiles), free(slot), free(next), free(count);
     free(tc);
+    return st;
+}
+
+int lz_prefill_order_lists(const int *order, int n_tiles, int n_heads, const double *cost, int slots,
+                           int **lists, int *len) {
+    static const char fn[] = "lz_prefill_order_lists";
+    LZ_CHECK_ARG(order && cost && lists && len && n_tiles >= 1 && n_heads >= 1 && slots >= 1,
+                 "%s: bad arguments", fn);
+    LZ_CHECK_ARG(n_tiles <= (1 << 30) / n_heads, "%s: %d x %d tasks", fn, n_tiles, n_heads);
+    const int n = n_tiles * n_heads;
+    *lists = NULL, *len = 0;
+    lz_heap h = {malloc(sizeof(double) * (size_t)slots), malloc(sizeof(int) * (size_t)slots), 0};
+    int *slot = malloc(sizeof(int) * (size_t)n), *count = calloc((size_t)slots, sizeof(int));
+    int st = LAZYATTN_STATUS_OK, rounds = 0;
+    if (!h.t || !h.s || !slot || !count) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %d tasks", fn, n);
+        goto done;
+    }
+    for (int s = 0; s < slots; s++) lz_heap_push(&h, 0.0, s);
+    for (int k = 0; k < n; k++) {
+        double t;
+        int s;
+        if (order[k] < 0 || order[k] >= n) {
+            st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: order[%d] = %d of %d tasks", fn, k, order[k],
+                         n);
+            goto done;
+        }
+        lz_heap_pop(&h, &t, &s);
+        slot[k] = s;
+        if (++count[s] > rounds) rounds = count[s];
+        lz_heap_push(&h, t + cost[order[k] / n_heads], s);
+    }
+    if ((size_t)(rounds + 1) * (size_t)slots > (size_t)INT_MAX) {
+        st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: %d rounds of %d slots", fn, rounds, slots);
+        goto done;
+    }
+    *len = (rounds + 1) * slots;
+    *lists = malloc(sizeof(int) * (size_t)*len);
+    if (!*lists) {
+        *len = 0;
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %d rounds of %d slots", fn, rounds, slots);
+        goto done;
+    }
+    for (int i = 0; i < *len; i++) (*lists)[i] = -1;
+    for (int s = 0; s < slots; s++) count[s] = 0;
+    for (int k = 0; k < n; k++) (*lists)[count[slot[k]]++ * slots + slot[k]] = order[k];
+done:
+    free(h.t), free(h.s), free(slot), free(count);
     return st;
 }

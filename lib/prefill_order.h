@@ -21,4 +21,15 @@ int lz_prefill_order(int n_tiles, int n_heads, const double *cost, int slots,
                      lz_order_policy policy, int *order, lz_order_policy *chosen,
                      int *heads_at_once, double *makespan);
 
+/* The work-groups' task lists of the persistent prefill (cl/prefill_nv.cl,
+ * LZ_NV_PERSIST): the n = n_tiles * n_heads tasks of `order` (from
+ * lz_prefill_order) given to `slots` work-groups as list scheduling with
+ * cost[task / n_heads] would start them (the earliest free first, ties to
+ * the lower slot). *lists (malloc'd, the caller frees it) holds *len =
+ * (rounds + 1) * slots ints: lists[k * slots + s] the k-th task of slot s,
+ * -1 after its last (rounds: the most tasks of a slot). INVALID_ARGUMENT
+ * on bad sizes, OUT_OF_HOST_MEMORY. */
+int lz_prefill_order_lists(const int *order, int n_tiles, int n_heads, const double *cost, int slots,
+                           int **lists, int *len);
+
 #endif

@@ -7,8 +7,10 @@
  * HEADS is the kernel's own order; on the bench's shapes the chosen order
  * comes within a few percent of the lower bound max(total / slots, longest)
  * where the kernel's own order does not; on tiny cases, against the best of
- * all assignments found by enumeration. Bad arguments answer
- * INVALID_ARGUMENT with a message. No device needed.
+ * all assignments found by enumeration. The persistent kernel's task lists
+ * (lz_prefill_order_lists, step 13): each task once, each slot's list ended
+ * by -1, each slot's load and the end as the scan simulation assigns them.
+ * Bad arguments answer INVALID_ARGUMENT with a message. No device needed.
  */
 #include "test_common.h"
 
@@ -205,6 +207,73 @@ static void test_tiny_optimum(void **state) {
     }
 }
 
+/* The lists of an order: what the scan simulation gives each slot, in order. */
+static void check_lists(const int *order, int tiles, int heads, const double *cost, int slots) {
+    const int n = tiles * heads;
+    int *lists = NULL, len = 0;
+    assert_int_equal(lz_prefill_order_lists(order, tiles, heads, cost, slots, &lists, &len), 0);
+    assert_non_null(lists);
+    assert_true(len % slots == 0 && len >= slots);
+    double *free_at = calloc((size_t)slots, sizeof *free_at);
+    int *next = calloc((size_t)slots, sizeof *next), rounds = 0;
+    assert_non_null(free_at);
+    assert_non_null(next);
+    for (int k = 0; k < n; k++) {
+        int s = 0;
+        for (int i = 1; i < slots; i++)
+            if (free_at[i] < free_at[s]) s = i;
+        free_at[s] += cost[order[k] / heads];
+        assert_true((next[s] + 1) * slots + s < len);
+        assert_int_equal(lists[next[s]++ * slots + s], order[k]);
+        if (next[s] > rounds) rounds = next[s];
+    }
+    for (int s = 0; s < slots; s++) /* every list ended, nothing after */
+        for (int k = next[s]; k < len / slots; k++) assert_int_equal(lists[k * slots + s], -1);
+    assert_int_equal(len, (rounds + 1) * slots);
+    free(free_at), free(next), free(lists);
+}
+
+static void test_persistent_lists(void **state) {
+    (void)state;
+    static double cost[400];
+    static int order[400 * 8];
+    unsigned x = 4242u;
+    for (int c = 0; c < 40; c++) {
+        const int tiles = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 400;
+        const int heads = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 8;
+        const int n = tiles * heads;
+        int slots = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 140;
+        if (c % 4 == 0) slots = n < 132 ? n : 132; /* the host's: at most one a task */
+        for (int t = 0; t < tiles; t++) cost[t] = 2.0 + t + ((x = x * 1103515245u + 12345u) >> 16) % 7;
+        for (int p = LZ_ORDER_AUTO; p <= LZ_ORDER_BALANCED; p++) {
+            assert_int_equal(lz_prefill_order(tiles, heads, cost, slots, (lz_order_policy)p, order, NULL, NULL,
+                                               NULL), 0);
+            check_lists(order, tiles, heads, cost, slots);
+        }
+    }
+    /* the bench's (b) on 132: 171 x 8 tasks, no slot without one, 11 rounds at most */
+    const int tiles = bench_costs(8192, 8192, cost);
+    int *lists = NULL, len = 0;
+    assert_int_equal(lz_prefill_order(tiles, 8, cost, 132, LZ_ORDER_AUTO, order, NULL, NULL, NULL), 0);
+    check_lists(order, tiles, 8, cost, 132);
+    assert_int_equal(lz_prefill_order_lists(order, tiles, 8, cost, 132, &lists, &len), 0);
+    for (int s = 0; s < 132; s++) assert_true(lists[s] >= 0);
+    assert_true(len <= 12 * 132);
+    free(lists);
+    /* bad arguments */
+    order[0] = tiles * 8;
+    assert_int_equal(lz_prefill_order_lists(order, tiles, 8, cost, 132, &lists, &len),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(lazyattn_last_error(), "lz_prefill_order_lists"));
+    assert_null(lists);
+    assert_int_equal(lz_prefill_order_lists(order, tiles, 8, cost, 0, &lists, &len),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(lz_prefill_order_lists(NULL, tiles, 8, cost, 1, &lists, &len),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(lz_prefill_order_lists(order, 1 << 20, 1 << 12, cost, 1, &lists, &len),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+}
+
 static void test_bad_arguments(void **state) {
     (void)state;
     double cost[2] = {1.0, 2.0};
@@ -233,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_bench_shapes),
         cmocka_unit_test(test_random_shapes),
         cmocka_unit_test(test_tiny_optimum),
+        cmocka_unit_test(test_persistent_lists),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
