@@ -156,6 +156,16 @@
 #ifndef LZ_NV_PINGPONG
 #define LZ_NV_PINGPONG 1
 #endif
+/* 1 (opt-in, LAZYATTN_NV_PERSIST=1; with the producer's ping-pong; issue
+ * 11 step 13): lz_prefill_nv persistent (lz_prefill_nv_persist), a
+ * work-group a SM running a list of tasks with one set of rings; 0 (the
+ * default): a work-group a task. Measured on the H200 slower than a
+ * work-group a task: 2 x 8192 causal 2.96-2.99 ms against 2.86, 1 x 16384
+ * 12.0 against 10.7-10.8, 4096 over 4 x 2048 1.77 against 1.69
+ * (docs/PERFLOG.md). The batched prefill keeps a work-group a task. */
+#ifndef LZ_NV_PERSIST
+#define LZ_NV_PERSIST 0
+#endif
 /* 1: the ping-pong's first-entry rotation, V wait and proxy fence before
  * the turn; 0: inside it, as first measured (issue 11 step 6) */
 #ifndef LZ_NV_PP_EARLY
@@ -164,6 +174,9 @@
 #if LZ_NV_PINGPONG && !(LZ_NV_PRODUCER && (LZ_NV_WARPS == 8 || LZ_NV_WARPS == 12))
 #undef LZ_NV_PINGPONG
 #define LZ_NV_PINGPONG 0
+#endif
+#if LZ_NV_PERSIST && !LZ_NV_PINGPONG
+#error "LZ_NV_PERSIST needs the producer's ping-pong (the host sizes the launch by it)"
 #endif
 /* 1 (the ping-pong; opt-in, issue 11 step 11; measured in step 12 on the
  * H200: 1 x 16384 +1.6 %, 2 x 8192 causal and 4096 over 4 x 2048 cached
@@ -184,10 +197,12 @@
 #define LZ_NV_ONES_DECL __local ushort ones_[256] __attribute__((aligned(128)));
 #define LZ_NV_ONES_ARG , ones_
 #define LZ_NV_ONES_PARAM , __local ushort *ones
+#define LZ_NV_ONES_FWD , ones
 #else
 #define LZ_NV_ONES_DECL
 #define LZ_NV_ONES_ARG
 #define LZ_NV_ONES_PARAM
+#define LZ_NV_ONES_FWD
 #endif
 /* Slots of the producer's K and V rings (40 KB at d 128, KT 32). With the
  * ping-pong 2 K and 3 V, measured 3.5 % faster than 3 K and 2 V on 2 x 8192
@@ -204,12 +219,14 @@
 #if LZ_NV_PVSLOTS != 2 && LZ_NV_PVSLOTS != 3
 #error "LZ_NV_PVSLOTS: 2 or 3"
 #endif
-#if LZ_NV_PRODUCER && LZ_NV_WARPS == 12
+#if LZ_NV_PRODUCER && LZ_NV_WARPS == 12 && !defined(LZ_NV_CREGS)
 #define LZ_NV_CREGS 160
 #define LZ_NV_PREGS 32
-#elif LZ_NV_PRODUCER && LZ_NV_WARPS == 8
+#elif LZ_NV_PRODUCER && LZ_NV_WARPS == 8 && !defined(LZ_NV_CREGS)
 #define LZ_NV_CREGS 232
 #define LZ_NV_PREGS 40
+#elif defined(LZ_NV_CREGS)
+/* (set with LZ_NV_PREGS: timing experiments; 3 x CREGS + PREGS <= 512 at 12 warps) */
 #elif LZ_NV_PRODUCER && LZ_NV_WARPS != 4
 #error "LZ_NV_PRODUCER needs 4, 8 or 12 consumer warps"
 #endif
@@ -844,19 +861,28 @@ __attribute__((always_inline)) inline void lz_nv_prefetch_tile(const lz_nv_table
 }
 #endif
 
-/* A producer's copying warp: item n = 0, 1, ... is the n-th visible tile (then one
- * end marker, meta tile -1): its entries into meta[n % LZ_NV_NMETA], its K
- * into K slot n % LZ_NV_KSLOTS, and after it V of item n - 1 into V slot
- * (n - 1) % LZ_NV_VSLOTS, each slot refilled only once the consumers gave
- * back its previous tile (items n - LZ_NV_KSLOTS, n - 1 - LZ_NV_VSLOTS). role 0 does all of it
- * (LZ_NV_PWARPS 1); else role 1 the K slots and the meta slots, role 2 the
- * V slots, each walking the same tiles; t: the thread among the
- * LZ_NV_KWARPS warps of its role (t 0 writes the meta slots). */
+/* A producer's copying warp, one task (a work-group's rows of one KV head):
+ * its items are the visible tiles in order, then one end marker (meta tile
+ * -1), numbered on from *kn (the K ring's items so far: 0 for the first
+ * task), and its tiles' V on from *vn (the V ring's tiles so far); both are
+ * moved past this task's. Item n: its entries into meta[n % LZ_NV_NMETA],
+ * its K into K slot n % LZ_NV_KSLOTS; after it, the V of the tile before
+ * (the v-th) into V slot v % LZ_NV_VSLOTS; each slot refilled only once the
+ * consumers gave back what it held (items n - LZ_NV_KSLOTS, tile
+ * v - LZ_NV_VSLOTS; the consumers give an end marker's K slot back too).
+ * role 0 does all of it (LZ_NV_PWARPS 1); else role 1 the K slots and the
+ * meta slots, role 2 the V slots, each walking the same tiles; t: the
+ * thread among the LZ_NV_KWARPS warps of its role (t 0 writes the meta
+ * slots). The end marker's tile is `marker` (-1; the persistent kernel's
+ * last item, after its last task, is a marker -2 of a task without tiles,
+ * max_pos -1); with `tasks` (the persistent kernel), `task` goes into
+ * tasks[n % LZ_NV_NMETA] of the task's first item. The caller waits for
+ * its copies before the warp ends (LZ_NV_CP_WAIT_ALL). */
 __attribute__((always_inline)) inline void
 lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global const ulong *table,
               __global const int *entry_pos, int kvh, int n_kv_heads, int n_entries, int n_blocks,
               int max_pos, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], uint bars,
-              int t, int role) {
+              int t, int role, int *kn, int *vn, int marker, __local int4 *tasks, int4 task) {
     const int do_k = role != 2, do_v = role != 1;
     const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
 #if LZ_NV_PBATCH
@@ -868,8 +894,9 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
     int tk = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
 #endif
     int tv = n_tiles; /* the tile whose V comes next (none yet) */
+    int n = *kn, v = *vn;
     lz_nv_entry ev[LZ_NV_EPT];
-    for (int n = 0;; n++) {
+    for (;; n++) {
         const int ks = n % LZ_NV_KSLOTS;
         if (do_k && n >= LZ_NV_KSLOTS)
             lz_nv_mbar_wait(LZ_NV_KEMPTY(bars, ks), (uint)(n / LZ_NV_KSLOTS - 1) & 1);
@@ -900,21 +927,24 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
         if (do_k && t == 0) {
 #pragma unroll
             for (int k = 0; k < LZ_NV_EPT; k++)
-                meta[n % LZ_NV_NMETA][k] = (int4)(ek[k].pos0, ek[k].delta, ek[k].len, tk < n_tiles ? tk : -1);
+                meta[n % LZ_NV_NMETA][k] =
+                    (int4)(ek[k].pos0, ek[k].delta, ek[k].len, tk < n_tiles ? tk : marker);
+            if (tasks && n == *kn) tasks[n % LZ_NV_NMETA] = task; /* the task's first item */
             lz_nv_mbar_arrive(LZ_NV_KFULL(bars, ks));
         }
         if (do_v && tv < n_tiles) {
-            const int vn = n - 1, vs = vn % LZ_NV_VSLOTS;
-            if (vn >= LZ_NV_VSLOTS)
-                lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(vn / LZ_NV_VSLOTS - 1) & 1);
+            const int vs = v % LZ_NV_VSLOTS;
+            if (v >= LZ_NV_VSLOTS)
+                lz_nv_mbar_wait(LZ_NV_VEMPTY(bars, vs), (uint)(v / LZ_NV_VSLOTS - 1) & 1);
 #if LZ_NV_BULK
             if (t == 0)
                 lz_nv_bulk_pages(LZ_NV_VFULL(bars, vs), vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads,
-                                 LZ_NV_PCOPY(vn, LZ_NV_VSLOTS));
+                                 LZ_NV_PCOPY(v, LZ_NV_VSLOTS));
 #endif
-            if (LZ_NV_PCOPY(vn, LZ_NV_VSLOTS) && lz_nv_chunk_copies(ev))
+            if (LZ_NV_PCOPY(v, LZ_NV_VSLOTS) && lz_nv_chunk_copies(ev))
                 lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
             lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
+            v++;
         }
         if (tk >= n_tiles) break;
         tv = tk;
@@ -926,7 +956,231 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
         tk = lz_nv_next_tile(tk + 1, n_tiles, n_entries, entry_pos, max_pos);
 #endif
     }
-    LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
+    *kn = n + 1, *vn = v;
+}
+#endif
+
+#if LZ_NV_PRODUCER && LZ_NV_PINGPONG
+/* x, the same in every lane of the warp, as the compiler then knows it
+ * (redux.sync's result, a uniform register). The persistent kernel's ring
+ * counters, carried from task to task, lost that knowledge: ptxas kept the
+ * slots' addresses and the entries in per-lane registers. LZ_NV_UNIFORMS
+ * (on by default with LZ_NV_PERSIST) passes them through it: measured on
+ * the H200, 2 x 8192 causal 2.971 ms against 3.052 without, 1 x 16384
+ * 11.98 against 12.21 (issue 11 step 13). */
+#ifndef LZ_NV_UNIFORMS
+#define LZ_NV_UNIFORMS LZ_NV_PERSIST
+#endif
+#if LZ_NV_UNIFORMS
+inline int lz_nv_uniform(int x) {
+    asm("redux.sync.max.s32 %0, %0, 0xffffffff;" : "+r"(x));
+    return x;
+}
+#define LZ_NV_UNIFORM(x) lz_nv_uniform(x)
+#else
+#define LZ_NV_UNIFORM(x) (x)
+#endif
+/* A consumer warp of the ping-pong (with the producer), one task: rows r0 and
+ * r0 + 8 (positions qp0, qp1; min_pos the earliest of the work-group's rows)
+ * of query head h over the task's items of the K ring from *kn (its tiles,
+ * then its end marker) and its tiles of the V ring from *vn, both moved past
+ * them (lz_nv_produce numbers them alike); O's rows stored into out. */
+__attribute__((always_inline)) inline void
+lz_nv_consume(__global const float *q, __global float *out, __global const float2 *freq, int rope_style,
+              int rot_dim, float scale, int n_queries, int n_q_heads, int h, int r0, int qp0, int qp1,
+              int min_pos, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], uint bars, int warp,
+              int *kn, int *vn LZ_NV_ONES_PARAM) {
+    const int lane = get_local_id(0) & 31, t4 = lane & 3, r1 = r0 + 8;
+    /* the queries, as given (rotated on the first entry with a delta) */
+    __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
+    __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0;
+    uint qf[LZ_NV_DC][4];
+    int cur_delta = 0, n_rel = 0;
+    lz_nv_load_a(qf, qrow0, qrow1, t4, 0, rope_style, rot_dim, freq);
+
+    float o[LZ_HEAD_DIM / 8][4];
+#pragma unroll
+    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+#if LZ_NV_L_WG
+    /* the row sums by the tensor cores (l0, l1 then unused until the end) */
+    float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const ulong onesd = lz_nv_wg_desc(LZ_NV_SMEM(ones), 128, 128);
+#endif
+    const float sl2 = scale * 1.44269504088896341f;
+
+    /* Round j consumes item j of the producer (lz_nv_produce). With the
+     * ping-pong (the default): before its turn a warpgroup waits for K of
+     * item j + 1 and V of item j; in its turn it issues the scores of j + 1
+     * and O += P(j) V; after it, wait_group 1 gives the K slot back and the
+     * softmax of j + 1 runs while P V does, then wait_group 0 gives the V
+     * slot back. Without it: the scores of item j + 1 go to the tensor cores
+     * as soon as its K slot is full, then item j is masked, its softmax
+     * taken and O += P V issued once its V slot is full; both wgmma groups
+     * are waited for together, and the two slots given back (one arrival a
+     * warp each). */
+    /* the scores defined before any wgmma, also for a task without tiles:
+     * left undefined, the value of the task before flowed in, and ptxas
+     * serialized every wgmma of the persistent kernel (C7515) */
+    float sc[LZ_NV_KT / 8][4];
+#pragma unroll
+    for (int n = 0; n < LZ_NV_KT / 8; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+    int full = 1;
+    const int k0 = LZ_NV_UNIFORM(*kn), v0 = LZ_NV_UNIFORM(*vn);
+    lz_nv_mbar_wait(LZ_NV_KFULL(bars, k0 % LZ_NV_KSLOTS), (uint)(k0 / LZ_NV_KSLOTS) & 1);
+    __local const int4 *mfirst = meta[k0 % LZ_NV_NMETA];
+    int has = mfirst[0].w >= 0; /* the task's first item is a tile, not its end marker */
+    if (has) {
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE(); /* the producer's copies, seen by wgmma */
+        full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + (k0 % LZ_NV_KSLOTS) * LZ_NV_MAT_BYTES, mfirst,
+                            min_pos, qrow0, qrow1, lane, rope_style, rot_dim, freq, 0, LZ_NV_DECIDE_HERE);
+    }
+    lz_nv_scores_wait(sc, o);
+    LZ_NV_WARP_SYNC(); /* every lane's reads (meta, ldmatrix) before lane 0 gives the slot back */
+    if (lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, k0 % LZ_NV_KSLOTS)); /* an end marker's too */
+    /* the turns: warpgroup wg waits at named barrier 1 + wg and hands on to
+     * the next one's; the last warpgroup opens the first turn (and does not
+     * hand on after the last round, which nobody would take) */
+    const int nwg = LZ_NV_WARPS / 4, wg = warp / 4;
+    const uint my_turn = 1 + (uint)wg, next_turn = 1 + (uint)((wg + 1) % nwg);
+    if (has && wg == nwg - 1) LZ_NV_BAR_ARRIVE(1u, 256u);
+    /* tile 0's probabilities: P(0) packed, its factor on O (0 so far) kept */
+    float al0 = 1.0f, al1 = 1.0f;
+    uint pa[LZ_NV_KT / 16][4];
+    if (has) {
+        if (!full) lz_nv_mask(sc, mfirst, qp0, qp1, t4);
+        LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
+        LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
+        LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
+        al0 = a0, al1 = a1;
+    }
+#if LZ_NV_DIAG & 16
+    uint d_pre = 0, d_wait = 0, d_turn = 0, d_post = 0, d_start, d_end, d_mark;
+    LZ_NV_CLK(d_start);
+    d_mark = d_start;
+#endif
+    int j = 0;
+    for (; has; j++) {
+        const int n1 = k0 + j + 1, vj = v0 + j, ks = n1 % LZ_NV_KSLOTS, vs = vj % LZ_NV_VSLOTS;
+        lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
+        __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
+        const int has_n = mn[0].w >= 0;
+        int full_n = 1;
+        /* Everything a turn does not need held before it: a stall inside
+         * the turn holds every warpgroup's products. The queries rotated
+         * for tile j + 1's first entry (lz_nv_scores finds them rotated; a
+         * rotation inside the turn measured +3.4 % on prefill (a)), V(j)
+         * waited for, one proxy fence for both slots' copies; O (no product
+         * in flight) rescaled for P(j): a write to an accumulator between a
+         * wgmma and its wait makes ptxas serialize them all (C7515). */
+#if LZ_NV_PP_EARLY
+        if (rope_style != LZ_ROPE_NONE && mn[0].z > 0 && mn[0].y != cur_delta)
+            lz_nv_requery(qf, &cur_delta, &n_rel, mn[0].y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1);
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+#endif
+#if LZ_NV_PP_META
+        int full_pre;
+        const uint rmask = lz_nv_rot_mask(mn, cur_delta, min_pos, rope_style, &full_pre);
+#endif
+        LZ_NV_RESCALE(o, al0, al1);
+#if LZ_NV_L_WG
+        if (al0 != 1.0f || al1 != 1.0f) ls[0] *= al0, ls[1] *= al0, ls[2] *= al1, ls[3] *= al1;
+#endif
+        LZ_NV_MARK(1, d_pre);
+        LZ_NV_BAR_SYNC(my_turn, 256u);
+        LZ_NV_MARK(2, d_wait);
+#if !LZ_NV_PP_EARLY
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+#endif
+        /* the turn: the scores of tile j + 1 (into sc, free since P(j) is
+         * packed), then O += P(j) V. Also after the last tile (the end
+         * marker's slot, which no copy writes any more; entries of length 0,
+         * so no rotation; the scores unused): with the scores' wgmma only on
+         * some paths, ptxas could not tell the group left by wait_group 1
+         * and serialized every wgmma (C7515) */
+#if LZ_NV_PP_META
+        lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0, qrow1, lane,
+                     rope_style, rot_dim, freq, 1, rmask);
+        full_n = full_pre;
+#else
+        full_n = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0,
+                              qrow1, lane, rope_style, rot_dim, freq, LZ_NV_PP_EARLY, LZ_NV_DECIDE_HERE);
+#endif
+#if !LZ_NV_PP_EARLY
+        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1);
+        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+#endif
+        const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
+        LZ_NV_PV_ISSUE(o, pa, vb); /* (and the row sums, LZ_NV_L_WG) */
+        if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
+        LZ_NV_MARK(4, d_turn);
+        /* the scores of tile j + 1 done (P V of tile j may still run) */
+        LZ_NV_WG_WAIT1();
+#pragma unroll
+        for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
+        LZ_NV_WARP_SYNC();
+        if (lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, ks)); /* an end marker's too */
+        if (has_n) {
+            if (!full_n) lz_nv_mask(sc, mn, qp0, qp1, t4);
+            LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
+            LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
+            al0 = a0, al1 = a1;
+        }
+        /* P V of tile j done: its V slot back, and P(j + 1) packed */
+        LZ_NV_WG_WAIT();
+#pragma unroll
+        for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
+#if LZ_NV_L_WG
+        LZ_NV_WG_TIE(ls);
+#endif
+#pragma unroll
+        for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
+        LZ_NV_WARP_SYNC();
+        if (lane == 0) lz_nv_mbar_arrive(LZ_NV_VEMPTY(bars, vs));
+        if (has_n) LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
+        has = has_n;
+        LZ_NV_MARK(8, d_post);
+    }
+#if LZ_NV_DIAG & 16
+    LZ_NV_CLK(d_end);
+    const uint d_rounds = (uint)j, d_clocks = d_end - d_start;
+#endif
+    *kn = k0 + j + 1, *vn = v0 + j; /* its tiles and end marker; its tiles */
+
+#if LZ_NV_L_WG
+    l0 = ls[0], l1 = ls[2]; /* whole rows' sums already */
+#else
+    l0 += lz_nv_xor(l0, 1);
+    l0 += lz_nv_xor(l0, 2);
+    l1 += lz_nv_xor(l1, 1);
+    l1 += lz_nv_xor(l1, 2);
+#endif
+    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    if (r0 < n_queries) {
+        __global float *dst = out + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < LZ_HEAD_DIM / 8; n++)
+            vstore2((float2)(o[n][0] * i0, o[n][1] * i0), 0, dst + n * 8);
+    }
+    if (r1 < n_queries) {
+        __global float *dst = out + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < LZ_HEAD_DIM / 8; n++)
+            vstore2((float2)(o[n][2] * i1, o[n][3] * i1), 0, dst + n * 8);
+    }
+#if (LZ_NV_DIAG & 16) && LZ_NV_PRODUCER && LZ_NV_PINGPONG
+    /* over elements this lane has just stored: no other thread writes them
+     * (with bit 32 never, on a condition ptxas cannot decide, which keeps
+     * the clock reads) */
+    const int d_write = (LZ_NV_DIAG & 32) ? d_clocks + d_pre + d_wait + d_turn + d_post == 0xfffffffeu : 1;
+    if (d_write && LZ_NV_DIAG_WRITES(lane) && r0 < n_queries) {
+        __global uint *d = (__global uint *)out + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM;
+        const uint w[8] = {LZ_NV_DIAG_MAGIC | (uint)warp, d_rounds, d_clocks, d_pre, d_wait, d_turn, d_post, 0};
+#pragma unroll
+        for (int i = 0; i < 8; i++) d[(i >> 1) * 8 + (i & 1)] = w[i];
+    }
+#endif
 }
 #endif
 
@@ -1002,9 +1256,10 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         const int pw = warp - LZ_NV_WARPS; /* the warp in the producer's warpgroup */
         /* each role its own inlined copy (the role a constant): at 32
          * registers a thread, what one role keeps live spills less */
+        int kn = 0, vn = 0;
 #define LZ_NV_PRODUCE(role)                                                                      \
     lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase, vbase, \
-                  meta, bars, lane + 32 * (pw % LZ_NV_KWARPS), role)
+                  meta, bars, lane + 32 * (pw % LZ_NV_KWARPS), role, &kn, &vn, -1, 0, (int4)(0))
         if (LZ_NV_PWARPS == 1) {
             if (pw == 0) LZ_NV_PRODUCE(0);
         } else if (pw < LZ_NV_KWARPS) {
@@ -1013,6 +1268,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
             LZ_NV_PRODUCE(2);
         }
 #undef LZ_NV_PRODUCE
+        LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
         return;
     }
 #ifdef LZ_NV_CREGS
@@ -1027,6 +1283,11 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     int nxt = cur < n_tiles ? lz_nv_next_tile(cur + 1, n_tiles, n_entries, entry_pos, max_pos) : n_tiles;
 #endif
 
+#if LZ_NV_PRODUCER && LZ_NV_PINGPONG
+    int kn = 0, vn = 0;
+    lz_nv_consume(q, out, freq, rope_style, rot_dim, scale, n_queries, n_q_heads, h, r0, qp0, qp1, min_pos,
+                  kbase, vbase, meta, bars, warp, &kn, &vn LZ_NV_ONES_FWD);
+#else
     /* the queries, as given (rotated on the first entry with a delta) */
     __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
     __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0;
@@ -1068,118 +1329,6 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     lz_nv_scores_wait(sc, o);
     LZ_NV_WARP_SYNC(); /* every lane's reads (meta, ldmatrix) before lane 0 gives the slot back */
     if (has && lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, 0));
-#if LZ_NV_PINGPONG
-    /* the turns: warpgroup wg waits at named barrier 1 + wg and hands on to
-     * the next one's; the last warpgroup opens the first turn (and does not
-     * hand on after the last round, which nobody would take) */
-    const int nwg = LZ_NV_WARPS / 4, wg = warp / 4;
-    const uint my_turn = 1 + (uint)wg, next_turn = 1 + (uint)((wg + 1) % nwg);
-    if (has && wg == nwg - 1) LZ_NV_BAR_ARRIVE(1u, 256u);
-    /* tile 0's probabilities: P(0) packed, its factor on O (0 so far) kept */
-    float al0 = 1.0f, al1 = 1.0f;
-    uint pa[LZ_NV_KT / 16][4];
-    if (has) {
-        if (!full) lz_nv_mask(sc, meta[0], qp0, qp1, t4);
-        LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
-        LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
-        LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
-        al0 = a0, al1 = a1;
-    }
-#if LZ_NV_DIAG & 16
-    uint d_pre = 0, d_wait = 0, d_turn = 0, d_post = 0, d_start, d_end, d_mark;
-    LZ_NV_CLK(d_start);
-    d_mark = d_start;
-    int j = 0;
-    for (; has; j++) {
-#else
-    for (int j = 0; has; j++) {
-#endif
-        const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j % LZ_NV_VSLOTS;
-        lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
-        __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
-        const int has_n = mn[0].w >= 0;
-        int full_n = 1;
-        /* Everything a turn does not need held before it: a stall inside
-         * the turn holds every warpgroup's products. The queries rotated
-         * for tile j + 1's first entry (lz_nv_scores finds them rotated; a
-         * rotation inside the turn measured +3.4 % on prefill (a)), V(j)
-         * waited for, one proxy fence for both slots' copies; O (no product
-         * in flight) rescaled for P(j): a write to an accumulator between a
-         * wgmma and its wait makes ptxas serialize them all (C7515). */
-#if LZ_NV_PP_EARLY
-        if (rope_style != LZ_ROPE_NONE && mn[0].z > 0 && mn[0].y != cur_delta)
-            lz_nv_requery(qf, &cur_delta, &n_rel, mn[0].y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
-        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
-        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
-#endif
-#if LZ_NV_PP_META
-        int full_pre;
-        const uint rmask = lz_nv_rot_mask(mn, cur_delta, min_pos, rope_style, &full_pre);
-#endif
-        LZ_NV_RESCALE(o, al0, al1);
-#if LZ_NV_L_WG
-        if (al0 != 1.0f || al1 != 1.0f) ls[0] *= al0, ls[1] *= al0, ls[2] *= al1, ls[3] *= al1;
-#endif
-        LZ_NV_MARK(1, d_pre);
-        LZ_NV_BAR_SYNC(my_turn, 256u);
-        LZ_NV_MARK(2, d_wait);
-#if !LZ_NV_PP_EARLY
-        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
-#endif
-        /* the turn: the scores of tile j + 1 (into sc, free since P(j) is
-         * packed), then O += P(j) V. Also after the last tile (the end
-         * marker's slot, which no copy writes any more; entries of length 0,
-         * so no rotation; the scores unused): with the scores' wgmma only on
-         * some paths, ptxas could not tell the group left by wait_group 1
-         * and serialized every wgmma (C7515) */
-#if LZ_NV_PP_META
-        lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0, qrow1, lane,
-                     rope_style, rot_dim, freq, 1, rmask);
-        full_n = full_pre;
-#else
-        full_n = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + ks * LZ_NV_MAT_BYTES, mn, min_pos, qrow0,
-                              qrow1, lane, rope_style, rot_dim, freq, LZ_NV_PP_EARLY, LZ_NV_DECIDE_HERE);
-#endif
-#if !LZ_NV_PP_EARLY
-        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(j / LZ_NV_VSLOTS) & 1);
-        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
-#endif
-        const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
-        LZ_NV_PV_ISSUE(o, pa, vb); /* (and the row sums, LZ_NV_L_WG) */
-        if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
-        LZ_NV_MARK(4, d_turn);
-        /* the scores of tile j + 1 done (P V of tile j may still run) */
-        LZ_NV_WG_WAIT1();
-#pragma unroll
-        for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
-        LZ_NV_WARP_SYNC();
-        if (has_n && lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, ks));
-        if (has_n) {
-            if (!full_n) lz_nv_mask(sc, mn, qp0, qp1, t4);
-            LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
-            LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
-            al0 = a0, al1 = a1;
-        }
-        /* P V of tile j done: its V slot back, and P(j + 1) packed */
-        LZ_NV_WG_WAIT();
-#pragma unroll
-        for (int n = 0; n < LZ_HEAD_DIM / 8; n++) LZ_NV_WG_TIE(o[n]);
-#if LZ_NV_L_WG
-        LZ_NV_WG_TIE(ls);
-#endif
-#pragma unroll
-        for (int n = 0; n < LZ_NV_KT / 8; n++) LZ_NV_WG_TIE(sc[n]);
-        LZ_NV_WARP_SYNC();
-        if (lane == 0) lz_nv_mbar_arrive(LZ_NV_VEMPTY(bars, vs));
-        if (has_n) LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
-        has = has_n;
-        LZ_NV_MARK(8, d_post);
-    }
-#if LZ_NV_DIAG & 16
-    LZ_NV_CLK(d_end);
-    const uint d_rounds = (uint)j, d_clocks = d_end - d_start;
-#endif
-#else
     for (int j = 0; has; j++) {
         const int n1 = j + 1, ks = n1 % LZ_NV_KSLOTS, vs = j % LZ_NV_VSLOTS;
         lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
@@ -1212,7 +1361,6 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         full = full_n;
         has = has_n;
     }
-#endif /* LZ_NV_PINGPONG */
 #else
     long ksrc[LZ_NV_CPT], vsrc[LZ_NV_CPT];
     int4 kmeta = (int4)(0, 0, 0, 0);
@@ -1359,19 +1507,151 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++)
             vstore2((float2)(o[n][2] * i1, o[n][3] * i1), 0, dst + n * 8);
     }
-#if (LZ_NV_DIAG & 16) && LZ_NV_PRODUCER && LZ_NV_PINGPONG
-    /* over elements this lane has just stored: no other thread writes them
-     * (with bit 32 never, on a condition ptxas cannot decide, which keeps
-     * the clock reads) */
-    const int d_write = (LZ_NV_DIAG & 32) ? d_clocks + d_pre + d_wait + d_turn + d_post == 0xfffffffeu : 1;
-    if (d_write && LZ_NV_DIAG_WRITES(lane) && r0 < n_queries) {
-        __global uint *d = (__global uint *)out + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM;
-        const uint w[8] = {LZ_NV_DIAG_MAGIC | (uint)warp, d_rounds, d_clocks, d_pre, d_wait, d_turn, d_post, 0};
-#pragma unroll
-        for (int i = 0; i < 8; i++) d[(i >> 1) * 8 + (i & 1)] = w[i];
-    }
 #endif
 }
+
+#if LZ_NV_PERSIST
+/* Task k of persistent work-group w of nwg (lz_prefill_nv with
+ * LZ_NV_PERSIST): tile * n_kv_heads + KV head, or -1 past its last. With
+ * the host's lists, order[k * nwg + w] (a negative entry ends the list);
+ * without, tasks w, w + nwg, w + 2 nwg, ... of the kernel's own order (head
+ * by head, later token tiles first). Out-of-range entries end the list. */
+inline int lz_nv_task(__global const int *order, int k, int w, int nwg, int n_tok_tiles, int n_kv_heads) {
+    const long n_tasks = (long)n_tok_tiles * n_kv_heads, i = (long)k * nwg + w;
+    if (order) {
+        const int task = order[i];
+        return task >= 0 && task < n_tasks ? task : -1;
+    }
+    if (i >= n_tasks) return -1;
+    const int head = (int)(i / n_tok_tiles), tile = n_tok_tiles - 1 - (int)(i % n_tok_tiles);
+    return tile * n_kv_heads + head;
+}
+
+/* The latest and earliest positions (lz_nv_query_pos) of the task's active
+ * rows tok0 .. tok0 + rows - 1 (those before n_queries), alike in every lane
+ * of the warp; with check, the rows' bad positions recorded. */
+__attribute__((always_inline)) inline void lz_nv_task_positions(__global const int *q_pos, int tok0, int rows,
+                                                                int n_queries, __global int *err, int check,
+                                                                int lane, int *max_pos, int *min_pos) {
+    int hi = -1, lo = INT_MAX;
+    for (int r = tok0 + lane; r < tok0 + rows && r < n_queries; r += 32) {
+        if (check && !LZ_POSITION_OK(q_pos[r])) lz_raise(err, LZ_ERR_QUERY_POSITION);
+        const int p = lz_nv_query_pos(q_pos, r, n_queries);
+        hi = p > hi ? p : hi, lo = p < lo ? p : lo;
+    }
+    asm volatile("redux.sync.max.s32 %0, %0, 0xffffffff;" : "+r"(hi));
+    asm volatile("redux.sync.min.s32 %0, %0, 0xffffffff;" : "+r"(lo));
+    *max_pos = hi, *min_pos = lo;
+}
+
+/* A copying warp of the producer over its work-group's tasks (role and t as
+ * lz_nv_produce), the K and V rings' items numbered on across them; each
+ * task's (first row, KV head, earliest position) handed to the consumers
+ * with its first item, a stop marker (-2) after the last. The warps that
+ * write the entries record the tasks' bad query positions. */
+__attribute__((always_inline)) inline void
+lz_nv_produce_tasks(__global const int *q_pos, __global const ulong *table, __global const int *entry_pos,
+                    __global const ushort *kc, __global const ushort *vc, __global const int *order,
+                    int n_queries, int n_entries, int n_kv_heads, int n_blocks, int rows, int n_tok_tiles,
+                    uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], __local int4 *tasks, uint bars,
+                    __global int *err, int t, int role) {
+    const int w = get_group_id(0), nwg = get_num_groups(0);
+    int kn = 0, vn = 0;
+    for (int k = 0;; k++) {
+        const int task = lz_nv_task(order, k, w, nwg, n_tok_tiles, n_kv_heads);
+        int kvh = 0, tok0 = 0, max_pos = -1, min_pos = -1;
+        if (task >= 0) {
+            const int tile = task / n_kv_heads;
+            kvh = task - tile * n_kv_heads, tok0 = tile * rows;
+            lz_nv_task_positions(q_pos, tok0, rows, n_queries, err, role != 2 && t < 32, t & 31, &max_pos,
+                                 &min_pos);
+        }
+        lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase, vbase,
+                      meta, bars, t, role, &kn, &vn, task < 0 ? -2 : -1, tasks, (int4)(tok0, kvh, min_pos, 0));
+        if (task < 0) break;
+    }
+    LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
+}
+
+/*
+ * The persistent prefill (LZ_NV_PERSIST, issue 11 step 13): get_num_groups(0)
+ * work-groups (the host launches one a SM) each run a list of tasks (token
+ * tile, KV head; lz_nv_task), each as one work-group of lz_prefill_nv_rows
+ * would, with one set of rings for all: the producer walks on into the next
+ * task's tiles while the consumers finish one (the end of a task, O's
+ * store, the next task's queries), so that a task no longer starts with its
+ * first copies in series (q_pos, the table, then K) nor ends with the
+ * tensor cores drained, and no work-group starts or ends per task. No
+ * barrier across the work-group after the start: each warp finds the
+ * task's positions itself (lz_nv_task_positions).
+ */
+__attribute__((always_inline)) inline void
+lz_prefill_nv_persist(__global const float *q, __global const int *q_pos, __global const ulong *table,
+                      __global const int *entry_pos, __global const ushort *kc, __global const ushort *vc,
+                      __global float *out, __global const float2 *freq, int rope_style, int rot_dim,
+                      float scale, int n_queries, int n_entries, int n_q_heads, int n_kv_heads,
+                      int n_blocks, __global int *err, __global const int *order, __local uchar *kring,
+                      __local uchar *vring, __local int4 (*meta)[LZ_NV_EPT], __local int4 *tasks,
+                      __local ulong *mbar LZ_NV_ONES_PARAM) {
+    const int lid = get_local_id(0);
+    const int lane = lid & 31, warp = lid >> 5;
+    const int G = n_q_heads / n_kv_heads, WM = LZ_NV_WARPS / G;
+    const int gh = warp % G, mi = warp / G, g = lane >> 2;
+    const int rows = 16 * WM, n_tok_tiles = (n_queries + rows - 1) / rows;
+    const int w = get_group_id(0), nwg = get_num_groups(0);
+
+    /* bad entries are flagged once, each work-group a share */
+    for (int e = w * LZ_NV_WG_THREADS + lid; e < n_entries; e += nwg * LZ_NV_WG_THREADS) {
+        const ulong ew = table[e];
+        if (LAZYATTN_ENTRY_BLOCK(ew) >= n_blocks) lz_raise(err, LZ_ERR_BLOCK);
+        else if (LAZYATTN_ENTRY_LENGTH(ew) > LZ_BLOCK) lz_raise(err, LZ_ERR_LENGTH);
+        else if (!LZ_ENTRY_POSITIONS_OK(entry_pos[e], LAZYATTN_ENTRY_DELTA(ew), LAZYATTN_ENTRY_LENGTH(ew)))
+            lz_raise(err, LZ_ERR_ENTRY_POSITION);
+    }
+    if (lid == 0) lz_nv_ring_init(LZ_NV_SMEM(mbar));
+#if LZ_NV_L_WG
+    if (lid < 256) {
+        ones[lid] = 0x3C00; /* f16 1.0 */
+        LZ_NV_PROXY_FENCE(); /* for wgmma's reads, after the barrier */
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint kbase = LZ_NV_SMEM(kring), vbase = LZ_NV_SMEM(vring), bars = LZ_NV_SMEM(mbar);
+    if (warp >= LZ_NV_WARPS) {
+#ifdef LZ_NV_PREGS
+        LZ_NV_SETMAXNREG(dec, LZ_NV_PREGS);
+#endif
+        const int pw = warp - LZ_NV_WARPS; /* the warp in the producer's warpgroup */
+#define LZ_NV_PRODUCE_TASKS(role)                                                                  \
+    lz_nv_produce_tasks(q_pos, table, entry_pos, kc, vc, order, n_queries, n_entries, n_kv_heads, n_blocks, \
+                        rows, n_tok_tiles, kbase, vbase, meta, tasks, bars, err,                       \
+                        lane + 32 * (pw % LZ_NV_KWARPS), role)
+        if (LZ_NV_PWARPS == 1) {
+            if (pw == 0) LZ_NV_PRODUCE_TASKS(0);
+        } else if (pw < LZ_NV_KWARPS) {
+            LZ_NV_PRODUCE_TASKS(1);
+        } else if (pw < LZ_NV_PWARPS) {
+            LZ_NV_PRODUCE_TASKS(2);
+        }
+#undef LZ_NV_PRODUCE_TASKS
+        return;
+    }
+#ifdef LZ_NV_CREGS
+    LZ_NV_SETMAXNREG(inc, LZ_NV_CREGS);
+#endif
+    /* the tasks as the producer hands them on (the first item of each) */
+    for (int kn = 0, vn = 0;;) {
+        lz_nv_mbar_wait(LZ_NV_KFULL(bars, kn % LZ_NV_KSLOTS), (uint)(kn / LZ_NV_KSLOTS) & 1);
+        if (LZ_NV_UNIFORM(meta[kn % LZ_NV_NMETA][0].w) == -2) break; /* no more */
+        int4 task = tasks[kn % LZ_NV_NMETA]; /* first row, KV head, earliest position */
+        task.x = LZ_NV_UNIFORM(task.x), task.y = LZ_NV_UNIFORM(task.y), task.z = LZ_NV_UNIFORM(task.z);
+        const int r0 = task.x + mi * 16 + g;
+        const int qp0 = lz_nv_query_pos(q_pos, r0, n_queries), qp1 = lz_nv_query_pos(q_pos, r0 + 8, n_queries);
+        lz_nv_consume(q, out, freq, rope_style, rot_dim, scale, n_queries, n_q_heads, task.y * G + gh, r0, qp0,
+                      qp1, task.z, kbase, vbase, meta, bars, warp, &kn, &vn LZ_NV_ONES_FWD);
+    }
+}
+#endif
 
 __kernel __attribute__((reqd_work_group_size(LZ_NV_WG_THREADS, 1, 1))) void
 lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const ulong *table,
@@ -1386,6 +1666,12 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
     __local ulong mbar[LZ_NV_MBARS] __attribute__((aligned(8)));
     LZ_NV_ONES_DECL
     (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
+#if LZ_NV_PERSIST
+    __local int4 tasks[LZ_NV_NMETA]; /* per meta slot: (first row, KV head, earliest position) */
+    lz_prefill_nv_persist(q, q_pos, table, entry_pos, kc, vc, out, freq, rope_style, rot_dim, scale, n_queries,
+                          n_entries, n_q_heads, n_kv_heads, n_blocks, err, order, kring, vring, meta, tasks,
+                          mbar LZ_NV_ONES_ARG);
+#else
     const int WM = LZ_NV_WARPS / (n_q_heads / n_kv_heads);
     /* Which token tile and KV head: the task order[linear id] = tile *
      * n_kv_heads + head (lib/prefill_order.c: the order that ends the launch
@@ -1400,6 +1686,7 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
                        n_queries, n_entries, n_q_heads, n_kv_heads, n_blocks, err, kvh,
                        tile * 16 * WM, get_group_id(0) == 0 && get_group_id(1) == 0, kring, vring,
                        meta, mbar LZ_NV_ONES_ARG);
+#endif
 }
 
 /*

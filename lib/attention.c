@@ -42,6 +42,7 @@ typedef struct lz_nv_tune {
     int dstages;     /* decode ring depth (blocks in flight + 1) */
     int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
     int producer;    /* 1: the wgmma prefill's K / V copies by a producer warpgroup (LZ_NV_PRODUCER) */
+    int persist;     /* 1: lz_prefill_nv persistent, a work-group a SM (LZ_NV_PERSIST; with the producer) */
     size_t prefill_threads; /* work-items of a prefill work-group, as the kernels were compiled */
 } lz_nv_tune;
 
@@ -71,6 +72,7 @@ struct lazyattn_attention {
     struct {
         int known, n_queries, n_entries;
         cl_mem order; /* [tiles * n_kv_heads] int; NULL: the kernel's own order */
+        int groups;   /* persistent: the work-groups (order: their lists, prefill_order.h) */
     } nv_orders[LZ_NV_ORDERS];
     int nv_order_next;                  /* the slot the next new shape replaces */
     lz_order_policy nv_order_policy;    /* LAZYATTN_NV_ORDER; AUTO by default */
@@ -192,6 +194,11 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
     env = getenv("LAZYATTN_NV_PRODUCER");
     t->producer = wgmma && !(env && !strcmp(env, "0")) && (size_t)10 * t->kt * D <= 48640 &&
                   t->warps % 4 == 0 && t->warps <= 12;
+    /* ... and with its ping-pong (8 or 12 consumer warps), the persistent
+     * prefill, opt-in (LAZYATTN_NV_PERSIST=1): measured slower than a
+     * work-group a tile on the H200 (issue 11 step 13, docs/PERFLOG.md) */
+    env = getenv("LAZYATTN_NV_PERSIST");
+    t->persist = t->producer && (t->warps == 8 || t->warps == 12) && env && !strcmp(env, "1");
 }
 
 /* Builds the tensor-core kernels, with the prefill's scores on Hopper wgmma
@@ -202,18 +209,21 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     int n = snprintf(options, sizeof options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_KV_TILED=%d "
                      "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d "
-                     "-DLZ_NV_WGMMA=%d%s",
+                     "-DLZ_NV_WGMMA=%d%s%s",
                      a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype,
                      a->cfg.kv_layout == LAZYATTN_KV_LAYOUT_TILED, a->nv.kt,
-                     a->nv.warps, a->nv.dstages, wgmma, wgmma && a->nv.producer ? " -DLZ_NV_PRODUCER=1" : "");
+                     a->nv.warps, a->nv.dstages, wgmma, wgmma && a->nv.producer ? " -DLZ_NV_PRODUCER=1" : "",
+                     wgmma && a->nv.producer && a->nv.persist ? " -DLZ_NV_PERSIST=1" : "");
     const int n_base = n;
     if (a->nv.maxreg > 0)
         n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", a->nv.maxreg);
     const char *extra = getenv("LAZYATTN_NV_DEFINES"); /* experiments: extra -D options */
-    if (extra && (strstr(extra, "LZ_NV_PRODUCER") || strstr(extra, "LZ_NV_WARPS"))) {
-        /* the host sizes the launch by these: LAZYATTN_NV_PRODUCER and LAZYATTN_NV_PREFILL set them */
-        lz_log(ctx, LAZYATTN_LOG_WARN, "LAZYATTN_NV_DEFINES ignored: it sets LZ_NV_PRODUCER or LZ_NV_WARPS, "
-               "which LAZYATTN_NV_PRODUCER and LAZYATTN_NV_PREFILL set");
+    if (extra && (strstr(extra, "LZ_NV_PRODUCER") || strstr(extra, "LZ_NV_WARPS") ||
+                  strstr(extra, "LZ_NV_PERSIST"))) {
+        /* the host sizes the launch by these: LAZYATTN_NV_PRODUCER, LAZYATTN_NV_PREFILL and
+         * LAZYATTN_NV_PERSIST set them */
+        lz_log(ctx, LAZYATTN_LOG_WARN, "LAZYATTN_NV_DEFINES ignored: it sets LZ_NV_PRODUCER, LZ_NV_WARPS or "
+               "LZ_NV_PERSIST, which LAZYATTN_NV_PRODUCER, LAZYATTN_NV_PREFILL and LAZYATTN_NV_PERSIST set");
         extra = NULL;
     }
     if (extra && strlen(extra) < 200)
@@ -286,12 +296,19 @@ static int lz_nv_build(lazyattn_attention *a) {
      * e.g. 12 rounded to 10 for groups of 5) or its build fails */
     if (can && !wgmma) lz_nv_tune_defaults(a, 0, &a->nv);
     int st = lz_nv_build_with(a, wgmma);
+    if (st && wgmma && a->nv.persist) {
+        /* e.g. LAZYATTN_NV_DEFINES=-DLZ_NV_PINGPONG=0 (an #error with LZ_NV_PERSIST) */
+        lz_log(ctx, LAZYATTN_LOG_WARN, "persistent wgmma prefill unavailable, a work-group a tile in use: %s",
+               lazyattn_last_error());
+        a->nv.persist = 0;
+        st = lz_nv_build_with(a, wgmma);
+    }
     if (st && wgmma && a->nv.producer) {
         /* e.g. the LAZYATTN_NV_DEFINES experiments of the kernel without it
          * (LZ_NV_PVOV, LZ_NV_PVWG 0: an #error with the producer) */
         lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill with the producer unavailable, without it in use: %s",
                lazyattn_last_error());
-        a->nv.producer = 0;
+        a->nv.producer = a->nv.persist = 0;
         st = lz_nv_build_with(a, wgmma);
     }
     if (st && wgmma) {
@@ -316,10 +333,12 @@ static int lz_nv_build(lazyattn_attention *a) {
     if (env && !strcmp(env, "heads")) a->nv_order_policy = LZ_ORDER_HEADS;
     if (env && !strcmp(env, "lpt")) a->nv_order_policy = LZ_ORDER_LPT;
     if (env && !strcmp(env, "balanced")) a->nv_order_policy = LZ_ORDER_BALANCED;
+    a->nv.persist = a->nv.persist && wgmma && producer;
     lz_log(ctx, LAZYATTN_LOG_INFO,
-           "NVIDIA tensor-core path: prefill %s%s, tile %d keys, %d warps, maxreg %d; "
+           "NVIDIA tensor-core path: prefill %s%s%s, tile %d keys, %d warps, maxreg %d; "
            "decode ring %d, waves %d (0: default)",
            wgmma ? "wgmma (S and P V)" : "mma.sync", producer ? " + producer warpgroup" : "",
+           a->nv.persist ? ", persistent" : "",
            a->nv.kt, a->nv.warps, a->nv.maxreg,
            a->nv.dstages, a->nv.waves);
     return LAZYATTN_STATUS_OK;
@@ -740,25 +759,37 @@ int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, 
  * over n_entries in `tiles` token tiles of `tokens`, NULL for the kernel's
  * own order (LAZYATTN_NV_ORDER=none, not the producer's kernel, the order
  * chosen is the kernel's own (head by head), or no memory: the order
- * changes the speed, never the result). Each token tile's cost is
- * estimated as a prefill's usual table has it: the queries the last
- * n_queries positions over n_entries full blocks, each query seeing every
- * key up to its own position; 4 tiles of keys for the start and the end.
- * Made once a shape (every layer of a forward has the same: 0.1-0.2 ms of
- * host time at 4096-16384 queries, once) into a buffer never written again
- * (CL_MEM_COPY_HOST_PTR: no queue involved, safe on any), the last
- * LZ_NV_ORDERS shapes kept. */
+ * changes the speed, never the result). The persistent kernel
+ * (a->nv.persist) reads its work-groups' task lists instead
+ * (lz_prefill_order_lists; always made, the kernel's own order being a
+ * round robin), and *groups is set to the work-groups to launch: one a
+ * compute unit, at most one a task. Each token tile's cost is estimated as
+ * a prefill's usual table has it: the queries the last n_queries positions
+ * over n_entries full blocks, each query seeing every key up to its own
+ * position; 4 tiles of keys for the start and the end (2 persistent, which
+ * overlaps them). Made once a shape (every layer of a forward has the
+ * same: 0.1-0.2 ms of host time at 4096-16384 queries, once) into a buffer
+ * never written again (CL_MEM_COPY_HOST_PTR: no queue involved, safe on
+ * any), the last LZ_NV_ORDERS shapes kept. */
 static cl_mem lz_nv_prefill_order(lazyattn_attention *a, int n_queries, int n_entries, int tiles,
-                                  int tokens) {
+                                  int tokens, int *groups) {
+    const int heads = a->cfg.n_kv_heads, kt = a->nv.kt, persist = a->nv.persist;
+    const int64_t tasks = (int64_t)tiles * heads;
+    /* (persistent, LAZYATTN_NV_PERSIST_GROUPS=N: N work-groups instead, for timing experiments) */
+    const char *env = persist ? getenv("LAZYATTN_NV_PERSIST_GROUPS") : NULL;
+    const int64_t cus = env && atoi(env) > 0 ? atoi(env) : (int64_t)a->ctx->compute_units;
+    const int slots = (int)(persist && tasks < cus ? tasks : cus > 0 ? cus : 1);
+    *groups = persist ? slots : 0;
     if (a->nv_order_off) return NULL;
     for (int i = 0; i < LZ_NV_ORDERS; i++)
         if (a->nv_orders[i].known && a->nv_orders[i].n_queries == n_queries &&
-            a->nv_orders[i].n_entries == n_entries)
+            a->nv_orders[i].n_entries == n_entries) {
+            *groups = a->nv_orders[i].groups;
             return a->nv_orders[i].order;
-    const int heads = a->cfg.n_kv_heads, kt = a->nv.kt;
-    if ((size_t)tiles > (size_t)(1 << 30) / (size_t)heads) return NULL;
+        }
+    if (tasks > (int64_t)(1 << 30)) return NULL;
     double *cost = malloc(sizeof(double) * (size_t)tiles);
-    int *order = malloc(sizeof(int) * (size_t)tiles * (size_t)heads);
+    int *order = malloc(sizeof(int) * (size_t)tasks), *lists = NULL, len = 0;
     cl_mem buf = NULL;
     int known = 0;
     if (cost && order) {
@@ -766,33 +797,37 @@ static cl_mem lz_nv_prefill_order(lazyattn_attention *a, int n_queries, int n_en
         const int64_t prefix = keys > n_queries ? keys - n_queries : 0;
         for (int t = 0; t < tiles; t++) {
             const int64_t last = (int64_t)(t + 1) * tokens;
-            cost[t] = 4.0 + (double)((prefix + (last < n_queries ? last : n_queries) + kt - 1) / kt);
+            const int64_t seen = prefix + (last < n_queries ? last : n_queries);
+            cost[t] = (persist ? 2.0 : 4.0) + (double)((seen + kt - 1) / kt);
         }
         lz_order_policy chosen = LZ_ORDER_AUTO;
         double end = 0.0;
         int at_once = 1;
-        const int slots = (int)a->ctx->compute_units;
         if (lz_prefill_order(tiles, heads, cost, slots, a->nv_order_policy, order, &chosen,
-                             &at_once, &end) == 0) {
-            known = chosen == LZ_ORDER_HEADS; /* the kernel's own: no buffer */
+                             &at_once, &end) == 0 &&
+            (!persist || lz_prefill_order_lists(order, tiles, heads, cost, slots, &lists, &len) == 0)) {
+            known = !persist && chosen == LZ_ORDER_HEADS; /* the kernel's own: no buffer */
             if (!known) {
                 cl_int err;
-                buf = clCreateBuffer(a->ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                     sizeof(int) * (size_t)tiles * (size_t)heads, order, &err);
+                const size_t n = persist ? (size_t)len : (size_t)tasks;
+                buf = clCreateBuffer(a->ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(int) * n,
+                                     persist ? lists : order, &err);
                 if (err != CL_SUCCESS) buf = NULL;
                 known = buf != NULL;
             }
             double total = 0.0;
             for (int t = 0; t < tiles; t++) total += cost[t] * heads;
             lz_log(a->ctx, LAZYATTN_LOG_INFO,
-                   "prefill order for %d queries over %d entries: %d x %d work-groups on %d, "
+                   "prefill order for %d queries over %d entries: %d x %d %s on %d, "
                    "policy %d over %d heads at once, simulated end %.4f x the even spread%s",
-                   n_queries, n_entries, tiles, heads, slots, (int)chosen, at_once, end * slots / total,
+                   n_queries, n_entries, tiles, heads, persist ? "tasks (persistent)" : "work-groups", slots,
+                   (int)chosen, at_once, end * slots / total,
                    known ? "" : " (buffer not made: the kernel's own order)");
         }
     }
     free(cost);
     free(order);
+    free(lists);
     if (!known) return NULL; /* tried again next time */
     const int i = a->nv_order_next;
     a->nv_order_next = (i + 1) % LZ_NV_ORDERS;
@@ -800,6 +835,7 @@ static cl_mem lz_nv_prefill_order(lazyattn_attention *a, int n_queries, int n_en
     a->nv_orders[i].known = 1;
     a->nv_orders[i].n_queries = n_queries, a->nv_orders[i].n_entries = n_entries;
     a->nv_orders[i].order = buf;
+    a->nv_orders[i].groups = *groups;
     return buf;
 }
 
@@ -837,15 +873,20 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     /* one warp per (16 tokens, query head); the G heads of a KV head together */
     const size_t nv_tokens = fast ? (size_t)16 * (a->nv.warps / a->group) : 1;
     const size_t nv_tiles = lz_round_up((size_t)p->n_queries, nv_tokens) / nv_tokens;
+    int groups = 0; /* persistent: the work-groups */
     if (fast) {
-        cl_mem order = lz_nv_prefill_order(a, p->n_queries, p->n_entries, (int)nv_tiles, (int)nv_tokens);
+        cl_mem order =
+            lz_nv_prefill_order(a, p->n_queries, p->n_entries, (int)nv_tiles, (int)nv_tokens, &groups);
         LZ_ARG(&g, order);
     }
     if (!fast) LZ_IO_ARGS(&g, a, p->lse, p->q_dtype, p->out_dtype);
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_prefill: clSetKernelArg");
     if (fast) {
+        /* a work-group a token tile and KV head, or the persistent kernel's
+         * work-groups (one a compute unit), each running a list of them */
         size_t local[2] = {a->nv.prefill_threads, 1};
         size_t global[2] = {nv_tiles * local[0], (size_t)nkv};
+        if (a->nv.persist) global[0] = (size_t)groups * local[0], global[1] = 1;
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_prefill, 2, NULL,
                                             global, local, 0, NULL, event);
         return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);

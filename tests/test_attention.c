@@ -578,14 +578,19 @@ static void test_prefill_order_invariance(void **state) {
     const int n_q = seg_len[3];
     const int32_t *q_pos = s.k_pos + (s.n_keys - n_q);
     float *q = make_queries(&r, &c, n_q);
-    static const char *const orders[] = {NULL, "none", "lpt", "balanced"};
+    /* the orders, and (the last two) the persistent kernel (on Hopper, opt-in:
+     * 132 work-groups running the task lists of the default order, then
+     * round robin over the kernel's own order) */
+    static const char *const orders[] = {NULL, "none", "lpt", "balanced", NULL, "none"};
     const size_t n = (size_t)n_q * c.n_q_heads * c.head_dim;
     float *first = NULL;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         if (orders[i]) setenv("LAZYATTN_NV_ORDER", orders[i], 1);
+        if (i >= 4) setenv("LAZYATTN_NV_PERSIST", "1", 1);
         lazyattn_attention *attn = NULL;
         lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
         unsetenv("LAZYATTN_NV_ORDER");
+        unsetenv("LAZYATTN_NV_PERSIST");
         if (i == 0) sequence_write(ctx, attn, pool, &s, c.n_kv_heads, c.head_dim);
         float *out = run_prefill(ctx, attn, pool, &c, q, q_pos, n_q, s.table, s.entry_pos, s.n_entries);
         lazyattn_attention_destroy(attn);
@@ -595,31 +600,41 @@ static void test_prefill_order_invariance(void **state) {
         }
         size_t diff = 0;
         for (size_t j = 0; j < n; j++) diff += memcmp(&out[j], &first[j], sizeof *out) != 0;
-        if (diff) print_error("order %s: %zu of %zu outputs differ from the default order's\n", orders[i], diff, n);
+        if (diff)
+            print_error("order %s%s: %zu of %zu outputs differ from the default order's\n",
+                        orders[i] ? orders[i] : "default", i >= 4 ? " (persistent)" : "", diff, n);
         assert_int_equal(diff, 0);
         free(out);
     }
     /* one attention object over several shapes, shapes repeated and more of
      * them than the orders it keeps (4): its cached orders (lpt, a table
-     * each) give what the kernel's own order gives */
+     * each) give what the kernel's own order gives; so do the persistent
+     * kernel's cached task lists (on Hopper: 3 to 8 token tiles x 8 heads,
+     * as few tasks as work-groups at 100 and 150 tokens) */
     {
         static const int n_sub[] = {300, 200, 300, 100, 250, 150, 350, 300};
-        lazyattn_attention *lpt = NULL, *own = NULL;
+        lazyattn_attention *lpt = NULL, *own = NULL, *per = NULL;
         setenv("LAZYATTN_NV_ORDER", "lpt", 1);
         lt_assert_status(lazyattn_attention_create(ctx, &c, &lpt), LAZYATTN_STATUS_OK);
         setenv("LAZYATTN_NV_ORDER", "none", 1);
         lt_assert_status(lazyattn_attention_create(ctx, &c, &own), LAZYATTN_STATUS_OK);
         unsetenv("LAZYATTN_NV_ORDER");
+        setenv("LAZYATTN_NV_PERSIST", "1", 1);
+        lt_assert_status(lazyattn_attention_create(ctx, &c, &per), LAZYATTN_STATUS_OK);
+        unsetenv("LAZYATTN_NV_PERSIST");
         for (size_t k = 0; k < sizeof n_sub / sizeof *n_sub; k++) {
             const int m = n_sub[k]; /* the question's first m tokens */
             float *a = run_prefill(ctx, lpt, pool, &c, q, q_pos, m, s.table, s.entry_pos, s.n_entries);
             float *b = run_prefill(ctx, own, pool, &c, q, q_pos, m, s.table, s.entry_pos, s.n_entries);
+            float *d = run_prefill(ctx, per, pool, &c, q, q_pos, m, s.table, s.entry_pos, s.n_entries);
             const size_t nm = (size_t)m * c.n_q_heads * c.head_dim;
             assert_memory_equal(a, b, nm * sizeof *a);
-            free(a), free(b);
+            assert_memory_equal(d, b, nm * sizeof *d);
+            free(a), free(b), free(d);
         }
         lazyattn_attention_destroy(lpt);
         lazyattn_attention_destroy(own);
+        lazyattn_attention_destroy(per);
     }
     /* every 29th row (all token tiles, first and last rows included) against the reference */
     enum { STEP = 29 };
@@ -637,8 +652,8 @@ static void test_prefill_order_invariance(void **state) {
     lazyattn_reference_args ra = {n_rows, s.n_keys, qs, ps, s.k, s.v, s.k_pos, ref, NULL};
     lt_assert_status(lazyattn_reference_attention(&c, &ra), LAZYATTN_STATUS_OK);
     const double err = lazyattn_normalised_error(got, ref, (size_t)n_rows * row);
-    printf("# prefill order invariance: %d queries over %d keys, 4 orders bit-identical, "
-           "%d rows against the reference %.2e (tolerance %.0e)\n",
+    printf("# prefill order invariance: %d queries over %d keys, 4 orders and the persistent kernel (2) "
+           "bit-identical, %d rows against the reference %.2e (tolerance %.0e)\n",
            n_q, s.n_keys, n_rows, err, tolerance(c.dtype));
     assert_true(err <= tolerance(c.dtype));
     free(qs), free(got), free(ps), free(ref), free(first), free(q);

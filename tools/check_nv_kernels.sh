@@ -63,6 +63,12 @@ for d in 64 128; do
         echo "prefill_nv.d$d.wgmma_pingpong_tiled16: a bulk copy with LZ_NV_BULK=0" >&2
         exit 1
     fi
+    # ... persistent (LZ_NV_PERSIST, the host's default with the ping-pong: a work-group a SM
+    # running task lists; redux.sync for each task's positions), at 12 and 8 consumer warps
+    for w in 12 8; do
+        compile prefill_nv prefill_nv.d$d.wgmma_persist_w$w redux.sync.max.s32 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+            -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1
+    done
     # ... with the rows' sums by wgmma against ones (LZ_NV_L_WG, opt-in)
     compile prefill_nv prefill_nv.d$d.wgmma_pingpong_lwg //@wgmma.mma_async.sync.aligned.m64n8k16 \
         -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 \
@@ -202,6 +208,8 @@ EOF2
         "diag16 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=16" "diag48 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=48 -DLZ_NV_DIAG_MARKS=2" \
         "tiled -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1" "tiled16 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=0" \
         "lwg -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_L_WG=1" \
+        "persist -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1" \
+        "persist_lwg -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1 -DLZ_NV_L_WG=1" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v
