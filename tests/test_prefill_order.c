@@ -20,14 +20,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* List scheduling by scan: each task to the slot free first (lowest index on ties). */
+/* List scheduling by scan: the slot free first (lowest index on ties). */
+static int first_free(const double *free_at, int slots) {
+    int s = 0;
+    for (int i = 1; i < slots; i++)
+        if (free_at[i] < free_at[s]) s = i;
+    return s;
+}
+
+/* When the tasks of `order`, each to the slot free first, end. */
 static double scan_end(const int *order, int n, int heads, const double *cost, int slots) {
     double *free_at = calloc((size_t)slots, sizeof *free_at), end = 0.0;
     assert_non_null(free_at);
     for (int k = 0; k < n; k++) {
-        int s = 0;
-        for (int i = 1; i < slots; i++)
-            if (free_at[i] < free_at[s]) s = i;
+        const int s = first_free(free_at, slots);
         free_at[s] += cost[order[k] / heads];
         if (free_at[s] > end) end = free_at[s];
     }
@@ -219,9 +225,7 @@ static void check_lists(const int *order, int tiles, int heads, const double *co
     assert_non_null(free_at);
     assert_non_null(next);
     for (int k = 0; k < n; k++) {
-        int s = 0;
-        for (int i = 1; i < slots; i++)
-            if (free_at[i] < free_at[s]) s = i;
+        const int s = first_free(free_at, slots);
         free_at[s] += cost[order[k] / heads];
         assert_true((next[s] + 1) * slots + s < len);
         assert_int_equal(lists[next[s]++ * slots + s], order[k]);
