@@ -28,8 +28,10 @@
  * on tiles that are not wholly visible.
  *
  * LZ_NV_WGMMA (Hopper, through lib/ptx_sm90a.c): both products on wgmma,
- * each warpgroup of 4 warps one m64 operand: S = Q K^T as m64n16k16 (Q from
- * registers, K from local memory) and O += P V as m64nDk16 (P from
+ * each warpgroup of 4 warps one m64 operand: S = Q K^T as m64n16k16, or
+ * m64n32k16 over a whole tile of one delta (LZ_NV_S_WIDE, the default with
+ * the producer's ping-pong) (Q from registers, K from local memory) and
+ * O += P V as m64nDk16 (P from
  * registers, V MN-major from local memory, stored in K's core-matrix
  * layout); the softmax between them is unchanged (docs/PERFLOG.md v6, issue 11).
  * LZ_NV_PVOV (opt-in, issue 11 step 3) keeps each tile's P V in flight until
@@ -90,7 +92,7 @@
  * and give a slot back on its "empty" mbarrier once their wgmma that read it
  * are done. No barrier across the work-group in the loop, no address
  * lookups and no copies in the consumer warps (docs/PERFLOG.md). With the
- * producer, LZ_NV_PROXY 0 drops the consumers' proxy fence (timing only);
+ * producer, LZ_NV_PROXY 0 drops the async-proxy fences (timing only);
  * of the LZ_NV_DIAG diagnostics, 4 and 8 apply. The host sizes the launch
  * by the kernel's compiled work-group size. */
 #ifndef LZ_NV_PRODUCER
@@ -204,17 +206,36 @@
 #define LZ_NV_ONES_PARAM
 #define LZ_NV_ONES_FWD
 #endif
-/* Slots of the producer's K and V rings (40 KB at d 128, KT 32). With the
- * ping-pong 2 K and 3 V, measured 3.5 % faster than 3 K and 2 V on 2 x 8192
- * causal (issue 11 step 8): there a V slot is given back only after P V, at
- * the end of a round, a K slot as soon as its scores are done, so V needs
- * the deeper ring. Without it (both given back together) 3 K and 2 V, as
- * step 5 measured. */
+/* 1 (wgmma, KT 32; issue 11 step 4; the default with the producer's
+ * ping-pong since step 14): a K tile whose entries share one delta (every
+ * tile inside a document) is scored by one wgmma m64n32k16 per 16 dims
+ * instead of two m64n16k16 (in lz_nv_scores; without the LZ_NV_DIAG 4
+ * diagnostic). Measured on the H200 (bench/probe_wgmma_rate.c, A from
+ * registers, 3 warpgroups a SM): m64n16k16 runs at 2 520 FLOP a clock a SM,
+ * m64n32k16 and m64n128k16 at 4 095 (the peak), so a round's 16 m64n16 and
+ * 2 m64n128 took 1.31x the tensor time of 8 m64n32 and 2 m64n128; the
+ * prefill +4 % on 2 x 8192 causal and 1 x 16384 with the decisions before
+ * the turn (LZ_NV_PP_META). */
+#if !LZ_NV_WGMMA || LZ_NV_KT != 32
+#undef LZ_NV_S_WIDE
+#define LZ_NV_S_WIDE 0
+#endif
+#ifndef LZ_NV_S_WIDE
+#define LZ_NV_S_WIDE (LZ_NV_PRODUCER && LZ_NV_PINGPONG)
+#endif
+/* Slots of the producer's K and V rings (40 KB at d 128, KT 32): 3 K and
+ * 2 V. With the ping-pong and the narrow scores 2 K and 3 V measured 3.5 %
+ * faster on 2 x 8192 causal (issue 11 step 8: a V slot is given back only
+ * after P V, at the end of a round); with the wide scores (LZ_NV_S_WIDE)
+ * 3 K and 2 V are faster again, +1.5-2.5 % on 2 x 8192 causal, 1 x 16384
+ * and the cached documents, in two calls of step 14 (where a diagnostic
+ * found the slots' waits almost never waiting: 0-4 rounds of 225). Without
+ * the ping-pong (both given back together) 3 K and 2 V, as step 5 measured. */
 #ifndef LZ_NV_KSLOTS
-#define LZ_NV_KSLOTS (LZ_NV_PINGPONG ? 2 : 3)
+#define LZ_NV_KSLOTS (LZ_NV_PINGPONG && !LZ_NV_S_WIDE ? 2 : 3)
 #endif
 #ifndef LZ_NV_PVSLOTS
-#define LZ_NV_PVSLOTS (LZ_NV_PINGPONG ? 3 : 2)
+#define LZ_NV_PVSLOTS (LZ_NV_PINGPONG && !LZ_NV_S_WIDE ? 3 : 2)
 #endif
 #if LZ_NV_PVSLOTS != 2 && LZ_NV_PVSLOTS != 3
 #error "LZ_NV_PVSLOTS: 2 or 3"
@@ -245,6 +266,22 @@
 #ifndef LZ_NV_PROXY
 #define LZ_NV_PROXY 1
 #endif
+/* 1 (with the producer): the async-proxy fence on the producer's side, as
+ * FlashAttention-3 fences its paged cp.async copies: a copying thread that
+ * made 16-byte copies into a slot (a tile with a partial page; full pages
+ * come by cp.async.bulk, which writes through the async proxy already) waits
+ * for them, fences them for the async proxy and then arrives on the slot's
+ * full barrier (the same count as the cp.async arrival it replaces); the
+ * consumers then fence nothing before their wgmma reads (the ping-pong). */
+#ifndef LZ_NV_PFENCE
+#define LZ_NV_PFENCE (LZ_NV_PRODUCER && LZ_NV_PINGPONG)
+#endif
+#if LZ_NV_PFENCE && !(LZ_NV_PRODUCER && LZ_NV_PROXY)
+#undef LZ_NV_PFENCE
+#define LZ_NV_PFENCE 0
+#endif
+/* the consumers' fence before wgmma reads the producer's slots (the ping-pong) */
+#define LZ_NV_CFENCE (LZ_NV_PROXY && !LZ_NV_PFENCE)
 /* Diagnostics, timing only (the results are wrong): what a round costs
  * without a part of it. Bits: 1 no copies after the prologue (the tiles stay
  * as first loaded), 2 no barrier per tile, 4 no wgmma (scores 0, O
@@ -262,9 +299,11 @@
  * (issuing the scores and P V), after it (the waits for both, mask,
  * softmax, packing). The results stay right; lane 0 of each consumer warp of
  * one work-group (the middle one of the first KV head of the first
- * sequence) then writes over 8 of its own elements of its row r0 (columns
- * 0, 1, 8, 9, 16, 17, 24, 25 of its head): LZ_NV_DIAG_MAGIC | warp, rounds,
- * clocks, the four parts, 0 — bench_kernels prints them with
+ * sequence) then writes over 12 of its own elements of its row r0 (columns
+ * 0, 1, 8, 9, ..., 40, 41 of its head): LZ_NV_DIAG_MAGIC | warp, rounds,
+ * clocks, the four parts, LZ_NV_DIAG_MAGIC2, then of the K and V full
+ * waits before the turn (issue 11 step 14) the rounds where each was not
+ * complete at once and the clocks spent in each — bench_kernels prints them with
  * LAZYATTN_NV_DIAG_DUMP=1. (Its first form printed them with printf, which
  * made ptxas serialize every wgmma (C7509: an extern call in the function);
  * its second never stored O, so ptxas dropped the products (call 3 of
@@ -290,11 +329,27 @@
         }                                                                                    \
     } while (0)
 #define LZ_NV_DIAG_MAGIC 0x1a2d0000u
+#define LZ_NV_DIAG_MAGIC2 0x1a2e0000u
+/* The K or V full barrier waited for (the ping-pong's loop) as
+ * lz_nv_mbar_wait does; with bit 16 also counted where it was not complete
+ * at once (miss) and the clocks of the wait summed (clk). */
+#define LZ_NV_DIAG_WAIT(bar, parity, miss, clk)                                                     \
+    do {                                                                                     \
+        uint t0_, t1_, ready_;                                                               \
+        LZ_NV_CLK(t0_);                                                                      \
+        asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }" \
+                     : "=r"(ready_) : "r"(bar), "r"(parity) : "memory");                     \
+        (miss) += !ready_;                                                                   \
+        lz_nv_mbar_wait(bar, parity);                                                        \
+        LZ_NV_CLK(t1_);                                                                      \
+        (clk) += t1_ - t0_;                                                                  \
+    } while (0)
 /* whether the thread whose lane is `lane` writes (lane 0 of the work-group chosen) */
 #define LZ_NV_DIAG_WRITES(lane) \
     ((lane) == 0 && get_group_id(0) == get_num_groups(0) / 2 && get_group_id(1) == 0 && get_group_id(2) == 0)
 #else
 #define LZ_NV_MARK(bit, acc)
+#define LZ_NV_DIAG_WAIT(bar, parity, miss, clk) lz_nv_mbar_wait(bar, parity)
 #endif
 /* whether the producer copies item n of a ring whose first `first` items it
  * always copies (bit 8) */
@@ -406,19 +461,9 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
     }
 }
 
-/* 1 (wgmma, KT 32; issue 11 step 4, opt-in): a K tile whose entries share
- * one delta (every tile inside a document) is scored by one wgmma m64n32k16
- * per 16 dims instead of two m64n16k16 (in lz_nv_scores; without the
- * LZ_NV_DIAG 4 diagnostic) */
-#if !LZ_NV_WGMMA || LZ_NV_KT != 32
-#undef LZ_NV_S_WIDE
-#define LZ_NV_S_WIDE 0
-#endif
-#ifndef LZ_NV_S_WIDE
-#define LZ_NV_S_WIDE 0
-#endif
-/* 1 (the ping-pong with LZ_NV_PP_EARLY, without LZ_NV_S_WIDE; the default
- * at 32-key tiles since issue 11 step 9, +2-4 % on the H200): the scores'
+/* 1 (the ping-pong with LZ_NV_PP_EARLY; the default at 32-key tiles since
+ * issue 11 step 9, +2-4 % on the H200; with LZ_NV_S_WIDE too since step 14,
+ * which made the two go together): the scores'
  * bookkeeping done before the turn, whether the tile needs a mask and
  * which later entry rotates the queries (lz_nv_rot_mask), so that the turn
  * issues its wgmma without reading the entries (two dependent local loads
@@ -427,7 +472,7 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #ifndef LZ_NV_PP_META
 #define LZ_NV_PP_META (LZ_NV_KT == 32)
 #endif
-#if LZ_NV_S_WIDE || !LZ_NV_PINGPONG || !LZ_NV_PP_EARLY
+#if !LZ_NV_PINGPONG || !LZ_NV_PP_EARLY
 #undef LZ_NV_PP_META
 #define LZ_NV_PP_META 0
 #endif
@@ -513,6 +558,28 @@ lz_nv_scores(float sc[LZ_NV_KT / 8][4], uint qf[LZ_NV_DC][4], int *cur_delta, in
     const int t4 = lane & 3;
     (void)rmask; /* read with LZ_NV_PP_META only */
 #if LZ_NV_S_WIDE
+#if LZ_NV_PP_META
+    if (rmask != LZ_NV_DECIDE_HERE) {
+        /* decided by the caller (lz_nv_rot_mask): the queries rotated for the
+         * first entry already, bit 1 set when the second entry's keys are at
+         * another delta (rare: a tile across a document boundary), scored
+         * again below as without the caller's decisions; meta read only then */
+        LZ_NV_WG_FENCE();
+        const ulong desc = lz_nv_wg_desc(kb, 128, LZ_NV_CPR * 128);
+#pragma unroll
+        for (int c = 0; c < LZ_NV_DC; c++) LZ_NV_WGMMA_N32(sc, qf[c], desc + 16 * c, c > 0);
+        LZ_NV_WG_COMMIT();
+        if (LZ_NV_EPT > 1 && (rmask & 2u)) {
+            LZ_NV_WG_WAIT();
+#pragma unroll
+            for (int n = 0; n < 4; n++) LZ_NV_WG_TIE(sc[n]);
+            lz_nv_requery(qf, cur_delta, n_rel, meta[LZ_NV_EPT - 1].y, qrow0, qrow1, t4, rope_style, rot_dim,
+                          freq);
+            LZ_NV_QK16_OFF(sc[2], sc[3], qf, kb, 16, lane, LZ_NV_KOFF);
+        }
+        return 1;
+    }
+#endif
     /* one m64n32k16 per 16 dims over the whole tile, the queries rotated for
      * the first entry with keys; when the second entry has keys at another
      * delta (a tile across a document boundary, rare), keys 16..31 are
@@ -861,6 +928,23 @@ __attribute__((always_inline)) inline void lz_nv_prefetch_tile(const lz_nv_table
 }
 #endif
 
+/* A copying thread's arrival on a slot's full barrier bar once its 16-byte
+ * copies into the slot (made: copied) have landed: counted by the copy
+ * engine (cp.async.mbarrier.arrive.noinc), or with LZ_NV_PFENCE waited for
+ * and fenced for the async proxy by this thread first. */
+__attribute__((always_inline)) inline void lz_nv_landed_arrive(uint bar, int copied) {
+#if LZ_NV_PFENCE
+    if (copied) {
+        LZ_NV_CP_WAIT_ALL();
+        LZ_NV_PROXY_FENCE();
+    }
+    lz_nv_mbar_arrive(bar);
+#else
+    (void)copied;
+    lz_nv_mbar_arrive_cp(bar);
+#endif
+}
+
 /* A producer's copying warp, one task (a work-group's rows of one KV head):
  * its items are the visible tiles in order, then one end marker (meta tile
  * -1), numbered on from *kn (the K ring's items so far: 0 for the first
@@ -921,9 +1005,11 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             lz_nv_bulk_pages(LZ_NV_KFULL(bars, ks), kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads,
                              tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS));
 #endif
-        if (do_k && tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS) && lz_nv_chunk_copies(ek))
-            lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, t);
-        if (do_k) lz_nv_mbar_arrive_cp(LZ_NV_KFULL(bars, ks));
+        if (do_k) {
+            const int cp = tk < n_tiles && LZ_NV_PCOPY(n, LZ_NV_KSLOTS) && lz_nv_chunk_copies(ek);
+            if (cp) lz_nv_produce_tile(kbase + ks * LZ_NV_MAT_BYTES, kc, ek, kvh, n_kv_heads, t);
+            lz_nv_landed_arrive(LZ_NV_KFULL(bars, ks), cp);
+        }
         if (do_k && t == 0) {
 #pragma unroll
             for (int k = 0; k < LZ_NV_EPT; k++)
@@ -941,9 +1027,9 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
                 lz_nv_bulk_pages(LZ_NV_VFULL(bars, vs), vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads,
                                  LZ_NV_PCOPY(v, LZ_NV_VSLOTS));
 #endif
-            if (LZ_NV_PCOPY(v, LZ_NV_VSLOTS) && lz_nv_chunk_copies(ev))
-                lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
-            lz_nv_mbar_arrive_cp(LZ_NV_VFULL(bars, vs));
+            const int cp = LZ_NV_PCOPY(v, LZ_NV_VSLOTS) && lz_nv_chunk_copies(ev);
+            if (cp) lz_nv_produce_tile(vbase + vs * LZ_NV_MAT_BYTES, vc, ev, kvh, n_kv_heads, t);
+            lz_nv_landed_arrive(LZ_NV_VFULL(bars, vs), cp);
             v++;
         }
         if (tk >= n_tiles) break;
@@ -1031,7 +1117,7 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
     __local const int4 *mfirst = meta[k0 % LZ_NV_NMETA];
     int has = mfirst[0].w >= 0; /* the task's first item is a tile, not its end marker */
     if (has) {
-        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE(); /* the producer's copies, seen by wgmma */
+        if (LZ_NV_CFENCE) LZ_NV_PROXY_FENCE(); /* the producer's copies, seen by wgmma */
         full = lz_nv_scores(sc, qf, &cur_delta, &n_rel, kbase + (k0 % LZ_NV_KSLOTS) * LZ_NV_MAT_BYTES, mfirst,
                             min_pos, qrow0, qrow1, lane, rope_style, rot_dim, freq, 0, LZ_NV_DECIDE_HERE);
     }
@@ -1056,13 +1142,14 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
     }
 #if LZ_NV_DIAG & 16
     uint d_pre = 0, d_wait = 0, d_turn = 0, d_post = 0, d_start, d_end, d_mark;
+    uint d_kmiss = 0, d_vmiss = 0, d_kclk = 0, d_vclk = 0;
     LZ_NV_CLK(d_start);
     d_mark = d_start;
 #endif
     int j = 0;
     for (; has; j++) {
         const int n1 = k0 + j + 1, vj = v0 + j, ks = n1 % LZ_NV_KSLOTS, vs = vj % LZ_NV_VSLOTS;
-        lz_nv_mbar_wait(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1);
+        LZ_NV_DIAG_WAIT(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1, d_kmiss, d_kclk);
         __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
         const int has_n = mn[0].w >= 0;
         int full_n = 1;
@@ -1076,8 +1163,8 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
 #if LZ_NV_PP_EARLY
         if (rope_style != LZ_ROPE_NONE && mn[0].z > 0 && mn[0].y != cur_delta)
             lz_nv_requery(qf, &cur_delta, &n_rel, mn[0].y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
-        lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1);
-        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+        LZ_NV_DIAG_WAIT(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1, d_vmiss, d_vclk);
+        if (LZ_NV_CFENCE) LZ_NV_PROXY_FENCE();
 #endif
 #if LZ_NV_PP_META
         int full_pre;
@@ -1091,7 +1178,7 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
         LZ_NV_BAR_SYNC(my_turn, 256u);
         LZ_NV_MARK(2, d_wait);
 #if !LZ_NV_PP_EARLY
-        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+        if (LZ_NV_CFENCE) LZ_NV_PROXY_FENCE();
 #endif
         /* the turn: the scores of tile j + 1 (into sc, free since P(j) is
          * packed), then O += P(j) V. Also after the last tile (the end
@@ -1109,7 +1196,7 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
 #endif
 #if !LZ_NV_PP_EARLY
         lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1);
-        if (LZ_NV_PROXY) LZ_NV_PROXY_FENCE();
+        if (LZ_NV_CFENCE) LZ_NV_PROXY_FENCE();
 #endif
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
         LZ_NV_PV_ISSUE(o, pa, vb); /* (and the row sums, LZ_NV_L_WG) */
@@ -1176,9 +1263,10 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
     const int d_write = (LZ_NV_DIAG & 32) ? d_clocks + d_pre + d_wait + d_turn + d_post == 0xfffffffeu : 1;
     if (d_write && LZ_NV_DIAG_WRITES(lane) && r0 < n_queries) {
         __global uint *d = (__global uint *)out + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM;
-        const uint w[8] = {LZ_NV_DIAG_MAGIC | (uint)warp, d_rounds, d_clocks, d_pre, d_wait, d_turn, d_post, 0};
+        const uint w[12] = {LZ_NV_DIAG_MAGIC | (uint)warp, d_rounds, d_clocks, d_pre, d_wait, d_turn, d_post,
+                            LZ_NV_DIAG_MAGIC2, d_kmiss, d_vmiss, d_kclk, d_vclk};
 #pragma unroll
-        for (int i = 0; i < 8; i++) d[(i >> 1) * 8 + (i & 1)] = w[i];
+        for (int i = 0; i < 12; i++) d[(i >> 1) * 8 + (i & 1)] = w[i];
     }
 #endif
 }

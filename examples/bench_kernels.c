@@ -393,8 +393,9 @@ static lazyattn_prefill_args sequence_args(int S, int first_block, int q_pos0, c
 
 /* The clocks a build with -DLZ_NV_DIAG=16 (cl/prefill_nv.cl) leaves in its
  * output out of n_rows rows of H heads: a consumer warp of one work-group
- * writes 8 words over columns 0, 1, 8, 9, 16, 17, 24, 25 of one of its rows,
- * the first 0x1a2d0000 | warp. */
+ * writes 12 words over columns 0, 1, 8, 9, ..., 40, 41 of one of its rows,
+ * the first 0x1a2d0000 | warp, the eighth 0x1a2e0000 (the K and V waits
+ * follow; a build before them wrote 8). */
 static void print_nv_diag(cl_mem out, int n_rows) {
     const size_t n = (size_t)n_rows * H * D;
     uint32_t *w = malloc(n * sizeof *w);
@@ -406,8 +407,11 @@ static void print_nv_diag(cl_mem out, int n_rows) {
     for (size_t b = 0; b < n; b += D) {
         const uint32_t *d = w + b;
         if ((d[0] & 0xffff0000u) != 0x1a2d0000u) continue;
-        printf("lz_diag warp %2u: rounds %u clocks %u before-turn %u turn-wait %u turn %u after-turn %u\n",
+        printf("lz_diag warp %2u: rounds %u clocks %u before-turn %u turn-wait %u turn %u after-turn %u",
                d[0] & 0xffffu, d[1], d[8], d[9], d[16], d[17], d[24]);
+        if (d[25] == 0x1a2e0000u) /* the K and V full waits: rounds not ready at once, clocks */
+            printf(" k-wait %u/%u v-wait %u/%u", d[32], d[40], d[33], d[41]);
+        printf("\n");
     }
     free(w);
 }

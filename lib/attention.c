@@ -188,8 +188,8 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
     if (t->waves < 0) t->waves = 0;
     /* the wgmma prefill's producer warpgroup (the default, measured faster on
      * the H200; LAZYATTN_NV_PRODUCER=0 turns it off): its rings of 5 slots of
-     * kt keys (f16; 2 K and 3 V with the ping-pong of its 8 or 12 consumer
-     * warps, else 3 and 2) under 48 KB, its registers going to 4, 8 or 12
+     * kt keys (f16; 3 K and 2 V, or 2 and 3 with the ping-pong's narrow
+     * scores, LZ_NV_S_WIDE 0) under 48 KB, its registers going to 4, 8 or 12
      * consumer warps (cl/prefill_nv.cl) */
     env = getenv("LAZYATTN_NV_PRODUCER");
     t->producer = wgmma && !(env && !strcmp(env, "0")) && (size_t)10 * t->kt * D <= 48640 &&

@@ -80,8 +80,9 @@ for d in 64 128; do
         compile prefill_nv prefill_nv.d$d.wgmma_producer_w$w cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
             -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=0
     done
-    # ... and at 12 with the opt-in wide scores
-    compile prefill_nv prefill_nv.d$d.wgmma_producer cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+    # ... and at 12 with the wide scores (the default with the ping-pong since issue 11 step 14,
+    # whose producer fences its 16-byte copies itself: no cp.async arrival) and the rescale skip
+    compile prefill_nv prefill_nv.d$d.wgmma_producer fence.proxy.async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
         -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1
     grep -q "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma_producer.ptx" ||
         { echo "prefill_nv.d$d.wgmma_producer: no wgmma m64n32k16 (LZ_NV_S_WIDE)" >&2; exit 1; }
@@ -202,7 +203,8 @@ EOF2
     for v in base "producer -DLZ_NV_PRODUCER=1" "pwarps1 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=1" "pwarps2 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=2" \
         "step5 -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=0" "inturn -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_EARLY=0" \
         "block32 -DLZ_NV_PRODUCER=1 -DLZ_BLOCK=32" "kt64 -DLZ_NV_PRODUCER=1 -DLZ_NV_KT=64" \
-        "k3v2 -DLZ_NV_PRODUCER=1 -DLZ_NV_KSLOTS=3 -DLZ_NV_PVSLOTS=2" "pbatch0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PBATCH=0" \
+        "k2v3 -DLZ_NV_PRODUCER=1 -DLZ_NV_KSLOTS=2 -DLZ_NV_PVSLOTS=3" "pbatch0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PBATCH=0" \
+        "narrow -DLZ_NV_PRODUCER=1 -DLZ_NV_S_WIDE=0" "cfence -DLZ_NV_PRODUCER=1 -DLZ_NV_PFENCE=0" \
         "ppmeta0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_META=0" "slack0 -DLZ_NV_PRODUCER=1 -DLZ_NV_MAX_SLACK=0" \
         "noftz -DLZ_NV_PRODUCER=1 -DLZ_NV_EXP2_FTZ=0" "l1pf -DLZ_NV_PRODUCER=1 -DLZ_NV_L1PF=2" \
         "diag16 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=16" "diag48 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=48 -DLZ_NV_DIAG_MARKS=2" \
