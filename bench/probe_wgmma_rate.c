@@ -13,7 +13,8 @@
  * f16 data. Printed: TFLOP/s over the kernel (profiling events, median of
  * 5 after a warm-up) and the SM clocks an iteration takes (clock64 of each
  * work-group's first thread, median over work-groups), so FLOP a clock a SM.
- * Built through the PTX round trip's text step, lz_ptx_patch (lib/ptx_sm90a.c).
+ * Built through the library's PTX round trip (lz_ptx_sm90a, lib/ptx_sm90a.c),
+ * as the prefill is.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -162,6 +163,7 @@ int main(int argc, char **argv) {
     cl_context ctx = 0;
     cl_command_queue q = 0;
     cl_mem src = 0, out = 0, smb = 0, clkb = 0;
+    lazyattn_context *lc = NULL;
     int rc = 1;
     cl_platform_id plats[8];
     cl_uint np = 0;
@@ -180,6 +182,10 @@ int main(int argc, char **argv) {
     CK(err);
     q = clCreateCommandQueue(ctx, dev, CL_QUEUE_PROFILING_ENABLE, &err);
     CK(err);
+    if (lazyattn_context_create_from_cl(ctx, dev, q, NULL, &lc)) { /* for the round trip */
+        printf("lazyattn context: %s\n", lazyattn_last_error());
+        goto fail;
+    }
     static uint16_t host[8192];
     srand(11);
     for (int i = 0; i < 8192; i++) { /* random f16 in [-1, 1): sign, exponent 14 or 13, mantissa */
@@ -215,38 +221,15 @@ int main(int argc, char **argv) {
                 clReleaseProgram(p);
                 goto fail;
             }
-            size_t bsz = 0;
-            CK(clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bsz, &bsz, 0));
-            char *ptx = malloc(bsz + 1);
-            unsigned char *bp = (unsigned char *)ptx;
-            if (!ptx || clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bp, &bp, 0)) {
-                free(ptx);
-                clReleaseProgram(p);
-                printf("no PTX\n");
-                goto fail;
-            }
+            cl_program p2 = NULL;
+            const int st = lz_ptx_sm90a(lc, p, "-cl-nv-verbose", &p2);
             clReleaseProgram(p);
-            int n_markers = 0, retargeted = 0;
-            char *patched = lz_ptx_patch(ptx, bsz, &n_markers, &retargeted);
-            free(ptx);
-            if (!patched || !retargeted || !n_markers) {
-                free(patched);
-                printf("not sm_90 PTX with //@ markers\n");
+            if (st) {
+                printf("sm_90a round trip %s W %d: %s\n", rc_->name, w, lazyattn_last_error());
                 goto fail;
             }
-            size_t len = strlen(patched);
-            const unsigned char *bin = (const unsigned char *)patched;
-            cl_int bst;
-            cl_program p2 = clCreateProgramWithBinary(ctx, 1, &dev, &len, &bin, &bst, &err);
-            free(patched);
-            CK(err);
-            err = clBuildProgram(p2, 1, &dev, "-cl-nv-verbose", 0, 0);
             clGetProgramBuildInfo(p2, dev, CL_PROGRAM_BUILD_LOG, sizeof log, log, 0);
-            if (err || strstr(log, "C75")) printf("ptx build %s W %d: %d: %.1500s\n", rc_->name, w, err, log);
-            if (err) {
-                clReleaseProgram(p2);
-                goto fail;
-            }
+            if (strstr(log, "C75")) printf("ptx build %s W %d: %.1500s\n", rc_->name, w, log);
             cl_kernel k = clCreateKernel(p2, "rate", &err);
             clReleaseProgram(p2);
             CK(err);
@@ -291,6 +274,7 @@ int main(int argc, char **argv) {
     }
     rc = 0;
 fail:
+    lazyattn_context_destroy(lc);
     if (clkb) clReleaseMemObject(clkb);
     if (smb) clReleaseMemObject(smb);
     if (out) clReleaseMemObject(out);

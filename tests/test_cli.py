@@ -7,8 +7,8 @@ run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
-probe_wgmma_layout, probe_wgmma_rs, rag_bench, bench_gemm, bench_gemm_small, bench_forward; a program not
-given is not tested).
+probe_wgmma_layout, probe_wgmma_rs, probe_wgmma_rate, rag_bench, bench_gemm, bench_gemm_small, bench_forward;
+a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
 import csv
@@ -258,6 +258,8 @@ BAD = [
     ("bench_gemm_small", ["--no-checks=1"], USAGE, "--no-checks"),
     ("bench_gemm_small", ["extra"], USAGE, "extra"),
     ("probe_wgmma_rs", ["--n", "64"], USAGE, "--n"),
+    ("probe_wgmma_rate", ["--iters", "8"], USAGE, "--iters"),
+    ("probe_wgmma_rate", ["extra"], USAGE, "extra"),
     # bench_forward (its decode steps)
     ("bench_forward", ["--decode", "0"], USAGE, "--decode"),
     ("bench_forward", ["--decode", "257"], USAGE, "--decode"),
@@ -325,6 +327,7 @@ GOOD = [
     ("bench_gemm", ["--help"], []),
     ("bench_gemm_small", ["--help"], []),
     ("probe_wgmma_rs", ["--help"], []),
+    ("probe_wgmma_rate", ["--help"], []),
 ]
 
 # Runs the time limit cuts short: results written, the runs marked (complete=0 in the summary
