@@ -17,12 +17,22 @@
  * stored.
  *
  * With one split (n_splits == 1) the normalised output goes straight to
- * out and the host runs no reduction.
+ * out and the host runs no reduction. Else lz_decode_nv_reduce combines
+ * the splits' partials (the default), or with LZ_NV_DTREE = F > 1 the
+ * splits combine them themselves, in a tree of fan-in F (lz_nv_dtree): one
+ * launch, ~10 us less host time, but slower on the GPU (issue 11 step 15:
+ * 1 x 32768 59.6 us against 54.0 with the reduction launch).
  *
  * Needs G <= 16, f16 storage, LZ_BLOCK % 16 == 0 (the host checks).
  */
 #ifndef LZ_NV_DSTAGES
 #define LZ_NV_DSTAGES 4
+#endif
+#ifndef LZ_NV_DTREE
+#define LZ_NV_DTREE 0
+#endif
+#if LZ_NV_DTREE == 1 || LZ_NV_DTREE > 16
+#error "LZ_NV_DTREE: 0 (a reduction launch) or a fan-in of 2..16"
 #endif
 #define LZ_NV_DDC (LZ_HEAD_DIM / 16)
 #define LZ_NV_DCPR (LZ_HEAD_DIM / 8)
@@ -41,6 +51,11 @@
 #endif
 #if LZ_KV_TILED && LZ_NV_DCPR % 4
 #error "decode_nv on tiled pages needs LZ_HEAD_DIM a multiple of 32"
+#endif
+/* LZ_NV_DDIAG (timing only, wrong results; issue 11 step 15): 1 the copies
+ * without the products, 2 the products without the copies. */
+#ifndef LZ_NV_DDIAG
+#define LZ_NV_DDIAG 0
 #endif
 /* cp.async of entry e's K and V (this KV head) into the stage at `base`. */
 inline void lz_nv_dstage(uint base, int blk, int len, int kvh, int n_kv_heads,
@@ -86,7 +101,11 @@ inline void lz_nv_dissue(uint ring_base, int *issue, int last, ulong *wi, int *s
                          __global const ushort *kc, __global const ushort *vc, int lane) {
     if (*issue < last) {
         const int2 bl = lz_nv_dword(*wi, n_blocks);
+#if LZ_NV_DDIAG == 2
+        (void)bl;
+#else
         lz_nv_dstage(ring_base + *s_issue * 2 * LZ_NV_DMAT, bl.x, bl.y, kvh, n_kv_heads, kc, vc, lane);
+#endif
         ++*issue;
         *wi = *issue < last ? table[*issue] : 0;
     }
@@ -94,11 +113,116 @@ inline void lz_nv_dissue(uint ring_base, int *issue, int last, ulong *wi, int *s
     *s_issue = *s_issue + 1 == LZ_NV_DSTAGES ? 0 : *s_issue + 1;
 }
 
+#if LZ_NV_DTREE
+/* 16 bytes (8) from global memory at L2, not L1: partials other SMs wrote
+ * during this launch (asm volatile: the compiler keeps them after the
+ * acquire fence; they still issue back to back) */
+inline float4 lz_nv_ld_cg4(__global const float *p) {
+    float4 v;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(p));
+    return v;
+}
+inline float2 lz_nv_ld_cg2(__global const float2 *p) {
+    float2 v;
+    asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
+    return v;
+}
+/* Orders this thread's global stores before its later global accesses, at
+ * device scope (both sides of the count: CUDA's threadfence pattern). */
+#define LZ_NV_FENCE_GPU() asm volatile("fence.acq_rel.gpu;" ::: "memory")
+#define LZ_NV_DSYNC() asm volatile("bar.warp.sync -1;" ::: "memory")
+
+/* Combines partials `first`, first + 1, .. first + size - 1 of a tree level
+ * (partial k at split (first + k) * stride) for the G heads of KV head kvh
+ * of sequence seq: into out, normalised, at the root, else into partial
+ * `first`'s slot. Partials are (max in natural-log units, sum) and the
+ * unnormalised row; a partial with sum 0 saw no key. Lane l takes float4
+ * column l % (D / 4) of rows l / (D / 4), + 32 / (D / 4), ..: per pass
+ * LZ_NV_DTREE rows of every head it holds, all loads issued together. */
+__attribute__((always_inline)) inline void
+lz_nv_dcombine(__global float2 *part_ml, __global float *part_acc, __global float *out, int seq, int kvh,
+               int first, int size, int stride, int n_splits, int G, int n_q_heads, int root, int lane) {
+    const int cols = LZ_HEAD_DIM / 4, per = 32 / cols; /* rows a pass: 1 (d 128) or 2 (d 64) */
+    const int c = lane % cols;
+    for (int h0 = lane / cols; h0 < G; h0 += per) {
+        const size_t row = ((size_t)seq * n_q_heads + kvh * G + h0) * n_splits; /* split 0 */
+        float2 ml[LZ_NV_DTREE];
+        float4 acc[LZ_NV_DTREE];
+#pragma unroll
+        for (int k = 0; k < LZ_NV_DTREE; k++) {
+            const size_t at = row + (size_t)(first + k) * stride;
+            if (k < size) {
+                ml[k] = lz_nv_ld_cg2(part_ml + at);
+                acc[k] = lz_nv_ld_cg4(part_acc + at * LZ_HEAD_DIM + 4 * c);
+            } else {
+                ml[k] = (float2)(-INFINITY, 0.0f);
+                acc[k] = (float4)(0.0f);
+            }
+        }
+        float m = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < LZ_NV_DTREE; k++)
+            if (ml[k].y != 0.0f) m = fmax(m, ml[k].x);
+        float den = 0.0f;
+        float4 num = (float4)(0.0f);
+#pragma unroll
+        for (int k = 0; k < LZ_NV_DTREE; k++) {
+            const float w = ml[k].y != 0.0f ? native_exp(ml[k].x - m) : 0.0f;
+            den = fma(ml[k].y, w, den);
+            num = fma(acc[k], (float4)(w), num);
+        }
+        if (root) {
+            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+            vstore4(num * inv, 0, out + ((size_t)seq * n_q_heads + kvh * G + h0) * LZ_HEAD_DIM + 4 * c);
+        } else {
+            const size_t at = row + (size_t)first * stride;
+            if (c == 0) part_ml[at] = (float2)(m, den);
+            vstore4(num, 0, part_acc + at * LZ_HEAD_DIM + 4 * c);
+        }
+    }
+}
+
+/* The splits of (seq, kvh) combine their own partials: groups of
+ * LZ_NV_DTREE consecutive splits, the last to finish of each (an atomic
+ * count a group) combines the group into its first partial's slot; those
+ * partials form the next level's groups, and so on until one group is
+ * left, whose last combines it into out. The last of a group sets its count
+ * back to 0, so the counts are 0 between launches (the host creates them
+ * zeroed; a launch's levels of n_splits splits need fewer than 2 n_splits
+ * counts, at (seq, kvh) * 2 n_splits). Each writer fences its stores before
+ * the count (the warp meets after the fences, then lane 0 counts); the
+ * last fences again before it reads the group's partials from L2. */
+__attribute__((always_inline)) inline void
+lz_nv_dtree(__global float2 *part_ml, __global float *part_acc, __global float *out, __global int *count, int seq,
+            int kvh, int split, int n_splits, int G, int n_q_heads, int n_kv_heads, int lane) {
+    __global int *cnt = count + ((size_t)seq * n_kv_heads + kvh) * 2 * (size_t)n_splits;
+    int n = n_splits, node = split, stride = 1;
+    while (n > 1) {
+        const int grp = node / LZ_NV_DTREE, first = grp * LZ_NV_DTREE;
+        const int size = min(LZ_NV_DTREE, n - first);
+        LZ_NV_FENCE_GPU();
+        LZ_NV_DSYNC();
+        int last = 0;
+        if (lane == 0) last = atomic_inc(cnt + grp) == size - 1;
+        if (!lz_nv_shfl((uint)last, 0)) return;
+        LZ_NV_FENCE_GPU();
+        if (lane == 0) cnt[grp] = 0;
+        const int groups = (n + LZ_NV_DTREE - 1) / LZ_NV_DTREE;
+        lz_nv_dcombine(part_ml, part_acc, out, seq, kvh, first, size, stride, n_splits, G, n_q_heads,
+                       groups == 1, lane);
+        cnt += groups;
+        n = groups, node = grp, stride *= LZ_NV_DTREE;
+    }
+}
+#endif /* LZ_NV_DTREE */
+
 __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
                            __global const int *seq_offsets, __global const ulong *table,
                            __global const int *entry_pos, __global const ushort *kc,
                            __global const ushort *vc, __global float2 *part_ml,
-                           __global float *part_acc, __global float *out,
+                           __global float *part_acc, __global float *out, __global int *count,
                            __global const float2 *freq,
                            __global const float *slopes, int rope_style, int rot_dim, int alibi,
                            float scale, int entries_per_split, int n_splits, int n_q_heads,
@@ -175,6 +299,9 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         const uint kb = ring_base + s * 2 * LZ_NV_DMAT, vb = kb + LZ_NV_DMAT;
         s = s + 1 == LZ_NV_DSTAGES ? 0 : s + 1;
         if (len == 0 || pos0 > qp) continue;
+#if LZ_NV_DDIAG == 1
+        continue;
+#endif
         if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
             if (in_lane) lz_nv_rotate_a(qf, q0, t4, -delta, rope_style, rot_dim, freq);
             else lz_nv_load_a(qf, row0, row1, t4, -delta, rope_style, rot_dim, freq);
@@ -232,27 +359,77 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
 #pragma unroll
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) vstore2((float2)(o[n][2], o[n][3]), 0, dst + n * 8);
     }
+#if LZ_NV_DTREE
+    lz_nv_dtree(part_ml, part_acc, out, count, seq, kvh, split, n_splits, G, n_q_heads, n_kv_heads, lane);
+#else
+    (void)count;
+#endif
 }
 
-/* The split-KV reduction of the fast path: as lz_decode_reduce, in one pass
- * over the splits (running max and rescaled sums), unrolled so that several
- * partial rows are in flight. One work-item per (dim, head, sequence). */
-__kernel void lz_decode_nv_reduce(__global const float2 *part_ml, __global const float *part_acc,
-                                  __global float *out, int n_splits, int n_q_heads, int n_seqs) {
-    const int i = get_global_id(0), h = get_global_id(1), seq = get_global_id(2);
-    if (i >= LZ_HEAD_DIM || h >= n_q_heads || seq >= n_seqs) return;
+/* The split-KV reduction of the fast path (without LZ_NV_DTREE): a
+ * work-group of LZ_NV_RT threads per (head, sequence), all the splits read
+ * at once: thread t takes float4 column t % (D / 4) of splits t / (D / 4),
+ * + LZ_NV_RS, .. (eight loads in flight a thread), keeps a running max and
+ * rescaled sums over them, then the first D / 4 threads combine the LZ_NV_RS
+ * rows of sums through local memory. (A work-item per (dim, head) walking
+ * the splits in series paid one L2 round trip every 8 splits.) */
+#ifndef LZ_NV_RT
+#define LZ_NV_RT 256
+#endif
+#define LZ_NV_RC (LZ_HEAD_DIM / 4)
+#define LZ_NV_RS (LZ_NV_RT / LZ_NV_RC)
+#if LZ_NV_RT % LZ_NV_RC
+#error "LZ_NV_RT must be a multiple of LZ_HEAD_DIM / 4"
+#endif
+__kernel __attribute__((reqd_work_group_size(LZ_NV_RT, 1, 1)))
+void lz_decode_nv_reduce(__global const float2 *part_ml, __global const float *part_acc,
+                         __global float *out, int n_splits, int n_q_heads, int n_seqs) {
+    __local float4 num_l[LZ_NV_RT];
+    __local float2 ml_l[LZ_NV_RS];
+    const int t = get_local_id(0), c = t % LZ_NV_RC, r = t / LZ_NV_RC;
+    const int h = get_group_id(1), seq = get_group_id(2);
+    if (h >= n_q_heads || seq >= n_seqs) return; /* the whole work-group: no barrier reached */
     const size_t base = ((size_t)seq * n_q_heads + h) * n_splits;
-    float m = -INFINITY, num = 0.0f, den = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < n_splits; s++) {
-        const float2 ml = part_ml[base + s];
-        const float acc = part_acc[(base + s) * LZ_HEAD_DIM + i];
-        const int use = ml.y != 0.0f; /* a split that saw no key adds nothing */
-        const float mn = use ? fmax(m, ml.x) : m;
-        const float a = use ? native_exp(m - mn) : 1.0f, b = use ? native_exp(ml.x - mn) : 0.0f;
-        den = fma(den, a, ml.y * b);
-        num = fma(num, a, acc * b);
+    float m = -INFINITY, den = 0.0f;
+    float4 num = (float4)(0.0f);
+    for (int s0 = r; s0 < n_splits; s0 += 8 * LZ_NV_RS) {
+        float2 ml[8];
+        float4 acc[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int s = s0 + k * LZ_NV_RS;
+            ml[k] = s < n_splits ? part_ml[base + s] : (float2)(-INFINITY, 0.0f);
+            acc[k] = s < n_splits ? vload4(c, part_acc + (base + s) * LZ_HEAD_DIM) : (float4)(0.0f);
+        }
+        float mn = m;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (ml[k].y != 0.0f) mn = fmax(mn, ml[k].x); /* a split that saw no key adds nothing */
+        const float a = m == -INFINITY ? 0.0f : native_exp(m - mn);
+        den *= a;
+        num *= a;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float w = ml[k].y != 0.0f ? native_exp(ml[k].x - mn) : 0.0f;
+            den = fma(ml[k].y, w, den);
+            num = fma(acc[k], (float4)(w), num);
+        }
         m = mn;
     }
-    out[((size_t)seq * n_q_heads + h) * LZ_HEAD_DIM + i] = den > 0.0f ? num / den : 0.0f;
+    if (c == 0) ml_l[r] = (float2)(m, den);
+    num_l[t] = num;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (r == 0) {
+        float mx = -INFINITY;
+        for (int i = 0; i < LZ_NV_RS; i++)
+            if (ml_l[i].y != 0.0f) mx = fmax(mx, ml_l[i].x);
+        float d = 0.0f;
+        float4 n = (float4)(0.0f);
+        for (int i = 0; i < LZ_NV_RS; i++) {
+            const float w = ml_l[i].y != 0.0f ? native_exp(ml_l[i].x - mx) : 0.0f;
+            d = fma(ml_l[i].y, w, d);
+            n = fma(num_l[i * LZ_NV_RC + c], (float4)(w), n);
+        }
+        vstore4(d > 0.0f ? n / d : (float4)(0.0f), c, out + ((size_t)seq * n_q_heads + h) * LZ_HEAD_DIM);
+    }
 }

@@ -23,7 +23,7 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * LAZYATTN_PORTABLE) and the configuration fits the kernels: f16 storage,
  * head_dim 64 or 128, block size 16 or 32, no ALiBi, at most 8 query heads
  * per KV head. Launch geometry below; for tuning, LAZYATTN_NV_PREFILL=
- * "KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES" override it and
+ * "KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES[,TREE]" override it and
  * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments);
  * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build);
  * the wgmma prefill has a producer warpgroup that feeds the others through
@@ -33,6 +33,14 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
  * prefill without it is built). */
 /* Decode blocks in flight per warp + 1 (measured best for large batches). */
 #define LZ_NV_DECODE_RING 3
+/* The decode's splits combine their partials in a reduction launch after
+ * the split kernel (0), or themselves in one launch, in a tree of this
+ * fan-in (cl/decode_nv.cl LZ_NV_DTREE; LAZYATTN_NV_DECODE=3,0,8): ~10 us
+ * less host time a decode, but measured slower on the H200 (issue 11 step
+ * 15, docs/PERFLOG.md: 1 x 32768 in 59.6 us against 54.0). */
+#define LZ_NV_DECODE_TREE 0
+/* Work-items of a work-group of lz_decode_nv_reduce (LZ_NV_RT). */
+#define LZ_NV_REDUCE_THREADS 256
 #define LZ_NV_ORDERS 4 /* prefill dispatch orders kept (shapes) */
 
 typedef struct lz_nv_tune {
@@ -41,6 +49,8 @@ typedef struct lz_nv_tune {
     int maxreg;      /* -cl-nv-maxrregcount, 0 = the compiler's choice */
     int dstages;     /* decode ring depth (blocks in flight + 1) */
     int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
+    int tree;        /* decode: fan-in of the splits' own combine (LZ_NV_DTREE), 0 = reduction launch */
+    int dtimes;      /* LAZYATTN_NV_DECODE_TIMES=1: log each decode launch's kernel times */
     int producer;    /* 1: the wgmma prefill's K / V copies by a producer warpgroup (LZ_NV_PRODUCER) */
     int persist;     /* 1: lz_prefill_nv persistent, a work-group a SM (LZ_NV_PERSIST; with the producer) */
     size_t prefill_threads; /* work-items of a prefill work-group, as the kernels were compiled */
@@ -64,6 +74,8 @@ struct lazyattn_attention {
     cl_mem err;    /* one int of LZ_ERR_* bits */
     cl_mem part_ml, part_acc;
     size_t part_capacity; /* partial rows (seq * head * split) the scratch holds */
+    cl_mem dcount;        /* the decode tree's counts (LZ_NV_DTREE), zero between launches */
+    size_t dcount_capacity; /* ints in dcount */
     int fast;             /* the NVIDIA tensor-core kernels below are in use */
     lz_nv_tune nv;
     cl_kernel nv_prefill, nv_decode, nv_reduce, nv_prefill_batched;
@@ -170,11 +182,14 @@ static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tu
     t->kt = B > 32 ? B : 32;
     t->warps = wgmma ? 12 : 8;
     t->maxreg = 0;
-    t->dstages = LZ_NV_DECODE_RING, t->waves = 0;
+    t->dstages = LZ_NV_DECODE_RING, t->waves = 0, t->tree = LZ_NV_DECODE_TREE;
     const char *env = getenv("LAZYATTN_NV_PREFILL");
     if (env) sscanf(env, "%d,%d,%d", &t->kt, &t->warps, &t->maxreg);
     env = getenv("LAZYATTN_NV_DECODE");
-    if (env) sscanf(env, "%d,%d", &t->dstages, &t->waves);
+    if (env) sscanf(env, "%d,%d,%d", &t->dstages, &t->waves, &t->tree);
+    if (t->tree < 2 || t->tree > 16) t->tree = 0; /* 0, 1 or out of range: the reduction launch */
+    env = getenv("LAZYATTN_NV_DECODE_TIMES");
+    t->dtimes = env && !strcmp(env, "1");
     /* keep the tuning inside what the kernels and 48 KB of local memory allow */
     if (t->kt < B || t->kt % B || t->kt % 16) t->kt = B > 32 ? B : 32;
     /* two K and two V slots + the entry slots must stay under 48 KB of local memory */
@@ -209,10 +224,11 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
     int n = snprintf(options, sizeof options,
                      "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_KV_TILED=%d "
                      "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d "
-                     "-DLZ_NV_WGMMA=%d%s%s",
+                     "-DLZ_NV_DTREE=%d -DLZ_NV_RT=%d -DLZ_NV_WGMMA=%d%s%s",
                      a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype,
                      a->cfg.kv_layout == LAZYATTN_KV_LAYOUT_TILED, a->nv.kt,
-                     a->nv.warps, a->nv.dstages, wgmma, wgmma && a->nv.producer ? " -DLZ_NV_PRODUCER=1" : "",
+                     a->nv.warps, a->nv.dstages, a->nv.tree, LZ_NV_REDUCE_THREADS, wgmma,
+                     wgmma && a->nv.producer ? " -DLZ_NV_PRODUCER=1" : "",
                      wgmma && a->nv.producer && a->nv.persist ? " -DLZ_NV_PERSIST=1" : "");
     const int n_base = n;
     if (a->nv.maxreg > 0)
@@ -336,11 +352,12 @@ static int lz_nv_build(lazyattn_attention *a) {
     a->nv.persist = a->nv.persist && wgmma && producer;
     lz_log(ctx, LAZYATTN_LOG_INFO,
            "NVIDIA tensor-core path: prefill %s%s%s, tile %d keys, %d warps, maxreg %d; "
-           "decode ring %d, waves %d (0: default)",
+           "decode ring %d, waves %d (0: default), splits combined by %s%.0d",
            wgmma ? "wgmma (S and P V)" : "mma.sync", producer ? " + producer warpgroup" : "",
            a->nv.persist ? ", persistent" : "",
            a->nv.kt, a->nv.warps, a->nv.maxreg,
-           a->nv.dstages, a->nv.waves);
+           a->nv.dstages, a->nv.waves, a->nv.tree ? "a tree of fan-in " : "a reduction launch",
+           a->nv.tree);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -525,7 +542,7 @@ void lazyattn_attention_destroy(lazyattn_attention *a) {
     if (a->nv_prefill_batched) clReleaseKernel(a->nv_prefill_batched);
     for (int i = 0; i < LZ_NV_ORDERS; i++)
         if (a->nv_orders[i].order) clReleaseMemObject(a->nv_orders[i].order);
-    cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc};
+    cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc, a->dcount};
     for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
         if (mems[i]) clReleaseMemObject(mems[i]);
     free(a);
@@ -967,6 +984,67 @@ static int lz_reserve_partials(lazyattn_attention *a, size_t rows) {
     return LAZYATTN_STATUS_OK;
 }
 
+/* The decode tree's counts (cl/decode_nv.cl, lz_nv_dtree): `ints` of them,
+ * created zeroed; every launch leaves them 0. */
+static int lz_reserve_counts(lazyattn_attention *a, size_t ints) {
+    if (ints <= a->dcount_capacity) return LAZYATTN_STATUS_OK;
+    static const char fn[] = "lazyattn_decode";
+    size_t bytes = 0;
+    LZ_TRY(lz_size_product(&bytes, fn, "decode counts bytes (n_seqs x n_kv_heads x 2 splits x 4)", ints,
+                           sizeof(cl_int), 1));
+    void *zeros = calloc(ints, sizeof(cl_int));
+    if (!zeros)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes of zeros for the decode counts", fn, bytes);
+    cl_int err;
+    cl_mem m = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, zeros, &err);
+    free(zeros);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_decode: decode counts");
+    if (a->dcount) clReleaseMemObject(a->dcount);
+    a->dcount = m;
+    a->dcount_capacity = ints;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* The fast path's reduction launch (lz_decode_nv_reduce): a work-group
+ * per (query head, sequence). */
+static int lz_decode_nv_reduce_launch(lazyattn_attention *a, const lazyattn_decode_args *d, int64_t n_splits,
+                                      cl_command_queue queue, cl_event *event) {
+    cl_int ns = (cl_int)n_splits, nqh = a->cfg.n_q_heads, n_seqs = d->n_seqs;
+    lz_args r = {a->nv_reduce, 0, CL_SUCCESS};
+    LZ_ARG(&r, a->part_ml); LZ_ARG(&r, a->part_acc); LZ_ARG(&r, d->out); LZ_ARG(&r, ns);
+    LZ_ARG(&r, nqh); LZ_ARG(&r, n_seqs);
+    if (r.err != CL_SUCCESS) return lz_cl_fail(r.err, "lazyattn_decode: clSetKernelArg (reduce)");
+    size_t global[3] = {LZ_NV_REDUCE_THREADS, (size_t)nqh, (size_t)d->n_seqs};
+    size_t local[3] = {LZ_NV_REDUCE_THREADS, 1, 1};
+    cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_reduce, 3, NULL, global, local, 0, NULL,
+                                        event);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, "lazyattn_decode");
+}
+
+/* LAZYATTN_NV_DECODE_TIMES=1 (diagnostics): the profiled times of a
+ * decode's launches, logged at info level once they are done (the queue
+ * must profile; waits for them). */
+static void lz_log_decode_times(lazyattn_attention *a, cl_event split, cl_event reduce, int64_t n_splits) {
+    cl_ulong s0 = 0, e0 = 0, s1 = 0, e1 = 0;
+    cl_event evs[2] = {split, reduce};
+    if (clWaitForEvents(reduce ? 2 : 1, evs) != CL_SUCCESS ||
+        clGetEventProfilingInfo(split, CL_PROFILING_COMMAND_START, sizeof s0, &s0, NULL) != CL_SUCCESS ||
+        clGetEventProfilingInfo(split, CL_PROFILING_COMMAND_END, sizeof e0, &e0, NULL) != CL_SUCCESS) {
+        lz_log(a->ctx, LAZYATTN_LOG_INFO, "decode times: not profiled (a queue without profiling?)");
+        return;
+    }
+    if (reduce && (clGetEventProfilingInfo(reduce, CL_PROFILING_COMMAND_START, sizeof s1, &s1, NULL) != CL_SUCCESS ||
+                   clGetEventProfilingInfo(reduce, CL_PROFILING_COMMAND_END, sizeof e1, &e1, NULL) != CL_SUCCESS))
+        reduce = NULL;
+    if (reduce)
+        lz_log(a->ctx, LAZYATTN_LOG_INFO, "decode times: %lld splits, split kernel %.2f us, gap %.2f us, "
+               "reduction %.2f us", (long long)n_splits, (e0 - s0) * 1e-3, ((double)s1 - (double)e0) * 1e-3,
+               (e1 - s1) * 1e-3);
+    else
+        lz_log(a->ctx, LAZYATTN_LOG_INFO, "decode times: %lld splits, split kernel %.2f us (one launch)",
+               (long long)n_splits, (e0 - s0) * 1e-3);
+}
+
 int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                     const lazyattn_decode_args *d, cl_command_queue queue, cl_event *event) {
     static const char fn[] = "lazyattn_decode";
@@ -1008,6 +1086,14 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                            (size_t)d->n_seqs, (size_t)a->cfg.n_q_heads, (size_t)n_splits));
     st = lz_reserve_partials(a, rows);
     if (st) return st;
+    const int tree = fast && a->nv.tree && n_splits > 1; /* the splits combine themselves: one launch */
+    if (tree) {
+        size_t counts = 0;
+        LZ_TRY(lz_size_product(&counts, fn, "decode counts (n_seqs x n_kv_heads x 2 splits)", (size_t)d->n_seqs,
+                               (size_t)a->cfg.n_kv_heads, 2 * (size_t)n_splits));
+        st = lz_reserve_counts(a, counts);
+        if (st) return st;
+    }
 
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
@@ -1018,7 +1104,11 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     LZ_ARG(&g, d->q); LZ_ARG(&g, d->q_pos); LZ_ARG(&g, d->seq_offsets); LZ_ARG(&g, d->table);
     LZ_ARG(&g, d->entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->part_ml);
     LZ_ARG(&g, a->part_acc);
-    if (fast) LZ_ARG(&g, d->out);
+    if (fast) {
+        cl_mem counts = tree ? a->dcount : a->err; /* the counts, read only with the tree */
+        LZ_ARG(&g, d->out);
+        LZ_ARG(&g, counts);
+    }
     LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
     LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, eps); LZ_ARG(&g, ns);
     LZ_ARG(&g, nqh); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, nt); LZ_ARG(&g, a->err);
@@ -1029,10 +1119,31 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
         /* one warp per (split, KV head, sequence); one split writes out itself */
         size_t local[3] = {32, 1, 1};
         size_t global[3] = {(size_t)32 * n_splits, (size_t)nkv, (size_t)d->n_seqs};
-        cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_decode, 3, NULL,
-                                            global, local, 0, NULL, n_splits == 1 ? event : NULL);
+        const int one = n_splits == 1 || tree;
+        cl_event split_ev = NULL;
+        cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_decode, 3, NULL, global, local, 0,
+                                            NULL, a->nv.dtimes ? &split_ev : one ? event : NULL);
         if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
-        if (n_splits == 1) return LAZYATTN_STATUS_OK;
+        if (one) {
+            if (split_ev) {
+                lz_log_decode_times(a, split_ev, NULL, n_splits);
+                if (event) *event = split_ev;
+                else clReleaseEvent(split_ev);
+            }
+            return LAZYATTN_STATUS_OK;
+        }
+        if (split_ev) { /* diagnostics: the reduction's event too */
+            cl_event reduce_ev = NULL;
+            st = lz_decode_nv_reduce_launch(a, d, n_splits, queue, &reduce_ev);
+            if (!st) lz_log_decode_times(a, split_ev, reduce_ev, n_splits);
+            clReleaseEvent(split_ev);
+            if (reduce_ev) {
+                if (event) *event = reduce_ev;
+                else clReleaseEvent(reduce_ev);
+            }
+            return st;
+        }
+        return lz_decode_nv_reduce_launch(a, d, n_splits, queue, event);
     } else {
         if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
         /* one work-group per (split, KV head x subset of its heads, sequence) */
@@ -1045,21 +1156,14 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
 
     cl_int n_seqs = d->n_seqs;
     const int rk = lz_reduce_kernel(a, n_splits);
-    lz_args r = {fast ? a->nv_reduce : a->kernels[rk], 0, CL_SUCCESS};
+    lz_args r = {a->kernels[rk], 0, CL_SUCCESS};
     LZ_ARG(&r, a->part_ml); LZ_ARG(&r, a->part_acc); LZ_ARG(&r, d->out); LZ_ARG(&r, ns);
     LZ_ARG(&r, nqh); LZ_ARG(&r, n_seqs);
-    if (!fast) { /* lse, has_lse, out_dtype */
-        cl_mem lse = d->lse ? d->lse : a->err;
-        cl_int has_lse = d->lse != NULL, out_dtype = (cl_int)d->out_dtype;
-        LZ_ARG(&r, lse); LZ_ARG(&r, has_lse); LZ_ARG(&r, out_dtype);
-    }
+    cl_mem lse = d->lse ? d->lse : a->err; /* lse, has_lse, out_dtype */
+    cl_int has_lse = d->lse != NULL, out_dtype = (cl_int)d->out_dtype;
+    LZ_ARG(&r, lse); LZ_ARG(&r, has_lse); LZ_ARG(&r, out_dtype);
     if (r.err != CL_SUCCESS) return lz_cl_fail(r.err, "lazyattn_decode: clSetKernelArg (reduce)");
     size_t rglobal[3] = {(size_t)a->cfg.head_dim, (size_t)nqh, (size_t)d->n_seqs};
-    if (fast) {
-        cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_reduce, 3, NULL, rglobal,
-                                            NULL, 0, NULL, event);
-        return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
-    }
     size_t rlocal[3] = {(size_t)a->cfg.head_dim, 1, 1};
     if (rk == LZ_K_REDUCE_SPLITS) lz_decode_warp_reduce_geometry(a, n_splits, &rglobal[0], &rlocal[0]);
     return lz_enqueue(a, rk, 3, rglobal, rlocal, queue, event, fn);

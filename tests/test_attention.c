@@ -550,6 +550,104 @@ static void test_tiled_every_kernel(void **state) {
     }
 }
 
+/* Decodes split many ways along the KV length: the partials of up to ~200
+ * splits combine to the float64 reference, for two sequences of different
+ * lengths at once, every split count twice through one attention object in
+ * two orders, and once after a decode that raised an error (a bad block
+ * id). On the NVIDIA path twice over: with the reduction launch (the
+ * default) and with the splits combining themselves in a tree of fan-in 8
+ * (cl/decode_nv.cl LZ_NV_DTREE, LAZYATTN_NV_DECODE=3,0,8: one level up to 8
+ * splits, two up to 64, three beyond, groups cut short at the end; its
+ * counts must be back to 0 after every launch, the failed one included);
+ * elsewhere the portable kernels, both times. */
+static void test_decode_splits(void **state) {
+    lazyattn_context *ctx = *state;
+    lt_rng r = {lt_seed() ^ 0x5b117u};
+    lazyattn_attention_config c;
+    memset(&c, 0, sizeof c);
+    c.head_dim = 128, c.block_size = 16, c.dtype = LAZYATTN_DTYPE_F16, c.kv_layout = TILED;
+    c.n_q_heads = 32, c.n_kv_heads = 8;
+    c.rope.style = LAZYATTN_ROPE_NEOX, c.rope.theta = 500000.0;
+    lazyattn_pool_config poolc = {1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, 0, c.kv_layout};
+    poolc.budget_bytes = (uint64_t)340 * 2 * c.n_kv_heads * c.block_size * c.head_dim * 2;
+    lazyattn_pool *pool = NULL;
+    lt_assert_status(lazyattn_pool_create(ctx, &poolc, &pool), LAZYATTN_STATUS_OK);
+    lazyattn_attention *attn = NULL, *attn_tree = NULL;
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
+    setenv("LAZYATTN_NV_DECODE", "3,0,8", 1);
+    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn_tree), LAZYATTN_STATUS_OK);
+    unsetenv("LAZYATTN_NV_DECODE");
+    /* sequence 0: 3 documents (202 entries), sequence 1: one document (62) */
+    int len0[5] = {7, 1200, 900, 1059, 21}, st0[5] = {-1, 300, 70000, 5, -1};
+    int len1[3] = {3, 950, 14}, st1[3] = {-1, 1000, -1};
+    sequence seqs[2];
+    lt_sequence_lay_out(&r, pool, &c, 1234, 5, len0, st0, &seqs[0]);
+    lt_sequence_lay_out(&r, pool, &c, 99, 3, len1, st1, &seqs[1]);
+    for (int i = 0; i < 2; i++) sequence_write(ctx, attn, pool, &seqs[i], c.n_kv_heads, c.head_dim);
+    const int total = seqs[0].n_entries + seqs[1].n_entries, max_entries = seqs[0].n_entries;
+    assert_true(max_entries > 200 && seqs[1].n_entries < 80);
+    uint64_t *table = malloc(sizeof(uint64_t) * total);
+    int32_t *entry_pos = malloc(sizeof(int32_t) * total), offsets[3] = {0, seqs[0].n_entries, total}, q_pos[2];
+    for (int i = 0; i < 2; i++) {
+        memcpy(table + offsets[i], seqs[i].table, sizeof(uint64_t) * seqs[i].n_entries);
+        memcpy(entry_pos + offsets[i], seqs[i].entry_pos, sizeof(int32_t) * seqs[i].n_entries);
+        q_pos[i] = seqs[i].k_pos[seqs[i].n_keys - 1];
+    }
+    const size_t qrow = (size_t)c.n_q_heads * c.head_dim;
+    float *q = make_queries(&r, &c, 2);
+    double *ref[2];
+    for (int i = 0; i < 2; i++) ref[i] = run_reference(&c, &seqs[i], q + i * qrow, &q_pos[i], 1);
+    cl_mem qm = lt_buffer(ctx, q, sizeof(float) * 2 * qrow), qpm = lt_buffer(ctx, q_pos, sizeof q_pos);
+    cl_mem offm = lt_buffer(ctx, offsets, sizeof offsets), tm = lt_buffer(ctx, table, sizeof(uint64_t) * total);
+    cl_mem epm = lt_buffer(ctx, entry_pos, sizeof(int32_t) * total);
+    cl_mem outm = lt_buffer(ctx, NULL, sizeof(float) * 2 * qrow);
+    lt_assert_status(lazyattn_rope_apply(attn, 2, c.n_q_heads, qm, qpm, NULL, NULL), LAZYATTN_STATUS_OK);
+    /* a copy of the table with a block id past the pool in sequence 0 */
+    lt_assert_status(lazyattn_entry_pack(1 << 20, 0, c.block_size, &table[offsets[0] + 100]), LAZYATTN_STATUS_OK);
+    cl_mem badm = lt_buffer(ctx, table, sizeof(uint64_t) * total);
+    const int splits[] = {1, 2, 7, 8, 9, 16, 17, 63, 64, 65, 100, max_entries};
+    const int n_counts = (int)(sizeof splits / sizeof *splits);
+    float *out = malloc(sizeof(float) * 2 * qrow);
+    double worst = 0.0;
+    for (int pass = 0; pass < 4; pass++)
+        for (int j = 0; j < n_counts; j++) {
+            lazyattn_attention *at = pass < 2 ? attn : attn_tree;
+            const int ns = splits[pass % 2 ? n_counts - 1 - j : j];
+            lazyattn_decode_args da = {2, max_entries, ns, qm, qpm, offm, tm, epm, outm,
+                                       NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
+            if (pass % 2 && j == 3) { /* a launch that raises an error, then on as before */
+                lazyattn_decode_args bad = da;
+                bad.table = badm;
+                lt_assert_status(lazyattn_decode(at, pool, 0, &bad, NULL, NULL), LAZYATTN_STATUS_OK);
+                lt_assert_status(lazyattn_attention_check(at, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
+            }
+            memset(out, 0xff, sizeof(float) * 2 * qrow);
+            assert_int_equal(clEnqueueWriteBuffer(lazyattn_context_queue(ctx), outm, CL_TRUE, 0,
+                                                  sizeof(float) * 2 * qrow, out, 0, NULL, NULL),
+                             CL_SUCCESS);
+            lt_assert_status(lazyattn_decode(at, pool, 0, &da, NULL, NULL), LAZYATTN_STATUS_OK);
+            lt_read(ctx, outm, out, sizeof(float) * 2 * qrow);
+            lt_assert_status(lazyattn_attention_check(at, NULL), LAZYATTN_STATUS_OK);
+            for (int i = 0; i < 2; i++) {
+                const double err = lazyattn_normalised_error(out + i * qrow, ref[i], qrow);
+                if (!(err <= tolerance(c.dtype)))
+                    print_error("decode, %d splits (pass %d), sequence %d: error %.3g > %.3g\n", ns, pass, i,
+                                err, tolerance(c.dtype));
+                assert_true(err <= tolerance(c.dtype));
+                if (err > worst) worst = err;
+            }
+        }
+    printf("# decode over %d + %d entries split 1..%d ways, 4 passes: worst error %.2e (tol %.1e)\n",
+           seqs[0].n_entries, seqs[1].n_entries, max_entries, worst, tolerance(c.dtype));
+    cl_mem mems[] = {qm, qpm, offm, tm, epm, outm, badm};
+    for (size_t i = 0; i < sizeof mems / sizeof *mems; i++) clReleaseMemObject(mems[i]);
+    free(q); free(out); free(table); free(entry_pos); free(ref[0]); free(ref[1]);
+    for (int i = 0; i < 2; i++) sequence_free(&seqs[i]);
+    lazyattn_attention_destroy(attn);
+    lazyattn_attention_destroy(attn_tree);
+    lazyattn_pool_destroy(pool);
+}
+
 /* The prefill's dispatch order (lib/prefill_order.c, LAZYATTN_NV_ORDER)
  * moves work between work-groups, never the result: a prefill long enough
  * for the orders to differ on a GPU (22 token tiles of 48 x 8 KV heads =
@@ -762,6 +860,9 @@ int main(void) {
         cmocka_unit_test(test_kv_layout_checks),
         cmocka_unit_test(test_tiled_every_kernel),
         cmocka_unit_test(test_prefill_order_invariance),
+        cmocka_unit_test(test_decode_splits),
     };
+    /* LAZYATTN_TEST_FILTER=test_decode_splits: only the tests matching it (device calls) */
+    if (getenv("LAZYATTN_TEST_FILTER")) cmocka_set_test_filter(getenv("LAZYATTN_TEST_FILTER"));
     return cmocka_run_group_tests_name("attention", tests, lt_context_setup, lt_context_teardown);
 }

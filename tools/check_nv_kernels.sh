@@ -33,6 +33,17 @@ for kernel in prefill_nv decode_nv; do
         done
     done
 done
+# the decode's splits combining themselves in a tree (LZ_NV_DTREE, opt-in:
+# LAZYATTN_NV_DECODE=3,0,8; its counts atomic, fenced at device scope) and its
+# timing-only diagnostics (LZ_NV_DDIAG 1: the copies alone, 2: the products alone)
+for d in 64 128; do
+    compile decode_nv decode_nv.d$d.tree fence.acq_rel.gpu -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
+        -DLZ_KV_TILED=1 -DLZ_NV_DTREE=8
+done
+compile decode_nv decode_nv.d128.ddiag1 cp.async -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 -DLZ_KV_TILED=1 \
+    -DLZ_NV_DDIAG=1
+compile decode_nv decode_nv.d128.ddiag2 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
+    -DLZ_KV_TILED=1 -DLZ_NV_DDIAG=2
 # the wgmma prefill (its instructions behind //@ markers until
 # lib/ptx_sm90a.c unmarks them on the GPU)
 for d in 64 128; do
