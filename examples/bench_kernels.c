@@ -23,7 +23,8 @@
  *   like the peer; decode bytes: K and V bytes of every context (effective).
  *
  * Usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]
- *                      [--only prefill|decode|prefill_a|prefill_b|prefill_c] [--prefill-queries T]
+ *                      [--only prefill|decode|prefill_a|prefill_b|prefill_c|decode_1x32768]
+ *                      [--prefill-queries T]
  *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]
  *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF] [--kv-layout rows|tiled]
  * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
@@ -38,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_util.h"
 #include "cli_options.h"
@@ -319,21 +321,37 @@ static double time_prefill(lazyattn_attention *attn, lazyattn_pool *pool,
     return median(t, reps) * 1e-6;
 }
 
+static double host_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+/* A decode's time: from the end of a 4-byte fill enqueued just before it
+ * to the end of its last kernel (what the host waits for: its own time in
+ * lazyattn_decode included, as the peer's CUDA events include torch's).
+ * *host: the median time of the lazyattn_decode call on the host, in us. */
 static double time_decode(lazyattn_attention *attn, lazyattn_pool *pool, const lazyattn_decode_args *a,
-                          cl_mem scratch) {
-    double t[256];
+                          cl_mem scratch, double *host) {
+    double t[256], h[256];
     int reps = g_reps > 256 ? 256 : g_reps;
     cl_int zero = 0;
     for (int r = -3; r < reps; r++) {
         cl_event e0, e1;
         CLCHECK(clEnqueueFillBuffer(g_q, scratch, &zero, 4, 0, 4, 0, NULL, &e0));
+        const double h0 = host_us();
         CHECK(lazyattn_decode(attn, pool, 0, a, NULL, &e1));
+        const double h1 = host_us();
         CLCHECK(clWaitForEvents(1, &e1));
-        if (r >= 0) t[r] = ev_ns(e1, CL_PROFILING_COMMAND_END) - ev_ns(e0, CL_PROFILING_COMMAND_END);
+        if (r >= 0) {
+            t[r] = ev_ns(e1, CL_PROFILING_COMMAND_END) - ev_ns(e0, CL_PROFILING_COMMAND_END);
+            h[r] = h1 - h0;
+        }
         clReleaseEvent(e0);
         clReleaseEvent(e1);
     }
     CHECK(lazyattn_attention_check(attn, NULL));
+    *host = median(h, reps);
     return median(t, reps) * 1e-6;
 }
 
@@ -499,7 +517,8 @@ static void bench_prefill(int shape_a, int shape_b, int shape_c) {
     lazyattn_attention_destroy(attn);
 }
 
-static void bench_decode(void) {
+/* The first n_shapes decode shapes. */
+static void bench_decode(int n_shapes) {
     static const int shapes[][2] = {{1, 32768}, {16, 8192}, {64, 4096}, {128, 4096}};
     lazyattn_attention *attn = make_attn();
     lazyattn_kernel_tuning t;
@@ -512,7 +531,7 @@ static void bench_decode(void) {
            t.decode.score_rows, (t.decode.out_rows - 1) & 1 ? "local memory" : "registers",
            (t.decode.out_rows - 1) & 2 ? "key-major" : "head-major");
     cl_mem scratch = buf(NULL, 64);
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+    for (int si = 0; si < n_shapes; si++) {
         const int B = shapes[si][0], L = shapes[si][1], doc = 2048, per_seq = L / BS;
         const int n_entries = B * per_seq;
         lazyattn_pool *pool = make_pool(n_entries);
@@ -547,8 +566,11 @@ static void bench_decode(void) {
         z.table = t0m;
         result *r = &g_results[g_n_results++];
         snprintf(r->name, sizeof r->name, "decode_%dx%d", B, L);
-        r->ms = time_decode(attn, pool, &a, scratch);
-        r->ms_zero = time_decode(attn, pool, &z, scratch);
+        double host = 0.0, host0 = 0.0;
+        r->ms = time_decode(attn, pool, &a, scratch, &host);
+        r->ms_zero = time_decode(attn, pool, &z, scratch, &host0);
+        printf("decode %dx%d: lazyattn_decode's host time %.1f us (median; %.1f with zero deltas)\n", B, L, host,
+               host0);
         r->flops = 4.0 * H * D * (double)B * L;
         r->bytes = 2.0 * B * L * KV * D * 2;
         cl_mem mems[] = {tm, t0m, em, om_, qpm, qm, out};
@@ -562,13 +584,15 @@ static void bench_decode(void) {
 
 static const char usage_text[] =
     "usage: bench_kernels [--csv FILE] [--reps N] [--no-checks]\n"
-    "                     [--only prefill|decode|prefill_a|prefill_b|prefill_c] [--prefill-queries T]\n"
+    "                     [--only prefill|decode|prefill_a|prefill_b|prefill_c|decode_1x32768]\n"
+    "                     [--prefill-queries T]\n"
     "                     [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]\n"
     "                     [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF] [--kv-layout rows|tiled]\n"
     "  --csv FILE       write the timings as CSV (bench/sdpa_peer.py reads it)\n"
     "  --reps N         timed repetitions per shape, median reported (20..256, default 25)\n"
     "  --no-checks      skip the correctness checks against the float64 reference\n"
-    "  --only WHAT      time only the prefill or only the decode shapes, or one prefill shape\n"
+    "  --only WHAT      time only the prefill or only the decode shapes, or one prefill shape, or\n"
+    "                   the longest decode\n"
     "  --prefill-queries T  new tokens of prefill (a) (16..4096, a multiple of 16, default\n"
     "                   4096; its row is named prefill_a_T_over_4x2048)\n"
     "  --decode-splits N  split every timed decode N ways along the KV length (0..4096,\n"
@@ -599,7 +623,8 @@ int main(int argc, char **argv) {
         {.name = "--reps", .type = CLI_INT, .dest = &g_reps, .min = 20, .max = 256},
         {.name = "--decode-splits", .type = CLI_INT, .dest = &g_decode_splits, .min = 0, .max = 4096},
         {.name = "--no-checks", .type = CLI_FLAG, .dest = &skip_checks},
-        {.name = "--only", .type = CLI_ENUM, .dest = &only, .choices = "prefill|decode|prefill_a|prefill_b|prefill_c"},
+        {.name = "--only", .type = CLI_ENUM, .dest = &only,
+         .choices = "prefill|decode|prefill_a|prefill_b|prefill_c|decode_1x32768"},
         {.name = "--prefill-queries", .type = CLI_INT, .dest = &g_prefill_queries, .min = 16, .max = 4096},
         {.name = "--decode-tile", .type = CLI_STRING, .dest = &decode_tile},
         {.name = "--prefill-tile", .type = CLI_STRING, .dest = &prefill_tile},
@@ -608,7 +633,7 @@ int main(int argc, char **argv) {
     int r = cli_parse("bench_kernels", usage_text, opts, (int)(sizeof opts / sizeof opts[0]), argc,
                       argv);
     if (r) return r == CLI_HELP ? 0 : 2;
-    if (g_prefill_queries != 4096 && (only == 1 || only == 3 || only == 4)) {
+    if (g_prefill_queries != 4096 && (only == 1 || only == 3 || only == 4 || only == 5)) {
         fprintf(stderr, "bench_kernels: --prefill-queries sets prefill (a), which --only leaves out\n");
         return 2;
     }
@@ -684,9 +709,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "the NVIDIA fast path failed to build (log above): not timing\n");
         return 1;
     }
-    /* only: -1 all, 0 prefill, 1 decode, 2 prefill (a), 3 prefill (b), 4 prefill (c) */
-    if (only != 1) bench_prefill(only < 2 || only == 2, only < 2 || only == 3, only < 2 || only == 4);
-    if (only == -1 || only == 1) bench_decode();
+    /* only: -1 all, 0 prefill, 1 decode, 2 prefill (a), 3 prefill (b), 4 prefill (c), 5 decode 1x32768 */
+    if (only != 1 && only != 5)
+        bench_prefill(only < 2 || only == 2, only < 2 || only == 3, only < 2 || only == 4);
+    if (only == -1 || only == 1 || only == 5) bench_decode(only == 5 ? 1 : 4);
 
     if (g_csv) fprintf(g_csv, "name,ms,ms_zero,flops,bytes,read_gbs,mma_tflops\n");
     printf("\n%-28s %9s %9s %8s %8s %7s %7s %9s\n", "shape", "ms", "ms(d=0)", "TFLOP/s", "GB/s",

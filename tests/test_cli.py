@@ -214,6 +214,7 @@ BAD = [
     ("bench_kernels", ["--prefill-queries", "0"], USAGE, "--prefill-queries"),
     ("bench_kernels", ["--only", "prefill_d"], USAGE, "--only"),
     ("bench_kernels", ["--only", "prefill_b", "--prefill-queries", "480"], USAGE, "--prefill-queries"),
+    ("bench_kernels", ["--only", "decode_1x32768", "--prefill-queries", "480"], USAGE, "--prefill-queries"),
     ("bench_kernels", ["--kv-layout", "tile"], USAGE, "--kv-layout"),
     ("bench_kernels", ["--kv-layout"], USAGE, "--kv-layout"),
     # programs without options
