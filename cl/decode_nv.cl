@@ -2,7 +2,7 @@
 /*
  * Lazy decode, NVIDIA tensor-core path (built only with LAZYATTN_FAST_NV):
  * same arguments and semantics as lz_decode (decode.cl, the reference),
- * partials combined by the same lz_decode_reduce.
+ * partials in its layout (combined below, not by its lz_decode_reduce).
  *
  * Work-group: one warp per (split, KV head, sequence). The G query heads
  * of the KV head are the rows of one m16n8k16 A operand (rows past G are
