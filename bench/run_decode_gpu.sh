@@ -9,13 +9,18 @@
 #     the float64 reference; ARGS: its options, default --only decode
 #     --kv-layout tiled (the layout run_gpu.sh times), e.g.
 #     "--only decode_1x32768 --kv-layout tiled --decode-splits 128"; DEFINES:
-#     LAZYATTN_NV_DEFINES, kernel build options such as "-DLZ_NV_DBULK=1
-#     -DLZ_NV_DDIAG=1"); with LAZYATTN_NV_DECODE_TIMES=1 in ENV, the medians
+#     LAZYATTN_NV_DEFINES, kernel build options such as "-DLZ_NV_DDIAG=1");
+#     with LAZYATTN_NV_DECODE_TIMES=1 in ENV, the medians
 #     of each launch's profiled kernel times by split count
 #     (lib/attention.c lz_log_decode_times: it waits for them, so the
 #     decode's host time printed then includes the kernels);
-#  3. the torch SDPA peer over all their rows (one table, rows in order).
-#   usage: [TESTS=0|1] [VARIANTS=...] [REPS=40] [BUDGET_S=300] sh bench/run_decode_gpu.sh [OUTDIR]
+#  3. the torch SDPA peer over all their rows (one table, rows in order);
+#     the benches' logs come back as bench_logs.tar.gz.
+# TEST_FILTER runs only the tests matching it (LAZYATTN_TEST_FILTER, e.g.
+# test_decode_splits); TEST_DEFINES runs them a second time with those
+# LAZYATTN_NV_DEFINES.
+#   usage: [TESTS=0|1] [TEST_FILTER=...] [TEST_DEFINES=...] [VARIANTS=...] [REPS=40] [BUDGET_S=300]
+#          sh bench/run_decode_gpu.sh [OUTDIR]
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 csv=/tmp/decode-csv
@@ -58,10 +63,12 @@ while IFS='|' read -r name envs build checks args defines; do
     { n = $1; sk[n] = sk[n] " " $5; if ($0 ~ /gap/) { gp[n] = gp[n] " " $8; rd[n] = rd[n] " " $11 } }
     function med(s,   a, k, i, j, t) { k = split(s, a, " "); for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }; return k ? a[int((k + 1) / 2)] : "-" }
     END { for (n in sk) printf "  %s splits: split kernel %s us, gap %s, reduction %s (median of %d)\n", n, med(sk[n]), med(gp[n]), med(rd[n]), split(sk[n], z, " ") }'
-  mv "$log" "$csv/" 2>/dev/null && gzip -c "$csv/bench_$name.log" > "$out/bench_$name.log.gz"
+  mv "$log" "$csv/" 2>/dev/null
   names="$names $name"
 done <<EOF
 $VARIANTS
 EOF
 peer $names
+# the benches' logs as one file (a call brings back at most eight)
+(cd "$csv" && tar czf "$out/bench_logs.tar.gz" bench_*.log 2>/dev/null)
 echo "[$(el) s] done"
