@@ -550,6 +550,21 @@ static void test_tiled_every_kernel(void **state) {
     }
 }
 
+/* A Llama-3.1-8B-shaped attention configuration (32 query / 8 KV heads,
+ * f16, blocks of 16, NeoX RoPE, tiled pages: the NVIDIA path's shape) of
+ * head dim d, and a pool of n_blocks blocks for it. */
+static lazyattn_pool *llama_tiled_pool(lazyattn_context *ctx, int d, int n_blocks, lazyattn_attention_config *c) {
+    memset(c, 0, sizeof *c);
+    c->head_dim = d, c->block_size = 16, c->dtype = LAZYATTN_DTYPE_F16, c->kv_layout = TILED;
+    c->n_q_heads = 32, c->n_kv_heads = 8;
+    c->rope.style = LAZYATTN_ROPE_NEOX, c->rope.theta = 500000.0;
+    lazyattn_pool_config poolc = {1, c->n_kv_heads, c->head_dim, c->block_size, c->dtype, 0, c->kv_layout};
+    poolc.budget_bytes = (uint64_t)n_blocks * 2 * c->n_kv_heads * c->block_size * c->head_dim * 2;
+    lazyattn_pool *pool = NULL;
+    lt_assert_status(lazyattn_pool_create(ctx, &poolc, &pool), LAZYATTN_STATUS_OK);
+    return pool;
+}
+
 /* Decodes split many ways along the KV length: the partials of up to ~200
  * splits combine to the float64 reference, for two sequences of different
  * lengths at once, every split count twice through one attention object in
@@ -564,14 +579,7 @@ static void test_decode_splits(void **state) {
     lazyattn_context *ctx = *state;
     lt_rng r = {lt_seed() ^ 0x5b117u};
     lazyattn_attention_config c;
-    memset(&c, 0, sizeof c);
-    c.head_dim = 128, c.block_size = 16, c.dtype = LAZYATTN_DTYPE_F16, c.kv_layout = TILED;
-    c.n_q_heads = 32, c.n_kv_heads = 8;
-    c.rope.style = LAZYATTN_ROPE_NEOX, c.rope.theta = 500000.0;
-    lazyattn_pool_config poolc = {1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, 0, c.kv_layout};
-    poolc.budget_bytes = (uint64_t)340 * 2 * c.n_kv_heads * c.block_size * c.head_dim * 2;
-    lazyattn_pool *pool = NULL;
-    lt_assert_status(lazyattn_pool_create(ctx, &poolc, &pool), LAZYATTN_STATUS_OK);
+    lazyattn_pool *pool = llama_tiled_pool(ctx, 128, 340, &c);
     lazyattn_attention *attn = NULL, *attn_tree = NULL;
     lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
     setenv("LAZYATTN_NV_DECODE", "3,0,8", 1);
@@ -661,14 +669,7 @@ static void test_prefill_order_invariance(void **state) {
     lazyattn_context *ctx = *state;
     lt_rng r = {lt_seed() ^ 0x0bde7u};
     lazyattn_attention_config c;
-    memset(&c, 0, sizeof c);
-    c.head_dim = 64, c.block_size = 16, c.dtype = LAZYATTN_DTYPE_F16, c.kv_layout = TILED;
-    c.n_q_heads = 32, c.n_kv_heads = 8;
-    c.rope.style = LAZYATTN_ROPE_NEOX, c.rope.theta = 500000.0;
-    lazyattn_pool_config poolc = {1, c.n_kv_heads, c.head_dim, c.block_size, c.dtype, 0, c.kv_layout};
-    poolc.budget_bytes = (uint64_t)260 * 2 * c.n_kv_heads * c.block_size * c.head_dim * 2;
-    lazyattn_pool *pool = NULL;
-    lt_assert_status(lazyattn_pool_create(ctx, &poolc, &pool), LAZYATTN_STATUS_OK);
+    lazyattn_pool *pool = llama_tiled_pool(ctx, 64, 260, &c);
     /* two documents at their own stored starts, then 1040 new tokens */
     int seg_len[4] = {5, 700, 900, 1040}, seg_stored[4] = {-1, 123, 40000, -1};
     sequence s;
