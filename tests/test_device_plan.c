@@ -7,6 +7,7 @@
  * without leaks. */
 #include "test_common.h"
 #include "internal.h" /* lz_device_plan_fail_at */
+#include "context_refs.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -15,33 +16,6 @@
 #include <time.h>
 
 /* ---- helpers ---- */
-
-static cl_uint context_refs_now(lazyattn_context *ctx) {
-    cl_uint n = 0;
-    assert_int_equal(clGetContextInfo(lazyattn_context_cl_context(ctx), CL_CONTEXT_REFERENCE_COUNT,
-                                      sizeof n, &n, NULL),
-                     CL_SUCCESS);
-    return n;
-}
-
-/* The context's reference count once the queue is idle and the count has
- * settled: an implementation may drop the references of finished commands
- * and events (an earlier test's, or an event callback's) a little after
- * clFinish returns, which made a one-off leak-count mismatch under load
- * (6 for 7). The count must hold for 20 consecutive readings 1 ms apart
- * (at most 2 s): a leaked buffer stays counted however long one waits. */
-static cl_uint context_refs(lazyattn_context *ctx) {
-    assert_int_equal(clFinish(lazyattn_context_queue(ctx)), CL_SUCCESS);
-    cl_uint n = context_refs_now(ctx);
-    for (int same = 0, i = 0; same < 20 && i < 2000; i++) {
-        const struct timespec ms = {0, 1000000};
-        nanosleep(&ms, NULL);
-        const cl_uint m = context_refs_now(ctx);
-        same = m == n ? same + 1 : 0;
-        n = m;
-    }
-    return n;
-}
 
 /* A host sequence: its table and entry positions, q_pos. */
 typedef struct host_seq {
@@ -472,12 +446,12 @@ static void test_incremental_writes(void **state) {
 static void test_error_paths(void **state) {
     lazyattn_context *ctx = *state;
     lt_rng r = {lt_seed() ^ 0xFA17};
-    const cl_uint base = context_refs(ctx);
+    const cl_uint base = lt_context_refs(ctx);
     /* the leak check can fail: each live buffer holds the context here */
     lazyattn_device_plan *plan = NULL;
     lazyattn_device_plan_config cfg = {3, 4};
     lt_assert_status(lazyattn_device_plan_create(ctx, &cfg, &plan), LAZYATTN_STATUS_OK);
-    const cl_uint with_plan = context_refs(ctx);
+    const cl_uint with_plan = lt_context_refs(ctx);
     /* PoCL counts each live buffer in the context's reference count, so a
      * leaked buffer shows there; Intel's CPU runtime does not count buffers,
      * and on it only the statuses and the recovery are checked (the leak
@@ -489,7 +463,7 @@ static void test_error_paths(void **state) {
                       lazyattn_context_device_name(ctx), base, with_plan);
 #define EXPECT_REFS(n)                                                                           \
     do {                                                                                         \
-        if (counts_buffers) assert_int_equal(context_refs(ctx), (n));                            \
+        if (counts_buffers) assert_int_equal(lt_context_refs(ctx), (n));                            \
     } while (0)
     lazyattn_device_plan_destroy(plan);
     EXPECT_REFS(base);

@@ -36,6 +36,7 @@
 
 #include "gemm_bf16.h"
 #include "serve.h"
+#include "context_refs.h"
 
 typedef struct bf_state {
     lazyattn_context *ctx;
@@ -860,13 +861,7 @@ static void test_gguf_bf16_overflow(void **state) {
 
 /* after the queue's work: a released buffer that a pending command still
  * uses (the zero fill of the bf16 X buffers) lives until that completes */
-static cl_uint context_refs(bf_state *s) {
-    cl_uint n = 0;
-    CHECK(clFinish(lazyattn_context_queue(s->ctx)) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
-    CHECK(clGetContextInfo(lazyattn_context_cl_context(s->ctx), CL_CONTEXT_REFERENCE_COUNT,
-                           sizeof n, &n, NULL) == CL_SUCCESS ? 0 : LAZYATTN_STATUS_OPENCL);
-    return n;
-}
+static cl_uint context_refs(bf_state *s) { return lt_context_refs(s->ctx); }
 
 /* Every buffer and program retains the OpenCL context (PoCL counts them),
  * so the context's reference count after serve_model_destroy, or after a
