@@ -4,12 +4,14 @@
  * same arguments and semantics as lz_decode (decode.cl, the reference),
  * partials in its layout (combined below, not by its lz_decode_reduce).
  *
- * Work-group: one warp per (split, KV head, sequence). The G query heads
- * of the KV head are the rows of one m16n8k16 A operand (rows past G are
- * zero), so each block's K and V are read once for the whole GQA group:
- * 16-byte cp.async copies into a ring of LZ_NV_DSTAGES blocks in local
- * memory (LZ_NV_DSTAGES - 1 blocks in flight per warp), then ldmatrix + mma.sync for
- * S = Q K^T and O += P V with an online softmax. The queries are re-rotated
+ * Work-group: one warp per (split, KV head, sequence). Each block's K and
+ * V are read once for the whole GQA group of G query heads: with G <= 8
+ * the block's 16 keys are the rows of the m16n8k16 products and the heads
+ * their columns (LZ_NV_DSWAP, below), else the heads are the rows of the A
+ * operand (rows past G zero). The blocks come by 16-byte cp.async copies
+ * into a ring of LZ_NV_DSTAGES blocks in local memory (LZ_NV_DSTAGES - 1
+ * blocks in flight per warp), then ldmatrix + mma.sync for S = Q K^T and
+ * O += P V with an online softmax. The queries are re-rotated
  * by R(-delta) only when the delta changes from one entry to the next (once
  * per document), the first time while the first blocks load: in registers
  * from an unrotated f16 copy when each rotary pair sits in one lane (GPT-J,
@@ -218,6 +220,83 @@ lz_nv_dtree(__global float2 *part_ml, __global float *part_acc, __global float *
 }
 #endif /* LZ_NV_DTREE */
 
+/* LZ_NV_DSWAP (1, the default; issue 11 step 16): with G <= 8 each block's
+ * products with the keys as the rows of the mma (FlashInfer's and
+ * TensorRT-LLM's "swap A and B" for small M): S^T = K Q^T as m16n8k16 (16
+ * keys x 8 query heads;
+ * K the A operand by ldmatrix, Q^T the B operand, which is the A fragment's
+ * rows g: qf[c][0], qf[c][2]), then O^T += V^T P^T (16 dims x 8 heads; V^T
+ * the A operand by ldmatrix.trans, P^T's C fragment made P's B fragment by
+ * movmatrix.trans). Half the mma of the m16 form, whose rows past G are
+ * padding, and half its exponentials: 16 mma and 4 ex2 a block instead of
+ * 32 and 8. Lane (g, t4) holds the scores of keys g and g + 8 for heads
+ * 2 t4 and 2 t4 + 1 (m0 / l0 and m1 / l1 are those heads' here), and O^T's
+ * dims 16 mt + g (+ 8) of the same heads. Measured on the H200 against
+ * the m16 form in the same call (tiled pools, two runs each): 16 x 8192
+ * 143.1 / 143.6 us against 146.0 / 148.9, 64 x 4096 268.0 / 268.9 against
+ * 271.5 / 276.4, 1 x 32768 51.2 / 51.5 against 51.5 / 54.8 (its split
+ * kernel 42.6 us either way: the copies bind there), 128 x 4096 513.3 /
+ * 516.2 against 512.0 / 519.2. 0: the m16 form for every G. */
+#ifndef LZ_NV_DSWAP
+#define LZ_NV_DSWAP 1
+#endif
+#if LZ_NV_DSWAP
+/* an 8x8 b16 matrix in the mma fragment layout, transposed across the warp */
+inline uint lz_nv_movt(uint x) {
+    uint y;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+/* the block's step with the keys as rows (the names of lz_decode_nv) */
+#define LZ_NV_DSWAP_STEP(k16)                                                                     \
+    do {                                                                                      \
+        float st[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};                    \
+        const int kr_ = (k16) + (lane & 7) + (((lane >> 3) & 1) << 3);                          \
+        _Pragma("unroll")                                                                     \
+        for (int c_ = 0; c_ < LZ_NV_DDC; c_++) {                                              \
+            uint ka_[4];                                                                      \
+            LZ_NV_LDSM_X4(ka_[0], ka_[1], ka_[2], ka_[3], kb + LZ_NV_DOFF(kr_, 2 * c_ + (lane >> 4))); \
+            LZ_NV_MMA(st[c_ & 1], ka_, qf[c_][0], qf[c_][2]);                                  \
+        }                                                                                     \
+        float s4[4];                                                                          \
+        _Pragma("unroll")                                                                     \
+        for (int u_ = 0; u_ < 4; u_++) s4[u_] = st[0][u_] + st[1][u_];                        \
+        if (len < LZ_BLOCK || pos0 + LZ_BLOCK - 1 > qp) {                                     \
+            const int j_ = (k16) + g;                                                         \
+            if (j_ >= len || pos0 + j_ > qp) s4[0] = s4[1] = -INFINITY;                       \
+            if (j_ + 8 >= len || pos0 + j_ + 8 > qp) s4[2] = s4[3] = -INFINITY;               \
+        }                                                                                     \
+        /* each head's maximum over the block's keys (across the 8 lanes g) */                \
+        float mx0 = fmax(s4[0], s4[2]), mx1 = fmax(s4[1], s4[3]);                             \
+        mx0 = fmax(mx0, lz_nv_xor(mx0, 4)), mx1 = fmax(mx1, lz_nv_xor(mx1, 4));               \
+        mx0 = fmax(mx0, lz_nv_xor(mx0, 8)), mx1 = fmax(mx1, lz_nv_xor(mx1, 8));               \
+        mx0 = fmax(mx0, lz_nv_xor(mx0, 16)), mx1 = fmax(mx1, lz_nv_xor(mx1, 16));             \
+        const float mn0 = LZ_NV_NEW_MAX(m0, mx0 * sl2), mn1 = LZ_NV_NEW_MAX(m1, mx1 * sl2);     \
+        const float b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;   \
+        const float al0 = lz_nv_exp2(m0 - b0), al1 = lz_nv_exp2(m1 - b1);                     \
+        m0 = mn0, m1 = mn1;                                                                   \
+        if (!LZ_NV_RESCALE_SKIP || al0 != 1.0f || al1 != 1.0f) {                              \
+            l0 *= al0, l1 *= al1;                                                             \
+            _Pragma("unroll")                                                                 \
+            for (int n = 0; n < LZ_NV_DDC; n++) {                                             \
+                o[n][0] *= al0, o[n][1] *= al1;                                               \
+                o[n][2] *= al0, o[n][3] *= al1;                                               \
+            }                                                                                 \
+        }                                                                                     \
+        const float p0 = lz_nv_exp2(fma(s4[0], sl2, -b0)), p1 = lz_nv_exp2(fma(s4[1], sl2, -b1)); \
+        const float p2 = lz_nv_exp2(fma(s4[2], sl2, -b0)), p3 = lz_nv_exp2(fma(s4[3], sl2, -b1)); \
+        l0 += p0 + p2, l1 += p1 + p3;                                                         \
+        const uint pb0 = lz_nv_movt(lz_nv_pack(p0, p1)), pb1 = lz_nv_movt(lz_nv_pack(p2, p3));  \
+        const int vr_ = (k16) + (lane & 7) + ((lane >> 4) << 3);                              \
+        _Pragma("unroll")                                                                     \
+        for (int mt = 0; mt < LZ_NV_DDC; mt++) {                                              \
+            uint va_[4];                                                                      \
+            LZ_NV_LDSM_X4_T(va_[0], va_[1], va_[2], va_[3], vb + LZ_NV_DOFF(vr_, 2 * mt + ((lane >> 3) & 1))); \
+            LZ_NV_MMA(o[mt], va_, pb0, pb1);                                                  \
+        }                                                                                     \
+    } while (0)
+#endif
+
 __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
                            __global const int *seq_offsets, __global const ulong *table,
                            __global const int *entry_pos, __global const ushort *kc,
@@ -235,6 +314,8 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     const int split = get_group_id(0), kvh = get_group_id(1), seq = get_group_id(2);
     const int G = n_q_heads / n_kv_heads;
     const int g = lane >> 2, t4 = lane & 3;
+    const int swap = LZ_NV_DSWAP && G <= 8; /* the keys as the mma's rows */
+    (void)swap;
     const int begin = seq_offsets[seq], end = seq_offsets[seq + 1];
     const int bad_table = begin < 0 || end < begin || end > n_table ||
                           end - begin > entries_per_split * n_splits;
@@ -308,6 +389,15 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
             cur_delta = delta;
         }
 
+#if LZ_NV_DSWAP
+        if (swap) {
+            /* 16 keys a step (blocks of 32: two, the second where it has keys) */
+#pragma unroll
+            for (int k16 = 0; k16 < LZ_BLOCK; k16 += 16)
+                if (k16 == 0 || (k16 < len && pos0 + k16 <= qp)) LZ_NV_DSWAP_STEP(k16);
+            continue;
+        }
+#endif
         /* ---- S = Q K^T over the block's keys ---- */
         float sc[LZ_BLOCK / 8][4];
 #pragma unroll
@@ -327,6 +417,35 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     }
     LZ_NV_CP_WAIT(0);
 
+#if LZ_NV_DSWAP
+    if (swap) {
+        /* heads 2 t4 and 2 t4 + 1: sums over the 8 lanes g; O^T's dims
+         * 16 mt + g and + 8 */
+#pragma unroll
+        for (int x = 4; x < 32; x *= 2) l0 += lz_nv_xor(l0, x), l1 += lz_nv_xor(l1, x);
+        const float ln2 = 0.693147180559945309f;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int hh = 2 * t4 + u;
+            if (hh >= G) continue;
+            const float l = u ? l1 : l0, mm = u ? m1 : m0;
+            const size_t row = (size_t)seq * n_q_heads + kvh * G + hh;
+            const float sc = n_splits == 1 ? (l > 0.0f ? 1.0f / l : 0.0f) : 1.0f;
+            __global float *dst = n_splits == 1 ? out + row * LZ_HEAD_DIM : part_acc + (row * n_splits + split) * LZ_HEAD_DIM;
+            if (n_splits > 1 && g == 0) part_ml[row * n_splits + split] = (float2)(mm * ln2, l);
+#pragma unroll
+            for (int mt = 0; mt < LZ_NV_DDC; mt++) {
+                dst[16 * mt + g] = o[mt][u] * sc;
+                dst[16 * mt + g + 8] = o[mt][2 + u] * sc;
+            }
+        }
+#if LZ_NV_DTREE
+        if (n_splits > 1)
+            lz_nv_dtree(part_ml, part_acc, out, count, seq, kvh, split, n_splits, G, n_q_heads, n_kv_heads, lane);
+#endif
+        return;
+    }
+#endif
     l0 += lz_nv_xor(l0, 1);
     l0 += lz_nv_xor(l0, 2);
     l1 += lz_nv_xor(l1, 1);

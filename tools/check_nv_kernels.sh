@@ -44,6 +44,14 @@ compile decode_nv decode_nv.d128.ddiag1 cp.async -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16
     -DLZ_NV_DDIAG=1
 compile decode_nv decode_nv.d128.ddiag2 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
     -DLZ_KV_TILED=1 -DLZ_NV_DDIAG=2
+# the decode's block products with the keys as the mma's rows (LZ_NV_DSWAP, the default for G <= 8:
+# movmatrix.trans) in every decode above, and the m16 form alone (-DLZ_NV_DSWAP=0)
+for f in "$out"/decode_nv.d*.b*.ptx; do
+    grep -q "movmatrix.sync.aligned.m8n8.trans.b16" "$f" || { echo "$f: no movmatrix (LZ_NV_DSWAP)" >&2; exit 1; }
+done
+compile decode_nv decode_nv.d128.m16 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
+    -DLZ_KV_TILED=1 -DLZ_NV_DSWAP=0
+if grep -q movmatrix "$out/decode_nv.d128.m16.ptx"; then echo "decode_nv.d128.m16: movmatrix with LZ_NV_DSWAP=0" >&2; exit 1; fi
 # the wgmma prefill (its instructions behind //@ markers until
 # lib/ptx_sm90a.c unmarks them on the GPU)
 for d in 64 128; do
