@@ -122,9 +122,15 @@
  * entries; V) or 4 (two for K, two for V, half of each tile's chunks each).
  * One warp's copy instructions held the round: measured on the H200, 2
  * warps ran 23 % faster than 1, 4 another 1.4 % (docs/PERFLOG.md issue 11
- * step 5). */
+ * step 5, 16-byte copies). With bulk pages (LZ_NV_BULK) a full page is one
+ * instruction, and the four schedulers, which the consumer warps keep
+ * nearly busy, are what binds (each instruction added to a consumer
+ * warp's round cost ~1 clock of the round a scheduler, issue 11 step 16):
+ * 2 copying warps (the other two end at once) ran (b) 2.582 ms against
+ * 2.695 / 2.659 with 4 in the same call, (c) 9.46 against 9.95 / 9.94,
+ * (a) 1.512 against 1.574 / 1.571; 1 ran (b) in 3.197. */
 #ifndef LZ_NV_PWARPS
-#define LZ_NV_PWARPS 4
+#define LZ_NV_PWARPS (LZ_NV_BULK ? 2 : 4)
 #endif
 #if LZ_NV_PWARPS != 1 && LZ_NV_PWARPS != 2 && LZ_NV_PWARPS != 4
 #error "LZ_NV_PWARPS: 1, 2 or 4"
