@@ -1124,26 +1124,20 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_decode, 3, NULL, global, local, 0,
                                             NULL, a->nv.dtimes ? &split_ev : one ? event : NULL);
         if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
-        if (one) {
-            if (split_ev) {
-                lz_log_decode_times(a, split_ev, NULL, n_splits);
-                if (event) *event = split_ev;
-                else clReleaseEvent(split_ev);
-            }
-            return LAZYATTN_STATUS_OK;
+        /* the last launch's event, where the caller or the diagnostic times want it */
+        cl_event last_ev = one ? split_ev : NULL;
+        if (!one) {
+            st = lz_decode_nv_reduce_launch(a, d, n_splits, queue, split_ev ? &last_ev : event);
+            if (!st && split_ev) lz_log_decode_times(a, split_ev, last_ev, n_splits);
+            if (split_ev) clReleaseEvent(split_ev);
+        } else if (split_ev) {
+            lz_log_decode_times(a, split_ev, NULL, n_splits);
         }
-        if (split_ev) { /* diagnostics: the reduction's event too */
-            cl_event reduce_ev = NULL;
-            st = lz_decode_nv_reduce_launch(a, d, n_splits, queue, &reduce_ev);
-            if (!st) lz_log_decode_times(a, split_ev, reduce_ev, n_splits);
-            clReleaseEvent(split_ev);
-            if (reduce_ev) {
-                if (event) *event = reduce_ev;
-                else clReleaseEvent(reduce_ev);
-            }
-            return st;
+        if (last_ev) {
+            if (event) *event = last_ev;
+            else clReleaseEvent(last_ev);
         }
-        return lz_decode_nv_reduce_launch(a, d, n_splits, queue, event);
+        return st;
     } else {
         if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_decode: clSetKernelArg");
         /* one work-group per (split, KV head x subset of its heads, sequence) */
