@@ -502,11 +502,21 @@ inline float lz_nv_exp2(float x) {
  * rescaling of O. LZ_NV_SOFTMAX_MAX declares b0, b1 (the rows' new maxima,
  * 0 for rows that saw no key yet) and al0, al1 (the factors O and l take). */
 #define LZ_NV_SOFTMAX_MAX(KT, sc, m0, m1, l0, l1, sl2, b0, b1, al0, al1)                     \
+    LZ_NV_SOFTMAX_MAX_FROM(KT, sc, m0, m1, l0, l1, sl2, b0, b1, al0, al1, 0)
+/* The maxima a row starts from before its first key where they are to stay
+ * finite: a row that saw no key yet then takes its probabilities against
+ * it (exp2(-inf - LZ_NV_M_NONE) = 0, its factor exp2(0) = 1), and its first
+ * key's maximum replaces it with a factor of exp2(-1e30 - b) = 0 on the
+ * sums and O that are still 0: no test for -inf a round. */
+#define LZ_NV_M_NONE (-1e30f)
+/* LZ_NV_SOFTMAX_MAX with finite (a constant) 1 where m0 and m1 start at
+ * LZ_NV_M_NONE rather than -INFINITY (b0, b1 then the maxima as they are) */
+#define LZ_NV_SOFTMAX_MAX_FROM(KT, sc, m0, m1, l0, l1, sl2, b0, b1, al0, al1, finite)         \
     float b0, b1, al0, al1;                                                                  \
     do {                                                                                     \
-        float mx0 = -INFINITY, mx1 = -INFINITY;                                              \
+        float mx0 = fmax(sc[0][0], sc[0][1]), mx1 = fmax(sc[0][2], sc[0][3]);                \
         _Pragma("unroll")                                                                    \
-        for (int n = 0; n < (KT) / 8; n++) {                                                 \
+        for (int n = 1; n < (KT) / 8; n++) {                                                 \
             mx0 = fmax(mx0, fmax(sc[n][0], sc[n][1]));                                       \
             mx1 = fmax(mx1, fmax(sc[n][2], sc[n][3]));                                       \
         }                                                                                    \
@@ -515,7 +525,10 @@ inline float lz_nv_exp2(float x) {
         mx1 = fmax(mx1, lz_nv_xor(mx1, 1));                                                  \
         mx1 = fmax(mx1, lz_nv_xor(mx1, 2));                                                  \
         const float mn0 = LZ_NV_NEW_MAX(m0, mx0 * sl2), mn1 = LZ_NV_NEW_MAX(m1, mx1 * sl2);  \
-        b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;              \
+        if (finite)                                                                          \
+            b0 = mn0, b1 = mn1;                                                              \
+        else                                                                                 \
+            b0 = mn0 == -INFINITY ? 0.0f : mn0, b1 = mn1 == -INFINITY ? 0.0f : mn1;          \
         al0 = lz_nv_exp2(m0 - b0), al1 = lz_nv_exp2(m1 - b1);                                \
         m0 = mn0;                                                                            \
         m1 = mn1;                                                                            \

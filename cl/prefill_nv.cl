@@ -484,6 +484,39 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #endif
 /* lz_nv_scores' rmask when it reads the entries and decides itself */
 #define LZ_NV_DECIDE_HERE 0xffffffffu
+/* 1 (with LZ_NV_PP_META; the default since issue 11 step 17): the
+ * producer takes the decisions of the consumers' rounds (the queries'
+ * rotation for the tile's first entry, lz_nv_rot_mask's) with the same
+ * rule over the same tiles, and hands them over in the tile's word
+ * meta[slot][0].w (LZ_NV_FLAG_*; an end marker's stays negative), so that
+ * a consumer warp's round reads one word of the entries instead of two
+ * entries and compares nothing: the schedulers' issue binds the round
+ * (issue 11 step 16). */
+#ifndef LZ_NV_PFLAGS
+#define LZ_NV_PFLAGS LZ_NV_PP_META
+#endif
+#if !LZ_NV_PP_META
+#undef LZ_NV_PFLAGS
+#define LZ_NV_PFLAGS 0
+#endif
+/* A tile's flag word: bit e (e < LZ_NV_EPT) where entry e rotates the
+ * queries (its delta differs from the one they are rotated for: bit 0 the
+ * loop's rotation before the turn, bits 1.. lz_nv_rot_mask's), and
+ * LZ_NV_FLAG_MASK where some key needs the mask (lz_nv_rot_mask's !full) */
+#define LZ_NV_FLAG_ROT0 1
+#define LZ_NV_FLAG_LATER ((1u << LZ_NV_EPT) - 2u)
+#define LZ_NV_FLAG_MASK (1 << 16)
+/* 1 (the default since issue 11 step 17): the consumers' running maxima
+ * start finite (LZ_NV_M_NONE, LZ_NV_SOFTMAX_MAX_FROM), so that a round
+ * takes no test for -inf */
+#ifndef LZ_NV_M_FINITE
+#define LZ_NV_M_FINITE 1
+#endif
+/* 1: the consumers' V descriptors made once (slot 0's, moved on by the
+ * slot a round) rather than from the slot's address a round */
+#ifndef LZ_NV_PDESC
+#define LZ_NV_PDESC 0
+#endif
 
 /* Before the ping-pong's turn (LZ_NV_PP_META), with qf rotated for
  * cur_delta (the first entry's rotation done): whether the tile at meta
@@ -689,6 +722,19 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
         for (int kk_ = 0; kk_ < LZ_NV_KT / 16; kk_++)                                        \
             if (!(LZ_NV_DIAG & 4)) {                                                         \
                 LZ_NV_WGMMA_PV(o, pa[kk_], lz_nv_wg_vdesc((vb) + (uint)kk_ * (2 * LZ_NV_CPR * 128))); \
+                LZ_NV_PV_ROWSUM(pa[kk_]);                                                    \
+            }                                                                                \
+        LZ_NV_WG_COMMIT();                                                                   \
+    } while (0)
+/* LZ_NV_PV_ISSUE with the V tile's descriptor vdesc (lz_nv_wg_vdesc) made
+ * by the caller: each 16 keys' one its start address field moved on */
+#define LZ_NV_PV_ISSUE_D(o, pa, vdesc)                                                       \
+    do {                                                                                     \
+        LZ_NV_WG_FENCE();                                                                    \
+        _Pragma("unroll")                                                                    \
+        for (int kk_ = 0; kk_ < LZ_NV_KT / 16; kk_++)                                        \
+            if (!(LZ_NV_DIAG & 4)) {                                                         \
+                LZ_NV_WGMMA_PV(o, pa[kk_], (vdesc) + (ulong)kk_ * ((2 * LZ_NV_CPR * 128) >> 4)); \
                 LZ_NV_PV_ROWSUM(pa[kk_]);                                                    \
             }                                                                                \
         LZ_NV_WG_COMMIT();                                                                   \
@@ -971,9 +1017,11 @@ __attribute__((always_inline)) inline void lz_nv_landed_arrive(uint bar, int cop
 __attribute__((always_inline)) inline void
 lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global const ulong *table,
               __global const int *entry_pos, int kvh, int n_kv_heads, int n_entries, int n_blocks,
-              int max_pos, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], uint bars,
-              int t, int role, int *kn, int *vn, int marker, __local int4 *tasks, int4 task) {
+              int max_pos, int min_pos, int rope_style, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT],
+              uint bars, int t, int role, int *kn, int *vn, int marker, __local int4 *tasks, int4 task) {
     const int do_k = role != 2, do_v = role != 1;
+    int cur_delta = 0; /* LZ_NV_PFLAGS: the delta the consumers' queries are rotated for */
+    (void)min_pos, (void)rope_style;
     const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
 #if LZ_NV_PBATCH
     const int lane = t & 31;
@@ -1017,10 +1065,28 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
             lz_nv_landed_arrive(LZ_NV_KFULL(bars, ks), cp);
         }
         if (do_k && t == 0) {
+            int word = tk < n_tiles ? tk : marker;
+#if LZ_NV_PFLAGS
+            /* the consumers' rule (lz_nv_consume, lz_nv_rot_mask), entry by
+             * entry from the task's first tile on, as their queries go */
+            if (tk < n_tiles) {
+                int full = 1;
+                word = 0;
+#pragma unroll
+                for (int k = 0; k < LZ_NV_EPT; k++) {
+                    full &= ek[k].len == LZ_BLOCK && ek[k].pos0 + LZ_BLOCK - 1 <= min_pos;
+                    if (rope_style != LZ_ROPE_NONE && ek[k].len > 0 && ek[k].delta != cur_delta) {
+                        word |= 1 << k;
+                        cur_delta = ek[k].delta;
+                    }
+                }
+                if (!full) word |= LZ_NV_FLAG_MASK;
+            }
+#endif
 #pragma unroll
             for (int k = 0; k < LZ_NV_EPT; k++)
                 meta[n % LZ_NV_NMETA][k] =
-                    (int4)(ek[k].pos0, ek[k].delta, ek[k].len, tk < n_tiles ? tk : marker);
+                    (int4)(ek[k].pos0, ek[k].delta, ek[k].len, k == 0 ? word : tk < n_tiles ? tk : marker);
             if (tasks && n == *kn) tasks[n % LZ_NV_NMETA] = task; /* the task's first item */
             lz_nv_mbar_arrive(LZ_NV_KFULL(bars, ks));
         }
@@ -1093,13 +1159,19 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
     float o[LZ_HEAD_DIM / 8][4];
 #pragma unroll
     for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    /* LZ_NV_M_FINITE: the maxima start finite, no test for -inf a round */
+    float m0 = LZ_NV_M_FINITE ? LZ_NV_M_NONE : -INFINITY, m1 = m0, l0 = 0.0f, l1 = 0.0f;
 #if LZ_NV_L_WG
     /* the row sums by the tensor cores (l0, l1 then unused until the end) */
     float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const ulong onesd = lz_nv_wg_desc(LZ_NV_SMEM(ones), 128, 128);
 #endif
     const float sl2 = scale * 1.44269504088896341f;
+#if LZ_NV_PDESC
+    /* V slot 0's descriptor; slot s's has its address field s tiles on
+     * (addresses under 256 KB: the field does not carry over) */
+    const ulong vdesc0 = lz_nv_wg_vdesc(vbase);
+#endif
 
     /* Round j consumes item j of the producer (lz_nv_produce). With the
      * ping-pong (the default): before its turn a warpgroup waits for K of
@@ -1141,7 +1213,7 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
     uint pa[LZ_NV_KT / 16][4];
     if (has) {
         if (!full) lz_nv_mask(sc, mfirst, qp0, qp1, t4);
-        LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
+        LZ_NV_SOFTMAX_MAX_FROM(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1, LZ_NV_M_FINITE);
         LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
         LZ_NV_PACK_P(LZ_NV_KT, sc, pa);
         al0 = a0, al1 = a1;
@@ -1157,7 +1229,8 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
         const int n1 = k0 + j + 1, vj = v0 + j, ks = n1 % LZ_NV_KSLOTS, vs = vj % LZ_NV_VSLOTS;
         LZ_NV_DIAG_WAIT(LZ_NV_KFULL(bars, ks), (uint)(n1 / LZ_NV_KSLOTS) & 1, d_kmiss, d_kclk);
         __local const int4 *mn = meta[n1 % LZ_NV_NMETA];
-        const int has_n = mn[0].w >= 0;
+        const int word = mn[0].w; /* the tile's flags (LZ_NV_PFLAGS), or its index; < 0: the end marker */
+        const int has_n = word >= 0;
         int full_n = 1;
         /* Everything a turn does not need held before it: a stall inside
          * the turn holds every warpgroup's products. The queries rotated
@@ -1167,12 +1240,20 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
          * in flight) rescaled for P(j): a write to an accumulator between a
          * wgmma and its wait makes ptxas serialize them all (C7515). */
 #if LZ_NV_PP_EARLY
+#if LZ_NV_PFLAGS
+        if ((word & (int)(0x80000000u | LZ_NV_FLAG_ROT0)) == LZ_NV_FLAG_ROT0)
+#else
         if (rope_style != LZ_ROPE_NONE && mn[0].z > 0 && mn[0].y != cur_delta)
+#endif
             lz_nv_requery(qf, &cur_delta, &n_rel, mn[0].y, qrow0, qrow1, t4, rope_style, rot_dim, freq);
         LZ_NV_DIAG_WAIT(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1, d_vmiss, d_vclk);
         if (LZ_NV_CFENCE) LZ_NV_PROXY_FENCE();
 #endif
-#if LZ_NV_PP_META
+#if LZ_NV_PFLAGS
+        /* the producer's decisions (the end marker's: none, no mask) */
+        const int full_pre = !(word & LZ_NV_FLAG_MASK);
+        const uint rmask = has_n ? (uint)word & LZ_NV_FLAG_LATER : 0u;
+#elif LZ_NV_PP_META
         int full_pre;
         const uint rmask = lz_nv_rot_mask(mn, cur_delta, min_pos, rope_style, &full_pre);
 #endif
@@ -1204,8 +1285,12 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
         lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1);
         if (LZ_NV_CFENCE) LZ_NV_PROXY_FENCE();
 #endif
+#if LZ_NV_PDESC
+        LZ_NV_PV_ISSUE_D(o, pa, vdesc0 + (ulong)((uint)vs * (LZ_NV_MAT_BYTES >> 4))); /* (and LZ_NV_L_WG's sums) */
+#else
         const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
         LZ_NV_PV_ISSUE(o, pa, vb); /* (and the row sums, LZ_NV_L_WG) */
+#endif
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
         LZ_NV_MARK(4, d_turn);
         /* the scores of tile j + 1 done (P V of tile j may still run) */
@@ -1216,7 +1301,7 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
         if (lane == 0) lz_nv_mbar_arrive(LZ_NV_KEMPTY(bars, ks)); /* an end marker's too */
         if (has_n) {
             if (!full_n) lz_nv_mask(sc, mn, qp0, qp1, t4);
-            LZ_NV_SOFTMAX_MAX(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1);
+            LZ_NV_SOFTMAX_MAX_FROM(LZ_NV_KT, sc, m0, m1, l0, l1, sl2, b0, b1, a0, a1, LZ_NV_M_FINITE);
             LZ_NV_SOFTMAX_EXP_F32(LZ_NV_KT, sc, l0, l1, sl2, b0, b1);
             al0 = a0, al1 = a1;
         }
@@ -1352,8 +1437,9 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
          * registers a thread, what one role keeps live spills less */
         int kn = 0, vn = 0;
 #define LZ_NV_PRODUCE(role)                                                                      \
-    lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase, vbase, \
-                  meta, bars, lane + 32 * (pw % LZ_NV_KWARPS), role, &kn, &vn, -1, 0, (int4)(0))
+    lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, min_pos,         \
+                  rope_style, kbase, vbase, meta, bars, lane + 32 * (pw % LZ_NV_KWARPS), role, &kn, &vn, -1, 0, \
+                  (int4)(0))
         if (LZ_NV_PWARPS == 1) {
             if (pw == 0) LZ_NV_PRODUCE(0);
         } else if (pw < LZ_NV_KWARPS) {
@@ -1647,8 +1733,8 @@ __attribute__((always_inline)) inline void
 lz_nv_produce_tasks(__global const int *q_pos, __global const ulong *table, __global const int *entry_pos,
                     __global const ushort *kc, __global const ushort *vc, __global const int *order,
                     int n_queries, int n_entries, int n_kv_heads, int n_blocks, int rows, int n_tok_tiles,
-                    uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], __local int4 *tasks, uint bars,
-                    __global int *err, int t, int role) {
+                    int rope_style, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT],
+                    __local int4 *tasks, uint bars, __global int *err, int t, int role) {
     const int w = get_group_id(0), nwg = get_num_groups(0);
     int kn = 0, vn = 0;
     for (int k = 0;; k++) {
@@ -1660,8 +1746,9 @@ lz_nv_produce_tasks(__global const int *q_pos, __global const ulong *table, __gl
             lz_nv_task_positions(q_pos, tok0, rows, n_queries, err, role != 2 && t < 32, t & 31, &max_pos,
                                  &min_pos);
         }
-        lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, kbase, vbase,
-                      meta, bars, t, role, &kn, &vn, task < 0 ? -2 : -1, tasks, (int4)(tok0, kvh, min_pos, 0));
+        lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, min_pos,
+                      rope_style, kbase, vbase, meta, bars, t, role, &kn, &vn, task < 0 ? -2 : -1, tasks,
+                      (int4)(tok0, kvh, min_pos, 0));
         if (task < 0) break;
     }
     LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
@@ -1718,7 +1805,7 @@ lz_prefill_nv_persist(__global const float *q, __global const int *q_pos, __glob
         const int pw = warp - LZ_NV_WARPS; /* the warp in the producer's warpgroup */
 #define LZ_NV_PRODUCE_TASKS(role)                                                                  \
     lz_nv_produce_tasks(q_pos, table, entry_pos, kc, vc, order, n_queries, n_entries, n_kv_heads, n_blocks, \
-                        rows, n_tok_tiles, kbase, vbase, meta, tasks, bars, err,                       \
+                        rows, n_tok_tiles, rope_style, kbase, vbase, meta, tasks, bars, err,           \
                         lane + 32 * (pw % LZ_NV_KWARPS), role)
         if (LZ_NV_PWARPS == 1) {
             if (pw == 0) LZ_NV_PRODUCE_TASKS(0);
