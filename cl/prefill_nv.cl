@@ -512,10 +512,12 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #ifndef LZ_NV_M_FINITE
 #define LZ_NV_M_FINITE 1
 #endif
-/* 1: the consumers' V descriptors made once (slot 0's, moved on by the
- * slot a round) rather than from the slot's address a round */
+/* 1 (the default since issue 11 step 17): the consumers' V descriptors
+ * made once (slot 0's, moved on by the slot a round) rather than from the
+ * slot's address a round (NVIDIA's compiler made that address again each
+ * round, S2UR included, inside the turn) */
 #ifndef LZ_NV_PDESC
-#define LZ_NV_PDESC 0
+#define LZ_NV_PDESC 1
 #endif
 
 /* Before the ping-pong's turn (LZ_NV_PP_META), with qf rotated for
