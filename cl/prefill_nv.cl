@@ -490,8 +490,9 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
  * rule over the same tiles, and hands them over in the tile's word
  * meta[slot][0].w (LZ_NV_FLAG_*; an end marker's stays negative), so that
  * a consumer warp's round reads one word of the entries instead of two
- * entries and compares nothing: the schedulers' issue binds the round
- * (issue 11 step 16). */
+ * entries and tests its bits instead of comparing fields: the schedulers'
+ * issue binds the round (issue 11 step 16); H200: 2 x 8192 causal -1.9 %
+ * (step 17). */
 #ifndef LZ_NV_PFLAGS
 #define LZ_NV_PFLAGS LZ_NV_PP_META
 #endif
@@ -1845,7 +1846,8 @@ lz_prefill_nv(__global const float *q, __global const int *q_pos, __global const
               __global const int *order) {
     __local uchar kring[LZ_NV_KRING * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
     __local uchar vring[LZ_NV_VSLOTS * LZ_NV_MAT_BYTES] __attribute__((aligned(128)));
-    __local int4 meta[LZ_NV_NMETA][LZ_NV_EPT]; /* per tile: (start, delta, length, tile) */
+    /* per tile: (start, delta, length, tile; with LZ_NV_PFLAGS entry 0's w the tile's flags) */
+    __local int4 meta[LZ_NV_NMETA][LZ_NV_EPT];
     __local ulong mbar[LZ_NV_MBARS] __attribute__((aligned(8)));
     LZ_NV_ONES_DECL
     (void)slopes, (void)alibi; /* ALiBi configurations take the portable path */
