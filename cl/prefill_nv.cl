@@ -713,24 +713,13 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
 }
 
 #if LZ_NV_PVWG
-/* O += P V over the LZ_NV_KT keys of the V tile at shared address vb: KT / 16
- * asynchronous wgmma m64nDk16 (A = P from registers, this lane's fragments
- * pa), one commit group that the caller waits for (without them with the
+/* O += P V over the LZ_NV_KT keys of the V tile whose descriptor is vdesc
+ * (lz_nv_wg_vdesc; each 16 keys' one has its start address field moved on,
+ * which cannot carry for addresses under 256 KB): KT / 16 asynchronous
+ * wgmma m64nDk16 (A = P from registers, this lane's fragments pa), one
+ * commit group that the caller waits for (without them with the
  * LZ_NV_DIAG 4 diagnostic). A macro: as a function, clang moved the row
  * sums of the softmax across its fences. */
-#define LZ_NV_PV_ISSUE(o, pa, vb)                                                            \
-    do {                                                                                     \
-        LZ_NV_WG_FENCE();                                                                    \
-        _Pragma("unroll")                                                                    \
-        for (int kk_ = 0; kk_ < LZ_NV_KT / 16; kk_++)                                        \
-            if (!(LZ_NV_DIAG & 4)) {                                                         \
-                LZ_NV_WGMMA_PV(o, pa[kk_], lz_nv_wg_vdesc((vb) + (uint)kk_ * (2 * LZ_NV_CPR * 128))); \
-                LZ_NV_PV_ROWSUM(pa[kk_]);                                                    \
-            }                                                                                \
-        LZ_NV_WG_COMMIT();                                                                   \
-    } while (0)
-/* LZ_NV_PV_ISSUE with the V tile's descriptor vdesc (lz_nv_wg_vdesc) made
- * by the caller: each 16 keys' one its start address field moved on */
 #define LZ_NV_PV_ISSUE_D(o, pa, vdesc)                                                       \
     do {                                                                                     \
         LZ_NV_WG_FENCE();                                                                    \
@@ -742,6 +731,8 @@ __attribute__((always_inline)) inline void lz_nv_mask(float sc[LZ_NV_KT / 8][4],
             }                                                                                \
         LZ_NV_WG_COMMIT();                                                                   \
     } while (0)
+/* The same with the V tile at shared address vb */
+#define LZ_NV_PV_ISSUE(o, pa, vb) LZ_NV_PV_ISSUE_D(o, pa, lz_nv_wg_vdesc(vb))
 /* With LZ_NV_L_WG (built only into the ping-pong loop): the same P against
  * the ones at the caller's descriptor onesd into its row sums ls, in the
  * same group */
