@@ -513,13 +513,6 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #ifndef LZ_NV_M_FINITE
 #define LZ_NV_M_FINITE 1
 #endif
-/* 1 (the default since issue 11 step 17): the consumers' V descriptors
- * made once (slot 0's, moved on by the slot a round) rather than from the
- * slot's address a round (NVIDIA's compiler made that address again each
- * round, S2UR included, inside the turn) */
-#ifndef LZ_NV_PDESC
-#define LZ_NV_PDESC 1
-#endif
 
 /* Before the ping-pong's turn (LZ_NV_PP_META), with qf rotated for
  * cur_delta (the first entry's rotation done): whether the tile at meta
@@ -1161,11 +1154,9 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
     const ulong onesd = lz_nv_wg_desc(LZ_NV_SMEM(ones), 128, 128);
 #endif
     const float sl2 = scale * 1.44269504088896341f;
-#if LZ_NV_PDESC
-    /* V slot 0's descriptor; slot s's has its address field s tiles on
-     * (addresses under 256 KB: the field does not carry over) */
+    /* V slot 0's descriptor, made once; slot s's has its address field s
+     * tiles on (addresses under 256 KB: the field does not carry over) */
     const ulong vdesc0 = lz_nv_wg_vdesc(vbase);
-#endif
 
     /* Round j consumes item j of the producer (lz_nv_produce). With the
      * ping-pong (the default): before its turn a warpgroup waits for K of
@@ -1279,12 +1270,7 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
         lz_nv_mbar_wait(LZ_NV_VFULL(bars, vs), (uint)(vj / LZ_NV_VSLOTS) & 1);
         if (LZ_NV_CFENCE) LZ_NV_PROXY_FENCE();
 #endif
-#if LZ_NV_PDESC
         LZ_NV_PV_ISSUE_D(o, pa, vdesc0 + (ulong)((uint)vs * (LZ_NV_MAT_BYTES >> 4))); /* (and LZ_NV_L_WG's sums) */
-#else
-        const uint vb = vbase + vs * LZ_NV_MAT_BYTES;
-        LZ_NV_PV_ISSUE(o, pa, vb); /* (and the row sums, LZ_NV_L_WG) */
-#endif
         if (has_n || wg != nwg - 1) LZ_NV_BAR_ARRIVE(next_turn, 256u);
         LZ_NV_MARK(4, d_turn);
         /* the scores of tile j + 1 done (P V of tile j may still run) */

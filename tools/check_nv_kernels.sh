@@ -233,7 +233,6 @@ EOF2
         "persist_lwg -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1 -DLZ_NV_L_WG=1" \
         "pflags0 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PFLAGS=0" \
         "mfinite0 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_M_FINITE=0" \
-        "pdesc0 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PDESC=0" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
         set -- $v
