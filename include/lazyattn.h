@@ -35,6 +35,10 @@
  *    object, belong to one thread at a time (one per scheduler thread).
  *    lazyattn_last_error() is per thread. A destroy must not race with any
  *    other use of the same object.
+ *  - Queues: a pool block freed while commands enqueued over it may still
+ *    run (on any queue) is rewritten by the library only after they have
+ *    completed (lazyattn_pool_record_use says how), and a device plan whose
+ *    blocks were freed is refused (lazyattn_plan_seq).
  *  - Use after destroy is forbidden. As a net, a pool, cache, request,
  *    device plan or store that was destroyed (while its memory is not reused
  *    yet), or a handle of another kind, is refused with INVALID_ARGUMENT
@@ -462,6 +466,36 @@ LAZYATTN_API int lazyattn_pool_free(lazyattn_pool *pool, int n, const int32_t *i
 LAZYATTN_API int lazyattn_pool_is_allocated(const lazyattn_pool *pool, int32_t id);
 LAZYATTN_API int lazyattn_pool_get_info(const lazyattn_pool *pool, lazyattn_pool_info *info);
 LAZYATTN_API int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_pool_config *config);
+/*
+ * Reuse after use. A block freed (a request destroyed, an entry evicted) may
+ * still be read by commands already enqueued, on any queue; the pool hands it
+ * out again at once, but nothing the library enqueues writes it before those
+ * commands have completed (as CUDA's stream-ordered allocator and vLLM's
+ * deferred frees do):
+ *  - every command the library enqueues over the pool (lazyattn_write_kv,
+ *    lazyattn_prefill, lazyattn_prefill_batched, lazyattn_decode,
+ *    lazyattn_materialise) is recorded with its event until it completes;
+ *  - a free stamps its blocks with the commands pending then;
+ *  - a write into blocks handed out again (lazyattn_write_kv,
+ *    lazyattn_materialise, an import, a tier load) first enqueues, on its own
+ *    queue, a barrier on those of them still pending (flushing their queues).
+ *    So the host never waits, except in the synchronous import and tier load,
+ *    which wait for their upload and so for those readers; no barrier at all
+ *    when nothing freed is still being read.
+ * An engine whose own kernels read or write pool blocks records their events
+ * with lazyattn_pool_record_use (before it frees the blocks they use), and
+ * before its own kernels write blocks a request or lazyattn_pool_alloc handed
+ * out, calls lazyattn_pool_order_writes on the queue they run on.
+ */
+/* Records n commands of the engine's own over the pool's blocks (their
+ * events retained until seen complete; a user event, too). Device pools
+ * only (INVALID_ARGUMENT for a bookkeeping pool, a NULL or invalid event). */
+LAZYATTN_API int lazyattn_pool_record_use(lazyattn_pool *pool, int n, const cl_event *events);
+/* Enqueues on queue (NULL = the context's) a barrier on the recorded
+ * commands that may still read blocks handed out again since their free;
+ * nothing when there are none. Call before writing such blocks with
+ * kernels of your own. */
+LAZYATTN_API int lazyattn_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue);
 /* Device buffers of one layer; NULL for a bookkeeping pool or a bad layer,
  * with the reason in lazyattn_last_error(). */
 LAZYATTN_API cl_mem lazyattn_pool_k_buffer(const lazyattn_pool *pool, int layer);
@@ -1454,17 +1488,27 @@ LAZYATTN_API void lazyattn_device_plan_destroy(lazyattn_device_plan *plan);
  *   table:     [n_entries] packed uint64 (lazyattn_entry_pack), n_entries >= 1
  *   entry_pos: [n_entries] int32 logical start of each entry
  *   q_pos:     the decode query's position (the last appended token's);
- *              not used by prefill */
+ *              not used by prefill
+ *   request:   the request the tables are of (lazyattn_plan_seq_from_request
+ *              sets it), or NULL. With a request, the plan remembers which
+ *              pool blocks the tables name, and *_args refuse the tables
+ *              (INVALID_ARGUMENT, naming the block) once any of those blocks
+ *              was freed after the update (the request destroyed, its
+ *              document evicted): the blocks may hold another document by
+ *              then. Tables of no request are not checked. Fill the struct
+ *              with plan_seq_from_request or zero it first ({0}). */
 typedef struct lazyattn_plan_seq {
     int n_entries;
     const uint64_t *table;
     const int32_t *entry_pos;
     int32_t q_pos;
+    const lazyattn_request *request; /* appended: NULL = tables of no request */
 } lazyattn_plan_seq;
 
 /* A request's current tables (lazyattn_request_get_plan), q_pos = its
  * n_positions - 1 (after lazyattn_request_append of one token: that
- * token's position). The pointers are borrowed as lazyattn_plan's are. */
+ * token's position), request = req. The pointers are borrowed as
+ * lazyattn_plan's are. */
 LAZYATTN_API int lazyattn_plan_seq_from_request(const lazyattn_request *req,
                                                 lazyattn_plan_seq *seq);
 

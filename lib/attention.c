@@ -681,9 +681,9 @@ static int lz_enqueue(lazyattn_attention *a, int kernel, cl_uint dims, const siz
 
 /* ---- write, rope, materialise ------------------------------------------- */
 
-int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens,
-                      cl_mem k, cl_mem v, cl_mem slots, cl_mem stored_pos, cl_command_queue queue,
-                      cl_event *event) {
+static int lz_write_kv_launch(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens,
+                              cl_mem k, cl_mem v, cl_mem slots, cl_mem stored_pos, cl_command_queue queue,
+                              cl_event *event) {
     static const char fn[] = "lazyattn_write_kv";
     LZ_CHECK_ARG(a != NULL, "%s: attn is NULL", fn);
     int st = lz_check_pool(a, pool, layer, fn);
@@ -698,6 +698,8 @@ int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int
     LZ_CHECK_MEM(v, kv_bytes, "v");
     LZ_CHECK_MEM(slots, idx_bytes, "slots");
     LZ_CHECK_MEM(stored_pos, idx_bytes, "stored_pos");
+    /* blocks handed out again are written after the commands that read them */
+    LZ_TRY(lz_pool_order_writes(pool, lz_queue(a->ctx, queue), fn));
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
     cl_int nb = (cl_int)lz_pool_n_blocks(pool);
@@ -709,6 +711,14 @@ int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int
     size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)nkv, (size_t)n_tokens};
     size_t local[3] = {(size_t)a->cfg.head_dim / 2, 1, 1};
     return lz_enqueue(a, LZ_K_KV_WRITE, 3, global, local, queue, event, fn);
+}
+
+int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens, cl_mem k,
+                      cl_mem v, cl_mem slots, cl_mem stored_pos, cl_command_queue queue,
+                      cl_event *event) {
+    cl_event ev = NULL;
+    int st = lz_write_kv_launch(a, pool, layer, n_tokens, k, v, slots, stored_pos, queue, &ev);
+    return lz_pool_used(pool, st, queue, ev, event);
 }
 
 int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem x, cl_mem pos,
@@ -742,8 +752,8 @@ int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem
     return lz_enqueue(a, LZ_K_ROPE, 3, global, local, queue, event, fn);
 }
 
-int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n, cl_mem src,
-                         cl_mem dst, cl_command_queue queue, cl_event *event) {
+static int lz_materialise_launch(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n, cl_mem src,
+                                 cl_mem dst, cl_command_queue queue, cl_event *event) {
     static const char fn[] = "lazyattn_materialise";
     LZ_CHECK_ARG(a != NULL, "%s: attn is NULL", fn);
     int st = lz_check_pool(a, pool, layer, fn);
@@ -756,6 +766,7 @@ int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, 
     LZ_TRY(lz_fits_int((int64_t)n * a->cfg.block_size, fn, "work-items along n (n x block_size)"));
     LZ_CHECK_MEM(src, src_bytes, "src");
     LZ_CHECK_MEM(dst, dst_bytes, "dst");
+    LZ_TRY(lz_pool_order_writes(pool, lz_queue(a->ctx, queue), fn));
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
     cl_int nb = (cl_int)lz_pool_n_blocks(pool);
@@ -768,6 +779,13 @@ int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, 
                         (size_t)n * (size_t)a->cfg.block_size};
     size_t local[3] = {(size_t)a->cfg.head_dim / 2, 1, 1};
     return lz_enqueue(a, LZ_K_MATERIALISE, 3, global, local, queue, event, fn);
+}
+
+int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n, cl_mem src,
+                         cl_mem dst, cl_command_queue queue, cl_event *event) {
+    cl_event ev = NULL;
+    int st = lz_materialise_launch(a, pool, layer, n, src, dst, queue, &ev);
+    return lz_pool_used(pool, st, queue, ev, event);
 }
 
 /* ---- prefill -------------------------------------------------------------- */
@@ -856,8 +874,8 @@ static cl_mem lz_nv_prefill_order(lazyattn_attention *a, int n_queries, int n_en
     return buf;
 }
 
-int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
-                     const lazyattn_prefill_args *p, cl_command_queue queue, cl_event *event) {
+static int lz_prefill_launch(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                             const lazyattn_prefill_args *p, cl_command_queue queue, cl_event *event) {
     static const char fn[] = "lazyattn_prefill";
     LZ_CHECK_ARG(a != NULL && p != NULL, "%s: attn or args is NULL", fn);
     int st = lz_check_pool(a, pool, layer, fn);
@@ -912,6 +930,13 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
     size_t local[2] = {(size_t)a->tune.prefill.work_group, 1};
     size_t global[2] = {lz_round_up((size_t)p->n_queries, tokens) / tokens * local[0], (size_t)nkv};
     return lz_enqueue(a, LZ_K_PREFILL, 2, global, local, queue, event, fn);
+}
+
+int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                     const lazyattn_prefill_args *p, cl_command_queue queue, cl_event *event) {
+    cl_event ev = NULL;
+    int st = lz_prefill_launch(a, pool, layer, p, queue, &ev);
+    return lz_pool_used(pool, st, queue, ev, event);
 }
 
 /* ---- decode ----------------------------------------------------------------- */
@@ -1045,8 +1070,8 @@ static void lz_log_decode_times(lazyattn_attention *a, cl_event split, cl_event 
                (long long)n_splits, (e0 - s0) * 1e-3);
 }
 
-int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
-                    const lazyattn_decode_args *d, cl_command_queue queue, cl_event *event) {
+static int lz_decode_launch(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                            const lazyattn_decode_args *d, cl_command_queue queue, cl_event *event) {
     static const char fn[] = "lazyattn_decode";
     LZ_CHECK_ARG(a != NULL && d != NULL, "%s: attn or args is NULL", fn);
     int st = lz_check_pool(a, pool, layer, fn);
@@ -1163,15 +1188,22 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
     return lz_enqueue(a, rk, 3, rglobal, rlocal, queue, event, fn);
 }
 
+int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                    const lazyattn_decode_args *d, cl_command_queue queue, cl_event *event) {
+    cl_event ev = NULL;
+    int st = lz_decode_launch(a, pool, layer, d, queue, &ev);
+    return lz_pool_used(pool, st, queue, ev, event);
+}
+
 /* ---- batched ragged prefill ------------------------------------------------ */
 
 /* Many sequences in one launch (cl/prefill_batched.cl, and on the NVIDIA
  * path lz_prefill_nv_batched in cl/prefill_nv.cl): work-groups (query tile,
  * KV head, sequence), max_queries sizing the tile dimension. The indptr
  * arrays stay on the device; the kernels check each sequence's offsets. */
-int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
-                             const lazyattn_prefill_batch_args *p, cl_command_queue queue,
-                             cl_event *event) {
+static int lz_prefill_batched_launch(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                                     const lazyattn_prefill_batch_args *p, cl_command_queue queue,
+                                     cl_event *event) {
     static const char fn[] = "lazyattn_prefill_batched";
     LZ_CHECK_ARG(a != NULL && p != NULL, "%s: attn or args is NULL", fn);
     int st = lz_check_pool(a, pool, layer, fn);
@@ -1234,4 +1266,12 @@ int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, i
     cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), kernel, 3, NULL, global, local, 0,
                                         NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
+}
+
+int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
+                             const lazyattn_prefill_batch_args *p, cl_command_queue queue,
+                             cl_event *event) {
+    cl_event ev = NULL;
+    int st = lz_prefill_batched_launch(a, pool, layer, p, queue, &ev);
+    return lz_pool_used(pool, st, queue, ev, event);
 }

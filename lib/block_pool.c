@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The block pool: paged K/V device storage under a byte budget, and the
  * accounting of which blocks are handed out. Thread-safe: one mutex guards
- * the accounting, so caches on several threads can share the pool. */
+ * the accounting, so caches on several threads can share the pool.
+ *
+ * Reuse is ordered after use: every command enqueued over the pool's
+ * blocks is recorded (use_log.h) until it completes; a free stamps its
+ * blocks with the commands pending then, and a write into blocks handed out
+ * again waits for them (lz_pool_order_writes), on whatever queue either
+ * runs. */
 #include "checked_size.h"
 #include "internal.h"
+#include "use_log.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +32,19 @@ struct lazyattn_pool {
     int64_t n_frees;
     cl_mem *k; /* [n_layers] */
     cl_mem *v; /* [n_layers] */
+    /* Reuse after use (device pools): */
+    lz_use_log uses;      /* commands enqueued over the blocks, not seen complete */
+    uint64_t *stamp;      /* [n_blocks]: at its last free, the uses to wait for (lz_use_log_stamp) */
+    uint64_t reuse_stamp; /* the latest stamp of a block handed out again whose uses may
+                             still run (0: none): writes wait for the uses before it */
+    uint32_t *gen;        /* [n_blocks]: bumped at each free, never 0 (device plans' check) */
     /* Guards everything below and the accounting above (free_stack, n_free,
-     * allocated, peak_used, n_allocs, n_frees); the rest is fixed at create. */
+     * allocated, peak_used, n_allocs, n_frees, the reuse fields); the rest is
+     * fixed at create. */
     lz_mutex lock;
     int lock_ok;   /* the mutex was initialised */
     int n_caches;  /* caches attached (lz_pool_attach) */
+    int n_plans;   /* device plans holding it (lz_pool_hold) */
     int released;  /* lazyattn_pool_destroy was called */
 };
 
@@ -113,14 +128,18 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
     pool->n_blocks = (int64_t)n_blocks;
     pool->free_stack = malloc((size_t)n_blocks * sizeof *pool->free_stack);
     pool->allocated = calloc((size_t)n_blocks, 1);
-    if (!pool->free_stack || !pool->allocated) {
+    pool->stamp = calloc((size_t)n_blocks, sizeof *pool->stamp);
+    pool->gen = malloc((size_t)n_blocks * sizeof *pool->gen);
+    if (!pool->free_stack || !pool->allocated || !pool->stamp || !pool->gen) {
         st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create: %llu blocks",
                      (unsigned long long)n_blocks);
         goto fail;
     }
     /* Popped from the top: the first allocations get ids 0, 1, 2, ... */
-    for (int64_t i = 0; i < pool->n_blocks; i++)
+    for (int64_t i = 0; i < pool->n_blocks; i++) {
         pool->free_stack[i] = (int32_t)(pool->n_blocks - 1 - i);
+        pool->gen[i] = 1;
+    }
     pool->n_free = pool->n_blocks;
 
     if (ctx) {
@@ -159,6 +178,9 @@ static void lz_pool_free_all(lazyattn_pool *pool) {
     free(pool->v);
     free(pool->free_stack);
     free(pool->allocated);
+    free(pool->stamp);
+    free(pool->gen);
+    lz_use_log_free(&pool->uses);
     if (pool->lock_ok) lz_mutex_destroy(&pool->lock);
     free(pool);
 }
@@ -175,6 +197,7 @@ void lazyattn_pool_destroy(lazyattn_pool *pool) {
     }
     lz_mutex_lock(&pool->lock);
     int attached = pool->n_caches;
+    int held = attached + pool->n_plans;
     int twice = pool->released;
     pool->released = 1;
     lz_mutex_unlock(&pool->lock);
@@ -184,6 +207,7 @@ void lazyattn_pool_destroy(lazyattn_pool *pool) {
         lz_log(pool->ctx, LAZYATTN_LOG_ERROR, "%s", lazyattn_last_error());
         return;
     }
+    if (held && !attached) return; /* device plans only: freed by the last one's destroy */
     if (attached) {
         lz_log(pool->ctx, LAZYATTN_LOG_WARN,
                "lazyattn_pool_destroy: %d cache%s still attached; the pool is freed when the "
@@ -205,7 +229,20 @@ int lz_pool_attach(lazyattn_pool *pool, const char *fn) {
 
 void lz_pool_detach(lazyattn_pool *pool) {
     lz_mutex_lock(&pool->lock);
-    int last = --pool->n_caches == 0 && pool->released;
+    int last = --pool->n_caches == 0 && pool->n_plans == 0 && pool->released;
+    lz_mutex_unlock(&pool->lock);
+    if (last) lz_pool_free_all(pool);
+}
+
+void lz_pool_hold(lazyattn_pool *pool) {
+    lz_mutex_lock(&pool->lock);
+    pool->n_plans++;
+    lz_mutex_unlock(&pool->lock);
+}
+
+void lz_pool_unhold(lazyattn_pool *pool) {
+    lz_mutex_lock(&pool->lock);
+    int last = --pool->n_plans == 0 && pool->n_caches == 0 && pool->released;
     lz_mutex_unlock(&pool->lock);
     if (last) lz_pool_free_all(pool);
 }
@@ -227,6 +264,7 @@ int lazyattn_pool_alloc(lazyattn_pool *pool, int n, int32_t *ids) {
         int32_t id = pool->free_stack[--pool->n_free];
         pool->allocated[id] = 1;
         ids[i] = id;
+        if (pool->stamp[id] > pool->reuse_stamp) pool->reuse_stamp = pool->stamp[id];
     }
     pool->n_allocs += n;
     int64_t used = pool->n_blocks - pool->n_free;
@@ -258,9 +296,12 @@ int lazyattn_pool_free(lazyattn_pool *pool, int n, const int32_t *ids) {
                        "lazyattn_pool_free: block %d (index %d) is out of range, free, or repeated",
                        (int)ids[bad], bad);
     }
+    const uint64_t stamp = pool->ctx ? lz_use_log_stamp(&pool->uses) : 0;
     for (int i = 0; i < n; i++) {
         pool->allocated[ids[i]] = 0;
         pool->free_stack[pool->n_free++] = ids[i];
+        pool->stamp[ids[i]] = stamp;
+        if (++pool->gen[ids[i]] == 0) pool->gen[ids[i]] = 1;
     }
     pool->n_frees += n;
     lz_mutex_unlock(&pool->lock);
@@ -337,3 +378,112 @@ lazyattn_context *lz_pool_context(const lazyattn_pool *pool) {
     return pool && pool->magic == LZ_MAGIC_POOL ? pool->ctx : NULL;
 }
 int64_t lz_pool_n_blocks(const lazyattn_pool *pool) { return pool ? pool->n_blocks : 0; }
+
+/* ---- reuse after use ------------------------------------------------------ */
+
+/* The event of a command over the pool's blocks: recorded until it
+ * completes. When the log cannot grow the command is waited for instead
+ * (nothing can then rewrite its blocks under it). */
+static void lz_pool_record(lazyattn_pool *pool, cl_event event, cl_command_queue queue) {
+    lz_mutex_lock(&pool->lock);
+    int st = lz_use_log_record(&pool->uses, event, queue);
+    lz_mutex_unlock(&pool->lock);
+    if (st) {
+        cl_command_queue q = NULL;
+        if (clGetEventInfo(event, CL_EVENT_COMMAND_QUEUE, sizeof q, &q, NULL) == CL_SUCCESS && q)
+            clFlush(q);
+        clWaitForEvents(1, &event);
+    }
+}
+
+int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue, cl_event ev,
+                 cl_event *event) {
+    if (ev && status == LAZYATTN_STATUS_OK && pool && pool->ctx) /* the log is not the pool's state */
+        lz_pool_record((lazyattn_pool *)pool, ev, lz_queue(pool->ctx, queue));
+    if (event && status == LAZYATTN_STATUS_OK)
+        *event = ev;
+    else if (ev)
+        clReleaseEvent(ev);
+    return status;
+}
+
+int lz_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue, const char *fn) {
+    if (!pool->ctx) return LAZYATTN_STATUS_OK;
+    cl_event *events = NULL;
+    cl_command_queue *queues = NULL;
+    size_t n = 0;
+    lz_mutex_lock(&pool->lock);
+    int st = LAZYATTN_STATUS_OK;
+    if (pool->reuse_stamp) {
+        st = lz_use_log_pending(&pool->uses, pool->reuse_stamp, &events, &queues, &n);
+        if (st == LAZYATTN_STATUS_OK && n == 0) pool->reuse_stamp = 0; /* all ran */
+    }
+    lz_mutex_unlock(&pool->lock);
+    if (st) return lz_fail(st, "%s: the wait list of reused blocks", fn);
+    if (n == 0) return LAZYATTN_STATUS_OK;
+    /* another queue's commands must be flushed before a queue waits on them */
+    for (size_t i = 0; i < n; i++)
+        if (queues[i] && (i == 0 || queues[i] != queues[i - 1])) clFlush(queues[i]);
+    cl_int err = clEnqueueBarrierWithWaitList(queue, (cl_uint)n, events, NULL);
+    for (size_t i = 0; i < n; i++) {
+        clReleaseEvent(events[i]);
+        if (queues[i]) clReleaseCommandQueue(queues[i]);
+    }
+    free(events);
+    free(queues);
+    if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_pool_record_use(lazyattn_pool *pool, int n, const cl_event *events) {
+    static const char fn[] = "lazyattn_pool_record_use";
+    LZ_CHECK_ARG(pool != NULL, "%s: pool is NULL", fn);
+    LZ_CHECK_LIVE(pool, LZ_MAGIC_POOL, fn, "pool");
+    LZ_CHECK_ARG(n >= 0, "%s: negative count %d", fn, n);
+    LZ_CHECK_ARG(n == 0 || events != NULL, "%s: events is NULL", fn);
+    LZ_CHECK_ARG(pool->ctx != NULL, "%s: the pool keeps accounting only (no commands run on it)", fn);
+    for (int i = 0; i < n; i++) {
+        cl_uint refs = 0;
+        LZ_CHECK_ARG(events[i] != NULL && clGetEventInfo(events[i], CL_EVENT_REFERENCE_COUNT,
+                                                         sizeof refs, &refs, NULL) == CL_SUCCESS,
+                     "%s: events[%d] is not an OpenCL event", fn, i);
+    }
+    for (int i = 0; i < n; i++) lz_pool_record(pool, events[i], NULL);
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue) {
+    static const char fn[] = "lazyattn_pool_order_writes";
+    LZ_CHECK_ARG(pool != NULL, "%s: pool is NULL", fn);
+    LZ_CHECK_LIVE(pool, LZ_MAGIC_POOL, fn, "pool");
+    LZ_CHECK_ARG(pool->ctx != NULL, "%s: the pool keeps accounting only (no commands run on it)", fn);
+    return lz_pool_order_writes(pool, lz_queue(pool->ctx, queue), fn);
+}
+
+void lz_pool_block_gens(const lazyattn_pool *pool, size_t n, const uint64_t *words, uint32_t *gens,
+                        int64_t *frees) {
+    lazyattn_pool *p = (lazyattn_pool *)pool; /* the lock is not the pool's state */
+    lz_mutex_lock(&p->lock);
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = (int64_t)(words[i] & 0x7FFFFFFFu);
+        gens[i] = id < p->n_blocks && p->allocated[id] == 1 ? p->gen[id] : 0;
+    }
+    *frees = p->n_frees;
+    lz_mutex_unlock(&p->lock);
+}
+
+int64_t lz_pool_first_freed(const lazyattn_pool *pool, size_t n, const uint64_t *words,
+                            const uint32_t *gens, int64_t *frees) {
+    lazyattn_pool *p = (lazyattn_pool *)pool;
+    int64_t bad = -1;
+    lz_mutex_lock(&p->lock);
+    if (p->n_frees != *frees) {
+        for (size_t i = 0; i < n && bad < 0; i++) {
+            int64_t id = (int64_t)(words[i] & 0x7FFFFFFFu);
+            if (gens[i] && (id >= p->n_blocks || p->gen[id] != gens[i])) bad = (int64_t)i;
+        }
+        if (bad < 0) *frees = p->n_frees;
+    }
+    lz_mutex_unlock(&p->lock);
+    return bad;
+}

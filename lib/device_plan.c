@@ -31,6 +31,13 @@ struct lazyattn_device_plan {
     int32_t *sh_offsets; /* [max_seqs + 1] */
     int32_t *sh_qpos;    /* [max_seqs] */
     int valid;           /* the device holds exactly the shadow's first n_entries etc. */
+    /* Stale tables refused: the pool of the requests the last update came from
+     * (held: lz_pool_hold), each entry's block generation then (0: not a
+     * request's entry, not checked), and the pool's count of frees when the
+     * blocks were last seen unchanged. */
+    lazyattn_pool *pool;
+    uint32_t *sh_gen;    /* [shadow_cap] */
+    int64_t frees_seen;
     /* the last successful update (0 after a failed one) */
     int n_seqs, n_entries, max_entries;
     int64_t updates, writes, bytes_written, entries_written, grows;
@@ -93,6 +100,8 @@ static void lz_dp_free(lazyattn_device_plan *p) {
     free(p->sh_pos);
     free(p->sh_offsets);
     free(p->sh_qpos);
+    free(p->sh_gen);
+    if (p->pool) lz_pool_unhold(p->pool);
     p->magic = 0;
     free(p);
 }
@@ -144,7 +153,8 @@ int lazyattn_device_plan_create(lazyattn_context *ctx, const lazyattn_device_pla
     p->sh_pos = lz_dp_malloc(pos_bytes);
     p->sh_offsets = lz_dp_malloc(off_bytes);
     p->sh_qpos = lz_dp_malloc(qpos_bytes);
-    if (!p->sh_table || !p->sh_pos || !p->sh_offsets || !p->sh_qpos) {
+    p->sh_gen = lz_dp_malloc(pos_bytes);
+    if (!p->sh_table || !p->sh_pos || !p->sh_offsets || !p->sh_qpos || !p->sh_gen) {
         lz_dp_free(p);
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: the host shadow of %d entries", fn,
                        cfg.initial_entries);
@@ -197,6 +207,9 @@ static int lz_dp_grow(lazyattn_device_plan *p, int need, cl_command_queue q, con
         int32_t *e = lz_dp_realloc(p->sh_pos, pos_bytes);
         if (!e) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: shadow of %d entries", fn, cap);
         p->sh_pos = e;
+        uint32_t *g = lz_dp_realloc(p->sh_gen, pos_bytes);
+        if (!g) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: shadow of %d entries", fn, cap);
+        p->sh_gen = g;
         p->shadow_cap = cap;
     }
     cl_int err;
@@ -303,6 +316,31 @@ static void CL_CALLBACK lz_dp_staging_done(cl_event e, cl_int status, void *stag
     free(staging);
 }
 
+/* Records the generation of every request entry's block (lz_pool_block_gens)
+ * and holds the pool they are in, after a successful update. */
+static void lz_dp_tie(lazyattn_device_plan *p, lazyattn_pool *pool, int n_seqs,
+                      const lazyattn_plan_seq *seqs) {
+    if (pool != p->pool) {
+        if (pool) lz_pool_hold(pool);
+        if (p->pool) lz_pool_unhold(p->pool);
+        p->pool = pool;
+    }
+    size_t off = 0;
+    int first = 1;
+    for (int i = 0; i < n_seqs; i++) {
+        size_t n = (size_t)seqs[i].n_entries;
+        if (pool && seqs[i].request) {
+            int64_t frees = 0;
+            lz_pool_block_gens(pool, n, p->sh_table + off, p->sh_gen + off, &frees);
+            if (first) p->frees_seen = frees; /* the earliest: a free since is looked for */
+            first = 0;
+        } else {
+            memset(p->sh_gen + off, 0, n * sizeof *p->sh_gen);
+        }
+        off += n;
+    }
+}
+
 /* The update failed after the shadow changed: the device no longer
  * matches it, and no tables are handed out until an update succeeds. */
 static int lz_dp_lost(lazyattn_device_plan *p, int status) {
@@ -331,6 +369,17 @@ int lazyattn_device_plan_update(lazyattn_device_plan *p, int n_seqs, const lazya
         total += s->n_entries;
         LZ_TRY(lz_fits_int(total, fn, "entries of all sequences"));
         if (s->n_entries > max_entries) max_entries = s->n_entries;
+    }
+    /* the pool of the requests' blocks, checked by *_args from now on */
+    lazyattn_pool *pool = NULL;
+    for (int i = 0; i < n_seqs; i++) {
+        if (!seqs[i].request) continue;
+        lazyattn_pool *rp = NULL;
+        LZ_TRY(lz_request_pool(seqs[i].request, fn, &rp));
+        LZ_CHECK_ARG(pool == NULL || rp == pool,
+                     "%s: sequence %d's request is of a cache on another pool than sequence 0's", fn,
+                     i);
+        pool = rp;
     }
     cl_command_queue q = lz_queue(p->ctx, queue);
     if (total > p->capacity) LZ_TRY(lz_dp_grow(p, (int)total, q, fn));
@@ -439,6 +488,7 @@ int lazyattn_device_plan_update(lazyattn_device_plan *p, int n_seqs, const lazya
     p->valid = 1;
     p->n_seqs = n_seqs;
     p->n_entries = (int)total;
+    lz_dp_tie(p, pool, n_seqs, seqs);
     p->max_entries = max_entries;
     p->updates++;
     p->writes += n_writes;
@@ -466,6 +516,7 @@ int lazyattn_plan_seq_from_request(const lazyattn_request *req, lazyattn_plan_se
     seq->table = plan.table;
     seq->entry_pos = plan.entry_pos;
     seq->q_pos = plan.n_positions - 1;
+    seq->request = req;
     return LAZYATTN_STATUS_OK;
 }
 
@@ -491,19 +542,36 @@ int lazyattn_device_plan_get_info(const lazyattn_device_plan *p, lazyattn_device
     return LAZYATTN_STATUS_OK;
 }
 
-static int lz_dp_check_ready(const lazyattn_device_plan *p, const char *fn) {
+/* Tables to hand out: an update succeeded, and no block of a request's
+ * entry among the first n_check was freed since (its request destroyed or
+ * its document evicted: the blocks may hold another document by now). */
+static int lz_dp_check_ready(const lazyattn_device_plan *p, const char *fn, int n_check) {
     LZ_CHECK_ARG(p->n_seqs >= 1,
                  "%s: the plan holds no tables (no successful update since it was created or "
                  "since an update failed)",
                  fn);
-    return LAZYATTN_STATUS_OK;
+    if (!p->pool) return LAZYATTN_STATUS_OK;
+    lazyattn_device_plan *w = (lazyattn_device_plan *)p; /* the cache of a check, not the plan */
+    int64_t frees = p->frees_seen;
+    int64_t bad = lz_pool_first_freed(p->pool, (size_t)n_check, p->sh_table, p->sh_gen, &frees);
+    if (bad < 0) {
+        if (n_check == p->n_entries) w->frees_seen = frees; /* all seen unchanged */
+        return LAZYATTN_STATUS_OK;
+    }
+    int seq = 0;
+    while (seq + 1 < p->n_seqs && p->sh_offsets[seq + 1] <= bad) seq++;
+    return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                   "%s: block %d of sequence %d (entry %lld) was freed after the last update (its "
+                   "request destroyed or its document evicted): update the plan from live requests",
+                   fn, (int)(p->sh_table[bad] & 0x7FFFFFFFu), seq,
+                   (long long)(bad - p->sh_offsets[seq]));
 }
 
 int lazyattn_device_plan_decode_args(const lazyattn_device_plan *p, lazyattn_decode_args *args) {
     static const char fn[] = "lazyattn_device_plan_decode_args";
     LZ_CHECK_ARG(p != NULL && args != NULL, "%s: plan or args is NULL", fn);
     LZ_CHECK_LIVE(p, LZ_MAGIC_DEVICE_PLAN, fn, "device plan");
-    LZ_TRY(lz_dp_check_ready(p, fn));
+    LZ_TRY(lz_dp_check_ready(p, fn, p->n_entries));
     args->n_seqs = p->n_seqs;
     args->max_entries = p->max_entries;
     args->q_pos = p->q_pos;
@@ -518,9 +586,9 @@ int lazyattn_device_plan_prefill_args(const lazyattn_device_plan *p, int seq,
     static const char fn[] = "lazyattn_device_plan_prefill_args";
     LZ_CHECK_ARG(p != NULL && args != NULL, "%s: plan or args is NULL", fn);
     LZ_CHECK_LIVE(p, LZ_MAGIC_DEVICE_PLAN, fn, "device plan");
-    LZ_TRY(lz_dp_check_ready(p, fn));
-    LZ_CHECK_ARG(seq >= 0 && seq < p->n_seqs, "%s: sequence %d outside 0..%d", fn, seq,
-                 p->n_seqs - 1);
+    LZ_CHECK_ARG(p->n_seqs < 1 || (seq >= 0 && seq < p->n_seqs), "%s: sequence %d outside 0..%d",
+                 fn, seq, p->n_seqs - 1);
+    LZ_TRY(lz_dp_check_ready(p, fn, p->n_seqs >= 1 ? p->sh_offsets[1] : 0));
     if (seq != 0)
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "%s: sequence %d starts at table entry %d, and lazyattn_prefill_args has "

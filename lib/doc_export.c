@@ -389,6 +389,9 @@ static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int
                              pc.head_dim, lazyattn_dtype_size(pc.dtype));
         kv = staging;
     }
+    /* blocks handed out again are written after the commands that read them */
+    int st = lz_pool_order_writes(pool, ctx->queue, "lazyattn_cache_import");
+    if (st) return st;
     cl_int err = CL_SUCCESS;
     for (int l = 0; l < pc.n_layers && err == CL_SUCCESS; l++)
         for (int which = 0; which < 2 && err == CL_SUCCESS; which++) {

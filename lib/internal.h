@@ -213,8 +213,35 @@ int64_t lz_pool_n_blocks(const lazyattn_pool *pool);
  * destroyed (INVALID_ARGUMENT). */
 int lz_pool_attach(lazyattn_pool *pool, const char *fn);
 void lz_pool_detach(lazyattn_pool *pool);
+/* After a command over the pool's blocks was enqueued on queue (NULL: the
+ * context's) with status `status` and event ev (the launcher always asks
+ * for one): records ev as a use of the pool (reuse after use), then hands
+ * it to *event or releases it. Returns status. */
+int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue, cl_event ev,
+                 cl_event *event);
+/* Before a command writes blocks of the pool on queue: a barrier on queue
+ * for the commands still pending that were enqueued before the free of a
+ * block handed out again since (none: nothing enqueued). */
+int lz_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue, const char *fn);
+/* gens[i] = the generation of the block of packed entry words[i] (0 when
+ * free or out of range); *frees = blocks freed so far. */
+void lz_pool_block_gens(const lazyattn_pool *pool, size_t n, const uint64_t *words, uint32_t *gens,
+                        int64_t *frees);
+/* The first i whose block was freed since gens[i] was read (gens[i] != 0),
+ * or -1 (then *frees = blocks freed so far: unchanged means none freed). */
+int64_t lz_pool_first_freed(const lazyattn_pool *pool, size_t n, const uint64_t *words,
+                            const uint32_t *gens, int64_t *frees);
+
+/* A device plan holds the pool its tables' blocks are in (lz_dp_tie): the
+ * pool is freed after the last cache and the last such plan let it go. */
+void lz_pool_hold(lazyattn_pool *pool);
+void lz_pool_unhold(lazyattn_pool *pool);
 
 /* ---- device plans (device_plan.c) ---- */
+
+/* The pool of a live request's cache (INVALID_ARGUMENT naming fn for a
+ * handle that is not a live request). request_plan.c. */
+int lz_request_pool(const lazyattn_request *r, const char *fn, lazyattn_pool **pool);
 
 /* For tests of the error paths: the nth host allocation or OpenCL call that
  * device_plan.c makes from now on fails as if out of memory (0: none). A

@@ -445,6 +445,12 @@ fail:
     return st;
 }
 
+int lz_request_pool(const lazyattn_request *r, const char *fn, lazyattn_pool **pool) {
+    LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, fn, "request");
+    *pool = lz_cache_pool(r->cache);
+    return LAZYATTN_STATUS_OK;
+}
+
 int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
     LZ_CHECK_ARG(r && p, "lazyattn_request_get_plan: NULL argument");
     LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_get_plan", "request");

@@ -472,7 +472,6 @@ static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
                                         const lazyattn_request_desc *desc,
                                         const lazyattn_plan *plan, int32_t *first_token,
                                         int64_t *forwards) {
-    (void)req;
     const lazyattn_segment *question = NULL;
     for (int s = 0; s < plan->n_segments; s++)
         if (plan->segments[s].kind == LAZYATTN_SEGMENT_QUESTION) question = &plan->segments[s];
@@ -490,8 +489,8 @@ static int serve_engine_prefill_batched(serve_engine *e, lazyattn_request *req,
         lazyattn_plan_seq seqs[2];
         int ns = 0;
         if (n_before > 0)
-            seqs[ns++] = (lazyattn_plan_seq){n_before, plan->table, plan->entry_pos, 0};
-        seqs[ns++] = (lazyattn_plan_seq){n_whole, plan->table, plan->entry_pos, 0};
+            seqs[ns++] = (lazyattn_plan_seq){n_before, plan->table, plan->entry_pos, 0, req};
+        seqs[ns++] = (lazyattn_plan_seq){n_whole, plan->table, plan->entry_pos, 0, req};
         if ((st = serve_engine_plan_update(e, e->prompt, ns, seqs))) return st;
     } else {
         if ((st = serve_engine_table_reserve(e, n_before + n_whole))) return st;

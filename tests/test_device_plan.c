@@ -39,7 +39,7 @@ static void host_seq_push(host_seq *s, uint64_t word, int32_t pos) {
 }
 
 static lazyattn_plan_seq as_plan_seq(const host_seq *s) {
-    lazyattn_plan_seq p = {s->n, s->table, s->pos, s->q_pos};
+    lazyattn_plan_seq p = {s->n, s->table, s->pos, s->q_pos, NULL};
     return p;
 }
 
@@ -133,7 +133,7 @@ static void test_bad_input(void **state) {
     uint64_t w[3];
     int32_t pos[3] = {0, 16, 32};
     for (int i = 0; i < 3; i++) lt_assert_status(lazyattn_entry_pack(i, 0, 16, &w[i]), LAZYATTN_STATUS_OK);
-    lazyattn_plan_seq s[3] = {{3, w, pos, 40}, {2, w, pos, 20}, {1, w, pos, 3}};
+    lazyattn_plan_seq s[3] = {{3, w, pos, 40, NULL}, {2, w, pos, 20, NULL}, {1, w, pos, 3, NULL}};
     cl_event ev = (cl_event)1;
     lt_assert_status(lazyattn_device_plan_update(NULL, 1, s, NULL, &ev), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_null(ev);
@@ -142,7 +142,7 @@ static void test_bad_input(void **state) {
     lt_assert_status(lazyattn_device_plan_update(plan, -1, s, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
     lt_assert_status(lazyattn_device_plan_update(plan, 3, s, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(lazyattn_last_error(), "max_seqs"));
-    lazyattn_plan_seq bad = {0, w, pos, 0};
+    lazyattn_plan_seq bad = {0, w, pos, 0, NULL};
     lt_assert_status(lazyattn_device_plan_update(plan, 1, &bad, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
     bad.n_entries = -3;
     lt_assert_status(lazyattn_device_plan_update(plan, 1, &bad, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
@@ -153,12 +153,12 @@ static void test_bad_input(void **state) {
     bad.entry_pos = NULL;
     lt_assert_status(lazyattn_device_plan_update(plan, 1, &bad, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
     /* entries of all sequences past INT_MAX: refused before any array is read */
-    lazyattn_plan_seq huge[2] = {{INT_MAX / 2 + 1, w, pos, 0}, {INT_MAX / 2 + 1, w, pos, 0}};
+    lazyattn_plan_seq huge[2] = {{INT_MAX / 2 + 1, w, pos, 0, NULL}, {INT_MAX / 2 + 1, w, pos, 0, NULL}};
     lt_assert_status(lazyattn_device_plan_update(plan, 2, huge, NULL, NULL), LAZYATTN_STATUS_OUT_OF_RANGE);
     assert_non_null(strstr(lazyattn_last_error(), "entries of all sequences"));
     /* one sequence past the device's largest allocation */
     if (max_alloc < (cl_ulong)INT_MAX * 8) {
-        lazyattn_plan_seq big = {INT_MAX, w, pos, 0};
+        lazyattn_plan_seq big = {INT_MAX, w, pos, 0, NULL};
         lt_assert_status(lazyattn_device_plan_update(plan, 1, &big, NULL, NULL),
                          LAZYATTN_STATUS_OUT_OF_DEVICE_MEMORY);
     }
@@ -485,7 +485,7 @@ static void test_error_paths(void **state) {
         EXPECT_REFS(base);
         n_points++;
     }
-    assert_int_equal(n_points, 9); /* the struct, 4 shadows, 4 buffers */
+    assert_int_equal(n_points, 10); /* the struct, 5 shadows (tables, offsets, q_pos, generations), 4 buffers */
 
     /* update: a first upload, then one that grows and writes, failing at
      * each point; after each failure the plan hands out no tables, and the

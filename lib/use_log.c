@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The log of commands enqueued over a block pool (use_log.h). */
+#include "use_log.h"
+
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* More uses than this pending at once and the log is scanned whole for
+ * completed ones (uses of several queues complete out of order), not only
+ * from its oldest end. */
+#define LZ_USE_SCAN_FROM 256
+
+static void lz_use_drop(lz_use *u) {
+    clReleaseEvent(u->event);
+    if (u->queue) clReleaseCommandQueue(u->queue);
+}
+
+static int lz_use_done(const lz_use *u) {
+    cl_int status = CL_QUEUED;
+    cl_int err = clGetEventInfo(u->event, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status,
+                                &status, NULL);
+    /* CL_COMPLETE is 0; a negative status is a command that ended in error */
+    return err != CL_SUCCESS || status <= CL_COMPLETE;
+}
+
+/* Drops completed uses: from the oldest end, and over the whole log when it
+ * is long. */
+static void lz_use_prune(lz_use_log *log) {
+    while (log->head < log->n && lz_use_done(&log->uses[log->head])) lz_use_drop(&log->uses[log->head++]);
+    if (log->head == log->n) log->head = log->n = 0;
+    if (log->n - log->head > LZ_USE_SCAN_FROM) {
+        size_t w = 0;
+        for (size_t i = log->head; i < log->n; i++) {
+            if (lz_use_done(&log->uses[i]))
+                lz_use_drop(&log->uses[i]);
+            else
+                log->uses[w++] = log->uses[i];
+        }
+        log->head = 0;
+        log->n = w;
+    }
+}
+
+void lz_use_log_free(lz_use_log *log) {
+    for (size_t i = log->head; i < log->n; i++) lz_use_drop(&log->uses[i]);
+    free(log->uses);
+    memset(log, 0, sizeof *log);
+}
+
+int lz_use_log_record(lz_use_log *log, cl_event event, cl_command_queue queue) {
+    lz_use_prune(log);
+    if (log->head > 0 && log->n == log->cap) { /* room at the front: move down */
+        memmove(log->uses, log->uses + log->head, (log->n - log->head) * sizeof *log->uses);
+        log->n -= log->head;
+        log->head = 0;
+    }
+    if (log->n == log->cap) {
+        size_t cap = log->cap ? 2 * log->cap : 64;
+        lz_use *u = cap <= SIZE_MAX / sizeof *u ? realloc(log->uses, cap * sizeof *u) : NULL;
+        if (!u) return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
+        log->uses = u;
+        log->cap = cap;
+    }
+    if (!queue &&
+        clGetEventInfo(event, CL_EVENT_COMMAND_QUEUE, sizeof queue, &queue, NULL) != CL_SUCCESS)
+        queue = NULL;
+    clRetainEvent(event);
+    if (queue) clRetainCommandQueue(queue);
+    log->uses[log->n++] = (lz_use){event, queue, ++log->next_seq};
+    return LAZYATTN_STATUS_OK;
+}
+
+uint64_t lz_use_log_stamp(lz_use_log *log) {
+    lz_use_prune(log);
+    return log->head < log->n ? log->next_seq + 1 : 0;
+}
+
+int lz_use_log_pending(lz_use_log *log, uint64_t stamp, cl_event **events,
+                       cl_command_queue **queues, size_t *n) {
+    *events = NULL;
+    *queues = NULL;
+    *n = 0;
+    lz_use_prune(log);
+    size_t k = 0;
+    while (log->head + k < log->n && log->uses[log->head + k].seq < stamp) k++;
+    if (k == 0) return LAZYATTN_STATUS_OK;
+    cl_event *ev = malloc(k * sizeof *ev);
+    cl_command_queue *qs = malloc(k * sizeof *qs);
+    if (!ev || !qs) {
+        free(ev);
+        free(qs);
+        return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
+    }
+    for (size_t i = 0; i < k; i++) {
+        const lz_use *u = &log->uses[log->head + i];
+        clRetainEvent(u->event);
+        if (u->queue) clRetainCommandQueue(u->queue);
+        ev[i] = u->event;
+        qs[i] = u->queue;
+    }
+    *events = ev;
+    *queues = qs;
+    *n = k;
+    return LAZYATTN_STATUS_OK;
+}

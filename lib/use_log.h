@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The commands enqueued over a block pool that may still run, so that a
+ * block freed now is rewritten only after the commands enqueued before its
+ * free (block_pool.c). Each use keeps its event and its queue retained
+ * (the queue is flushed before another queue waits on the event, as
+ * OpenCL asks) until the event is seen complete. Not locked: the pool's
+ * mutex guards it. Not installed. */
+#ifndef LAZYATTN_USE_LOG_H
+#define LAZYATTN_USE_LOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+
+typedef struct lz_use {
+    cl_event event;
+    cl_command_queue queue; /* NULL for an event of no queue (a user event) */
+    uint64_t seq;           /* increasing in the order recorded, from 1 */
+} lz_use;
+
+typedef struct lz_use_log {
+    lz_use *uses;    /* [cap]; the pending uses are uses[head .. n), oldest first */
+    size_t head, n, cap;
+    uint64_t next_seq;
+} lz_use_log;
+
+/* Releases every event and queue held (nothing waits). */
+void lz_use_log_free(lz_use_log *log);
+
+/* Records a command's event (retained with its queue: `queue`, or NULL to
+ * ask the event). OUT_OF_HOST_MEMORY when the log cannot grow: the caller
+ * then waits for the event instead. */
+int lz_use_log_record(lz_use_log *log, cl_event event, cl_command_queue queue);
+
+/* The stamp of a free made now: the uses recorded so far that are not seen
+ * complete must complete before the block is written again; 0 when none is
+ * pending (a reuse then waits for nothing). */
+uint64_t lz_use_log_stamp(lz_use_log *log);
+
+/* The pending uses recorded before `stamp` (seq < stamp), their events and
+ * queues retained into *events / *queues ([*n] each, malloc'ed; NULL and 0
+ * when none). OUT_OF_HOST_MEMORY when the arrays cannot be made. */
+int lz_use_log_pending(lz_use_log *log, uint64_t stamp, cl_event **events,
+                       cl_command_queue **queues, size_t *n);
+
+#endif
