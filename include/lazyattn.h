@@ -472,10 +472,11 @@ LAZYATTN_API int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_po
  * out again at once, but nothing the library enqueues writes it before those
  * commands have completed (as CUDA's stream-ordered allocator and vLLM's
  * deferred frees do):
- *  - every command the library enqueues over the pool (lazyattn_write_kv,
- *    lazyattn_prefill, lazyattn_prefill_batched, lazyattn_decode,
- *    lazyattn_materialise) is recorded with its event until it completes;
- *  - a free stamps its blocks with the commands pending then;
+ *  - the queue of every command the library enqueues over the pool
+ *    (lazyattn_write_kv, lazyattn_prefill, lazyattn_prefill_batched,
+ *    lazyattn_decode, lazyattn_materialise) is remembered (retained);
+ *  - a free enqueues a marker on each queue launched on since the last
+ *    free, and stamps its blocks with the markers still pending;
  *  - a write into blocks handed out again (lazyattn_write_kv,
  *    lazyattn_materialise, an import, a tier load) first enqueues, on its own
  *    queue, a barrier on those of them still pending (flushing their queues).

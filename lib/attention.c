@@ -716,9 +716,8 @@ static int lz_write_kv_launch(lazyattn_attention *a, lazyattn_pool *pool, int la
 int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens, cl_mem k,
                       cl_mem v, cl_mem slots, cl_mem stored_pos, cl_command_queue queue,
                       cl_event *event) {
-    cl_event ev = NULL;
-    int st = lz_write_kv_launch(a, pool, layer, n_tokens, k, v, slots, stored_pos, queue, &ev);
-    return lz_pool_used(pool, st, queue, ev, event);
+    int st = lz_write_kv_launch(a, pool, layer, n_tokens, k, v, slots, stored_pos, queue, event);
+    return lz_pool_used(pool, st, queue);
 }
 
 int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem x, cl_mem pos,
@@ -783,9 +782,8 @@ static int lz_materialise_launch(lazyattn_attention *a, lazyattn_pool *pool, int
 
 int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n, cl_mem src,
                          cl_mem dst, cl_command_queue queue, cl_event *event) {
-    cl_event ev = NULL;
-    int st = lz_materialise_launch(a, pool, layer, n, src, dst, queue, &ev);
-    return lz_pool_used(pool, st, queue, ev, event);
+    int st = lz_materialise_launch(a, pool, layer, n, src, dst, queue, event);
+    return lz_pool_used(pool, st, queue);
 }
 
 /* ---- prefill -------------------------------------------------------------- */
@@ -934,9 +932,8 @@ static int lz_prefill_launch(lazyattn_attention *a, const lazyattn_pool *pool, i
 
 int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                      const lazyattn_prefill_args *p, cl_command_queue queue, cl_event *event) {
-    cl_event ev = NULL;
-    int st = lz_prefill_launch(a, pool, layer, p, queue, &ev);
-    return lz_pool_used(pool, st, queue, ev, event);
+    int st = lz_prefill_launch(a, pool, layer, p, queue, event);
+    return lz_pool_used(pool, st, queue);
 }
 
 /* ---- decode ----------------------------------------------------------------- */
@@ -1190,9 +1187,8 @@ static int lz_decode_launch(lazyattn_attention *a, const lazyattn_pool *pool, in
 
 int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                     const lazyattn_decode_args *d, cl_command_queue queue, cl_event *event) {
-    cl_event ev = NULL;
-    int st = lz_decode_launch(a, pool, layer, d, queue, &ev);
-    return lz_pool_used(pool, st, queue, ev, event);
+    int st = lz_decode_launch(a, pool, layer, d, queue, event);
+    return lz_pool_used(pool, st, queue);
 }
 
 /* ---- batched ragged prefill ------------------------------------------------ */
@@ -1271,7 +1267,6 @@ static int lz_prefill_batched_launch(lazyattn_attention *a, const lazyattn_pool 
 int lazyattn_prefill_batched(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                              const lazyattn_prefill_batch_args *p, cl_command_queue queue,
                              cl_event *event) {
-    cl_event ev = NULL;
-    int st = lz_prefill_batched_launch(a, pool, layer, p, queue, &ev);
-    return lz_pool_used(pool, st, queue, ev, event);
+    int st = lz_prefill_batched_launch(a, pool, layer, p, queue, event);
+    return lz_pool_used(pool, st, queue);
 }

@@ -3,11 +3,11 @@
  * accounting of which blocks are handed out. Thread-safe: one mutex guards
  * the accounting, so caches on several threads can share the pool.
  *
- * Reuse is ordered after use: every command enqueued over the pool's
- * blocks is recorded (use_log.h) until it completes; a free stamps its
- * blocks with the commands pending then, and a write into blocks handed out
- * again waits for them (lz_pool_order_writes), on whatever queue either
- * runs. */
+ * Reuse is ordered after use: the queues of the launches over the pool's
+ * blocks are recorded (use_log.h); a free puts a marker on each queue
+ * launched on since the last free and stamps its blocks with the markers
+ * and commands pending then, and a write into blocks handed out again waits
+ * for them (lz_pool_order_writes), on whatever queue either runs. */
 #include "checked_size.h"
 #include "internal.h"
 #include "use_log.h"
@@ -381,8 +381,8 @@ int64_t lz_pool_n_blocks(const lazyattn_pool *pool) { return pool ? pool->n_bloc
 
 /* ---- reuse after use ------------------------------------------------------ */
 
-/* The event of a command over the pool's blocks: recorded until it
- * completes. When the log cannot grow the command is waited for instead
+/* The event of an engine's command over the pool's blocks: recorded until
+ * it completes. When the log cannot grow the command is waited for instead
  * (nothing can then rewrite its blocks under it). */
 static void lz_pool_record(lazyattn_pool *pool, cl_event event, cl_command_queue queue) {
     lz_mutex_lock(&pool->lock);
@@ -396,14 +396,14 @@ static void lz_pool_record(lazyattn_pool *pool, cl_event event, cl_command_queue
     }
 }
 
-int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue, cl_event ev,
-                 cl_event *event) {
-    if (ev && status == LAZYATTN_STATUS_OK && pool && pool->ctx) /* the log is not the pool's state */
-        lz_pool_record((lazyattn_pool *)pool, ev, lz_queue(pool->ctx, queue));
-    if (event && status == LAZYATTN_STATUS_OK)
-        *event = ev;
-    else if (ev)
-        clReleaseEvent(ev);
+int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue) {
+    if (status != LAZYATTN_STATUS_OK || !pool || !pool->ctx) return status;
+    lazyattn_pool *p = (lazyattn_pool *)pool; /* the log is not the pool's state */
+    cl_command_queue q = lz_queue(pool->ctx, queue);
+    lz_mutex_lock(&p->lock);
+    int st = lz_use_log_touch(&p->uses, q);
+    lz_mutex_unlock(&p->lock);
+    if (st) clFinish(q); /* not listed: nothing of it may stay pending */
     return status;
 }
 

@@ -213,12 +213,10 @@ int64_t lz_pool_n_blocks(const lazyattn_pool *pool);
  * destroyed (INVALID_ARGUMENT). */
 int lz_pool_attach(lazyattn_pool *pool, const char *fn);
 void lz_pool_detach(lazyattn_pool *pool);
-/* After a command over the pool's blocks was enqueued on queue (NULL: the
- * context's) with status `status` and event ev (the launcher always asks
- * for one): records ev as a use of the pool (reuse after use), then hands
- * it to *event or releases it. Returns status. */
-int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue, cl_event ev,
-                 cl_event *event);
+/* After a launch over the pool's blocks on queue (NULL: the context's)
+ * with status `status`: records the queue as launched on (reuse after
+ * use). Returns status. */
+int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue);
 /* Before a command writes blocks of the pool on queue: a barrier on queue
  * for the commands still pending that were enqueued before the free of a
  * block handed out again since (none: nothing enqueued). */

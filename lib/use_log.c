@@ -46,6 +46,8 @@ static void lz_use_prune(lz_use_log *log) {
 void lz_use_log_free(lz_use_log *log) {
     for (size_t i = log->head; i < log->n; i++) lz_use_drop(&log->uses[i]);
     free(log->uses);
+    for (size_t i = 0; i < log->n_queues; i++) clReleaseCommandQueue(log->queues[i].queue);
+    free(log->queues);
     memset(log, 0, sizeof *log);
 }
 
@@ -72,7 +74,58 @@ int lz_use_log_record(lz_use_log *log, cl_event event, cl_command_queue queue) {
     return LAZYATTN_STATUS_OK;
 }
 
+int lz_use_log_touch(lz_use_log *log, cl_command_queue queue) {
+    if (log->last_queue < log->n_queues && log->queues[log->last_queue].queue == queue) {
+        log->queues[log->last_queue].touched = 1;
+        return LAZYATTN_STATUS_OK;
+    }
+    for (size_t i = 0; i < log->n_queues; i++)
+        if (log->queues[i].queue == queue) {
+            log->queues[i].touched = 1;
+            log->last_queue = i;
+            return LAZYATTN_STATUS_OK;
+        }
+    if (log->n_queues == log->cap_queues) {
+        size_t cap = log->cap_queues ? 2 * log->cap_queues : 4;
+        lz_use_queue *q = cap <= SIZE_MAX / sizeof *q ? realloc(log->queues, cap * sizeof *q) : NULL;
+        if (!q) return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
+        log->queues = q;
+        log->cap_queues = cap;
+    }
+    clRetainCommandQueue(queue);
+    log->last_queue = log->n_queues;
+    log->queues[log->n_queues++] = (lz_use_queue){queue, 1};
+    return LAZYATTN_STATUS_OK;
+}
+
+/* A queue listed only by the log (the engine released it) and not touched
+ * since the last stamp is let go. */
+static int lz_use_queue_orphan(const lz_use_queue *q) {
+    cl_uint refs = 0;
+    return !q->touched &&
+           clGetCommandQueueInfo(q->queue, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL) ==
+               CL_SUCCESS &&
+           refs == 1;
+}
+
 uint64_t lz_use_log_stamp(lz_use_log *log) {
+    size_t w = 0;
+    for (size_t i = 0; i < log->n_queues; i++) {
+        lz_use_queue *q = &log->queues[i];
+        if (q->touched) {
+            cl_event marker = NULL;
+            if (clEnqueueMarkerWithWaitList(q->queue, 0, NULL, &marker) != CL_SUCCESS ||
+                lz_use_log_record(log, marker, q->queue) != LAZYATTN_STATUS_OK)
+                clFinish(q->queue); /* no marker to wait for: nothing left pending there */
+            if (marker) clReleaseEvent(marker);
+            q->touched = 0;
+        } else if (lz_use_queue_orphan(q)) {
+            clReleaseCommandQueue(q->queue);
+            continue;
+        }
+        log->queues[w++] = *q;
+    }
+    log->n_queues = w;
     lz_use_prune(log);
     return log->head < log->n ? log->next_seq + 1 : 0;
 }
