@@ -34,7 +34,10 @@
  *    any number of threads; a cache with its requests, and an attention
  *    object, belong to one thread at a time (one per scheduler thread).
  *    lazyattn_last_error() is per thread. A destroy must not race with any
- *    other use of the same object.
+ *    other use of the same object. As a net, a call on a cache or its
+ *    requests while another thread is inside one is refused: IN_USE
+ *    "<function>: the cache is in use by another call" (a destroy then
+ *    does nothing and logs it).
  *  - Queues: a pool block freed while commands enqueued over it may still
  *    run (on any queue) is rewritten by the library only after they have
  *    completed (lazyattn_pool_record_use says how), and a device plan whose
@@ -94,7 +97,7 @@ LAZYATTN_API const char *lazyattn_version_string(void);
     X(UNSUPPORTED, -8, "unsupported on this device or configuration")               \
     X(OUT_OF_RANGE, -9, "value does not fit its field")                             \
     X(NOT_FOUND, -10, "not found")                                                  \
-    X(IN_USE, -11, "object is in use (pinned)")                                     \
+    X(IN_USE, -11, "object is in use (pinned, or by another thread)")               \
     X(IO, -12, "file input/output error")                                           \
     X(FORMAT, -13, "malformed or unsupported file format")
 
@@ -862,7 +865,13 @@ LAZYATTN_API int lazyattn_doc_hash(uint64_t model_id, const int32_t *tokens, int
  * Several caches may share one pool; each evicts only its own entries. A
  * cache and its requests are not thread-safe: one thread at a time uses a
  * cache and its requests (one cache per scheduler thread); caches on one
- * pool may run on different threads at once. A cache keeps its pool alive
+ * pool may run on different threads at once. Every function on a cache or
+ * its requests (stats, validate, probe and export too) takes a busy flag of
+ * the cache for its duration (one atomic compare-exchange, one store): a
+ * second thread coming in meanwhile gets IN_USE ("<function>: the cache is
+ * in use by another call ..."), and a destroy then does nothing (the reason
+ * in lazyattn_last_error() and logged at ERROR). A net for a forbidden use,
+ * not a lock: nothing waits. A cache keeps its pool alive
  * (lazyattn_pool_destroy).
  */
 typedef struct lazyattn_cache lazyattn_cache;
@@ -896,9 +905,13 @@ typedef struct lazyattn_evicted {
  * blocks are freed, so that an engine can spill it (lazyattn_cache_export
  * of entry->doc_hash works on this cache during the call). Not called by
  * lazyattn_cache_destroy. The callback must not change the cache: request
- * create/commit/append, trim, reset_stats, import and set_evict_callback on
- * it are refused (INVALID_ARGUMENT) during the call; request and cache
- * destroy do nothing then (the reason in lazyattn_last_error()). */
+ * create/commit/append, trim, reset_stats, import, set_tier,
+ * set_evict_callback and validate on it are refused (INVALID_ARGUMENT)
+ * during the call; request and cache destroy do nothing then (the reason
+ * in lazyattn_last_error(), logged at ERROR). Reads answer: get_stats,
+ * probe, export, export_size, export_to, request_get_plan. The same holds
+ * inside a tier store's operations (lazyattn_store_ops). A log callback
+ * that calls the cache back is refused everything (INVALID_ARGUMENT). */
 typedef void (*lazyattn_evict_fn)(void *user, lazyattn_cache *cache,
                                   const lazyattn_evicted *entry);
 
@@ -1302,7 +1315,16 @@ typedef struct lazyattn_store_value {
  *            not at all as far as get can tell
  *   exists:  *exists = 1 or 0
  *   remove:  OK, or NOT_FOUND when absent
- *   destroy: frees impl (lazyattn_store_destroy calls it; may be NULL) */
+ *   destroy: frees impl (lazyattn_store_destroy calls it; may be NULL)
+ * Called by a cache's tier (lazyattn_cache_set_tier: get and release
+ * inside lazyattn_request_create, exists and put inside a commit or an
+ * eviction), an op runs inside that call: on that cache it may read
+ * (get_stats, probe, export, request_get_plan), but anything that changes
+ * it (request create/commit/append, trim, reset_stats, import, set_tier,
+ * set_evict_callback; validate too) is refused with INVALID_ARGUMENT
+ * "<function>: called from the tier store's <op>, which must not change the
+ * cache", and request or cache destroy does nothing (the reason in
+ * lazyattn_last_error(), logged at ERROR), as in the eviction callback. */
 typedef struct lazyattn_store_ops {
     const char *name; /* "host", "dir", "redis", or the engine's */
     int (*get)(void *impl, lazyattn_doc_key key, lazyattn_store_value *value);
@@ -1408,10 +1430,14 @@ typedef enum lazyattn_tier_mode {
  * store and for the context's queue (the upload), so a request's time, and
  * its TTFT, include them. Without a tier the planner pays one pointer test
  * per missed document.
+ * The store's operations run inside those calls and must not change the
+ * cache (lazyattn_store_ops: refused, INVALID_ARGUMENT; destroys do
+ * nothing).
  * UNSUPPORTED for a cache that is not LAZY (only LAZY documents are
  * position-independent, so only they can be exported and shared) or a pool
  * without device memory; INVALID_ARGUMENT for an unknown mode or inside the
- * eviction callback.
+ * eviction callback or a tier store's operation; IN_USE while another
+ * thread is inside a call on the cache.
  */
 LAZYATTN_API int lazyattn_cache_set_tier(lazyattn_cache *cache, lazyattn_store *store,
                                          lazyattn_tier_mode mode);

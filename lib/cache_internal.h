@@ -63,9 +63,28 @@ struct lz_policy;
 
 const struct lz_policy *lz_cache_policy(const lazyattn_cache *c);
 lazyattn_pool *lz_cache_pool(const lazyattn_cache *c);
-/* INVALID_ARGUMENT while the eviction callback runs (it must not change
- * the cache). */
-int lz_cache_check_idle(const lazyattn_cache *c, const char *who);
+/* ---- one call at a time (doc_cache.c) ----
+ * Every public function on a cache or its requests enters the cache first
+ * (one compare-exchange) and leaves it on return (one store); the
+ * library's own calls inside use the unguarded internals. Entering a cache
+ * that another thread is inside: IN_USE. The same thread entering again
+ * can only be user code the call runs (a callout: the eviction callback, a
+ * tier store's operation; or a log callback): reads are let through
+ * during a callout, anything else is INVALID_ARGUMENT. */
+typedef enum lz_use {
+    LZ_USE_READ,    /* changes nothing (stats, probe, export, a plan) */
+    LZ_USE_CHANGE,  /* changes the cache or a request */
+    LZ_USE_DESTROY  /* frees it: the caller logs a refusal (void) */
+} lz_use;
+/* OK with *taken = 1 when this call took the cache (give it back with
+ * lz_cache_leave), or *taken = 0 for a read during a callout; else the
+ * status, with "who: ..." in lazyattn_last_error(). */
+int lz_cache_enter(const lazyattn_cache *c, lz_use use, const char *who, int *taken);
+void lz_cache_leave(const lazyattn_cache *c, int taken);
+/* Marks user code run by the owning call (what: "the cache's eviction
+ * callback"...); returns the mark to restore with lz_cache_callout_end. */
+const char *lz_cache_callout_begin(lazyattn_cache *c, const char *what);
+void lz_cache_callout_end(lazyattn_cache *c, const char *outer);
 /* INVALID_ARGUMENT "who: not a live cache" unless c is NULL or a live cache
  * (its magic word: the use-after-destroy net of lib/internal.h). */
 int lz_cache_check_live(const lazyattn_cache *c, const char *who);
@@ -141,6 +160,12 @@ uint64_t lz_cache_fingerprint(const lazyattn_cache *c);
 
 /* The checksum of the export format (header and payload). */
 uint64_t lz_kv_checksum(const uint8_t *p, size_t n);
+/* lazyattn_cache_export_size and _export without the public checks (the
+ * caller holds the cache); w names the caller. */
+int lz_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, const char *w,
+                         size_t *bytes);
+int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, size_t capacity,
+                    const char *w, size_t *written);
 /* lazyattn_cache_import without the public checks; who names the caller. */
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
                           const char *who);
@@ -148,6 +173,8 @@ int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint
 /* ---- what requests offer the cache (request_plan.c) ---- */
 
 lazyattn_request *lz_request_of_link(lz_ring *link);
+/* lazyattn_request_destroy inside a call that holds the cache. */
+void lz_request_destroy_held(lazyattn_request *r);
 /* What lazyattn_cache_validate checks of a live request. */
 typedef struct lz_request_view {
     const lazyattn_cache *cache;

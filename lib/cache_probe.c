@@ -28,13 +28,9 @@ void lz_lookup_document(lz_lookup *lk, const lz_policy *policy, const int32_t *t
     policy->decide(lk, tokens, p);
 }
 
-int lazyattn_cache_probe(const lazyattn_cache *c, const lazyattn_request_desc *d,
-                         lazyattn_probe_segment *segments, int max_segments,
-                         lazyattn_probe_summary *summary) {
-    const char *w = "lazyattn_cache_probe";
-    LZ_CHECK_ARG(c && d, "%s: NULL argument", w);
-    int live = lz_cache_check_live(c, w);
-    if (live) return live;
+static int lz_probe(const lazyattn_cache *c, const lazyattn_request_desc *d,
+                    lazyattn_probe_segment *segments, int max_segments,
+                    lazyattn_probe_summary *summary, const char *w) {
     LZ_CHECK_ARG(max_segments >= 0, "%s: max_segments %d < 0", w, max_segments);
     LZ_CHECK_ARG(max_segments == 0 || segments, "%s: segments is NULL", w);
     LZ_CHECK_ARG(segments || summary, "%s: neither segments nor summary asked", w);
@@ -111,4 +107,16 @@ int lazyattn_cache_probe(const lazyattn_cache *c, const lazyattn_request_desc *d
     }
     if (summary) *summary = sum;
     return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_cache_probe(const lazyattn_cache *c, const lazyattn_request_desc *d,
+                         lazyattn_probe_segment *segments, int max_segments,
+                         lazyattn_probe_summary *summary) {
+    const char *w = "lazyattn_cache_probe";
+    LZ_CHECK_ARG(c && d, "%s: NULL argument", w);
+    int taken, st = lz_cache_check_live(c, w);
+    if (st || (st = lz_cache_enter(c, LZ_USE_READ, w, &taken))) return st;
+    st = lz_probe(c, d, segments, max_segments, summary, w);
+    lz_cache_leave(c, taken);
+    return st;
 }

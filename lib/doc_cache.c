@@ -3,6 +3,8 @@
  * under the pool's budget and the cache's retain limit. */
 #include "cache_policy.h"
 
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +35,10 @@ struct lazyattn_cache {
     int64_t n_requests;
     lazyattn_evict_fn on_evict; /* NULL: none */
     void *evict_user;
-    int in_evict_callback;     /* on_evict is running */
+    /* The thread inside a public call on the cache (its lz_thread_tag), 0
+     * when none: taken and given back by lz_cache_enter / lz_cache_leave. */
+    atomic_uintptr_t owner;
+    const char *callout;       /* the user code the owning call runs, or NULL */
     lazyattn_store *tier;      /* NULL: none (lazyattn_cache_set_tier) */
     lazyattn_tier_mode tier_mode;
 };
@@ -247,17 +252,14 @@ void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
 /* notify: call the eviction callback first (not at cache destroy). */
 static void lz_cache_evict(lazyattn_cache *c, lz_entry *e, int notify) {
     /* Write-back first: the entry is still cached and exportable. */
-    if (notify && c->tier && c->tier_mode == LAZYATTN_TIER_WRITE_BACK) {
-        c->in_evict_callback = 1; /* nothing may change the cache meanwhile */
-        lz_tier_write(c, c->tier, e);
-        c->in_evict_callback = 0;
-    }
+    if (notify && c->tier && c->tier_mode == LAZYATTN_TIER_WRITE_BACK)
+        lz_tier_write(c, c->tier, e); /* its store calls are callouts */
     if (notify && c->on_evict) {
         lazyattn_evicted ev = {c->config.policy, c->policy->chained ? e->key : e->doc_hash, e->n_tokens,
                                e->n_blocks, e->stored_start};
-        c->in_evict_callback = 1;
+        const char *outer = lz_cache_callout_begin(c, "the cache's eviction callback");
         c->on_evict(c->evict_user, c, &ev);
-        c->in_evict_callback = 0;
+        lz_cache_callout_end(c, outer);
     }
     lz_lru_unlink(e);
     lz_index_remove(&c->by_key, e, 0);
@@ -345,14 +347,47 @@ int lz_cache_check_live(const lazyattn_cache *c, const char *who) {
     return LAZYATTN_STATUS_OK;
 }
 
-int lz_cache_check_idle(const lazyattn_cache *c, const char *who) {
-    if (c->in_evict_callback)
+/* A per-thread byte: its address names the calling thread. */
+static _Thread_local char lz_thread_tag;
+
+int lz_cache_enter(const lazyattn_cache *cc, lz_use use, const char *who, int *taken) {
+    lazyattn_cache *c = (lazyattn_cache *)cc; /* the guard only; never the state */
+    uintptr_t me = (uintptr_t)&lz_thread_tag, owner = 0;
+    *taken = 0;
+    if (atomic_compare_exchange_strong_explicit(&c->owner, &owner, me, memory_order_acquire,
+                                                memory_order_relaxed)) {
+        *taken = 1;
+        return LAZYATTN_STATUS_OK;
+    }
+    if (owner != me)
+        return lz_fail(LAZYATTN_STATUS_IN_USE,
+                       "%s: the cache is in use by another call (a cache and its requests "
+                       "belong to one thread at a time)%s",
+                       who, use == LZ_USE_DESTROY ? "; left alone" : "");
+    /* This thread is inside a call on the cache: called back from it. Only
+     * this thread reads or writes callout while it owns the cache. */
+    if (c->callout && use == LZ_USE_READ) return LAZYATTN_STATUS_OK;
+    if (c->callout)
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                       "%s: called from the cache's eviction callback, which must not change "
-                       "the cache",
-                       who);
-    return LAZYATTN_STATUS_OK;
+                       "%s: called from %s, which must not change the cache%s", who, c->callout,
+                       use == LZ_USE_DESTROY ? "; left alone" : "");
+    return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                   "%s: called back from inside another call on the same cache (a log "
+                   "callback?)%s",
+                   who, use == LZ_USE_DESTROY ? "; left alone" : "");
 }
+
+void lz_cache_leave(const lazyattn_cache *cc, int taken) {
+    if (taken) atomic_store_explicit(&((lazyattn_cache *)cc)->owner, 0, memory_order_release);
+}
+
+const char *lz_cache_callout_begin(lazyattn_cache *c, const char *what) {
+    const char *outer = c->callout;
+    c->callout = what;
+    return outer;
+}
+
+void lz_cache_callout_end(lazyattn_cache *c, const char *outer) { c->callout = outer; }
 
 lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash) {
     if (!c->by_key.n_buckets) return NULL;
@@ -491,6 +526,7 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_create");
     }
     c->magic = LZ_MAGIC_CACHE;
+    atomic_init(&c->owner, 0);
     c->pool = pool;
     c->config = cfg;
     c->policy = lz_policy_get(cfg.policy);
@@ -512,10 +548,15 @@ void lazyattn_cache_destroy(lazyattn_cache *c) {
     if (!c) return;
     if (!lz_live_for_destroy(c->magic, LZ_MAGIC_CACHE, "lazyattn_cache_destroy", "cache"))
         return;
-    /* From its own eviction callback: refused (recorded), nothing freed. */
-    if (lz_cache_check_idle(c, "lazyattn_cache_destroy")) return;
+    /* From its own callbacks, or while another thread is inside: refused
+     * (recorded and logged), nothing freed. */
+    int taken;
+    if (lz_cache_enter(c, LZ_USE_DESTROY, "lazyattn_cache_destroy", &taken)) {
+        lz_log(lz_pool_context(c->pool), LAZYATTN_LOG_ERROR, "%s", lazyattn_last_error());
+        return;
+    }
     while (c->requests.next != &c->requests)
-        lazyattn_request_destroy(lz_request_of_link(c->requests.next));
+        lz_request_destroy_held(lz_request_of_link(c->requests.next));
     while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev, 0);
     free(c->by_key.buckets);
     free(c->by_doc.buckets);
@@ -528,42 +569,48 @@ void lazyattn_cache_destroy(lazyattn_cache *c) {
 int lazyattn_cache_get_stats(const lazyattn_cache *c, lazyattn_cache_stats *stats) {
     LZ_CHECK_ARG(c && stats, "lazyattn_cache_get_stats: NULL argument");
     LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_get_stats", "cache");
+    int taken, st = lz_cache_enter(c, LZ_USE_READ, "lazyattn_cache_get_stats", &taken);
+    if (st) return st;
     *stats = c->stats;
     stats->n_entries = c->n_entries;
     stats->n_pinned = c->n_pinned;
     stats->n_requests_live = c->n_requests;
     stats->entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
     stats->bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
+    lz_cache_leave(c, taken);
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_cache_set_evict_callback(lazyattn_cache *c, lazyattn_evict_fn fn, void *user) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_set_evict_callback: cache is NULL");
     LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_set_evict_callback", "cache");
-    int st = lz_cache_check_idle(c, "lazyattn_cache_set_evict_callback");
+    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, "lazyattn_cache_set_evict_callback", &taken);
     if (st) return st;
     c->on_evict = fn;
     c->evict_user = user;
+    lz_cache_leave(c, taken);
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_cache_reset_stats(lazyattn_cache *c) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_reset_stats: cache is NULL");
     LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_reset_stats", "cache");
-    int st = lz_cache_check_idle(c, "lazyattn_cache_reset_stats");
+    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, "lazyattn_cache_reset_stats", &taken);
     if (st) return st;
     memset(&c->stats, 0, sizeof c->stats);
     c->stats.entry_bytes = c->stats.peak_entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
     c->stats.bytes_in_use = c->stats.peak_bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
+    lz_cache_leave(c, taken);
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_cache_trim(lazyattn_cache *c, uint64_t max_bytes) {
     LZ_CHECK_ARG(c != NULL, "lazyattn_cache_trim: cache is NULL");
     LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_trim", "cache");
-    int st = lz_cache_check_idle(c, "lazyattn_cache_trim");
+    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, "lazyattn_cache_trim", &taken);
     if (st) return st;
     lz_cache_trim_to(c, max_bytes);
+    lz_cache_leave(c, taken);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -589,9 +636,7 @@ static int lz_mark_blocks(const lazyattn_cache *c, uint8_t *seen, int64_t n_pool
     return 1;
 }
 
-int lazyattn_cache_validate(const lazyattn_cache *c) {
-    LZ_CHECK_ARG(c != NULL, "lazyattn_cache_validate: cache is NULL");
-    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, "lazyattn_cache_validate", "cache");
+static int lz_cache_validate(const lazyattn_cache *c) {
     int64_t n_pool = lz_pool_n_blocks(c->pool);
     uint8_t *seen = calloc((size_t)n_pool, 1);
     if (!seen) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_validate");
@@ -688,4 +733,17 @@ int lazyattn_cache_validate(const lazyattn_cache *c) {
                  (long long)info.n_used, (long long)held);
     free(seen);
     return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_cache_validate(const lazyattn_cache *c) {
+    const char *w = "lazyattn_cache_validate";
+    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
+    LZ_CHECK_LIVE(c, LZ_MAGIC_CACHE, w, "cache");
+    /* A changing cache (inside a callout) is not checked: it would report
+     * the half-made request as broken. */
+    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken);
+    if (st) return st;
+    st = lz_cache_validate(c);
+    lz_cache_leave(c, taken);
+    return st;
 }

@@ -154,21 +154,28 @@ static int lz_export_find(const lazyattn_cache *c, uint64_t doc_hash, const char
     return LAZYATTN_STATUS_OK;
 }
 
-int lazyattn_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, size_t *bytes) {
-    LZ_CHECK_ARG(c && bytes, "lazyattn_cache_export_size: NULL argument");
-    int live = lz_cache_check_live(c, "lazyattn_cache_export_size");
-    if (live) return live;
+int lz_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, const char *w,
+                         size_t *bytes) {
     const lz_entry *e = NULL;
-    int st = lz_export_find(c, doc_hash, "lazyattn_cache_export_size", &e);
+    int st = lz_export_find(c, doc_hash, w, &e);
     if (st) return st;
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(lz_cache_pool(c), &pc);
     uint64_t n = lz_payload_bytes(&pc, (uint64_t)e->n_tokens, (uint64_t)e->n_blocks);
     if (n == 0 || n > SIZE_MAX - LAZYATTN_KV_HEADER_BYTES)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
-                       "lazyattn_cache_export_size: the export does not fit a size_t");
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: the export does not fit a size_t", w);
     *bytes = (size_t)n + LAZYATTN_KV_HEADER_BYTES;
     return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, size_t *bytes) {
+    const char *w = "lazyattn_cache_export_size";
+    LZ_CHECK_ARG(c && bytes, "%s: NULL argument", w);
+    int taken, st = lz_cache_check_live(c, w);
+    if (st || (st = lz_cache_enter(c, LZ_USE_READ, w, &taken))) return st;
+    st = lz_cache_export_size(c, doc_hash, w, bytes);
+    lz_cache_leave(c, taken);
+    return st;
 }
 
 /* The entry's blocks, for each layer its K blocks then its V blocks, read
@@ -194,15 +201,11 @@ static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool,
     return LAZYATTN_STATUS_OK;
 }
 
-int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer,
-                          size_t capacity, size_t *written) {
-    const char *w = "lazyattn_cache_export";
-    LZ_CHECK_ARG(c && buffer && written, "%s: NULL argument", w);
-    int live = lz_cache_check_live(c, w);
-    if (live) return live;
+int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, size_t capacity,
+                    const char *w, size_t *written) {
     *written = 0;
     size_t need;
-    int st = lazyattn_cache_export_size(c, doc_hash, &need);
+    int st = lz_cache_export_size(c, doc_hash, w, &need);
     if (st) return st;
     LZ_CHECK_ARG(capacity >= need, "%s: %zu bytes of room, the document needs %zu", w, capacity,
                  need);
@@ -249,19 +252,33 @@ int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buff
     return LAZYATTN_STATUS_OK;
 }
 
+int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer,
+                          size_t capacity, size_t *written) {
+    const char *w = "lazyattn_cache_export";
+    LZ_CHECK_ARG(c && buffer && written, "%s: NULL argument", w);
+    int taken, st = lz_cache_check_live(c, w);
+    if (st) return st;
+    *written = 0;
+    if ((st = lz_cache_enter(c, LZ_USE_READ, w, &taken))) return st;
+    st = lz_cache_export(c, doc_hash, buffer, capacity, w, written);
+    lz_cache_leave(c, taken);
+    return st;
+}
+
 int lazyattn_cache_export_to(const lazyattn_cache *c, uint64_t doc_hash, lazyattn_write_fn write,
                              void *user) {
-    LZ_CHECK_ARG(c && write, "lazyattn_cache_export_to: NULL argument");
-    int live = lz_cache_check_live(c, "lazyattn_cache_export_to");
-    if (live) return live;
+    const char *w = "lazyattn_cache_export_to";
+    LZ_CHECK_ARG(c && write, "%s: NULL argument", w);
+    int taken, st = lz_cache_check_live(c, w);
+    if (st || (st = lz_cache_enter(c, LZ_USE_READ, w, &taken))) return st;
     size_t n, written;
-    int st = lazyattn_cache_export_size(c, doc_hash, &n);
-    if (st) return st;
-    uint8_t *buf = malloc(n);
-    if (!buf)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_cache_export_to: %zu bytes",
-                       n);
-    st = lazyattn_cache_export(c, doc_hash, buf, n, &written);
+    st = lz_cache_export_size(c, doc_hash, w, &n);
+    uint8_t *buf = NULL;
+    if (!st && !(buf = malloc(n)))
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", w, n);
+    if (!st) st = lz_cache_export(c, doc_hash, buf, n, w, &written);
+    /* the engine's write runs with the cache given back: it may use it */
+    lz_cache_leave(c, taken);
     if (!st && write(user, buf, written) != 0)
         st = lz_fail(LAZYATTN_STATUS_IO, "lazyattn_cache_export_to: the write callback failed");
     free(buf);
@@ -408,10 +425,8 @@ static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int
 
 static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t *doc_hash,
                      const char *w) {
-    int st = lz_cache_check_idle(c, w);
-    if (st) return st;
     lz_kv_header h;
-    st = lz_import_check_header(c, p, size, w, &h);
+    int st = lz_import_check_header(c, p, size, w, &h);
     if (st) return st;
     if (size - LAZYATTN_KV_HEADER_BYTES < h.payload_bytes)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: %zu bytes of %llu", w, size,
@@ -486,11 +501,21 @@ int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint
     return lz_import(c, data, size, doc_hash, who);
 }
 
+/* lz_import as a public call (entered for changes) named w. */
+static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
+                             uint64_t *doc_hash, const char *w) {
+    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken);
+    if (st) return st;
+    st = lz_import(c, p, size, doc_hash, w);
+    lz_cache_leave(c, taken);
+    return st;
+}
+
 int lazyattn_cache_import(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash) {
     LZ_CHECK_ARG(c && data, "lazyattn_cache_import: NULL argument");
     int live = lz_cache_check_live(c, "lazyattn_cache_import");
     if (live) return live;
-    return lz_import(c, data, size, doc_hash, "lazyattn_cache_import");
+    return lz_import_entered(c, data, size, doc_hash, "lazyattn_cache_import");
 }
 
 int lazyattn_cache_import_from(lazyattn_cache *c, lazyattn_read_fn read, void *user,
@@ -499,13 +524,15 @@ int lazyattn_cache_import_from(lazyattn_cache *c, lazyattn_read_fn read, void *u
     LZ_CHECK_ARG(c && read, "%s: NULL argument", w);
     int live = lz_cache_check_live(c, w);
     if (live) return live;
-    int st = lz_cache_check_idle(c, w);
-    if (st) return st;
+    /* The engine's read runs with the cache free: it may use it. */
     uint8_t head[LAZYATTN_KV_HEADER_BYTES];
     if (read(user, head, sizeof head) != 0)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: no complete header", w);
     lz_kv_header h;
+    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken);
+    if (st) return st;
     st = lz_import_check_header(c, head, sizeof head, w, &h);
+    lz_cache_leave(c, taken);
     if (st) return st;
     /* Bounded by the pool: check_header refused documents larger than it. */
     if (h.payload_bytes > SIZE_MAX - sizeof head)
@@ -517,7 +544,7 @@ int lazyattn_cache_import_from(lazyattn_cache *c, lazyattn_read_fn read, void *u
     if (read(user, buf + sizeof head, (size_t)h.payload_bytes) != 0)
         st = lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: the payload ends early", w);
     else
-        st = lz_import(c, buf, n, doc_hash, w);
+        st = lz_import_entered(c, buf, n, doc_hash, w);
     free(buf);
     return st;
 }

@@ -10,12 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
-    const char *w = "lazyattn_cache_set_tier";
-    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
-    int st = lz_cache_check_live(c, w);
-    if (st) return st;
-    if ((st = lz_cache_check_idle(c, w))) return st;
+static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
+                       const char *w) {
     LZ_CHECK_ARG(mode == LAZYATTN_TIER_READ_ONLY || mode == LAZYATTN_TIER_WRITE_BACK ||
                      mode == LAZYATTN_TIER_WRITE_THROUGH,
                  "%s: unknown mode %d", w, (int)mode);
@@ -33,11 +29,55 @@ int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_t
     return LAZYATTN_STATUS_OK;
 }
 
+int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
+    const char *w = "lazyattn_cache_set_tier";
+    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
+    int st = lz_cache_check_live(c, w);
+    if (st) return st;
+    int taken;
+    if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
+    st = lz_set_tier(c, store, mode, w);
+    lz_cache_leave(c, taken);
+    return st;
+}
+
+/* The store's operations run the engine's code: callouts of the cache
+ * (lz_cache_enter refuses what they must not do to it). */
+static int lz_tier_get(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
+                       lazyattn_store_value *v) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's get");
+    int st = lazyattn_store_get(s, key, v);
+    lz_cache_callout_end(c, outer);
+    return st;
+}
+
+static void lz_tier_release(lazyattn_cache *c, lazyattn_store *s, lazyattn_store_value *v) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's release");
+    lazyattn_store_release(s, v);
+    lz_cache_callout_end(c, outer);
+}
+
+static int lz_tier_exists(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
+                          int *there) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's exists");
+    int st = lazyattn_store_exists(s, key, there);
+    lz_cache_callout_end(c, outer);
+    return st;
+}
+
+static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
+                       const void *data, size_t size) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's put");
+    int st = lazyattn_store_put(s, key, data, size);
+    lz_cache_callout_end(c, outer);
+    return st;
+}
+
 int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens,
                  lz_tally *t) {
     lazyattn_doc_key key = {lz_cache_model_id(c), doc_hash};
     lazyattn_store_value v;
-    int st = lazyattn_store_get(store, key, &v);
+    int st = lz_tier_get(c, store, key, &v);
     if (st == LAZYATTN_STATUS_NOT_FOUND) {
         t->tier_misses++;
         return 0;
@@ -81,7 +121,7 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, in
         t->tier_errors++;
     else
         t->tier_read_bytes += (uint64_t)v.size;
-    lazyattn_store_release(store, &v);
+    lz_tier_release(c, store, &v);
     return st == LAZYATTN_STATUS_OK;
 }
 
@@ -91,16 +131,16 @@ void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
     int there = 0;
     size_t n = 0, written = 0;
     uint8_t *buf = NULL;
-    int st = lazyattn_store_exists(store, key, &there);
+    int st = lz_tier_exists(c, store, key, &there);
     if (!st && there) { /* another process or an earlier write put it there */
         e->in_tier = 1;
         return;
     }
-    if (!st) st = lazyattn_cache_export_size(c, e->doc_hash, &n);
+    if (!st) st = lz_cache_export_size(c, e->doc_hash, "tier write", &n);
     if (!st && !(buf = malloc(n)))
         st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier write: %zu bytes", n);
-    if (!st) st = lazyattn_cache_export(c, e->doc_hash, buf, n, &written);
-    if (!st) st = lazyattn_store_put(store, key, buf, written);
+    if (!st) st = lz_cache_export(c, e->doc_hash, buf, n, "tier write", &written);
+    if (!st) st = lz_tier_put(c, store, key, buf, written);
     free(buf);
     if (st) {
         lz_cache_count_tier_write(c, 0, 0);

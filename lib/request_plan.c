@@ -192,17 +192,28 @@ static void lz_request_free(lazyattn_request *r) {
     free(r);
 }
 
+void lz_request_destroy_held(lazyattn_request *r) {
+    lazyattn_cache *c = r->cache;
+    lz_request_release(r);
+    lz_cache_unlink_request(c, &r->link);
+    lz_request_free(r);
+    lz_cache_trim_retained(c);
+}
+
 void lazyattn_request_destroy(lazyattn_request *r) {
     if (!r) return;
     if (!lz_live_for_destroy(r->magic, LZ_MAGIC_REQUEST, "lazyattn_request_destroy", "request"))
         return;
     lazyattn_cache *c = r->cache;
-    /* From the eviction callback: refused (recorded), the request stays. */
-    if (lz_cache_check_idle(c, "lazyattn_request_destroy")) return;
-    lz_request_release(r);
-    lz_cache_unlink_request(c, &r->link);
-    lz_request_free(r);
-    lz_cache_trim_retained(c);
+    /* From the cache's callbacks, or while another thread is inside it:
+     * refused (recorded and logged), the request stays. */
+    int taken;
+    if (lz_cache_enter(c, LZ_USE_DESTROY, "lazyattn_request_destroy", &taken)) {
+        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_ERROR, "%s", lazyattn_last_error());
+        return;
+    }
+    lz_request_destroy_held(r);
+    lz_cache_leave(c, taken);
 }
 
 int lz_check_request_desc(const lazyattn_cache *c, const lazyattn_request_desc *d, const char *w,
@@ -270,17 +281,10 @@ static void lz_tally_document(lz_tally *t, const lz_decision *p) {
     }
 }
 
-int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
-                            lazyattn_request **out) {
-    LZ_CHECK_ARG(out != NULL, "lazyattn_request_create: out is NULL");
-    *out = NULL;
-    LZ_CHECK_ARG(c && d, "lazyattn_request_create: NULL argument");
-    int st = lz_cache_check_live(c, "lazyattn_request_create");
-    if (st) return st;
-    st = lz_cache_check_idle(c, "lazyattn_request_create");
-    if (st) return st;
+static int lz_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
+                             lazyattn_request **out) {
     int64_t doc_blocks_total = 0, doc_tokens_total = 0;
-    st = lz_check_request_desc(c, d, "lazyattn_request_create", &doc_blocks_total,
+    int st = lz_check_request_desc(c, d, "lazyattn_request_create", &doc_blocks_total,
                                    &doc_tokens_total);
     if (st) return st;
     const int B = lz_cache_block_size(c);
@@ -445,6 +449,21 @@ fail:
     return st;
 }
 
+int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
+                            lazyattn_request **out) {
+    const char *w = "lazyattn_request_create";
+    LZ_CHECK_ARG(out != NULL, "%s: out is NULL", w);
+    *out = NULL;
+    LZ_CHECK_ARG(c && d, "%s: NULL argument", w);
+    int st = lz_cache_check_live(c, w);
+    if (st) return st;
+    int taken;
+    if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
+    st = lz_request_create(c, d, out);
+    lz_cache_leave(c, taken);
+    return st;
+}
+
 int lz_request_pool(const lazyattn_request *r, const char *fn, lazyattn_pool **pool) {
     LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, fn, "request");
     *pool = lz_cache_pool(r->cache);
@@ -454,6 +473,8 @@ int lz_request_pool(const lazyattn_request *r, const char *fn, lazyattn_pool **p
 int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
     LZ_CHECK_ARG(r && p, "lazyattn_request_get_plan: NULL argument");
     LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_get_plan", "request");
+    int taken, st = lz_cache_enter(r->cache, LZ_USE_READ, "lazyattn_request_get_plan", &taken);
+    if (st) return st;
     memset(p, 0, sizeof *p);
     p->n_segments = r->n_segments;
     p->segments = r->segments;
@@ -477,15 +498,19 @@ int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
     p->hit_blocks = r->hit_blocks;
     p->copy_blocks = r->copy_blocks;
     p->tier_tokens = r->tier_tokens;
+    lz_cache_leave(r->cache, taken);
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_request_commit(lazyattn_request *r) {
     LZ_CHECK_ARG(r != NULL, "lazyattn_request_commit: request is NULL");
     LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_commit", "request");
-    int st = lz_cache_check_idle(r->cache, "lazyattn_request_commit");
+    int taken, st = lz_cache_enter(r->cache, LZ_USE_CHANGE, "lazyattn_request_commit", &taken);
     if (st) return st;
-    if (r->committed) return LAZYATTN_STATUS_OK;
+    if (r->committed) {
+        lz_cache_leave(r->cache, taken);
+        return LAZYATTN_STATUS_OK;
+    }
     /* Prompt order, so that a document repeated within the request
      * publishes its first copy; later duplicates stay private. */
     lazyattn_tier_mode mode;
@@ -497,16 +522,11 @@ int lazyattn_request_commit(lazyattn_request *r) {
             lz_tier_write(r->cache, tier, r->holds[h].entry);
     r->committed = 1;
     lz_cache_trim_retained(r->cache);
+    lz_cache_leave(r->cache, taken);
     return LAZYATTN_STATUS_OK;
 }
 
-int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t *positions) {
-    LZ_CHECK_ARG(r != NULL, "lazyattn_request_append: request is NULL");
-    LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_append", "request");
-    LZ_CHECK_ARG(n >= 0, "lazyattn_request_append: negative count %d", n);
-    LZ_CHECK_ARG(n == 0 || (slots && positions), "lazyattn_request_append: NULL output");
-    int busy = lz_cache_check_idle(r->cache, "lazyattn_request_append");
-    if (busy) return busy;
+static int lz_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t *positions) {
     lazyattn_cache *c = r->cache;
     const int B = lz_cache_block_size(c);
     int64_t total = (int64_t)r->tail_start + r->tail_tokens + n;
@@ -540,4 +560,17 @@ int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t 
     r->n_generated += n;
     lz_table_tail(r);
     return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_request_append(lazyattn_request *r, int n, int32_t *slots, int32_t *positions) {
+    LZ_CHECK_ARG(r != NULL, "lazyattn_request_append: request is NULL");
+    LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_append", "request");
+    LZ_CHECK_ARG(n >= 0, "lazyattn_request_append: negative count %d", n);
+    LZ_CHECK_ARG(n == 0 || (slots && positions), "lazyattn_request_append: NULL output");
+    lazyattn_cache *c = r->cache;
+    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, "lazyattn_request_append", &taken);
+    if (st) return st;
+    st = lz_request_append(r, n, slots, positions);
+    lz_cache_leave(c, taken);
+    return st;
 }

@@ -365,6 +365,218 @@ static void test_failing_store(void **state) {
     lazyattn_store_destroy(s);
 }
 
+// ---- a store whose operations call back into the cache ----
+
+/* The engine's store ops may call anything of the library. On the cache
+ * they serve, reads answer, changes are refused (INVALID_ARGUMENT) and
+ * destroys do nothing, with the reason in lazyattn_last_error(), so that
+ * the call that runs them (request_create's load, commit's write-through,
+ * an eviction's write-back) finishes on memory still its own. Under ASan
+ * a use of freed memory fails the test. */
+enum { OP_GET, OP_RELEASE, OP_PUT, OP_EXISTS, N_OPS };
+static const char *const op_name[N_OPS] = {"get", "release", "put", "exists"};
+
+typedef struct reentrant {
+    lazyattn_store *inner; /* a host store does the storing */
+    lazyattn_cache *cache;
+    lazyattn_request *other; /* a live request of the cache, not being planned */
+    const uint8_t *blob;     /* an export of document 0, to import */
+    size_t blob_size;
+    int hook[N_OPS];         /* call back into the cache from this op */
+    int fired[N_OPS];
+    int refused;             /* calls answered as they must be */
+    char failure[256];       /* the first call that was not */
+} reentrant;
+
+static void expect(reentrant *t, const char *what, int got, int want, const char *msg) {
+    if (got == want && (!msg || strstr(lazyattn_last_error(), msg))) {
+        t->refused++;
+        return;
+    }
+    if (!t->failure[0])
+        snprintf(t->failure, sizeof t->failure, "%s: %s (%s), wanted %s: %s", what,
+                 lazyattn_status_string(got), lazyattn_last_error(), lazyattn_status_string(want),
+                 msg ? msg : "");
+}
+
+/* Every public call on the cache, from inside store op `op`. */
+static void reenter(reentrant *t, int op) {
+    if (!t->hook[op]) return;
+    t->fired[op]++;
+    char who[64];
+    snprintf(who, sizeof who, "the tier store's %s", op_name[op]);
+    lazyattn_cache *c = t->cache;
+    const int IA = LAZYATTN_STATUS_INVALID_ARGUMENT, OK = LAZYATTN_STATUS_OK;
+    int32_t tok[64], q = 3, slot, pos;
+    doc_tokens(3, tok);
+    const int32_t *docs[1] = {tok};
+    int32_t lens[1] = {doc_len[3]};
+    lazyattn_request_desc d = {0, NULL, 1, docs, lens, 1, &q, 0};
+    lazyattn_request *r = (lazyattn_request *)1;
+    expect(t, "request_create", lazyattn_request_create(c, &d, &r), IA, who);
+    if (r != NULL) expect(t, "request_create left *out", IA, OK, NULL);
+    expect(t, "request_commit", lazyattn_request_commit(t->other), IA, who);
+    expect(t, "request_append", lazyattn_request_append(t->other, 1, &slot, &pos), IA, who);
+    expect(t, "cache_trim", lazyattn_cache_trim(c, 0), IA, who);
+    expect(t, "cache_reset_stats", lazyattn_cache_reset_stats(c), IA, who);
+    expect(t, "cache_import", lazyattn_cache_import(c, t->blob, t->blob_size, NULL), IA, who);
+    expect(t, "cache_set_tier", lazyattn_cache_set_tier(c, NULL, LAZYATTN_TIER_READ_ONLY), IA,
+           who);
+    expect(t, "cache_set_evict_callback", lazyattn_cache_set_evict_callback(c, NULL, NULL), IA,
+           who);
+    expect(t, "cache_validate", lazyattn_cache_validate(c), IA, who);
+    lazyattn_request_destroy(t->other); /* nothing done, the reason recorded */
+    expect(t, "request_destroy", IA, IA, "lazyattn_request_destroy: called from the tier store");
+    lazyattn_cache_destroy(c);
+    expect(t, "cache_destroy", IA, IA, "lazyattn_cache_destroy: called from the tier store");
+    /* reads answer */
+    lazyattn_cache_stats st;
+    expect(t, "cache_get_stats", lazyattn_cache_get_stats(c, &st), OK, NULL);
+    lazyattn_plan p;
+    expect(t, "request_get_plan", lazyattn_request_get_plan(t->other, &p), OK, NULL);
+    if (p.n_entries != 1) expect(t, "the other request's plan", IA, OK, NULL);
+    lazyattn_probe_summary sum;
+    expect(t, "cache_probe", lazyattn_cache_probe(c, &d, NULL, 0, &sum), OK, NULL);
+}
+
+static int re_get(void *impl, lazyattn_doc_key k, lazyattn_store_value *v) {
+    reentrant *t = impl;
+    reenter(t, OP_GET);
+    return lazyattn_store_get(t->inner, k, v);
+}
+static void re_release(void *impl, lazyattn_store_value *v) {
+    reentrant *t = impl;
+    reenter(t, OP_RELEASE);
+    lazyattn_store_release(t->inner, v);
+}
+static int re_put(void *impl, lazyattn_doc_key k, const void *d, size_t n) {
+    reentrant *t = impl;
+    reenter(t, OP_PUT);
+    return lazyattn_store_put(t->inner, k, d, n);
+}
+static int re_exists(void *impl, lazyattn_doc_key k, int *e) {
+    reentrant *t = impl;
+    reenter(t, OP_EXISTS);
+    return lazyattn_store_exists(t->inner, k, e);
+}
+static int re_remove(void *impl, lazyattn_doc_key k) {
+    return lazyattn_store_delete(((reentrant *)impl)->inner, k);
+}
+
+static void hooks(reentrant *t, int get, int release, int put, int exists) {
+    t->hook[OP_GET] = get, t->hook[OP_RELEASE] = release;
+    t->hook[OP_PUT] = put, t->hook[OP_EXISTS] = exists;
+    memset(t->fired, 0, sizeof t->fired);
+    t->refused = 0;
+}
+
+/* The answers per call back (reenter's expect calls). */
+#define REENTER_CHECKS 14
+
+static void test_store_reenters_cache(void **state) {
+    lazyattn_context *ctx = *state;
+    reentrant t = {0};
+    lt_assert_status(lazyattn_store_create_host(16 << 20, &t.inner), LAZYATTN_STATUS_OK);
+    lazyattn_store_ops ops = {"reentrant", re_get, re_release, re_put, re_exists, re_remove, NULL};
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create(&ops, &t, &s), LAZYATTN_STATUS_OK);
+    engine e;
+    engine_open(&e, ctx, 32, MODEL);
+    t.cache = e.cache;
+    lt_assert_status(lazyattn_cache_set_tier(e.cache, s, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    lazyattn_segment_action act[1];
+    int zero = 0, one = 1, two = 2;
+    run_docs(&e, 1, &zero, act); /* written through, no hook */
+    size_t n = 0, written = 0;
+    lt_assert_status(lazyattn_cache_export_size(e.cache, hash_of(0), &n), LAZYATTN_STATUS_OK);
+    uint8_t *blob = malloc(n);
+    assert_non_null(blob);
+    lt_assert_status(lazyattn_cache_export(e.cache, hash_of(0), blob, n, &written),
+                     LAZYATTN_STATUS_OK);
+    t.blob = blob, t.blob_size = written;
+    int32_t q = 1;
+    lazyattn_request_desc od = {0, NULL, 0, NULL, NULL, 1, &q, 0};
+    lt_assert_status(lazyattn_request_create(e.cache, &od, &t.other), LAZYATTN_STATUS_OK);
+
+    /* commit (write-through): exists, then put */
+    hooks(&t, 0, 0, 1, 1);
+    run_docs(&e, 1, &one, act); /* checked against the reference */
+    if (t.failure[0]) fail_msg("write-through: %s", t.failure);
+    assert_int_equal(t.fired[OP_EXISTS], 1);
+    assert_int_equal(t.fired[OP_PUT], 1);
+    assert_int_equal(t.refused, 2 * REENTER_CHECKS);
+    assert_int_equal(stats_of(&e).tier_writes, 2);
+    int there = 0;
+    lazyattn_doc_key k1 = {MODEL, hash_of(1)};
+    lt_assert_status(lazyattn_store_exists(t.inner, k1, &there), LAZYATTN_STATUS_OK);
+    assert_int_equal(there, 1);
+    lt_assert_status(lazyattn_cache_validate(e.cache), LAZYATTN_STATUS_OK);
+
+    /* request_create (a load from the tier): get, then release */
+    hooks(&t, 0, 0, 0, 0);
+    lt_assert_status(lazyattn_cache_trim(e.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier(e.cache, s, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    hooks(&t, 1, 1, 0, 0);
+    run_docs(&e, 1, &zero, act);
+    if (t.failure[0]) fail_msg("load: %s", t.failure);
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE); /* loaded, served, same answer */
+    assert_int_equal(t.fired[OP_GET], 1);
+    assert_int_equal(t.fired[OP_RELEASE], 1);
+    assert_int_equal(t.refused, 2 * REENTER_CHECKS);
+    assert_int_equal(stats_of(&e).tier_hits, 1);
+    lt_assert_status(lazyattn_cache_validate(e.cache), LAZYATTN_STATUS_OK);
+
+    /* eviction (write-back): exists, then put, for the one document the
+     * store lacks; then a request_create whose eviction spills */
+    hooks(&t, 0, 0, 0, 0);
+    lt_assert_status(lazyattn_cache_set_tier(e.cache, s, LAZYATTN_TIER_WRITE_BACK),
+                     LAZYATTN_STATUS_OK);
+    run_docs(&e, 1, &two, act);
+    hooks(&t, 0, 0, 1, 1);
+    lt_assert_status(lazyattn_cache_trim(e.cache, 0), LAZYATTN_STATUS_OK);
+    if (t.failure[0]) fail_msg("write-back at trim: %s", t.failure);
+    assert_int_equal(t.fired[OP_EXISTS], 1);
+    assert_int_equal(t.fired[OP_PUT], 1);
+    assert_int_equal(t.refused, 2 * REENTER_CHECKS);
+    lazyattn_cache_stats st = stats_of(&e);
+    assert_int_equal(st.n_entries, 0);
+    assert_int_equal(st.tier_writes, 3);
+    lt_assert_status(lazyattn_cache_validate(e.cache), LAZYATTN_STATUS_OK);
+    lazyattn_request_destroy(t.other);
+    t.other = NULL;
+    engine_close(&e);
+
+    /* a pool of 4 blocks: document 0 (3 blocks) and its question fill it,
+     * so document 3's request evicts (and spills) it from request_create */
+    engine_open(&e, ctx, 4, MODEL);
+    t.cache = e.cache;
+    lt_assert_status(lazyattn_cache_set_tier(e.cache, s, LAZYATTN_TIER_WRITE_BACK),
+                     LAZYATTN_STATUS_OK);
+    hooks(&t, 0, 0, 0, 0);
+    lazyattn_doc_key k0 = {MODEL, hash_of(0)};
+    lazyattn_store_delete(t.inner, k0);
+    run_docs(&e, 1, &zero, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    lt_assert_status(lazyattn_request_create(e.cache, &od, &t.other), LAZYATTN_STATUS_OK);
+    hooks(&t, 0, 0, 1, 1);
+    int three = 3;
+    run_docs(&e, 1, &three, act);
+    if (t.failure[0]) fail_msg("write-back in request_create: %s", t.failure);
+    assert_int_equal(t.fired[OP_PUT], 1);
+    assert_int_equal(t.refused, 2 * REENTER_CHECKS);
+    assert_int_equal(stats_of(&e).evictions, 1);
+    lt_assert_status(lazyattn_store_exists(t.inner, k0, &there), LAZYATTN_STATUS_OK);
+    assert_int_equal(there, 1);
+    lt_assert_status(lazyattn_cache_validate(e.cache), LAZYATTN_STATUS_OK);
+    lazyattn_request_destroy(t.other);
+    engine_close(&e);
+    free(blob);
+    lazyattn_store_destroy(s);
+    lazyattn_store_destroy(t.inner);
+}
+
 /* A real full disk: a 64 KiB tmpfs (where the test may mount one). */
 static void test_full_disk(void **state) {
     lazyattn_context *ctx = *state;
@@ -580,6 +792,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dir_write_back),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_failing_store),
+        cmocka_unit_test(test_store_reenters_cache),
         cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_dir_other_process),
         cmocka_unit_test(test_redis_other_process),

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N_THREADS 4
 
@@ -754,6 +755,208 @@ static void test_device_pool_destroy_logs_attached_caches(void **state) {
     lazyattn_context_destroy(ctx);
 }
 
+// ---- one cache used from two threads at once (forbidden): refused ----
+
+/* A tier whose get sleeps (or waits at a gate), so that a thread sits
+ * inside lazyattn_request_create while another one comes in. Finds
+ * nothing: every document is a miss, looked up again next time. */
+typedef struct slow_store {
+    atomic_int gets;
+    atomic_int gate;   /* 1: the next get waits inside until gate is 0 */
+    atomic_int inside; /* a get is waiting at the gate */
+} slow_store;
+
+static void nap_us(long us) {
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static int slow_get(void *impl, lazyattn_doc_key k, lazyattn_store_value *v) {
+    slow_store *s = impl;
+    (void)k, (void)v;
+    atomic_fetch_add(&s->gets, 1);
+    if (atomic_load(&s->gate)) {
+        atomic_store(&s->inside, 1);
+        while (atomic_load(&s->gate)) nap_us(100);
+    } else {
+        nap_us(1000);
+    }
+    return LAZYATTN_STATUS_NOT_FOUND;
+}
+static void slow_release(void *impl, lazyattn_store_value *v) { (void)impl, (void)v; }
+static int slow_put(void *impl, lazyattn_doc_key k, const void *d, size_t n) {
+    (void)impl, (void)k, (void)d, (void)n;
+    return LAZYATTN_STATUS_IO;
+}
+static int slow_exists(void *impl, lazyattn_doc_key k, int *e) {
+    (void)impl, (void)k;
+    *e = 0;
+    return LAZYATTN_STATUS_OK;
+}
+static int slow_remove(void *impl, lazyattn_doc_key k) {
+    (void)impl, (void)k;
+    return LAZYATTN_STATUS_NOT_FOUND;
+}
+
+static void count_busy_log(void *user, lazyattn_log_level level, const char *message) {
+    if (level == LAZYATTN_LOG_ERROR && strstr(message, "in use by another call"))
+        atomic_fetch_add((atomic_int *)user, 1);
+}
+
+#define BUSY_ITERS 60
+#define BUSY_MSG ": the cache is in use by another call (a cache and its requests belong to one " \
+                 "thread at a time)"
+
+typedef struct busy_worker {
+    int id;
+    lazyattn_cache *cache;
+    long ok, busy, destroy_refused;
+    char failure[512];
+} busy_worker;
+
+/* OK, or IN_USE with fn's message (counted); anything else a failure. */
+static int busy_or_ok(busy_worker *w, int st, const char *fn) {
+    char want[256];
+    snprintf(want, sizeof want, "%s%s", fn, BUSY_MSG);
+    if (st == LAZYATTN_STATUS_IN_USE && strcmp(lazyattn_last_error(), want) == 0) {
+        w->busy++;
+        return 0;
+    }
+    if (st != LAZYATTN_STATUS_OK) {
+        W_FAIL(w, "%s: %s (%s)", fn, lazyattn_status_string(st), lazyattn_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* BUSY_ITERS requests planned, a refused create tried again a little later
+ * (at most 100 times as often). */
+static void busy_loop(busy_worker *w) {
+    for (int it = 0; w->ok < BUSY_ITERS && it < 100 * BUSY_ITERS && !w->failure[0]; it++) {
+        int32_t doc[8], q[2] = {1, 2};
+        for (int t = 0; t < 8; t++) doc[t] = 100000 * (w->id + 1) + 10 * it + t; /* never cached */
+        const int32_t *docs[1] = {doc};
+        int32_t len = 8;
+        lazyattn_request_desc d = {0, NULL, 1, docs, &len, 2, q, 1};
+        lazyattn_request *r = NULL;
+        if (!busy_or_ok(w, lazyattn_request_create(w->cache, &d, &r), "lazyattn_request_create")) {
+            nap_us(200);
+            continue;
+        }
+        W_CHECK(w, r != NULL, "request_create: OK without a request");
+        w->ok++;
+        lazyattn_plan p;
+        if (busy_or_ok(w, lazyattn_request_get_plan(r, &p), "lazyattn_request_get_plan"))
+            W_CHECK(w, p.n_segments == 2 && p.n_prefill == 10 && p.n_entries == 3,
+                    "plan of %d segments, %d prefilled, %d entries", p.n_segments, p.n_prefill,
+                    p.n_entries);
+        int32_t slot, pos;
+        busy_or_ok(w, lazyattn_request_append(r, 1, &slot, &pos), "lazyattn_request_append");
+        lazyattn_cache_stats st;
+        busy_or_ok(w, lazyattn_cache_get_stats(w->cache, &st), "lazyattn_cache_get_stats");
+        /* A destroy refused while the other thread is inside leaves the
+         * request live: tried again. A failed parse marks the last error
+         * first, so that a refusal shows as a new message. */
+        for (int tries = 0;; tries++) {
+            lazyattn_cache_policy pol;
+            lazyattn_cache_policy_parse("no-such-policy", &pol);
+            lazyattn_request_destroy(r);
+            if (strstr(lazyattn_last_error(), "no-such-policy")) break;
+            W_CHECK(w,
+                    strcmp(lazyattn_last_error(), "lazyattn_request_destroy" BUSY_MSG
+                                                  "; left alone") == 0,
+                    "request_destroy: %s", lazyattn_last_error());
+            W_CHECK(w, tries < 100000, "request_destroy refused 100000 times");
+            w->destroy_refused++;
+            nap_us(50);
+        }
+    }
+}
+
+static void *busy_main(void *arg) {
+    busy_loop(arg);
+    return NULL;
+}
+
+static void test_one_cache_two_threads_refused(void **state) {
+    (void)state;
+    atomic_int logged = 0;
+    lazyattn_context_options o;
+    lazyattn_context_options_init(&o);
+    o.log = count_busy_log;
+    o.log_user = &logged;
+    lazyattn_context *ctx = NULL;
+    lt_assert_status(lazyattn_context_create(&o, &ctx), LAZYATTN_STATUS_OK);
+    lazyattn_pool_config pc = {1, 1, 16, BS, LAZYATTN_DTYPE_F16, 64 * 2 * BS * 16 * 2,
+                               LAZYATTN_KV_LAYOUT_ROWS};
+    lazyattn_pool *pool = NULL;
+    lt_assert_status(lazyattn_pool_create(ctx, &pc, &pool), LAZYATTN_STATUS_OK);
+    lazyattn_cache *cache = NULL;
+    lt_assert_status(lazyattn_cache_create(pool, NULL, &cache), LAZYATTN_STATUS_OK);
+    slow_store ss = {0};
+    lazyattn_store_ops ops = {"slow", slow_get, slow_release, slow_put, slow_exists, slow_remove,
+                              NULL};
+    lazyattn_store *store = NULL;
+    lt_assert_status(lazyattn_store_create(&ops, &ss, &store), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier(cache, store, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+
+    /* Held at the gate inside request_create on a worker: every call of
+     * this thread on the cache is refused, destroys do nothing. */
+    busy_worker gated = {.id = 2, .cache = cache};
+    atomic_store(&ss.gate, 1);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, busy_main, &gated), 0);
+    while (!atomic_load(&ss.inside)) nap_us(100);
+    lazyattn_cache_stats st;
+    lt_assert_status(lazyattn_cache_get_stats(cache, &st), LAZYATTN_STATUS_IN_USE);
+    assert_string_equal(lazyattn_last_error(), "lazyattn_cache_get_stats" BUSY_MSG);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_IN_USE);
+    lt_assert_status(lazyattn_cache_trim(cache, 0), LAZYATTN_STATUS_IN_USE);
+    lazyattn_probe_summary sum;
+    int32_t tok[3] = {1, 2, 3}, len = 3;
+    const int32_t *docs[1] = {tok};
+    lazyattn_request_desc d = {0, NULL, 1, docs, &len, 0, NULL, 0};
+    lt_assert_status(lazyattn_cache_probe(cache, &d, NULL, 0, &sum), LAZYATTN_STATUS_IN_USE);
+    lazyattn_request *r = (lazyattn_request *)1;
+    lt_assert_status(lazyattn_request_create(cache, &d, &r), LAZYATTN_STATUS_IN_USE);
+    assert_null(r);
+    lazyattn_cache_destroy(cache); /* refused and logged: the worker goes on */
+    assert_string_equal(lazyattn_last_error(), "lazyattn_cache_destroy" BUSY_MSG "; left alone");
+    assert_int_equal(atomic_load(&logged), 1);
+    atomic_store(&ss.gate, 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (gated.failure[0]) fail_msg("gated worker: %s", gated.failure);
+    assert_int_equal(gated.ok, BUSY_ITERS);
+
+    /* Two threads looping on the cache: each call succeeds or is refused. */
+    busy_worker w[2] = {{.id = 0, .cache = cache}, {.id = 1, .cache = cache}};
+    int gets = atomic_load(&ss.gets);
+    run_threads(busy_main, w, sizeof w[0], 2);
+    long busy = 0, ok = 0, refused = 0;
+    for (int t = 0; t < 2; t++) {
+        if (w[t].failure[0]) fail_msg("thread %d: %s", t, w[t].failure);
+        busy += w[t].busy;
+        ok += w[t].ok;
+        refused += w[t].destroy_refused;
+    }
+    printf("# one cache, two threads: %ld requests, %ld calls refused as busy (%ld destroys)\n",
+           ok, busy, refused);
+    assert_true(busy >= 1);
+    assert_true(w[0].ok == BUSY_ITERS && w[1].ok == BUSY_ITERS);
+    assert_int_equal(atomic_load(&ss.gets) - gets, ok); /* one lookup per request planned */
+    assert_int_equal(atomic_load(&logged), 1 + refused);
+    lt_assert_status(lazyattn_cache_validate(cache), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_get_stats(cache, &st), LAZYATTN_STATUS_OK);
+    assert_int_equal(st.n_requests_live, 0);
+    assert_int_equal(st.requests, ok + BUSY_ITERS);
+    assert_int_equal(st.bytes_in_use, 0);
+    lazyattn_cache_destroy(cache);
+    lazyattn_store_destroy(store);
+    lazyattn_pool_destroy(pool);
+    lazyattn_context_destroy(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest host[] = {
         cmocka_unit_test(test_pool_alloc_free_from_threads),
@@ -765,6 +968,7 @@ int main(void) {
     const struct CMUnitTest device[] = {
         cmocka_unit_test(test_attention_objects_created_on_threads),
         cmocka_unit_test(test_device_pool_destroy_logs_attached_caches),
+        cmocka_unit_test(test_one_cache_two_threads_refused),
     };
     int failed = cmocka_run_group_tests_name("threads_host", host, NULL, NULL);
     failed += cmocka_run_group_tests_name("threads_device", device, lt_context_setup,
