@@ -824,11 +824,21 @@ LAZYATTN_API int lazyattn_materialise(lazyattn_attention *attn, lazyattn_pool *p
 
 /* ---- document hashing ---------------------------------------------------- */
 
-/* 64-bit hash of a document's token ids under a model identity (two models,
- * or two layer sets, never share an entry). Stable across runs and hosts.
+/* A document's identity under a model identity (two models, or two layer
+ * sets, never share an entry), stable across runs and hosts: the digest is
+ * BLAKE2b-256 (unkeyed, 32-byte output) of the bytes
+ *   model_id as u64 little-endian, then tokens[0..n_tokens) each as i32
+ *   little-endian   (8 + 4 n_tokens bytes)
+ * and the hash is the digest's first 8 bytes read as a little-endian u64
+ * (an in-process key: a cache compares tokens as well, so a 64-bit
+ * collision costs a recompute, never a wrong answer). Identities that leave
+ * the process (exports, store keys) carry the whole digest.
  *   tokens: [n_tokens] int32, n_tokens >= 1 */
 LAZYATTN_API int lazyattn_doc_hash(uint64_t model_id, const int32_t *tokens, int n_tokens,
                                    uint64_t *hash);
+/*   digest: [32] bytes */
+LAZYATTN_API int lazyattn_doc_digest(uint64_t model_id, const int32_t *tokens, int n_tokens,
+                                     uint8_t digest[32]);
 
 /* ---- document KV cache ---------------------------------------------------- */
 
@@ -898,6 +908,8 @@ typedef struct lazyattn_evicted {
     int n_tokens;
     int n_blocks;
     int32_t stored_start; /* position its first key is rotated at (LAZY: 0) */
+    uint8_t digest[32];   /* LAZY and POSITION: lazyattn_doc_digest of the document
+                             (its store key); PREFIX: zero */
 } lazyattn_evicted;
 
 /* Called for every committed entry the cache evicts (to make room in the
@@ -1146,6 +1158,7 @@ typedef struct lazyattn_probe_segment {
     int n_blocks;
     int n_cached_blocks;   /* blocks reused as stored, or copied (COPY) */
     uint64_t doc_hash;     /* documents: lazyattn_doc_hash under the cache's model_id */
+    uint8_t digest[32];    /* documents: lazyattn_doc_digest (doc_hash's 32 bytes) */
 } lazyattn_probe_segment;
 
 /* Totals of a probe; the doc fields equal the plan's doc accounting
@@ -1180,22 +1193,23 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
  * the same model identity and geometry. Keys are stored at document-local
  * positions, so an imported document is reused at any logical start.
  *
- * Format version 1, integers little-endian:
+ * Format version 2, integers little-endian:
  *   offset  0  char[8]  magic "LZKVDOC\0"
- *           8  u32      version (1)
- *          12  u32      header bytes (96)
+ *           8  u32      version (2)
+ *          12  u32      header bytes (128)
  *          16  u64      model_id (the cache's)
  *          24  u32 x 5  n_layers, n_kv_heads, head_dim, block_size, dtype (the pool's)
  *          44  u32      policy (0 = LAZY)
- *          48  u64      doc_hash (lazyattn_doc_hash(model_id, tokens))
+ *          48  u64      doc_hash (lazyattn_doc_hash(model_id, tokens): digest's bytes 0..7)
  *          56  u32      n_tokens
  *          60  u32      n_blocks = ceil(n_tokens / block_size)
  *          64  i32      stored_start (0)
  *          68  u32      0
  *          72  u64      payload bytes = 4 n_tokens + 2 n_layers n_blocks block_layer_bytes
  *          80  u64      payload checksum
- *          88  u64      header checksum (of bytes 0..87)
- *          96  payload: tokens [n_tokens] int32, then for each layer its K blocks
+ *          88  u8[32]   digest (lazyattn_doc_digest(model_id, tokens))
+ *         120  u64      header checksum (of bytes 0..119)
+ *         128  payload: tokens [n_tokens] int32, then for each layer its K blocks
  *              and its V blocks, each [n_kv_heads, block_size, head_dim] of
  *              the storage dtype, the values exactly as stored, in ROWS
  *              order whatever the pool's kv_layout (a TILED pool's pages
@@ -1203,6 +1217,8 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
  *              into a pool of either layout (the last block's slots past
  *              the document included)
  * block_layer_bytes = n_kv_heads * block_size * head_dim * dtype size.
+ * Version 1 (a 96-byte header without the digest) is no longer read:
+ * FORMAT, "version 1 exports are no longer read: re-export".
  *
  * Export reads the blocks from the pool's device buffers on the context's
  * queue and waits (the document's writes must have been enqueued on that
@@ -1210,8 +1226,8 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
  * no statistics. Only committed entries of a LAZY cache on a device pool
  * are exported (UNSUPPORTED otherwise; NOT_FOUND when not cached).
  */
-#define LAZYATTN_KV_FORMAT_VERSION 1
-#define LAZYATTN_KV_HEADER_BYTES 96
+#define LAZYATTN_KV_FORMAT_VERSION 2
+#define LAZYATTN_KV_HEADER_BYTES 128
 
 /* Bytes of the export of the cached document with this hash. */
 LAZYATTN_API int lazyattn_cache_export_size(const lazyattn_cache *cache, uint64_t doc_hash,
@@ -1238,7 +1254,8 @@ LAZYATTN_API int lazyattn_cache_export_to(const lazyattn_cache *cache, uint64_t 
  * a document hash that do not agree, truncated or trailing data;
  * INVALID_ARGUMENT for another model_id, layer count, head count, head
  * size, block size or storage dtype than this cache and pool; UNSUPPORTED
- * for a cache that is not LAZY. A refused import leaves the cache as it
+ * for a cache that is not LAZY; BUDGET_EXCEEDED for a document larger than
+ * the whole pool (its claimed size and the pool's named). A refused import leaves the cache as it
  * was. Then blocks are taken as a request takes them (evicting LRU entries;
  * BUDGET_EXCEEDED when the pinned working set leaves no room) and written on
  * the context's queue (waited for). A document cached already is left as it
@@ -1247,9 +1264,11 @@ LAZYATTN_API int lazyattn_cache_export_to(const lazyattn_cache *cache, uint64_t 
  */
 LAZYATTN_API int lazyattn_cache_import(lazyattn_cache *cache, const void *data, size_t size,
                                        uint64_t *doc_hash);
-/* The same from a callback: the header is read and checked first, then the
- * payload into one host buffer of its size. A read failing before the end
- * is FORMAT (truncated). */
+/* The same from a callback: the header is read and checked first (a size
+ * past the pool refused before any payload is read), then the payload in
+ * pieces of at most 1 MiB into a host buffer that grows with the bytes
+ * actually read (never allocated on the header's word alone). A read
+ * failing before the end is FORMAT (truncated). */
 LAZYATTN_API int lazyattn_cache_import_from(lazyattn_cache *cache, lazyattn_read_fn read,
                                             void *user, uint64_t *doc_hash);
 
@@ -1261,6 +1280,7 @@ typedef struct lazyattn_kv_info {
     int n_layers, n_kv_heads, head_dim, block_size;
     lazyattn_dtype dtype;
     uint64_t doc_hash;
+    uint8_t digest[32]; /* lazyattn_doc_digest(model_id, tokens) as the header says */
     int n_tokens, n_blocks;
     uint64_t total_bytes; /* header + payload: the whole export */
 } lazyattn_kv_info;
@@ -1275,7 +1295,7 @@ LAZYATTN_API int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv
 
 /*
  * A store keeps exported documents (the bytes of lazyattn_cache_export) by
- * key = (model_id, doc_hash), outside the GPU: in host memory, in a
+ * key = (model_id, digest), outside the GPU: in host memory, in a
  * directory, in Redis, or in anything an engine implements with
  * lazyattn_store_ops. A store holds bytes only; what it returns is checked
  * by the reader (lazyattn_cache_import checks format, checksums and
@@ -1293,9 +1313,10 @@ LAZYATTN_API int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv
  */
 typedef struct lazyattn_store lazyattn_store;
 
+/* Two documents whose 64-bit hashes collide still have different keys. */
 typedef struct lazyattn_doc_key {
-    uint64_t model_id; /* the cache's model_id (lazyattn_cache_config) */
-    uint64_t doc_hash; /* lazyattn_doc_hash(model_id, tokens) */
+    uint64_t model_id;  /* the cache's model_id (lazyattn_cache_config) */
+    uint8_t digest[32]; /* lazyattn_doc_digest(model_id, tokens) */
 } lazyattn_doc_key;
 
 /* A value read from a store, borrowed until lazyattn_store_release:
@@ -1347,7 +1368,7 @@ LAZYATTN_API int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl
 LAZYATTN_API int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out);
 
 /* A directory (created if absent, parent must exist): one file per
- * document, "<model_id>-<doc_hash>.lzkv" (16 hex digits each). put writes
+ * document, "<model_id>-<digest>.lzkv" (16 and 64 hex digits). put writes
  * ".tmp-..." in the same directory, fsyncs it, renames it over the final
  * name and fsyncs the directory, so a reader (any process) sees a whole
  * file or none; a writer killed mid-way leaves only a ".tmp-" file, which
@@ -1358,11 +1379,11 @@ LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **ou
 
 /* Redis (through hiredis). Keys, all under one hash tag per document so
  * that Redis Cluster keeps a document on one node:
- *   <prefix>:{<model_id>:<doc_hash>}:chunk:<i>   i = 0 .. n-1, chunk_bytes each
- *                                                (the last one shorter)
- *   <prefix>:{<model_id>:<doc_hash>}:manifest    written last: total bytes, chunk
- *                                                size and count, checksum
- * (ids in 16 hex digits). A value is read only through its manifest and
+ *   <prefix>:{<model_id>:<digest>}:chunk:<i>   i = 0 .. n-1, chunk_bytes each
+ *                                              (the last one shorter)
+ *   <prefix>:{<model_id>:<digest>}:manifest    written last: total bytes, chunk
+ *                                              size and count, checksum
+ * (16 and 64 hex digits). A value is read only through its manifest and
  * checked against it, so a write cut off before its manifest is never read,
  * and missing or mixed chunks are a miss (FORMAT), not data. A server down
  * or slower than timeout_ms gives IO; the connection is then dropped and,

@@ -16,6 +16,11 @@ uint64_t lz_mix64(uint64_t x);
 uint64_t lz_hash_tokens(uint64_t seed, const int32_t *tokens, int n);
 /* Hash of two words. */
 uint64_t lz_hash_pair(uint64_t a, uint64_t b);
+/* A document's identity: its BLAKE2b-256 digest (lazyattn_doc_digest)
+ * and, the first 8 bytes little-endian, its 64-bit hash (lazyattn_doc_hash). */
+void lz_doc_digest(uint64_t model_id, const int32_t *tokens, int n, uint8_t out[32]);
+uint64_t lz_digest_hash(const uint8_t digest[32]);
+uint64_t lz_doc_hash(uint64_t model_id, const int32_t *tokens, int n, uint8_t digest[32]);
 
 /* ---- cache entries (doc_cache.c) ---- */
 
@@ -26,6 +31,7 @@ uint64_t lz_hash_pair(uint64_t a, uint64_t b);
 typedef struct lz_entry {
     uint64_t key;         /* index key */
     uint64_t doc_hash;    /* LAZY/POSITION: hash of the document; PREFIX: parent key */
+    uint8_t digest[32];   /* LAZY/POSITION/NONE: the document's digest (lz_doc_digest) */
     int32_t stored_start; /* position token 0's key was rotated at */
     int first_of_doc;     /* PREFIX: the block starts a document */
     int n_tokens;
@@ -144,8 +150,8 @@ void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tie
 void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes);
 /* Looks a GPU-missed document up in the tier and imports it: 1 when
  * imported (the caller looks it up again), 0 otherwise (counted in t). */
-int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens,
-                 lz_tally *t);
+int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
+                 int n_tokens, lz_tally *t);
 /* Writes a committed entry to the tier unless it is there already
  * (failures counted and logged; the cache is not changed). */
 void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
@@ -169,6 +175,11 @@ int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, si
 /* lazyattn_cache_import without the public checks; who names the caller. */
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
                           const char *who);
+/* The export of committed LAZY entry e (exactly this entry, whatever other
+ * entry shares its 64-bit hash) in a new buffer *out of *size bytes (the
+ * caller frees it). */
+int lz_cache_export_entry(const lazyattn_cache *c, const lz_entry *e, uint8_t **out,
+                          size_t *size, const char *who);
 
 /* ---- what requests offer the cache (request_plan.c) ---- */
 

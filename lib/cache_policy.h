@@ -17,6 +17,7 @@ static inline int lz_block_len(int n, int j, int B) { return n - j * B < B ? n -
 /* What one document gets, decided before anything is allocated. */
 typedef struct lz_decision {
     uint64_t hash;          /* hash of the document's tokens under the model id */
+    uint8_t digest[32];     /* its BLAKE2b digest (hash = its first 8 bytes) */
     int32_t start;          /* logical start */
     int32_t stored_start;   /* stored start of its entry (found or new) */
     uint64_t key;           /* LAZY/POSITION/NONE: key of the new entry */

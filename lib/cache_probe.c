@@ -19,7 +19,7 @@ const lz_policy *lz_policy_get(lazyattn_cache_policy id) {
 void lz_lookup_document(lz_lookup *lk, const lz_policy *policy, const int32_t *tokens, int len,
                         int32_t start, lz_decision *p) {
     memset(p, 0, sizeof *p);
-    p->hash = lz_hash_tokens(lk->model_id, tokens, len);
+    p->hash = lz_doc_hash(lk->model_id, tokens, len, p->digest);
     p->start = start;
     p->stored_start = start;
     p->n_tokens = len;
@@ -93,6 +93,7 @@ static int lz_probe(const lazyattn_cache *c, const lazyattn_request_desc *d,
             g->n_blocks = p.n_blocks;
             g->n_cached_blocks = cached_blocks;
             g->doc_hash = p.hash;
+            memcpy(g->digest, p.digest, sizeof g->digest);
         }
     }
     if (d->n_question > 0 && segments) {

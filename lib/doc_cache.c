@@ -256,7 +256,8 @@ static void lz_cache_evict(lazyattn_cache *c, lz_entry *e, int notify) {
         lz_tier_write(c, c->tier, e); /* its store calls are callouts */
     if (notify && c->on_evict) {
         lazyattn_evicted ev = {c->config.policy, c->policy->chained ? e->key : e->doc_hash, e->n_tokens,
-                               e->n_blocks, e->stored_start};
+                               e->n_blocks, e->stored_start, {0}};
+        if (!c->policy->chained) memcpy(ev.digest, e->digest, sizeof ev.digest);
         const char *outer = lz_cache_callout_begin(c, "the cache's eviction callback");
         c->on_evict(c->evict_user, c, &ev);
         lz_cache_callout_end(c, outer);

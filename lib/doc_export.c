@@ -19,8 +19,13 @@ typedef struct lz_kv_header {
     uint32_t n_tokens, n_blocks;
     int32_t stored_start;
     uint32_t reserved;
-    uint64_t payload_bytes, payload_checksum, header_checksum;
+    uint64_t payload_bytes, payload_checksum;
+    uint8_t digest[32];
+    uint64_t header_checksum;
 } lz_kv_header;
+
+/* Bytes of the header the header checksum covers (all but itself). */
+#define LZ_KV_CHECKED_BYTES (LAZYATTN_KV_HEADER_BYTES - 8)
 
 static void lz_put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -75,7 +80,8 @@ static void lz_header_encode(const lz_kv_header *h, uint8_t *p) {
     lz_put32(p + 68, h->reserved);
     lz_put64(p + 72, h->payload_bytes);
     lz_put64(p + 80, h->payload_checksum);
-    lz_put64(p + 88, lz_kv_checksum(p, 88));
+    memcpy(p + 88, h->digest, 32);
+    lz_put64(p + LZ_KV_CHECKED_BYTES, lz_kv_checksum(p, LZ_KV_CHECKED_BYTES));
 }
 
 static void lz_header_decode(const uint8_t *p, lz_kv_header *h) {
@@ -95,7 +101,8 @@ static void lz_header_decode(const uint8_t *p, lz_kv_header *h) {
     h->reserved = lz_get32(p + 68);
     h->payload_bytes = lz_get64(p + 72);
     h->payload_checksum = lz_get64(p + 80);
-    h->header_checksum = lz_get64(p + 88);
+    memcpy(h->digest, p + 88, 32);
+    h->header_checksum = lz_get64(p + LZ_KV_CHECKED_BYTES);
 }
 
 /* Bytes of one block of one layer's K (or V). */
@@ -154,11 +161,9 @@ static int lz_export_find(const lazyattn_cache *c, uint64_t doc_hash, const char
     return LAZYATTN_STATUS_OK;
 }
 
-int lz_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, const char *w,
-                         size_t *bytes) {
-    const lz_entry *e = NULL;
-    int st = lz_export_find(c, doc_hash, w, &e);
-    if (st) return st;
+/* Bytes of the export of entry e. */
+static int lz_entry_export_size(const lazyattn_cache *c, const lz_entry *e, const char *w,
+                                size_t *bytes) {
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(lz_cache_pool(c), &pc);
     uint64_t n = lz_payload_bytes(&pc, (uint64_t)e->n_tokens, (uint64_t)e->n_blocks);
@@ -166,6 +171,14 @@ int lz_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, const char 
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: the export does not fit a size_t", w);
     *bytes = (size_t)n + LAZYATTN_KV_HEADER_BYTES;
     return LAZYATTN_STATUS_OK;
+}
+
+int lz_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, const char *w,
+                         size_t *bytes) {
+    const lz_entry *e = NULL;
+    int st = lz_export_find(c, doc_hash, w, &e);
+    if (st) return st;
+    return lz_entry_export_size(c, e, w, bytes);
 }
 
 int lazyattn_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, size_t *bytes) {
@@ -201,16 +214,10 @@ static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool,
     return LAZYATTN_STATUS_OK;
 }
 
-int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, size_t capacity,
-                    const char *w, size_t *written) {
-    *written = 0;
-    size_t need;
-    int st = lz_cache_export_size(c, doc_hash, w, &need);
-    if (st) return st;
-    LZ_CHECK_ARG(capacity >= need, "%s: %zu bytes of room, the document needs %zu", w, capacity,
-                 need);
-    const lz_entry *e = NULL;
-    lz_export_find(c, doc_hash, w, &e);
+/* Writes entry e's export, need bytes (lz_entry_export_size), into out.
+ * Its identity (doc_hash, digest) is computed from the tokens it carries. */
+static int lz_entry_export(const lazyattn_cache *c, const lz_entry *e, uint8_t *out, size_t need,
+                           const char *w) {
     lazyattn_pool *pool = lz_cache_pool(c);
     lazyattn_context *ctx = lz_pool_context(pool);
     if (!ctx)
@@ -218,12 +225,11 @@ int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, si
                        "%s: the pool keeps accounting only: there is no K/V to export", w);
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(pool, &pc);
-    uint8_t *out = buffer;
     uint8_t *payload = out + LAZYATTN_KV_HEADER_BYTES;
     for (int t = 0; t < e->n_tokens; t++) lz_put32(payload + 4 * (size_t)t, (uint32_t)e->tokens[t]);
     uint8_t *kv = payload + 4 * (size_t)e->n_tokens;
     uint8_t *staging;
-    st = lz_staging_new(&pc, e->n_blocks, w, &staging);
+    int st = lz_staging_new(&pc, e->n_blocks, w, &staging);
     if (st) return st;
     st = lz_export_read(ctx, pool, &pc, e, staging ? staging : kv);
     if (!st && staging)
@@ -241,15 +247,29 @@ int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, si
     h.block_size = (uint32_t)pc.block_size;
     h.dtype = (uint32_t)pc.dtype;
     h.policy = LAZYATTN_CACHE_POLICY_LAZY;
-    h.doc_hash = doc_hash;
+    h.doc_hash = lz_doc_hash(h.model_id, e->tokens, e->n_tokens, h.digest);
     h.n_tokens = (uint32_t)e->n_tokens;
     h.n_blocks = (uint32_t)e->n_blocks;
     h.stored_start = 0;
     h.payload_bytes = need - LAZYATTN_KV_HEADER_BYTES;
     h.payload_checksum = lz_kv_checksum(payload, (size_t)h.payload_bytes);
     lz_header_encode(&h, out);
-    *written = need;
     return LAZYATTN_STATUS_OK;
+}
+
+int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, size_t capacity,
+                    const char *w, size_t *written) {
+    *written = 0;
+    const lz_entry *e = NULL;
+    size_t need;
+    int st = lz_export_find(c, doc_hash, w, &e);
+    if (!st) st = lz_entry_export_size(c, e, w, &need);
+    if (st) return st;
+    LZ_CHECK_ARG(capacity >= need, "%s: %zu bytes of room, the document needs %zu", w, capacity,
+                 need);
+    st = lz_entry_export(c, e, buffer, need, w);
+    if (!st) *written = need;
+    return st;
 }
 
 int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer,
@@ -263,6 +283,25 @@ int lazyattn_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buff
     st = lz_cache_export(c, doc_hash, buffer, capacity, w, written);
     lz_cache_leave(c, taken);
     return st;
+}
+
+int lz_cache_export_entry(const lazyattn_cache *c, const lz_entry *e, uint8_t **out,
+                          size_t *size, const char *who) {
+    *out = NULL;
+    *size = 0;
+    size_t n = 0;
+    int st = lz_entry_export_size(c, e, who, &n);
+    if (st) return st;
+    uint8_t *buf = malloc(n);
+    if (!buf) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", who, n);
+    st = lz_entry_export(c, e, buf, n, who);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    *size = n;
+    return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_cache_export_to(const lazyattn_cache *c, uint64_t doc_hash, lazyattn_write_fn write,
@@ -287,24 +326,44 @@ int lazyattn_cache_export_to(const lazyattn_cache *c, uint64_t doc_hash, lazyatt
 
 // ---- import ----
 
+/* The first 12 bytes of a header (size >= 12): magic and version. */
+#define LZ_KV_PREFIX_BYTES 12
+static int lz_header_check_prefix(const uint8_t *p, const char *w) {
+    if (memcmp(p, lz_kv_magic, 8) != 0)
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: not a lazyattn document export (magic)", w);
+    uint32_t version = lz_get32(p + 8);
+    if (version == 1)
+        return lz_fail(LAZYATTN_STATUS_FORMAT,
+                       "%s: format version 1: version 1 exports are no longer read: re-export "
+                       "(version %d carries the document's BLAKE2b digest)",
+                       w, LAZYATTN_KV_FORMAT_VERSION);
+    if (version != LAZYATTN_KV_FORMAT_VERSION)
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: format version %u, this library reads %d", w,
+                       version, LAZYATTN_KV_FORMAT_VERSION);
+    return LAZYATTN_STATUS_OK;
+}
+
 /* The checks of a header on its own: magic, version, checksum, fields that
  * must hold whatever the cache. */
 static int lz_header_check(const uint8_t *p, size_t size, const char *w, lz_kv_header *h) {
+    if (size < LZ_KV_PREFIX_BYTES)
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: %zu bytes, the header has %d", w,
+                       size, LAZYATTN_KV_HEADER_BYTES);
+    int st = lz_header_check_prefix(p, w);
+    if (st) return st;
     if (size < LAZYATTN_KV_HEADER_BYTES)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: %zu bytes, the header has %d", w,
                        size, LAZYATTN_KV_HEADER_BYTES);
-    if (memcmp(p, lz_kv_magic, 8) != 0)
-        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: not a lazyattn document export (magic)", w);
     lz_header_decode(p, h);
-    if (h->version != LAZYATTN_KV_FORMAT_VERSION)
-        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: format version %u, this library reads %d", w,
-                       h->version, LAZYATTN_KV_FORMAT_VERSION);
-    if (h->header_checksum != lz_kv_checksum(p, 88))
+    if (h->header_checksum != lz_kv_checksum(p, LZ_KV_CHECKED_BYTES))
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: header checksum does not match", w);
+    if (h->doc_hash != lz_digest_hash(h->digest))
+        return lz_fail(LAZYATTN_STATUS_FORMAT,
+                       "%s: the document hash is not the first 8 bytes of its digest", w);
     if (h->header_bytes != LAZYATTN_KV_HEADER_BYTES || h->policy != LAZYATTN_CACHE_POLICY_LAZY ||
         h->stored_start != 0 || h->reserved != 0)
         return lz_fail(LAZYATTN_STATUS_FORMAT,
-                       "%s: header of %u bytes, policy %u, stored start %d: not a version-1 "
+                       "%s: header of %u bytes, policy %u, stored start %d: not a version-2 "
                        "LAZY document",
                        w, h->header_bytes, h->policy, (int)h->stored_start);
     if (h->n_layers < 1 || h->n_kv_heads < 1 || h->head_dim < 1 || h->block_size < 1 ||
@@ -348,6 +407,7 @@ int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv_info *info) 
     info->block_size = (int)h.block_size;
     info->dtype = (lazyattn_dtype)h.dtype;
     info->doc_hash = h.doc_hash;
+    memcpy(info->digest, h.digest, sizeof info->digest);
     info->n_tokens = (int)h.n_tokens;
     info->n_blocks = (int)h.n_blocks;
     info->total_bytes = payload + LAZYATTN_KV_HEADER_BYTES;
@@ -386,10 +446,17 @@ static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, siz
                        "%s: payload of %llu bytes, %u tokens of this geometry take %llu", w,
                        (unsigned long long)h->payload_bytes, h->n_tokens,
                        (unsigned long long)payload);
-    if ((int64_t)h->n_blocks > lz_pool_n_blocks(lz_cache_pool(c)))
+    /* The bound on any size read from outside: what the whole pool holds. */
+    int64_t pool_blocks = lz_pool_n_blocks(lz_cache_pool(c));
+    if ((int64_t)h->n_blocks > pool_blocks) {
+        uint64_t bound = lz_payload_bytes(&pc, h->n_tokens, (uint64_t)pool_blocks);
         return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
-                       "%s: the document has %u blocks, the pool %lld in all", w, h->n_blocks,
-                       (long long)lz_pool_n_blocks(lz_cache_pool(c)));
+                       "%s: the header claims %llu payload bytes (%u tokens in %u blocks); the "
+                       "pool holds %lld blocks in all (%llu bytes with the tokens): refused "
+                       "before reading the payload",
+                       w, (unsigned long long)h->payload_bytes, h->n_tokens, h->n_blocks,
+                       (long long)pool_blocks, (unsigned long long)bound);
+    }
     return LAZYATTN_STATUS_OK;
 }
 
@@ -446,11 +513,13 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", w);
     }
     for (int t = 0; t < n_tokens; t++) tokens[t] = (int32_t)lz_get32(payload + 4 * (size_t)t);
-    if (lz_hash_tokens(h.model_id, tokens, n_tokens) != h.doc_hash) {
+    uint8_t digest[32];
+    lz_doc_digest(h.model_id, tokens, n_tokens, digest);
+    if (memcmp(digest, h.digest, sizeof digest) != 0) {
         free(tokens);
         free(blocks);
-        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: the document hash does not match its tokens",
-                       w);
+        return lz_fail(LAZYATTN_STATUS_FORMAT,
+                       "%s: the document digest does not match its tokens", w);
     }
     if (doc_hash) *doc_hash = h.doc_hash;
     if (lz_cache_find(c, h.doc_hash, h.doc_hash, 0, 0, tokens, n_tokens)) {
@@ -480,6 +549,7 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
         goto out;
     }
     e->key = e->doc_hash = h.doc_hash;
+    memcpy(e->digest, h.digest, sizeof e->digest);
     e->stored_start = 0;
     if (ctx) {
         st = lz_import_write(ctx, pool, blocks, n_blocks, payload + 4 * (size_t)n_tokens, staging);
@@ -496,11 +566,6 @@ out:
     return st;
 }
 
-int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
-                          const char *who) {
-    return lz_import(c, data, size, doc_hash, who);
-}
-
 /* lz_import as a public call (entered for changes) named w. */
 static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
                              uint64_t *doc_hash, const char *w) {
@@ -511,12 +576,22 @@ static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
     return st;
 }
 
+int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
+                          const char *who) {
+    return lz_import(c, data, size, doc_hash, who);
+}
+
 int lazyattn_cache_import(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash) {
     LZ_CHECK_ARG(c && data, "lazyattn_cache_import: NULL argument");
     int live = lz_cache_check_live(c, "lazyattn_cache_import");
     if (live) return live;
     return lz_import_entered(c, data, size, doc_hash, "lazyattn_cache_import");
 }
+
+/* import_from reads the payload in pieces of this many bytes into a buffer
+ * that grows with what was read: a header's claim alone allocates at most
+ * this much. */
+#define LZ_IMPORT_PIECE ((size_t)1 << 20)
 
 int lazyattn_cache_import_from(lazyattn_cache *c, lazyattn_read_fn read, void *user,
                                uint64_t *doc_hash) {
@@ -526,25 +601,48 @@ int lazyattn_cache_import_from(lazyattn_cache *c, lazyattn_read_fn read, void *u
     if (live) return live;
     /* The engine's read runs with the cache free: it may use it. */
     uint8_t head[LAZYATTN_KV_HEADER_BYTES];
-    if (read(user, head, sizeof head) != 0)
+    /* magic and version first: a version-1 header is shorter */
+    if (read(user, head, LZ_KV_PREFIX_BYTES) != 0)
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: no complete header", w);
+    int st = lz_header_check_prefix(head, w);
+    if (st) return st;
+    if (read(user, head + LZ_KV_PREFIX_BYTES, sizeof head - LZ_KV_PREFIX_BYTES) != 0)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: no complete header", w);
     lz_kv_header h;
-    int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken);
-    if (st) return st;
+    int taken;
+    if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
     st = lz_import_check_header(c, head, sizeof head, w, &h);
     lz_cache_leave(c, taken);
     if (st) return st;
-    /* Bounded by the pool: check_header refused documents larger than it. */
+    /* Bounded by the pool (check_header), and read before it is allocated. */
     if (h.payload_bytes > SIZE_MAX - sizeof head)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: payload too large", w);
-    size_t n = sizeof head + (size_t)h.payload_bytes;
-    uint8_t *buf = malloc(n);
-    if (!buf) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", w, n);
+    size_t n = sizeof head + (size_t)h.payload_bytes, off = sizeof head;
+    size_t cap = n - off < LZ_IMPORT_PIECE ? n : off + LZ_IMPORT_PIECE;
+    uint8_t *buf = malloc(cap);
+    if (!buf) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", w, cap);
     memcpy(buf, head, sizeof head);
-    if (read(user, buf + sizeof head, (size_t)h.payload_bytes) != 0)
-        st = lz_fail(LAZYATTN_STATUS_FORMAT, "%s: truncated: the payload ends early", w);
-    else
-        st = lz_import_entered(c, buf, n, doc_hash, w);
+    while (off < n) {
+        size_t piece = n - off < LZ_IMPORT_PIECE ? n - off : LZ_IMPORT_PIECE;
+        if (piece > cap - off) { /* doubles, up to the whole export */
+            size_t want = cap > n / 2 ? n : 2 * cap;
+            uint8_t *grown = realloc(buf, want);
+            if (!grown) {
+                free(buf);
+                return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", w, want);
+            }
+            buf = grown;
+            cap = want;
+        }
+        if (read(user, buf + off, piece) != 0) {
+            free(buf);
+            return lz_fail(LAZYATTN_STATUS_FORMAT,
+                           "%s: truncated: the payload ends early (%zu of %llu bytes read)", w,
+                           off - sizeof head, (unsigned long long)h.payload_bytes);
+        }
+        off += piece;
+    }
+    st = lz_import_entered(c, buf, n, doc_hash, w);
     free(buf);
     return st;
 }

@@ -73,9 +73,11 @@ static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key ke
     return st;
 }
 
-int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, int n_tokens,
-                 lz_tally *t) {
-    lazyattn_doc_key key = {lz_cache_model_id(c), doc_hash};
+int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
+                 int n_tokens, lz_tally *t) {
+    lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
+    memcpy(key.digest, digest, sizeof key.digest);
+    uint64_t doc_hash = lz_digest_hash(digest);
     lazyattn_store_value v;
     int st = lz_tier_get(c, store, key, &v);
     if (st == LAZYATTN_STATUS_NOT_FOUND) {
@@ -96,7 +98,8 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, in
     lazyattn_kv_info info;
     int rejected = 0;
     st = lazyattn_kv_describe(v.data, v.size, &info);
-    if (!st && (info.model_id != key.model_id || info.doc_hash != doc_hash ||
+    if (!st && (info.model_id != key.model_id ||
+                memcmp(info.digest, key.digest, sizeof key.digest) != 0 ||
                 info.n_tokens != n_tokens || info.total_bytes != v.size))
         st = lz_fail(LAZYATTN_STATUS_FORMAT,
                      "tier: the %s store's value for document %016llx is another document's "
@@ -127,19 +130,18 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, uint64_t doc_hash, in
 
 void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
     if (e->in_tier) return;
-    lazyattn_doc_key key = {lz_cache_model_id(c), e->doc_hash};
+    lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
+    memcpy(key.digest, e->digest, sizeof key.digest);
     int there = 0;
-    size_t n = 0, written = 0;
+    size_t written = 0;
     uint8_t *buf = NULL;
     int st = lz_tier_exists(c, store, key, &there);
     if (!st && there) { /* another process or an earlier write put it there */
         e->in_tier = 1;
         return;
     }
-    if (!st) st = lz_cache_export_size(c, e->doc_hash, "tier write", &n);
-    if (!st && !(buf = malloc(n)))
-        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier write: %zu bytes", n);
-    if (!st) st = lz_cache_export(c, e->doc_hash, buf, n, "tier write", &written);
+    /* this entry itself, not whichever entry shares its 64-bit hash */
+    if (!st) st = lz_cache_export_entry(c, e, &buf, &written, "tier write");
     if (!st) st = lz_tier_put(c, store, key, buf, written);
     free(buf);
     if (st) {

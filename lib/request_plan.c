@@ -126,6 +126,7 @@ int lz_plan_whole_document(lazyattn_request *r, const lz_decision *p, const int3
         e = lz_plan_new_entry(r, p->n_blocks, tok, len);
         if (!e) return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
         e->doc_hash = p->hash;
+        memcpy(e->digest, p->digest, sizeof e->digest);
         e->stored_start = p->stored_start;
         e->key = p->key;
         lz_plan_hold_new(r, p, e);
@@ -334,7 +335,7 @@ static int lz_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         /* A GPU miss: the tier (LAZY only) before a recompute. Documents
          * before this one are pinned, so the import's evictions spare them. */
         if (tier && p->action == LAZYATTN_ACTION_PREFILL &&
-            lz_tier_load(c, tier, p->hash, len, &tally)) {
+            lz_tier_load(c, tier, p->digest, len, &tally)) {
             lz_lookup_document(&lk, policy, d->docs[i], len, pos, p);
             if (p->action == LAZYATTN_ACTION_REUSE) {
                 p->from_tier = 1;

@@ -14,8 +14,14 @@ struct lazyattn_store {
     void *impl;
 };
 
-void lz_store_key_text(lazyattn_doc_key key, char out[34]) {
-    snprintf(out, 34, "%016" PRIx64 "-%016" PRIx64, key.model_id, key.doc_hash);
+void lz_store_key_text(lazyattn_doc_key key, char out[LZ_STORE_KEY_TEXT]) {
+    static const char hex[] = "0123456789abcdef";
+    snprintf(out, LZ_STORE_KEY_TEXT, "%016" PRIx64 "-", key.model_id);
+    for (int i = 0; i < 32; i++) {
+        out[17 + 2 * i] = hex[key.digest[i] >> 4];
+        out[18 + 2 * i] = hex[key.digest[i] & 15];
+    }
+    out[LZ_STORE_KEY_TEXT - 1] = '\0';
 }
 
 int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl, lazyattn_store **out) {

@@ -28,7 +28,7 @@ static char *lz_dir_join(const lz_dir *d, const char *name) {
 }
 
 static char *lz_dir_file(const lz_dir *d, lazyattn_doc_key key) {
-    char t[34], name[48];
+    char t[LZ_STORE_KEY_TEXT], name[LZ_STORE_KEY_TEXT + 8];
     lz_store_key_text(key, t);
     snprintf(name, sizeof name, "%s.lzkv", t);
     return lz_dir_join(d, name);
@@ -89,7 +89,7 @@ static int lz_write_all(int fd, const uint8_t *p, size_t n) {
 
 static int lz_dir_put(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
     lz_dir *d = impl;
-    char t[34], name[96];
+    char t[LZ_STORE_KEY_TEXT], name[LZ_STORE_KEY_TEXT + 64];
     lz_store_key_text(key, t);
     snprintf(name, sizeof name, ".tmp-%s-%ld-%u", t, (long)getpid(),
              atomic_fetch_add(&d->next_tmp, 1u));

@@ -27,14 +27,15 @@ typedef struct lz_host {
 } lz_host;
 
 static size_t lz_host_bucket(const lz_host *h, lazyattn_doc_key k) {
-    uint64_t x = k.doc_hash ^ (k.model_id * 0x9E3779B97F4A7C15ull);
+    uint64_t x = k.model_id * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 8; i++) x ^= (uint64_t)k.digest[i] << (8 * i);
     x ^= x >> 31;
     return (size_t)(x & (h->n_buckets - 1));
 }
 
 static lz_host_item *lz_host_find(const lz_host *h, lazyattn_doc_key k) {
     for (lz_host_item *it = h->buckets[lz_host_bucket(h, k)]; it; it = it->hnext)
-        if (it->key.model_id == k.model_id && it->key.doc_hash == k.doc_hash) return it;
+        if (it->key.model_id == k.model_id && memcmp(it->key.digest, k.digest, 32) == 0) return it;
     return NULL;
 }
 
@@ -98,7 +99,7 @@ static int lz_host_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v
     }
     lz_mutex_unlock(&h->lock);
     if (!it) {
-        char t[34];
+        char t[LZ_STORE_KEY_TEXT];
         lz_store_key_text(key, t);
         return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "host store: no document %s", t);
     }
@@ -165,7 +166,7 @@ static int lz_host_remove(void *impl, lazyattn_doc_key key) {
     if (it) lz_host_unlink(h, it);
     lz_mutex_unlock(&h->lock);
     if (!it) {
-        char t[34];
+        char t[LZ_STORE_KEY_TEXT];
         lz_store_key_text(key, t);
         return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "host store: no document %s", t);
     }

@@ -6,8 +6,9 @@
 
 #include "internal.h"
 
-/* "<model_id>-<doc_hash>", 16 hex digits each (33 bytes with the NUL). */
-void lz_store_key_text(lazyattn_doc_key key, char out[34]);
+/* "<model_id>-<digest>", 16 and 64 hex digits (82 bytes with the NUL). */
+#define LZ_STORE_KEY_TEXT 82
+void lz_store_key_text(lazyattn_doc_key key, char out[LZ_STORE_KEY_TEXT]);
 
 /* The built-in stores' ops and constructors of their state. */
 extern const lazyattn_store_ops lz_store_host_ops;

@@ -116,10 +116,15 @@ static int lz_redis_fail(lz_redis *r, redisReply *reply, const char *who, const 
     return st;
 }
 
+/* A key: prefix (<= 200) + ":{" + 81 + "}:" + suffix (< 40) and the NUL. */
+#define LZ_REDIS_KEY 384
+
 static void lz_redis_key(const lz_redis *r, lazyattn_doc_key k, const char *suffix, char *out,
                          size_t n) {
-    snprintf(out, n, "%s:{%016" PRIx64 ":%016" PRIx64 "}:%s", r->prefix, k.model_id, k.doc_hash,
-             suffix);
+    char t[LZ_STORE_KEY_TEXT];
+    lz_store_key_text(k, t);
+    t[16] = ':'; /* "<model_id>:<digest>" */
+    snprintf(out, n, "%s:{%s}:%s", r->prefix, t, suffix);
 }
 
 typedef struct lz_manifest {
@@ -128,7 +133,7 @@ typedef struct lz_manifest {
 
 /* GET the manifest: OK, NOT_FOUND, IO, or FORMAT for one that does not parse. */
 static int lz_redis_manifest(lz_redis *r, lazyattn_doc_key k, lz_manifest *m, const char *who) {
-    char key[320];
+    char key[LZ_REDIS_KEY];
     lz_redis_key(r, k, "manifest", key, sizeof key);
     const char *argv[2] = {"GET", key};
     redisReply *rep = redisCommandArgv(r->rc, 2, argv, NULL);
@@ -169,7 +174,7 @@ static int lz_redis_get(void *impl, lazyattn_doc_key k, lazyattn_store_value *v)
                      (unsigned long long)m.total);
         goto out;
     }
-    char key[320], suffix[40];
+    char key[LZ_REDIS_KEY], suffix[40];
     for (uint64_t i = 0; i < m.n_chunks; i++) {
         snprintf(suffix, sizeof suffix, "chunk:%" PRIu64, i);
         lz_redis_key(r, k, suffix, key, sizeof key);
@@ -226,7 +231,7 @@ static int lz_redis_put(void *impl, lazyattn_doc_key k, const void *data, size_t
     lz_mutex_lock(&r->lock);
     int st = lz_redis_connect(r, who);
     if (st) goto out;
-    char key[320], suffix[40];
+    char key[LZ_REDIS_KEY], suffix[40];
     for (uint64_t i = 0; i < n_chunks; i++) {
         size_t off = (size_t)i * r->chunk_bytes;
         size_t len = size - off < r->chunk_bytes ? size - off : r->chunk_bytes;
@@ -269,7 +274,7 @@ out:
 static int lz_redis_exists(void *impl, lazyattn_doc_key k, int *exists) {
     const char *who = "redis store exists";
     lz_redis *r = impl;
-    char key[320];
+    char key[LZ_REDIS_KEY];
     lz_redis_key(r, k, "manifest", key, sizeof key);
     lz_mutex_lock(&r->lock);
     int st = lz_redis_connect(r, who);
@@ -311,11 +316,11 @@ static int lz_redis_remove(void *impl, lazyattn_doc_key k) {
             snprintf(suffix, sizeof suffix, "manifest");
         else
             snprintf(suffix, sizeof suffix, "chunk:%" PRIu64, i - 1);
-        keys[i] = malloc(320);
+        keys[i] = malloc(LZ_REDIS_KEY);
         if (!keys[i])
             st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", who);
         else
-            lz_redis_key(r, k, suffix, keys[i], 320);
+            lz_redis_key(r, k, suffix, keys[i], LZ_REDIS_KEY);
         argv[i + 1] = keys[i];
     }
     if (!st) {

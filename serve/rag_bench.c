@@ -368,11 +368,10 @@ static int tier_clear(lazyattn_store *store, const lazyattn_workload *wl) {
     for (int d = 0; d < wc.n_docs; d++) {
         const int32_t *tok;
         int32_t len;
-        uint64_t h;
+        lazyattn_doc_key key = {BENCH_MODEL_ID, {0}};
         int st = lazyattn_workload_get_doc(wl, d, &tok, &len);
-        if (!st) st = lazyattn_doc_hash(BENCH_MODEL_ID, tok, len, &h);
+        if (!st) st = lazyattn_doc_digest(BENCH_MODEL_ID, tok, len, key.digest);
         if (st) return serve_lz_fail(st, "workload document");
-        lazyattn_doc_key key = {BENCH_MODEL_ID, h};
         st = lazyattn_store_delete(store, key);
         if (st && st != LAZYATTN_STATUS_NOT_FOUND) return serve_lz_fail(st, "clearing the tier");
     }

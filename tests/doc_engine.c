@@ -11,9 +11,81 @@
 #include <xmmintrin.h>
 #endif
 
-const int doc_len[N_DOCS] = {37, 16, 9, 23};
+const int doc_len[N_DOCS] = {37, 16, 9, 23, 38, 38};
+
+// ---- the old document hash, and a collision under it ----
+
+/* lib/hash.c before BLAKE2b: splitmix64's finaliser, two tokens per step. */
+static uint64_t old_mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return x;
+}
+
+/* The state after n tokens (n even), from the seed's state. */
+static uint64_t old_state(uint64_t model_id, const int32_t *tokens, int n) {
+    uint64_t h = old_mix(model_id ^ 0x6A09E667F3BCC909ull);
+    for (int i = 0; i + 1 < n; i += 2) {
+        uint64_t w = (uint64_t)(uint32_t)tokens[i] | ((uint64_t)(uint32_t)tokens[i + 1] << 32);
+        h = old_mix(h ^ w) + 0x9E3779B97F4A7C15ull;
+    }
+    return h;
+}
+
+uint64_t old_doc_hash(uint64_t model_id, const int32_t *tokens, int n) {
+    uint64_t h = old_state(model_id, tokens, n & ~1);
+    if (n & 1) h = old_mix(h ^ (uint64_t)(uint32_t)tokens[n - 1]) + 0x9E3779B97F4A7C15ull;
+    return old_mix(h ^ ((uint64_t)(uint32_t)n * 0xD6E8FEB86659FD93ull));
+}
+
+/* x ^= x >> s undone. */
+static uint64_t unshift(uint64_t y, int s) {
+    uint64_t x = y;
+    for (int i = 0; i < 64 / s + 1; i++) x = y ^ (x >> s);
+    return x;
+}
+
+/* The inverse of an odd number mod 2^64 (Newton's iteration). */
+static uint64_t inverse(uint64_t a) {
+    uint64_t x = a;
+    for (int i = 0; i < 6; i++) x *= 2 - a * x;
+    return x;
+}
+
+static uint64_t old_unmix(uint64_t x) {
+    x = unshift(x, 31);
+    x *= inverse(0x94D049BB133111EBull);
+    x = unshift(x, 27);
+    x *= inverse(0xBF58476D1CE4E5B9ull);
+    return unshift(x, 30);
+}
+
+/* Document 4: 38 tokens. Document 5: other first 36 tokens, then the two
+ * whose word takes the old hash's state to document 4's (the step inverted),
+ * so both end in the same state and have the same length: the same old
+ * hash. Tried prefixes until both solved tokens are non-negative. */
+static void collision_pair(int32_t a[38], int32_t b[38]) {
+    for (int t = 0; t < 38; t++) a[t] = 5000 + 7 * t;
+    for (uint32_t salt = 0;; salt++) {
+        for (int t = 0; t < 36; t++) b[t] = 6000 + 11 * t + (int32_t)(salt * 38 + (uint32_t)t) % 97;
+        uint64_t want = old_state(MODEL, a, 38), have = old_state(MODEL, b, 36);
+        uint64_t w = old_unmix(want - 0x9E3779B97F4A7C15ull) ^ have;
+        b[36] = (int32_t)(uint32_t)w;
+        b[37] = (int32_t)(uint32_t)(w >> 32);
+        if (b[36] >= 0 && b[37] >= 0) return;
+    }
+}
 
 void doc_tokens(int id, int32_t *tok) {
+    if (id >= 4) {
+        int32_t pair[2][38];
+        collision_pair(pair[0], pair[1]);
+        memcpy(tok, pair[id - 4], sizeof pair[0]);
+        return;
+    }
     for (int t = 0; t < doc_len[id]; t++) tok[t] = 1000 * (id + 1) + 3 * t;
 }
 
@@ -214,4 +286,12 @@ uint64_t hash_of(int id) {
     uint64_t h;
     lt_assert_status(lazyattn_doc_hash(MODEL, tok, doc_len[id], &h), LAZYATTN_STATUS_OK);
     return h;
+}
+
+lazyattn_doc_key key_of(int id) {
+    int32_t tok[64];
+    doc_tokens(id, tok);
+    lazyattn_doc_key k = {MODEL, {0}};
+    lt_assert_status(lazyattn_doc_digest(MODEL, tok, doc_len[id], k.digest), LAZYATTN_STATUS_OK);
+    return k;
 }

@@ -16,7 +16,7 @@
 #define B 16 /* f32 engines; the f16 round trip uses 32 */
 #define ROW (NKV * D)
 #define NQ 5
-#define N_DOCS 4
+#define N_DOCS 6 /* 4 and 5: a pair whose old (version-1) 64-bit hashes collide */
 #define MODEL 7
 #define OUT_N ((size_t)L * NQ * NQH * D)
 
@@ -62,5 +62,11 @@ void run_request(engine *e, int n_docs, const int *ids, float *out,
 
 /* The document hash of document id under MODEL. */
 uint64_t hash_of(int id);
+/* Its store key under MODEL: (MODEL, lazyattn_doc_digest). */
+lazyattn_doc_key key_of(int id);
+/* The document hash of the library before the BLAKE2b identities (format
+ * version 1): a copy, invertible, from which documents 4 and 5 are built to
+ * collide under MODEL. */
+uint64_t old_doc_hash(uint64_t model_id, const int32_t *tokens, int n);
 
 #endif

@@ -28,6 +28,9 @@ static int take_or(input *in, int dflt) {
     return *in->p++;
 }
 
+/* The header's bytes (format version 2: the digest at 88, checksum at 120). */
+#define HB LAZYATTN_KV_HEADER_BYTES
+
 #define CHECK(cond)                                                                     \
     do {                                                                                \
         if (!(cond)) {                                                                  \
@@ -136,14 +139,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     /* The export, encoded here. */
     size_t payload = 4 * (size_t)n_tokens + 2 * (size_t)pc.n_layers * n_blocks * block_layer;
-    size_t n = 96 + payload;
+    size_t n = HB + payload;
     uint8_t *blob = calloc(1, n + 64);
     CHECK(blob != NULL);
-    uint64_t hash;
-    CHECK(lazyattn_doc_hash(model, tokens, n_tokens, &hash) == LAZYATTN_STATUS_OK);
+    uint8_t digest[32];
+    CHECK(lazyattn_doc_digest(model, tokens, n_tokens, digest) == LAZYATTN_STATUS_OK);
     memcpy(blob, "LZKVDOC\0", 8);
-    put32(blob + 8, 1);
-    put32(blob + 12, 96);
+    put32(blob + 8, 2);
+    put32(blob + 12, HB);
     put64(blob + 16, model);
     put32(blob + 24, (uint32_t)pc.n_layers);
     put32(blob + 28, (uint32_t)pc.n_kv_heads);
@@ -151,16 +154,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     put32(blob + 36, (uint32_t)pc.block_size);
     put32(blob + 40, (uint32_t)pc.dtype);
     put32(blob + 44, 0);
-    put64(blob + 48, hash);
+    memcpy(blob + 48, digest, 8); /* doc_hash: the digest's first 8 bytes */
     put32(blob + 56, (uint32_t)n_tokens);
     put32(blob + 60, (uint32_t)n_blocks);
     put32(blob + 64, 0);
     put32(blob + 68, 0);
     put64(blob + 72, payload);
-    for (int t = 0; t < n_tokens; t++) put32(blob + 96 + 4 * (size_t)t, (uint32_t)tokens[t]);
-    for (size_t i = 96 + 4 * (size_t)n_tokens; i < n; i++) blob[i] = (uint8_t)take_or(&in, (int)i);
-    put64(blob + 80, lz_kv_checksum(blob + 96, payload));
-    put64(blob + 88, lz_kv_checksum(blob, 88));
+    memcpy(blob + 88, digest, 32);
+    for (int t = 0; t < n_tokens; t++) put32(blob + HB + 4 * (size_t)t, (uint32_t)tokens[t]);
+    for (size_t i = HB + 4 * (size_t)n_tokens; i < n; i++) blob[i] = (uint8_t)take_or(&in, (int)i);
+    put64(blob + 80, lz_kv_checksum(blob + HB, payload));
+    put64(blob + HB - 8, lz_kv_checksum(blob, HB - 8));
 
     /* Edits. */
     int edited = 0;
@@ -172,15 +176,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case 0: blob[at] ^= (uint8_t)(1u << (v & 7)); break;
         case 1: blob[at] = (uint8_t)v; break;
         case 2: /* a header word rewritten, header checksum fixed */
-            put32(blob + 8 + 4 * (v % 20), (uint32_t)take_or(&in, 0) << 24 | (uint32_t)take_or(&in, 0));
-            put64(blob + 88, lz_kv_checksum(blob, 88));
+            put32(blob + 8 + 4 * (v % 28), (uint32_t)take_or(&in, 0) << 24 | (uint32_t)take_or(&in, 0));
+            put64(blob + HB - 8, lz_kv_checksum(blob, HB - 8));
             break;
         case 3: len = at; break;
         case 4: len = len + (size_t)(v % 64) > n + 64 ? n + 64 : len + (size_t)(v % 64); break;
         case 5: /* payload checksum fixed over what is there now */
-            if (len >= 96) {
-                put64(blob + 80, lz_kv_checksum(blob + 96, len - 96));
-                put64(blob + 88, lz_kv_checksum(blob, 88));
+            if (len >= HB) {
+                put64(blob + 80, lz_kv_checksum(blob + HB, len - HB));
+                put64(blob + HB - 8, lz_kv_checksum(blob, HB - 8));
             }
             break;
         case 6: blob[at] = (uint8_t)(blob[at] + 1); break;
@@ -197,7 +201,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
      * the buffer's business. Otherwise both agree. */
     uint64_t announced = 0;
     for (int i = 0; len >= 80 && i < 8; i++) announced |= (uint64_t)blob[72 + i] << (8 * i);
-    if (len < 96 || len - 96 <= announced) CHECK(a == b);
+    if (len < HB || len - HB <= announced) CHECK(a == b);
     /* The header alone: accepted whenever the import was, with its size. */
     lazyattn_kv_info info;
     int dst = lazyattn_kv_describe(blob, len, &info);

@@ -219,8 +219,11 @@ static void step_create(world *w) {
         assert_int_equal(g->n_entries, probe[s].n_blocks);
         if (g->kind == LAZYATTN_SEGMENT_DOCUMENT) {
             uint64_t h;
+            uint8_t dg[32];
             lazyattn_doc_hash(0, docs[g->doc_index], lens[g->doc_index], &h);
+            lazyattn_doc_digest(0, docs[g->doc_index], lens[g->doc_index], dg);
             assert_true(probe[s].doc_hash == h);
+            assert_memory_equal(probe[s].digest, dg, 32);
             int blocks_cached = g->action == LAZYATTN_ACTION_PREFILL ? 0
                                 : g->action == LAZYATTN_ACTION_PARTIAL
                                     ? g->n_cached / w->block_size

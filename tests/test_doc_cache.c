@@ -770,8 +770,51 @@ static void test_out_of_host_memory(void **state) {
 #endif
 }
 
+/* Document digests against Python's hashlib.blake2b (an implementation
+ * independent of libb2): the expected values come from
+ * tools/doc_digest_fixture.py, run by hand. The hash is the digest's first
+ * 8 bytes, little-endian. */
+static const uint8_t digest_fixture[4][32] = {
+    /* one token: model 0x0000000000000000, 1 tokens; hash 0xf4e69abaa57e09d2 */
+    {0xd2, 0x09, 0x7e, 0xa5, 0xba, 0x9a, 0xe6, 0xf4, 0x48, 0x4f, 0xa9, 0x60, 0xdb, 0xc0, 0xf8, 0x2a, 0x6a, 0xc5, 0xa0, 0x8e, 0x4c, 0x07, 0x85, 0xcf, 0xf0, 0xb9, 0x5d, 0x51, 0x0a, 0x97, 0xce, 0x18},
+    /* three tokens: model 0x0000000000000007, 3 tokens; hash 0x3475244286e59201 */
+    {0x01, 0x92, 0xe5, 0x86, 0x42, 0x24, 0x75, 0x34, 0xb7, 0x03, 0x50, 0xeb, 0x3f, 0x70, 0xda, 0x5f, 0x40, 0x0e, 0xbb, 0x94, 0x16, 0xcf, 0x33, 0x51, 0xda, 0x4a, 0x6a, 0x49, 0x10, 0x81, 0x29, 0x0a},
+    /* extremes: model 0xffffffffffffffff, 3 tokens; hash 0x61ab084d09977b5c */
+    {0x5c, 0x7b, 0x97, 0x09, 0x4d, 0x08, 0xab, 0x61, 0xcb, 0xee, 0xc3, 0x5e, 0x74, 0x44, 0xed, 0x42, 0x7b, 0x4b, 0xd7, 0x57, 0x5a, 0xeb, 0x15, 0x04, 0xb7, 0xc5, 0x98, 0x0c, 0x52, 0xfa, 0xfa, 0x3e},
+    /* 2048 tokens: model 0x123456789abcdef0, 2048 tokens; hash 0xdda06ca3c36cd179 */
+    {0x79, 0xd1, 0x6c, 0xc3, 0xa3, 0x6c, 0xa0, 0xdd, 0x8e, 0x69, 0x27, 0x5b, 0x35, 0xe6, 0xc7, 0x39, 0xdb, 0xd6, 0x24, 0x68, 0xb6, 0xda, 0x10, 0xa3, 0x21, 0xe5, 0xde, 0x8b, 0x6f, 0xd9, 0x6d, 0x40},
+};
+
+static void test_doc_digest(void **state) {
+    (void)state;
+    static int32_t wide[2048];
+    for (uint32_t i = 0; i < 2048; i++) wide[i] = (int32_t)(i * 2654435761u);
+    const int32_t one[1] = {0}, three[3] = {1, 2, 3}, ext[3] = {-1, 2147483647, INT32_MIN};
+    const struct {
+        uint64_t model;
+        const int32_t *tokens;
+        int n;
+    } cases[4] = {{0, one, 1}, {7, three, 3}, {UINT64_MAX, ext, 3}, {0x123456789ABCDEF0ull, wide, 2048}};
+    for (int i = 0; i < 4; i++) {
+        uint8_t d[32];
+        uint64_t h, want = 0;
+        lt_assert_status(lazyattn_doc_digest(cases[i].model, cases[i].tokens, cases[i].n, d),
+                         LAZYATTN_STATUS_OK);
+        assert_memory_equal(d, digest_fixture[i], 32);
+        lt_assert_status(lazyattn_doc_hash(cases[i].model, cases[i].tokens, cases[i].n, &h),
+                         LAZYATTN_STATUS_OK);
+        for (int b = 0; b < 8; b++) want |= (uint64_t)digest_fixture[i][b] << (8 * b);
+        assert_true(h == want);
+    }
+    uint8_t d[32];
+    lt_assert_status(lazyattn_doc_digest(0, NULL, 3, d), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_doc_digest(0, one, 0, d), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_doc_digest(0, one, 1, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_doc_digest),
         cmocka_unit_test(test_lazy),
         cmocka_unit_test(test_position),
         cmocka_unit_test(test_prefix),

@@ -14,10 +14,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
+
+#ifdef __SANITIZE_ADDRESS__
+/* Under ASan an allocation past 1 GiB aborts (allocation-size-too-big):
+ * an import that allocates on a header's claim fails here whatever the
+ * machine's memory (test_import_claims). The environment's ASAN_OPTIONS
+ * come after these. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) {
+    return "max_allocation_size_mb=1024:allocator_may_return_null=0";
+}
+#endif
 
 typedef struct membuf {
     uint8_t *data;
@@ -53,7 +65,7 @@ static uint8_t *export_doc(engine *e, int id, size_t *size) {
     lt_assert_status(lazyattn_cache_export_size(e->cache, hash_of(id), &n), LAZYATTN_STATUS_OK);
     /* header + tokens + 2 L blocks of [NKV, block_size, D] dtype */
     int blocks = (doc_len[id] + e->block_size - 1) / e->block_size;
-    assert_int_equal(n, 96 + 4 * doc_len[id] + (size_t)2 * L * blocks * NKV * e->block_size * D *
+    assert_int_equal(n, 128 + 4 * doc_len[id] + (size_t)2 * L * blocks * NKV * e->block_size * D *
                                                    lazyattn_dtype_size(e->dtype));
     uint8_t *buf = malloc(n);
     assert_non_null(buf);
@@ -318,6 +330,13 @@ static void test_refusals(void **state) {
     assert_int_equal(ki.n_tokens, doc_len[3]);
     assert_int_equal(ki.n_blocks, 2);
     assert_true(ki.total_bytes == n);
+    {
+        int32_t tok[64];
+        uint8_t dg[32];
+        doc_tokens(3, tok);
+        lt_assert_status(lazyattn_doc_digest(MODEL, tok, doc_len[3], dg), LAZYATTN_STATUS_OK);
+        assert_memory_equal(ki.digest, dg, 32);
+    }
     lt_assert_status(lazyattn_kv_describe(blob, LAZYATTN_KV_HEADER_BYTES, &ki), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_kv_describe(blob, LAZYATTN_KV_HEADER_BYTES - 1, &ki),
                      LAZYATTN_STATUS_FORMAT);
@@ -335,21 +354,40 @@ static void test_refusals(void **state) {
     for (int i = 0; i < 2; i++) {
         memcpy(bad, blob, n);
         for (int b = 0; b < 4; b++) bad[field[i] + b] = (uint8_t)(value[i] >> (8 * b));
-        uint64_t sum = lz_kv_checksum(bad, 88);
-        for (int b = 0; b < 8; b++) bad[88 + b] = (uint8_t)(sum >> (8 * b));
+        uint64_t sum = lz_kv_checksum(bad, LAZYATTN_KV_HEADER_BYTES - 8);
+        for (int b = 0; b < 8; b++)
+            bad[LAZYATTN_KV_HEADER_BYTES - 8 + b] = (uint8_t)(sum >> (8 * b));
         lt_assert_status(lazyattn_kv_describe(bad, n, &ki), LAZYATTN_STATUS_FORMAT);
         assert_non_null(strstr(lazyattn_last_error(), "past the limits"));
     }
 
+    /* A digest changed and the header checksum made right again: its first
+     * 8 bytes no longer give doc_hash (describe refuses), or a later byte no
+     * longer matches the tokens (import refuses). */
+    const size_t digest_byte[2] = {88, 88 + 20};
+    for (int i = 0; i < 2; i++) {
+        memcpy(bad, blob, n);
+        bad[digest_byte[i]] ^= 0x01;
+        uint64_t sum = lz_kv_checksum(bad, LAZYATTN_KV_HEADER_BYTES - 8);
+        for (int b = 0; b < 8; b++)
+            bad[LAZYATTN_KV_HEADER_BYTES - 8 + b] = (uint8_t)(sum >> (8 * b));
+        lt_assert_status(lazyattn_kv_describe(bad, n, &ki),
+                         i == 0 ? LAZYATTN_STATUS_FORMAT : LAZYATTN_STATUS_OK);
+        expect_refused(cache, bad, n, LAZYATTN_STATUS_FORMAT, "digest");
+        assert_non_null(strstr(lazyattn_last_error(), i == 0 ? "first 8 bytes of its digest"
+                                                             : "digest does not match"));
+    }
+
     /* Corrupt: every single-byte change of the header and a sample of the
      * payload; truncations; a trailing byte. */
-    for (size_t i = 0; i < n; i += (i < 96 ? 1 : 97)) {
+    for (size_t i = 0; i < n; i += (i < LAZYATTN_KV_HEADER_BYTES ? 1 : 97)) {
         memcpy(bad, blob, n);
         bad[i] ^= 0x20;
         int want = LAZYATTN_STATUS_FORMAT;
         expect_refused(cache, bad, n, want, "flipped byte");
     }
-    size_t cuts[] = {0, 1, 8, 95, 96, 97, 96 + 4 * 23, n / 2, n - 1};
+    const size_t hb = LAZYATTN_KV_HEADER_BYTES;
+    size_t cuts[] = {0, 1, 8, 12, hb - 1, hb, hb + 1, hb + 4 * 23, n / 2, n - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++)
         expect_refused(cache, blob, cuts[i], LAZYATTN_STATUS_FORMAT, "truncated");
     memcpy(bad, blob, n);
@@ -434,6 +472,7 @@ typedef struct spill {
     uint8_t *blob[8];
     size_t size[8];
     uint64_t hash[8];
+    uint8_t digest[8][32];
     int refused_inside; /* request_create inside the callback was refused */
 } spill;
 
@@ -463,6 +502,7 @@ static void on_evict(void *user, lazyattn_cache *cache, const lazyattn_evicted *
     s->blob[s->calls] = b;
     s->size[s->calls] = written;
     s->hash[s->calls] = ev->doc_hash;
+    memcpy(s->digest[s->calls], ev->digest, 32);
     s->calls++;
 }
 
@@ -482,6 +522,7 @@ static void test_evict_callback_spills(void **state) {
     run_request(&e, 1, d3, again, act);
     assert_int_equal(s.calls, 1);
     assert_true(s.hash[0] == hash_of(0));
+    assert_memory_equal(s.digest[0], key_of(0).digest, 32); /* the store key of it */
     assert_int_equal(s.refused_inside, 1);
     lazyattn_cache_stats st;
     lazyattn_cache_get_stats(e.cache, &st);
@@ -494,6 +535,7 @@ static void test_evict_callback_spills(void **state) {
     assert_memory_equal(first, again, sizeof first);
     assert_int_equal(s.calls, 2);
     assert_true(s.hash[1] == hash_of(3));
+    assert_memory_equal(s.digest[1], key_of(3).digest, 32);
     /* trim evicts through the callback too; destroy does not. */
     int before = s.calls;
     lt_assert_status(lazyattn_cache_trim(e.cache, 0), LAZYATTN_STATUS_OK);
@@ -763,6 +805,185 @@ static void test_second_process(void **state) {
     free(blob);
 }
 
+// ---- sizes and versions claimed from outside ----
+
+/* A header, then zeros bytes of zeros, then the end of the data; counts
+ * the bytes handed out. */
+typedef struct claim_reader {
+    const uint8_t *head;
+    size_t head_n;
+    uint64_t zeros, given;
+} claim_reader;
+
+static int claim_read(void *user, void *data, size_t n) {
+    claim_reader *r = user;
+    if (r->given + n > r->head_n + r->zeros) return 1;
+    uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t at = r->given + i;
+        p[i] = at < r->head_n ? r->head[at] : 0;
+    }
+    r->given += n;
+    return 0;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A header of the given version (1: 96 bytes, checksum at 88; 2: 128, the
+ * digest at 88, checksum at 120) of a LAZY f32 document of n_tokens under
+ * MODEL, written from the format's description; checksums right, payload
+ * checksum and digest zero (doc_hash 0 agrees with a zero digest). Returns
+ * the payload bytes it claims. */
+static uint64_t claim_header(uint8_t *h, int version, uint32_t layers, uint32_t heads,
+                             uint32_t dim, uint32_t block, uint32_t n_tokens) {
+    size_t hb = version == 1 ? 96 : 128;
+    memset(h, 0, hb);
+    memcpy(h, "LZKVDOC", 8);
+    uint64_t n_blocks = (n_tokens + block - 1) / block;
+    uint64_t payload = 4ull * n_tokens + 2ull * layers * n_blocks * heads * block * dim * 4;
+    put_le(h + 8, (uint64_t)version, 4);
+    put_le(h + 12, hb, 4);
+    put_le(h + 16, MODEL, 8);
+    put_le(h + 24, layers, 4);
+    put_le(h + 28, heads, 4);
+    put_le(h + 32, dim, 4);
+    put_le(h + 36, block, 4);
+    put_le(h + 40, LAZYATTN_DTYPE_F32, 4);
+    put_le(h + 56, n_tokens, 4);
+    put_le(h + 60, n_blocks, 4);
+    put_le(h + 72, payload, 8);
+    put_le(h + hb - 8, lz_kv_checksum(h, hb - 8), 8);
+    return payload;
+}
+
+/* A bookkeeping LAZY cache of (64 layers, 8 KV heads, d 128, B 16, f32):
+ * 8 MiB a block, n_blocks blocks. */
+#define CLAIM_BLOCK_BYTES ((uint64_t)2 * 64 * 8 * 16 * 128 * 4)
+static void claim_cache(int64_t n_blocks, lazyattn_pool **pool, lazyattn_cache **cache) {
+    lazyattn_pool_config pc = {64, 8, 128, 16, LAZYATTN_DTYPE_F32,
+                               (uint64_t)n_blocks * CLAIM_BLOCK_BYTES, LAZYATTN_KV_LAYOUT_ROWS};
+    lazyattn_cache_config cc = {LAZYATTN_CACHE_POLICY_LAZY, MODEL, 0};
+    lt_assert_status(lazyattn_pool_create(NULL, &pc, pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_create(*pool, &cc, cache), LAZYATTN_STATUS_OK);
+}
+
+/* In a child (its own address space, limited outside ASan): a header that
+ * claims 32 GiB a pool of 4096 such blocks could hold, then 3 MiB of data
+ * and the end. FORMAT (truncated) with at most the bytes given read; an
+ * import that allocated the claim first fails the child (out of host
+ * memory under the address-space limit; an abort under ASan). */
+static int claim_child(void) {
+#ifndef __SANITIZE_ADDRESS__
+    /* 1 GiB more address space than now: room for the test, not the claim */
+    long vm_kib = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmSize: %ld kB", &vm_kib) == 1) break;
+    if (f) fclose(f);
+    if (vm_kib <= 0) return 2;
+    struct rlimit rl = {(rlim_t)vm_kib * 1024 + ((rlim_t)1 << 30),
+                        (rlim_t)vm_kib * 1024 + ((rlim_t)1 << 30)};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) return 3;
+#endif
+    lazyattn_pool *pool;
+    lazyattn_cache *cache;
+    claim_cache(4096, &pool, &cache);
+    uint8_t head[LAZYATTN_KV_HEADER_BYTES];
+    uint64_t payload = claim_header(head, 2, 64, 8, 128, 16, 65536);
+    if (payload != 4096 * CLAIM_BLOCK_BYTES + 4 * 65536) return 4; /* 32 GiB + 256 KiB */
+    claim_reader r = {head, sizeof head, (uint64_t)3 << 20, 0};
+    int st = lazyattn_cache_import_from(cache, claim_read, &r, NULL);
+    int ok = st == LAZYATTN_STATUS_FORMAT && strstr(lazyattn_last_error(), "truncated") &&
+             r.given <= sizeof head + ((uint64_t)3 << 20);
+    if (!ok)
+        fprintf(stderr, "claim child: status %d (%s), %llu bytes read\n", st,
+                lazyattn_last_error(), (unsigned long long)r.given);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+    return ok ? 0 : 1;
+}
+
+/* Issue 34: an import stream's header is not believed before its bytes
+ * arrive. A claim past the whole pool is refused having read the header
+ * only (BUDGET_EXCEEDED, naming the claim and the bound); a claim the
+ * pool could hold is read in pieces, so a stream that ends early costs
+ * what it sent, not what it claimed; a version-1 export is refused. */
+static void test_import_claims(void **state) {
+    (void)state;
+    lazyattn_pool *pool;
+    lazyattn_cache *cache;
+    uint8_t head[LAZYATTN_KV_HEADER_BYTES];
+
+    /* 32 GiB claimed, 16 blocks (128 MiB) of pool */
+    claim_cache(16, &pool, &cache);
+    uint64_t payload = claim_header(head, 2, 64, 8, 128, 16, 65536);
+    claim_reader r = {head, sizeof head, UINT64_MAX / 2, 0};
+    lt_assert_status(lazyattn_cache_import_from(cache, claim_read, &r, NULL),
+                     LAZYATTN_STATUS_BUDGET_EXCEEDED);
+    assert_int_equal(r.given, sizeof head);
+    char want[64];
+    snprintf(want, sizeof want, "claims %llu payload bytes", (unsigned long long)payload);
+    assert_non_null(strstr(lazyattn_last_error(), want));
+    snprintf(want, sizeof want, "%llu bytes with the tokens",
+             (unsigned long long)(16 * CLAIM_BLOCK_BYTES + 4 * 65536));
+    assert_non_null(strstr(lazyattn_last_error(), want));
+    /* the buffer form too, before it looks for the payload */
+    lt_assert_status(lazyattn_cache_import(cache, head, sizeof head, NULL),
+                     LAZYATTN_STATUS_BUDGET_EXCEEDED);
+    lazyattn_cache_stats s;
+    lazyattn_cache_get_stats(cache, &s);
+    assert_int_equal(s.imports, 0);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+
+    /* 32 GiB claimed that the pool could hold, 3 MiB sent */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) _exit(claim_child());
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        print_error("claim child: %s %d\n", WIFEXITED(status) ? "exit" : "signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    /* A version-1 export (96-byte header, no digest) of a 1-token document,
+     * in the geometry of a pool that would take it: refused, all three ways. */
+    lazyattn_pool_config pc = {L, NKV, D, B, LAZYATTN_DTYPE_F32, (uint64_t)8 * 2 * L * B * ROW * 4,
+                               LAZYATTN_KV_LAYOUT_ROWS};
+    lazyattn_cache_config cc = {LAZYATTN_CACHE_POLICY_LAZY, MODEL, 0};
+    lt_assert_status(lazyattn_pool_create(NULL, &pc, &pool), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_create(pool, &cc, &cache), LAZYATTN_STATUS_OK);
+    uint8_t v1[96];
+    uint64_t p1 = claim_header(v1, 1, L, NKV, D, B, 1);
+    size_t n1 = sizeof v1 + (size_t)p1;
+    uint8_t *blob = calloc(1, n1);
+    assert_non_null(blob);
+    memcpy(blob, v1, sizeof v1);
+    put_le(blob + 80, lz_kv_checksum(blob + 96, (size_t)p1), 8);
+    put_le(blob + 88, lz_kv_checksum(blob, 88), 8);
+    const char *msg = "version 1 exports are no longer read: re-export";
+    lt_assert_status(lazyattn_cache_import(cache, blob, n1, NULL), LAZYATTN_STATUS_FORMAT);
+    assert_non_null(strstr(lazyattn_last_error(), msg));
+    lazyattn_kv_info ki;
+    lt_assert_status(lazyattn_kv_describe(blob, n1, &ki), LAZYATTN_STATUS_FORMAT);
+    assert_non_null(strstr(lazyattn_last_error(), msg));
+    lt_assert_status(lazyattn_kv_describe(blob, 12, &ki), LAZYATTN_STATUS_FORMAT);
+    assert_non_null(strstr(lazyattn_last_error(), msg));
+    claim_reader r1 = {blob, n1, 0, 0};
+    lt_assert_status(lazyattn_cache_import_from(cache, claim_read, &r1, NULL),
+                     LAZYATTN_STATUS_FORMAT);
+    assert_non_null(strstr(lazyattn_last_error(), msg));
+    assert_int_equal(r1.given, 12); /* magic and version only */
+    free(blob);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+}
+
 int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "--import-child") == 0)
         return child_main(argv[2], argv[3], argv[4], argv[5]);
@@ -779,6 +1000,7 @@ int main(int argc, char **argv) {
     };
     /* after the group's context is gone (see test_second_process) */
     const struct CMUnitTest alone[] = {
+        cmocka_unit_test(test_import_claims),
         cmocka_unit_test(test_second_process),
     };
     int failed = cmocka_run_group_tests_name("doc_export", tests, lt_context_setup, lt_context_teardown);

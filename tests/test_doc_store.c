@@ -44,8 +44,10 @@ static int value_is(const lazyattn_store_value *v, size_t n, uint64_t k) {
     return same;
 }
 
+/* k in the digest's first 8 bytes and again, reversed, in its last 8. */
 static lazyattn_doc_key key_of(uint64_t k) {
-    lazyattn_doc_key key = {0xABCDull, k};
+    lazyattn_doc_key key = {0xABCDull, {0}};
+    for (int i = 0; i < 8; i++) key.digest[i] = key.digest[31 - i] = (uint8_t)(k >> (8 * i));
     return key;
 }
 
@@ -84,9 +86,19 @@ static void round_trip(lazyattn_store *s) {
     lt_assert_status(lazyattn_store_exists(s, key_of(2), &there), LAZYATTN_STATUS_OK);
     assert_int_equal(there, 1);
     /* another model id is another key */
-    lazyattn_doc_key other = {0xABCEull, 1};
+    lazyattn_doc_key other = key_of(1);
+    other.model_id = 0xABCEull;
     lazyattn_store_value v;
     lt_assert_status(lazyattn_store_get(s, other, &v), LAZYATTN_STATUS_NOT_FOUND);
+    /* keys that differ only past the digest's first 8 bytes (the 64-bit
+     * hash) are other keys */
+    for (int byte = 8; byte < 32; byte += 23) {
+        lazyattn_doc_key near = key_of(2);
+        near.digest[byte] ^= 0x10;
+        lt_assert_status(lazyattn_store_get(s, near, &v), LAZYATTN_STATUS_NOT_FOUND);
+        lt_assert_status(lazyattn_store_exists(s, near, &there), LAZYATTN_STATUS_OK);
+        assert_int_equal(there, 0);
+    }
     put_value(s, 1, 3000); /* replaced, other length */
     expect_stored(s, 1, 3000);
     lt_assert_status(lazyattn_store_delete(s, key_of(1)), LAZYATTN_STATUS_OK);
@@ -272,13 +284,14 @@ static void test_dir_store(void **state) {
     round_trip(s);
     put_value(s, 5, 777);
     char path[800];
-    snprintf(path, sizeof path, "%s/%016llx-%016llx.lzkv", sub, 0xABCDull, 5ull);
+    /* "<model_id>-<digest>": key_of(5)'s digest is 05, 30 zero bytes, 05 */
+    snprintf(path, sizeof path, "%s/%016llx-05%060d05.lzkv", sub, 0xABCDull, 0);
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_size, 777);
     assert_int_equal(count_files(sub, ".tmp-"), 0);
     /* A partial temporary file of a document (a writer that died) is never read. */
-    snprintf(path, sizeof path, "%s/.tmp-%016llx-%016llx-99999-0", sub, 0xABCDull, 6ull);
+    snprintf(path, sizeof path, "%s/.tmp-%016llx-06%060d06-99999-0", sub, 0xABCDull, 0);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     fputs("partial", f);
@@ -503,7 +516,9 @@ static void test_redis_store(void **state) {
     put_value(s, 7, 2500);
     redisContext *c = raw_redis();
     char key[256];
-    const char *tag = "{000000000000abcd:0000000000000007}";
+    /* key_of(7)'s digest: 07, 30 zero bytes, 07 */
+    const char *tag = "{000000000000abcd:0700000000000000000000000000000000000000"
+                      "000000000000000000000007}";
     snprintf(key, sizeof key, "%s:%s:manifest", redis_prefix, tag);
     assert_int_equal(raw_integer(c, "EXISTS %s", key), 1);
     for (int i = 0; i < 3; i++) {

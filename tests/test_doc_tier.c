@@ -142,7 +142,7 @@ static void test_host_write_through(void **state) {
     assert_int_equal(sa.tier_writes, 3);
     for (int i = 0; i < 3; i++) {
         int there = 0;
-        lazyattn_doc_key k = {MODEL, hash_of(i)};
+        lazyattn_doc_key k = key_of(i);
         lt_assert_status(lazyattn_store_exists(s, k, &there), LAZYATTN_STATUS_OK);
         assert_int_equal(there, 1);
     }
@@ -265,7 +265,7 @@ static void test_bad_values(void **state) {
     lt_assert_status(lazyattn_cache_export(a.cache, hash_of(0), v0, n0, &w), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_cache_export(a.cache, hash_of(1), v1, n1, &w), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_cache_export(other.cache, hx, vx, nx, &w), LAZYATTN_STATUS_OK);
-    lazyattn_doc_key key0 = {MODEL, hash_of(0)};
+    lazyattn_doc_key key0 = key_of(0);
     struct {
         const uint8_t *data;
         size_t n;
@@ -508,7 +508,7 @@ static void test_store_reenters_cache(void **state) {
     assert_int_equal(t.refused, 2 * REENTER_CHECKS);
     assert_int_equal(stats_of(&e).tier_writes, 2);
     int there = 0;
-    lazyattn_doc_key k1 = {MODEL, hash_of(1)};
+    lazyattn_doc_key k1 = key_of(1);
     lt_assert_status(lazyattn_store_exists(t.inner, k1, &there), LAZYATTN_STATUS_OK);
     assert_int_equal(there, 1);
     lt_assert_status(lazyattn_cache_validate(e.cache), LAZYATTN_STATUS_OK);
@@ -555,7 +555,7 @@ static void test_store_reenters_cache(void **state) {
     lt_assert_status(lazyattn_cache_set_tier(e.cache, s, LAZYATTN_TIER_WRITE_BACK),
                      LAZYATTN_STATUS_OK);
     hooks(&t, 0, 0, 0, 0);
-    lazyattn_doc_key k0 = {MODEL, hash_of(0)};
+    lazyattn_doc_key k0 = key_of(0);
     lazyattn_store_delete(t.inner, k0);
     run_docs(&e, 1, &zero, act);
     assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
@@ -604,7 +604,7 @@ static void test_full_disk(void **state) {
     lt_assert_status(lazyattn_cache_export_size(e.cache, hash_of(0), &n), LAZYATTN_STATUS_OK);
     uint8_t *buf = malloc(n);
     lt_assert_status(lazyattn_cache_export(e.cache, hash_of(0), buf, n, &w), LAZYATTN_STATUS_OK);
-    lazyattn_doc_key k = {MODEL, hash_of(0)};
+    lazyattn_doc_key k = key_of(0);
     lt_assert_status(lazyattn_store_put(s, k, buf, n), LAZYATTN_STATUS_IO);
     assert_non_null(strstr(lazyattn_last_error(), "No space left on device"));
     assert_non_null(strstr(lazyattn_last_error(), "nothing published"));
@@ -688,7 +688,7 @@ static void from_other_process(lazyattn_context *ctx, const char *spec) {
     assert_int_equal(st.recomputed_tokens, 0);
     check_accounting(&e);
     for (int i = 0; i < 4; i++) {
-        lazyattn_doc_key k = {MODEL, hash_of(i)};
+        lazyattn_doc_key k = key_of(i);
         lt_assert_status(lazyattn_store_delete(s, k), LAZYATTN_STATUS_OK);
     }
     engine_close(&e);
@@ -718,6 +718,122 @@ static void test_redis_other_process(void **state) {
     }
     snprintf(spec, sizeof spec, "redis:%s:%d", host, port);
     from_other_process(*state, spec);
+}
+
+// ---- two documents whose old 64-bit hashes collide ----
+
+/*
+ * Issue 34: documents 4 and 5 have the same hash under the library's old
+ * (invertible) 64-bit document hash, built by inverting it (doc_engine.c).
+ * Keyed by that hash, the second tenant's document was never stored (the
+ * key existed) and never loaded (the value was the other's). Keyed by the
+ * BLAKE2b digest, in the shared store s: each tenant's cache writes its
+ * own document through, both are stored under their own keys, and a fresh
+ * cache loads both as tier hits, each with its own K/V (run_request checks
+ * every layer against the float64 reference of that document's K/V).
+ */
+static void collide_in(lazyattn_context *ctx, lazyattn_store *s) {
+    int32_t t4[64], t5[64];
+    doc_tokens(4, t4);
+    doc_tokens(5, t5);
+    assert_int_equal(doc_len[4], doc_len[5]);
+    assert_memory_not_equal(t4, t5, sizeof(int32_t) * (size_t)doc_len[4]);
+    assert_true(old_doc_hash(MODEL, t4, doc_len[4]) == old_doc_hash(MODEL, t5, doc_len[5]));
+    lazyattn_doc_key k[2] = {key_of(4), key_of(5)};
+    assert_memory_not_equal(k[0].digest, k[1].digest, 32);
+
+    engine a, b;
+    engine_open(&a, ctx, 32, MODEL);
+    engine_open(&b, ctx, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier(a.cache, s, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier(b.cache, s, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    int four = 4, five = 5;
+    lazyattn_segment_action act[2];
+    run_docs(&a, 1, &four, act);
+    run_docs(&b, 1, &five, act); /* the first's value must not block it */
+    assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    assert_int_equal(stats_of(&a).tier_writes, 1);
+    assert_int_equal(stats_of(&b).tier_writes, 1);
+    assert_int_equal(stats_of(&b).tier_hits, 0);
+    for (int i = 0; i < 2; i++) { /* each key holds its own document */
+        int32_t tok[64];
+        doc_tokens(4 + i, tok);
+        lazyattn_store_value v;
+        lazyattn_kv_info ki;
+        lt_assert_status(lazyattn_store_get(s, k[i], &v), LAZYATTN_STATUS_OK);
+        lt_assert_status(lazyattn_kv_describe(v.data, v.size, &ki), LAZYATTN_STATUS_OK);
+        assert_memory_equal(ki.digest, k[i].digest, 32);
+        assert_memory_equal((const uint8_t *)v.data + LAZYATTN_KV_HEADER_BYTES, tok,
+                            sizeof(int32_t) * (size_t)doc_len[4 + i]); /* little-endian host */
+        lazyattn_store_release(s, &v);
+    }
+    check_accounting(&a);
+    check_accounting(&b);
+    engine_close(&a);
+    engine_close(&b);
+
+    /* a fresh cache: both from the store, in one request, then each alone
+     * in another fresh cache */
+    engine c;
+    engine_open(&c, ctx, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier(c.cache, s, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    int both[2] = {5, 4};
+    run_docs(&c, 2, both, act);
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    assert_int_equal(act[1], LAZYATTN_ACTION_REUSE);
+    lazyattn_cache_stats st = stats_of(&c);
+    assert_int_equal(st.tier_hits, 2);
+    assert_int_equal(st.tier_rejected + st.tier_errors, 0);
+    assert_int_equal(st.recomputed_tokens, 0);
+    check_accounting(&c);
+    engine_close(&c);
+    for (int i = 0; i < 2; i++) {
+        int id = 4 + i;
+        engine d;
+        engine_open(&d, ctx, 32, MODEL);
+        lt_assert_status(lazyattn_cache_set_tier(d.cache, s, LAZYATTN_TIER_READ_ONLY),
+                         LAZYATTN_STATUS_OK);
+        run_docs(&d, 1, &id, act);
+        assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+        assert_int_equal(stats_of(&d).tier_hits, 1);
+        engine_close(&d);
+    }
+    for (int i = 0; i < 2; i++) lt_assert_status(lazyattn_store_delete(s, k[i]), LAZYATTN_STATUS_OK);
+}
+
+static void test_collision_host_dir(void **state) {
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create_host(64 << 20, &s), LAZYATTN_STATUS_OK);
+    collide_in(*state, s);
+    lazyattn_store_destroy(s);
+    char dir[] = "/tmp/lazyattn-collide-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
+    collide_in(*state, s);
+    lazyattn_store_destroy(s);
+    assert_int_equal(rmdir(dir), 0); /* both files deleted, no temporary left */
+}
+
+static void test_collision_redis(void **state) {
+#ifndef LAZYATTN_HAVE_HIREDIS
+    (void)state;
+    print_message("Redis tests skipped: built without hiredis\n");
+    skip();
+#endif
+    char host[128], spec[200];
+    int port = 0;
+    if (!lt_redis_target(host, sizeof host, &port)) {
+        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
+        skip();
+    }
+    snprintf(spec, sizeof spec, "redis:%s:%d", host, port);
+    lazyattn_store *s;
+    lt_assert_status(open_spec(spec, &s), LAZYATTN_STATUS_OK);
+    collide_in(*state, s);
+    lazyattn_store_destroy(s);
 }
 
 /* A Redis server of the test's own, stopped in the middle of the run:
@@ -796,6 +912,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_dir_other_process),
         cmocka_unit_test(test_redis_other_process),
+        cmocka_unit_test(test_collision_host_dir),
+        cmocka_unit_test(test_collision_redis),
         cmocka_unit_test(test_redis_stopped),
     };
     return cmocka_run_group_tests_name("doc_tier", tests, lt_context_setup, lt_context_teardown);

@@ -261,7 +261,7 @@ static void test_tier_load_after_readers(void **state) {
     uint8_t *blob = export_doc0(*state, &size);
     lazyattn_store *store = NULL;
     lt_assert_status(lazyattn_store_create_host(1u << 24, &store), LAZYATTN_STATUS_OK);
-    lazyattn_doc_key key = {MODEL, hash_of(0)};
+    lazyattn_doc_key key = key_of(0);
     lt_assert_status(lazyattn_store_put(store, key, blob, size), LAZYATTN_STATUS_OK);
     scene s;
     scene_open(&s, *state, 4);
