@@ -1385,7 +1385,9 @@ LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **ou
  *                                              size and count, checksum
  * (16 and 64 hex digits). A value is read only through its manifest and
  * checked against it, so a write cut off before its manifest is never read,
- * and missing or mixed chunks are a miss (FORMAT), not data. A server down
+ * and missing or mixed chunks are a miss (FORMAT), not data; the buffer
+ * grows with the chunks received (never sized on the manifest's word
+ * alone). A server down
  * or slower than timeout_ms gives IO; the connection is then dropped and,
  * for retry_ms, every call fails at once (IO, "not retried") instead of
  * waiting again, so a stalled server costs one timeout per retry_ms, not

@@ -159,6 +159,9 @@ static int lz_redis_manifest(lz_redis *r, lazyattn_doc_key k, lz_manifest *m, co
     return LAZYATTN_STATUS_OK;
 }
 
+/* GETs of chunks in flight at once (a pipeline). */
+#define LZ_REDIS_BATCH 16
+
 static int lz_redis_get(void *impl, lazyattn_doc_key k, lazyattn_store_value *v) {
     const char *who = "redis store get";
     lz_redis *r = impl;
@@ -168,39 +171,48 @@ static int lz_redis_get(void *impl, lazyattn_doc_key k, lazyattn_store_value *v)
     int st = lz_redis_connect(r, who);
     if (!st) st = lz_redis_manifest(r, k, &m, who);
     if (st) goto out;
-    buf = malloc((size_t)m.total);
-    if (!buf) {
-        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %llu bytes", who,
-                     (unsigned long long)m.total);
-        goto out;
-    }
+    /* The chunks in batches, the buffer grown with the bytes received: a
+     * manifest's claim alone allocates nothing. */
+    size_t cap = 0;
     char key[LZ_REDIS_KEY], suffix[40];
-    for (uint64_t i = 0; i < m.n_chunks; i++) {
-        snprintf(suffix, sizeof suffix, "chunk:%" PRIu64, i);
-        lz_redis_key(r, k, suffix, key, sizeof key);
-        const char *argv[2] = {"GET", key};
-        if (redisAppendCommandArgv(r->rc, 2, argv, NULL) != REDIS_OK) {
-            st = lz_redis_fail(r, NULL, who, "GET chunk");
-            goto out;
+    for (uint64_t i0 = 0; i0 < m.n_chunks && !st; i0 += LZ_REDIS_BATCH) {
+        uint64_t i1 = m.n_chunks - i0 < LZ_REDIS_BATCH ? m.n_chunks : i0 + LZ_REDIS_BATCH;
+        for (uint64_t i = i0; i < i1; i++) {
+            snprintf(suffix, sizeof suffix, "chunk:%" PRIu64, i);
+            lz_redis_key(r, k, suffix, key, sizeof key);
+            const char *argv[2] = {"GET", key};
+            if (redisAppendCommandArgv(r->rc, 2, argv, NULL) != REDIS_OK) {
+                st = lz_redis_fail(r, NULL, who, "GET chunk");
+                goto out;
+            }
         }
-    }
-    /* Every reply is read, even after a bad one, so the connection stays in step. */
-    for (uint64_t i = 0; i < m.n_chunks; i++) {
-        redisReply *rep = NULL;
-        if (redisGetReply(r->rc, (void **)&rep) != REDIS_OK) {
-            st = lz_redis_fail(r, rep, who, "GET chunk");
-            goto out;
+        /* Every reply is read, even after a bad one, so the connection stays in step. */
+        for (uint64_t i = i0; i < i1; i++) {
+            redisReply *rep = NULL;
+            if (redisGetReply(r->rc, (void **)&rep) != REDIS_OK) {
+                st = lz_redis_fail(r, rep, who, "GET chunk");
+                goto out;
+            }
+            uint64_t off = i * m.chunk;
+            uint64_t want = m.total - off < m.chunk ? m.total - off : m.chunk;
+            if (!st && (rep->type != REDIS_REPLY_STRING || (uint64_t)rep->len != want))
+                st = lz_fail(LAZYATTN_STATUS_FORMAT,
+                             "%s: chunk %" PRIu64 " of %" PRIu64 " is %s (%llu bytes expected)",
+                             who, i, m.n_chunks,
+                             rep->type == REDIS_REPLY_STRING ? "of another length" : "missing",
+                             (unsigned long long)want);
+            if (!st && off + want > cap) { /* doubles, up to the manifest's total */
+                size_t grow = cap > (size_t)m.total / 2 ? (size_t)m.total : 2 * cap;
+                if (grow < off + want) grow = (size_t)(off + want);
+                uint8_t *g = realloc(buf, grow);
+                if (!g)
+                    st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", who, grow);
+                else
+                    buf = g, cap = grow;
+            }
+            if (!st) memcpy(buf + off, rep->str, (size_t)want);
+            freeReplyObject(rep);
         }
-        uint64_t off = i * m.chunk;
-        uint64_t want = m.total - off < m.chunk ? m.total - off : m.chunk;
-        if (!st && (rep->type != REDIS_REPLY_STRING || (uint64_t)rep->len != want))
-            st = lz_fail(LAZYATTN_STATUS_FORMAT,
-                         "%s: chunk %" PRIu64 " of %" PRIu64 " is %s (%llu bytes expected)", who,
-                         i, m.n_chunks, rep->type == REDIS_REPLY_STRING ? "of another length" : "missing",
-                         (unsigned long long)want);
-        else if (!st)
-            memcpy(buf + off, rep->str, (size_t)want);
-        freeReplyObject(rep);
     }
     if (!st && lz_kv_checksum(buf, (size_t)m.total) != m.checksum)
         st = lz_fail(LAZYATTN_STATUS_FORMAT, "%s: the chunks do not match the manifest's checksum",
@@ -292,6 +304,9 @@ static int lz_redis_exists(void *impl, lazyattn_doc_key k, int *exists) {
     return st;
 }
 
+/* Keys named by one DEL of chunks. */
+#define LZ_REDIS_DEL_BATCH 64
+
 static int lz_redis_remove(void *impl, lazyattn_doc_key k) {
     const char *who = "redis store delete";
     lz_redis *r = impl;
@@ -301,40 +316,29 @@ static int lz_redis_remove(void *impl, lazyattn_doc_key k) {
     if (!st) st = lz_redis_manifest(r, k, &m, who);
     if (st == LAZYATTN_STATUS_FORMAT) m.n_chunks = 0; /* a bad manifest: at least drop it */
     if (st && st != LAZYATTN_STATUS_FORMAT) goto out;
-    char **keys = calloc((size_t)m.n_chunks + 2, sizeof *keys);
-    const char **argv = calloc((size_t)m.n_chunks + 2, sizeof *argv);
     st = LAZYATTN_STATUS_OK;
-    if (!keys || !argv) {
-        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", who);
-        goto done;
-    }
-    argv[0] = "DEL";
-    /* the manifest first: the document is gone before any chunk is */
-    for (uint64_t i = 0; i <= m.n_chunks && !st; i++) {
-        char suffix[40];
-        if (i == 0)
-            snprintf(suffix, sizeof suffix, "manifest");
-        else
-            snprintf(suffix, sizeof suffix, "chunk:%" PRIu64, i - 1);
-        keys[i] = malloc(LZ_REDIS_KEY);
-        if (!keys[i])
-            st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", who);
-        else
-            lz_redis_key(r, k, suffix, keys[i], LZ_REDIS_KEY);
-        argv[i + 1] = keys[i];
-    }
-    if (!st) {
-        redisReply *rep = redisCommandArgv(r->rc, (int)m.n_chunks + 2, argv, NULL);
+    /* The manifest first: the document is gone before any chunk is. Then
+     * the chunks, a batch per DEL (as many keys as the manifest says, never
+     * all of them in memory at once). */
+    char keys[LZ_REDIS_DEL_BATCH][LZ_REDIS_KEY];
+    const char *argv[LZ_REDIS_DEL_BATCH + 1] = {"DEL"};
+    for (uint64_t i0 = 0; i0 <= m.n_chunks && !st;) {
+        int n = 0;
+        for (; n < LZ_REDIS_DEL_BATCH && i0 <= m.n_chunks; n++, i0++) {
+            char suffix[40];
+            if (i0 == 0)
+                snprintf(suffix, sizeof suffix, "manifest");
+            else
+                snprintf(suffix, sizeof suffix, "chunk:%" PRIu64, i0 - 1);
+            lz_redis_key(r, k, suffix, keys[n], LZ_REDIS_KEY);
+            argv[n + 1] = keys[n];
+        }
+        redisReply *rep = redisCommandArgv(r->rc, n + 1, argv, NULL);
         if (!rep || rep->type != REDIS_REPLY_INTEGER)
             st = lz_redis_fail(r, rep, who, "DEL");
         else
             freeReplyObject(rep);
     }
-done:
-    if (keys)
-        for (uint64_t i = 0; i <= m.n_chunks; i++) free(keys[i]);
-    free(keys);
-    free(argv);
 out:
     lz_mutex_unlock(&r->lock);
     return st;
