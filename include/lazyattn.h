@@ -1251,12 +1251,13 @@ LAZYATTN_API int lazyattn_cache_export_to(const lazyattn_cache *cache, uint64_t 
  * Imports one exported document as a committed, unpinned entry (the most
  * recently used). Everything is checked before the cache changes: FORMAT
  * for bad magic, another version, a checksum that does not match, sizes or
- * a document hash that do not agree, truncated or trailing data;
- * INVALID_ARGUMENT for another model_id, layer count, head count, head
- * size, block size or storage dtype than this cache and pool; UNSUPPORTED
- * for a cache that is not LAZY; BUDGET_EXCEEDED for a document larger than
- * the whole pool (its claimed size and the pool's named). A refused import leaves the cache as it
- * was. Then blocks are taken as a request takes them (evicting LRU entries;
+ * a document digest that do not agree with the tokens, truncated or
+ * trailing data; INVALID_ARGUMENT for another model_id, layer count, head
+ * count, head size, block size or storage dtype than this cache and pool;
+ * UNSUPPORTED for a cache that is not LAZY; BUDGET_EXCEEDED for a document
+ * larger than the whole pool (its claimed size and the pool's named). A
+ * refused import leaves the cache as it was. Then blocks are taken as a
+ * request takes them (evicting LRU entries;
  * BUDGET_EXCEEDED when the pinned working set leaves no room) and written on
  * the context's queue (waited for). A document cached already is left as it
  * is (OK). On a bookkeeping pool (no device memory) the entry is recorded

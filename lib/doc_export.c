@@ -566,6 +566,11 @@ out:
     return st;
 }
 
+int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
+                          const char *who) {
+    return lz_import(c, data, size, doc_hash, who);
+}
+
 /* lz_import as a public call (entered for changes) named w. */
 static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
                              uint64_t *doc_hash, const char *w) {
@@ -574,11 +579,6 @@ static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
     st = lz_import(c, p, size, doc_hash, w);
     lz_cache_leave(c, taken);
     return st;
-}
-
-int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
-                          const char *who) {
-    return lz_import(c, data, size, doc_hash, who);
 }
 
 int lazyattn_cache_import(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash) {

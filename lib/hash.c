@@ -4,7 +4,6 @@
 #include "cache_internal.h"
 
 #include <blake2.h>
-#include <string.h>
 
 /* splitmix64's finaliser: a bijection with full avalanche. */
 uint64_t lz_mix64(uint64_t x) {
