@@ -261,7 +261,7 @@ int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, si
                     const char *w, size_t *written) {
     *written = 0;
     const lz_entry *e = NULL;
-    size_t need;
+    size_t need = 0;
     int st = lz_export_find(c, doc_hash, w, &e);
     if (!st) st = lz_entry_export_size(c, e, w, &need);
     if (st) return st;
