@@ -181,12 +181,11 @@ typedef enum lazyattn_rope_style {
 
 /* Rotary embedding. Frequencies f_i = theta^(-2i/rotary_dim), optionally
  * rescaled the Llama-3 way (llama3_factor > 0), then divided by
- * freq_factors[i] (when n_freq_factors > 0) and by linear_factor (when
- * > 0). Zeroed appended fields (memset, _init) mean no extra scaling.
- * Angles are computed in the
- * kernels from (position, f_i) with an exact two-float product and a
- * Cody-Waite reduction, so they stay accurate at positions up to 2^24
- * without a position-indexed table. */
+ * freq_factors[i] (n_freq_factors > 0) and by linear_factor (> 0); the
+ * appended fields zeroed (memset, _init) add no scaling. Angles are
+ * computed in the kernels from (position, f_i) with an exact two-float
+ * product and a Cody-Waite reduction, so they stay accurate at positions
+ * up to 2^24 without a position-indexed table. */
 typedef struct lazyattn_rope_config {
     lazyattn_rope_style style;
     int rotary_dim;       /* even, <= head_dim; 0 = head_dim (partial rotary otherwise) */
