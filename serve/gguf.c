@@ -677,12 +677,13 @@ static int gguf_check_llama_keys(const serve_gguf *g) {
     }
     static const char *const zero_keys[] = {"llama.expert_count", "llama.expert_used_count"};
     for (int k = 0; k < 2; k++) {
-        int found;
         int64_t v;
-        int st = gguf_opt_int(g, zero_keys[k], 0, 0, &found, &v);
-        if (st)
-            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s: mixture-of-experts models are "
-                              "not supported (%s)", zero_keys[k], serve_last_error());
+        int st = serve_gguf_get_int(g, zero_keys[k], &v);
+        if (st == LAZYATTN_STATUS_NOT_FOUND) continue;
+        if (st) return st; /* FORMAT, naming the key */
+        if (v != 0)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s = %lld: mixture-of-experts models "
+                              "are not supported", zero_keys[k], (long long)v);
     }
     return LAZYATTN_STATUS_OK;
 }
