@@ -180,10 +180,12 @@ typedef enum lazyattn_rope_style {
 } lazyattn_rope_style;
 
 /* Rotary embedding. Frequencies f_i = theta^(-2i/rotary_dim), optionally
- * rescaled the Llama-3 way (llama3_factor > 0). Angles are computed in the
- * kernels from (position, f_i) with an exact two-float product and a
- * Cody-Waite reduction, so they stay accurate at positions up to 2^24
- * without a position-indexed table. */
+ * rescaled the Llama-3 way (llama3_factor > 0), then divided by
+ * freq_factors[i] (n_freq_factors > 0) and by linear_factor (> 0); the
+ * appended fields zeroed (memset, _init) add no scaling. Angles are
+ * computed in the kernels from (position, f_i) with an exact two-float
+ * product and a Cody-Waite reduction, so they stay accurate at positions
+ * up to 2^24 without a position-indexed table. */
 typedef struct lazyattn_rope_config {
     lazyattn_rope_style style;
     int rotary_dim;       /* even, <= head_dim; 0 = head_dim (partial rotary otherwise) */
@@ -192,6 +194,12 @@ typedef struct lazyattn_rope_config {
     double llama3_low_freq_factor;   /* Llama-3.1: 1 */
     double llama3_high_freq_factor;  /* Llama-3.1: 4 */
     int llama3_original_context;     /* Llama-3.1: 8192 */
+    /* appended: linear position interpolation (positions / factor); 0 = none, else finite > 0 */
+    double linear_factor;
+    /* appended: per-pair divisors (llama.cpp's rope_freqs tensor, ggml's "freq_factors"):
+     * 0 = none, else rotary_dim / 2 finite values > 0 in freq_factors[0 .. n) */
+    int n_freq_factors;
+    float freq_factors[LAZYATTN_MAX_HEAD_DIM / 2];
 } lazyattn_rope_config;
 
 /* Fills freq[0 .. rotary_dim/2) with the (scaled) frequencies in double.

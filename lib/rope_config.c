@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Positional schemes on the host: RoPE frequencies (with Llama-3 scaling),
- * ALiBi slopes, and the default configuration. */
+/* Positional schemes on the host: RoPE frequencies (with Llama-3, per-pair
+ * and linear scaling), ALiBi slopes, and the default configuration. */
 #include "internal.h"
 
 #include <math.h>
@@ -30,6 +30,18 @@ int lazyattn_rope_frequencies(const lazyattn_rope_config *rope, int head_dim, do
                      "lazyattn_rope_frequencies: Llama-3 scaling needs factor >= 1, 0 < low < "
                      "high freq factors and original context > 0");
     }
+    LZ_CHECK_ARG(rope->linear_factor == 0.0 ||
+                     (rope->linear_factor > 0.0 && isfinite(rope->linear_factor)),
+                 "lazyattn_rope_frequencies: linear_factor %g must be 0 (none) or finite and > 0",
+                 rope->linear_factor);
+    LZ_CHECK_ARG(rope->n_freq_factors == 0 || rope->n_freq_factors == rot / 2,
+                 "lazyattn_rope_frequencies: n_freq_factors %d must be 0 (none) or rotary_dim / 2 "
+                 "(%d)",
+                 rope->n_freq_factors, rot / 2);
+    for (int i = 0; i < rope->n_freq_factors; i++)
+        LZ_CHECK_ARG(rope->freq_factors[i] > 0.0f && isfinite(rope->freq_factors[i]),
+                     "lazyattn_rope_frequencies: freq_factors[%d] = %g must be finite and > 0", i,
+                     (double)rope->freq_factors[i]);
     const double pi = 3.14159265358979323846;
     for (int i = 0; i < rot / 2; i++) {
         double f = pow(rope->theta, -2.0 * i / rot);
@@ -48,6 +60,8 @@ int lazyattn_rope_frequencies(const lazyattn_rope_config *rope, int head_dim, do
                 f = (1.0 - smooth) * f / rope->llama3_factor + smooth * f;
             }
         }
+        if (rope->n_freq_factors) f /= (double)rope->freq_factors[i];
+        if (rope->linear_factor > 0.0) f /= rope->linear_factor;
         freq[i] = f;
     }
     return LAZYATTN_STATUS_OK;

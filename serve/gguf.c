@@ -650,6 +650,129 @@ static int gguf_check_model_tensors(const serve_gguf *g, const serve_model_confi
     return LAZYATTN_STATUS_OK;
 }
 
+/* The llama.* keys this reader knows: those it reads, and those that do not
+ * change the arithmetic (context_length: the training context; finetuned:
+ * a flag; the expert counts, refused unless 0). Any other llama.* key may
+ * change what the model computes (a logit or embedding scale, a soft cap,
+ * YaRN's parameters, ...): it is refused by name, never ignored. */
+static const char *const gguf_llama_keys[] = {
+    "llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+    "llama.attention.head_count", "llama.attention.head_count_kv", "llama.attention.key_length",
+    "llama.attention.value_length", "llama.attention.layer_norm_rms_epsilon",
+    "llama.rope.freq_base", "llama.rope.dimension_count", "llama.rope.scaling.type",
+    "llama.rope.scaling.factor", "llama.rope.scale_linear",
+    "llama.rope.scaling.original_context_length", "llama.rope.scaling.finetuned",
+    "llama.vocab_size", "llama.context_length", "llama.expert_count", "llama.expert_used_count"};
+
+static int gguf_check_llama_keys(const serve_gguf *g) {
+    size_t n_known = sizeof gguf_llama_keys / sizeof gguf_llama_keys[0];
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const char *key = g->kv[i].key;
+        if (strncmp(key, "llama.", 6) != 0) continue;
+        size_t k = 0;
+        while (k < n_known && strcmp(key, gguf_llama_keys[k]) != 0) k++;
+        if (k == n_known)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s is not supported (this "
+                              "llama reader refuses keys it does not implement)", key);
+    }
+    static const char *const zero_keys[] = {"llama.expert_count", "llama.expert_used_count"};
+    for (int k = 0; k < 2; k++) {
+        int64_t v;
+        int st = serve_gguf_get_int(g, zero_keys[k], &v);
+        if (st == LAZYATTN_STATUS_NOT_FOUND) continue;
+        if (st) return st; /* FORMAT, naming the key */
+        if (v != 0)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s = %lld: mixture-of-experts models "
+                              "are not supported", zero_keys[k], (long long)v);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Every tensor is one the decoder reads: an unknown one (a bias, an expert,
+ * a layer past block_count) would change the arithmetic if it were used. */
+static int gguf_check_tensor_names(const serve_gguf *g, const serve_model_config *c) {
+    static const char *const top[] = {"token_embd.weight", "output_norm.weight", "output.weight",
+                                      "rope_freqs.weight"};
+    static const char *const per_layer[] = {"attn_norm", "attn_q",  "attn_k",
+                                            "attn_v",    "attn_output", "ffn_norm",
+                                            "ffn_gate",  "ffn_up",  "ffn_down"};
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const char *name = g->tensors[i].name;
+        int ok = 0;
+        for (size_t k = 0; k < sizeof top / sizeof top[0] && !ok; k++) ok = !strcmp(name, top[k]);
+        if (!ok && strncmp(name, "blk.", 4) == 0 && name[4] >= '0' && name[4] <= '9') {
+            char *end;
+            long l = strtol(name + 4, &end, 10);
+            if (*end == '.' && l < c->n_layers && (l == 0 || name[4] != '0'))
+                for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0] && !ok; k++) {
+                    size_t len = strlen(per_layer[k]);
+                    ok = !strncmp(end + 1, per_layer[k], len) && !strcmp(end + 1 + len, ".weight");
+                }
+        }
+        if (!ok)
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s is not supported (not one "
+                              "a llama model of %d layers reads here)", name, c->n_layers);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* RoPE scaling: llama.rope.scaling.type none / linear (llama.cpp's default
+ * when a factor is given without a type) / llama3 (this reader's own form:
+ * factor, original context, frequency factors 1 and 4), and the
+ * rope_freqs.weight tensor llama.cpp's converter writes for Llama 3.x
+ * ([rotary_dim / 2] divisors, ggml's freq_factors). Anything else (yarn,
+ * longrope, ...) is refused by name. */
+static int gguf_rope_scaling(const serve_gguf *g, int rot, lazyattn_rope_config *rope) {
+    static const char *TYPE = "llama.rope.scaling.type", *FACTOR = "llama.rope.scaling.factor",
+                      *LEGACY = "llama.rope.scale_linear",
+                      *CTX = "llama.rope.scaling.original_context_length";
+    const char *type = NULL;
+    int st = serve_gguf_get_string(g, TYPE, &type);
+    if (st && st != LAZYATTN_STATUS_NOT_FOUND) return st;
+    int found_factor, found_legacy, found_ctx;
+    double factor = 1.0, legacy = 1.0;
+    int64_t ctx = 8192;
+    if ((st = gguf_opt_float(g, FACTOR, 1.0, 0, 1024.0, &found_factor, &factor)) ||
+        (st = gguf_opt_float(g, LEGACY, 1.0, 0, 1024.0, &found_legacy, &legacy)) ||
+        (st = gguf_opt_int(g, CTX, 1, 1 << 24, &found_ctx, &ctx)))
+        return st;
+    if (!found_factor) factor = found_legacy ? legacy : 1.0;
+    if (!found_ctx) ctx = 8192;
+    rope->llama3_factor = 0.0;
+    rope->linear_factor = 0.0;
+    rope->n_freq_factors = 0;
+    if (!type || !strcmp(type, "linear")) {
+        if (factor != 1.0) rope->linear_factor = factor;
+    } else if (!strcmp(type, "llama3")) {
+        if (factor != 1.0) {
+            rope->llama3_factor = factor;
+            rope->llama3_low_freq_factor = 1.0;
+            rope->llama3_high_freq_factor = 4.0;
+            rope->llama3_original_context = (int)ctx;
+        }
+    } else if (strcmp(type, "none") != 0) { /* none: never scaled, as in llama.cpp */
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s = \"%s\" is not supported (none, "
+                          "linear, llama3)", TYPE, type);
+    }
+    const serve_gguf_tensor *t;
+    if (serve_gguf_find_tensor(g, "rope_freqs.weight", &t) != LAZYATTN_STATUS_OK)
+        return LAZYATTN_STATUS_OK;
+    if (rope->llama3_factor > 0.0)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: rope_freqs.weight and %s = llama3 "
+                          "would both scale RoPE", TYPE);
+    if (t->n_elements != (uint64_t)rot / 2 || t->dims[0] != (uint64_t)rot / 2)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: rope_freqs.weight has %llu elements, "
+                          "the rotary dimension %d needs %d", (unsigned long long)t->n_elements,
+                          rot, rot / 2);
+    if ((st = serve_gguf_read_f32(g, t, rope->freq_factors, (uint64_t)rot / 2))) return st;
+    for (int i = 0; i < rot / 2; i++)
+        if (!(rope->freq_factors[i] > 0.0f && rope->freq_factors[i] <= 1e6f))
+            return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: rope_freqs.weight[%d] = %g is not "
+                              "in (0, 1e6]", i, (double)rope->freq_factors[i]);
+    rope->n_freq_factors = rot / 2;
+    return LAZYATTN_STATUS_OK;
+}
+
 int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
     if (!g || !cfg) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_model_config");
     const char *arch;
@@ -657,6 +780,7 @@ int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
     if (st) return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: no general.architecture");
     if (strcmp(arch, "llama") != 0)
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: architecture \"%s\", only llama", arch);
+    if ((st = gguf_check_llama_keys(g))) return st;
     serve_model_config c = *cfg;
     if ((st = gguf_need_int(g, "llama.block_count", 1, 1024, &c.n_layers)) ||
         (st = gguf_need_int(g, "llama.embedding_length", 8, 65536, &c.hidden)) ||
@@ -671,14 +795,29 @@ int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
     if (c.n_heads % c.n_kv_heads != 0)
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.attention.head_count %d is not a "
                           "multiple of llama.attention.head_count_kv %d", c.n_heads, c.n_kv_heads);
-    if (c.hidden % c.n_heads != 0)
+    /* head dim: llama.attention.key_length (= value_length: the engine has
+     * one head dim), else embedding_length / head_count as in llama.cpp */
+    int64_t kl, vl;
+    int found_k, found_v;
+    if ((st = gguf_opt_int(g, "llama.attention.key_length", 1, 1 << 20, &found_k, &kl)) ||
+        (st = gguf_opt_int(g, "llama.attention.value_length", 1, 1 << 20, &found_v, &vl)))
+        return st;
+    if (!found_k && c.hidden % c.n_heads != 0)
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.embedding_length %d not a multiple "
-                          "of llama.attention.head_count %d", c.hidden, c.n_heads);
-    c.head_dim = c.hidden / c.n_heads;
+                          "of llama.attention.head_count %d (and no llama.attention.key_length)",
+                          c.hidden, c.n_heads);
+    if (!found_k) kl = c.hidden / c.n_heads;
+    if (!found_v) vl = kl;
+    if (kl != vl)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.attention.key_length %lld != "
+                          "llama.attention.value_length %lld: one head dim only",
+                          (long long)kl, (long long)vl);
+    c.head_dim = (int)kl;
     if (c.head_dim < 16 || c.head_dim > 256 || c.head_dim % 8)
-        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.embedding_length %d / "
-                          "llama.attention.head_count %d = head dim %d: lazyattn needs 16..256, a "
-                          "multiple of 8", c.hidden, c.n_heads, c.head_dim);
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: head dim %d (%s): lazyattn needs "
+                          "16..256, a multiple of 8", c.head_dim,
+                          found_k ? "llama.attention.key_length"
+                                  : "llama.embedding_length / llama.attention.head_count");
     double f;
     c.rope.style = LAZYATTN_ROPE_GPTJ; /* llama.cpp's converter permutes Q/K for pair (2i, 2i+1) */
     c.rope.theta = 10000.0;
@@ -686,28 +825,15 @@ int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
      * rotation but the first is below float resolution) */
     if ((st = gguf_opt_float(g, "llama.rope.freq_base", 1.0, 1, 1e12, &found, &f))) return st;
     if (found) c.rope.theta = f;
+    /* llama rotates the whole head (llama.cpp refuses another n_rot; the
+     * converter's Q/K permutation pairs dims across the whole head) */
     c.rope.rotary_dim = 0;
     if ((st = gguf_opt_int(g, "llama.rope.dimension_count", 2, c.head_dim, &found, &v))) return st;
-    if (found) {
-        if (v % 2)
-            return serve_fail(LAZYATTN_STATUS_FORMAT,
-                              "GGUF: llama.rope.dimension_count = %lld is odd", (long long)v);
-        c.rope.rotary_dim = v == c.head_dim ? 0 : (int)v;
-    }
-    /* Llama-3 scaling lives in a rope_freqs tensor in llama.cpp files; use
-     * the metadata factor when given (1: none), none otherwise. */
-    c.rope.llama3_factor = 0.0;
-    if ((st = gguf_opt_float(g, "llama.rope.scaling.factor", 1.0, 0, 1024.0, &found, &f))) return st;
-    if (found && f > 1.0) {
-        c.rope.llama3_factor = f;
-        c.rope.llama3_low_freq_factor = 1.0;
-        c.rope.llama3_high_freq_factor = 4.0;
-        c.rope.llama3_original_context = 8192;
-        if ((st = gguf_opt_int(g, "llama.rope.scaling.original_context_length", 1, 1 << 24,
-                               &found, &v)))
-            return st;
-        if (found) c.rope.llama3_original_context = (int)v;
-    }
+    if (found && v != c.head_dim)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.rope.dimension_count = %lld: "
+                          "partial rotary is not supported (head dim %d)", (long long)v,
+                          c.head_dim);
+    if ((st = gguf_rope_scaling(g, c.head_dim, &c.rope))) return st;
     /* epsilon: positive (0 divides by zero on a zero row), at most 1 (larger
      * drowns the activations: all-equal outputs) */
     c.rms_eps = 1e-5f;
@@ -726,13 +852,19 @@ int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg) {
         t->dims[1] > (1u << 22))
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: token_embd.weight has a bad shape");
     c.vocab = (int)t->dims[1];
+    /* the vocabulary: llama.vocab_size, when present, must agree with the
+     * embedding's rows (and output.weight's, checked with the tensors) */
+    if ((st = gguf_opt_int(g, "llama.vocab_size", 1, 1 << 30, &found, &v))) return st;
+    if (found && v != c.vocab)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: llama.vocab_size = %lld but "
+                          "token_embd.weight has %d rows", (long long)v, c.vocab);
     c.tied_embeddings = serve_gguf_find_tensor(g, "output.weight", &t) != LAZYATTN_STATUS_OK;
     if ((st = serve_model_config_check(&c))) {
         char detail[512];
         snprintf(detail, sizeof detail, "%s", serve_last_error());
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: unsupported shape: %s", detail);
     }
-    if ((st = gguf_check_model_tensors(g, &c))) return st;
+    if ((st = gguf_check_model_tensors(g, &c)) || (st = gguf_check_tensor_names(g, &c))) return st;
     *cfg = c;
     return LAZYATTN_STATUS_OK;
 }

@@ -68,6 +68,14 @@ int serve_model_config_check(const serve_model_config *c) {
                 "(%g, %g) or original context %d out of range", c->rope.llama3_factor,
                 c->rope.llama3_low_freq_factor, c->rope.llama3_high_freq_factor,
                 c->rope.llama3_original_context);
+    SERVE_CHECK(c->rope.linear_factor == 0 ||
+                    (c->rope.linear_factor > 0 && c->rope.linear_factor <= 1024),
+                "linear RoPE scaling factor %g outside (0, 1024]", c->rope.linear_factor);
+    if (c->rope.style != LAZYATTN_ROPE_NONE) { /* rotary dim, frequency factors */
+        double probe[LAZYATTN_MAX_HEAD_DIM / 2];
+        SERVE_CHECK(lazyattn_rope_frequencies(&c->rope, c->head_dim, probe) == 0, "rope: %s",
+                    lazyattn_last_error());
+    }
     SERVE_CHECK(c->block_size >= 1 && c->block_size <= LAZYATTN_MAX_BLOCK_SIZE,
                 "block_size %d outside 1..%d", c->block_size, LAZYATTN_MAX_BLOCK_SIZE);
     SERVE_CHECK(c->max_rows >= 1 && c->max_rows <= (1 << 16), "max_rows %d outside 1..65536",

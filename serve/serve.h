@@ -186,10 +186,20 @@ int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *
 
 /* Model shape from a "llama" GGUF's metadata (general.architecture,
  * llama.block_count, .embedding_length, .feed_forward_length,
- * .attention.head_count(_kv), .rope.freq_base, .rope.dimension_count,
- * .attention.layer_norm_rms_epsilon; vocab from token_embd.weight). RoPE is
- * GPT-J pairing: llama.cpp's converter permutes Q/K rows for it. max_rows,
- * block_size and kv_dtype are left as cfg had them. */
+ * .attention.head_count(_kv), .attention.key_length / .value_length (the
+ * head dim, may differ from hidden / heads; the two must be equal),
+ * .rope.freq_base, .rope.dimension_count (= head dim: no partial rotary),
+ * .rope.scaling.type none / linear (also when absent with a factor, as in
+ * llama.cpp) / llama3 with .rope.scaling.factor (.original_context_length),
+ * the rope_freqs.weight tensor (Llama 3.x as llama.cpp's converter writes
+ * it: per-pair frequency divisors), .attention.layer_norm_rms_epsilon;
+ * vocab from token_embd.weight, equal to llama.vocab_size when given; tied
+ * embeddings when output.weight is absent). RoPE is GPT-J pairing:
+ * llama.cpp's converter permutes Q/K rows for it. FORMAT, naming the key or
+ * tensor, for what is not implemented: another scaling type (yarn, ...),
+ * any other llama.* key (expert counts but 0), any tensor the decoder does
+ * not read (biases, experts, ...). max_rows, block_size and kv_dtype are
+ * left as cfg had them. */
 int serve_gguf_model_config(const serve_gguf *g, serve_model_config *cfg);
 
 /* ---- the decoder (model.c) ---------------------------------------------- */

@@ -24,8 +24,14 @@ def kv_f32(k, v):
     return s(k) + struct.pack("<If", 6, v)
 
 
-def gguf(extra_kv=b"", n_extra=0, tied=False):
+def kv_str(k, v):
+    return s(k) + struct.pack("<I", 8) + s(v)
+
+
+def gguf(extra_kv=b"", n_extra=0, tied=False, rope_freqs=False):
     tensors = [("token_embd.weight", H, VOCAB, 1), ("output_norm.weight", H, 1, 0)]
+    if rope_freqs:  # Llama 3.x as llama.cpp's converter writes it: [HD / 2] f32 divisors
+        tensors.append(("rope_freqs.weight", HD // 2, 1, 0))
     if not tied:
         tensors.append(("output.weight", H, VOCAB, 1))
     for name, d0, d1, t in [("attn_norm", H, 1, 0), ("attn_q", H, HEADS * HD, 1),
@@ -65,6 +71,9 @@ def main():
         "tiny_llama_rope_scaling.gguf": gguf(kv_f32("llama.rope.scaling.factor", 8.0) +
                                              kv_u32("llama.rope.scaling.original_context_length",
                                                     8192), 2),
+        "tiny_llama_rope_freqs.gguf": gguf(rope_freqs=True),
+        "tiny_llama_linear.gguf": gguf(kv_str("llama.rope.scaling.type", "linear") +
+                                       kv_f32("llama.rope.scaling.factor", 4.0), 2),
     }
     for name, blob in seeds.items():
         with open(os.path.join(d, name), "wb") as f:

@@ -661,6 +661,14 @@ static void test_hostile_values(void **state) {
         {{.kv = {{DIMS, 4, 0}}}, DIMS},
         {{.kv = {{DIMS, 4, 7}}}, DIMS},
         {{.kv = {{DIMS, 4, 18}}}, DIMS},
+        {{.kv = {{DIMS, 4, 8}}}, DIMS}, /* partial rotary */
+        {{.kv = {{"llama.rope.scaling.type", 8, 0}}}, "llama.rope.scaling.type = \"text\""},
+        {{.kv = {{"llama.rope.scaling.type", 4, 1}}}, "llama.rope.scaling.type"},
+        {{.kv = {{"llama.vocab_size", 4, 21}}}, "llama.vocab_size"},
+        {{.kv = {{"llama.attention.key_length", 4, 20}}}, "llama.attention.key_length"},
+        {{.kv = {{"llama.attention.value_length", 4, 8}}}, "llama.attention.value_length"},
+        {{.kv = {{"llama.expert_count", 4, 8}}}, "llama.expert_count"},
+        {{.kv = {{"llama.logit_scale", 6, 0.5}}}, "llama.logit_scale"},
         {{.kv = {{"llama.block_count", 4, 0}}}, "llama.block_count"},
         {{.kv = {{"llama.block_count", 6, 1}}}, "llama.block_count"},
         {{.kv = {{"llama.block_count", 4, 2}}}, "blk.1.attn_norm.weight"}, /* no such layer */
@@ -682,20 +690,22 @@ static void test_hostile_values(void **state) {
         printf("# case %zu refused: %s\n", i, serve_last_error());
     }
 
-    /* the same keys with sensible values are read as given */
+    /* the same keys with sensible values are read as given: a factor
+     * without llama.rope.scaling.type is linear scaling (llama.cpp's default) */
     corrupt ok = {.kv = {{FACTOR, 6, 8.0}, {CTX, 4, 4096}}};
     write_gguf(tmp_path(), &ok);
     serve_model_config cfg;
     int st = open_and_configure(&cfg);
     if (st) print_error("%s\n", serve_last_error());
     assert_int_equal(st, 0);
-    assert_true(cfg.rope.llama3_factor == 8.0);
-    assert_int_equal(cfg.rope.llama3_original_context, 4096);
+    assert_true(cfg.rope.linear_factor == 8.0);
+    assert_true(cfg.rope.llama3_factor == 0.0);
+    assert_int_equal(cfg.rope.n_freq_factors, 0);
     assert_true(cfg.rope.theta == 10000.0);
     corrupt one = {.kv = {{FACTOR, 6, 1.0}, {EPS, 12, 0.25}}}; /* factor 1: no scaling */
     write_gguf(tmp_path(), &one);
     assert_int_equal(open_and_configure(&cfg), 0);
-    assert_true(cfg.rope.llama3_factor == 0.0);
+    assert_true(cfg.rope.llama3_factor == 0.0 && cfg.rope.linear_factor == 0.0);
     assert_true(cfg.rms_eps == 0.25f);
     remove(tmp_path());
 }

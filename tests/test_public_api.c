@@ -94,7 +94,7 @@ static void test_one_document_two_positions(void **state) {
  * ALiBi slopes of the paper. */
 static void test_positional_helpers(void **state) {
     (void)state;
-    lazyattn_rope_config r = {LAZYATTN_ROPE_NEOX, 0, 500000.0, 8.0, 1.0, 4.0, 8192};
+    lazyattn_rope_config r = {LAZYATTN_ROPE_NEOX, 0, 500000.0, 8.0, 1.0, 4.0, 8192, 0.0, 0, {0}};
     double f[64];
     assert_int_equal(lazyattn_rope_frequencies(&r, 128, f), LAZYATTN_STATUS_OK);
     assert_true(f[0] == 1.0);                                   /* short wavelength: kept */
@@ -110,6 +110,20 @@ static void test_positional_helpers(void **state) {
     r.rotary_dim = 0, r.theta = 0.5;
     assert_int_equal(lazyattn_rope_frequencies(&r, 128, f), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_int_equal(lazyattn_rope_frequencies(NULL, 128, f), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    /* per-pair divisors (llama.cpp's rope_freqs) and linear scaling, after Llama-3's */
+    lazyattn_rope_config p = {LAZYATTN_ROPE_GPTJ, 0, 10000.0, 0.0, 0.0, 0.0, 0, 0.0, 0, {0}};
+    p.n_freq_factors = 8;
+    for (int i = 0; i < 8; i++) p.freq_factors[i] = 1.0f + (float)i;
+    p.linear_factor = 4.0;
+    assert_int_equal(lazyattn_rope_frequencies(&p, 16, f), LAZYATTN_STATUS_OK);
+    for (int i = 0; i < 8; i++)
+        assert_true(fabs(f[i] - pow(10000.0, -2.0 * i / 16) / (1.0 + i) / 4.0) < 1e-16);
+    p.n_freq_factors = 7; /* not rotary_dim / 2 */
+    assert_int_equal(lazyattn_rope_frequencies(&p, 16, f), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    p.n_freq_factors = 8, p.freq_factors[3] = 0.0f;
+    assert_int_equal(lazyattn_rope_frequencies(&p, 16, f), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    p.freq_factors[3] = 1.0f, p.linear_factor = -1.0;
+    assert_int_equal(lazyattn_rope_frequencies(&p, 16, f), LAZYATTN_STATUS_INVALID_ARGUMENT);
 
     double slope = -1;
     assert_int_equal(lazyattn_alibi_slope(0, 8, &slope), LAZYATTN_STATUS_OK);

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Writes the small GGUF fixtures of tests/test_gguf_fixtures.c and their
+expected logits, from an implementation nobody here wrote.
+
+Run by hand (not by CI), with llama.cpp's gguf-py, transformers and torch:
+
+    python3 -m venv /tmp/venv && /tmp/venv/bin/pip install gguf transformers torch
+    /tmp/venv/bin/python tools/gguf_fixtures.py tests/fixtures
+
+(the committed fixtures: gguf 0.19.0, transformers 5.25.0, torch 2.15.0;
+the output is deterministic: seeded weights and tokens).
+
+Each model is a random-weight Llama in Hugging Face transformers
+(LlamaForCausalLM), written as GGUF in the layout llama.cpp's converter
+(convert_hf_to_gguf.py, LlamaModel) gives it:
+  - Q and K rows permuted for the GPT-J pairing (the converter's permute());
+  - 2-D weights F16 (--outtype f16), 1-D norms F32; HF holds the same
+    F16-rounded values, so the file is the model exactly;
+  - Llama-3 RoPE scaling as the converter writes it: a rope_freqs.weight
+    tensor (F32, [head_dim / 2] divisors, computed with the converter's
+    formula) and no scaling keys;
+  - linear scaling as llama.rope.scaling.type = "linear" + .factor;
+  - head_dim != hidden / heads as llama.attention.key_length / value_length;
+  - tied embeddings: no output.weight.
+Expected logits: transformers' forward in float64 (model.double()) at every
+token of two 6-token sequences at increasing positions with gaps (POSITIONS:
+from 0, and from 9000, past Llama-3's original 8192 context). Two things transformers does in float32 even in a float64
+model are done in float64 here, so that the reference is float64 throughout
+(at position 9000, float32 angles are off by ~5e-4 rad): the inverse
+frequencies (rope_init_fn builds them from a float32 arange; they are
+recomputed below with the same formulas as transformers' rope_utils,
+_compute_llama3_parameters and _compute_linear_scaling_rope_parameters, and
+checked against transformers' own float32 values), and the rotary
+embedding's cos/sin (LlamaRotaryEmbedding.forward casts to float32; it is
+replaced by the same computation in the input's dtype).
+
+Refusal fixtures (tiny, never run): yarn scaling, an unknown scaling type,
+llama.vocab_size disagreeing with token_embd.weight, a rope_freqs.weight
+with a zero divisor, a tensor the engine does not implement (a Q bias).
+
+Expected-logits file NAME.logits (little-endian): "LZLOGIT1", u32 n_seqs;
+per sequence: u32 n_tokens, u32 vocab, i32 positions[n], i32 tokens[n],
+f64 logits[n][vocab].
+"""
+import math
+import os
+import struct
+import sys
+
+import gguf
+import numpy as np
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.models.llama import modeling_llama
+
+# Two sequences, positions increasing with gaps (each token its own KV block
+# in the test): RoPE depends only on key-query distances, so the scaling of
+# the low frequencies shows only over distances of thousands. The second
+# starts past Llama-3's original 8192 context and spans more than it.
+POSITIONS = ([0, 1, 2, 1500, 4000, 7000], [9000, 9001, 9100, 12000, 17000, 30000])
+
+
+def rotary_forward_f64(self, x, position_ids):
+    """LlamaRotaryEmbedding.forward in x's dtype (float64 here)."""
+    freqs = position_ids[..., None].to(x.dtype) * self.inv_freq.to(device=x.device, dtype=x.dtype)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+
+
+modeling_llama.LlamaRotaryEmbedding.forward = rotary_forward_f64
+
+
+def inv_freq_f64(theta, dim, rope):
+    """transformers' rope_utils formulas, in float64."""
+    inv = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    kind = rope.get("rope_type", "default") if rope else "default"
+    if kind == "linear":
+        return inv / rope["factor"]
+    if kind == "llama3":
+        factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+        old = rope["original_max_position_embeddings"]
+        low_wl, high_wl = old / low, old / high
+        wl = 2 * math.pi / inv
+        out = np.where(wl > low_wl, inv / factor, inv)
+        smooth = (old / wl - low) / (high - low)
+        smoothed = (1 - smooth) * out / factor + smooth * out
+        medium = ~(wl < high_wl) & ~(wl > low_wl)
+        return np.where(medium, smoothed, out)
+    assert kind == "default", kind
+    return inv
+
+
+def converter_rope_freqs(theta, dim, rope):
+    """convert_hf_to_gguf.py LlamaModel.generate_extra_tensors (llama3)."""
+    freqs = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    old = rope["original_max_position_embeddings"]
+    low_wl, high_wl = old / low, old / high
+    out = []
+    for freq in freqs:
+        wl = 2 * math.pi / freq
+        if wl < high_wl:
+            out.append(1)
+        elif wl > low_wl:
+            out.append(factor)
+        else:
+            smooth = (old / wl - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def permute(w, n_head, n_head_kv):
+    """convert_hf_to_gguf.py LlamaModel.permute."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def make_model(spec, seed):
+    rope = spec.get("rope")
+    params = {"rope_theta": spec["theta"]}
+    if rope:
+        params.update(rope)
+    else:
+        params["rope_type"] = "default"
+    kw = dict(vocab_size=spec["vocab"], hidden_size=spec["hidden"],
+              intermediate_size=spec["ffn"], num_hidden_layers=spec["layers"],
+              num_attention_heads=spec["heads"], num_key_value_heads=spec["kv_heads"],
+              rms_norm_eps=spec["eps"], max_position_embeddings=16384,
+              tie_word_embeddings=spec.get("tied", False), rope_parameters=params,
+              attention_bias=False, mlp_bias=False)
+    if "head_dim" in spec:
+        kw["head_dim"] = spec["head_dim"]
+    config = LlamaConfig(**kw)
+    model = LlamaForCausalLM(config)
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # norms: 1 + noise, kept F32 by the converter
+                v = (1.0 + 0.2 * rng.standard_normal(p.shape)).astype(np.float32)
+            elif "embed_tokens" in name or "lm_head" in name:
+                v = rng.standard_normal(p.shape).astype(np.float16)
+            else:  # [out, in]: variance 2 / in, so attention is far from uniform
+                v = (rng.standard_normal(p.shape) * math.sqrt(2.0 / p.shape[1])).astype(np.float16)
+            p.copy_(torch.from_numpy(v.astype(np.float32)))
+    model = model.double().eval()
+    dim = config.head_dim
+    rot = model.model.rotary_emb
+    ours = inv_freq_f64(spec["theta"], dim, rope)
+    theirs = rot.inv_freq.double().numpy()  # transformers' own (float32) values
+    assert np.allclose(ours, theirs, rtol=1e-6, atol=0), (ours, theirs)
+    rot.inv_freq = torch.from_numpy(ours)
+    return model, config
+
+
+def write_gguf(path, spec, model, config, extra_keys=None, extra_tensors=None):
+    w = gguf.GGUFWriter(path, "llama")
+    hd = config.head_dim
+    w.add_name(os.path.basename(path))
+    w.add_block_count(config.num_hidden_layers)
+    w.add_context_length(config.max_position_embeddings)
+    w.add_embedding_length(config.hidden_size)
+    w.add_feed_forward_length(config.intermediate_size)
+    w.add_head_count(config.num_attention_heads)
+    w.add_head_count_kv(config.num_key_value_heads)
+    w.add_rope_freq_base(spec["theta"])
+    w.add_layer_norm_rms_eps(config.rms_norm_eps)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_vocab_size(spec.get("vocab_key", config.vocab_size))
+    w.add_rope_dimension_count(hd)
+    if "head_dim" in spec:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    rope = spec.get("rope")
+    if rope and rope["rope_type"] == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
+    for k, v in (extra_keys or {}).items():
+        if isinstance(v, str):
+            w.add_string(k, v)
+        elif isinstance(v, float):
+            w.add_float32(k, v)
+        else:
+            w.add_uint32(k, v)
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    nh, nkv = config.num_attention_heads, config.num_key_value_heads
+
+    def mat(a):
+        return a.astype(np.float16)
+
+    def vec(a):
+        return a.astype(np.float32)
+
+    w.add_tensor("token_embd.weight", mat(sd["model.embed_tokens.weight"]))
+    if rope and rope["rope_type"] == "llama3":
+        w.add_tensor("rope_freqs.weight", converter_rope_freqs(spec["theta"], hd, rope))
+    for l in range(config.num_hidden_layers):
+        p = f"model.layers.{l}."
+        b = f"blk.{l}."
+        w.add_tensor(b + "attn_norm.weight", vec(sd[p + "input_layernorm.weight"]))
+        w.add_tensor(b + "attn_q.weight", mat(permute(sd[p + "self_attn.q_proj.weight"], nh, nh)))
+        w.add_tensor(b + "attn_k.weight", mat(permute(sd[p + "self_attn.k_proj.weight"], nh, nkv)))
+        w.add_tensor(b + "attn_v.weight", mat(sd[p + "self_attn.v_proj.weight"]))
+        w.add_tensor(b + "attn_output.weight", mat(sd[p + "self_attn.o_proj.weight"]))
+        w.add_tensor(b + "ffn_norm.weight", vec(sd[p + "post_attention_layernorm.weight"]))
+        w.add_tensor(b + "ffn_gate.weight", mat(sd[p + "mlp.gate_proj.weight"]))
+        w.add_tensor(b + "ffn_up.weight", mat(sd[p + "mlp.up_proj.weight"]))
+        w.add_tensor(b + "ffn_down.weight", mat(sd[p + "mlp.down_proj.weight"]))
+    for k, v in (extra_tensors or {}).items():
+        w.add_tensor(k, v)
+    w.add_tensor("output_norm.weight", vec(sd["model.norm.weight"]))
+    if not config.tie_word_embeddings:
+        w.add_tensor("output.weight", mat(sd["lm_head.weight"]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def logits_at(model, tokens, positions):
+    ids = torch.tensor([tokens])
+    pos = torch.tensor([positions])
+    with torch.no_grad():
+        return model(input_ids=ids, position_ids=pos).logits[0].numpy()
+
+
+def norm_err(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+BASE = dict(vocab=64, hidden=32, ffn=64, layers=2, heads=2, kv_heads=1, eps=1e-5)
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+MODELS = {
+    "llama3_rope_freqs": dict(BASE, theta=500000.0, rope=LLAMA3),
+    "linear": dict(BASE, theta=10000.0, rope={"rope_type": "linear", "factor": 4.0}),
+    "no_scaling": dict(BASE, theta=10000.0),
+    "head_dim": dict(BASE, theta=10000.0, head_dim=32),  # q dim 64 != hidden 32
+    "tied": dict(BASE, theta=500000.0, rope=LLAMA3, tied=True),
+}
+TINY = dict(vocab=8, hidden=16, ffn=16, layers=1, heads=1, kv_heads=1, eps=1e-5, theta=10000.0)
+BAD_FREQS = np.array([1, 1, 1, 2, 0, 8, 8, 8], dtype=np.float32)
+REFUSED = {
+    "refuse_yarn": (TINY, {"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+                           "llama.rope.scaling.original_context_length": 4096}, {}),
+    "refuse_unknown_scaling": (TINY, {"llama.rope.scaling.type": "dynamic",
+                                      "llama.rope.scaling.factor": 2.0}, {}),
+    "refuse_vocab": (dict(TINY, vocab_key=9), {}, {}),
+    "refuse_rope_freqs": (TINY, {}, {"rope_freqs.weight": BAD_FREQS}),  # a zero divisor
+    "refuse_bias": (TINY, {}, {"blk.0.attn_q.bias": np.zeros(16, dtype=np.float32)}),
+}
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    for i, (name, spec) in enumerate(MODELS.items()):
+        model, config = make_model(spec, 100 + i)
+        write_gguf(os.path.join(out, name + ".gguf"), spec, model, config)
+        rng = np.random.default_rng(200 + i)
+        seqs = []
+        for pos in POSITIONS:
+            toks = [int(t) for t in rng.integers(0, config.vocab_size, len(pos))]
+            seqs.append((pos, toks, logits_at(model, toks, pos)))
+        with open(os.path.join(out, name + ".logits"), "wb") as f:
+            f.write(b"LZLOGIT1" + struct.pack("<I", len(seqs)))
+            for pos, toks, lg in seqs:
+                f.write(struct.pack("<II", len(toks), config.vocab_size))
+                f.write(struct.pack("<%di" % len(pos), *pos))
+                f.write(struct.pack("<%di" % len(toks), *toks))
+                f.write(np.ascontiguousarray(lg, dtype="<f8").tobytes())
+        # how far a reader that drops the scaling would be: the fixture's power to fail
+        if spec.get("rope"):
+            plain = dict(spec)
+            del plain["rope"]
+            pm, _ = make_model(plain, 100 + i)
+            errs = [norm_err(logits_at(pm, t, p), lg) for p, t, lg in seqs]
+            print(f"{name}: unscaled reading would be off by {errs[0]:.3g} (from 0), "
+                  f"{errs[1]:.3g} (from {POSITIONS[1][0]})")
+        print(f"{name}: {os.path.getsize(os.path.join(out, name + '.gguf'))} bytes")
+    for i, (name, (spec, keys, tensors)) in enumerate(REFUSED.items()):
+        model, config = make_model(spec, 300 + i)
+        write_gguf(os.path.join(out, name + ".gguf"), spec, model, config, keys, tensors)
+        print(f"{name}: {os.path.getsize(os.path.join(out, name + '.gguf'))} bytes")
+
+
+if __name__ == "__main__":
+    main()
