@@ -1214,9 +1214,9 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
  *          64  i32      stored_start (0)
  *          68  u32      0
  *          72  u64      payload bytes = 4 n_tokens + 2 n_layers n_blocks block_layer_bytes
- *          80  u64      payload checksum
+ *          80  u64      payload checksum: XXH3-64, seed 0 (xxHash 0.8), of the payload
  *          88  u8[32]   digest (lazyattn_doc_digest(model_id, tokens))
- *         120  u64      header checksum (of bytes 0..119)
+ *         120  u64      header checksum: XXH3-64 of bytes 0..119
  *         128  payload: tokens [n_tokens] int32, then for each layer its K blocks
  *              and its V blocks, each [n_kv_heads, block_size, head_dim] of
  *              the storage dtype, the values exactly as stored, in ROWS

@@ -3,13 +3,14 @@
 # Installs what a fresh Debian/Ubuntu machine lacks (as root, or through
 # sudo), then configures and builds lazyattn into ./build. libhiredis-dev
 # gives the Redis document store (the library builds without it); libb2-dev
-# (BLAKE2b, the document digests) is required.
+# (BLAKE2b, the document digests) and libxxhash-dev (XXH3, the export
+# checksum) are required.
 # Usage: sh tools/bootstrap.sh [extra meson setup options]
 set -eu
 cd "$(dirname "$0")/.."
 
 packages="gcc pkg-config python3 meson ninja-build ocl-icd-libopencl1 ocl-icd-opencl-dev
-opencl-c-headers pocl-opencl-icd libclblast-dev libcmocka-dev libhiredis-dev libb2-dev"
+opencl-c-headers pocl-opencl-icd libclblast-dev libcmocka-dev libhiredis-dev libb2-dev libxxhash-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
