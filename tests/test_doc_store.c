@@ -2,7 +2,9 @@
 /* The document stores on their own (no device): round trips through the
  * host, directory and Redis stores, LRU under the host budget, bad input
  * and live-object checks, a directory shared by two processes, a writer
- * killed mid-write (no partial file is ever read), and Redis values whose
+ * killed mid-write (no partial file is ever read), a file rewritten in
+ * place under its readers (a value, once got, never changes), a FIFO,
+ * directory or links at a key's name (refused at once), and Redis values whose
  * chunks are missing, mixed or corrupt (refused). The Redis tests need a
  * server: LAZYATTN_TEST_REDIS=127.0.0.1:PORT (CI starts one); without it
  * they are reported as skipped. */

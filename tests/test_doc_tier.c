@@ -4,8 +4,10 @@
  * Redis stores and loaded by another cache (and another process) give
  * attention output that matches the float64 reference; GPU hits, tier hits
  * and recomputes are counted apart; corrupt, truncated, mismatched values,
- * a failing store, a full disk and a Redis server stopped mid-run cost a
- * recompute (counted), never a wrong answer, and leave the cache valid.
+ * a file rewritten in place or a FIFO in the directory store, an engine's
+ * value changing under the tier, a failing store, a full disk and a Redis
+ * server stopped mid-run cost a recompute (counted), never a wrong answer,
+ * and leave the cache valid.
  * Non-LAZY caches refuse a tier. The Redis tests need redis-server and
  * LAZYATTN_TEST_REDIS (set by CI); without it they are reported skipped. */
 #include "doc_engine.h"
@@ -15,11 +17,11 @@
 #include <errno.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -398,8 +400,8 @@ static void export_doc0(lazyattn_context *ctx, uint8_t **v0, uint8_t **bad, size
     lt_assert_status(lazyattn_cache_export(a.cache, hash_of(0), *v0, *n, &w), LAZYATTN_STATUS_OK);
     memcpy(*bad, *v0, *n);
     size_t kv = LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)doc_len[0];
-    (*bad)[kv + 3] ^= 0x40;              /* layer 0, K of token 0 */
-    (*bad)[kv + 4 * ROW * 20 + 7] ^= 0x40; /* layer 0, K of token 20 */
+    (*bad)[kv + 3] ^= 0x40;                /* layer 0, K of token 0 */
+    (*bad)[kv + 4 * ROW * 20 + 7] ^= 0x40; /* layer 0, K of token 24 (block 1) */
     engine_close(&a);
 }
 
