@@ -19,6 +19,7 @@
  * --small: short shapes and few candidates (CPU implementations).
  * The portable path is forced (portable_only). Not part of `meson test`.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -270,6 +271,12 @@ int main(int argc, char **argv) {
                       argv);
     if (r) return r == CLI_HELP ? 0 : 2;
     cfg.dtype = (lazyattn_dtype)dtype; /* f32|f16|bf16 are the enum's 0, 1, 2 */
+    /* opened before the sweep, so that a bad path costs no tuning run */
+    FILE *f = out_path ? fopen(out_path, "a") : NULL;
+    if (out_path && !f) {
+        fprintf(stderr, "tune_kernels: --out %s: %s\n", out_path, strerror(errno));
+        return 1;
+    }
     lazyattn_context_options o;
     lazyattn_context_options_init(&o);
     o.portable_only = 1;
@@ -399,11 +406,6 @@ int main(int argc, char **argv) {
     }
 
     best.decode.rows = 0;
-    FILE *f = out_path ? fopen(out_path, "a") : NULL;
-    if (out_path && !f) {
-        fprintf(stderr, "tune_kernels: cannot open %s\n", out_path);
-        return 1;
-    }
     printf("best prefill %.3f ms (%.2f TFLOP/s), decode score %.3f of the default\n", best_pre,
            flops / best_pre * 1e-9, best_score);
     for (int k = 0; k < (f ? 2 : 1); k++) {
@@ -414,7 +416,13 @@ int main(int argc, char **argv) {
         print_tile(o2, &best.decode);
         fprintf(o2, ", %d}},\n", best.decode_groups_per_cu);
     }
-    if (f) fclose(f);
+    if (f) {
+        int bad = ferror(f);
+        if (fclose(f) != 0 || bad) { /* the row is on stdout above */
+            fprintf(stderr, "tune_kernels: writing %s failed\n", out_path);
+            return 1;
+        }
+    }
     for (int i = 0; i < p.n_mems; i++) clReleaseMemObject(p.mems[i]);
     lazyattn_pool_destroy(p.pool);
     free(ref_pre), free(got), free(ref_dec[0]), free(ref_dec[1]);

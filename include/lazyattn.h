@@ -1269,7 +1269,10 @@ LAZYATTN_API int lazyattn_cache_export_to(const lazyattn_cache *cache, uint64_t 
  * BUDGET_EXCEEDED when the pinned working set leaves no room) and written on
  * the context's queue (waited for). A document cached already is left as it
  * is (OK). On a bookkeeping pool (no device memory) the entry is recorded
- * without K/V. doc_hash (may be NULL) receives the document's hash.
+ * without K/V. doc_hash (may be NULL) receives the document's hash. data
+ * is read more than once (checked, then written) and must not change
+ * during the call: memory another party may change (a shared mapping of a
+ * file) is copied first, or read through lazyattn_cache_import_from.
  */
 LAZYATTN_API int lazyattn_cache_import(lazyattn_cache *cache, const void *data, size_t size,
                                        uint64_t *doc_hash);
@@ -1329,7 +1332,9 @@ typedef struct lazyattn_doc_key {
 } lazyattn_doc_key;
 
 /* A value read from a store, borrowed until lazyattn_store_release:
- * data: [size] bytes (host memory, a read-only mapping of a file, ...). */
+ * data: [size] bytes (the library's stores: memory of their own, which
+ * nothing changes until released; an engine's: any memory, which the tier
+ * copies once before checking it). */
 typedef struct lazyattn_store_value {
     const void *data;
     size_t size;
@@ -1381,8 +1386,13 @@ LAZYATTN_API int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_stor
  * ".tmp-..." in the same directory, fsyncs it, renames it over the final
  * name and fsyncs the directory, so a reader (any process) sees a whole
  * file or none; a writer killed mid-way leaves only a ".tmp-" file, which
- * readers never open. get maps the file read-only (mmap). A full disk: IO
- * with the system's reason ("No space left on device"), nothing published.
+ * readers never open. get reads the file once into memory of its own, so
+ * a file rewritten in place meanwhile (cp, rsync --inplace) gives the bytes
+ * read, which import checks, or FORMAT when it shrank; never a signal. A
+ * symbolic link to a regular file is followed; anything else at a key's
+ * name (a FIFO, a directory, a device, a link to one) is FORMAT at once,
+ * and exists says 0 for it. A full disk: IO with the system's reason
+ * ("No space left on device"), nothing published.
  * No budget: the file system's size is the limit. */
 LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **out);
 

@@ -6,6 +6,7 @@
  * GPU cache (the key against the export's header, then import's own
  * checks: format, checksums, identity); any failure is a recompute. */
 #include "cache_policy.h"
+#include "store_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -95,12 +96,33 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[
                "tier: %s; recomputing the document", lazyattn_last_error());
         return 0;
     }
+    /* An engine's store may hand out memory another party can change (a
+     * shared mapping of a file): its value is copied once, so that what
+     * the checks pass is what is uploaded. The library's stores hand out
+     * memory of their own that nothing changes until it is released. */
+    const uint8_t *data = v.data;
+    uint8_t *copy = NULL;
+    size_t size = v.size;
+    if (!lz_store_values_private(store)) {
+        copy = malloc(size ? size : 1);
+        if (copy && size) memcpy(copy, v.data, size);
+        lz_tier_release(c, store, &v);
+        if (!copy) {
+            t->tier_errors++;
+            lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
+                   "tier: no %zu bytes to copy the %s store's value into; recomputing the "
+                   "document",
+                   size, lazyattn_store_name(store));
+            return 0;
+        }
+        data = copy;
+    }
     lazyattn_kv_info info;
     int rejected = 0;
-    st = lazyattn_kv_describe(v.data, v.size, &info);
+    st = lazyattn_kv_describe(data, size, &info);
     if (!st && (info.model_id != key.model_id ||
                 memcmp(info.digest, key.digest, sizeof key.digest) != 0 ||
-                info.n_tokens != n_tokens || info.total_bytes != v.size))
+                info.n_tokens != n_tokens || info.total_bytes != size))
         st = lz_fail(LAZYATTN_STATUS_FORMAT,
                      "tier: the %s store's value for document %016llx is another document's "
                      "(or truncated)",
@@ -109,7 +131,7 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[
         rejected = 1;
     else {
         uint64_t got = 0;
-        st = lz_cache_import_bytes(c, v.data, v.size, &got, "tier import");
+        st = lz_cache_import_bytes(c, data, size, &got, "tier import");
         /* refused data (FORMAT; INVALID_ARGUMENT: another identity) is
          * rejected; anything else (no room next to the pinned working set,
          * out of memory) counts as an error */
@@ -123,8 +145,11 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[
     else if (st)
         t->tier_errors++;
     else
-        t->tier_read_bytes += (uint64_t)v.size;
-    lz_tier_release(c, store, &v);
+        t->tier_read_bytes += (uint64_t)size;
+    if (copy)
+        free(copy);
+    else
+        lz_tier_release(c, store, &v);
     return st == LAZYATTN_STATUS_OK;
 }
 

@@ -12,6 +12,7 @@ struct lazyattn_store {
     uint32_t magic; /* LZ_MAGIC_STORE while live */
     lazyattn_store_ops ops;
     void *impl;
+    int private_values; /* lz_store_values_private */
 };
 
 void lz_store_key_text(lazyattn_doc_key key, char out[LZ_STORE_KEY_TEXT]) {
@@ -43,9 +44,14 @@ int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl, lazyattn_st
 /* Wraps a built-in store's state; destroys it when the wrapper cannot be made. */
 static int lz_store_wrap(const lazyattn_store_ops *ops, void *impl, lazyattn_store **out) {
     int st = lazyattn_store_create(ops, impl, out);
-    if (st) ops->destroy(impl);
+    if (st)
+        ops->destroy(impl);
+    else
+        (*out)->private_values = 1;
     return st;
 }
+
+int lz_store_values_private(const lazyattn_store *s) { return s->private_values; }
 
 int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_store_create_host: out is NULL");

@@ -2,7 +2,9 @@
 /* The directory store: one file per document. A write goes to a temporary
  * file in the same directory, is fsync'ed and renamed over the final name
  * (then the directory is fsync'ed), so readers in any process see a whole
- * file or none; a reader maps the file read-only. POSIX only. */
+ * file or none; a reader reads the file once into its own memory (a
+ * symbolic link to a regular file is followed; anything else at a key's
+ * name is refused). POSIX only. */
 #include "store_internal.h"
 
 #include <errno.h>
@@ -10,7 +12,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,11 +35,38 @@ static char *lz_dir_file(const lz_dir *d, lazyattn_doc_key key) {
     return lz_dir_join(d, name);
 }
 
+/* What a file that is not a regular file is, for the message. */
+static const char *lz_file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* Reads exactly n bytes at the start of fd into p: 0, -1 when the file
+ * ends first (*got bytes read), or an errno value. */
+static int lz_read_all(int fd, uint8_t *p, size_t n, size_t *got) {
+    *got = 0;
+    while (*got < n) {
+        size_t want = n - *got > ((size_t)1 << 30) ? ((size_t)1 << 30) : n - *got;
+        ssize_t r = pread(fd, p + *got, want, (off_t)*got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (r == 0) return -1;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+/* The file is read once into private memory, the value handed out: what
+ * the reader checks is what it uses, whatever happens to the file (a copy
+ * rewriting it in place, a truncation) after or during the read. */
 static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
     lz_dir *d = impl;
     char *file = lz_dir_file(d, key);
     if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO at the name opens at once (and is refused below) */
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
         int st = e == ENOENT ? lz_fail(LAZYATTN_STATUS_NOT_FOUND, "dir store: no file %s", file)
@@ -48,29 +76,45 @@ static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v)
     }
     struct stat sb;
     int st = LAZYATTN_STATUS_OK;
+    uint8_t *buf = NULL;
+    size_t got = 0;
     if (fstat(fd, &sb) != 0) {
         st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s is %s, not a regular file", file,
+                     lz_file_kind(sb.st_mode));
     } else if (sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX) {
         st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s: %lld bytes", file,
                      (long long)sb.st_size);
+    } else if (!(buf = malloc((size_t)sb.st_size))) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store: %s: %lld bytes", file,
+                     (long long)sb.st_size);
     } else {
-        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED) {
-            st = lz_fail(LAZYATTN_STATUS_IO, "dir store: mmap %s: %s", file, strerror(errno));
-        } else {
-            v->data = m;
-            v->size = (size_t)sb.st_size;
-            v->handle = m;
-        }
+        /* the size fstat gave: a file growing meanwhile is read that far */
+        int e = lz_read_all(fd, buf, (size_t)sb.st_size, &got);
+        if (e < 0)
+            st = lz_fail(LAZYATTN_STATUS_FORMAT,
+                         "dir store: %s shrank while read: %zu of %lld bytes (rewritten in "
+                         "place?)",
+                         file, got, (long long)sb.st_size);
+        else if (e)
+            st = lz_fail(LAZYATTN_STATUS_IO, "dir store: read %s: %s", file, strerror(e));
     }
     close(fd);
     free(file);
-    return st;
+    if (st) {
+        free(buf);
+        return st;
+    }
+    v->data = buf;
+    v->size = (size_t)sb.st_size;
+    v->handle = buf;
+    return LAZYATTN_STATUS_OK;
 }
 
 static void lz_dir_release(void *impl, lazyattn_store_value *v) {
     (void)impl;
-    if (v->handle) munmap(v->handle, v->size);
+    free(v->handle);
 }
 
 static int lz_write_all(int fd, const uint8_t *p, size_t n) {
@@ -134,7 +178,7 @@ static int lz_dir_exists(void *impl, lazyattn_doc_key key, int *exists) {
     struct stat sb;
     int st = LAZYATTN_STATUS_OK;
     if (stat(file, &sb) == 0)
-        *exists = 1;
+        *exists = S_ISREG(sb.st_mode) != 0; /* what get refuses is not there */
     else if (errno == ENOENT)
         *exists = 0;
     else

@@ -10,6 +10,12 @@
 #define LZ_STORE_KEY_TEXT 82
 void lz_store_key_text(lazyattn_doc_key key, char out[LZ_STORE_KEY_TEXT]);
 
+/* 1 for the library's own stores (host, dir, redis), whose values are
+ * memory of their own that nothing changes until released; 0 for an
+ * engine's store (lazyattn_store_create), whose values the tier copies
+ * before checking them. */
+int lz_store_values_private(const lazyattn_store *s);
+
 /* The built-in stores' ops and constructors of their state. */
 extern const lazyattn_store_ops lz_store_host_ops;
 extern const lazyattn_store_ops lz_store_dir_ops;

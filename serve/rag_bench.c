@@ -130,7 +130,7 @@ static const char usage_text[] =
     "                            time left (runs in order lazy, position, prefix, none); a\n"
     "                            run cut short is marked so, and the exit status is 3\n"
     "  --seed S                  weight seed (default 1)\n"
-    "  --tier host:SIZE|dir:PATH|redis://HOST:PORT\n"
+    "  --tier host:SIZE|dir:PATH|redis://HOST:PORT|redis://[IPV6]:PORT\n"
     "                            a document tier behind the LAZY cache (lazy policy only):\n"
     "                            GPU misses are loaded from it before being recomputed\n"
     "  --tier-mode through|back|read  write at commit (default), at eviction, or never\n"
@@ -138,7 +138,10 @@ static const char usage_text[] =
     "                            (process i starts at request i*R/N): once with N separate\n"
     "                            caches, once sharing --tier (dir: or redis://); compares\n"
     "                            recomputed document tokens and TTFT\n"
-    "  --rounds K                --processes: K rounds of both, alternating (1..100, default 1)\n"
+    "  --rounds K                --processes: K rounds of both, alternating (1..100, default 1);\n"
+    "                            with --run-seconds S, no round starts S seconds after the first\n"
+    "                            (each process run admits for S seconds; the rounds not run are\n"
+    "                            reported, exit status 3); no --out (the table is on stdout)\n"
     "  --progress / --no-progress\n"
     "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n"
     "Exit status: 0 every run served all its requests, 1 a failure or a run that completed no\n"
@@ -182,17 +185,34 @@ static int tier_parse(const char *text, tier_spec *t) {
         return CLI_OK;
     }
     if (strncmp(text, "redis://", 8) == 0) {
+        /* HOST:PORT or [IPV6]:PORT; the port digits only, 1..65535 */
         t->kind = TIER_REDIS;
-        const char *hp = text + 8, *colon = strrchr(hp, ':');
-        if (!colon || colon == hp || (size_t)(colon - hp) >= sizeof t->host)
-            return cli_fail("rag_bench", "--tier", "'%s': expected redis://HOST:PORT", text);
-        memcpy(t->host, hp, (size_t)(colon - hp));
-        t->host[colon - hp] = '\0';
-        char *end;
-        errno = 0;
-        long port = strtol(colon + 1, &end, 10);
-        if (errno || end == colon + 1 || *end || port < 1 || port > 65535)
-            return cli_fail("rag_bench", "--tier", "'%s': the port must be 1..65535", text);
+        const char *hp = text + 8, *h = hp, *colon;
+        size_t n;
+        if (hp[0] == '[') {
+            const char *close = strchr(hp, ']');
+            h = hp + 1;
+            n = close ? (size_t)(close - h) : 0;
+            colon = close && close[1] == ':' ? close + 1 : NULL;
+        } else {
+            colon = strchr(hp, ':');
+            n = colon ? (size_t)(colon - hp) : 0;
+            if (colon && strchr(colon + 1, ':'))
+                return cli_fail("rag_bench", "--tier", "'%s': an IPv6 address goes in brackets: "
+                                "redis://[ADDRESS]:PORT", text);
+        }
+        if (!colon || n == 0 || n >= sizeof t->host || memchr(h, '[', n) || memchr(h, ']', n))
+            return cli_fail("rag_bench", "--tier", "'%s': expected redis://HOST:PORT or "
+                            "redis://[IPV6]:PORT", text);
+        memcpy(t->host, h, n);
+        t->host[n] = '\0';
+        const char *p = colon + 1;
+        long port = 0;
+        size_t digits = strspn(p, "0123456789");
+        if (digits >= 1 && digits <= 5 && p[digits] == '\0') port = strtol(p, NULL, 10);
+        if (port < 1 || port > 65535)
+            return cli_fail("rag_bench", "--tier", "'%s': the port must be 1..65535 (digits only)",
+                            text);
         t->port = (int)port;
         return CLI_OK;
     }
@@ -342,6 +362,9 @@ static int parse_args(int argc, char **argv, bench_options *o) {
                             "for all), not a list");
         if (o->tier_mode == LAZYATTN_TIER_READ_ONLY)
             return cli_fail("rag_bench", "--tier-mode", "read: the processes would share nothing");
+        if (cli_given(opts, N_OPTS, "--out"))
+            return cli_fail("rag_bench", "--out", "--processes writes no files (its comparison "
+                            "is the table on stdout)");
     }
     if (o->n_policies == 0) {
         o->policies[0] = LAZYATTN_CACHE_POLICY_LAZY;
@@ -1132,14 +1155,18 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
            o->tier_text, modes[o->tier_mode], o->rounds, o->rounds > 1 ? "s" : "", n, n);
     fflush(stdout);
     /* Rounds alternate the phases, so that a load on the machine that
-     * drifts over time weighs on both alike. */
-    for (int round = 0; round < o->rounds; round++)
+     * drifts over time weighs on both alike. --run-seconds bounds the
+     * rounds too: none starts past it. */
+    int rounds_run = 0;
+    for (int round = 0; round < o->rounds; round++, rounds_run++) {
+        if (round > 0 && o->run_seconds > 0 && serve_now() - t_start >= o->run_seconds) break;
         for (int shared = 0; shared < 2; shared++) {
             if ((st = tier_open(&o->tier, &store)) || (st = tier_clear(store, wl))) goto fail;
             lazyattn_store_destroy(store);
             store = NULL;
             if ((st = run_phase(o, mc, shared, shared ? &shr : &sep))) goto fail;
         }
+    }
     if (!tier_open(&o->tier, &store)) tier_clear(store, wl); /* leave the tier as found */
     lazyattn_store_destroy(store);
     store = NULL;
@@ -1150,8 +1177,10 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
            "| wall s | tier writes / errors / rejected |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     char label[1100];
-    print_phase(sep.n_cut ? "separate (CUT SHORT)" : "separate", n, &sep);
-    snprintf(label, sizeof label, "shared %s%s", o->tier_text, shr.n_cut ? " (CUT SHORT)" : "");
+    int rounds_cut = rounds_run < o->rounds;
+    print_phase(sep.n_cut || rounds_cut ? "separate (CUT SHORT)" : "separate", n, &sep);
+    snprintf(label, sizeof label, "shared %s%s", o->tier_text,
+             shr.n_cut || rounds_cut ? " (CUT SHORT)" : "");
     print_phase(label, n, &shr);
     double ratio = sep.total.recomputed_tokens
                        ? (double)shr.total.recomputed_tokens / (double)sep.total.recomputed_tokens
@@ -1177,11 +1206,11 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
         }
     }
     free(seen);
-    distinct *= o->rounds;
+    distinct *= rounds_run;
     printf("distinct document tokens of the workload%s (each computed once: the floor of the "
            "shared tier): %lld; computed more than once in the shared runs: %lld tokens (documents "
            "several processes missed before the first write reached the tier)\n",
-           o->rounds > 1 ? ", times the rounds" : "", (long long)distinct,
+           rounds_run > 1 ? ", times the rounds" : "", (long long)distinct,
            (long long)(shr.total.recomputed_tokens - distinct));
     printf("recomputed per process: separate");
     for (int i = 0; i < n; i++) printf(" %lld", (long long)sep.recomputed[i]);
@@ -1191,18 +1220,22 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     lazyattn_workload_destroy(wl);
     if (sep.n_failed_procs || shr.n_failed_procs) {
         fprintf(stderr, "rag_bench: %d of %d processes failed\n",
-                sep.n_failed_procs + shr.n_failed_procs, 2 * n);
+                sep.n_failed_procs + shr.n_failed_procs, 2 * n * rounds_run);
         return 1;
     }
     if (sep.n_cut || shr.n_cut)
         fprintf(stderr, "rag_bench: INCOMPLETE: %d of %d process runs cut short by --run-seconds "
                         "(separate %d, shared %d): the figures are of the requests admitted\n",
-                sep.n_cut + shr.n_cut, 2 * n * o->rounds, sep.n_cut, shr.n_cut);
+                sep.n_cut + shr.n_cut, 2 * n * rounds_run, sep.n_cut, shr.n_cut);
+    if (rounds_run < o->rounds)
+        fprintf(stderr, "rag_bench: INCOMPLETE: %d of %d rounds run: --run-seconds %.3g s had "
+                        "passed; the figures are of those rounds\n",
+                rounds_run, o->rounds, o->run_seconds);
     if (sep.n_ok == 0 || shr.n_ok == 0) {
         fprintf(stderr, "rag_bench: a phase completed no request\n");
         return 1;
     }
-    return sep.n_cut || shr.n_cut ? 3 : 0;
+    return sep.n_cut || shr.n_cut || rounds_run < o->rounds ? 3 : 0;
 fail:
     fprintf(stderr, "rag_bench: %s: %s\n", lazyattn_status_string(st), serve_last_error());
     lazyattn_store_destroy(store);

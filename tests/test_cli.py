@@ -180,6 +180,18 @@ BAD = [
     ("rag_bench", ["--tier", "redis://127.0.0.1:99999"], USAGE, "--tier"),
     ("rag_bench", ["--tier", "redis://127.0.0.1:12ab"], USAGE, "--tier"),
     ("rag_bench", ["--tier", "redis://:80"], USAGE, "--tier"),
+    # the port digits only; an IPv6 address in brackets
+    ("rag_bench", ["--tier", "redis://127.0.0.1:+6379"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1: 6379"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:6379 "], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://::1:6379"], USAGE, "brackets"),
+    ("rag_bench", ["--tier", "redis://[::1"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://[::1]"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://[]:6379"], USAGE, "--tier"),
+    ("rag_bench", ["--tier", "redis://[::1]:65536"], USAGE, "--tier"),
+    # the brackets' address is what hiredis is given (it resolved "[::1]" and failed before)
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "redis://[::1]:1"], FAILED,
+     "redis ::1:1:"),
     ("rag_bench", ["--tier", "host:1MiB", "--policies", "lazy,position"], USAGE, "--tier"),
     ("rag_bench", ["--tier-mode", "back"], USAGE, "--tier-mode"),
     ("rag_bench", ["--tier", "host:1MiB", "--tier-mode", "sideways"], USAGE, "--tier-mode"),
@@ -192,6 +204,8 @@ BAD = [
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--tier-mode", "read"], USAGE,
      "--tier-mode"),
     ("rag_bench", ["--tier", "dir:x", "--rounds", "2"], USAGE, "--rounds"),
+    # --processes writes no files: --out is refused, not ignored
+    ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--out", "rb"], USAGE, "--out"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--rounds", "0"], USAGE, "--rounds"),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:/proc/version"], FAILED,
      "not a directory"),
@@ -342,6 +356,16 @@ CUT = [
                 "--out", "rbcutr"], "rbcutr"),
 ]
 
+# Cases that must end within a time (seconds), after GOOD (kernels built): (program, arguments,
+# expected exit status, text stderr must contain, seconds).
+TIMED = [
+    # a bad output path is refused before the sweep (it was opened after it, the row lost)
+    ("tune_kernels", ["--out", "no/such/dir/row"], FAILED, "no/such/dir/row", 30),
+    # --run-seconds bounds the rounds: none starts after it (100 rounds took minutes)
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tierrounds", "--processes", "2",
+                              "--rounds", "100", "--run-seconds", "1"], 3, "rounds run", 90),
+]
+
 # Two serving processes sharing Redis, where a server is given (CI starts one).
 if os.environ.get("LAZYATTN_TEST_REDIS"):
     GOOD.append(("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier",
@@ -349,9 +373,9 @@ if os.environ.get("LAZYATTN_TEST_REDIS"):
                                           "--processes", "2"], []))
 
 
-def run(path, args, cwd):
+def run(path, args, cwd, timeout=600):
     return subprocess.run([path] + args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, errors="replace", timeout=600)
+                          text=True, errors="replace", timeout=timeout)
 
 
 def main():
@@ -390,6 +414,21 @@ def main():
                 failures.append("%s: no usage on stdout" % line)
             else:
                 print("ok   %-70.70s exit 0" % line)
+        for prog, args, want, needle, seconds in TIMED:
+            if prog not in programs:
+                continue
+            checked += 1
+            line = "%s %s" % (prog, " ".join(args))
+            try:
+                r = run(programs[prog], args, cwd, timeout=seconds)
+            except subprocess.TimeoutExpired:
+                failures.append("%s: still running after %d s" % (line, seconds))
+                continue
+            if r.returncode != want or needle not in r.stderr:
+                failures.append("%s: exit %d (want %d), stderr %r lacks %r"
+                                % (line, r.returncode, want, r.stderr[-400:], needle))
+            else:
+                print("ok   %-70.70s exit %d within %d s" % (line, r.returncode, seconds))
         for args, prefix in CUT if "rag_bench" in programs else []:
             checked += 1
             r = run(programs["rag_bench"], args, cwd)

@@ -2,12 +2,15 @@
 /* The document stores on their own (no device): round trips through the
  * host, directory and Redis stores, LRU under the host budget, bad input
  * and live-object checks, a directory shared by two processes, a writer
- * killed mid-write (no partial file is ever read), and Redis values whose
+ * killed mid-write (no partial file is ever read), a file rewritten in
+ * place under its readers (a value, once got, never changes), a FIFO,
+ * directory or links at a key's name (refused at once), and Redis values whose
  * chunks are missing, mixed or corrupt (refused). The Redis tests need a
  * server: LAZYATTN_TEST_REDIS=127.0.0.1:PORT (CI starts one); without it
  * they are reported as skipped. */
 #include "test_common.h"
 #include "redis_server.h"
+#include "rewriter.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -426,6 +429,117 @@ static void test_dir_killed_writer(void **state) {
         lazyattn_store_destroy(s);
     }
     assert_true(landed);
+    remove_tree(dir);
+}
+
+/* The directory store's file of key_of(k), k < 256, in dir (NULL: the
+ * name alone): "<model_id>-<digest>", the digest k, 30 zero bytes, k. */
+static void key_file(char *out, size_t n, const char *dir, unsigned k) {
+    snprintf(out, n, "%s%s%016llx-%02x%060d%02x.lzkv", dir ? dir : "", dir ? "/" : "", 0xABCDull,
+             k, 0, k);
+}
+
+/* A FIFO at a key's name, a link to one, a directory: get answers at once
+ * (a FIFO opened for reading waits for a writer: a hang, which alarm turns
+ * into a failure); a link to a regular file is followed; exists says 0 for
+ * what get refuses, and a put replaces the FIFO. */
+static void test_dir_not_regular(void **state) {
+    (void)state;
+    char dir[512], path[800], target[800];
+    make_tmp_dir(dir, sizeof dir, "special");
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
+    alarm(20);
+    /* key 1: a FIFO; key 2: a link to it; key 3: a directory */
+    key_file(path, sizeof path, dir, 1);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    snprintf(target, sizeof target, "%s", path);
+    key_file(path, sizeof path, dir, 2);
+    assert_int_equal(symlink(target, path), 0);
+    key_file(path, sizeof path, dir, 3);
+    assert_int_equal(mkdir(path, 0755), 0);
+    const char *what[4] = {NULL, "a FIFO", "a FIFO", "a directory"};
+    for (uint64_t k = 1; k <= 3; k++) {
+        lazyattn_store_value v;
+        lt_assert_status(lazyattn_store_get(s, key_of(k), &v), LAZYATTN_STATUS_FORMAT);
+        assert_non_null(strstr(lazyattn_last_error(), what[k]));
+        assert_non_null(strstr(lazyattn_last_error(), "not a regular file"));
+        assert_null(v.data);
+        int there = 1;
+        lt_assert_status(lazyattn_store_exists(s, key_of(k), &there), LAZYATTN_STATUS_OK);
+        assert_int_equal(there, 0);
+    }
+    /* a link to a regular file (another key's) is followed */
+    put_value(s, 4, 3000);
+    key_file(target, sizeof target, NULL, 4); /* relative to the link */
+    key_file(path, sizeof path, dir, 5);
+    assert_int_equal(symlink(target, path), 0);
+    lazyattn_store_value v;
+    lt_assert_status(lazyattn_store_get(s, key_of(5), &v), LAZYATTN_STATUS_OK);
+    assert_true(value_is(&v, 3000, 4));
+    lazyattn_store_release(s, &v);
+    /* the FIFO replaced by a put */
+    put_value(s, 1, 500);
+    expect_stored(s, 1, 500);
+    alarm(0);
+    lazyattn_store_destroy(s);
+    key_file(path, sizeof path, dir, 3);
+    rmdir(path);
+    remove_tree(dir);
+}
+
+/* A file rewritten in place while it is read: every get is FORMAT (it
+ * shrank under the read, or was empty) or bytes each of which is one of
+ * the two values' (read from the file), which stay as they are while the
+ * file goes on changing (a mapping of the file would change with it, or
+ * raise SIGBUS once the file is truncated under it). */
+static void test_dir_rewritten_in_place(void **state) {
+    (void)state;
+    char dir[512], path[800];
+    make_tmp_dir(dir, sizeof dir, "inplace");
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
+    enum { N = 64 * 1024 };
+    uint8_t *a = malloc(N), *b = malloc(N), *snap = malloc(N);
+    assert_true(a && b && snap);
+    fill_value(a, N, 1);
+    fill_value(b, N, 2);
+    lt_assert_status(lazyattn_store_put(s, key_of(1), a, N), LAZYATTN_STATUS_OK);
+    key_file(path, sizeof path, dir, 1);
+    rewriter r;
+    assert_int_equal(rewriter_start(&r, path, a, b, N, 0), 0);
+    int n_ok = 0, n_format = 0, n_bad = 0;
+    double t0 = rewriter_now();
+    for (int i = 0; i < 400 && rewriter_now() - t0 < 2.0; i++) {
+        lazyattn_store_value v;
+        int st = lazyattn_store_get(s, key_of(1), &v);
+        if (st == LAZYATTN_STATUS_FORMAT) {
+            n_format++;
+            continue;
+        }
+        if (st != LAZYATTN_STATUS_OK) {
+            n_bad++;
+            continue;
+        }
+        n_ok++;
+        /* the whole file, or the part written when it was sized */
+        const uint8_t *p = v.data;
+        if (v.size > N) n_bad++;
+        for (size_t j = 0; j < v.size && j < N; j++) n_bad += p[j] != a[j] && p[j] != b[j];
+        size_t n = v.size < N ? v.size : N;
+        memcpy(snap, p, n);
+        rewriter_wait_two(&r, 5.0); /* the file has held both values since the get */
+        n_bad += memcmp(snap, p, n) != 0;
+        lazyattn_store_release(s, &v);
+    }
+    rewriter_stop(&r);
+    assert_false(r.failed);
+    assert_int_equal(n_bad, 0);
+    assert_true(n_ok + n_format > 0);
+    free(a);
+    free(b);
+    free(snap);
+    lazyattn_store_destroy(s);
     remove_tree(dir);
 }
 
@@ -850,6 +964,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dir_store),
         cmocka_unit_test(test_dir_two_processes),
         cmocka_unit_test(test_dir_killed_writer),
+        cmocka_unit_test(test_dir_not_regular),
+        cmocka_unit_test(test_dir_rewritten_in_place),
         cmocka_unit_test(test_redis_down_or_slow),
         cmocka_unit_test(test_redis_store),
         cmocka_unit_test(test_redis_two_processes),
@@ -857,9 +973,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_redis_killed_writer),
         cmocka_unit_test(test_threads),
     };
-    /* --threads: the threaded test alone (CI runs it under ThreadSanitizer) */
+    /* --threads: the threaded tests alone (CI runs them under ThreadSanitizer) */
     if (argc == 2 && strcmp(argv[1], "--threads") == 0) {
-        const struct CMUnitTest threaded[] = {cmocka_unit_test(test_threads)};
+        const struct CMUnitTest threaded[] = {cmocka_unit_test(test_threads),
+                                              cmocka_unit_test(test_dir_rewritten_in_place)};
         return cmocka_run_group_tests_name("doc_store_threads", threaded, NULL, NULL);
     }
     return cmocka_run_group_tests_name("doc_store", tests, NULL, NULL);

@@ -4,12 +4,15 @@
  * Redis stores and loaded by another cache (and another process) give
  * attention output that matches the float64 reference; GPU hits, tier hits
  * and recomputes are counted apart; corrupt, truncated, mismatched values,
- * a failing store, a full disk and a Redis server stopped mid-run cost a
- * recompute (counted), never a wrong answer, and leave the cache valid.
+ * a file rewritten in place or a FIFO in the directory store, an engine's
+ * value changing under the tier, a failing store, a full disk and a Redis
+ * server stopped mid-run cost a recompute (counted), never a wrong answer,
+ * and leave the cache valid.
  * Non-LAZY caches refuse a tier. The Redis tests need redis-server and
  * LAZYATTN_TEST_REDIS (set by CI); without it they are reported skipped. */
 #include "doc_engine.h"
 #include "redis_server.h"
+#include "rewriter.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -18,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -363,6 +367,218 @@ static void test_failing_store(void **state) {
     check_accounting(&e);
     engine_close(&e);
     lazyattn_store_destroy(s);
+}
+
+// ---- values that change under the reader ----
+
+/* After a tier hit or an import, the cache's copy of document 0 must be
+ * exactly `want` (the bytes the checksum passed): exported again and
+ * compared. 1 when it is. */
+static int cached_as(engine *e, const uint8_t *want, size_t n) {
+    size_t m = 0, w = 0;
+    if (lazyattn_cache_export_size(e->cache, hash_of(0), &m) || m != n) return 0;
+    uint8_t *got = malloc(n);
+    int same = got && !lazyattn_cache_export(e->cache, hash_of(0), got, n, &w) && w == n &&
+               memcmp(got, want, n) == 0;
+    free(got);
+    return same;
+}
+
+/* An export of document 0 (*n bytes) and a copy of it with two K bytes of
+ * real tokens changed (its checksum fails). */
+static void export_doc0(lazyattn_context *ctx, uint8_t **v0, uint8_t **bad, size_t *n) {
+    engine a;
+    engine_open(&a, ctx, 32, MODEL);
+    int zero = 0;
+    lazyattn_segment_action act[1];
+    run_docs(&a, 1, &zero, act);
+    size_t w;
+    lt_assert_status(lazyattn_cache_export_size(a.cache, hash_of(0), n), LAZYATTN_STATUS_OK);
+    *v0 = malloc(*n);
+    *bad = malloc(*n);
+    assert_true(*v0 && *bad);
+    lt_assert_status(lazyattn_cache_export(a.cache, hash_of(0), *v0, *n, &w), LAZYATTN_STATUS_OK);
+    memcpy(*bad, *v0, *n);
+    size_t kv = LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)doc_len[0];
+    (*bad)[kv + 3] ^= 0x40;                /* layer 0, K of token 0 */
+    (*bad)[kv + 4 * ROW * 20 + 7] ^= 0x40; /* layer 0, K of token 24 (block 1) */
+    engine_close(&a);
+}
+
+/* The directory store's file of document 0 rewritten in place (not by the
+ * store's write-then-rename) while it is read, imported and loaded by the
+ * tier: every get is a clear status or bytes that import checks; never a
+ * signal (a mapping truncated under its reader raised SIGBUS); every
+ * import or tier hit holds exactly the bytes the checksum passed (through
+ * a mapping, the upload read the file again, after the check). A FIFO at
+ * the document's name is a recompute, at once. */
+static void test_dir_rewritten_in_place(void **state) {
+    lazyattn_context *ctx = *state;
+    uint8_t *v0, *bad;
+    size_t n;
+    export_doc0(ctx, &v0, &bad, &n);
+    char dir[] = "/tmp/lazyattn-inplace-XXXXXX", path[600];
+    assert_non_null(mkdtemp(dir));
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
+    lazyattn_doc_key key0 = key_of(0);
+    lt_assert_status(lazyattn_store_put(s, key0, v0, n), LAZYATTN_STATUS_OK);
+    /* the store's file name: "<model_id>-<digest>.lzkv" */
+    int at = snprintf(path, sizeof path, "%s/%016llx-", dir, (unsigned long long)MODEL);
+    for (int i = 0; i < 32; i++) at += snprintf(path + at, sizeof path - (size_t)at, "%02x",
+                                                key0.digest[i]);
+    snprintf(path + at, sizeof path - (size_t)at, ".lzkv");
+    rewriter r;
+    assert_int_equal(rewriter_start(&r, path, v0, bad, n, 500), 0);
+    engine b, c;
+    engine_open(&b, ctx, 32, MODEL);
+    engine_open(&c, ctx, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier(c.cache, s, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    int n_get = 0, n_imported = 0, n_refused = 0, n_hits = 0;
+    double t0 = rewriter_now();
+    /* until the file was rewritten 40 times (3 s at most) */
+    for (int i = 0; atomic_load(&r.rewrites) < 40 && rewriter_now() - t0 < 3.0; i++) {
+        lazyattn_store_value v;
+        int st = lazyattn_store_get(s, key0, &v);
+        if (st == LAZYATTN_STATUS_FORMAT) continue; /* empty, or shrank under the read */
+        lt_assert_status(st, LAZYATTN_STATUS_OK);
+        n_get++;
+        st = lazyattn_cache_import(b.cache, v.data, v.size, NULL);
+        if (st == LAZYATTN_STATUS_OK) {
+            n_imported++;
+            assert_true(cached_as(&b, v0, n));
+            lazyattn_cache_trim(b.cache, 0);
+        } else {
+            lt_assert_status(st, LAZYATTN_STATUS_FORMAT); /* torn, or the changed value */
+            n_refused++;
+        }
+        lazyattn_store_release(s, &v);
+        if (i % 20 == 0) { /* through the tier: output checked against the reference */
+            int zero = 0;
+            lazyattn_segment_action act[1];
+            run_docs(&c, 1, &zero, act);
+            if (act[0] == LAZYATTN_ACTION_REUSE) {
+                n_hits++;
+                assert_true(cached_as(&c, v0, n));
+            }
+            lazyattn_cache_trim(c.cache, 0);
+        }
+    }
+    rewriter_stop(&r);
+    assert_false(r.failed);
+    print_message("in-place rewrites: %d, gets %d: %d imported, %d refused; %d tier hits\n",
+                  atomic_load(&r.rewrites), n_get, n_imported, n_refused, n_hits);
+    check_accounting(&c);
+    engine_close(&c);
+    /* A FIFO at the document's name: refused at once (a read of it waited
+     * for a writer, in request_create, for ever); alarm makes a hang fail. */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    engine_open(&c, ctx, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier(c.cache, s, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    alarm(30);
+    int zero = 0;
+    lazyattn_segment_action act[1];
+    run_docs(&c, 1, &zero, act);
+    alarm(0);
+    assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    assert_int_equal(stats_of(&c).tier_rejected, 1);
+    check_accounting(&c);
+    engine_close(&c);
+    engine_close(&b);
+    lazyattn_store_destroy(s);
+    unlink(path);
+    rmdir(dir);
+    free(v0);
+    free(bad);
+}
+
+/* An engine's store whose value is memory another party changes while the
+ * tier reads it (a shared mapping, say): a thread flips a K byte of it
+ * back and forth. The tier copies the value once, so each load is a
+ * recompute (the copy's checksum fails) or a hit of exactly the original
+ * bytes; a second read after the check would let the other byte in. */
+typedef struct shared_value {
+    uint8_t *data; /* changed in place by the flipper */
+    size_t n, at;  /* the byte flipped */
+    atomic_int stop;
+} shared_value;
+
+static int sv_get(void *impl, lazyattn_doc_key k, lazyattn_store_value *v) {
+    shared_value *sv = impl;
+    if (memcmp(k.digest, key_of(0).digest, sizeof k.digest) != 0) return LAZYATTN_STATUS_NOT_FOUND;
+    v->data = sv->data;
+    v->size = sv->n;
+    return LAZYATTN_STATUS_OK;
+}
+static void sv_release(void *impl, lazyattn_store_value *v) { (void)impl, (void)v; }
+static int sv_put(void *impl, lazyattn_doc_key k, const void *d, size_t n) {
+    (void)impl, (void)k, (void)d, (void)n;
+    return LAZYATTN_STATUS_IO;
+}
+static int sv_exists(void *impl, lazyattn_doc_key k, int *e) {
+    (void)impl;
+    *e = memcmp(k.digest, key_of(0).digest, sizeof k.digest) == 0;
+    return LAZYATTN_STATUS_OK;
+}
+static int sv_remove(void *impl, lazyattn_doc_key k) {
+    (void)impl, (void)k;
+    return LAZYATTN_STATUS_IO;
+}
+
+static void *flip_loop(void *p) {
+    shared_value *sv = p;
+    while (!atomic_load(&sv->stop))
+        __atomic_store_n(&sv->data[sv->at], (uint8_t)(sv->data[sv->at] ^ 0x40), __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static void test_engine_value_changes(void **state) {
+    lazyattn_context *ctx = *state;
+    uint8_t *v0, *bad;
+    size_t n;
+    export_doc0(ctx, &v0, &bad, &n);
+    shared_value sv = {.data = malloc(n), .n = n,
+                       .at = LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)doc_len[0] + 3};
+    assert_non_null(sv.data);
+    memcpy(sv.data, v0, n);
+    atomic_init(&sv.stop, 0);
+    lazyattn_store_ops ops = {"shared", sv_get, sv_release, sv_put, sv_exists, sv_remove, NULL};
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create(&ops, &sv, &s), LAZYATTN_STATUS_OK);
+    engine c;
+    engine_open(&c, ctx, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier(c.cache, s, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, flip_loop, &sv), 0);
+    int hits = 0, recomputes = 0;
+    for (int i = 0; i < 24; i++) {
+        int zero = 0;
+        lazyattn_segment_action act[1];
+        run_docs(&c, 1, &zero, act); /* checked against the reference inside */
+        if (act[0] == LAZYATTN_ACTION_REUSE) {
+            hits++;
+            assert_true(cached_as(&c, v0, n));
+        } else {
+            recomputes++;
+        }
+        lazyattn_cache_trim(c.cache, 0);
+    }
+    atomic_store(&sv.stop, 1);
+    pthread_join(t, NULL);
+    print_message("a changing engine value: %d tier hits, %d recomputes\n", hits, recomputes);
+    lazyattn_cache_stats st = stats_of(&c);
+    assert_int_equal(st.tier_hits, hits);
+    assert_int_equal(st.tier_rejected, recomputes);
+    check_accounting(&c);
+    engine_close(&c);
+    lazyattn_store_destroy(s);
+    free(sv.data);
+    free(v0);
+    free(bad);
 }
 
 // ---- a store whose operations call back into the cache ----
@@ -908,6 +1124,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dir_write_back),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_failing_store),
+        cmocka_unit_test(test_dir_rewritten_in_place),
+        cmocka_unit_test(test_engine_value_changes),
         cmocka_unit_test(test_store_reenters_cache),
         cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_dir_other_process),
