@@ -433,19 +433,22 @@ typedef struct bench {
  * setup, the kernels' compilation with a count, each warm-up and run); within a
  * run a progress bar on a terminal, a line at each quarter elsewhere (a log) ---- */
 static double phase_t0;
+static char phase_who[32] = "rag_bench"; /* "rag_bench [process i]" in a --processes child */
 static int phase_bar;     /* 1: the progress bar is on (stderr a terminal, or --progress) */
 static int phase_pending; /* 1: a \r line is open on the terminal */
 
 static void phase(const char *fmt, ...) {
+    /* one write a line, so that the lines of --processes children do not interleave */
+    char line[512];
+    int n = snprintf(line, sizeof line, "%s%s: [%6.1f s] ", phase_pending ? "\n" : "", phase_who,
+                     serve_now() - phase_t0);
     va_list ap;
     va_start(ap, fmt);
-    if (phase_pending) fputc('\n', stderr);
-    phase_pending = 0;
-    fprintf(stderr, "rag_bench: [%6.1f s] ", serve_now() - phase_t0);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    fflush(stderr);
+    if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    phase_pending = 0;
 }
 
 /* The context's log: counts the programs built ("program [KEY]: ..."), each a
@@ -1020,6 +1023,7 @@ static int read_all(int fd, void *p, size_t n) {
  * of the workload, starting at request index*R/N. */
 static int process_main(const bench_options *o, const serve_model_config *mc, int index,
                         int shared, int fd) {
+    snprintf(phase_who, sizeof phase_who, "rag_bench [process %d]", index);
     bench b;
     memset(&b, 0, sizeof b);
     b.opt = o;
