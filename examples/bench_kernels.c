@@ -615,6 +615,8 @@ static const char usage_text[] =
     "the run failed, 2 a bad command line.\n";
 
 int main(int argc, char **argv) {
+    /* a line per step as it happens, in a log too (stdout is fully buffered in a pipe) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     const char *csv = NULL;
     const char *decode_tile = NULL, *prefill_tile = NULL;
     int skip_checks = 0, only = -1;

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli_options.h"
 #include "lazyattn.h"
 #include "lazyattn_testing.h" /* the reference, the workload generator */
 
@@ -131,8 +130,16 @@ static const char usage_text[] =
     "1 a failure or a wrong answer, 2 a bad command line.\n";
 
 int main(int argc, char **argv) {
-    int r = cli_parse("quickstart", usage_text, NULL, 0, argc, argv);
-    if (r) return r == CLI_HELP ? 0 : 2;
+    /* no options, so no option parser: the program needs only the installed headers
+     * (README "Install and pkg-config" builds it as written) */
+    if (argc > 1) {
+        if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+            fputs(usage_text, stdout);
+            return 0;
+        }
+        fprintf(stderr, "quickstart: %s: unknown option (it takes none)\n%s", argv[1], usage_text);
+        return 2;
+    }
     lazyattn_context *ctx;
     CHECK(lazyattn_context_create(NULL, &ctx));
     printf("lazyattn %s on %s\n", lazyattn_version_string(), lazyattn_context_device_name(ctx));

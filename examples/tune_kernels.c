@@ -252,6 +252,8 @@ static const char usage_text[] =
     "1 a failure, 2 a bad command line.\n";
 
 int main(int argc, char **argv) {
+    /* a line per step as it happens, in a log too (stdout is fully buffered in a pipe) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int small = 0;
     const char *out_path = NULL;
     lazyattn_attention_config cfg;

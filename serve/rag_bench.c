@@ -39,6 +39,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -428,8 +429,66 @@ typedef struct bench {
     double *arrivals;
 } bench;
 
+/* ---- what the program is doing, on stderr: a line per phase as it starts (the
+ * setup, the kernels' compilation with a count, each warm-up and run); within a
+ * run a progress bar on a terminal, a line at each quarter elsewhere (a log) ---- */
+static double phase_t0;
+static char phase_who[32] = "rag_bench"; /* "rag_bench [process i]" in a --processes child */
+static int phase_bar;     /* 1: the progress bar is on (stderr a terminal, or --progress) */
+static int phase_pending; /* 1: a \r line is open on the terminal */
+
+static void phase(const char *fmt, ...) {
+    /* one write a line, so that the lines of --processes children do not interleave */
+    char line[512];
+    int n = snprintf(line, sizeof line, "%s%s: [%6.1f s] ", phase_pending ? "\n" : "", phase_who,
+                     serve_now() - phase_t0);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    phase_pending = 0;
+}
+
+/* The context's log: counts the programs built ("program [KEY]: ..."), each a
+ * line (in place on a terminal), and prints the rest as the library would
+ * without a callback (errors, or up to LAZYATTN_LOG). */
+static int phase_programs;
+static void phase_log(void *user, lazyattn_log_level level, const char *message) {
+    (void)user;
+    if (!strncmp(message, "program [", 9)) {
+        phase_programs++;
+        if (phase_bar) {
+            fprintf(stderr, "\rrag_bench: [%6.1f s] kernels: %d programs built", serve_now() - phase_t0,
+                    phase_programs);
+            phase_pending = 1;
+            fflush(stderr);
+        } else {
+            phase("kernels: program %d built", phase_programs);
+        }
+    }
+    const char *env = getenv("LAZYATTN_LOG");
+    lazyattn_log_level max = !env                    ? LAZYATTN_LOG_ERROR
+                             : !strcmp(env, "debug") ? LAZYATTN_LOG_DEBUG
+                             : !strcmp(env, "info")  ? LAZYATTN_LOG_INFO
+                             : !strcmp(env, "warn")  ? LAZYATTN_LOG_WARN
+                                                     : LAZYATTN_LOG_ERROR;
+    if (level <= max) {
+        if (phase_pending) fputc('\n', stderr);
+        phase_pending = 0;
+        fprintf(stderr, "lazyattn: %s\n", message);
+    }
+}
+
 static void progress(const bench *b, const char *label, int done, int total, double t) {
-    if (!b->opt->progress) return;
+    if (!b->opt->progress) {
+        /* a log: a line at each quarter */
+        if (total > 0 && (done == total || done * 4 / total != (done - 1) * 4 / total))
+            phase("%s: %d/%d requests done, %.1f s", label, done, total, t);
+        return;
+    }
+    phase_pending = 0;
     int width = 30, fill = total ? done * width / total : width;
     char bar[64];
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '-';
@@ -738,6 +797,8 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
     int n_done = 0;
     if (o->warmup > 0) {
         snprintf(label, sizeof label, "%s warm-up", out->policy);
+        phase("%s @ %.4g MiB: warm-up, %d requests (not measured)", out->policy, (double)budget / (1 << 20),
+              o->warmup);
         double wlimit = 0;
         if (deadline > 0) {
             wlimit = deadline - serve_now();
@@ -765,6 +826,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
     char bt[32];
     snprintf(bt, sizeof bt, "%.4g MiB", (double)budget / (1 << 20));
     snprintf(label, sizeof label, "%s @ %s", out->policy, bt);
+    phase("%s: measured, %d requests", label, n_measured);
     serve_engine_stats es0, es1;
     serve_engine_get_stats(eng, &es0);
     double t0 = serve_now();
@@ -875,17 +937,23 @@ static int bench_setup(bench *b, const bench_options *o, const serve_model_confi
     lazyattn_context_options co;
     lazyattn_context_options_init(&co);
     co.profiling = !o->no_profiling;
+    co.log = phase_log;
+    phase("setup: the OpenCL context");
     int st = lazyattn_context_create(&co, &b->ctx);
     if (st) {
         serve_lz_fail(st, "lazyattn_context_create");
         goto out;
     }
     double t0 = serve_now();
+    phase("setup: the model on %s (%s), then every kernel built by two small requests (PoCL "
+          "and CLBlast compile on first use, their caches make later runs quick)",
+          lazyattn_context_device_name(b->ctx), o->gguf ? "weights from GGUF" : "random weights");
     if ((st = serve_model_create(b->ctx, mc, &b->model))) goto out;
     st = gguf ? serve_model_load_gguf(b->model, gguf) : serve_model_init_random(b->model, o->seed);
     if (st) goto out;
     if ((st = bench_compile_warmup(b))) goto out;
     *t_model = serve_now() - t0;
+    phase("setup done in %.1f s: %d programs built", *t_model, phase_programs);
     b->timer.enabled = !o->no_profiling;
     serve_model_set_timer(b->model, &b->timer);
 
@@ -955,6 +1023,7 @@ static int read_all(int fd, void *p, size_t n) {
  * of the workload, starting at request index*R/N. */
 static int process_main(const bench_options *o, const serve_model_config *mc, int index,
                         int shared, int fd) {
+    snprintf(phase_who, sizeof phase_who, "rag_bench [process %d]", index);
     bench b;
     memset(&b, 0, sizeof b);
     b.opt = o;
@@ -1314,6 +1383,8 @@ int main(int argc, char **argv) {
     int n_runs = 0, st = 0;
     serve_gguf *gguf = NULL;
     double t_start = serve_now();
+    phase_t0 = t_start;
+    phase_bar = o.progress;
 
     serve_model_config mc;
     if ((st = serve_model_config_preset(&mc, o.model))) goto fail;
@@ -1453,6 +1524,8 @@ int main(int argc, char **argv) {
             if (share < 1e-3) share = 1e-3; /* admits nothing: the run is marked cut */
             deadline = serve_now() + share; /* warm-up included */
         }
+        phase("run %d of %d: %s @ %.4g MiB", n_exec + 1, n_todo, lazyattn_cache_policy_name(o.policies[pi]),
+              (double)o.budgets[bi] / (1 << 20));
         st = bench_run(&b, o.policies[pi], o.budgets[bi], o.run_seconds, deadline, r);
         if (st) {
             fprintf(stderr, "\nrag_bench: %s at %llu B: %s: %s\n",

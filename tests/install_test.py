@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Install test: `meson install --destdir` of this build into a temporary
-directory (no root, nothing outside it is touched), then examples/cache_path.c
-and examples/quickstart.c built against the installed header and library with
+directory (no root, nothing outside it is touched), then examples/quickstart.c
+built by README.md's own `cc` line and examples/cache_path.c built against the installed header and library with
 `pkg-config --cflags --libs lazyattn` (PKG_CONFIG_PATH into the stage,
 PKG_CONFIG_SYSROOT_DIR = the stage, as for any DESTDIR install; pkgconf then
 prefixes the stage to the Requires' paths too, /usr/include etc., which do
@@ -20,6 +20,8 @@ usage: install_test.py --meson MESON --build-root DIR --source-root DIR
 """
 import argparse
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,6 +41,20 @@ def run(cmd, **kw):
     if r.returncode != 0:
         fail(f"{cmd[0]} exited with {r.returncode}")
     return r.stdout
+
+
+PKG = "$(pkg-config --cflags --libs lazyattn)"
+
+
+def readme_command(source_root):
+    """The `cc ...` line of README.md's "Install and pkg-config" block, as words."""
+    text = open(os.path.join(source_root, "README.md"), encoding="utf-8").read()
+    m = re.search(r"## Install and pkg-config\n.*?```sh\n(.*?)```", text, re.S)
+    lines = [l.split("#")[0].strip() for l in (m.group(1).splitlines() if m else [])]
+    cc = [l for l in lines if l.startswith("cc ")]
+    if len(cc) != 1 or PKG not in cc[0]:
+        fail(f"README.md's install block has no single 'cc ... {PKG}' line: {cc}")
+    return shlex.split(cc[0].replace(PKG, "@PKG@"))
 
 
 def under(path, root):
@@ -99,18 +115,46 @@ def main():
         keep = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":")
                 if d and not under(d, a.build_root)]
         run_env["LD_LIBRARY_PATH"] = ":".join([staged(libdir)] + keep)
+        # README.md's own line: cc -o quickstart examples/quickstart.c $(pkg-config ...) -lm,
+        # run in the source tree with this build's compiler (and sanitizer) for `cc`, the
+        # output into the temporary directory
+        words = readme_command(a.source_root)
+        if words[0] != "cc" or "-o" not in words:
+            fail(f"README.md's cc line {words}: expected 'cc -o NAME FILE.c ...'")
+        readme_exe = os.path.join(tmp, words[words.index("-o") + 1])
+        readme_cmd = []
+        for i, w in enumerate(words):
+            if i == 0:
+                readme_cmd += a.cc + san
+            elif w == "@PKG@":
+                readme_cmd += cflags + libs
+            elif i > 0 and words[i - 1] == "-o":
+                readme_cmd.append(readme_exe)
+            else:
+                readme_cmd.append(w)
+        readme_srcs = [w for w in words if w.endswith(".c")]
+        if readme_srcs != ["examples/quickstart.c"]:
+            fail(f"README.md's cc line builds {readme_srcs}, this test checks examples/quickstart.c")
         for prog in ("cache_path", "quickstart"):
             src = os.path.join(examples, prog + ".c")
             exe = os.path.join(tmp, prog)
-            # the option parser is the programs' own helper, not the library's API;
-            # examples/ holds no lazyattn header, so the installed one is the only one
-            srcs = [src, os.path.join(examples, "cli_options.c")]
-            common = a.cc + ["-std=c11", "-D_POSIX_C_SOURCE=200809L"] + san + ["-I" + examples] + cflags
-            deps = run(common + ["-M", src], env=env)
+            common = a.cc + ["-std=c11", "-D_POSIX_C_SOURCE=200809L"] + san + cflags
+            if prog == "quickstart":
+                # only the installed headers: no -I into examples/
+                deps = run(common + ["-M", src], env=env)
+            else:
+                # the option parser is the programs' own helper, not the library's API;
+                # examples/ holds no lazyattn header, so the installed one is the only one
+                deps = run(common + ["-I" + examples, "-M", src], env=env)
             headers = [w for w in deps.replace("\\\n", " ").split() if w.endswith("lazyattn.h")]
             if not headers or not all(under(h, stage) for h in headers):
                 fail(f"{prog}: lazyattn.h came from {headers}, not from the stage")
-            run(common + srcs + ["-o", exe] + san + libs + ["-lm"], env=env)
+            if prog == "quickstart":
+                run(readme_cmd, env=env, cwd=a.source_root)
+                exe = readme_exe
+            else:
+                run(common + ["-I" + examples, src, os.path.join(examples, "cli_options.c"), "-o", exe]
+                    + san + libs + ["-lm"], env=env)
             ldd = run(["ldd", exe], env=run_env)
             line = [l for l in ldd.splitlines() if "liblazyattn.so" in l]
             if not line or staged(libdir) not in line[0]:

@@ -297,8 +297,12 @@ static void run_program_cases(void **state, const program_case *pc, int n_cases)
            worst_decode, tolerance(pc->dtype), worst_agree);
 }
 
+/* random cases per program: 12, or the first 2 of them with --quick (meson's quick
+ * `attention`; the full sweep is `attention_full`, suite slow) */
+static int program_n_cases = 12;
+
 #define PROGRAM_TEST(i)                                                          \
-    static void test_program_##i(void **state) { run_program_cases(state, &programs[i], 12); }
+    static void test_program_##i(void **state) { run_program_cases(state, &programs[i], program_n_cases); }
 PROGRAM_TEST(0)
 PROGRAM_TEST(1)
 PROGRAM_TEST(2)
@@ -842,7 +846,13 @@ static void test_kv_layout_checks(void **state) {
     }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--quick") == 0) {
+        program_n_cases = 2;
+    } else if (argc > 1) {
+        fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+        return 2;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_kv_rotates_at_stored_position),
         cmocka_unit_test(test_write_kv_tiled_pages),

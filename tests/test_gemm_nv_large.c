@@ -112,7 +112,10 @@ static void test_product(void **state) {
     lazyattn_context *ctx = *state;
     serve_gemm_large *g = NULL;
     const int st = serve_gemm_large_create(ctx, &g);
-    if (st == LAZYATTN_STATUS_UNSUPPORTED) skip(); /* PoCL, or NVIDIA but not Hopper */
+    if (st == LAZYATTN_STATUS_UNSUPPORTED) { /* PoCL, or NVIDIA but not Hopper */
+        print_message("needs an NVIDIA GPU of compute capability 9.x (wgmma): skipped\n");
+        skip();
+    }
     if (st != LAZYATTN_STATUS_OK) fail_msg("serve_gemm_large_create: %s", serve_last_error());
     enum { ROWS = 130, PAD = 256, OUT = 256, IN = 96, LD1 = 136 };
     uint16_t *x = malloc(sizeof(uint16_t) * PAD * IN), *w = malloc(sizeof(uint16_t) * OUT * IN);

@@ -65,7 +65,10 @@ static void test_create_bad_input(void **state) {
     assert_true(strlen(serve_last_error()) > 0);
     assert_int_equal(serve_gemm_small_create(s->ctx, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
     serve_gemm_small_destroy(NULL);
-    if (!s->ctx) skip();
+    if (!s->ctx) {
+        print_message("no OpenCL device: skipped\n");
+        skip();
+    }
     if (!lazyattn_context_fast_path(s->ctx)) {
         g = (serve_gemm_small *)(uintptr_t)1;
         assert_int_equal(serve_gemm_small_create(s->ctx, &g), LAZYATTN_STATUS_UNSUPPORTED);
@@ -84,7 +87,10 @@ static void test_run_bad_input(void **state) {
     assert_int_equal(serve_gemm_small_set_tuning(NULL, 0, -1, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_int_equal(serve_gemm_small_get_tuning(NULL, 1, 0, &t), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_string_equal(serve_gemm_small_build_log(NULL, 1, 0), "");
-    if (!s->g) skip();
+    if (!s->g) {
+        print_message("no NVIDIA tensor-core path on this device (mma.sync): skipped\n");
+        skip();
+    }
     cl_context cl = lazyattn_context_cl_context(s->ctx);
     cl_command_queue q = lazyattn_context_queue(s->ctx);
     cl_int err;
@@ -260,7 +266,10 @@ static void check_shape(gs_state *s, int rows, int out, int in, const int *cols,
 
 static void test_products(void **state) {
     gs_state *s = *state;
-    if (!s->g) skip();
+    if (!s->g) {
+        print_message("no NVIDIA tensor-core path on this device (mma.sync): skipped\n");
+        skip();
+    }
     /* the defaults, then kernel shapes of each kind: K slices summed in
      * local memory, a W prefetch, X staged in local memory (with and
      * without slices), R 1 and 4 */
@@ -322,7 +331,10 @@ static const serve_gemm_small_tuning WG_TUNINGS[] = {
  * capability 9.x, the tunings unchanged. */
 static void test_products_wgmma(void **state) {
     gs_state *s = *state;
-    if (!s->g) skip();
+    if (!s->g) {
+        print_message("no NVIDIA tensor-core path on this device (mma.sync): skipped\n");
+        skip();
+    }
     serve_gemm_small_tuning before, after;
     assert_int_equal(serve_gemm_small_get_tuning(s->g, 8, 0, &before), 0);
     if (device_major(s) != 9) {
@@ -330,6 +342,7 @@ static void test_products_wgmma(void **state) {
         assert_non_null(strstr(serve_last_error(), "9.x"));
         assert_int_equal(serve_gemm_small_get_tuning(s->g, 8, 0, &after), 0);
         assert_memory_equal(&before, &after, sizeof before);
+        print_message("wgmma refused off compute capability 9.x (checked); its products skipped\n");
         skip();
     }
     serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
@@ -408,7 +421,10 @@ static int rows_independent(gs_state *s, const char *what) {
  * other rows (the sum order does not depend on `rows`), in every class of W. */
 static void test_rows_independent(void **state) {
     gs_state *s = *state;
-    if (!s->g) skip();
+    if (!s->g) {
+        print_message("no NVIDIA tensor-core path on this device (mma.sync): skipped\n");
+        skip();
+    }
     assert_int_equal(rows_independent(s, "defaults"), 0);
 }
 
@@ -416,7 +432,10 @@ static void test_rows_independent(void **state) {
  * m64nNk16 give a column the same bits for every N (8..64)? */
 static void test_rows_independent_wgmma(void **state) {
     gs_state *s = *state;
-    if (!s->g || device_major(s) != 9) skip();
+    if (!s->g || device_major(s) != 9) {
+        print_message("needs an NVIDIA GPU of compute capability 9.x (wgmma): skipped\n");
+        skip();
+    }
     serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
     for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
         for (int nt = 1; nt <= 8; nt++)

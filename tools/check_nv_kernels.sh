@@ -1,17 +1,43 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Compiles the NVIDIA fast-path kernels to PTX with clang's NVPTX target, for
 # every specialisation the host builds (head dim 64/128, block 16/32). CI has
 # no NVIDIA GPU: this catches syntax and inline-asm constraint errors there;
 # correctness and speed are checked on the GPU (bench/run_gpu.sh).
+# About 110 clang builds (2 s of CPU each) and 50 ptxas runs: they run as
+# jobs, one a core (NV_CHECK_JOBS=N changes it); the checks that read
+# several outputs run once all are built.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -eu
 cd "$(dirname "$0")/.."
 out=${1:-build/nv-ptx}
 mkdir -p "$out"
+start=$SECONDS
+par=${NV_CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
+running=0 failed=0
+# job CMD...: runs CMD in the background, at most $par at once (a failure is
+# counted and reported at the next drain)
+reap() {
+    rc=0
+    wait -n || rc=$?
+    running=$((running - 1))
+    [ "$rc" = 0 ] || failed=$((failed + 1))
+}
+job() {
+    while [ "$running" -ge "$par" ]; do reap; done
+    ( "$@" ) &
+    running=$((running + 1))
+}
+# drain: waits for every job; exits 1 if one failed
+drain() {
+    while [ "$running" -gt 0 ]; do reap; done
+    [ "$failed" = 0 ] || { echo "check_nv_kernels: $failed build(s) failed (above)" >&2; exit 1; }
+}
 # compile KERNEL NAME PATTERN DEFINES...: cl/KERNEL.cl (with its headers)
 # to $out/NAME.ptx, which must contain PATTERN (DEFINES may override the
 # defaults here, LZ_NV_WARPS for one)
-compile() {
+compile() { job compile_now "$@"; }
+compile_now() {
     kernel=$1 name=$2 pattern=$3
     shift 3
     clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
@@ -44,21 +70,14 @@ compile decode_nv decode_nv.d128.ddiag1 cp.async -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16
     -DLZ_NV_DDIAG=1
 compile decode_nv decode_nv.d128.ddiag2 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
     -DLZ_KV_TILED=1 -DLZ_NV_DDIAG=2
-# the decode's block products with the keys as the mma's rows (LZ_NV_DSWAP, the default for G <= 8:
-# movmatrix.trans) in every decode above, and the m16 form alone (-DLZ_NV_DSWAP=0)
-for f in "$out"/decode_nv.d*.b*.ptx; do
-    grep -q "movmatrix.sync.aligned.m8n8.trans.b16" "$f" || { echo "$f: no movmatrix (LZ_NV_DSWAP)" >&2; exit 1; }
-done
+# the m16 form of the decode's block products alone (-DLZ_NV_DSWAP=0; checked at the end)
 compile decode_nv decode_nv.d128.m16 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
     -DLZ_KV_TILED=1 -DLZ_NV_DSWAP=0
-if grep -q movmatrix "$out/decode_nv.d128.m16.ptx"; then echo "decode_nv.d128.m16: movmatrix with LZ_NV_DSWAP=0" >&2; exit 1; fi
 # the wgmma prefill (its instructions behind //@ markers until
 # lib/ptx_sm90a.c unmarks them on the GPU)
 for d in 64 128; do
+    # (with O += P V on wgmma too, checked at the end)
     compile prefill_nv prefill_nv.d$d.wgmma //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1
-    # O += P V on wgmma too (A from registers, V MN-major: m64n<d>k16)
-    grep -q "//@wgmma.mma_async.sync.aligned.m64n${d}k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma.ptx" ||
-        { echo "prefill_nv.d$d.wgmma: no wgmma m64n${d}k16 (P V)" >&2; exit 1; }
     # issue 11 step 3 (opt-in): P V kept in flight across the round, three V slots
     compile prefill_nv prefill_nv.d$d.wgmma_pvov //@wgmma.wait_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVOV=1
@@ -78,10 +97,6 @@ for d in 64 128; do
         -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1
     compile prefill_nv prefill_nv.d$d.wgmma_pingpong_tiled16 bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
         -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=0
-    if grep -q "cp.async.bulk.shared" "$out/prefill_nv.d$d.wgmma_pingpong_tiled16.ptx"; then
-        echo "prefill_nv.d$d.wgmma_pingpong_tiled16: a bulk copy with LZ_NV_BULK=0" >&2
-        exit 1
-    fi
     # ... persistent (LZ_NV_PERSIST, the host's default with the ping-pong: a work-group a SM
     # running task lists; redux.sync for each task's positions), at 12 and 8 consumer warps
     for w in 12 8; do
@@ -103,25 +118,18 @@ for d in 64 128; do
     # whose producer fences its 16-byte copies itself: no cp.async arrival) and the rescale skip
     compile prefill_nv prefill_nv.d$d.wgmma_producer fence.proxy.async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
         -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1
-    grep -q "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma_producer.ptx" ||
-        { echo "prefill_nv.d$d.wgmma_producer: no wgmma m64n32k16 (LZ_NV_S_WIDE)" >&2; exit 1; }
     # v6's form: only the scores on wgmma
     compile prefill_nv prefill_nv.d$d.wgmma_s //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
         -DLZ_NV_PVWG=0
 done
 # the producer's mbarrier protocol (1, 2 or 4 copying warps) under random interleavings, on the host
-if command -v python3 >/dev/null 2>&1; then python3 tools/sim_prefill_producer.py; fi
-# the batched ragged prefill kernel is in the prefill program next to lz_prefill_nv
-for f in "$out"/prefill_nv.d*.b*.ptx; do
-    grep -q '^\.entry lz_prefill_nv_batched' "$f" || { echo "$f: no lz_prefill_nv_batched" >&2; exit 1; }
-done
-echo "lz_prefill_nv_batched: in every prefill_nv PTX"
+if command -v python3 >/dev/null 2>&1; then job python3 tools/sim_prefill_producer.py; fi
 # the portable small-work-group decode (cl/decode_warp.cl, in the decode program
 # with cl/decode.cl) as NVIDIA's OpenCL sees it: f16 storage, its inline-PTX
 # conversions (cl_nv_pragma_unroll), the H200 tile and the K ring
 cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/decode.cl cl/decode_warp.cl > "$out/decode_warp.cl"
-for d in 64 128; do
-    for ring in 1 2; do
+decode_warp() {
+        d=$1 ring=$2
         name=decode_warp.d$d.r$ring
         clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
             -Xclang -cl-ext=+cl_khr_fp16 -Wno-pass-failed -Dasm=__asm__ -Dcl_nv_pragma_unroll=1 \
@@ -131,12 +139,13 @@ for d in 64 128; do
             grep -q "^\.entry $k(" "$out/$name.ptx" || { echo "$name: no $k" >&2; exit 1; }
         done
         echo "$name: PTX with lz_decode_warp and lz_decode_warp_reduce"
-    done
+}
+for d in 64 128; do
+    for ring in 1 2; do job decode_warp $d $ring; done
 done
 # serve/'s large-M bf16 GEMM (serve/gemm_nv_large.cl: wgmma behind //@ markers until
 # lazyattn_context_build_program's sm_90a round trip unmarks them on the GPU), a few tiles
-for t in "2 1 128 64 1 0" "1 2 128 32 3 0" "2 1 256 16 4 1"; do
-    set -- $t
+gemm_large() {
     name=gemm_nv_large.wg$1.mw$2.bn$3.bk$4.s$5.l$6
     clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
         -Wno-pass-failed -Dasm=__asm__ -DLG_WG=$1 -DLG_MW=$2 -DLG_BN=$3 -DLG_BK=$4 -DLG_STAGES=$5 \
@@ -144,6 +153,9 @@ for t in "2 1 128 64 1 0" "1 2 128 32 3 0" "2 1 256 16 4 1"; do
     grep -q "//@wgmma.mma_async.sync.aligned.m64n$3k16.f32.bf16.bf16" "$out/$name.ptx" ||
         { echo "$name: no wgmma m64n$3k16 in the PTX" >&2; exit 1; }
     echo "$name: PTX with wgmma m64n$3k16"
+}
+for t in "2 1 128 64 1 0" "1 2 128 32 3 0" "2 1 256 16 4 1"; do
+    job gemm_large $t
 done
 # serve/'s decode-sized bf16 GEMM (serve/gemm_nv_small.cl, no headers): X read
 # directly, with the W prefetch and K slices, and staged in local memory
@@ -151,9 +163,6 @@ cp serve/gemm_nv_small.cl "$out/gemm_nv_small.cl"
 compile gemm_nv_small gemm_nv_small.direct mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_R=1 -DGS_WR=1 -DGS_WK=8
 compile gemm_nv_small gemm_nv_small.pipe mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_PIPE=1 -DGS_WHINT=2
 compile gemm_nv_small gemm_nv_small.xs cp.async.cg.shared.global -DGS_XS=1 -DGS_WK=2 -DGS_U=2 -DGS_PIPE=1
-for k in 1 2 3 4 5 6 7 8; do
-    grep -q "^\.entry gs_gemm_nt$k(" "$out/gemm_nv_small.xs.ptx" || { echo "gemm_nv_small: no gs_gemm_nt$k" >&2; exit 1; }
-done
 # the wgmma modes (GS_XS 2, 3: wgmma m64n(8 NT)k16 behind //@ markers, A = W
 # from registers, X through a descriptor, staged by cp.async or registers), a few shapes; where ptxas is installed
 # (PTXAS, default /usr/local/cuda/bin/ptxas) also unmarked and assembled for
@@ -166,23 +175,17 @@ cat > "$out/nv_workitem.h" <<'EOF2'
 #define get_group_id(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_ctaid_y() : __nvvm_read_ptx_sreg_ctaid_z()))
 #define barrier(f) __syncthreads()
 EOF2
-# xs 4 under the host's register cap (serve/gemm_nv_small.c gs_maxreg: 12
-# warps a CU in whole work-groups: 168 for 4 or 12 warps, 128 for 8 or 16; xs 5: 16 warps,
-# 128 for 4, 8 or 16), the 7th field
-for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "2 8 1 1 1 2" \
-    "1 4 3 1 0 2" "1 4 1 2 1 3" "2 4 1 2 1 3" "1 8 2 1 0 3" \
-    "1 4 1 4 1 4 168" "2 4 1 2 1 4 168" "1 4 1 2 1 4 168" "1 8 1 2 1 4 128" "1 8 2 1 0 4 128" \
-    "1 12 1 4 1 4 168" "1 12 1 4 1 3" "1 4 1 1 1 5 128" "1 8 1 1 1 5 128" "1 4 1 2 1 5 128"; do
-    set -- $t
+# gemm_small_wg R WR WK U PIPE XS [MAXREG]: one shape
+gemm_small_wg() {
     maxreg=${7:-0}
     name=gemm_nv_small.wg.r$1.wr$2.wk$3.u$4.p$5.xs$6
-    compile gemm_nv_small $name //@wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \
+    compile_now gemm_nv_small $name //@wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \
         -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 -DGS_WHINT=2
     for k in 1 2 3 4 5 6 7 8; do
         grep -q "wgmma.mma_async.sync.aligned.m64n$((8 * k))k16.f32.bf16.bf16" "$out/$name.ptx" ||
             { echo "$name: no wgmma m64n$((8 * k))k16" >&2; exit 1; }
     done
-    [ -x "$ptxas" ] || continue
+    [ -x "$ptxas" ] || return 0
     clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header -include "$out/nv_workitem.h" \
         -Wno-pass-failed -Dasm=__asm__ -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 \
         -DGS_WHINT=2 -O2 -S -o "$out/$name.sreg.ptx" "$out/gemm_nv_small.cl"
@@ -198,6 +201,15 @@ for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "
     fi
     echo "$name: ptxas sm_90a registers nt1..8:" $(grep -o "Used [0-9]* registers" "$out/$name.ptxas.log" |
         awk '{print $2}' | tac)
+}
+# xs 4 under the host's register cap (serve/gemm_nv_small.c gs_maxreg: 12
+# warps a CU in whole work-groups: 168 for 4 or 12 warps, 128 for 8 or 16; xs 5: 16 warps,
+# 128 for 4, 8 or 16), the 7th field
+for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "2 8 1 1 1 2" \
+    "1 4 3 1 0 2" "1 4 1 2 1 3" "2 4 1 2 1 3" "1 8 2 1 0 3" \
+    "1 4 1 4 1 4 168" "2 4 1 2 1 4 168" "1 4 1 2 1 4 168" "1 8 1 2 1 4 128" "1 8 2 1 0 4 128" \
+    "1 12 1 4 1 4 168" "1 12 1 4 1 3" "1 4 1 1 1 5 128" "1 8 1 1 1 5 128" "1 4 1 2 1 5 128"; do
+    job gemm_small_wg $t
 done
 # The wgmma prefill at d 64 (where clang's PTX needs no spills; at d 128 clang takes far more
 # registers than NVIDIA's compiler), without and with the producer and the variants of issue 11 steps 4-8, unmarked
@@ -205,6 +217,35 @@ done
 # second wgmma shape in lz_nv_scores brought, or setmaxnreg ignored (C7508). Registers and spills
 # are printed, not judged: clang's PTX under the work-group's cap spills where NVIDIA's compiler
 # (fewer registers) does not; the device call's verbose log has NVIDIA's counts
+# prefill_wgmma12 NAME DEFINES...: one variant at d 64, 12 consumer warps
+prefill_wgmma12() {
+    name=prefill_nv.d64.wgmma12.$1
+    shift
+    clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
+        -include "$out/nv_workitem.h" -include "$out/nv_prefill_builtins.h" -Wno-pass-failed -Wno-macro-redefined \
+        -Dasm=__asm__ \
+        -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_NV_KT=32 -DLZ_NV_WARPS=12 -DLZ_HEAD_DIM=64 -DLZ_BLOCK=16 \
+        -DLZ_NV_WGMMA=1 "$@" -O2 -S -o "$out/$name.sreg.ptx" "$out/prefill_nv.cl"
+    # the work-group size as NVIDIA's compiler writes it (.reqntid): 12 warps, the producer's
+    # warpgroup 4 more
+    # and, with setmaxnreg, ".minnctapersm 1" as lib/ptx_sm90a.c adds it
+    threads=384 minctas=""
+    case "$*" in *LZ_NV_PRODUCER=1*) threads=512 minctas=".minnctapersm 1" ;; esac
+    sed -e 's#//@##' -e 's/^\.target sm_[0-9]*.*/.target sm_90a/' -e 's/^\.version .*/.version 8.0/' \
+        "$out/$name.sreg.ptx" | awk -v n="$threads" -v m="$minctas" \
+        '/^\.entry /{e=1} e && /^\)/{print; print ".reqntid " n ", 1, 1"; if (m != "") print m; e=0; next} {print}' \
+        > "$out/$name.sm90a.ptx"
+    [ "$(grep -c '^\.reqntid' "$out/$name.sm90a.ptx")" = 2 ] || { echo "$name: no .reqntid written" >&2; exit 1; }
+    "$ptxas" -arch=sm_90a -v "$out/$name.sm90a.ptx" -o "$out/$name.cubin" > "$out/$name.ptxas.log" 2>&1 ||
+        { cat "$out/$name.ptxas.log" >&2; exit 1; }
+    if grep -E "C75[0-9][0-9]" "$out/$name.ptxas.log" >&2; then
+        echo "$name: serialized wgmma or setmaxnreg ignored (above)" >&2
+        exit 1
+    fi
+    echo "$name: ptxas sm_90a registers (batched, single):" $(grep -o "Used [0-9]* registers" \
+        "$out/$name.ptxas.log" | awk '{print $2}') "spill stores:" $(grep -o "[0-9]* bytes spill stores" \
+        "$out/$name.ptxas.log" | awk '{print $1}')
+}
 if [ -x "$ptxas" ]; then
     cat > "$out/nv_prefill_builtins.h" <<'EOF2'
 #define get_num_groups(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_nctaid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_nctaid_y() : __nvvm_read_ptx_sreg_nctaid_z()))
@@ -235,34 +276,36 @@ EOF2
         "mfinite0 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_M_FINITE=0" \
         "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
         "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
-        set -- $v
-        name=prefill_nv.d64.wgmma12.$1
-        shift
-        clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
-            -include "$out/nv_workitem.h" -include "$out/nv_prefill_builtins.h" -Wno-pass-failed -Wno-macro-redefined \
-            -Dasm=__asm__ \
-            -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_NV_KT=32 -DLZ_NV_WARPS=12 -DLZ_HEAD_DIM=64 -DLZ_BLOCK=16 \
-            -DLZ_NV_WGMMA=1 "$@" -O2 -S -o "$out/$name.sreg.ptx" "$out/prefill_nv.cl"
-        # the work-group size as NVIDIA's compiler writes it (.reqntid): 12 warps, the producer's
-        # warpgroup 4 more
-        # and, with setmaxnreg, ".minnctapersm 1" as lib/ptx_sm90a.c adds it
-        threads=384 minctas=""
-        case "$*" in *LZ_NV_PRODUCER=1*) threads=512 minctas=".minnctapersm 1" ;; esac
-        sed -e 's#//@##' -e 's/^\.target sm_[0-9]*.*/.target sm_90a/' -e 's/^\.version .*/.version 8.0/' \
-            "$out/$name.sreg.ptx" | awk -v n="$threads" -v m="$minctas" \
-            '/^\.entry /{e=1} e && /^\)/{print; print ".reqntid " n ", 1, 1"; if (m != "") print m; e=0; next} {print}' \
-            > "$out/$name.sm90a.ptx"
-        [ "$(grep -c '^\.reqntid' "$out/$name.sm90a.ptx")" = 2 ] || { echo "$name: no .reqntid written" >&2; exit 1; }
-        "$ptxas" -arch=sm_90a -v "$out/$name.sm90a.ptx" -o "$out/$name.cubin" > "$out/$name.ptxas.log" 2>&1 ||
-            { cat "$out/$name.ptxas.log" >&2; exit 1; }
-        if grep -E "C75[0-9][0-9]" "$out/$name.ptxas.log" >&2; then
-            echo "$name: serialized wgmma or setmaxnreg ignored (above)" >&2
-            exit 1
-        fi
-        echo "$name: ptxas sm_90a registers (batched, single):" $(grep -o "Used [0-9]* registers" \
-            "$out/$name.ptxas.log" | awk '{print $2}') "spill stores:" $(grep -o "[0-9]* bytes spill stores" \
-            "$out/$name.ptxas.log" | awk '{print $1}')
+        job prefill_wgmma12 $v
     done
 fi
 # GS_XS 5's local-memory layout (W and X tiles read back through the descriptors), on the host
-if command -v python3 >/dev/null 2>&1; then python3 tools/sim_gemm_small_xs5.py; fi
+if command -v python3 >/dev/null 2>&1; then job python3 tools/sim_gemm_small_xs5.py; fi
+drain
+# ---- checks over several outputs (once every job is done) ----
+# the decode's block products with the keys as the mma's rows (LZ_NV_DSWAP, the default for G <= 8:
+# movmatrix.trans) in every decode above, and the m16 form alone (-DLZ_NV_DSWAP=0)
+for f in "$out"/decode_nv.d*.b*.ptx; do
+    grep -q "movmatrix.sync.aligned.m8n8.trans.b16" "$f" || { echo "$f: no movmatrix (LZ_NV_DSWAP)" >&2; exit 1; }
+done
+if grep -q movmatrix "$out/decode_nv.d128.m16.ptx"; then echo "decode_nv.d128.m16: movmatrix with LZ_NV_DSWAP=0" >&2; exit 1; fi
+for d in 64 128; do
+    # O += P V on wgmma too (A from registers, V MN-major: m64n<d>k16)
+    grep -q "//@wgmma.mma_async.sync.aligned.m64n${d}k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma.ptx" ||
+        { echo "prefill_nv.d$d.wgmma: no wgmma m64n${d}k16 (P V)" >&2; exit 1; }
+    if grep -q "cp.async.bulk.shared" "$out/prefill_nv.d$d.wgmma_pingpong_tiled16.ptx"; then
+        echo "prefill_nv.d$d.wgmma_pingpong_tiled16: a bulk copy with LZ_NV_BULK=0" >&2
+        exit 1
+    fi
+    grep -q "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma_producer.ptx" ||
+        { echo "prefill_nv.d$d.wgmma_producer: no wgmma m64n32k16 (LZ_NV_S_WIDE)" >&2; exit 1; }
+done
+# the batched ragged prefill kernel is in the prefill program next to lz_prefill_nv
+for f in "$out"/prefill_nv.d*.b*.ptx; do
+    grep -q '^\.entry lz_prefill_nv_batched' "$f" || { echo "$f: no lz_prefill_nv_batched" >&2; exit 1; }
+done
+echo "lz_prefill_nv_batched: in every prefill_nv PTX"
+for k in 1 2 3 4 5 6 7 8; do
+    grep -q "^\.entry gs_gemm_nt$k(" "$out/gemm_nv_small.xs.ptx" || { echo "gemm_nv_small: no gs_gemm_nt$k" >&2; exit 1; }
+done
+echo "check_nv_kernels: every build and check passed ($((SECONDS - start)) s, $par jobs at once)"

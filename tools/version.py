@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Prints the version from include/lazyattn.h, the one place it is written."""
+"""Prints the version from include/lazyattn.h, checked against VERSION (meson.build)."""
 import re
 import sys
 
