@@ -1390,9 +1390,9 @@ LAZYATTN_API int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_stor
  * a file rewritten in place meanwhile (cp, rsync --inplace) gives the bytes
  * read, which import checks, or FORMAT when it shrank; never a signal. A
  * symbolic link to a regular file is followed; anything else at a key's
- * name (a FIFO, a directory, a device, a link to one) is FORMAT at once,
- * and exists says 0 for it. A full disk: IO with the system's reason
- * ("No space left on device"), nothing published.
+ * name (a FIFO, a directory, a device, a socket, a link to one) is FORMAT
+ * at once, never opened, and exists says 0 for it. A full disk: IO with
+ * the system's reason ("No space left on device"), nothing published.
  * No budget: the file system's size is the limit. */
 LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **out);
 

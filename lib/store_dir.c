@@ -65,6 +65,17 @@ static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v)
     lz_dir *d = impl;
     char *file = lz_dir_file(d, key);
     if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    /* What is not a regular file is refused before any open: opening a
+     * device may act on it (a tape rewinds), a socket's open fails with
+     * ENXIO, which would not say what is there. The fstat below checks
+     * what was opened (the name may change in between). */
+    struct stat pre;
+    if (stat(file, &pre) == 0 && !S_ISREG(pre.st_mode)) {
+        int st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s is %s, not a regular file", file,
+                         lz_file_kind(pre.st_mode));
+        free(file);
+        return st;
+    }
     /* O_NONBLOCK: a FIFO at the name opens at once (and is refused below) */
     int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {

@@ -4,8 +4,9 @@
  * and live-object checks, a directory shared by two processes, a writer
  * killed mid-write (no partial file is ever read), a file rewritten in
  * place under its readers (a value, once got, never changes), a FIFO,
- * directory or links at a key's name (refused at once), and Redis values whose
- * chunks are missing, mixed or corrupt (refused). The Redis tests need a
+ * directory, socket, device or links at a key's name (refused at once,
+ * never opened), and Redis values whose chunks are missing, mixed or
+ * corrupt (refused). The Redis tests need a
  * server: LAZYATTN_TEST_REDIS=127.0.0.1:PORT (CI starts one); without it
  * they are reported as skipped. */
 #include "test_common.h"
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/stat.h>
@@ -439,10 +441,11 @@ static void key_file(char *out, size_t n, const char *dir, unsigned k) {
              k, 0, k);
 }
 
-/* A FIFO at a key's name, a link to one, a directory: get answers at once
- * (a FIFO opened for reading waits for a writer: a hang, which alarm turns
- * into a failure); a link to a regular file is followed; exists says 0 for
- * what get refuses, and a put replaces the FIFO. */
+/* A FIFO at a key's name, a link to one, a directory, a socket, a link to
+ * a device: get answers at once, FORMAT naming what is there (a FIFO
+ * opened for reading waits for a writer: a hang, which alarm turns into a
+ * failure); a link to a regular file is followed; exists says 0 for what
+ * get refuses, and a put replaces the FIFO. */
 static void test_dir_not_regular(void **state) {
     (void)state;
     char dir[512], path[800], target[800];
@@ -458,8 +461,27 @@ static void test_dir_not_regular(void **state) {
     assert_int_equal(symlink(target, path), 0);
     key_file(path, sizeof path, dir, 3);
     assert_int_equal(mkdir(path, 0755), 0);
-    const char *what[4] = {NULL, "a FIFO", "a FIFO", "a directory"};
-    for (uint64_t k = 1; k <= 3; k++) {
+    /* key 6: a UNIX socket (bound at a short name, which sun_path needs,
+     * then renamed: its open fails with ENXIO, which says nothing of what
+     * is there); key 7: a link to a character device (never opened) */
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    char sock_dir[] = "/tmp/lzsockXXXXXX";
+    assert_non_null(mkdtemp(sock_dir));
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/s", sock_dir);
+    int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(sfd >= 0);
+    assert_int_equal(bind(sfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    key_file(path, sizeof path, dir, 6);
+    assert_int_equal(rename(sa.sun_path, path), 0);
+    rmdir(sock_dir);
+    key_file(path, sizeof path, dir, 7);
+    assert_int_equal(symlink("/dev/null", path), 0);
+    const char *what[8] = {NULL,   "a FIFO", "a FIFO", "a directory",
+                           NULL,   NULL,     "a socket", "a character device"};
+    for (uint64_t k = 1; k <= 7; k++) {
+        if (!what[k]) continue;
         lazyattn_store_value v;
         lt_assert_status(lazyattn_store_get(s, key_of(k), &v), LAZYATTN_STATUS_FORMAT);
         assert_non_null(strstr(lazyattn_last_error(), what[k]));
@@ -482,6 +504,7 @@ static void test_dir_not_regular(void **state) {
     put_value(s, 1, 500);
     expect_stored(s, 1, 500);
     alarm(0);
+    close(sfd);
     lazyattn_store_destroy(s);
     key_file(path, sizeof path, dir, 3);
     rmdir(path);
