@@ -616,15 +616,9 @@ int lazyattn_cache_import_from(lazyattn_cache *c, lazyattn_read_fn read, void *u
     memcpy(buf, head, sizeof head);
     while (off < n) {
         size_t piece = n - off < LZ_IMPORT_PIECE ? n - off : LZ_IMPORT_PIECE;
-        if (piece > cap - off) { /* doubles, up to the whole export */
-            size_t want = cap > n / 2 ? n : 2 * cap;
-            uint8_t *grown = realloc(buf, want);
-            if (!grown) {
-                free(buf);
-                return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", w, want);
-            }
-            buf = grown;
-            cap = want;
+        if (piece > cap - off && lz_grow_bytes(&buf, &cap, off + piece, n)) {
+            free(buf);
+            return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", w, off + piece);
         }
         if (read(user, buf + off, piece) != 0) {
             free(buf);

@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 /* ---- errors (status.c) ---- */
 
@@ -247,6 +248,20 @@ int lz_request_pool(const lazyattn_request *r, const char *fn, lazyattn_pool **p
 void lz_device_plan_fail_at(int nth);
 
 /* ---- small helpers ---- */
+
+/* Grows the byte buffer *buf of *cap bytes to hold need (<= limit) bytes:
+ * doubling, never past limit, so that a size read from outside is
+ * allocated only as its bytes arrive. 0, or -1 when out of host memory
+ * (*buf and *cap as they were). */
+static inline int lz_grow_bytes(uint8_t **buf, size_t *cap, size_t need, size_t limit) {
+    size_t n = *cap > limit / 2 ? limit : 2 * *cap;
+    if (n < need) n = need;
+    uint8_t *g = realloc(*buf, n);
+    if (!g) return -1;
+    *buf = g;
+    *cap = n;
+    return 0;
+}
 
 static inline size_t lz_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
 static inline cl_command_queue lz_queue(const lazyattn_context *ctx, cl_command_queue q) {

@@ -201,15 +201,10 @@ static int lz_redis_get(void *impl, lazyattn_doc_key k, lazyattn_store_value *v)
                              who, i, m.n_chunks,
                              rep->type == REDIS_REPLY_STRING ? "of another length" : "missing",
                              (unsigned long long)want);
-            if (!st && off + want > cap) { /* doubles, up to the manifest's total */
-                size_t grow = cap > (size_t)m.total / 2 ? (size_t)m.total : 2 * cap;
-                if (grow < off + want) grow = (size_t)(off + want);
-                uint8_t *g = realloc(buf, grow);
-                if (!g)
-                    st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", who, grow);
-                else
-                    buf = g, cap = grow;
-            }
+            if (!st && off + want > cap &&
+                lz_grow_bytes(&buf, &cap, (size_t)(off + want), (size_t)m.total))
+                st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes", who,
+                             (size_t)(off + want));
             if (!st) memcpy(buf + off, rep->str, (size_t)want);
             freeReplyObject(rep);
         }

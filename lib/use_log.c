@@ -43,6 +43,15 @@ static void lz_use_prune(lz_use_log *log) {
     }
 }
 
+/* Room for one more element in an array of *cap elements of elem bytes
+ * (first allocation: first): the array, moved, or NULL (the old one kept). */
+static void *lz_grow_array(void *p, size_t *cap, size_t elem, size_t first) {
+    size_t n = *cap ? 2 * *cap : first;
+    void *q = n <= SIZE_MAX / elem ? realloc(p, n * elem) : NULL;
+    if (q) *cap = n;
+    return q;
+}
+
 void lz_use_log_free(lz_use_log *log) {
     for (size_t i = log->head; i < log->n; i++) lz_use_drop(&log->uses[i]);
     free(log->uses);
@@ -59,11 +68,9 @@ int lz_use_log_record(lz_use_log *log, cl_event event, cl_command_queue queue) {
         log->head = 0;
     }
     if (log->n == log->cap) {
-        size_t cap = log->cap ? 2 * log->cap : 64;
-        lz_use *u = cap <= SIZE_MAX / sizeof *u ? realloc(log->uses, cap * sizeof *u) : NULL;
+        lz_use *u = lz_grow_array(log->uses, &log->cap, sizeof *u, 64);
         if (!u) return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
         log->uses = u;
-        log->cap = cap;
     }
     if (!queue &&
         clGetEventInfo(event, CL_EVENT_COMMAND_QUEUE, sizeof queue, &queue, NULL) != CL_SUCCESS)
@@ -86,11 +93,9 @@ int lz_use_log_touch(lz_use_log *log, cl_command_queue queue) {
             return LAZYATTN_STATUS_OK;
         }
     if (log->n_queues == log->cap_queues) {
-        size_t cap = log->cap_queues ? 2 * log->cap_queues : 4;
-        lz_use_queue *q = cap <= SIZE_MAX / sizeof *q ? realloc(log->queues, cap * sizeof *q) : NULL;
+        lz_use_queue *q = lz_grow_array(log->queues, &log->cap_queues, sizeof *q, 4);
         if (!q) return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
         log->queues = q;
-        log->cap_queues = cap;
     }
     clRetainCommandQueue(queue);
     log->last_queue = log->n_queues;
