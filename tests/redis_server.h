@@ -11,6 +11,26 @@
 /* LAZYATTN_TEST_REDIS=HOST:PORT: 1 with host[0..n) and *port filled, else 0. */
 int lt_redis_target(char *host, size_t n, int *port);
 
+/* In a cmocka test: host (a char array) and *port from lt_redis_target, or
+ * the test skipped saying why (built without hiredis, or no server named).
+ * CI checks that no "Redis tests skipped" is printed when it runs a server. */
+#ifdef LAZYATTN_HAVE_HIREDIS
+#define LT_REDIS_TARGET_OR_SKIP(host, port)                                      \
+    do {                                                                         \
+        if (!lt_redis_target(host, sizeof host, port)) {                         \
+            print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");  \
+            skip();                                                              \
+        }                                                                        \
+    } while (0)
+#else
+#define LT_REDIS_TARGET_OR_SKIP(host, port)                                      \
+    do {                                                                         \
+        (void)(host);                                                            \
+        print_message("Redis tests skipped: built without hiredis\n");          \
+        skip();                                                                  \
+    } while (0)
+#endif
+
 /* A port of 127.0.0.1 where nothing listens (bound, then closed). */
 int lt_free_port(void);
 

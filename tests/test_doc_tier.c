@@ -921,17 +921,9 @@ static void test_dir_other_process(void **state) {
 }
 
 static void test_redis_other_process(void **state) {
-#ifndef LAZYATTN_HAVE_HIREDIS
-    (void)state;
-    print_message("Redis tests skipped: built without hiredis\n");
-    skip();
-#endif
     char host[128], spec[200];
     int port = 0;
-    if (!lt_redis_target(host, sizeof host, &port)) {
-        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
-        skip();
-    }
+    LT_REDIS_TARGET_OR_SKIP(host, &port);
     snprintf(spec, sizeof spec, "redis:%s:%d", host, port);
     from_other_process(*state, spec);
 }
@@ -1034,17 +1026,9 @@ static void test_collision_host_dir(void **state) {
 }
 
 static void test_collision_redis(void **state) {
-#ifndef LAZYATTN_HAVE_HIREDIS
-    (void)state;
-    print_message("Redis tests skipped: built without hiredis\n");
-    skip();
-#endif
     char host[128], spec[200];
     int port = 0;
-    if (!lt_redis_target(host, sizeof host, &port)) {
-        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
-        skip();
-    }
+    LT_REDIS_TARGET_OR_SKIP(host, &port);
     snprintf(spec, sizeof spec, "redis:%s:%d", host, port);
     lazyattn_store *s;
     lt_assert_status(open_spec(spec, &s), LAZYATTN_STATUS_OK);
@@ -1056,18 +1040,10 @@ static void test_collision_redis(void **state) {
  * loads fail and writes fail (counted), requests recompute and still match
  * the reference, the caches stay valid. */
 static void test_redis_stopped(void **state) {
-#ifndef LAZYATTN_HAVE_HIREDIS
-    (void)state;
-    print_message("Redis tests skipped: built without hiredis\n");
-    skip();
-#endif
     lazyattn_context *ctx = *state;
     char host[128];
     int shared_port = 0;
-    if (!lt_redis_target(host, sizeof host, &shared_port)) {
-        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS unset\n");
-        skip();
-    }
+    LT_REDIS_TARGET_OR_SKIP(host, &shared_port);
     int port = lt_free_port();
     pid_t pid = lt_redis_spawn(port);
     char spec[64];
