@@ -144,7 +144,7 @@ inline void lz_raise(__global int *err, int bits) { atomic_or(err, bits); }
  *   LZ_KV_TILED 1 (TILED): [LZ_BLOCK / 8][LZ_HEAD_DIM / 8][8 tokens][8 dims],
  *     the 8 x 8 core matrices the NVIDIA kernels keep in local memory (what
  *     Hopper's wgmma reads), so that their copies move whole 128-byte lines
- *     (cl/prefill_nv.cl, cl/decode_nv.cl); LZ_BLOCK a multiple of 8.
+ *     (cl/nv/, cl/decode_nv.cl); LZ_BLOCK a multiple of 8.
  * Either way an element's offset in its page is a token part plus a dim
  * part: lz_kv_offset gives (block, kv head, token, dim 0), LZ_KV_DIM(d) what
  * dim d adds to it. Dims d .. d + 7 (d a multiple of 8) stay contiguous, so

@@ -2,9 +2,8 @@
 /* Attention launchers: builds the kernels for one configuration, validates
  * every launch on the host, and enqueues write_kv, rope, prefill, decode and
  * materialise. */
+#include "attn/attention_internal.h"
 #include "checked_size.h"
-#include "prefill_order.h"
-#include "tuning.h"
 
 #include "../cl/kernel_abi.h"
 
@@ -18,78 +17,9 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
                    LZ_ROPE_GPTJ == LAZYATTN_ROPE_GPTJ,
                "kernel and host RoPE style codes");
 
-/* NVIDIA tensor-core path (cl/prefill_nv.cl, cl/decode_nv.cl), taken when
- * the context has fast_nv (NVIDIA, compute capability >= 8, not
- * LAZYATTN_PORTABLE) and the configuration fits the kernels: f16 storage,
- * head_dim 64 or 128, block size 16 or 32, no ALiBi, at most 8 query heads
- * per KV head. Launch geometry below; for tuning, LAZYATTN_NV_PREFILL=
- * "KT,WARPS,MAXREG" and LAZYATTN_NV_DECODE="STAGES,WAVES[,TREE]" override it and
- * LAZYATTN_NV_DEFINES adds build options (-D switches for experiments);
- * LAZYATTN_NV_WGMMA=0 / 1 forces the mma.sync / wgmma prefill (lz_nv_build);
- * the wgmma prefill has a producer warpgroup that feeds the others through
- * mbarrier rings (cl/prefill_nv.cl, LZ_NV_PRODUCER; LAZYATTN_NV_PRODUCER=0,
- * exactly "0", turns it off; where it does not build, e.g. with
- * LAZYATTN_NV_DEFINES experiments of the kernel without it, the wgmma
- * prefill without it is built). */
-/* Decode blocks in flight per warp + 1 (measured best for large batches). */
-#define LZ_NV_DECODE_RING 3
-/* The decode's splits combine their partials in a reduction launch after
- * the split kernel (0), or themselves in one launch, in a tree of this
- * fan-in (cl/decode_nv.cl LZ_NV_DTREE; LAZYATTN_NV_DECODE=3,0,8): ~10 us
- * less host time a decode, but measured slower on the H200 (issue 11 step
- * 15, docs/PERFLOG.md: 1 x 32768 in 59.6 us against 54.0). */
-#define LZ_NV_DECODE_TREE 0
-/* Work-items of a work-group of lz_decode_nv_reduce (LZ_NV_RT). */
-#define LZ_NV_REDUCE_THREADS 256
-#define LZ_NV_ORDERS 4 /* prefill dispatch orders kept (shapes) */
-
-typedef struct lz_nv_tune {
-    int kt;          /* prefill keys per staged tile (multiple of the block size) */
-    int warps;       /* prefill warps per work-group (G heads x 16-token rows) */
-    int maxreg;      /* -cl-nv-maxrregcount, 0 = the compiler's choice */
-    int dstages;     /* decode ring depth (blocks in flight + 1) */
-    int waves;       /* decode work-groups aimed at per compute unit; 0 = LZ_NV_DECODE_WAVES */
-    int tree;        /* decode: fan-in of the splits' own combine (LZ_NV_DTREE), 0 = reduction launch */
-    int dtimes;      /* LAZYATTN_NV_DECODE_TIMES=1: log each decode launch's kernel times */
-    int producer;    /* 1: the wgmma prefill's K / V copies by a producer warpgroup (LZ_NV_PRODUCER) */
-    int persist;     /* 1: lz_prefill_nv persistent, a work-group a SM (LZ_NV_PERSIST; with the producer) */
-    size_t prefill_threads; /* work-items of a prefill work-group, as the kernels were compiled */
-} lz_nv_tune;
-
-enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE,
-       LZ_K_PREFILL_BATCHED, LZ_K_REDUCE_SPLITS, LZ_K_COUNT };
 static const char *const lz_kernel_names[LZ_K_COUNT] = {
     "lz_kv_write", "lz_rope_apply", "lz_prefill", "lz_decode", "lz_decode_reduce", "lz_materialise",
     "lz_prefill_batched", "lz_decode_warp_reduce"};
-
-struct lazyattn_attention {
-    lazyattn_context *ctx;
-    lazyattn_attention_config cfg;
-    int rot_dim;
-    int group; /* query heads per KV head */
-    lazyattn_kernel_tuning tune; /* portable kernels' geometry (tuning.c) */
-    cl_kernel kernels[LZ_K_COUNT];
-    cl_mem freq;   /* [max(1, rot_dim / 2)] float2 (hi, lo) */
-    cl_mem slopes; /* [n_q_heads] float */
-    cl_mem err;    /* one int of LZ_ERR_* bits */
-    cl_mem part_ml, part_acc;
-    size_t part_capacity; /* partial rows (seq * head * split) the scratch holds */
-    cl_mem dcount;        /* the decode tree's counts (LZ_NV_DTREE), zero between launches */
-    size_t dcount_capacity; /* ints in dcount */
-    int fast;             /* the NVIDIA tensor-core kernels below are in use */
-    lz_nv_tune nv;
-    cl_kernel nv_prefill, nv_decode, nv_reduce, nv_prefill_batched;
-    /* lz_prefill_nv's dispatch orders (prefill_order.c) of the last
-     * LZ_NV_ORDERS shapes, made once each, read-only after */
-    struct {
-        int known, n_queries, n_entries;
-        cl_mem order; /* [tiles * n_kv_heads] int; NULL: the kernel's own order */
-        int groups;   /* persistent: the work-groups (order: their lists, prefill_order.h) */
-    } nv_orders[LZ_NV_ORDERS];
-    int nv_order_next;                  /* the slot the next new shape replaces */
-    lz_order_policy nv_order_policy;    /* LAZYATTN_NV_ORDER; AUTO by default */
-    int nv_order_off;                   /* LAZYATTN_NV_ORDER=none: the kernel's own order */
-};
 
 /* ---- configuration ------------------------------------------------------ */
 
@@ -158,209 +88,6 @@ done:
     free(f);
     return st;
 }
-
-/* ---- NVIDIA fast path: selection and build ------------------------------ */
-
-static int lz_nv_fits(const lazyattn_context *ctx, const lazyattn_attention_config *c) {
-    int group = c->n_q_heads / c->n_kv_heads;
-    return ctx->fast_nv && c->dtype == LAZYATTN_DTYPE_F16 &&
-           (c->head_dim == 64 || c->head_dim == 128) &&
-           (c->block_size == 16 || c->block_size == 32) && !c->alibi && group <= 8;
-}
-
-/* The default prefill geometry: wgmma (S and P V) with 12 warps (three
- * warpgroups) where wgmma runs (compute capability 9.x) and 12 warps hold
- * whole groups of query heads; mma.sync with 8 warps elsewhere. Measured on
- * the H200 (docs/PERFLOG.md, issue 11 step 2): 2x8192 causal 169.0 against
- * 140.9 TFLOP/s, 4096 over 4x2048 cached 169.9 against 152.0. */
-static int lz_nv_wgmma_default(const lazyattn_attention *a) {
-    return a->ctx->nv_cc_major == 9 && 12 % a->group == 0;
-}
-
-static void lz_nv_tune_defaults(const lazyattn_attention *a, int wgmma, lz_nv_tune *t) {
-    const int B = a->cfg.block_size, D = a->cfg.head_dim;
-    t->kt = B > 32 ? B : 32;
-    t->warps = wgmma ? 12 : 8;
-    t->maxreg = 0;
-    t->dstages = LZ_NV_DECODE_RING, t->waves = 0, t->tree = LZ_NV_DECODE_TREE;
-    const char *env = getenv("LAZYATTN_NV_PREFILL");
-    if (env) sscanf(env, "%d,%d,%d", &t->kt, &t->warps, &t->maxreg);
-    env = getenv("LAZYATTN_NV_DECODE");
-    if (env) sscanf(env, "%d,%d,%d", &t->dstages, &t->waves, &t->tree);
-    if (t->tree < 2 || t->tree > 16) t->tree = 0; /* 0, 1 or out of range: the reduction launch */
-    env = getenv("LAZYATTN_NV_DECODE_TIMES");
-    t->dtimes = env && !strcmp(env, "1");
-    /* keep the tuning inside what the kernels and 48 KB of local memory allow */
-    if (t->kt < B || t->kt % B || t->kt % 16) t->kt = B > 32 ? B : 32;
-    /* two K and two V slots + the entry slots must stay under 48 KB of local memory */
-    if ((size_t)8 * t->kt * D > 48640) t->kt = B;
-    const int group = a->group;
-    if (t->warps < group) t->warps = group;
-    if (t->warps > 32) t->warps = group; /* at most 1024 threads, before warps * 32 could overflow */
-    t->warps = t->warps / group * group;
-    if (t->dstages < 2 || t->dstages > 6) t->dstages = LZ_NV_DECODE_RING;
-    while (t->dstages > 2 && (size_t)t->dstages * 4 * B * D > 48640) t->dstages--;
-    if (t->waves < 0) t->waves = 0;
-    /* the wgmma prefill's producer warpgroup (the default, measured faster on
-     * the H200; LAZYATTN_NV_PRODUCER=0 turns it off): its rings of 5 slots of
-     * kt keys (f16; 3 K and 2 V, or 2 and 3 with the ping-pong's narrow
-     * scores, LZ_NV_S_WIDE 0) under 48 KB, its registers going to 4, 8 or 12
-     * consumer warps (cl/prefill_nv.cl) */
-    env = getenv("LAZYATTN_NV_PRODUCER");
-    t->producer = wgmma && !(env && !strcmp(env, "0")) && (size_t)10 * t->kt * D <= 48640 &&
-                  t->warps % 4 == 0 && t->warps <= 12;
-    /* ... and with its ping-pong (8 or 12 consumer warps), the persistent
-     * prefill, opt-in (LAZYATTN_NV_PERSIST=1): measured slower than a
-     * work-group a tile on the H200 (issue 11 step 13, docs/PERFLOG.md) */
-    env = getenv("LAZYATTN_NV_PERSIST");
-    t->persist = t->producer && (t->warps == 8 || t->warps == 12) && env && !strcmp(env, "1");
-}
-
-/* Builds the tensor-core kernels, with the prefill's scores on Hopper wgmma
- * (through the PTX round trip of ptx_sm90a.c) when wgmma is set. */
-static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
-    lazyattn_context *ctx = a->ctx;
-    char options[512];
-    int n = snprintf(options, sizeof options,
-                     "-cl-std=CL1.2 -DLZ_HEAD_DIM=%d -DLZ_BLOCK=%d -DLZ_DTYPE=%d -DLZ_KV_TILED=%d "
-                     "-DLAZYATTN_FAST_NV=1 -DLZ_NV_KT=%d -DLZ_NV_WARPS=%d -DLZ_NV_DSTAGES=%d "
-                     "-DLZ_NV_DTREE=%d -DLZ_NV_RT=%d -DLZ_NV_WGMMA=%d%s%s",
-                     a->cfg.head_dim, a->cfg.block_size, (int)a->cfg.dtype,
-                     a->cfg.kv_layout == LAZYATTN_KV_LAYOUT_TILED, a->nv.kt,
-                     a->nv.warps, a->nv.dstages, a->nv.tree, LZ_NV_REDUCE_THREADS, wgmma,
-                     wgmma && a->nv.producer ? " -DLZ_NV_PRODUCER=1" : "",
-                     wgmma && a->nv.producer && a->nv.persist ? " -DLZ_NV_PERSIST=1" : "");
-    const int n_base = n;
-    if (a->nv.maxreg > 0)
-        n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", a->nv.maxreg);
-    const char *extra = getenv("LAZYATTN_NV_DEFINES"); /* experiments: extra -D options */
-    if (extra && (strstr(extra, "LZ_NV_PRODUCER") || strstr(extra, "LZ_NV_WARPS") ||
-                  strstr(extra, "LZ_NV_PERSIST"))) {
-        /* the host sizes the launch by these: LAZYATTN_NV_PRODUCER, LAZYATTN_NV_PREFILL and
-         * LAZYATTN_NV_PERSIST set them */
-        lz_log(ctx, LAZYATTN_LOG_WARN, "LAZYATTN_NV_DEFINES ignored: it sets LZ_NV_PRODUCER, LZ_NV_WARPS or "
-               "LZ_NV_PERSIST, which LAZYATTN_NV_PRODUCER, LAZYATTN_NV_PREFILL and LAZYATTN_NV_PERSIST set");
-        extra = NULL;
-    }
-    if (extra && strlen(extra) < 200)
-        n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
-    if (getenv("LAZYATTN_NV_VERBOSE"))
-        snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
-    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "mma_nv",
-                                          "prefill_nv", "decode_nv"};
-    cl_program program, patched = NULL;
-    int st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
-    if (st) return st;
-    if (wgmma) {
-        /* the second build takes the code-generation options only */
-        st = lz_ptx_sm90a(ctx, program, options + n_base, &patched);
-        if (st) return st;
-        program = patched;
-    }
-    cl_int err;
-    a->nv_prefill = clCreateKernel(program, "lz_prefill_nv", &err);
-    if (err == CL_SUCCESS) a->nv_decode = clCreateKernel(program, "lz_decode_nv", &err);
-    if (err == CL_SUCCESS) a->nv_reduce = clCreateKernel(program, "lz_decode_nv_reduce", &err);
-    if (err == CL_SUCCESS)
-        a->nv_prefill_batched = clCreateKernel(program, "lz_prefill_nv_batched", &err);
-    /* the launch takes the work-group size the prefill kernels were compiled
-     * for (reqd_work_group_size: the warps, and the producer's warpgroup when
-     * the build has one), so that host and kernel cannot disagree; where the
-     * driver does not report it (0, e.g. a program rebuilt from PTX), the
-     * size the host asked for */
-    size_t wg[3] = {0, 0, 0}, wgb[3] = {0, 0, 0};
-    if (err == CL_SUCCESS &&
-        clGetKernelWorkGroupInfo(a->nv_prefill, ctx->device, CL_KERNEL_COMPILE_WORK_GROUP_SIZE,
-                                 sizeof wg, wg, NULL) != CL_SUCCESS)
-        wg[0] = 0;
-    if (err == CL_SUCCESS &&
-        clGetKernelWorkGroupInfo(a->nv_prefill_batched, ctx->device,
-                                 CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wgb, wgb, NULL) != CL_SUCCESS)
-        wgb[0] = 0;
-    a->nv.prefill_threads = wg[0] ? wg[0] : (size_t)32 * (a->nv.warps + 4 * a->nv.producer);
-    if (err == CL_SUCCESS &&
-        (a->nv.prefill_threads % 32 || (wgb[0] && wgb[0] != a->nv.prefill_threads)))
-        err = CL_INVALID_KERNEL_DEFINITION;
-    if (patched) clReleaseProgram(patched); /* the kernels keep it */
-    if (err != CL_SUCCESS) {
-        cl_kernel *k[] = {&a->nv_prefill, &a->nv_decode, &a->nv_reduce, &a->nv_prefill_batched};
-        for (int i = 0; i < 4; i++)
-            if (*k[i]) clReleaseKernel(*k[i]), *k[i] = NULL;
-        return lz_cl_fail(err, "lazyattn_attention_create: NVIDIA kernels");
-    }
-    return LAZYATTN_STATUS_OK;
-}
-
-/* Builds the tensor-core kernels next to the portable ones. The prefill
- * puts its scores and its P V on Hopper wgmma where lz_nv_wgmma_default
- * says (compute capability 9.x), mma.sync elsewhere or when the round trip
- * fails (first without its producer warpgroup where only that fails);
- * LAZYATTN_NV_WGMMA=0 / 1 forces mma.sync / wgmma (1 only on 9.x,
- * with warps a multiple of 4). Both are checked on the H200
- * (bench/run_gpu.sh). A build failure leaves the portable kernels in
- * charge, with a warning in the log. */
-static int lz_nv_build(lazyattn_attention *a) {
-    lazyattn_context *ctx = a->ctx;
-    if (!lz_nv_fits(ctx, &a->cfg)) return LAZYATTN_STATUS_OK;
-    const char *env = getenv("LAZYATTN_NV_WGMMA");
-    const int want = env && !strcmp(env, "1") ? 1 : env && !strcmp(env, "0") ? 0 : lz_nv_wgmma_default(a);
-    const int can = want && ctx->nv_cc_major == 9;
-    lz_nv_tune_defaults(a, can, &a->nv);
-    int wgmma = can && a->nv.warps % 4 == 0;
-    /* mma.sync keeps its own default geometry (8 warps), also where wgmma
-     * was asked for but cannot run (not 9.x, warps not whole warpgroups,
-     * e.g. 12 rounded to 10 for groups of 5) or its build fails */
-    if (can && !wgmma) lz_nv_tune_defaults(a, 0, &a->nv);
-    int st = lz_nv_build_with(a, wgmma);
-    if (st && wgmma && a->nv.persist) {
-        /* e.g. LAZYATTN_NV_DEFINES=-DLZ_NV_PINGPONG=0 (an #error with LZ_NV_PERSIST) */
-        lz_log(ctx, LAZYATTN_LOG_WARN, "persistent wgmma prefill unavailable, a work-group a tile in use: %s",
-               lazyattn_last_error());
-        a->nv.persist = 0;
-        st = lz_nv_build_with(a, wgmma);
-    }
-    if (st && wgmma && a->nv.producer) {
-        /* e.g. the LAZYATTN_NV_DEFINES experiments of the kernel without it
-         * (LZ_NV_PVOV, LZ_NV_PVWG 0: an #error with the producer) */
-        lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill with the producer unavailable, without it in use: %s",
-               lazyattn_last_error());
-        a->nv.producer = a->nv.persist = 0;
-        st = lz_nv_build_with(a, wgmma);
-    }
-    if (st && wgmma) {
-        lz_log(ctx, LAZYATTN_LOG_WARN, "wgmma prefill unavailable, mma.sync in use: %s", lazyattn_last_error());
-        wgmma = 0;
-        lz_nv_tune_defaults(a, 0, &a->nv);
-        st = lz_nv_build_with(a, 0);
-    }
-    if (st) {
-        lz_log(ctx, LAZYATTN_LOG_WARN, "NVIDIA fast path disabled, portable kernels in use: %s",
-               lazyattn_last_error());
-        return LAZYATTN_STATUS_OK;
-    }
-    a->fast = 1;
-    const int producer = a->nv.prefill_threads > (size_t)32 * a->nv.warps; /* LZ_NV_PRODUCER built */
-    /* the dispatch order of the prefill's work-groups (prefill_order.c), for
-     * the wgmma prefill with its producer (one work-group a SM, measured on
-     * the H200); LAZYATTN_NV_ORDER=none|heads|lpt|balanced|auto */
-    env = getenv("LAZYATTN_NV_ORDER");
-    a->nv_order_policy = LZ_ORDER_AUTO;
-    a->nv_order_off = !(wgmma && producer) || (env && !strcmp(env, "none"));
-    if (env && !strcmp(env, "heads")) a->nv_order_policy = LZ_ORDER_HEADS;
-    if (env && !strcmp(env, "lpt")) a->nv_order_policy = LZ_ORDER_LPT;
-    if (env && !strcmp(env, "balanced")) a->nv_order_policy = LZ_ORDER_BALANCED;
-    a->nv.persist = a->nv.persist && wgmma && producer;
-    lz_log(ctx, LAZYATTN_LOG_INFO,
-           "NVIDIA tensor-core path: prefill %s%s%s, tile %d keys, %d warps, maxreg %d; "
-           "decode ring %d, waves %d (0: default), splits combined by %s%.0d",
-           wgmma ? "wgmma (S and P V)" : "mma.sync", producer ? " + producer warpgroup" : "",
-           a->nv.persist ? ", persistent" : "",
-           a->nv.kt, a->nv.warps, a->nv.maxreg,
-           a->nv.dstages, a->nv.waves, a->nv.tree ? "a tree of fan-in " : "a reduction launch",
-           a->nv.tree);
-    return LAZYATTN_STATUS_OK;
-}
-
 
 int lazyattn_attention_create(lazyattn_context *ctx, const lazyattn_attention_config *config,
                               lazyattn_attention **out) {
@@ -447,32 +174,29 @@ static int lz_portable_build_one(lazyattn_attention *a, int which) {
     lz_program_spec spec;
     int st = lz_portable_program(&a->cfg, &a->tune, which, &spec);
     if (st) return st;
-    if (a->ctx->nv_cc_major && getenv("LAZYATTN_NV_VERBOSE")) /* registers and spills in the log */
+    if (a->ctx->nv_cc_major && a->ov.nv_verbose == 1) /* registers and spills in the log */
         strncat(spec.options, " -cl-nv-verbose", sizeof spec.options - strlen(spec.options) - 1);
     /* on a GPU the prefill's softmax takes the device's native exponential
-     * (cl/flash.h LZ_EXP; LAZYATTN_PORTABLE_EXACT_EXP=1 keeps exp()) */
-    if (which != 1 && a->ctx->is_gpu && !getenv("LAZYATTN_PORTABLE_EXACT_EXP"))
+     * (cl/flash.h LZ_EXP; LAZYATTN_TUNE portable.exact_exp=1 keeps exp()) */
+    if (which != 1 && a->ctx->is_gpu && a->ov.exact_exp != 1)
         strncat(spec.options, " -DLZ_NATIVE_EXP", sizeof spec.options - strlen(spec.options) - 1);
-    /* experiments (tuning sweeps on the GPU): extra build options of the
-     * portable prefill programs, or of the decode's
-     * (LAZYATTN_PORTABLE_DECODE_OPTIONS), e.g. -cl-nv-maxrregcount=96 */
-    const char *pre = getenv(which != 1 ? "LAZYATTN_PORTABLE_PREFILL_OPTIONS" : "LAZYATTN_PORTABLE_DECODE_OPTIONS");
-    if (pre && strlen(spec.options) + 1 + strlen(pre) < sizeof spec.options) {
-        strcat(spec.options, " ");
-        strcat(spec.options, pre);
-    }
-    /* NVIDIA: the decode's registers capped so that its tuned work-groups
-     * per CU fit the 64 K registers of an SM (left to the compiler, step 1's
-     * K pipelines take 134-170 and 3 work-groups of 128 fit instead of 4:
-     * docs/PERFLOG.md, p8-decode call 1); no cap below 96 (spills) or where
-     * the experiment's options set one */
-    if (which == 1 && a->ctx->nv_cc_major && !(pre && strstr(pre, "maxrregcount"))) {
+    /* NVIDIA: the register cap of LAZYATTN_TUNE's portable.prefill_maxreg /
+     * portable.decode_maxreg (0: none); else the decode's capped so that its
+     * tuned work-groups per CU fit the 64 K registers of an SM (left to the
+     * compiler, step 1's K pipelines take more and fewer work-groups fit:
+     * docs/PERFLOG.md, p8-decode), no cap below 96 (spills) */
+    const int asked = which != 1 ? a->ov.prefill_maxreg : a->ov.decode_maxreg;
+    long cap = 0;
+    if (asked >= 0) {
+        cap = asked;
+    } else if (which == 1) {
         const long threads = (long)a->tune.decode_groups_per_cu * a->tune.decode.work_group;
-        const long cap = threads > 0 ? 65536 / threads / 8 * 8 : 0;
-        if (cap >= 96 && cap < 255) {
-            const size_t n = strlen(spec.options);
-            snprintf(spec.options + n, sizeof spec.options - n, " -cl-nv-maxrregcount=%ld", cap);
-        }
+        cap = threads > 0 ? 65536 / threads / 8 * 8 : 0;
+        if (cap < 96 || cap >= 255) cap = 0;
+    }
+    if (a->ctx->nv_cc_major && cap > 0) {
+        const size_t n = strlen(spec.options);
+        snprintf(spec.options + n, sizeof spec.options - n, " -cl-nv-maxrregcount=%ld", cap);
     }
     cl_program program;
     st = lz_program_get(a->ctx, spec.sources, spec.n_sources, spec.options, &program);
@@ -519,6 +243,7 @@ int lazyattn_attention_create_tuned(lazyattn_context *ctx, const lazyattn_attent
                      : (config->rope.rotary_dim ? config->rope.rotary_dim : config->head_dim);
     a->group = config->n_q_heads / config->n_kv_heads;
     a->tune = tune;
+    lz_tune_from_env(ctx, &a->ov); /* LAZYATTN_TUNE */
     st = lz_portable_build(a);
     if (st) goto fail;
     st = lz_nv_build(a);
@@ -542,7 +267,7 @@ void lazyattn_attention_destroy(lazyattn_attention *a) {
     if (a->nv_prefill_batched) clReleaseKernel(a->nv_prefill_batched);
     for (int i = 0; i < LZ_NV_ORDERS; i++)
         if (a->nv_orders[i].order) clReleaseMemObject(a->nv_orders[i].order);
-    cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc, a->dcount};
+    cl_mem mems[] = {a->freq, a->slopes, a->err, a->part_ml, a->part_acc};
     for (size_t i = 0; i < sizeof mems / sizeof *mems; i++)
         if (mems[i]) clReleaseMemObject(mems[i]);
     free(a);
@@ -788,90 +513,6 @@ int lazyattn_materialise(lazyattn_attention *a, lazyattn_pool *pool, int layer, 
 
 /* ---- prefill -------------------------------------------------------------- */
 
-/* The dispatch order lz_prefill_nv reads (prefill_order.c) for n_queries
- * over n_entries in `tiles` token tiles of `tokens`, NULL for the kernel's
- * own order (LAZYATTN_NV_ORDER=none, not the producer's kernel, the order
- * chosen is the kernel's own (head by head), or no memory: the order
- * changes the speed, never the result). The persistent kernel
- * (a->nv.persist) reads its work-groups' task lists instead
- * (lz_prefill_order_lists; always made, the kernel's own order being a
- * round robin), and *groups is set to the work-groups to launch: one a
- * compute unit, at most one a task. Each token tile's cost is estimated as
- * a prefill's usual table has it: the queries the last n_queries positions
- * over n_entries full blocks, each query seeing every key up to its own
- * position; 4 tiles of keys for the start and the end (2 persistent, which
- * overlaps them). Made once a shape (every layer of a forward has the
- * same: 0.1-0.2 ms of host time at 4096-16384 queries, once) into a buffer
- * never written again (CL_MEM_COPY_HOST_PTR: no queue involved, safe on
- * any), the last LZ_NV_ORDERS shapes kept. */
-static cl_mem lz_nv_prefill_order(lazyattn_attention *a, int n_queries, int n_entries, int tiles,
-                                  int tokens, int *groups) {
-    const int heads = a->cfg.n_kv_heads, kt = a->nv.kt, persist = a->nv.persist;
-    const int64_t tasks = (int64_t)tiles * heads;
-    /* (persistent, LAZYATTN_NV_PERSIST_GROUPS=N: N work-groups instead, for timing experiments) */
-    const char *env = persist ? getenv("LAZYATTN_NV_PERSIST_GROUPS") : NULL;
-    const int64_t cus = env && atoi(env) > 0 ? atoi(env) : (int64_t)a->ctx->compute_units;
-    const int slots = (int)(persist && tasks < cus ? tasks : cus > 0 ? cus : 1);
-    *groups = persist ? slots : 0;
-    if (a->nv_order_off) return NULL;
-    for (int i = 0; i < LZ_NV_ORDERS; i++)
-        if (a->nv_orders[i].known && a->nv_orders[i].n_queries == n_queries &&
-            a->nv_orders[i].n_entries == n_entries) {
-            *groups = a->nv_orders[i].groups;
-            return a->nv_orders[i].order;
-        }
-    if (tasks > (int64_t)(1 << 30)) return NULL;
-    double *cost = malloc(sizeof(double) * (size_t)tiles);
-    int *order = malloc(sizeof(int) * (size_t)tasks), *lists = NULL, len = 0;
-    cl_mem buf = NULL;
-    int known = 0;
-    if (cost && order) {
-        const int64_t keys = (int64_t)n_entries * a->cfg.block_size;
-        const int64_t prefix = keys > n_queries ? keys - n_queries : 0;
-        for (int t = 0; t < tiles; t++) {
-            const int64_t last = (int64_t)(t + 1) * tokens;
-            const int64_t seen = prefix + (last < n_queries ? last : n_queries);
-            cost[t] = (persist ? 2.0 : 4.0) + (double)((seen + kt - 1) / kt);
-        }
-        lz_order_policy chosen = LZ_ORDER_AUTO;
-        double end = 0.0;
-        int at_once = 1;
-        if (lz_prefill_order(tiles, heads, cost, slots, a->nv_order_policy, order, &chosen,
-                             &at_once, &end) == 0 &&
-            (!persist || lz_prefill_order_lists(order, tiles, heads, cost, slots, &lists, &len) == 0)) {
-            known = !persist && chosen == LZ_ORDER_HEADS; /* the kernel's own: no buffer */
-            if (!known) {
-                cl_int err;
-                const size_t n = persist ? (size_t)len : (size_t)tasks;
-                buf = clCreateBuffer(a->ctx->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof(int) * n,
-                                     persist ? lists : order, &err);
-                if (err != CL_SUCCESS) buf = NULL;
-                known = buf != NULL;
-            }
-            double total = 0.0;
-            for (int t = 0; t < tiles; t++) total += cost[t] * heads;
-            lz_log(a->ctx, LAZYATTN_LOG_INFO,
-                   "prefill order for %d queries over %d entries: %d x %d %s on %d, "
-                   "policy %d over %d heads at once, simulated end %.4f x the even spread%s",
-                   n_queries, n_entries, tiles, heads, persist ? "tasks (persistent)" : "work-groups", slots,
-                   (int)chosen, at_once, end * slots / total,
-                   known ? "" : " (buffer not made: the kernel's own order)");
-        }
-    }
-    free(cost);
-    free(order);
-    free(lists);
-    if (!known) return NULL; /* tried again next time */
-    const int i = a->nv_order_next;
-    a->nv_order_next = (i + 1) % LZ_NV_ORDERS;
-    if (a->nv_orders[i].order) clReleaseMemObject(a->nv_orders[i].order);
-    a->nv_orders[i].known = 1;
-    a->nv_orders[i].n_queries = n_queries, a->nv_orders[i].n_entries = n_entries;
-    a->nv_orders[i].order = buf;
-    a->nv_orders[i].groups = *groups;
-    return buf;
-}
-
 static int lz_prefill_launch(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
                              const lazyattn_prefill_args *p, cl_command_queue queue, cl_event *event) {
     static const char fn[] = "lazyattn_prefill";
@@ -917,7 +558,7 @@ static int lz_prefill_launch(lazyattn_attention *a, const lazyattn_pool *pool, i
     if (fast) {
         /* a work-group a token tile and KV head, or the persistent kernel's
          * work-groups (one a compute unit), each running a list of them */
-        size_t local[2] = {a->nv.prefill_threads, 1};
+        size_t local[2] = {a->nv_prefill_threads, 1};
         size_t global[2] = {nv_tiles * local[0], (size_t)nkv};
         if (a->nv.persist) global[0] = (size_t)groups * local[0], global[1] = 1;
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_prefill, 2, NULL,
@@ -938,16 +579,6 @@ int lazyattn_prefill(lazyattn_attention *a, const lazyattn_pool *pool, int layer
 
 /* ---- decode ----------------------------------------------------------------- */
 
-/* Decode geometry of the fast path, measured on the H200 (docs/PERFLOG.md,
- * v5 sweep): a ring of 3 blocks per warp; about 4 warps per SM (issue 11
- * step 11's sweep of 3-24 warps and rings of 2-5 on tiled pools: 1 x 32768
- * +8-13 % over the 6 that v5 had found on row pools, the batches of 16-128
- * the same). */
-#define LZ_NV_DECODE_WAVES 4
-static int lz_nv_decode_waves(const lazyattn_attention *a) {
-    return a->nv.waves ? a->nv.waves : LZ_NV_DECODE_WAVES;
-}
-
 /* Splits along the KV length so that the work-groups fill the device about
  * four times over, but never more splits than entries. */
 static int lz_decode_splits(const lazyattn_attention *a, int fast, int n_seqs, int max_entries) {
@@ -956,7 +587,7 @@ static int lz_decode_splits(const lazyattn_attention *a, int fast, int n_seqs, i
     if (fast) {
         /* one warp per split: aim at `waves` warps per compute unit, with
          * at least 8 blocks per split so the ring of blocks stays full */
-        int64_t want = ((int64_t)lz_nv_decode_waves(a) * a->ctx->compute_units + groups - 1) / groups;
+        int64_t want = ((int64_t)a->nv.waves * a->ctx->compute_units + groups - 1) / groups;
         if (want > max_entries / 8) want = max_entries / 8;
         return want < 1 ? 1 : (int)want;
     }
@@ -1006,27 +637,6 @@ static int lz_reserve_partials(lazyattn_attention *a, size_t rows) {
     return LAZYATTN_STATUS_OK;
 }
 
-/* The decode tree's counts (cl/decode_nv.cl, lz_nv_dtree): `ints` of them,
- * created zeroed; every launch leaves them 0. */
-static int lz_reserve_counts(lazyattn_attention *a, size_t ints) {
-    if (ints <= a->dcount_capacity) return LAZYATTN_STATUS_OK;
-    static const char fn[] = "lazyattn_decode";
-    size_t bytes = 0;
-    LZ_TRY(lz_size_product(&bytes, fn, "decode counts bytes (n_seqs x n_kv_heads x 2 splits x 4)", ints,
-                           sizeof(cl_int), 1));
-    void *zeros = calloc(ints, sizeof(cl_int));
-    if (!zeros)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes of zeros for the decode counts", fn, bytes);
-    cl_int err;
-    cl_mem m = clCreateBuffer(a->ctx->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, zeros, &err);
-    free(zeros);
-    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_decode: decode counts");
-    if (a->dcount) clReleaseMemObject(a->dcount);
-    a->dcount = m;
-    a->dcount_capacity = ints;
-    return LAZYATTN_STATUS_OK;
-}
-
 /* The fast path's reduction launch (lz_decode_nv_reduce): a work-group
  * per (query head, sequence). */
 static int lz_decode_nv_reduce_launch(lazyattn_attention *a, const lazyattn_decode_args *d, int64_t n_splits,
@@ -1043,7 +653,7 @@ static int lz_decode_nv_reduce_launch(lazyattn_attention *a, const lazyattn_deco
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, "lazyattn_decode");
 }
 
-/* LAZYATTN_NV_DECODE_TIMES=1 (diagnostics): the profiled times of a
+/* LAZYATTN_TUNE nv.decode_times=1 (diagnostics): the profiled times of a
  * decode's launches, logged at info level once they are done (the queue
  * must profile; waits for them). */
 static void lz_log_decode_times(lazyattn_attention *a, cl_event split, cl_event reduce, int64_t n_splits) {
@@ -1108,14 +718,6 @@ static int lz_decode_launch(lazyattn_attention *a, const lazyattn_pool *pool, in
                            (size_t)d->n_seqs, (size_t)a->cfg.n_q_heads, (size_t)n_splits));
     st = lz_reserve_partials(a, rows);
     if (st) return st;
-    const int tree = fast && a->nv.tree && n_splits > 1; /* the splits combine themselves: one launch */
-    if (tree) {
-        size_t counts = 0;
-        LZ_TRY(lz_size_product(&counts, fn, "decode counts (n_seqs x n_kv_heads x 2 splits)", (size_t)d->n_seqs,
-                               (size_t)a->cfg.n_kv_heads, 2 * (size_t)n_splits));
-        st = lz_reserve_counts(a, counts);
-        if (st) return st;
-    }
 
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
@@ -1127,9 +729,8 @@ static int lz_decode_launch(lazyattn_attention *a, const lazyattn_pool *pool, in
     LZ_ARG(&g, d->entry_pos); LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->part_ml);
     LZ_ARG(&g, a->part_acc);
     if (fast) {
-        cl_mem counts = tree ? a->dcount : a->err; /* the counts, read only with the tree */
         LZ_ARG(&g, d->out);
-        LZ_ARG(&g, counts);
+        LZ_ARG(&g, a->err); /* (the kernel's counts argument, unread) */
     }
     LZ_ARG(&g, a->freq); LZ_ARG(&g, a->slopes); LZ_ARG(&g, style);
     LZ_ARG(&g, rot); LZ_ARG(&g, alibi); LZ_ARG(&g, scale); LZ_ARG(&g, eps); LZ_ARG(&g, ns);
@@ -1141,10 +742,10 @@ static int lz_decode_launch(lazyattn_attention *a, const lazyattn_pool *pool, in
         /* one warp per (split, KV head, sequence); one split writes out itself */
         size_t local[3] = {32, 1, 1};
         size_t global[3] = {(size_t)32 * n_splits, (size_t)nkv, (size_t)d->n_seqs};
-        const int one = n_splits == 1 || tree;
+        const int one = n_splits == 1;
         cl_event split_ev = NULL;
         cl_int err = clEnqueueNDRangeKernel(lz_queue(a->ctx, queue), a->nv_decode, 3, NULL, global, local, 0,
-                                            NULL, a->nv.dtimes ? &split_ev : one ? event : NULL);
+                                            NULL, a->ov.nv_decode_times == 1 ? &split_ev : one ? event : NULL);
         if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
         /* the last launch's event, where the caller or the diagnostic times want it */
         cl_event last_ev = one ? split_ev : NULL;
@@ -1194,7 +795,7 @@ int lazyattn_decode(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
 /* ---- batched ragged prefill ------------------------------------------------ */
 
 /* Many sequences in one launch (cl/prefill_batched.cl, and on the NVIDIA
- * path lz_prefill_nv_batched in cl/prefill_nv.cl): work-groups (query tile,
+ * path lz_prefill_nv_batched in cl/nv/prefill_kernels.cl): work-groups (query tile,
  * KV head, sequence), max_queries sizing the tile dimension. The indptr
  * arrays stay on the device; the kernels check each sequence's offsets. */
 static int lz_prefill_batched_launch(lazyattn_attention *a, const lazyattn_pool *pool, int layer,
@@ -1229,7 +830,7 @@ static int lz_prefill_batched_launch(lazyattn_attention *a, const lazyattn_pool 
     /* rows per work-group, and the launch: tiles x KV heads x sequences */
     const size_t tokens = fast ? (size_t)16 * (a->nv.warps / a->group)
                                   : (size_t)(a->tune.prefill.rows / a->group);
-    const size_t local0 = fast ? a->nv.prefill_threads : (size_t)a->tune.prefill.work_group;
+    const size_t local0 = fast ? a->nv_prefill_threads : (size_t)a->tune.prefill.work_group;
     const size_t tiles = ((size_t)p->max_queries + tokens - 1) / tokens;
     /* the kernels form q_begin + tile x tokens in int */
     LZ_TRY(lz_fits_int((int64_t)p->n_queries + (int64_t)(tiles * tokens), fn,

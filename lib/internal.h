@@ -160,6 +160,10 @@ void lz_il_build_options(const char *options, char *out, size_t size);
  * "//@" markers of Hopper-only instructions deleted; options go to that
  * second build. */
 int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options, cl_program *out);
+/* ... also writing the patched PTX to the file `dump` (NULL or "": none;
+ * LAZYATTN_TUNE nv.dump_ptx=PATH, for debugging) */
+int lz_ptx_sm90a_dump(lazyattn_context *ctx, cl_program program, const char *options, const char *dump,
+                      cl_program *out);
 /* The text step of it: the first len bytes of PTX src with every "//@"
  * deleted and the first `.target sm_90` (followed by ',', ' ' or a newline)
  * made `.target sm_90a`. Returns a malloc'ed NUL-terminated copy (NULL when

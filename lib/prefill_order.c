@@ -6,7 +6,7 @@
  * length (a causal tile of late tokens sees more keys than an early one) and
  * run one a SM, so their order sets the tail: the last work-groups to start
  * decide when the launch ends. lz_prefill_order writes a permutation of the
- * tasks that the kernel reads by its linear id (cl/prefill_nv.cl, argument
+ * tasks that the kernel reads by its linear id (cl/nv/prefill_kernels.cl, argument
  * order), from estimated costs, by simulating that list scheduling.
  *
  * Tasks: task = tile * n_heads + head, tile 0 .. n_tiles - 1 (token tiles,

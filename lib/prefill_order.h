@@ -21,7 +21,7 @@ int lz_prefill_order(int n_tiles, int n_heads, const double *cost, int slots,
                      lz_order_policy policy, int *order, lz_order_policy *chosen,
                      int *heads_at_once, double *makespan);
 
-/* The work-groups' task lists of the persistent prefill (cl/prefill_nv.cl,
+/* The work-groups' task lists of the persistent prefill (cl/nv/prefill_persistent.cl,
  * LZ_NV_PERSIST): the n = n_tiles * n_heads tasks of `order` (from
  * lz_prefill_order) given to `slots` work-groups as list scheduling with
  * cost[task / n_heads] would start them (the earliest free first, ties to

@@ -126,6 +126,11 @@ char *lz_ptx_min_ctas(const char *ptx, int *n_added) {
 }
 
 int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options, cl_program *out) {
+    return lz_ptx_sm90a_dump(ctx, program, options, NULL, out);
+}
+
+int lz_ptx_sm90a_dump(lazyattn_context *ctx, cl_program program, const char *options, const char *dump,
+                      cl_program *out) {
     static const char fn[] = "lz_ptx_sm90a";
     *out = NULL;
     size_t size = 0;
@@ -156,8 +161,7 @@ int lz_ptx_sm90a(lazyattn_context *ctx, cl_program program, const char *options,
     free(patched);
     if (!fixed) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", fn);
     patched = fixed;
-    const char *dump = getenv("LAZYATTN_NV_DUMP_PTX"); /* debugging: where the patched PTX goes */
-    if (dump) {
+    if (dump && *dump) {
         FILE *f = fopen(dump, "w");
         if (f) fputs(patched, f), fclose(f);
     }

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Launch geometry of the portable kernels (tuning.c). Not installed. */
+/* Launch geometry of the portable kernels (tuning.c) and of the NVIDIA
+ * tensor-core path (attn/nv_tuning.c), and LAZYATTN_TUNE, the one override
+ * of both (attn/tune_override.c). Not installed. */
 #ifndef LAZYATTN_TUNING_H
 #define LAZYATTN_TUNING_H
 
@@ -30,5 +32,60 @@ size_t lz_decode_local_bytes(const lazyattn_tile_params *t, int head_dim, int bl
 size_t lz_decode_warp_local_bytes(const lazyattn_tile_params *t, int head_dim, int block);
 /* Appends the -D options of t to buf; -1 if they do not fit. */
 int lz_tile_options(const lazyattn_tile_params *t, int group, char *buf, size_t size);
+
+/* ---- NVIDIA tensor-core path (cl/nv/, attn/nv_build.c) ---- */
+
+/* The dispatch order of the prefill's work-groups: an lz_order_policy
+ * (prefill_order.h), or none (the kernel's own order; not -1, which is
+ * LAZYATTN_TUNE's "unset"). */
+enum { LZ_NV_ORDER_NONE = 100 };
+
+/* The geometry of the NVIDIA kernels: one row of the tuning database per
+ * device class and prefill kernel, then the override, then what the
+ * kernels and 48 KB of local memory allow (lz_nv_geometry_choose). */
+typedef struct lz_nv_geometry {
+    int wgmma;    /* prefill: 1 wgmma (compute capability 9.x), 0 mma.sync */
+    int kt;       /* prefill keys per staged tile (a multiple of the block size and of 16) */
+    int warps;    /* prefill consumer warps a work-group (G heads x 16-token rows) */
+    int maxreg;   /* -cl-nv-maxrregcount, 0 = the compiler's choice */
+    int producer; /* wgmma: a producer warpgroup copies K / V through mbarrier rings */
+    int persist;  /* producer: the prefill persistent, a work-group a SM running task lists */
+    int order;    /* the prefill's dispatch order (lz_order_policy or LZ_NV_ORDER_NONE) */
+    int dstages;  /* decode ring depth (blocks in flight + 1) */
+    int waves;    /* decode warps aimed at per compute unit */
+} lz_nv_geometry;
+
+/* LAZYATTN_TUNE's settings, each -1 where not set (a path: NULL). */
+typedef struct lz_tune_override {
+    lz_nv_geometry nv;   /* nv.wgmma, nv.kt, nv.warps, nv.maxreg, nv.producer, nv.persist,
+                          * nv.order, nv.dstages, nv.waves */
+    int nv_verbose;      /* nv.verbose=1: -cl-nv-verbose (registers, spills in the build log) */
+    int nv_decode_times; /* nv.decode_times=1: each decode launch's kernel times in the log */
+    int exact_exp;       /* portable.exact_exp=1: the portable prefill keeps exp() on a GPU */
+    int prefill_maxreg;  /* portable.prefill_maxreg=N: -cl-nv-maxrregcount of the portable prefill */
+    int decode_maxreg;   /* portable.decode_maxreg=N: ... of the portable decode (else derived) */
+    char dump_ptx[256];  /* nv.dump_ptx=PATH: where lz_ptx_sm90a writes the patched PTX ("" none) */
+} lz_tune_override;
+
+/* Parses text ("key=value,key=value", NULL or "" for none) into *out
+ * (every field unset first). Keys and values are strict: an unknown key, a
+ * malformed or out-of-range value leaves that setting unset and calls
+ * warn(user, message naming it) if warn is not NULL; the others apply.
+ * Returns the number of settings ignored. */
+int lz_tune_parse(const char *text, lz_tune_override *out, void (*warn)(void *user, const char *message),
+                  void *user);
+/* lz_tune_parse of the environment's LAZYATTN_TUNE, each ignored setting a
+ * WARN in ctx's log (ctx NULL: not logged). */
+void lz_tune_from_env(const lazyattn_context *ctx, lz_tune_override *out);
+
+/* The NVIDIA geometry for a device of compute capability cc_major and one
+ * configuration (group = query heads per KV head): the database row of the
+ * device class (wgmma where the class has a wgmma row, the device runs it
+ * and its warps hold whole groups, else mma.sync), each field of ov that
+ * is set (ov may be NULL) over it, then clamped to what the kernels build
+ * (tiles under 48 KB of local memory, warps a multiple of the group, the
+ * producer on 4, 8 or 12 consumer warps, persistence with 8 or 12). */
+void lz_nv_geometry_choose(int cc_major, int group, int block, int head_dim, const lz_tune_override *ov,
+                           lz_nv_geometry *out);
 
 #endif

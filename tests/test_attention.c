@@ -573,22 +573,14 @@ static lazyattn_pool *llama_tiled_pool(lazyattn_context *ctx, int d, int n_block
  * splits combine to the float64 reference, for two sequences of different
  * lengths at once, every split count twice through one attention object in
  * two orders, and once after a decode that raised an error (a bad block
- * id). On the NVIDIA path twice over: with the reduction launch (the
- * default) and with the splits combining themselves in a tree of fan-in 8
- * (cl/decode_nv.cl LZ_NV_DTREE, LAZYATTN_NV_DECODE=3,0,8: one level up to 8
- * splits, two up to 64, three beyond, groups cut short at the end; its
- * counts must be back to 0 after every launch, the failed one included);
- * elsewhere the portable kernels, both times. */
+ * id). */
 static void test_decode_splits(void **state) {
     lazyattn_context *ctx = *state;
     lt_rng r = {lt_seed() ^ 0x5b117u};
     lazyattn_attention_config c;
     lazyattn_pool *pool = llama_tiled_pool(ctx, 128, 340, &c);
-    lazyattn_attention *attn = NULL, *attn_tree = NULL;
+    lazyattn_attention *attn = NULL;
     lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
-    setenv("LAZYATTN_NV_DECODE", "3,0,8", 1);
-    lt_assert_status(lazyattn_attention_create(ctx, &c, &attn_tree), LAZYATTN_STATUS_OK);
-    unsetenv("LAZYATTN_NV_DECODE");
     /* sequence 0: 3 documents (202 entries), sequence 1: one document (62) */
     int len0[5] = {7, 1200, 900, 1059, 21}, st0[5] = {-1, 300, 70000, 5, -1};
     int len1[3] = {3, 950, 14}, st1[3] = {-1, 1000, -1};
@@ -621,9 +613,9 @@ static void test_decode_splits(void **state) {
     const int n_counts = (int)(sizeof splits / sizeof *splits);
     float *out = malloc(sizeof(float) * 2 * qrow);
     double worst = 0.0;
-    for (int pass = 0; pass < 4; pass++)
+    for (int pass = 0; pass < 2; pass++)
         for (int j = 0; j < n_counts; j++) {
-            lazyattn_attention *at = pass < 2 ? attn : attn_tree;
+            lazyattn_attention *at = attn;
             const int ns = splits[pass % 2 ? n_counts - 1 - j : j];
             lazyattn_decode_args da = {2, max_entries, ns, qm, qpm, offm, tm, epm, outm,
                                        NULL, LAZYATTN_DTYPE_F32, LAZYATTN_DTYPE_F32};
@@ -649,25 +641,24 @@ static void test_decode_splits(void **state) {
                 if (err > worst) worst = err;
             }
         }
-    printf("# decode over %d + %d entries split 1..%d ways, 4 passes: worst error %.2e (tol %.1e)\n",
+    printf("# decode over %d + %d entries split 1..%d ways, 2 passes: worst error %.2e (tol %.1e)\n",
            seqs[0].n_entries, seqs[1].n_entries, max_entries, worst, tolerance(c.dtype));
     cl_mem mems[] = {qm, qpm, offm, tm, epm, outm, badm};
     for (size_t i = 0; i < sizeof mems / sizeof *mems; i++) clReleaseMemObject(mems[i]);
     free(q); free(out); free(table); free(entry_pos); free(ref[0]); free(ref[1]);
     for (int i = 0; i < 2; i++) sequence_free(&seqs[i]);
     lazyattn_attention_destroy(attn);
-    lazyattn_attention_destroy(attn_tree);
     lazyattn_pool_destroy(pool);
 }
 
-/* The prefill's dispatch order (lib/prefill_order.c, LAZYATTN_NV_ORDER)
+/* The prefill's dispatch order (lib/prefill_order.c, LAZYATTN_TUNE nv.order)
  * moves work between work-groups, never the result: a prefill long enough
  * for the orders to differ on a GPU (22 token tiles of 48 x 8 KV heads =
  * 176 work-groups: the NVIDIA wgmma prefill picks among its orders), once
  * per order (auto, none, lpt, balanced; each an attention created with it
  * set), gives the same bits every time, and sampled rows of it match the
  * float64 reference; so do eight prefills of other lengths through one
- * attention object keeping its orders (the cache of lib/attention.c). (On
+ * attention object keeping its orders (the cache of lib/attn/nv_build.c). (On
  * CPU OpenCL all of them run the portable kernel.) */
 static void test_prefill_order_invariance(void **state) {
     lazyattn_context *ctx = *state;
@@ -688,12 +679,12 @@ static void test_prefill_order_invariance(void **state) {
     const size_t n = (size_t)n_q * c.n_q_heads * c.head_dim;
     float *first = NULL;
     for (int i = 0; i < 6; i++) {
-        if (orders[i]) setenv("LAZYATTN_NV_ORDER", orders[i], 1);
-        if (i >= 4) setenv("LAZYATTN_NV_PERSIST", "1", 1);
+        char tune[64];
+        snprintf(tune, sizeof tune, "nv.order=%s%s", orders[i] ? orders[i] : "auto", i >= 4 ? ",nv.persist=1" : "");
+        setenv("LAZYATTN_TUNE", tune, 1);
         lazyattn_attention *attn = NULL;
         lt_assert_status(lazyattn_attention_create(ctx, &c, &attn), LAZYATTN_STATUS_OK);
-        unsetenv("LAZYATTN_NV_ORDER");
-        unsetenv("LAZYATTN_NV_PERSIST");
+        unsetenv("LAZYATTN_TUNE");
         if (i == 0) sequence_write(ctx, attn, pool, &s, c.n_kv_heads, c.head_dim);
         float *out = run_prefill(ctx, attn, pool, &c, q, q_pos, n_q, s.table, s.entry_pos, s.n_entries);
         lazyattn_attention_destroy(attn);
@@ -717,14 +708,13 @@ static void test_prefill_order_invariance(void **state) {
     {
         static const int n_sub[] = {300, 200, 300, 100, 250, 150, 350, 300};
         lazyattn_attention *lpt = NULL, *own = NULL, *per = NULL;
-        setenv("LAZYATTN_NV_ORDER", "lpt", 1);
+        setenv("LAZYATTN_TUNE", "nv.order=lpt", 1);
         lt_assert_status(lazyattn_attention_create(ctx, &c, &lpt), LAZYATTN_STATUS_OK);
-        setenv("LAZYATTN_NV_ORDER", "none", 1);
+        setenv("LAZYATTN_TUNE", "nv.order=none", 1);
         lt_assert_status(lazyattn_attention_create(ctx, &c, &own), LAZYATTN_STATUS_OK);
-        unsetenv("LAZYATTN_NV_ORDER");
-        setenv("LAZYATTN_NV_PERSIST", "1", 1);
+        setenv("LAZYATTN_TUNE", "nv.persist=1", 1);
         lt_assert_status(lazyattn_attention_create(ctx, &c, &per), LAZYATTN_STATUS_OK);
-        unsetenv("LAZYATTN_NV_PERSIST");
+        unsetenv("LAZYATTN_TUNE");
         for (size_t k = 0; k < sizeof n_sub / sizeof *n_sub; k++) {
             const int m = n_sub[k]; /* the question's first m tokens */
             float *a = run_prefill(ctx, lpt, pool, &c, q, q_pos, m, s.table, s.entry_pos, s.n_entries);

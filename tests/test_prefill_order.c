@@ -97,7 +97,7 @@ static double check_shape(const double *cost, int tiles, int heads, int slots, d
     return ends[0] / bound;
 }
 
-/* The costs the library estimates (lib/attention.c, lz_nv_prefill_order):
+/* The costs the library estimates (lib/attn/nv_build.c, lz_nv_prefill_order):
  * 48 tokens a tile, 32 keys a key tile, 4 key tiles for the start and end. */
 static int bench_costs(int n_queries, int n_keys, double *cost) {
     const int tokens = 48, kt = 32, tiles = (n_queries + tokens - 1) / tokens;

@@ -2,8 +2,8 @@
 /* The PTX round trip of lib/ptx_sm90a.c: the text patch against hand-written
  * expected PTX, and a clean error (no crash, no leak) for a program that is
  * not NVIDIA PTX, which is what every device but NVIDIA's gives (PoCL in
- * CI). The round trip itself is checked on the H200 (bench/run_gpu.sh with
- * LAZYATTN_NV_WGMMA=1). */
+ * CI). The round trip itself is checked on the H200 (bench/run_gpu.sh: the
+ * wgmma prefill, the default on compute capability 9.x). */
 #include "test_common.h"
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 # every specialisation the host builds (head dim 64/128, block 16/32). CI has
 # no NVIDIA GPU: this catches syntax and inline-asm constraint errors there;
 # correctness and speed are checked on the GPU (bench/run_gpu.sh).
-# About 110 clang builds (2 s of CPU each) and 50 ptxas runs: they run as
+# About 90 clang builds (2 s of CPU each) and 30 ptxas runs: they run as
 # jobs, one a core (NV_CHECK_JOBS=N changes it); the checks that read
 # several outputs run once all are built.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -47,16 +47,28 @@ compile_now() {
     [ "$n" -gt 0 ] || { echo "$name: no $pattern in the PTX" >&2; exit 1; }
     echo "$name: PTX with $n $pattern"
 }
-for kernel in prefill_nv decode_nv; do
-    cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/mma_nv.h "cl/$kernel.cl" > "$out/$kernel.cl"
-    for d in 64 128; do
-        for b in 16 32; do
-            compile $kernel $kernel.d$d.b$b mma.sync.aligned.m16n8k16 \
-                -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_NV_DSTAGES=4
-            # ... reading pages of the tiled layout (lazyattn_kv_layout)
-            compile $kernel $kernel.d$d.b$b.tiled mma.sync.aligned.m16n8k16 \
-                -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_NV_DSTAGES=4 -DLZ_KV_TILED=1
-        done
+# The prefill's programs, one a variant, as lib/attn/nv_build.c lists their
+# sources (cl/nv/): the work-group's own copies (mma.sync, or wgmma without
+# the producer), the producer's wgmma, the persistent one
+nv_common="cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/mma_nv.h cl/nv/prefill_common.h"
+# shellcheck disable=SC2086 # word lists of files
+{
+    cat $nv_common cl/nv/prefill_mma.cl cl/nv/prefill_kernels.cl > "$out/prefill_mma.cl"
+    cat $nv_common cl/nv/prefill_producer.h cl/nv/prefill_wgmma.cl cl/nv/prefill_kernels.cl > "$out/prefill_wgmma.cl"
+    cat $nv_common cl/nv/prefill_producer.h cl/nv/prefill_wgmma.cl cl/nv/prefill_persistent.cl \
+        cl/nv/prefill_kernels.cl > "$out/prefill_persistent.cl"
+}
+cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/mma_nv.h cl/decode_nv.cl > "$out/decode_nv.cl"
+for d in 64 128; do
+    for b in 16 32; do
+        compile prefill_mma prefill_nv.d$d.b$b mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b
+        # ... reading pages of the tiled layout (lazyattn_kv_layout)
+        compile prefill_mma prefill_nv.d$d.b$b.tiled mma.sync.aligned.m16n8k16 \
+            -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_KV_TILED=1
+        compile decode_nv decode_nv.d$d.b$b mma.sync.aligned.m16n8k16 \
+            -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_NV_DSTAGES=4
+        compile decode_nv decode_nv.d$d.b$b.tiled mma.sync.aligned.m16n8k16 \
+            -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_NV_DSTAGES=4 -DLZ_KV_TILED=1
     done
 done
 # the decode's splits combining themselves in a tree (LZ_NV_DTREE, opt-in:
@@ -76,51 +88,29 @@ compile decode_nv decode_nv.d128.m16 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128
 # the wgmma prefill (its instructions behind //@ markers until
 # lib/ptx_sm90a.c unmarks them on the GPU)
 for d in 64 128; do
-    # (with O += P V on wgmma too, checked at the end)
-    compile prefill_nv prefill_nv.d$d.wgmma //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1
-    # issue 11 step 3 (opt-in): P V kept in flight across the round, three V slots
-    compile prefill_nv prefill_nv.d$d.wgmma_pvov //@wgmma.wait_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
-        -DLZ_NV_PVOV=1
-    # ... and its timing-only diagnostics (no copies, no barrier, no wgmma)
-    compile prefill_nv prefill_nv.d$d.wgmma_diag //@wgmma.commit_group -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
-        -DLZ_NV_PVOV=1 -DLZ_NV_DIAG=7
-    # issue 11 steps 4-8 (the default on compute capability 9.x): the producer warpgroup, its
-    # mbarrier rings and setmaxnreg, with FA3's ping-pong of the consumer warpgroups (named
-    # barriers) at 12 and 8 consumer warps, without it at 4 (the host's other choices) ...
+    # without the producer (where its rings do not fit): S and P V on wgmma (checked at the end)
+    compile prefill_mma prefill_nv.d$d.wgmma //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1
+    # the producer warpgroup, its mbarrier rings and setmaxnreg, with FA3's ping-pong of the
+    # consumer warpgroups (named barriers) at 12 and 8 consumer warps, without it at 4
     for w in 12 8; do
-        compile prefill_nv prefill_nv.d$d.wgmma_pingpong_w$w bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        compile prefill_wgmma prefill_nv.d$d.wgmma_pingpong_w$w bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
             -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1
     done
-    # ... reading a tiled pool, its full pages one cp.async.bulk each (LZ_NV_BULK, the default
-    # there), and with 16-byte copies only (-DLZ_NV_BULK=0)
-    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_tiled cp.async.bulk.shared -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
-        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1
-    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_tiled16 bar.arrive -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
-        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=0
-    # ... persistent (LZ_NV_PERSIST, the host's default with the ping-pong: a work-group a SM
-    # running task lists; redux.sync for each task's positions), at 12 and 8 consumer warps
-    for w in 12 8; do
-        compile prefill_nv prefill_nv.d$d.wgmma_persist_w$w redux.sync.max.s32 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
-            -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1
-    done
-    # ... with the rows' sums by wgmma against ones (LZ_NV_L_WG, opt-in)
-    compile prefill_nv prefill_nv.d$d.wgmma_pingpong_lwg //@wgmma.mma_async.sync.aligned.m64n8k16 \
-        -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 \
-        -DLZ_NV_L_WG=1
-    compile prefill_nv prefill_nv.d$d.wgmma_producer_w4 cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
+    compile prefill_wgmma prefill_nv.d$d.wgmma_producer_w4 cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
         -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=4 -DLZ_NV_PRODUCER=1
-    # ... step 5's loop without the ping-pong (opt-out), at 12 and 8 ...
+    # ... reading a tiled pool, its full pages one cp.async.bulk each
+    compile prefill_wgmma prefill_nv.d$d.wgmma_pingpong_tiled cp.async.bulk.shared -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1
+    # ... persistent (a work-group a SM running task lists; redux.sync for each task's
+    # positions), at 12 and 8 consumer warps
     for w in 12 8; do
-        compile prefill_nv prefill_nv.d$d.wgmma_producer_w$w cp.async.mbarrier.arrive.noinc -DLZ_HEAD_DIM=$d \
-            -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=0
+        compile prefill_persistent prefill_nv.d$d.wgmma_persist_w$w redux.sync.max.s32 -DLZ_HEAD_DIM=$d \
+            -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=$w -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1
     done
-    # ... and at 12 with the wide scores (the default with the ping-pong since issue 11 step 14,
-    # whose producer fences its 16-byte copies itself: no cp.async arrival) and the rescale skip
-    compile prefill_nv prefill_nv.d$d.wgmma_producer fence.proxy.async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
-        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1
-    # v6's form: only the scores on wgmma
-    compile prefill_nv prefill_nv.d$d.wgmma_s //@wgmma.mma_async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_WGMMA=1 \
-        -DLZ_NV_PVWG=0
+    # ... the default at 12 warps: the producer fences its 16-byte copies itself (no cp.async
+    # arrival), the scores of a tile as one wgmma m64n32k16 (checked at the end)
+    compile prefill_wgmma prefill_nv.d$d.wgmma_producer fence.proxy.async -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 \
+        -DLZ_NV_WGMMA=1 -DLZ_NV_WARPS=12 -DLZ_NV_PRODUCER=1
 done
 # the producer's mbarrier protocol (1, 2 or 4 copying warps) under random interleavings, on the host
 if command -v python3 >/dev/null 2>&1; then job python3 tools/sim_prefill_producer.py; fi
@@ -217,15 +207,15 @@ done
 # second wgmma shape in lz_nv_scores brought, or setmaxnreg ignored (C7508). Registers and spills
 # are printed, not judged: clang's PTX under the work-group's cap spills where NVIDIA's compiler
 # (fewer registers) does not; the device call's verbose log has NVIDIA's counts
-# prefill_wgmma12 NAME DEFINES...: one variant at d 64, 12 consumer warps
+# prefill_wgmma12 NAME PROGRAM DEFINES...: one variant at d 64, 12 consumer warps
 prefill_wgmma12() {
-    name=prefill_nv.d64.wgmma12.$1
-    shift
+    name=prefill_nv.d64.wgmma12.$1 program=$2
+    shift 2
     clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
         -include "$out/nv_workitem.h" -include "$out/nv_prefill_builtins.h" -Wno-pass-failed -Wno-macro-redefined \
         -Dasm=__asm__ \
         -DLAZYATTN_FAST_NV=1 -DLZ_DTYPE=1 -DLZ_NV_KT=32 -DLZ_NV_WARPS=12 -DLZ_HEAD_DIM=64 -DLZ_BLOCK=16 \
-        -DLZ_NV_WGMMA=1 "$@" -O2 -S -o "$out/$name.sreg.ptx" "$out/prefill_nv.cl"
+        -DLZ_NV_WGMMA=1 "$@" -O2 -S -o "$out/$name.sreg.ptx" "$out/$program.cl"
     # the work-group size as NVIDIA's compiler writes it (.reqntid): 12 warps, the producer's
     # warpgroup 4 more
     # and, with setmaxnreg, ".minnctapersm 1" as lib/ptx_sm90a.c adds it
@@ -260,22 +250,10 @@ if [ -x "$ptxas" ]; then
 #define atomic_max(p, v) (*(p) = *(p) > (v) ? *(p) : (v))
 #define atomic_min(p, v) (*(p) = *(p) < (v) ? *(p) : (v))
 EOF2
-    for v in base "producer -DLZ_NV_PRODUCER=1" "pwarps1 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=1" "pwarps2 -DLZ_NV_PRODUCER=1 -DLZ_NV_PWARPS=2" \
-        "step5 -DLZ_NV_PRODUCER=1 -DLZ_NV_PINGPONG=0" "inturn -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_EARLY=0" \
-        "block32 -DLZ_NV_PRODUCER=1 -DLZ_BLOCK=32" "kt64 -DLZ_NV_PRODUCER=1 -DLZ_NV_KT=64" \
-        "k2v3 -DLZ_NV_PRODUCER=1 -DLZ_NV_KSLOTS=2 -DLZ_NV_PVSLOTS=3" "pbatch0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PBATCH=0" \
-        "narrow -DLZ_NV_PRODUCER=1 -DLZ_NV_S_WIDE=0" "cfence -DLZ_NV_PRODUCER=1 -DLZ_NV_PFENCE=0" \
-        "ppmeta0 -DLZ_NV_PRODUCER=1 -DLZ_NV_PP_META=0" "slack0 -DLZ_NV_PRODUCER=1 -DLZ_NV_MAX_SLACK=0" \
-        "noftz -DLZ_NV_PRODUCER=1 -DLZ_NV_EXP2_FTZ=0" "l1pf -DLZ_NV_PRODUCER=1 -DLZ_NV_L1PF=2" \
-        "diag16 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=16" "diag48 -DLZ_NV_PRODUCER=1 -DLZ_NV_DIAG=48 -DLZ_NV_DIAG_MARKS=2" \
-        "tiled -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1" "tiled16 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_BULK=0" \
-        "lwg -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_L_WG=1" \
-        "persist -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1" \
-        "persist_lwg -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1 -DLZ_NV_L_WG=1" \
-        "pflags0 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PFLAGS=0" \
-        "mfinite0 -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_M_FINITE=0" \
-        "skip -DLZ_NV_RESCALE_SKIP=1" "wide -DLZ_NV_S_WIDE=1" \
-        "all -DLZ_NV_PRODUCER=1 -DLZ_NV_RESCALE_SKIP=1 -DLZ_NV_S_WIDE=1"; do
+    for v in "base prefill_mma" "producer prefill_wgmma -DLZ_NV_PRODUCER=1" \
+        "block32 prefill_wgmma -DLZ_NV_PRODUCER=1 -DLZ_BLOCK=32" "kt64 prefill_wgmma -DLZ_NV_PRODUCER=1 -DLZ_NV_KT=64" \
+        "tiled prefill_wgmma -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1" \
+        "persist prefill_persistent -DLZ_NV_PRODUCER=1 -DLZ_KV_TILED=1 -DLZ_NV_PERSIST=1"; do
         job prefill_wgmma12 $v
     done
 fi
@@ -293,10 +271,6 @@ for d in 64 128; do
     # O += P V on wgmma too (A from registers, V MN-major: m64n<d>k16)
     grep -q "//@wgmma.mma_async.sync.aligned.m64n${d}k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma.ptx" ||
         { echo "prefill_nv.d$d.wgmma: no wgmma m64n${d}k16 (P V)" >&2; exit 1; }
-    if grep -q "cp.async.bulk.shared" "$out/prefill_nv.d$d.wgmma_pingpong_tiled16.ptx"; then
-        echo "prefill_nv.d$d.wgmma_pingpong_tiled16: a bulk copy with LZ_NV_BULK=0" >&2
-        exit 1
-    fi
     grep -q "//@wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma_producer.ptx" ||
         { echo "prefill_nv.d$d.wgmma_producer: no wgmma m64n32k16 (LZ_NV_S_WIDE)" >&2; exit 1; }
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Replays the mbarrier protocol of the wgmma prefill's producer
-(cl/prefill_nv.cl, LZ_NV_PRODUCER: lz_nv_produce, lz_nv_consume and the
+(cl/nv/prefill_producer.h, LZ_NV_PRODUCER: lz_nv_produce, lz_nv_consume and the
 consumer loop of lz_prefill_nv_rows; with LZ_NV_PERSIST lz_nv_produce_tasks
 and lz_prefill_nv_persist) under random interleavings, on the host.
 
