@@ -103,12 +103,13 @@ def norm(lines):
     text = re.sub(r"(\.reg \.\w+ \s*%\w+)<\d+>", r"\1<>", text)
     for pat, stem in ((r"\$?L__BB\d+_\d+|\bLBB\d+_\d+", "L"), (r"\b\w+_\$_\w+", "LOCAL_"),
                       (r"%(?:rd|r|f|fd|p|rs|h|hh)\d+\b", None)):
-        seen = {}
-        def name(m, seen=seen, stem=stem):
+        seen, count = {}, {}
+        def name(m, seen=seen, count=count, stem=stem):
             k = m.group(0)
             if k not in seen:
-                s = stem if stem else re.match(r"%[a-z]+", k).group(0) + "_"
-                seen[k] = s + str(sum(1 for v in seen.values() if v.startswith(s)))
+                s = stem if stem else k.rstrip("0123456789") + "_"
+                count[s] = count.get(s, 0) + 1
+                seen[k] = s + str(count[s] - 1)
             return seen[k]
         text = re.sub(pat, name, text)
     return text
