@@ -45,7 +45,7 @@ tests() {
 bench() {
   m=$1; shift
   log="${BENCH_LOGS:-$out}/bench_$m.log"
-  LAZYATTN_LOG=info LAZYATTN_NV_VERBOSE=1 timeout "${BENCH_S:-45}" build-nv/examples/bench_kernels --only prefill \
+  LAZYATTN_LOG=info LAZYATTN_TUNE=nv.verbose=1 timeout "${BENCH_S:-45}" build-nv/examples/bench_kernels --only prefill \
     --reps 20 "$@" --csv "$csv/$m.csv" > "$log" 2>&1
   last_rc=$?; echo "[$(el) s] bench_kernels prefill ($m) rc=$last_rc"
   grep -E "^check|^checks|^prefill_|NVIDIA tensor-core|unavailable|disabled" "$log" | cut -c1-150 | head -14

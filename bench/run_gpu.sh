@@ -24,18 +24,18 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   LAZYATTN_LOG=info timeout 300 build-nv/tests/test_prefill_batched > "$out/test_prefill_batched.log" 2>&1
   echo "test_prefill_batched on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/test_prefill_batched.log") ok, $(grep -c 'NVIDIA tensor-core path' "$out/test_prefill_batched.log") attention objects on the fast path)"
   grep -E "^# |FAILED|error" "$out/test_prefill_batched.log" | head -20
-  # the wgmma prefill without its producer warpgroup (LAZYATTN_NV_PRODUCER=0)
-  LAZYATTN_NV_PRODUCER=0 timeout 120 build-nv/tests/test_attention > "$out/test_attention_noprod.log" 2>&1
-  echo "test_attention with LAZYATTN_NV_PRODUCER=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_noprod.log") ok)"
+  # the wgmma prefill without its producer warpgroup (LAZYATTN_TUNE=nv.producer=0)
+  LAZYATTN_TUNE=nv.producer=0 timeout 120 build-nv/tests/test_attention > "$out/test_attention_noprod.log" 2>&1
+  echo "test_attention with nv.producer=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_noprod.log") ok)"
   # the other prefill (the default is wgmma on compute capability 9.x, mma.sync
   # elsewhere): mma.sync forced, same tests and bench checks
-  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/tests/test_attention > "$out/test_attention_mma.log" 2>&1
-  echo "test_attention with LAZYATTN_NV_WGMMA=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_mma.log") ok)"
-  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --only prefill > "$out/bench_mma.log" 2>&1
-  echo "bench_kernels prefill with LAZYATTN_NV_WGMMA=0: rc=$?"
+  LAZYATTN_TUNE=nv.wgmma=0 timeout 300 build-nv/tests/test_attention > "$out/test_attention_mma.log" 2>&1
+  echo "test_attention with nv.wgmma=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_mma.log") ok)"
+  LAZYATTN_TUNE=nv.wgmma=0 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --only prefill > "$out/bench_mma.log" 2>&1
+  echo "bench_kernels prefill with nv.wgmma=0: rc=$?"
   grep -E "^check|^checks|^prefill" "$out/bench_mma.log"
 fi
-LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --csv "$out/ours.csv" > "$out/bench.log" 2>&1
+LAZYATTN_TUNE=nv.verbose=1 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --csv "$out/ours.csv" > "$out/bench.log" 2>&1
 echo "bench_kernels rc=$?"
 grep -v "^\[log 3\] build log" "$out/bench.log" | grep -E -v "^$" | tail -40
 grep -E "registers|spill" "$out/bench.log" | head -12

@@ -12,7 +12,7 @@
 #   usage: sh bench/run_portable_gpu.sh [OUTDIR] [tests|bench|sweep|tune ...]  (default: tests bench tune)
 #   SWEEP="K,W,D,G[,U[,P[,R[,S[,O]]]]][/MAXREG] ..." lists the --decode-tile values of the
 #   sweep step (/MAXREG: the decode built with -cl-nv-maxrregcount=MAXREG through
-#   LAZYATTN_PORTABLE_DECODE_OPTIONS; without it the library caps the registers so
+#   LAZYATTN_TUNE=portable.decode_maxreg=MAXREG; without it the library caps the registers so
 #   the tile's work-groups per CU fit);
 #   TESTS the tests of the tests step.
 set -u
@@ -45,7 +45,7 @@ for s in $steps; do
       grep -E "refused|FAILED|rror" "$out/$t.log" | head -8
     done ;;
   bench)
-    LAZYATTN_PORTABLE=1 LAZYATTN_NV_VERBOSE=1 timeout 200 "$(exe bench_kernels examples)" --reps 20 --csv "$out/portable.csv" > "$out/bench_portable.log" 2>&1
+    LAZYATTN_PORTABLE=1 LAZYATTN_TUNE=nv.verbose=1 timeout 200 "$(exe bench_kernels examples)" --reps 20 --csv "$out/portable.csv" > "$out/bench_portable.log" 2>&1
     echo "bench_kernels portable rc=$?"
     grep -E "^ceilings|^check|^checks|^portable|^prefill|^decode|^ *name|TFLOP|TB/s" "$out/bench_portable.log" | head -30
     grep -A4 -E "entry function 'lz_decode(_warp)?'" "$out/bench_portable.log" | grep -E "entry function|stack|Used" | head -12
@@ -56,7 +56,7 @@ for s in $steps; do
     for e in ${SWEEP:-512,128,8,4,4,2,1,11,3}; do
       t=${e%/*}; reg=; [ "$t" != "$e" ] && reg=${e#*/}
       echo "== decode tile $e" >> "$out/sweep.log"
-      LAZYATTN_PORTABLE_DECODE_OPTIONS="${reg:+-cl-nv-maxrregcount=$reg}" LAZYATTN_PORTABLE=1 timeout 60 "$(exe bench_kernels examples)" --reps 20 --no-checks --only decode --decode-tile "$t" 2>&1 | grep -E "^ceilings|^portable|^decode_" >> "$out/sweep.log"
+      LAZYATTN_TUNE="${reg:+portable.decode_maxreg=$reg}" LAZYATTN_PORTABLE=1 timeout 60 "$(exe bench_kernels examples)" --reps 20 --no-checks --only decode --decode-tile "$t" 2>&1 | grep -E "^ceilings|^portable|^decode_" >> "$out/sweep.log"
     done
     cat "$out/sweep.log" ;;
   tune)

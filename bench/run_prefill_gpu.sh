@@ -9,8 +9,8 @@
 # tune_kernels and the tests, with libcmocka.so.0 in BIN/extra-lib.
 #   usage: sh bench/run_prefill_gpu.sh OUTDIR [sweep] [tests] [bench] [tune]
 #   VARIANTS: lines "LABEL|FOLDER|R,K,W,SR,SK,OR,OD,KV,PF|OPTIONS" (FOLDER
-#   empty: BIN; tile empty: the default; OPTIONS go to
-#   LAZYATTN_PORTABLE_PREFILL_OPTIONS); TESTS the tests of the tests step.
+#   empty: BIN; tile empty: the default; OPTIONS: LAZYATTN_TUNE settings, e.g.
+#   portable.prefill_maxreg=96); TESTS the tests of the tests step.
 set -u
 out=${1:-${OUT:-/tmp/lazyattn-out}}
 shift 2>/dev/null
@@ -39,7 +39,7 @@ for s in $steps; do
       [ -n "$label" ] || continue
       n=$((n + 1))
       exe=${folder:-$bin}/bench_kernels
-      LAZYATTN_PORTABLE=1 LAZYATTN_NV_VERBOSE=1 LAZYATTN_PORTABLE_PREFILL_OPTIONS="$opt" timeout 60 \
+      LAZYATTN_PORTABLE=1 LAZYATTN_TUNE="nv.verbose=1${opt:+,$opt}" timeout 60 \
         "$exe" --reps 20 --no-checks --only prefill ${tile:+--prefill-tile "$tile"} > "$out/sweep.$n.log" 2>&1
       echo "== $label ($exe, tile ${tile:-default}, options ${opt:-none}) rc=$?" >> "$out/sweep.log"
       grep -E "^prefill|^ceilings|refused|rror" "$out/sweep.$n.log" | head -8 >> "$out/sweep.log"
@@ -60,12 +60,12 @@ for s in $steps; do
     fi ;;
   tests)
     for t in ${TESTS:-test_attention test_geometry test_prefill_batched}; do
-      LAZYATTN_PORTABLE=1 LAZYATTN_PORTABLE_PREFILL_OPTIONS="$best_opt" timeout 100 "$bin/$t" > "$out/$t.log" 2>&1
+      LAZYATTN_PORTABLE=1 LAZYATTN_TUNE="$best_opt" timeout 100 "$bin/$t" > "$out/$t.log" 2>&1
       echo "$t portable on the GPU: rc=$? ($(grep -c '\[       OK \]' "$out/$t.log") ok)" | tee -a "$table"
       grep -E "refused|FAILED|rror" "$out/$t.log" | head -6
     done ;;
   bench)
-    LAZYATTN_PORTABLE=1 LAZYATTN_NV_VERBOSE=1 LAZYATTN_PORTABLE_PREFILL_OPTIONS="$best_opt" timeout 150 \
+    LAZYATTN_PORTABLE=1 LAZYATTN_TUNE="nv.verbose=1${best_opt:+,$best_opt}" timeout 150 \
       "$bin/bench_kernels" --reps 20 --csv "$out/portable.csv" ${best_tile:+--prefill-tile "$best_tile"} > "$out/bench_portable.log" 2>&1
     echo "bench_kernels portable rc=$?"
     grep -E "^ceilings|^checks|^prefill|^decode" "$out/bench_portable.log" | head -20 | tee -a "$table"

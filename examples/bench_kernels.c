@@ -27,12 +27,10 @@
  *                      [--prefill-queries T]
  *                      [--decode-tile K,W,D,G[,U[,P[,R[,S[,O]]]]]] [--decode-splits N]
  *                      [--prefill-tile R,K,W,SR,SK,OR,OD,KV,PF] [--kv-layout rows|tiled]
- * (bench/sdpa_peer.py reads the CSV; LAZYATTN_NV_PREFILL / LAZYATTN_NV_DECODE
- * override the launch geometry, see lib/attention.c, for tuning sweeps;
- * LAZYATTN_NV_DIAG_DUMP=1 prints the clocks of a -DLZ_NV_DIAG=16 prefill
- * build, given through LAZYATTN_NV_DEFINES, after prefill (b))
- * Not part of `meson test`. Build logs (with -cl-nv-verbose when
- * LAZYATTN_NV_VERBOSE is set) are printed on failure and on request.
+ * (bench/sdpa_peer.py reads the CSV; LAZYATTN_TUNE overrides the launch
+ * geometry for tuning sweeps, README "Environment")
+ * Not part of `meson test`. Build logs (with -cl-nv-verbose under
+ * LAZYATTN_TUNE=nv.verbose=1) are printed on failure and on request.
  */
 #include <math.h>
 #include <stdint.h>
@@ -409,31 +407,6 @@ static lazyattn_prefill_args sequence_args(int S, int first_block, int q_pos0, c
     return a;
 }
 
-/* The clocks a build with -DLZ_NV_DIAG=16 (cl/prefill_nv.cl) leaves in its
- * output out of n_rows rows of H heads: a consumer warp of one work-group
- * writes 12 words over columns 0, 1, 8, 9, ..., 40, 41 of one of its rows,
- * the first 0x1a2d0000 | warp, the eighth 0x1a2e0000 (the K and V waits
- * follow; a build before them wrote 8). */
-static void print_nv_diag(cl_mem out, int n_rows) {
-    const size_t n = (size_t)n_rows * H * D;
-    uint32_t *w = malloc(n * sizeof *w);
-    if (!w) {
-        fprintf(stderr, "LAZYATTN_NV_DIAG_DUMP: no memory for %zu words\n", n);
-        return;
-    }
-    CLCHECK(clEnqueueReadBuffer(g_q, out, CL_TRUE, 0, n * sizeof *w, w, 0, NULL, NULL));
-    for (size_t b = 0; b < n; b += D) {
-        const uint32_t *d = w + b;
-        if ((d[0] & 0xffff0000u) != 0x1a2d0000u) continue;
-        printf("lz_diag warp %2u: rounds %u clocks %u before-turn %u turn-wait %u turn %u after-turn %u",
-               d[0] & 0xffffu, d[1], d[8], d[9], d[16], d[17], d[24]);
-        if (d[25] == 0x1a2e0000u) /* the K and V full waits: rounds not ready at once, clocks */
-            printf(" k-wait %u/%u v-wait %u/%u", d[32], d[40], d[33], d[41]);
-        printf("\n");
-    }
-    free(w);
-}
-
 static void bench_prefill(int shape_a, int shape_b, int shape_c) {
     lazyattn_attention *attn = make_attn();
     lazyattn_kernel_tuning got;
@@ -490,7 +463,6 @@ static void bench_prefill(int shape_a, int shape_b, int shape_c) {
         snprintf(r->name, sizeof r->name, "prefill_b_2x8192_causal");
         r->ms = time_prefill(attn, pool, a, 2);
         r->ms_zero = r->ms; /* all deltas are zero already */
-        if (getenv("LAZYATTN_NV_DIAG_DUMP")) print_nv_diag(om0, S);
         r->flops = 2 * 4.0 * H * D * (double)S * S / 2;
         r->bytes = 0;
         for (int i = 0; i < nm; i++) clReleaseMemObject(mems[i]);
