@@ -31,11 +31,11 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # elsewhere): mma.sync forced, same tests and bench checks
   LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/tests/test_attention > "$out/test_attention_mma.log" 2>&1
   echo "test_attention with LAZYATTN_NV_WGMMA=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_mma.log") ok)"
-  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --only prefill > "$out/bench_mma.log" 2>&1
+  LAZYATTN_NV_WGMMA=0 timeout 300 build-nv/bench/bench_kernels --kv-layout "$layout" --only prefill > "$out/bench_mma.log" 2>&1
   echo "bench_kernels prefill with LAZYATTN_NV_WGMMA=0: rc=$?"
   grep -E "^check|^checks|^prefill" "$out/bench_mma.log"
 fi
-LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --csv "$out/ours.csv" > "$out/bench.log" 2>&1
+LAZYATTN_NV_VERBOSE=1 timeout 300 build-nv/bench/bench_kernels --kv-layout "$layout" --csv "$out/ours.csv" > "$out/bench.log" 2>&1
 echo "bench_kernels rc=$?"
 grep -v "^\[log 3\] build log" "$out/bench.log" | grep -E -v "^$" | tail -40
 grep -E "registers|spill" "$out/bench.log" | head -12

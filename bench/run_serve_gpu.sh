@@ -30,13 +30,13 @@ done
 [ "${ONLY_TESTS:-0}" = 1 ] && { grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[  ERROR|^# " "$out/tests.log"; exit 0; }
 if [ "${NO_LARGE:-0}" != 1 ]; then
     step peer 90 sh -c "cd bench && python3 gemm_peer.py --reps 20 --csv '$out/peer.csv'"
-    step gemm_large 90 "$bin/serve/bench_gemm" --rows 2048,10240 --peer "$out/peer.csv"
+    step gemm_large 90 "$bin/bench/serve/bench_gemm" --rows 2048,10240 --peer "$out/peer.csv"
 fi
-step gemm_small "${SMALL_S:-120}" "$bin/serve/bench_gemm_small" --reps 20 ${MS:+--ms "$MS"} \
+step gemm_small "${SMALL_S:-120}" "$bin/bench/serve/bench_gemm_small" --reps 20 ${MS:+--ms "$MS"} \
     ${VARIANTS:+--variant "$VARIANTS"}
-step forward 240 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5
+step forward 240 "$bin/bench/serve/bench_forward" --model 8b --gemm bf16 --reps 5
 [ "${DEVICE_TIME:-1}" = 1 ] &&
-    step forward 120 "$bin/serve/bench_forward" --model 8b --gemm bf16 --reps 5 --no-forwards --device-time
+    step forward 120 "$bin/bench/serve/bench_forward" --model 8b --gemm bf16 --reps 5 --no-forwards --device-time
 step llama_peer 180 sh -c "cd bench && python3 llama_peer.py --reps 5"
 echo "== summary"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30

@@ -109,6 +109,7 @@ def main():
 
         san = [] if a.sanitize in ("", "none") else ["-fsanitize=" + a.sanitize]
         examples = os.path.join(a.source_root, "examples")
+        common_dir = os.path.join(a.source_root, "common")  # the programs' option parser
         # the stage's library only: meson test puts the build tree's on the
         # path, which would hide a program linked to the wrong one
         run_env = dict(os.environ)
@@ -144,8 +145,8 @@ def main():
                 deps = run(common + ["-M", src], env=env)
             else:
                 # the option parser is the programs' own helper, not the library's API;
-                # examples/ holds no lazyattn header, so the installed one is the only one
-                deps = run(common + ["-I" + examples, "-M", src], env=env)
+                # common/ holds no lazyattn header, so the installed one is the only one
+                deps = run(common + ["-I" + common_dir, "-M", src], env=env)
             headers = [w for w in deps.replace("\\\n", " ").split() if w.endswith("lazyattn.h")]
             if not headers or not all(under(h, stage) for h in headers):
                 fail(f"{prog}: lazyattn.h came from {headers}, not from the stage")
@@ -153,7 +154,7 @@ def main():
                 run(readme_cmd, env=env, cwd=a.source_root)
                 exe = readme_exe
             else:
-                run(common + ["-I" + examples, src, os.path.join(examples, "cli_options.c"), "-o", exe]
+                run(common + ["-I" + common_dir, src, os.path.join(common_dir, "cli_options.c"), "-o", exe]
                     + san + libs + ["-lm"], env=env)
             ldd = run(["ldd", exe], env=run_env)
             line = [l for l in ldd.splitlines() if "liblazyattn.so" in l]

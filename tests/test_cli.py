@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The programs' command lines (examples/cli_options.c), table-driven.
+"""The programs' command lines (common/cli_options.c), table-driven.
 
 Every bad option set must exit non-zero (2 for a bad command line, 1 for a
 run that could not do what was asked) with a message on stderr naming the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Command-line options of the example, serve and bench programs: one table
  * of typed options per program, parsed with range checks. An internal
- * static library (examples/meson.build), not part of lazyattn's API.
+ * static library (common/meson.build), not part of lazyattn's API.
  *
  * Every value is checked whole: trailing garbage, NaN, infinities,
  * overflow, values outside the option's range, empty list items, repeated

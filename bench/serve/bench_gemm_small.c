@@ -18,7 +18,7 @@
  * launches, as a decode step issues them).
  *   bench_gemm_small [--reps N] [--ms 1,2,4] [--variant ...] [--no-checks]
  * Exit status: 0 all checks passed, 1 a failure or mismatch, 2 a bad
- * command line (examples/cli_options.h), 77 without an NVIDIA fast-path
+ * command line (common/cli_options.h), 77 without an NVIDIA fast-path
  * device.
  */
 #define _GNU_SOURCE /* memmem */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * Kernels of the benchmark program only (examples/bench_kernels.c): the
+ * Kernels of the benchmark program only (bench/bench_kernels.c): the
  * two ceilings and a random fill of the KV pool. Built on NVIDIA only (the
  * mma loop is inline PTX).
  */
