@@ -45,7 +45,7 @@ struct serve_gemm_small {
 };
 
 /* Defaults per class of W and token tiles 1..8, from the H200 sweep
- * (docs/h200/issue16/gemm-small/call2-bench.log, PERFLOG). Within a class
+ * (bench/results/issue16/gemm-small/call2-bench.log, PERFLOG). Within a class
  * every row count uses the same K slices, split rule and X path, so each
  * sum has the same order whatever the batch: a token's row of Y is
  * bitwise the same with 1 or 64 rows (greedy decoding does not depend on
@@ -63,11 +63,11 @@ static const serve_gemm_small_tuning gs_defaults[GS_CLASSES][GS_NT] = {
  * (xs 3: two warpgroups of 64 W rows, X staged through registers): on the
  * H200 84 / 84 / 82 / 76 % of the read ceiling at 1 / 16 / 32 / 64 rows
  * against the mma.sync shape's 86 / 76 / 78 / 46 % in the same call
- * (docs/h200/issue16/gemm-wg/); its rows are bitwise the same for every NT.
+ * (bench/results/issue16/gemm-wg/); its rows are bitwise the same for every NT.
  * The long-row class (down) takes the wgmma mode with three warpgroups of
  * 64 rows and 4-block chunks, 1,12,1,4,1,2,0,3: 77 / 74 / 69 / 62 % at 1 /
  * 16 / 32 / 64 rows against mma.sync's 78 / 71 / 59 / 43 % in the same
- * call (docs/h200/issue16/final/, PERFLOG). */
+ * call (bench/results/issue16/final/, PERFLOG). */
 #define GS_T_WIDE90 {1, 8, 1, 2, 1, 2, 0, 3}
 #define GS_T_LONG90 {1, 12, 1, 4, 1, 2, 0, 3}
 static const serve_gemm_small_tuning gs_wide_sm90[GS_NT] = {
