@@ -8,6 +8,10 @@
 # KV_LAYOUT pages (default tiled, the faster on the H200: issue 11 step 10;
 # rows for the layout measured before it); the tests cover both.
 #   usage: [KV_LAYOUT=tiled|rows] sh bench/run_gpu.sh [OUTDIR]
+# The portable kernels' figures (README "Portable kernels on the H200"):
+#   LAZYATTN_PORTABLE=1 KV_LAYOUT=rows SKIP_TESTS=1 sh bench/run_gpu.sh [OUTDIR]
+# serve/'s figures: bench/serve/run_gpu.sh (GEMMs, forward) and
+# bench/serve/run_paper200.sh (rag_bench, the paper's 200 requests).
 set -u
 layout=${KV_LAYOUT:-tiled}
 out=${1:-${OUT:-/tmp/lazyattn-out}}

@@ -5,8 +5,10 @@
 # the cache between requests; the running requests' working sets on top), all four policies,
 # Llama-3.1-8B shape; TTFT mean/p50/p99, TPOT, throughput, hit ratio, and lazy vs position-aware
 # beside the paper's 1.37x / 1.40x.
-#   serve/h200_paper200.sh BUILD_DIR OUT_DIR [more rag_bench options...]
-# Run as serve/h200_rag_bench.sh is (build here, carry BUILD_DIR and .device-carry/clblast).
+#   bench/serve/run_paper200.sh BUILD_DIR OUT_DIR [more rag_bench options...]
+# The GPU machine has the NVIDIA driver but registers only PoCL, and has no CLBlast: build here,
+# carry BUILD_DIR and .device-carry/clblast (mkdir -p .device-carry/clblast &&
+# cp -L /usr/lib/x86_64-linux-gnu/libclblast.so.1 .device-carry/clblast/).
 # OUT_DIR gets paper200.log (stdout), paper200.err (stderr), paper200.csv (per request),
 # paper200_summary.csv (per run), paper200_ttft.svg (1 GiB), paper200_ttft_budgets.svg (both
 # budgets), paper200_budget.svg (throughput and hit ratio vs budget): 7 files.
@@ -23,17 +25,17 @@
 # P200_PROFILE [0] (1: profiling events, device time per phase; costs host time per forward),
 # P200_CLBLAST [./.device-carry/clblast] (the folder holding the carried libclblast.so.1),
 # P200_LOCAL [0] (1: the default OpenCL device, no NVIDIA set-up: a dry run on PoCL, e.g.
-# P200_LOCAL=1 P200_MODEL=tiny P200_BUDGETS=256KiB,1MiB serve/h200_paper200.sh build /tmp/p200
+# P200_LOCAL=1 P200_MODEL=tiny P200_BUDGETS=256KiB,1MiB bench/serve/run_paper200.sh build /tmp/p200
 # --docs 20 --doc-len 64:64).
 set -u
-build=${1:?usage: serve/h200_paper200.sh BUILD_DIR OUT_DIR [rag_bench options]}
-out=${2:?usage: serve/h200_paper200.sh BUILD_DIR OUT_DIR [rag_bench options]}
+build=${1:?usage: bench/serve/run_paper200.sh BUILD_DIR OUT_DIR [rag_bench options]}
+out=${2:?usage: bench/serve/run_paper200.sh BUILD_DIR OUT_DIR [rag_bench options]}
 shift 2
 start=$(date +%s)
 seconds=${P200_SECONDS:-570}
 case $seconds in
 ''|*[!0-9]*|0?*|???????*)
-    echo "h200_paper200: P200_SECONDS='$seconds': a whole number of seconds" \
+    echo "run_paper200: P200_SECONDS='$seconds': a whole number of seconds" \
          "(digits, no leading 0, at most 6)" >&2
     exit 2 ;;
 esac
@@ -51,10 +53,10 @@ used=$(( $(date +%s) - start ))
 limit=$((seconds - used - 20))
 kill_after=$((seconds - used - 12))
 if [ "$limit" -lt 30 ]; then
-    echo "h200_paper200: P200_SECONDS=$seconds leaves $limit s for the runs (at least 30)" >&2
+    echo "run_paper200: P200_SECONDS=$seconds leaves $limit s for the runs (at least 30)" >&2
     exit 2
 fi
-echo "h200_paper200: $(date -u +%H:%M:%S) model ${P200_MODEL:-8b}, ${P200_REQUESTS:-200} requests," \
+echo "run_paper200: $(date -u +%H:%M:%S) model ${P200_MODEL:-8b}, ${P200_REQUESTS:-200} requests," \
      "budgets ${P200_BUDGETS:-1GiB,4GiB}, ${P200_CONCURRENCY:-4} clients, prefill chunk" \
      "${P200_CHUNK:-2048}, rag_bench --time-limit $limit (killed at $kill_after s)"
 timeout -k 5 "$kill_after" "$build/serve/rag_bench" \
@@ -69,11 +71,11 @@ elapsed=$(( $(date +%s) - start ))
 sed -n '/^| policy | budget | requests/,/^Device time/p' "$out/paper200.log" | sed '$d'
 tail -n 3 "$out/paper200.err"
 case $rc in
-0) echo "h200_paper200: COMPLETE: every run served all its requests; $elapsed s" ;;
-3) echo "h200_paper200: INCOMPLETE: runs cut short by the time limit (CUT SHORT above); $elapsed s" ;;
-124|137) echo "h200_paper200: KILLED by the $kill_after s guard after $elapsed s: no tables or CSV;" \
+0) echo "run_paper200: COMPLETE: every run served all its requests; $elapsed s" ;;
+3) echo "run_paper200: INCOMPLETE: runs cut short by the time limit (CUT SHORT above); $elapsed s" ;;
+124|137) echo "run_paper200: KILLED by the $kill_after s guard after $elapsed s: no tables or CSV;" \
                "finished runs:"; grep '^# run ' "$out/paper200.log" ;;
-*) echo "h200_paper200: FAILED (exit $rc) after $elapsed s" ;;
+*) echo "run_paper200: FAILED (exit $rc) after $elapsed s" ;;
 esac
 ls -l "$out"
 exit $rc

@@ -12,7 +12,7 @@
 # -Dclblast=enabled -Dredis=disabled; ninja -C build-serve; libcmocka.so.0*
 # copied into build-serve/extra-lib), copy libclblast.so.1 into
 # .device-carry/clblast, carry both.
-#   usage: sh bench/run_serve_gpu.sh [OUTDIR]    (BIN=build-serve by default; ONLY_TESTS=1:
+#   usage: sh bench/serve/run_gpu.sh [OUTDIR]    (BIN=build-serve by default; ONLY_TESTS=1:
 #   the tests alone; TESTS="serve/test_gemm_small ..." a subset of the tests;
 #   NO_LARGE=1 skips the torch GEMM peer and bench_gemm; VARIANTS="A;B;..." and
 #   MS=1,16,.. go to bench_gemm_small's --variant and --ms; DEVICE_TIME=0 skips
