@@ -232,10 +232,10 @@ static int serve_gemm_portable_run(serve_gemm_bf16 *g, cl_command_queue queue,
         const serve_gemm_out *o = &a->outs[r < a->n_outs ? r : 0];
         cl_ulong off = o->off;
         cl_int cols = r < a->n_outs ? o->cols : 0, ld = o->ld;
-        err |= clSetKernelArg(k, 6 + 4 * r, sizeof(cl_mem), &o->buf);
-        err |= clSetKernelArg(k, 7 + 4 * r, sizeof(cl_ulong), &off);
-        err |= clSetKernelArg(k, 8 + 4 * r, sizeof(cl_int), &cols);
-        err |= clSetKernelArg(k, 9 + 4 * r, sizeof(cl_int), &ld);
+        err |= clSetKernelArg(k, 6 + 4 * (cl_uint)r, sizeof(cl_mem), &o->buf);
+        err |= clSetKernelArg(k, 7 + 4 * (cl_uint)r, sizeof(cl_ulong), &off);
+        err |= clSetKernelArg(k, 8 + 4 * (cl_uint)r, sizeof(cl_int), &cols);
+        err |= clSetKernelArg(k, 9 + 4 * (cl_uint)r, sizeof(cl_int), &ld);
     }
     err |= clSetKernelArg(k, 18, sizeof(cl_int), &acc);
     if (err != CL_SUCCESS)

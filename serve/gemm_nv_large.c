@@ -180,9 +180,9 @@ int serve_gemm_large_run(serve_gemm_large *g, cl_command_queue q, const serve_ge
     err |= clSetKernelArg(k, 5, sizeof n_total, &n_total);
     err |= clSetKernelArg(k, 6, sizeof group, &group);
     for (int r = 0; r < 3; r++) {
-        err |= clSetKernelArg(k, 7 + r, sizeof(cl_mem), &y[r]);
-        err |= clSetKernelArg(k, 10 + r, sizeof off[r], &off[r]);
-        err |= clSetKernelArg(k, 13 + r, sizeof ld[r], &ld[r]);
+        err |= clSetKernelArg(k, 7 + (cl_uint)r, sizeof(cl_mem), &y[r]);
+        err |= clSetKernelArg(k, 10 + (cl_uint)r, sizeof off[r], &off[r]);
+        err |= clSetKernelArg(k, 13 + (cl_uint)r, sizeof ld[r], &ld[r]);
     }
     err |= clSetKernelArg(k, 16, sizeof end0, &end0);
     err |= clSetKernelArg(k, 17, sizeof end1, &end1);

@@ -90,7 +90,7 @@ static int gs_same(const serve_gemm_small_tuning *a, const serve_gemm_small_tuni
 /* wgmma modes: X ring slots per K slice (GS_SLOTS of the kernel): xs 2: 3
  * where they fit at 8 token tiles, else 2; xs 3, 4: 2 */
 static int gs_slots(const serve_gemm_small_tuning *t) {
-    return t->xs == 2 && (size_t)t->wk * 3 * t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
+    return t->xs == 2 && (size_t)t->wk * 3 * (size_t)t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
 }
 
 /* xs 4 and 5: the register cap (-cl-nv-maxrregcount) under which the
@@ -111,7 +111,7 @@ static int gs_maxreg(const serve_gemm_small_tuning *t) {
 /* xs 5: the bytes of one ring slot at 8 token tiles (W of the slice's
  * 64-row sets, X) and the slots a K slice (GS_STG of the kernel) */
 static size_t gs_ws_slot(const serve_gemm_small_tuning *t) {
-    return (size_t)(t->wr / 4) * t->r * t->u * 4096 + (size_t)t->u * GS_NT * 512;
+    return (size_t)(t->wr / 4) * (size_t)t->r * (size_t)t->u * 4096 + (size_t)t->u * GS_NT * 512;
 }
 static int gs_ws_stages(const serve_gemm_small_tuning *t) {
     const size_t n = (GS_LOCAL - 64) / ((size_t)t->wk * gs_ws_slot(t));
@@ -135,15 +135,16 @@ static int gs_check_tuning(const serve_gemm_small_tuning *t) {
     /* the slice sums of the largest kernel (8 token tiles) in local memory */
     /* and with xs the staging rings (2 chunks of u blocks per K slice; wgmma:
      * gs_slots chunks of u blocks x 8 NT tokens x 64 bytes) */
-    const size_t red = t->wk > 1 ? (size_t)(t->wk - 1) * t->wr * t->r * GS_NT * 4 * 32 * 4 : 16;
+    const size_t red =
+        t->wk > 1 ? (size_t)(t->wk - 1) * (size_t)t->wr * (size_t)t->r * GS_NT * 4 * 32 * 4 : 16;
     if (t->xs == 5 && gs_ws_stages(t) < 2)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "gemm_small tuning: xs 5: 2 ring slots of %zu B (W and X of a chunk) a "
                           "K slice, %d slices: over %d B of local memory",
                           gs_ws_slot(t), t->wk, GS_LOCAL - 64);
-    const size_t ring = t->xs == 5   ? (size_t)t->wk * gs_ws_stages(t) * gs_ws_slot(t)
-                        : t->xs >= 2 ? (size_t)t->wk * gs_slots(t) * t->u * GS_NT * 512
-                        : t->xs == 1 ? (size_t)t->wk * 2 * t->u * GS_NT * 32 * 16
+    const size_t ring = t->xs == 5   ? (size_t)t->wk * (size_t)gs_ws_stages(t) * gs_ws_slot(t)
+                        : t->xs >= 2 ? (size_t)t->wk * (size_t)gs_slots(t) * (size_t)t->u * GS_NT * 512
+                        : t->xs == 1 ? (size_t)t->wk * 2 * (size_t)t->u * GS_NT * 32 * 16
                                      : 16;
     if ((red > ring ? red : ring) + 16 > GS_LOCAL)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
@@ -388,7 +389,8 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     const int blocks = gs_blocks(t, a->out);
     const int splits = gs_splits(g, t, a->out, a->in);
     if (splits > 1) {
-        st = gs_grow(g, &g->ws, &g->ws_bytes, (size_t)splits * a->out * 8 * nt * sizeof(float),
+        st = gs_grow(g, &g->ws, &g->ws_bytes,
+                     (size_t)splits * (size_t)a->out * 8 * (size_t)nt * sizeof(float),
                      "gemm_small: workspace");
         if (st != LAZYATTN_STATUS_OK) return st;
     }
@@ -420,7 +422,7 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     const cl_ulong x_off = a->x_off;
     const cl_int K = a->in, N = a->out, M = a->rows, acc = a->accumulate, S = splits;
     cl_int err = CL_SUCCESS;
-    int i = 0;
+    cl_uint i = 0;
 #define GS_ARG(v) err |= clSetKernelArg(k, i++, sizeof(v), &(v))
     GS_ARG(a->x);
     GS_ARG(x_off);
@@ -445,8 +447,8 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     GS_ARG(g->cnt);
 #undef GS_ARG
     if (err != CL_SUCCESS) return serve_cl_fail(CL_INVALID_KERNEL_ARGS, "gemm_small: kernel args");
-    const size_t local[2] = {(size_t)32 * t->wr * t->wk, 1};
-    const size_t global[2] = {local[0] * blocks, (size_t)splits};
+    const size_t local[2] = {(size_t)32 * (size_t)t->wr * (size_t)t->wk, 1};
+    const size_t global[2] = {local[0] * (size_t)blocks, (size_t)splits};
     err = clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, ev);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "gemm_small: enqueue");
     return LAZYATTN_STATUS_OK;

@@ -429,8 +429,8 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
     m->queue = lazyattn_context_queue(ctx);
     m->cfg = *cfg;
     const serve_model_config *c = &m->cfg;
-    size_t f = sizeof(float), h = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim,
-           kvd = (size_t)c->n_kv_heads * c->head_dim, ff = (size_t)c->ffn, V = (size_t)c->vocab,
+    size_t f = sizeof(float), h = (size_t)c->hidden, qd = (size_t)c->n_heads * (size_t)c->head_dim,
+           kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim, ff = (size_t)c->ffn, V = (size_t)c->vocab,
            R = (size_t)c->max_rows;
 
     lazyattn_attention_config acfg;
@@ -584,8 +584,8 @@ void serve_model_device_bytes(const serve_model *m, uint64_t *weights, uint64_t 
 int serve_model_init_random(serve_model *m, uint64_t seed) {
     if (!m) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_init_random: NULL");
     const serve_model_config *c = &m->cfg;
-    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * c->head_dim,
-             kvd = (uint64_t)c->n_kv_heads * c->head_dim, ff = (uint64_t)c->ffn;
+    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, ff = (uint64_t)c->ffn;
     /* uniform(-a, a) has variance a^2 / 3: a = sqrt(3 / fan_in) gives 1 / fan_in */
     float a_h = (float)sqrt(3.0 / (double)h), a_q = (float)sqrt(3.0 / (double)qd),
           a_f = (float)sqrt(3.0 / (double)ff), a_1 = 1.7320508f;
@@ -607,10 +607,10 @@ int serve_model_init_random(serve_model *m, uint64_t seed) {
                              scale, offset);                                                \
         if (st) return st;                                                                  \
     } while (0)
-    SERVE_FILL(m->tok_embd, c->vocab * h, a_1, 0.0f);
+    SERVE_FILL(m->tok_embd, (uint64_t)c->vocab * h, a_1, 0.0f);
     SERVE_FILL(m->output_norm, h, 0.1f, 1.0f);
     if (m->bf16) { /* tensor for tensor as below, so the seeds match */
-        SERVE_FILL_BF16(m->output, 0, c->vocab, h, a_h, 0.0f);
+        SERVE_FILL_BF16(m->output, 0, (uint64_t)c->vocab, h, a_h, 0.0f);
         for (int l = 0; l < c->n_layers; l++) {
             serve_layer *L = &m->layers[l];
             SERVE_FILL(L->attn_norm, h, 0.1f, 1.0f);
@@ -628,7 +628,7 @@ int serve_model_init_random(serve_model *m, uint64_t seed) {
                                  : serve_cl_fail(err, "serve_model_init_random");
     }
     /* tied: a random LM head stands in for the transposed embedding */
-    SERVE_FILL(m->output, c->vocab * h, a_h, 0.0f);
+    SERVE_FILL(m->output, (uint64_t)c->vocab * h, a_h, 0.0f);
     for (int l = 0; l < c->n_layers; l++) {
         serve_layer *L = &m->layers[l];
         SERVE_FILL(L->attn_norm, h, 0.1f, 1.0f);
@@ -706,8 +706,8 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     if (!m || !g) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_load_gguf: NULL");
     const serve_model_config *c = &m->cfg;
-    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * c->head_dim,
-             kvd = (uint64_t)c->n_kv_heads * c->head_dim, ff = (uint64_t)c->ffn,
+    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, ff = (uint64_t)c->ffn,
              V = (uint64_t)c->vocab;
     uint64_t biggest = V * h;
     if (ff * h > biggest) biggest = ff * h;
@@ -855,7 +855,7 @@ static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
         SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         /* f32 attention output, converted: a bf16 out_dtype would make the
          * NVIDIA fast path fall back to lazyattn's portable kernels */
-        SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * qd));
+        SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * (size_t)qd));
         SERVE_TRY(serve_gemm_b(m, n, qd, m->att_bf, L->wo, 1, &m->x, &h, 1));
         SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n));
         SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wgu, 2, gu, gu_cols, 0));
@@ -895,7 +895,7 @@ static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     if (m->bf16) { /* normed rows at h_bf's row 0 */
         SERVE_TRY(serve_gemm_b(m, n, c->hidden, m->h_bf, m->output, 1, &m->logits, &c->vocab, 0));
     } else {
-        SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * c->hidden,
+        SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * (size_t)c->hidden,
                                m->output, m->logits, 0, 0.0f));
     }
     SERVE_TRY(serve_argmax(m, n));
@@ -1087,7 +1087,7 @@ int serve_model_read_logits(serve_model *m, int n_rows, float *dst) {
     if (!m || !dst || n_rows < 1 || n_rows > m->cfg.max_rows)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_read_logits: bad argument");
     cl_int err = clEnqueueReadBuffer(m->queue, m->logits, CL_TRUE, 0,
-                                     (size_t)n_rows * m->cfg.vocab * sizeof(float), dst, 0, NULL,
+                                     (size_t)n_rows * (size_t)m->cfg.vocab * sizeof(float), dst, 0, NULL,
                                      NULL);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "read logits");
 }
