@@ -617,7 +617,7 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
             x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
             x ^= x >> 31;
-            double u = ((x >> 11) + 0.5) / 9007199254740992.0;
+            double u = ((double)(x >> 11) + 0.5) / 9007199254740992.0; /* 53 bits: exact */
             t += -log(u) / o->rate;
             b->arrivals[i] = t;
         }
@@ -1458,7 +1458,7 @@ int main(int argc, char **argv) {
     printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, FFN %d, vocab %d "
            "(%.3g M params, %s weights %s, %.1f s to set up and build kernels); KV %s, %llu B/token, block %d\n",
            o.gguf ? o.gguf : o.model, mc.n_layers, mc.hidden, mc.n_heads, mc.n_kv_heads,
-           mc.head_dim, mc.ffn, mc.vocab, serve_model_config_n_params(&mc) / 1e6,
+           mc.head_dim, mc.ffn, mc.vocab, (double)serve_model_config_n_params(&mc) / 1e6,
            serve_model_uses_bf16(b.model) ? "bf16" : "f32",
            o.gguf ? "from GGUF" : "random", t_model, mc.kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32",
            (unsigned long long)serve_model_kv_bytes_per_token(&mc), mc.block_size);
@@ -1471,7 +1471,7 @@ int main(int argc, char **argv) {
            : serve_gemm_bf16_has_tensor_cores(serve_model_gemm_bf16(b.model))
                ? "bf16 weights, tensor-core kernels (portable kernel for shapes they refuse)"
                : "bf16 weights, portable kernel (serve/gemm_bf16.cl)",
-           weight_bytes / 1e9, other_bytes / 1e9);
+           (double)weight_bytes / 1e9, (double)other_bytes / 1e9);
     printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, prefix %d, question "
            "%d-%d, generate %d-%d, %d requests (+%d warm-up, excluded), %s\n",
            o.workload, o.wl.n_docs, o.wl.doc_len_min, o.wl.doc_len_max, o.wl.docs_per_request,

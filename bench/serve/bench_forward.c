@@ -112,12 +112,12 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
                           B, context + 1, (long long)B * per, f->n_blocks);
     int32_t next = -1;
     for (int s = 0; s < B; s++) {
-        int st = fwd_prefill_seq(f, f->blocks + (size_t)s * per, 0, context, &next);
+        int st = fwd_prefill_seq(f, f->blocks + (size_t)s * (size_t)per, 0, context, &next);
         if (st) return st;
     }
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * 4), *nx = malloc(sizeof(int32_t) * (size_t)B);
-    uint64_t *table = malloc(sizeof(uint64_t) * (size_t)B * per);
-    int32_t *epos = malloc(sizeof(int32_t) * (size_t)B * per);
+    uint64_t *table = malloc(sizeof(uint64_t) * (size_t)B * (size_t)per);
+    int32_t *epos = malloc(sizeof(int32_t) * (size_t)B * (size_t)per);
     double *t = calloc((size_t)reps, sizeof *t);
     int st = LAZYATTN_STATUS_OK;
     if (!tok || !nx || !table || !epos || !t)
@@ -127,16 +127,16 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
     int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(B + 1));
     if (!st && !offsets) st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: offsets");
     for (int s = 0; s < B && !st; s++) {
-        const int32_t *blk = f->blocks + (size_t)s * per;
+        const int32_t *blk = f->blocks + (size_t)s * (size_t)per;
         tok[s] = f->tokens[(s * 7919) % f->max_tokens];
         qpos[s] = stored[s] = context;
         slots[s] = blk[context / bs] * bs + context % bs;
         offsets[s] = s * per;
         for (int e = 0; e < per && !st; e++) {
             const int len = context + 1 - e * bs < bs ? context + 1 - e * bs : bs;
-            st = lazyattn_entry_pack(blk[e], 0, len, &table[(size_t)s * per + e]);
+            st = lazyattn_entry_pack(blk[e], 0, len, &table[(size_t)s * (size_t)per + (size_t)e]);
             if (st) st = serve_lz_fail(st, "lazyattn_entry_pack");
-            epos[(size_t)s * per + e] = e * bs;
+            epos[(size_t)s * (size_t)per + (size_t)e] = e * bs;
         }
     }
     if (!st) offsets[B] = B * per;
@@ -242,7 +242,8 @@ static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "bench_forward: %lld blocks", (long long)need);
     f->n_blocks = (int)need;
     lazyattn_pool_config pc;
-    serve_model_pool_config(f->mc, (uint64_t)f->n_blocks * bs * serve_model_kv_bytes_per_token(f->mc),
+    serve_model_pool_config(f->mc,
+                            (uint64_t)f->n_blocks * (uint64_t)bs * serve_model_kv_bytes_per_token(f->mc),
                             &pc);
     if ((st = lazyattn_pool_create(ctx, &pc, &f->pool))) return serve_lz_fail(st, "lazyattn_pool_create");
     f->blocks = malloc((size_t)f->n_blocks * sizeof *f->blocks);

@@ -145,7 +145,7 @@ static int bench_one(cl_command_queue q, const bench_kernel *kn,
     /* poison, run once, read everything back */
     const float nan = NAN;
     for (int r = 0; r < p->n_outs; r++) {
-        cl_int err = clEnqueueFillBuffer(q, b->y[r], &nan, sizeof nan, 0, (size_t)m * p->cols[r] * 4, 0,
+        cl_int err = clEnqueueFillBuffer(q, b->y[r], &nan, sizeof nan, 0, (size_t)m * (size_t)p->cols[r] * 4, 0,
                                          NULL, NULL);
         if (err != CL_SUCCESS) return fprintf(stderr, "fill: OpenCL error %d\n", err), 1;
     }
@@ -169,13 +169,13 @@ static int bench_one(cl_command_queue q, const bench_kernel *kn,
         c0 += p->cols[r];
     }
     while (nci < nc) cols_s[nci++] = (int)(rnd_unit() * p->n);
-    double *ref = malloc(sizeof(double) * (size_t)nr * nc);
+    double *ref = malloc(sizeof(double) * (size_t)nr * (size_t)nc);
     float *y = NULL;
     size_t ymax = 0;
     for (int r = 0; r < p->n_outs; r++)
-        if ((size_t)m * p->cols[r] > ymax) ymax = (size_t)m * p->cols[r];
+        if ((size_t)m * (size_t)p->cols[r] > ymax) ymax = (size_t)m * (size_t)p->cols[r];
     y = malloc(ymax * sizeof(float));
-    float *got = malloc(sizeof(float) * (size_t)nr * nc);
+    float *got = malloc(sizeof(float) * (size_t)nr * (size_t)nc);
     if (!ref || !y || !got) {
         free(ref), free(y), free(got);
         return fprintf(stderr, "out of host memory\n"), 1;
@@ -183,7 +183,8 @@ static int bench_one(cl_command_queue q, const bench_kernel *kn,
     double ref_max = 0.0;
     for (int i = 0; i < nr; i++)
         for (int j = 0; j < nc; j++) {
-            const uint16_t *xr = xh + (size_t)rows_s[i] * p->k, *wr = wh + (size_t)cols_s[j] * p->k;
+            const uint16_t *xr = xh + (size_t)rows_s[i] * (size_t)p->k,
+                           *wr = wh + (size_t)cols_s[j] * (size_t)p->k;
             double s = 0.0;
             for (int k = 0; k < p->k; k++) s += (double)serve_float_of_bf16(xr[k]) * serve_float_of_bf16(wr[k]);
             ref[i * nc + j] = s;
@@ -203,18 +204,18 @@ static int bench_one(cl_command_queue q, const bench_kernel *kn,
         }
         c0 = 0;
         for (int r = 0; r < p->n_outs; r++) {
-            cl_int err = clEnqueueReadBuffer(q, b->y[r], CL_TRUE, 0, (size_t)m * p->cols[r] * 4, y, 0,
+            cl_int err = clEnqueueReadBuffer(q, b->y[r], CL_TRUE, 0, (size_t)m * (size_t)p->cols[r] * 4, y, 0,
                                              NULL, NULL);
             if (err != CL_SUCCESS) {
                 free(ref), free(y), free(got);
                 return fprintf(stderr, "read: OpenCL error %d\n", err), 1;
             }
             if (pass == 0)
-                for (size_t i = 0; i < (size_t)m * p->cols[r]; i++) bad_written += !isfinite(y[i]);
+                for (size_t i = 0; i < (size_t)m * (size_t)p->cols[r]; i++) bad_written += !isfinite(y[i]);
             for (int i = 0; i < nr; i++)
                 for (int j = 0; j < nc; j++)
                     if (cols_s[j] >= c0 && cols_s[j] < c0 + p->cols[r])
-                        got[i * nc + j] = y[(size_t)rows_s[i] * p->cols[r] + (cols_s[j] - c0)];
+                        got[i * nc + j] = y[(size_t)rows_s[i] * (size_t)p->cols[r] + (size_t)(cols_s[j] - c0)];
             c0 += p->cols[r];
         }
         double worst = 0.0;
@@ -367,22 +368,24 @@ int main(int argc, char **argv) {
         int mmax = 0;
         for (int i = 0; i < n_m; i++) mmax = ms_list[i] > mmax ? ms_list[i] : mmax;
         const int mpad = (mmax + SERVE_GEMM_ROW_PAD - 1) / SERVE_GEMM_ROW_PAD * SERVE_GEMM_ROW_PAD;
-        uint16_t *xh = malloc((size_t)mpad * p->k * 2), *wh = malloc((size_t)p->n * p->k * 2);
+        uint16_t *xh = malloc((size_t)mpad * (size_t)p->k * 2), *wh = malloc((size_t)p->n * (size_t)p->k * 2);
         if (!xh || !wh) {
             free(xh), free(wh);
             fprintf(stderr, "out of host memory\n");
             failed = 1;
             break;
         }
-        fill_bf16(xh, (size_t)mpad * p->k);
-        fill_bf16(wh, (size_t)p->n * p->k);
+        fill_bf16(xh, (size_t)mpad * (size_t)p->k);
+        fill_bf16(wh, (size_t)p->n * (size_t)p->k);
         bench_bufs b = {0};
         cl_int err;
-        b.x = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)mpad * p->k * 2, xh, &err);
+        b.x = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)mpad * (size_t)p->k * 2, xh,
+                             &err);
         if (err == CL_SUCCESS)
-            b.w = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)p->n * p->k * 2, wh, &err);
+            b.w = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)p->n * (size_t)p->k * 2,
+                                 wh, &err);
         for (int rr = 0; rr < p->n_outs && err == CL_SUCCESS; rr++)
-            b.y[rr] = clCreateBuffer(cl, CL_MEM_READ_WRITE, (size_t)mmax * p->cols[rr] * 4, NULL, &err);
+            b.y[rr] = clCreateBuffer(cl, CL_MEM_READ_WRITE, (size_t)mmax * (size_t)p->cols[rr] * 4, NULL, &err);
         if (err != CL_SUCCESS) {
             fprintf(stderr, "%s: buffers: OpenCL error %d\n", p->name, err);
             release_bufs(&b), free(xh), free(wh);

@@ -53,7 +53,7 @@ static const shape SHAPES[] = {
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float uniform(void) { /* [-1, 1) */
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+    return (float)((double)(rng >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
 }
 static uint16_t rnd_bf16(void) {
     uint16_t h;
@@ -139,7 +139,7 @@ static double reader_us(reader *r, cl_command_queue q, size_t bytes, int reps) {
         if (i >= 2) t[i - 2] = event_us(e[i]);
         clReleaseEvent(e[i]);
     }
-    qsort(t, reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
     return t[reps / 2];
 }
 
@@ -176,11 +176,11 @@ static int read_y(bench *b, const shape *s, cl_mem *y, float *host) {
     if (!tmp) return -1;
     cl_int err = CL_SUCCESS;
     for (int i = 0, c0 = 0; i < s->n_outs && err == CL_SUCCESS; c0 += s->cols[i], i++) {
-        err = clEnqueueReadBuffer(b->q, y[i], CL_TRUE, 0, sizeof(float) * MAXM * s->cols[i], tmp, 0,
+        err = clEnqueueReadBuffer(b->q, y[i], CL_TRUE, 0, sizeof(float) * MAXM * (size_t)s->cols[i], tmp, 0,
                                   NULL, NULL);
         for (int r = 0; r < MAXM && err == CL_SUCCESS; r++)
-            memcpy(host + (size_t)r * s->n + c0, tmp + (size_t)r * s->cols[i],
-                   sizeof(float) * s->cols[i]);
+            memcpy(host + (size_t)r * (size_t)s->n + c0, tmp + (size_t)r * (size_t)s->cols[i],
+                   sizeof(float) * (size_t)s->cols[i]);
     }
     free(tmp);
     return err != CL_SUCCESS;
@@ -189,7 +189,7 @@ static int read_y(bench *b, const shape *s, cl_mem *y, float *host) {
 static int fill_y(bench *b, const shape *s, cl_mem *y, float v) {
     cl_int err = CL_SUCCESS;
     for (int i = 0; i < s->n_outs && err == CL_SUCCESS; i++)
-        err = clEnqueueFillBuffer(b->q, y[i], &v, sizeof v, 0, sizeof(float) * MAXM * s->cols[i], 0,
+        err = clEnqueueFillBuffer(b->q, y[i], &v, sizeof v, 0, sizeof(float) * MAXM * (size_t)s->cols[i], 0,
                                   NULL, NULL);
     return err != CL_SUCCESS;
 }
@@ -313,10 +313,10 @@ int main(int argc, char **argv) {
     printf("device: %s, %u CUs; read ceiling (float4 over 2 GiB) %.0f GB/s; empty launch %.2f us\n",
            lazyattn_context_device_name(b.ctx), cus, ceiling, reader_us(&rd, b.q, 0, 20));
     for (int si = 0; si < N_SHAPES; si++) { /* the same bytes read plainly */
-        const size_t wb = (size_t)SHAPES[si].n * SHAPES[si].k * 2;
-        const double us = reader_us(&rd, b.q, wb, 20), gbs = wb / (us * 1e-6) * 1e-9;
+        const size_t wb = (size_t)SHAPES[si].n * (size_t)SHAPES[si].k * 2;
+        const double us = reader_us(&rd, b.q, wb, 20), gbs = (double)wb / (us * 1e-6) * 1e-9;
         printf("plain read of %s's W (%.1f MB, cold): %.2f us, %.0f GB/s, %.1f%% of the ceiling\n",
-               SHAPES[si].name, wb / 1e6, us, gbs, 100 * gbs / ceiling);
+               SHAPES[si].name, (double)wb / 1e6, us, gbs, 100 * gbs / ceiling);
     }
     reader_destroy(&rd);
     if (n_variants == 0) {
@@ -335,11 +335,12 @@ int main(int argc, char **argv) {
 
     for (int si = 0; si < N_SHAPES; si++) {
         const shape *s = &SHAPES[si];
-        const size_t wbytes = (size_t)s->n * s->k * 2;
+        const size_t wbytes = (size_t)s->n * (size_t)s->k * 2;
         int copies = (int)(((size_t)600 << 20) / wbytes) + 1; /* 600 MB: 12x the L2 */
         if (copies < 2) copies = 2;
-        uint16_t *wh = malloc(wbytes), *xh = malloc((size_t)SERVE_GEMM_ROW_PAD * s->k * 2);
-        float *yh = malloc(sizeof(float) * MAXM * s->n), *y1 = malloc(sizeof(float) * MAXM * s->n);
+        uint16_t *wh = malloc(wbytes), *xh = malloc((size_t)SERVE_GEMM_ROW_PAD * (size_t)s->k * 2);
+        float *yh = malloc(sizeof(float) * MAXM * (size_t)s->n),
+              *y1 = malloc(sizeof(float) * MAXM * (size_t)s->n);
         double *ref = malloc(sizeof(double) * MAXM * SAMPLE);
         int cols[SAMPLE];
         cl_mem *w = calloc((size_t)copies, sizeof(cl_mem));
@@ -349,8 +350,8 @@ int main(int argc, char **argv) {
             failures++;
             break;
         }
-        for (size_t i = 0; i < (size_t)s->n * s->k; i++) wh[i] = rnd_bf16();
-        for (size_t i = 0; i < (size_t)SERVE_GEMM_ROW_PAD * s->k; i++) xh[i] = rnd_bf16();
+        for (size_t i = 0; i < (size_t)s->n * (size_t)s->k; i++) wh[i] = rnd_bf16();
+        for (size_t i = 0; i < (size_t)SERVE_GEMM_ROW_PAD * (size_t)s->k; i++) xh[i] = rnd_bf16();
         for (int i = 0; i < SAMPLE; i++) /* spread, with each range's first and last */
             cols[i] = i < 6 ? (int[]){0, s->cols[0] - 1, s->cols[0], s->n - 1, s->n - s->cols[s->n_outs - 1], 17}[i] % s->n
                             : (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % s->n;
@@ -364,11 +365,12 @@ int main(int argc, char **argv) {
             }
         }
         cl_mem x = clCreateBuffer(b.cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                  (size_t)SERVE_GEMM_ROW_PAD * s->k * 2, xh, &err);
+                                  (size_t)SERVE_GEMM_ROW_PAD * (size_t)s->k * 2, xh, &err);
         int bufs_ok = copies > 0 && err == CL_SUCCESS;
         cl_mem y[3] = {NULL, NULL, NULL};
         for (int i = 0; i < s->n_outs; i++) {
-            y[i] = clCreateBuffer(b.cl, CL_MEM_READ_WRITE, sizeof(float) * MAXM * s->cols[i], NULL, &err);
+            y[i] = clCreateBuffer(b.cl, CL_MEM_READ_WRITE, sizeof(float) * MAXM * (size_t)s->cols[i], NULL,
+                                  &err);
             bufs_ok &= err == CL_SUCCESS;
         }
         if (!bufs_ok) { /* no W copy (the modulo below), X or Y */
@@ -387,13 +389,14 @@ int main(int argc, char **argv) {
             for (int r = 0; r < MAXM; r++)
                 for (int i = 0; i < SAMPLE; i++) {
                     double acc = 0;
-                    const uint16_t *wr = wh + (size_t)cols[i] * s->k, *xr = xh + (size_t)r * s->k;
+                    const uint16_t *wr = wh + (size_t)cols[i] * (size_t)s->k,
+                                   *xr = xh + (size_t)r * (size_t)s->k;
                     for (int k = 0; k < s->k; k++)
                         acc += (double)serve_float_of_bf16(xr[k]) * serve_float_of_bf16(wr[k]);
                     ref[r * SAMPLE + i] = acc;
                 }
         printf("\n%s: N %d K %d, W %.1f MB, %d copies rotated (cold)\n", s->name, s->n, s->k,
-               wbytes / 1e6, copies);
+               (double)wbytes / 1e6, copies);
         printf("%-22s %3s %3s %8s %8s %6s %8s %6s %8s %6s %9s\n", "variant", "M", "S", "us", "GB/s",
                "%read", "hot us", "%hot", "strm us", "%strm", "max err");
 
@@ -442,14 +445,14 @@ int main(int argc, char **argv) {
                     int unwritten = 0, overwritten = 0;
                     for (int r = 0; r < MAXM; r++)
                         for (int c = 0; c < s->n; c++) {
-                            const float f = yh[(size_t)r * s->n + c];
+                            const float f = yh[(size_t)r * (size_t)s->n + (size_t)c];
                             if (r < m && !isfinite(f)) unwritten++;
                             if (r >= m && !isnan(f)) overwritten++;
                         }
                     double num = 0, den = 0, worst = 0;
                     for (int r = 0; r < m; r++)
                         for (int i = 0; i < SAMPLE; i++) {
-                            const double d = yh[(size_t)r * s->n + cols[i]] - ref[r * SAMPLE + i];
+                            const double d = yh[(size_t)r * (size_t)s->n + (size_t)cols[i]] - ref[r * SAMPLE + i];
                             num += d * d, den += ref[r * SAMPLE + i] * ref[r * SAMPLE + i];
                             if (fabs(d) > worst) worst = fabs(d);
                         }
@@ -460,7 +463,7 @@ int main(int argc, char **argv) {
                     double num2 = 0;
                     for (int r = 0; r < m; r++)
                         for (int i = 0; i < SAMPLE; i++) {
-                            const double d = y1[(size_t)r * s->n + cols[i]] - 2 * ref[r * SAMPLE + i];
+                            const double d = y1[(size_t)r * (size_t)s->n + (size_t)cols[i]] - 2 * ref[r * SAMPLE + i];
                             num2 += d * d;
                         }
                     const double rel2 = sqrt(num2 / (4 * den));
@@ -471,7 +474,8 @@ int main(int argc, char **argv) {
                     long diff = 0;
                     for (int r = 0; r < m; r++)
                         for (int c = 0; c < s->n; c++)
-                            diff += memcmp(&yh[(size_t)r * s->n + c], &y1[(size_t)r * s->n + c], 4) != 0;
+                            diff += memcmp(&yh[(size_t)r * (size_t)s->n + (size_t)c],
+                                           &y1[(size_t)r * (size_t)s->n + (size_t)c], 4) != 0;
                     const int ok = st == 0 && !io && !unwritten && !overwritten && rel < 1e-5 &&
                                    rel2 < 1e-5 && diff == 0 && isfinite(rel);
                     if (!ok) failures++;
@@ -523,11 +527,12 @@ int main(int argc, char **argv) {
                     failures++;
                     continue;
                 }
-                qsort(cold, n, sizeof *cold, cmp_double);
-                qsort(hot, n, sizeof *hot, cmp_double);
+                qsort(cold, (size_t)n, sizeof *cold, cmp_double);
+                qsort(hot, (size_t)n, sizeof *hot, cmp_double);
                 const double us = cold[n / 2], uh = hot[n / 2];
-                const double gbs = wbytes / (us * 1e-6) * 1e-9, gbh = wbytes / (uh * 1e-6) * 1e-9;
-                const double gbst = stream > 0 ? wbytes / (stream * 1e-6) * 1e-9 : 0.0;
+                const double gbs = (double)wbytes / (us * 1e-6) * 1e-9,
+                             gbh = (double)wbytes / (uh * 1e-6) * 1e-9;
+                const double gbst = stream > 0 ? (double)wbytes / (stream * 1e-6) * 1e-9 : 0.0;
                 printf("%-22s %3d %3d %8.2f %8.0f %5.1f%% %8.2f %5.1f%% %8.2f %5.1f%% %9.2e\n", vname, m,
                        serve_gemm_small_splits(b.g, m, s->n, s->k), us, gbs, 100 * gbs / ceiling,
                        uh, 100 * gbh / ceiling, stream, 100 * gbst / ceiling, errs[mi]);
