@@ -94,9 +94,9 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
     int st = lz_pool_check_config(ctx, config);
     if (st) return st;
     /* bounded by the limits just checked (< 2^44), so these cannot wrap */
-    uint64_t per_layer_block = (uint64_t)config->n_kv_heads * config->block_size *
-                               config->head_dim * lazyattn_dtype_size(config->dtype);
-    uint64_t block_bytes = 2 * per_layer_block * config->n_layers;
+    uint64_t per_layer_block = (uint64_t)config->n_kv_heads * (uint64_t)config->block_size *
+                               (uint64_t)config->head_dim * lazyattn_dtype_size(config->dtype);
+    uint64_t block_bytes = 2 * per_layer_block * (uint64_t)config->n_layers;
     uint64_t n_blocks = config->budget_bytes / block_bytes;
     if (n_blocks == 0)
         return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,

@@ -99,7 +99,8 @@ static void lz_header_decode(const uint8_t *p, lz_kv_header *h) {
 
 /* Bytes of one block of one layer's K (or V). */
 static uint64_t lz_block_layer_bytes(const lazyattn_pool_config *pc) {
-    return (uint64_t)pc->n_kv_heads * pc->block_size * pc->head_dim * lazyattn_dtype_size(pc->dtype);
+    return (uint64_t)pc->n_kv_heads * (uint64_t)pc->block_size * (uint64_t)pc->head_dim *
+           lazyattn_dtype_size(pc->dtype);
 }
 
 /* Payload bytes of a document of n_tokens in n_blocks, or 0 on overflow. */

@@ -22,7 +22,7 @@ static void lz_prefix_decide(lz_lookup *lk, const int32_t *tokens, lz_decision *
     for (int j = 0; j < p->n_blocks; j++) {
         if (lk->chain_broken && !lk->keys) break; /* a probe needs no more keys */
         int n = lz_block_len(p->n_tokens, j, B);
-        const int32_t *t = tokens + (size_t)j * B;
+        const int32_t *t = tokens + (size_t)j * (size_t)B;
         uint64_t key = lz_prefix_key(lk->parent, j == 0, t, n);
         if (!lk->chain_broken) {
             lz_entry *e = lz_cache_find(lk->cache, key, lk->parent, p->start + j * B, j == 0, t, n);
@@ -53,7 +53,7 @@ static int lz_prefix_build(lz_plan *r, const lz_decision *p, const int32_t *toke
         if (j < p->n_hit_blocks) {
             e = lz_plan_held(r, p->first_hold + j);
         } else {
-            e = lz_plan_new_entry(r, 1, tokens + (size_t)j * B, n);
+            e = lz_plan_new_entry(r, 1, tokens + (size_t)j * (size_t)B, n);
             if (!e) return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
             e->key = keys[j];
             e->doc_hash = j == 0 ? p->chain_parent : keys[j - 1];

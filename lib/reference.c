@@ -93,38 +93,39 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
     }
     for (size_t j = 0; j < nk; j++)
         for (int h = 0; h < nkv; h++)
-            lz_ref_rotate(c, freq, a->k_pos[j], a->k + (j * nkv + h) * d, kr + (j * nkv + h) * d);
+            lz_ref_rotate(c, freq, a->k_pos[j], a->k + (j * (size_t)nkv + (size_t)h) * (size_t)d,
+                          kr + (j * (size_t)nkv + (size_t)h) * (size_t)d);
 
     for (int t = 0; t < a->n_queries; t++) {
         for (int h = 0; h < nq; h++) {
             int kvh = h / group;
             double slope = 0.0;
             if (c->alibi) lazyattn_alibi_slope(h, nq, &slope); /* h is in range */
-            lz_ref_rotate(c, freq, a->q_pos[t], a->q + ((size_t)t * nq + h) * d, qr);
+            lz_ref_rotate(c, freq, a->q_pos[t], a->q + ((size_t)t * (size_t)nq + (size_t)h) * (size_t)d, qr);
             double mx = -INFINITY;
             for (size_t j = 0; j < nk; j++) {
                 score[j] = -INFINITY;
                 if (a->k_pos[j] > a->q_pos[t]) continue;
                 double dot = 0.0;
-                const double *kj = kr + (j * nkv + kvh) * d;
+                const double *kj = kr + (j * (size_t)nkv + (size_t)kvh) * (size_t)d;
                 for (int i = 0; i < d; i++) dot += qr[i] * kj[i];
                 score[j] = dot * scale + slope * (double)(a->k_pos[j] - a->q_pos[t]);
                 if (score[j] > mx) mx = score[j];
             }
-            double *o = a->out + ((size_t)t * nq + h) * d;
+            double *o = a->out + ((size_t)t * (size_t)nq + (size_t)h) * (size_t)d;
             memset(o, 0, (size_t)d * sizeof *o);
-            if (a->lse) a->lse[(size_t)t * nq + h] = -INFINITY;
+            if (a->lse) a->lse[(size_t)t * (size_t)nq + (size_t)h] = -INFINITY;
             if (mx == -INFINITY) continue;
             double sum = 0.0;
             for (size_t j = 0; j < nk; j++) {
                 if (score[j] == -INFINITY) continue;
                 double p = exp(score[j] - mx);
                 sum += p;
-                const float *vj = a->v + (j * nkv + kvh) * d;
+                const float *vj = a->v + (j * (size_t)nkv + (size_t)kvh) * (size_t)d;
                 for (int i = 0; i < d; i++) o[i] += p * vj[i];
             }
             for (int i = 0; i < d; i++) o[i] /= sum;
-            if (a->lse) a->lse[(size_t)t * nq + h] = mx + log(sum);
+            if (a->lse) a->lse[(size_t)t * (size_t)nq + (size_t)h] = mx + log(sum);
         }
     }
     free(kr);

@@ -285,7 +285,7 @@ static int lz_draw_length(lz_rng *rng, const lazyattn_workload_config *c) {
 static void lz_make_prompts(lz_rng *rng, int D, int k, int n_prompts, int32_t *prompts) {
     for (int p = 0; p < n_prompts; p++) {
         int o = lz_rng_range(rng, 0, D - 1);
-        for (int j = 0; j < k; j++) prompts[(size_t)p * k + j] = (int32_t)((o + j) % D);
+        for (int j = 0; j < k; j++) prompts[(size_t)p * (size_t)k + (size_t)j] = (int32_t)((o + j) % D);
     }
 }
 
@@ -305,11 +305,11 @@ int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_wo
     double *cdf = malloc((size_t)D * sizeof *cdf);
     uint8_t *taken = calloc((size_t)D, 1);
     int32_t *perm = c->drift_at > 0 ? malloc((size_t)D * sizeof *perm) : NULL;
-    int32_t *prompts = paper ? malloc((size_t)c->n_prompts * k * sizeof *prompts) : NULL;
+    int32_t *prompts = paper ? malloc((size_t)c->n_prompts * (size_t)k * sizeof *prompts) : NULL;
     if (paper) wl->prompt = malloc(((size_t)R + 1) * sizeof *wl->prompt);
     wl->doc_offset = malloc(((size_t)D + 1) * sizeof *wl->doc_offset);
     wl->prefix = malloc(((size_t)c->prefix_len + 1) * sizeof *wl->prefix);
-    wl->req_docs = malloc(((size_t)R * k + 1) * sizeof *wl->req_docs);
+    wl->req_docs = malloc(((size_t)R * (size_t)k + 1) * sizeof *wl->req_docs);
     wl->q_offset = malloc(((size_t)R + 1) * sizeof *wl->q_offset);
     wl->gen = malloc(((size_t)R + 1) * sizeof *wl->gen);
     if (!cdf || !taken || !wl->doc_offset || !wl->prefix || !wl->req_docs || !wl->q_offset ||
@@ -355,11 +355,11 @@ int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_wo
         lz_make_prompts(&prompt_rng, D, k, c->n_prompts, prompts);
     }
     for (int q = 0; q < R; q++) {
-        int32_t *docs = wl->req_docs + (size_t)q * k;
+        int32_t *docs = wl->req_docs + (size_t)q * (size_t)k;
         if (paper) {
             int p = lz_rng_range(&req_rng, 0, c->n_prompts - 1);
             wl->prompt[q] = p;
-            memcpy(docs, prompts + (size_t)p * k, (size_t)k * sizeof *docs);
+            memcpy(docs, prompts + (size_t)p * (size_t)k, (size_t)k * sizeof *docs);
         } else {
             lz_draw_distinct(&req_rng, cdf, D, k, docs, taken);
         }
@@ -435,7 +435,7 @@ int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
                  wl->config.n_requests - 1);
     int k = wl->config.docs_per_request;
     req->n_docs = k;
-    req->doc_ids = wl->req_docs + (size_t)index * k;
+    req->doc_ids = wl->req_docs + (size_t)index * (size_t)k;
     req->n_question = (int)(wl->q_offset[index + 1] - wl->q_offset[index]);
     req->question = wl->q_tokens + wl->q_offset[index];
     req->n_generate = wl->gen[index];
