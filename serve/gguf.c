@@ -24,6 +24,7 @@ typedef struct serve_gguf_kv {
     int is_unsigned;
     double f;          /* f32 / f64 values */
     char *s;           /* string values */
+    uint64_t array_at; /* array values: file offset of the element type */
 } serve_gguf_kv;
 
 struct serve_gguf {
@@ -341,6 +342,7 @@ static int gguf_parse(serve_gguf *g) {
         if (kv->type == GGUF_STRING) {
             if ((st = gguf_string(&r, &kv->s, kv->key))) return st;
         } else if (kv->type == GGUF_ARRAY) {
+            kv->array_at = r.pos; /* read on demand: serve_gguf_read_strings, ... */
             if ((st = gguf_skip_array(&r, kv->key, 0))) return st;
         } else if (gguf_scalar_size(kv->type)) {
             if ((st = gguf_scalar(&r, kv, kv->key))) return st;
@@ -491,6 +493,110 @@ int serve_gguf_get_string(const serve_gguf *g, const char *key, const char **val
     if (kv->type != GGUF_STRING)
         return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s is not a string", key);
     *value = kv->s;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* ---- array values (read from the file on demand) ---- */
+
+/* Positions a reader on the first element of array key; its element type
+ * and count. The array was walked, bounds checked, when the file opened. */
+static int gguf_array_start(const serve_gguf *g, const char *key, serve_reader *r,
+                            uint32_t *type, uint64_t *n) {
+    const serve_gguf_kv *kv = gguf_find(g, key);
+    if (!kv) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no key %s", key ? key : "");
+    if (kv->type != GGUF_ARRAY)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s is not an array", key);
+    *r = (serve_reader){g->file, kv->array_at, g->file_size, 0};
+    if (fseeko(g->file, (off_t)kv->array_at, SEEK_SET) != 0)
+        return serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek to %s failed", key);
+    int st = gguf_u32(r, type, key);
+    if (!st) st = gguf_u64(r, n, key);
+    return st;
+}
+
+int serve_gguf_get_array(const serve_gguf *g, const char *key, uint32_t *elem_type, uint64_t *n) {
+    if (!g || !key || !elem_type || !n)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_get_array: NULL");
+    serve_reader r;
+    return gguf_array_start(g, key, &r, elem_type, n);
+}
+
+void serve_gguf_strings_free(serve_gguf_strings *s) {
+    if (!s) return;
+    free(s->bytes);
+    free(s->offsets);
+    memset(s, 0, sizeof *s);
+}
+
+int serve_gguf_read_strings(const serve_gguf *g, const char *key, serve_gguf_strings *out) {
+    if (!g || !key || !out)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_strings: NULL");
+    memset(out, 0, sizeof *out);
+    serve_reader r;
+    uint32_t type;
+    uint64_t n;
+    int st = gguf_array_start(g, key, &r, &type, &n);
+    if (st) return st;
+    if (type != GGUF_STRING)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s is an array of type %u, not of "
+                          "strings", key, (unsigned)type);
+    /* the bytes of all strings, one NUL after each: at most the file's size */
+    uint64_t start = r.pos, total = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t len;
+        if ((st = gguf_u64(&r, &len, key)) || (st = gguf_skip(&r, len, key))) return st;
+        total += len + 1;
+    }
+    out->offsets = malloc((size_t)(n + 1) * sizeof *out->offsets);
+    out->bytes = malloc((size_t)total + 1);
+    if (!out->offsets || !out->bytes) {
+        serve_gguf_strings_free(out);
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF: %s", key);
+    }
+    r.pos = start;
+    if (fseeko(g->file, (off_t)start, SEEK_SET) != 0) st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek");
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < n && !st; i++) {
+        uint64_t len;
+        if ((st = gguf_u64(&r, &len, key))) break;
+        if (len > total - at) { /* the file changed under us */
+            st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: %s changed while read", key);
+            break;
+        }
+        out->offsets[i] = at;
+        if ((st = gguf_read(&r, out->bytes + at, len, key))) break;
+        at += len;
+        out->bytes[at++] = 0;
+    }
+    if (st) {
+        serve_gguf_strings_free(out);
+        return st;
+    }
+    out->offsets[n] = at;
+    out->n = n;
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gguf_read_numbers(const serve_gguf *g, const char *key, double *dst, uint64_t n) {
+    if (!g || !key || (!dst && n))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_numbers: NULL");
+    serve_reader r;
+    uint32_t type;
+    uint64_t count;
+    int st = gguf_array_start(g, key, &r, &type, &count);
+    if (st) return st;
+    if (count != n)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s has %llu elements, %llu expected", key,
+                          (unsigned long long)count, (unsigned long long)n);
+    if (!gguf_scalar_size(type))
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s is an array of type %u, not of "
+                          "numbers", key, (unsigned)type);
+    serve_gguf_kv v = {.type = type};
+    for (uint64_t i = 0; i < n; i++) {
+        if ((st = gguf_scalar(&r, &v, key))) return st;
+        dst[i] = (type == GGUF_F32 || type == GGUF_F64) ? v.f
+                 : v.is_unsigned ? (double)v.u : (double)v.i;
+    }
     return LAZYATTN_STATUS_OK;
 }
 

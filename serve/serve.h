@@ -178,6 +178,22 @@ int serve_gguf_get_int(const serve_gguf *g, const char *key, int64_t *value);
 int serve_gguf_get_float(const serve_gguf *g, const char *key, double *value);
 /* The string stays owned by g. */
 int serve_gguf_get_string(const serve_gguf *g, const char *key, const char **value);
+/* Array values, read from the file when asked (not thread-safe with other
+ * reads of g). elem_type: the GGUF value type of the elements (8 = string).
+ * NOT_FOUND if absent, FORMAT if not an array (of the asked kind). */
+int serve_gguf_get_array(const serve_gguf *g, const char *key, uint32_t *elem_type, uint64_t *n);
+/* An array of strings: string i is bytes + offsets[i], offsets[i + 1] -
+ * offsets[i] - 1 bytes long (it may hold NULs) and NUL-terminated. */
+typedef struct serve_gguf_strings {
+    uint64_t n;
+    char *bytes;       /* [offsets[n]] */
+    uint64_t *offsets; /* [n + 1] */
+} serve_gguf_strings;
+int serve_gguf_read_strings(const serve_gguf *g, const char *key, serve_gguf_strings *out);
+void serve_gguf_strings_free(serve_gguf_strings *s); /* zeroes *s; NULL is a no-op */
+/* An array of numbers of any scalar type, converted. dst: [n]; FORMAT
+ * unless the array has exactly n elements. */
+int serve_gguf_read_numbers(const serve_gguf *g, const char *key, double *dst, uint64_t n);
 /* NOT_FOUND if absent. */
 int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gguf_tensor **out);
 /* Reads a tensor converted to f32. dst: [n] floats, n == tensor->n_elements.
