@@ -19,10 +19,11 @@ Vocabularies (tokenizer.ggml.* keys only, no tensors):
                    without its own regex), ignore_merges as Llama 3's
                    tokenizer.json has it, special tokens <|begin_of_text|>,
                    <|eot_id|>, ... (CONTROL) and the added non-special token
-                   [[tool]] (USER_DEFINED);
+                   [[tool]] (USER_DEFINED), Llama 3's chat template;
   tok_qwen2.gguf   model gpt2, pre qwen2: the same with Qwen 2's regex (one
                    digit per piece), no ignore_merges (Qwen 2 has no NFC
-                   pass here: llama.cpp applies none either);
+                   pass here: llama.cpp applies none either), a ChatML
+                   template;
   tok_spm.gguf     model llama: SentencePiece-style BPE, ▁ for spaces, a ▁
                    prepended, byte fallback <0x00>..<0xFF> at ids 3..258,
                    <unk> <s> </s> at 0..2, piece scores -id. Trained with
@@ -192,7 +193,14 @@ def train_gpt2(regex, ignore_merges, lines, vocab_size):
     return tok
 
 
-def write_gpt2_gguf(tok, pre, path):
+LLAMA3_TEMPLATE = ("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+                   "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+                   "{% endfor %}")
+CHATML_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+                   "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}")
+
+
+def write_gpt2_gguf(tok, pre, path, template):
     vocab = tok.get_vocab(with_added_tokens=True)
     tokens = [None] * len(vocab)
     for text, i in vocab.items():
@@ -216,9 +224,7 @@ def write_gpt2_gguf(tok, pre, path):
     w.add_eos_token_id(vocab["<|end_of_text|>"])
     w.add_eot_token_id(vocab["<|eot_id|>"])
     w.add_add_bos_token(True)
-    w.add_chat_template("{% for message in messages %}{{ '<|start_header_id|>' + message['role'] "
-                        "+ '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
-                        "{% endfor %}")
+    w.add_chat_template(template)
     finish(w)
 
 
@@ -335,12 +341,12 @@ def main():
             f.write(struct.pack("<I", len(b)) + b)
 
     llama3 = train_gpt2(LLAMA3_REGEX, True, lines, 2000)
-    write_gpt2_gguf(llama3, "llama-bpe", os.path.join(out, "tok_llama3.gguf"))
+    write_gpt2_gguf(llama3, "llama-bpe", os.path.join(out, "tok_llama3.gguf"), LLAMA3_TEMPLATE)
     n = write_ids(llama3, strings, os.path.join(out, "tok_llama3.ids"))
     print("llama3: vocab %d, %d strings, %d ids" % (llama3.get_vocab_size(), len(strings), n))
 
     qwen2 = train_gpt2(QWEN2_REGEX, False, lines, 1000)
-    write_gpt2_gguf(qwen2, "qwen2", os.path.join(out, "tok_qwen2.gguf"))
+    write_gpt2_gguf(qwen2, "qwen2", os.path.join(out, "tok_qwen2.gguf"), CHATML_TEMPLATE)
     n = write_ids(qwen2, strings[:N_QWEN2], os.path.join(out, "tok_qwen2.ids"))
     print("qwen2: vocab %d, %d strings, %d ids" % (qwen2.get_vocab_size(), N_QWEN2, n))
 
