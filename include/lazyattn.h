@@ -532,7 +532,7 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
 /*
  * Launch geometry of the portable kernels (cl/flash.h, cl/decode.cl),
  * CLBlast style: each field becomes a -D build option. Zero in any field
- * means "choose": from the tuning database (lib/tuning_db.inc, written by
+ * means "choose": from the tuning database (lib/attn/tuning_db.inc, written by
  * examples/tune_kernels) for this device name, head_dim, group and dtype,
  * else from the device's local memory, compute units and work-group limit.
  * A prefill tile is a register-tiled flash attention step over `keys` key

@@ -3,7 +3,7 @@
  * override, else the tuning database for the device, else defaults from the
  * device's limits; checked against the device's local memory. */
 #include "internal.h"
-#include "tuning.h"
+#include "attn/tuning.h"
 
 #include <stdio.h>
 #include <string.h>

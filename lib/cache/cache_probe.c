@@ -2,7 +2,7 @@
 /* Lookups shared by the planner and lazyattn_cache_probe: the policy table,
  * one document's decision, and the probe itself (the same decisions with
  * nothing pinned, allocated, touched or counted). */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 #include <string.h>
 

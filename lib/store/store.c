@@ -2,7 +2,7 @@
 /* The store interface (include/lazyattn.h, "document stores"): a checked
  * wrapper around a table of functions, so every store, the library's and
  * an engine's, is called the same way. */
-#include "store_internal.h"
+#include "store/store_internal.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * lengths), Zipf(alpha) popularity (optionally drifting once) or the
  * paper's fixed prompts, requests of k distinct documents plus a question
  * and a generation length. */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <math.h>
 #include <stdlib.h>

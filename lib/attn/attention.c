@@ -3,10 +3,10 @@
  * every launch on the host, and enqueues write_kv, rope, prefill, decode and
  * materialise. */
 #include "checked_size.h"
-#include "prefill_order.h"
-#include "tuning.h"
+#include "attn/prefill_order.h"
+#include "attn/tuning.h"
 
-#include "../cl/kernel_abi.h"
+#include "../../cl/kernel_abi.h"
 
 #include <math.h>
 #include <stdlib.h>

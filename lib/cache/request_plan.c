@@ -3,7 +3,7 @@
  * table, from the policy's decisions), decode growth, commit and release.
  * The request is private to this file; the cache sees it through
  * lz_request_get_view, the policies through the lz_plan_* builder. */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
 /* Packing and unpacking of block-table entries (layout in cl/block_entry.h). */
 #include "internal.h"
 
-#include "../cl/block_entry.h"
+#include "../../cl/block_entry.h"
 
 /* The kernels' layout (cl/block_entry.h) is the public one (lazyattn.h):
  * the build fails when either changes alone. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* NONE: every document recomputed at its logical start, every request;
  * its blocks are never published and are freed at release. */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 static void lz_none_decide(lz_lookup *lk, const int32_t *tokens, lz_decision *p) {
     (void)lk;

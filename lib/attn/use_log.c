@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The log of commands enqueued over a block pool (use_log.h). */
-#include "use_log.h"
+#include "attn/use_log.h"
 
 #include "internal.h"
 

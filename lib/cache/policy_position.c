@@ -2,7 +2,7 @@
 /* POSITION (Block-Attention): entries keyed by (document, logical start).
  * Cached at this start: reuse. Cached at another start: a copy hit, new
  * blocks materialised from the old ones. Otherwise recompute. */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 static void lz_position_decide(lz_lookup *lk, const int32_t *tokens, lz_decision *p) {
     p->key = lz_hash_pair(p->hash, (uint64_t)(uint32_t)p->start);

@@ -5,7 +5,7 @@
  * was acknowledged; a reader goes through the manifest and checks length
  * and checksum of what it assembles. One connection per store, behind a
  * mutex; a lost connection is reopened by the next call. */
-#include "store_internal.h"
+#include "store/store_internal.h"
 
 #ifndef LAZYATTN_HAVE_HIREDIS
 
@@ -40,7 +40,7 @@ static void lz_redis_destroy(void *i) { (void)i; }
 
 #else
 
-#include "cache_internal.h" /* lz_kv_checksum */
+#include "cache/cache_internal.h" /* lz_kv_checksum */
 
 #include <hiredis/hiredis.h>
 #include <inttypes.h>

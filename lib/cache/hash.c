@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Hashing of token sequences: document identities (BLAKE2b, what leaves
  * the process) and the in-process prefix-chain keys. */
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 #include <blake2.h>
 

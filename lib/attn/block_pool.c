@@ -10,7 +10,7 @@
  * for them (lz_pool_order_writes), on whatever queue either runs. */
 #include "checked_size.h"
 #include "internal.h"
-#include "use_log.h"
+#include "attn/use_log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  * request's prefix tokens; reuse is the longest cached chain from the start
  * of the prompt. Each document starts a new block. The chain is walked once
  * (decide), its keys kept for build. */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 static uint64_t lz_prefix_key(uint64_t parent, int first_of_doc, const int32_t *tokens, int n) {
     return lz_hash_tokens(lz_hash_pair(parent, (uint64_t)first_of_doc), tokens, n);

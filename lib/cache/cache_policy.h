@@ -8,7 +8,7 @@
 #ifndef LAZYATTN_CACHE_POLICY_H
 #define LAZYATTN_CACHE_POLICY_H
 
-#include "cache_internal.h"
+#include "cache/cache_internal.h"
 
 static inline int lz_ceil_div(int64_t a, int b) { return (int)((a + b - 1) / b); }
 /* Tokens in block j of a run of n tokens. */

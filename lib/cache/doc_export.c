@@ -3,7 +3,7 @@
  * checksummed byte format of include/lazyattn.h ("document KV export and
  * import"), to and from a buffer or callbacks. The format's pages are in
  * ROWS order; a TILED pool's are reordered on the host (kv_layout.c). */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 #include <stdlib.h>
 #include <string.h>

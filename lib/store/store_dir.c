@@ -5,7 +5,7 @@
  * file or none; a reader reads the file once into its own memory (a
  * symbolic link to a regular file is followed; anything else at a key's
  * name is refused). POSIX only. */
-#include "store_internal.h"
+#include "store/store_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -35,7 +35,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
-#include "prefill_order.h"
+#include "attn/prefill_order.h"
 
 /* A min-heap of (time, slot), ties by slot. */
 typedef struct {

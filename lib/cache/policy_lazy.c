@@ -2,7 +2,7 @@
 /* LAZY: one entry per document, keyed by the hash of its tokens, keys
  * stored at document-local positions (stored start 0) and reused at any
  * logical start through the block's delta. */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 static void lz_lazy_decide(lz_lookup *lk, const int32_t *tokens, lz_decision *p) {
     p->key = p->hash;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The document cache: entries, their hash index, pins and LRU eviction
  * under the pool's budget and the cache's retain limit. */
-#include "cache_policy.h"
+#include "cache/cache_policy.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

@@ -5,8 +5,8 @@
  * commit (lz_tier_write). Everything read is checked before it enters the
  * GPU cache (the key against the export's header, then import's own
  * checks: format, checksums, identity); any failure is a recompute. */
-#include "cache_policy.h"
-#include "store_internal.h"
+#include "cache/cache_policy.h"
+#include "store/store_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * recently used evicted to stay under a byte budget, one mutex. A value a
  * reader borrowed stays alive (reference counted) after its eviction or
  * replacement until released. */
-#include "store_internal.h"
+#include "store/store_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
