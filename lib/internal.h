@@ -28,6 +28,16 @@ const char *lz_cl_error_name(cl_int err);
         if (!(cond)) return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, __VA_ARGS__);    \
     } while (0)
 
+/* ---- the log (log.c) ---- */
+
+/* A message to ctx's log callback; without one (or without ctx), to
+ * stderr up to the level LAZYATTN_LOG names (default: errors only). */
+void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* ---- live-object checks ---- */
 
 /* The first field of every pool, cache, request, device plan and store
@@ -80,12 +90,6 @@ struct lazyattn_context {
     lz_program_entry *programs; /* built-program cache */
     lazyattn_program_format program_format; /* as given in the options (DEFAULT: env decides) */
 };
-
-void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 
 /* ---- program cache (program.c) ---- */
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Device choice, the OpenCL context and queue, logging. */
+/* Device choice, the OpenCL context and queue. */
 #include "internal.h"
 
 #include <ctype.h>
@@ -10,29 +10,6 @@
 #define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
 #define CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV 0x4001
 #endif
-
-/* Without a log callback, messages up to LAZYATTN_LOG (error, warn, info or
- * debug; default error) go to stderr. */
-static lazyattn_log_level lz_stderr_level(void) {
-    const char *env = getenv("LAZYATTN_LOG");
-    if (!env) return LAZYATTN_LOG_ERROR;
-    if (!strcmp(env, "debug")) return LAZYATTN_LOG_DEBUG;
-    if (!strcmp(env, "info")) return LAZYATTN_LOG_INFO;
-    if (!strcmp(env, "warn")) return LAZYATTN_LOG_WARN;
-    return LAZYATTN_LOG_ERROR;
-}
-
-void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (ctx && ctx->log)
-        ctx->log(ctx->log_user, level, msg);
-    else if (level <= lz_stderr_level())
-        fprintf(stderr, "lazyattn: %s\n", msg);
-}
 
 void lazyattn_context_options_init(lazyattn_context_options *o) {
     if (!o) return;
