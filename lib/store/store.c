@@ -4,7 +4,6 @@
  * an engine's, is called the same way. */
 #include "store/store_internal.h"
 
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,16 +13,6 @@ struct lazyattn_store {
     void *impl;
     int private_values; /* lz_store_values_private */
 };
-
-void lz_store_key_text(lazyattn_doc_key key, char out[LZ_STORE_KEY_TEXT]) {
-    static const char hex[] = "0123456789abcdef";
-    snprintf(out, LZ_STORE_KEY_TEXT, "%016" PRIx64 "-", key.model_id);
-    for (int i = 0; i < 32; i++) {
-        out[17 + 2 * i] = hex[key.digest[i] >> 4];
-        out[18 + 2 * i] = hex[key.digest[i] & 15];
-    }
-    out[LZ_STORE_KEY_TEXT - 1] = '\0';
-}
 
 int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl, lazyattn_store **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_store_create: out is NULL");

@@ -6,7 +6,8 @@
 
 #include "internal.h"
 
-/* "<model_id>-<digest>", 16 and 64 hex digits (82 bytes with the NUL). */
+/* "<model_id>-<digest>", 16 and 64 hex digits (82 bytes with the NUL);
+ * store_key.c. */
 #define LZ_STORE_KEY_TEXT 82
 void lz_store_key_text(lazyattn_doc_key key, char out[LZ_STORE_KEY_TEXT]);
 
