@@ -140,21 +140,31 @@ typedef struct lz_tally {
     uint64_t tier_read_bytes;
 } lz_tally;
 
-/* ---- the tier (doc_tier.c; state kept by doc_cache.c) ---- */
+/* ---- the tier (lib/store/doc_tier.c registers it; doc_cache.c keeps it) ---- */
 
-/* The cache's tier store (NULL: none) and mode. */
-lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode);
-void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode);
+/* What a tier does for the cache. The store layer's lazyattn_cache_set_tier
+ * hands these to the cache with its store: the cache (write-back, on
+ * eviction) and the planner (loads; write-through, at commit) call the tier
+ * through them, never by name, so that the cache stays below the stores. */
+typedef struct lz_tier_ops {
+    /* Looks a GPU-missed document up in the tier and imports it: 1 when
+     * imported (the caller looks it up again), 0 otherwise (counted in t). */
+    int (*load)(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32], int n_tokens,
+                lz_tally *t);
+    /* Writes a committed entry to the tier unless it is there already
+     * (failures counted and logged; the cache is not changed). */
+    void (*write)(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
+} lz_tier_ops;
+
+/* The cache's tier store (NULL: none), its mode and operations. */
+lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode,
+                              const lz_tier_ops **ops);
+/* Attaches store (NULL: detaches) with the operations that serve it. */
+void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
+                          const lz_tier_ops *ops);
 /* A tier write (counted at once; lookups are counted with their request,
  * in its lz_tally). */
 void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes);
-/* Looks a GPU-missed document up in the tier and imports it: 1 when
- * imported (the caller looks it up again), 0 otherwise (counted in t). */
-int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
-                 int n_tokens, lz_tally *t);
-/* Writes a committed entry to the tier unless it is there already
- * (failures counted and logged; the cache is not changed). */
-void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
 void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t);
 
 /* Fingerprint of the whole cache state (entries, index, LRU order, pins,

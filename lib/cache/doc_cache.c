@@ -41,6 +41,7 @@ struct lazyattn_cache {
     const char *callout;       /* the user code the owning call runs, or NULL */
     lazyattn_store *tier;      /* NULL: none (lazyattn_cache_set_tier) */
     lazyattn_tier_mode tier_mode;
+    const lz_tier_ops *tier_ops; /* how to reach it (store/doc_tier.c) */
 };
 
 // ---- policy names ----
@@ -253,7 +254,7 @@ void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
 static void lz_cache_evict(lazyattn_cache *c, lz_entry *e, int notify) {
     /* Write-back first: the entry is still cached and exportable. */
     if (notify && c->tier && c->tier_mode == LAZYATTN_TIER_WRITE_BACK)
-        lz_tier_write(c, c->tier, e); /* its store calls are callouts */
+        c->tier_ops->write(c, c->tier, e); /* its store calls are callouts */
     if (notify && c->on_evict) {
         lazyattn_evicted ev = {c->config.policy, c->policy->chained ? e->key : e->doc_hash, e->n_tokens,
                                e->n_blocks, e->stored_start, {0}};
@@ -431,14 +432,18 @@ void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t) {
     s->tier_read_bytes += t->tier_read_bytes;
 }
 
-lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode) {
+lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode,
+                              const lz_tier_ops **ops) {
     if (mode) *mode = c->tier_mode;
+    if (ops) *ops = c->tier_ops;
     return c->tier;
 }
 
-void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
+void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
+                          const lz_tier_ops *ops) {
     c->tier = store;
     c->tier_mode = mode;
+    c->tier_ops = store ? ops : NULL;
 }
 
 void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes) {

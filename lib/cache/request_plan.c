@@ -324,7 +324,8 @@ static int lz_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     int64_t need = n_prefix_blocks + n_tail_blocks;
     int32_t pos = d->n_prefix;
     lz_lookup lk = {c, lz_cache_model_id(c), B, 0, 0, r->keys, 0, lz_plan_reuse, r};
-    lazyattn_store *tier = policy->tiered ? lz_cache_tier(c, NULL) : NULL;
+    const lz_tier_ops *tier_ops = NULL;
+    lazyattn_store *tier = policy->tiered ? lz_cache_tier(c, NULL, &tier_ops) : NULL;
     lz_tally tally = {0};
     if (policy->begin) policy->begin(&lk, d);
     for (int i = 0; i < d->n_docs; i++) {
@@ -335,7 +336,7 @@ static int lz_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         /* A GPU miss: the tier (LAZY only) before a recompute. Documents
          * before this one are pinned, so the import's evictions spare them. */
         if (tier && p->action == LAZYATTN_ACTION_PREFILL &&
-            lz_tier_load(c, tier, p->digest, len, &tally)) {
+            tier_ops->load(c, tier, p->digest, len, &tally)) {
             lz_lookup_document(&lk, policy, d->docs[i], len, pos, p);
             if (p->action == LAZYATTN_ACTION_REUSE) {
                 p->from_tier = 1;
@@ -515,12 +516,13 @@ int lazyattn_request_commit(lazyattn_request *r) {
     /* Prompt order, so that a document repeated within the request
      * publishes its first copy; later duplicates stay private. */
     lazyattn_tier_mode mode;
-    lazyattn_store *tier = r->policy->tiered ? lz_cache_tier(r->cache, &mode) : NULL;
+    const lz_tier_ops *tier_ops = NULL;
+    lazyattn_store *tier = r->policy->tiered ? lz_cache_tier(r->cache, &mode, &tier_ops) : NULL;
     for (int h = 0; h < r->n_holds; h++)
         if (r->holds[h].owned && r->holds[h].entry && !r->holds[h].entry->committed &&
             lz_cache_insert(r->cache, r->holds[h].entry) && tier &&
             mode == LAZYATTN_TIER_WRITE_THROUGH)
-            lz_tier_write(r->cache, tier, r->holds[h].entry);
+            tier_ops->write(r->cache, tier, r->holds[h].entry);
     r->committed = 1;
     lz_cache_trim_retained(r->cache);
     lz_cache_leave(r->cache, taken);

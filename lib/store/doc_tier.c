@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The tier: a document store behind a LAZY cache. The planner asks it for
- * every document the GPU cache misses (lz_tier_load, from
+/* The tier: a document store behind a LAZY cache. lazyattn_cache_set_tier
+ * hangs it on the cache (lz_tier_ops): the planner asks it for every
+ * document the GPU cache misses (lz_tier_load, from
  * lazyattn_request_create); the cache writes to it on eviction or at
  * commit (lz_tier_write). Everything read is checked before it enters the
  * GPU cache (the key against the export's header, then import's own
@@ -10,6 +11,11 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
+                        int n_tokens, lz_tally *t);
+static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
+static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write};
 
 static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
                        const char *w) {
@@ -26,7 +32,7 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
     if (store && !lz_pool_context(lz_cache_pool(c)))
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "%s: the pool keeps accounting only: there is no K/V to load or store", w);
-    lz_cache_attach_tier(c, store, mode);
+    lz_cache_attach_tier(c, store, mode, &lz_tier_of_store);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -74,8 +80,8 @@ static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key ke
     return st;
 }
 
-int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
-                 int n_tokens, lz_tally *t) {
+static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
+                        int n_tokens, lz_tally *t) {
     lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
     memcpy(key.digest, digest, sizeof key.digest);
     uint64_t doc_hash = lz_digest_hash(digest);
@@ -153,7 +159,7 @@ int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[
     return st == LAZYATTN_STATUS_OK;
 }
 
-void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
+static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
     if (e->in_tier) return;
     lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
     memcpy(key.digest, e->digest, sizeof key.digest);
