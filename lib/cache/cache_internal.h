@@ -58,15 +58,22 @@ typedef struct lz_hold {
 } lz_hold;
 
 /* Doubly linked ring of a cache's live requests; the link is a member of
- * the (private) request. */
+ * the (private) request, which sets its hooks (below) before it links. */
+struct lz_request_hooks;
 typedef struct lz_ring {
     struct lz_ring *prev, *next;
+    const struct lz_request_hooks *hooks; /* the request's; NULL in the cache's own */
 } lz_ring;
 
 struct lz_policy;
 
 /* ---- what the cache offers requests and policies (doc_cache.c) ---- */
 
+/* A new cache on pool under cfg (checked) with policy: attached to the pool,
+ * its index and LRU made; or the status (nothing kept). lazyattn_cache_create
+ * (cache_create.c) checks and chooses the policy first. */
+int lz_cache_new(lazyattn_pool *pool, const lazyattn_cache_config *cfg,
+                 const struct lz_policy *policy, lazyattn_cache **out);
 const struct lz_policy *lz_cache_policy(const lazyattn_cache *c);
 lazyattn_pool *lz_cache_pool(const lazyattn_cache *c);
 /* ---- one call at a time (doc_cache.c) ----
@@ -191,11 +198,8 @@ int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint
 int lz_cache_export_entry(const lazyattn_cache *c, const lz_entry *e, uint8_t **out,
                           size_t *size, const char *who);
 
-/* ---- what requests offer the cache (request_plan.c) ---- */
+/* ---- what requests offer the cache (request_plan.c hands it over) ---- */
 
-lazyattn_request *lz_request_of_link(lz_ring *link);
-/* lazyattn_request_destroy inside a call that holds the cache. */
-void lz_request_destroy_held(lazyattn_request *r);
 /* What lazyattn_cache_validate checks of a live request. */
 typedef struct lz_request_view {
     const lazyattn_cache *cache;
@@ -204,6 +208,13 @@ typedef struct lz_request_view {
     const int32_t *own;
     int n_own;
 } lz_request_view;
-void lz_request_get_view(const lazyattn_request *r, lz_request_view *view);
+/* A request's hooks, on its link in the cache's ring: the cache reaches
+ * its requests through them, never by name, so that the planner stays
+ * above the cache. */
+typedef struct lz_request_hooks {
+    /* lazyattn_request_destroy inside a call that holds the cache. */
+    void (*destroy_held)(lz_ring *link);
+    void (*get_view)(const lz_ring *link, lz_request_view *view);
+} lz_request_hooks;
 
 #endif

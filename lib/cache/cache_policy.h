@@ -4,7 +4,7 @@
  * on the cache, shared by lazyattn_request_create and lazyattn_cache_probe)
  * and builds that document's part of a plan (build: entries, prefill list,
  * copies, table rows). A new policy is one new file policy_<name>.c and one
- * line in lz_policy_get. Not installed. */
+ * line in lz_policy_get (policy_table.c). Not installed. */
 #ifndef LAZYATTN_CACHE_POLICY_H
 #define LAZYATTN_CACHE_POLICY_H
 
@@ -72,8 +72,10 @@ extern const lz_policy lz_policy_lazy;
 extern const lz_policy lz_policy_position;
 extern const lz_policy lz_policy_prefix;
 extern const lz_policy lz_policy_none;
-/* NULL for an unknown policy. */
+/* NULL for an unknown policy (policy_table.c). */
 const lz_policy *lz_policy_get(lazyattn_cache_policy id);
+
+/* ---- document lookups (doc_lookup.c), for the planner and the probe ---- */
 
 /* Checks a request description: counts, pointers, lengths, positions.
  * who names the caller in the message. */

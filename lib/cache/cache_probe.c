@@ -1,32 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Lookups shared by the planner and lazyattn_cache_probe: the policy table,
- * one document's decision, and the probe itself (the same decisions with
- * nothing pinned, allocated, touched or counted). */
+/* lazyattn_cache_probe: the planner's decisions (doc_lookup.c) with
+ * nothing pinned, allocated, touched or counted. */
 #include "cache/cache_policy.h"
 
 #include <string.h>
-
-const lz_policy *lz_policy_get(lazyattn_cache_policy id) {
-    switch (id) {
-    case LAZYATTN_CACHE_POLICY_LAZY: return &lz_policy_lazy;
-    case LAZYATTN_CACHE_POLICY_POSITION: return &lz_policy_position;
-    case LAZYATTN_CACHE_POLICY_PREFIX: return &lz_policy_prefix;
-    case LAZYATTN_CACHE_POLICY_NONE: return &lz_policy_none;
-    }
-    return NULL;
-}
-
-void lz_lookup_document(lz_lookup *lk, const lz_policy *policy, const int32_t *tokens, int len,
-                        int32_t start, lz_decision *p) {
-    memset(p, 0, sizeof *p);
-    p->hash = lz_doc_hash(lk->model_id, tokens, len, p->digest);
-    p->start = start;
-    p->stored_start = start;
-    p->n_tokens = len;
-    p->n_blocks = lz_ceil_div(len, lk->block_size);
-    p->action = LAZYATTN_ACTION_PREFILL;
-    policy->decide(lk, tokens, p);
-}
 
 static int lz_probe(const lazyattn_cache *c, const lazyattn_request_desc *d,
                     lazyattn_probe_segment *segments, int max_segments,

@@ -493,7 +493,7 @@ uint64_t lz_cache_fingerprint(const lazyattn_cache *c) {
     return h;
 }
 
-// ---- public: create, destroy, stats, trim ----
+// ---- create (lazyattn_cache_create: cache_create.c), destroy, stats, trim ----
 
 void lazyattn_cache_config_init(lazyattn_cache_config *config) {
     if (!config) return;
@@ -501,30 +501,13 @@ void lazyattn_cache_config_init(lazyattn_cache_config *config) {
     config->policy = LAZYATTN_CACHE_POLICY_LAZY;
 }
 
-int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *config,
-                          lazyattn_cache **out) {
-    LZ_CHECK_ARG(out != NULL, "lazyattn_cache_create: out is NULL");
-    *out = NULL;
-    LZ_CHECK_ARG(pool != NULL, "lazyattn_cache_create: pool is NULL");
+int lz_cache_new(lazyattn_pool *pool, const lazyattn_cache_config *cfg, const lz_policy *policy,
+                 lazyattn_cache **out) {
     lazyattn_pool_config pc;
     lazyattn_pool_info info;
-    int st = lazyattn_pool_get_info(pool, &info); /* refuses a handle that is not a live pool */
-    if (st) return st;
-    lazyattn_cache_config cfg;
-    lazyattn_cache_config_init(&cfg);
-    if (config) cfg = *config;
-    LZ_CHECK_ARG(lazyattn_cache_policy_name(cfg.policy) != NULL,
-                 "lazyattn_cache_create: unknown policy %d", (int)cfg.policy);
+    lazyattn_pool_get_info(pool, &info);
     lazyattn_pool_get_config(pool, &pc);
-    /* Plans name token slots as int32 block * block_size + offset. */
-    if (info.n_blocks * pc.block_size > (int64_t)INT32_MAX + 1)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
-                       "lazyattn_cache_create: the pool's %lld blocks of %d tokens have slots "
-                       "past INT32_MAX (at most %lld blocks)",
-                       (long long)info.n_blocks, pc.block_size,
-                       ((long long)INT32_MAX + 1) / pc.block_size);
-
-    st = lz_pool_attach(pool, "lazyattn_cache_create");
+    int st = lz_pool_attach(pool, "lazyattn_cache_create");
     if (st) return st;
     lazyattn_cache *c = calloc(1, sizeof *c);
     if (!c) {
@@ -534,10 +517,10 @@ int lazyattn_cache_create(lazyattn_pool *pool, const lazyattn_cache_config *conf
     c->magic = LZ_MAGIC_CACHE;
     atomic_init(&c->owner, 0);
     c->pool = pool;
-    c->config = cfg;
-    c->policy = lz_policy_get(cfg.policy);
+    c->config = *cfg;
+    c->policy = policy;
     c->requests.prev = c->requests.next = &c->requests;
-    c->retain_bytes = cfg.retain_bytes ? cfg.retain_bytes : info.budget_bytes;
+    c->retain_bytes = cfg->retain_bytes ? cfg->retain_bytes : info.budget_bytes;
     c->block_size = pc.block_size;
     c->block_bytes = info.block_bytes;
     c->lru.lru_next = c->lru.lru_prev = &c->lru;
@@ -562,7 +545,7 @@ void lazyattn_cache_destroy(lazyattn_cache *c) {
         return;
     }
     while (c->requests.next != &c->requests)
-        lz_request_destroy_held(lz_request_of_link(c->requests.next));
+        c->requests.next->hooks->destroy_held(c->requests.next);
     while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev, 0);
     free(c->by_key.buckets);
     free(c->by_doc.buckets);
@@ -705,7 +688,7 @@ static int lz_cache_validate(const lazyattn_cache *c) {
     for (lz_ring *l = c->requests.next; l != &c->requests; l = l->next) {
         LZ_INVARIANT(l->next->prev == l, "broken request list");
         lz_request_view r;
-        lz_request_get_view(lz_request_of_link(l), &r);
+        l->hooks->get_view(l, &r);
         LZ_INVARIANT(r.cache == c, "request of another cache in the list");
         LZ_INVARIANT(++n_req <= c->n_requests, "request list longer than counted");
         for (int h = 0; h < r.n_holds; h++) {

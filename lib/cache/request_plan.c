@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Requests: the planner (what to prefill, copy, reuse, and the block
  * table, from the policy's decisions), decode growth, commit and release.
- * The request is private to this file; the cache sees it through
- * lz_request_get_view, the policies through the lz_plan_* builder. */
+ * The request is private to this file; the cache sees it through the
+ * hooks on its link (lz_request_hooks), the policies through the lz_plan_*
+ * builder. */
 #include "cache/cache_policy.h"
 
 #include <stdlib.h>
@@ -41,11 +42,12 @@ struct lazyattn_request {
     uint64_t *keys;   /* chained policies: every document block's key */
 };
 
-lazyattn_request *lz_request_of_link(lz_ring *link) {
-    return (lazyattn_request *)((char *)link - offsetof(lazyattn_request, link));
+static lazyattn_request *lz_request_of_link(const lz_ring *link) {
+    return (lazyattn_request *)((const char *)link - offsetof(lazyattn_request, link));
 }
 
-void lz_request_get_view(const lazyattn_request *r, lz_request_view *v) {
+static void lz_request_get_view(const lz_ring *link, lz_request_view *v) {
+    const lazyattn_request *r = lz_request_of_link(link);
     v->cache = r->cache;
     v->holds = r->holds;
     v->n_holds = r->n_holds;
@@ -193,13 +195,20 @@ static void lz_request_free(lazyattn_request *r) {
     free(r);
 }
 
-void lz_request_destroy_held(lazyattn_request *r) {
+static void lz_request_destroy_held(lazyattn_request *r) {
     lazyattn_cache *c = r->cache;
     lz_request_release(r);
     lz_cache_unlink_request(c, &r->link);
     lz_request_free(r);
     lz_cache_trim_retained(c);
 }
+
+static void lz_request_destroy_link(lz_ring *link) {
+    lz_request_destroy_held(lz_request_of_link(link));
+}
+
+static const lz_request_hooks lz_request_hooks_of_plan = {lz_request_destroy_link,
+                                                          lz_request_get_view};
 
 void lazyattn_request_destroy(lazyattn_request *r) {
     if (!r) return;
@@ -215,35 +224,6 @@ void lazyattn_request_destroy(lazyattn_request *r) {
     }
     lz_request_destroy_held(r);
     lz_cache_leave(c, taken);
-}
-
-int lz_check_request_desc(const lazyattn_cache *c, const lazyattn_request_desc *d, const char *w,
-                          int64_t *doc_blocks_total, int64_t *doc_tokens_total) {
-    LZ_CHECK_ARG(d->n_prefix >= 0 && d->n_docs >= 0 && d->n_question >= 0 &&
-                     d->max_new_tokens >= 0,
-                 "%s: negative count (prefix %d, docs %d, question %d, max_new_tokens %d)", w,
-                 d->n_prefix, d->n_docs, d->n_question, d->max_new_tokens);
-    LZ_CHECK_ARG(d->n_prefix == 0 || d->prefix, "%s: prefix is NULL", w);
-    LZ_CHECK_ARG(d->n_question == 0 || d->question, "%s: question is NULL", w);
-    LZ_CHECK_ARG(d->n_docs == 0 || (d->docs && d->doc_lengths), "%s: docs or doc_lengths is NULL",
-                 w);
-    int B = lz_cache_block_size(c);
-    int64_t blocks = 0, tokens = 0;
-    for (int i = 0; i < d->n_docs; i++) {
-        LZ_CHECK_ARG(d->doc_lengths[i] >= 1, "%s: document %d has length %d", w, i,
-                     (int)d->doc_lengths[i]);
-        LZ_CHECK_ARG(d->docs[i] != NULL, "%s: document %d is NULL", w, i);
-        tokens += d->doc_lengths[i]; /* at most 2^31 documents of 2^31 tokens: no overflow */
-        blocks += lz_ceil_div(d->doc_lengths[i], B);
-    }
-    int64_t total = (int64_t)d->n_prefix + tokens + d->n_question + d->max_new_tokens;
-    if (total > (int64_t)LAZYATTN_MAX_POSITION + 1)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
-                       "%s: %lld tokens in all, positions stop at %d", w, (long long)total,
-                       LAZYATTN_MAX_POSITION);
-    *doc_blocks_total = blocks;
-    *doc_tokens_total = tokens;
-    return LAZYATTN_STATUS_OK;
 }
 
 /* The planner pins what a decision reuses, in prompt order. */
@@ -318,6 +298,7 @@ static int lz_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         !r->prefill_pos || !r->copy_src || !r->copy_dst || (policy->chained && !r->keys) ||
         !lz_table_reserve(r, (int)max_entries + 1))
         goto oom;
+    r->link.hooks = &lz_request_hooks_of_plan;
     lz_cache_link_request(c, &r->link);
 
     // ---- decide, pinning what is reused (nothing allocated yet) ----
