@@ -86,6 +86,18 @@ static int lz_pool_check_device(const lazyattn_context *ctx, const lazyattn_pool
     return LAZYATTN_STATUS_OK;
 }
 
+void lazyattn_pool_config_init(lazyattn_pool_config *config) {
+    if (!config) return;
+    memset(config, 0, sizeof *config);
+    config->n_layers = 32;
+    config->n_kv_heads = 8;
+    config->head_dim = 128;
+    config->block_size = 16;
+    config->dtype = LAZYATTN_DTYPE_F16;
+    config->budget_bytes = (uint64_t)1 << 30;
+    config->kv_layout = LAZYATTN_KV_LAYOUT_ROWS;
+}
+
 int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *config,
                          lazyattn_pool **out) {
     LZ_CHECK_ARG(out != NULL, "lazyattn_pool_create: out is NULL");

@@ -85,6 +85,10 @@ void lazyattn_attention_config_default(lazyattn_attention_config *cfg) {
     cfg->kv_layout = LAZYATTN_KV_LAYOUT_ROWS;
 }
 
+void lazyattn_attention_config_init(lazyattn_attention_config *config) {
+    lazyattn_attention_config_default(config);
+}
+
 /* in double: h + 1 and n reach 2^31 for n_heads near INT_MAX */
 static double lz_alibi_pow2_slope(double h, double n) { return pow(2.0, -8.0 * (h + 1) / n); }
 

@@ -432,6 +432,10 @@ fail:
     return st;
 }
 
+void lazyattn_request_desc_init(lazyattn_request_desc *desc) {
+    if (desc) memset(desc, 0, sizeof *desc);
+}
+
 int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
                             lazyattn_request **out) {
     const char *w = "lazyattn_request_create";

@@ -37,6 +37,10 @@ static void lz_ref_rotate(const lazyattn_attention_config *c, const double *freq
     }
 }
 
+void lazyattn_reference_args_init(lazyattn_reference_args *args) {
+    if (args) memset(args, 0, sizeof *args);
+}
+
 int lazyattn_reference_rope(const lazyattn_attention_config *c, int32_t pos, const float *x,
                             double *out) {
     int st = lz_ref_check(c);

@@ -115,6 +115,10 @@ int lazyattn_workload_config_preset(const char *name, lazyattn_workload_config *
     return LAZYATTN_STATUS_OK;
 }
 
+void lazyattn_workload_config_init(lazyattn_workload_config *config) {
+    if (config) lazyattn_workload_config_preset("paper", config);
+}
+
 static int lz_workload_check(const lazyattn_workload_config *c) {
     const char *w = "lazyattn_workload_create";
     LZ_CHECK_ARG(c->n_docs >= 1, "%s: n_docs %d < 1", w, c->n_docs);
