@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What tokenizer.c, tokenizer_bpe.c and tokenizer_spm.c share: the
- * vocabulary, its lookups, and the merge queue. Not a public header. */
+ * vocabulary, its lookups, and the merge queue (tokenizer_vocab.c). Not a
+ * public header. */
 #ifndef SERVE_TOKENIZER_INTERNAL_H
 #define SERVE_TOKENIZER_INTERNAL_H
 
@@ -41,7 +42,9 @@ struct serve_tokenizer {
     size_t max_piece;
 };
 
-/* The id of a token's text, -1 if none. */
+/* The index of the vocabulary, text -> id (a text that appears twice maps to
+ * its last id), and the id of a token's text, -1 if none (tokenizer_vocab.c). */
+int tok_build_index(serve_tokenizer *t);
 int32_t tok_lookup(const serve_tokenizer *t, const char *s, size_t n);
 static inline const char *tok_text(const serve_tokenizer *t, int32_t id, size_t *n) {
     *n = (size_t)(t->text.offsets[id + 1] - t->text.offsets[id] - 1);
