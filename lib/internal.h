@@ -5,7 +5,6 @@
 
 #include "lazyattn.h"
 #include "mutex.h"
-#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -310,7 +310,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     o->workload = workloads[workload];
     if (workload == 0) workload_small(&o->wl);
     else if (lazyattn_workload_config_preset(o->workload, &o->wl) != 0)
-        return cli_fail("rag_bench", "--workload", "%s", lazyattn_last_error());
+        return cli_fail("rag_bench", "--workload", "%s", lazyattn_testing_last_error());
     if ((r = cli_parse("rag_bench", usage_text, opts, N_OPTS, argc, argv))) return r;
     o->model = models[model];
     if (cli_given(opts, N_OPTS, "--doc-len")) o->wl.doc_len_min = doc_len[0], o->wl.doc_len_max = doc_len[1];
@@ -648,7 +648,8 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             if ((st = lazyattn_workload_get_request_desc(b->wl, index, b->docs, b->doc_lengths,
                                                          &desc)) ||
                 (st = lazyattn_workload_get_request(b->wl, index, &wr))) {
-                serve_lz_fail(st, "workload request");
+                serve_fail(st, "workload request: %s (%s)", lazyattn_status_string(st),
+                           lazyattn_testing_last_error());
                 goto out;
             }
             desc.max_new_tokens = wr.n_generate;
@@ -961,7 +962,8 @@ static int bench_setup(bench *b, const bench_options *o, const serve_model_confi
     lazyattn_workload_config wc = o->wl;
     wc.n_requests = total;
     if ((st = lazyattn_workload_create(&wc, &b->wl))) {
-        serve_lz_fail(st, "lazyattn_workload_create");
+        serve_fail(st, "lazyattn_workload_create: %s (%s)", lazyattn_status_string(st),
+                   lazyattn_testing_last_error());
         goto out;
     }
     int k = o->wl.docs_per_request > 0 ? o->wl.docs_per_request : 1;
@@ -1198,7 +1200,8 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     memset(&shr, 0, sizeof shr);
     int st = lazyattn_workload_create(&wc, &wl);
     if (st) {
-        serve_lz_fail(st, "lazyattn_workload_create");
+        serve_fail(st, "lazyattn_workload_create: %s (%s)", lazyattn_status_string(st),
+                   lazyattn_testing_last_error());
         goto fail;
     }
     /* the parent's connection is closed before any fork */

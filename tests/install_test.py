@@ -43,7 +43,7 @@ def run(cmd, **kw):
     return r.stdout
 
 
-PKG = "$(pkg-config --cflags --libs lazyattn)"
+PKG = "$(pkg-config --cflags --libs lazyattn lazyattn-testing)"
 
 
 def readme_command(source_root):
@@ -86,7 +86,9 @@ def main():
         pc = staged(os.path.join(libdir, "pkgconfig", "lazyattn.pc"))
         for f in (pc, staged(os.path.join(includedir, "lazyattn.h")),
                   staged(os.path.join(includedir, "lazyattn_testing.h")),
-                  staged(os.path.join(libdir, "liblazyattn.so"))):
+                  staged(os.path.join(libdir, "pkgconfig", "lazyattn-testing.pc")),
+                  staged(os.path.join(libdir, "liblazyattn.so")),
+                  staged(os.path.join(libdir, "liblazyattn-testing.so"))):
             if not os.path.isfile(f):
                 fail(f"{f} was not installed")
         # The .pc names the final prefix; DESTDIR is the packager's business.
@@ -97,12 +99,14 @@ def main():
         env = dict(os.environ)
         env["PKG_CONFIG_PATH"] = os.path.dirname(pc)
         env["PKG_CONFIG_SYSROOT_DIR"] = stage
-        cflags = run(["pkg-config", "--cflags", "lazyattn"], env=env).split()
-        libs = run(["pkg-config", "--libs", "lazyattn"], env=env).split()
+        # the examples check against the reference: the testing library too
+        cflags = run(["pkg-config", "--cflags", "lazyattn", "lazyattn-testing"], env=env).split()
+        libs = run(["pkg-config", "--libs", "lazyattn", "lazyattn-testing"], env=env).split()
         if "-I" + staged(includedir) not in cflags:
             fail(f"pkg-config --cflags {cflags} lacks -I{staged(includedir)}")
-        if "-L" + staged(libdir) not in libs or "-llazyattn" not in libs:
-            fail(f"pkg-config --libs {libs} lacks -L{staged(libdir)} -llazyattn")
+        if ("-L" + staged(libdir) not in libs or "-llazyattn" not in libs or
+                "-llazyattn-testing" not in libs):
+            fail(f"pkg-config --libs {libs} lacks -L{staged(libdir)} -llazyattn -llazyattn-testing")
         for flag in cflags + libs:
             if flag[:2] in ("-I", "-L") and a.prefix != "/usr" and flag[2:].startswith(a.prefix):
                 fail(f"{flag}: a path outside the stage (the prefix itself)")

@@ -8,14 +8,12 @@
 #define LAZYATTN_CACHE_INTERNAL_H
 
 #include "internal.h"
+#include "mix64.h" /* lz_mix64, lz_hash_pair */
 
 /* ---- hashing (hash.c) ---- */
 
-uint64_t lz_mix64(uint64_t x);
 /* Hash of n int32 tokens chained onto seed (n included). */
 uint64_t lz_hash_tokens(uint64_t seed, const int32_t *tokens, int n);
-/* Hash of two words. */
-uint64_t lz_hash_pair(uint64_t a, uint64_t b);
 /* A document's identity: its BLAKE2b-256 digest (lazyattn_doc_digest)
  * and, the first 8 bytes little-endian, its 64-bit hash (lazyattn_doc_hash). */
 void lz_doc_digest(uint64_t model_id, const int32_t *tokens, int n, uint8_t out[32]);

@@ -5,20 +5,6 @@
 
 #include <blake2.h>
 
-/* splitmix64's finaliser: a bijection with full avalanche. */
-uint64_t lz_mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 27;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 31;
-    return x;
-}
-
-uint64_t lz_hash_pair(uint64_t a, uint64_t b) {
-    return lz_mix64(lz_mix64(a ^ 0x9E3779B97F4A7C15ull) + b);
-}
-
 /* Two tokens per step through the finaliser; the length closes the chain so
  * that a sequence and its zero-extended prefix differ. */
 uint64_t lz_hash_tokens(uint64_t seed, const int32_t *tokens, int n) {

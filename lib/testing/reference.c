@@ -2,22 +2,44 @@
 /* CPU float64 reference of eager attention with absolute positions: the
  * independent judge of every kernel. It shares nothing with the kernels but
  * the frequency formula (lazyattn_rope_frequencies, tested on its own). */
-#include "checked_size.h"
+#include "checked_size.h" /* lz_mul_wraps */
+#include "testing/testing_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* lz_size_product and lz_size_product4 of checked_size.h, with the
+ * testing library's error record. */
+static int lzt_size_product(size_t *out, const char *fn, const char *what, size_t a, size_t b,
+                            size_t c) {
+    size_t ab;
+    if (lz_mul_wraps(a, b, &ab) || lz_mul_wraps(ab, c, out))
+        return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+                        "%s: %s = %zu x %zu x %zu does not fit in size_t", fn, what, a, b, c);
+    return LAZYATTN_STATUS_OK;
+}
+
+static int lzt_size_product4(size_t *out, const char *fn, const char *what, size_t a, size_t b,
+                             size_t c, size_t d) {
+    size_t ab, abc;
+    if (lz_mul_wraps(a, b, &ab) || lz_mul_wraps(ab, c, &abc) || lz_mul_wraps(abc, d, out))
+        return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+                        "%s: %s = %zu x %zu x %zu x %zu does not fit in size_t", fn, what, a, b,
+                        c, d);
+    return LAZYATTN_STATUS_OK;
+}
+
 static int lz_ref_check(const lazyattn_attention_config *c) {
-    LZ_CHECK_ARG(c != NULL, "reference: config is NULL");
-    LZ_CHECK_ARG(c->n_q_heads <= LAZYATTN_MAX_HEADS,
+    LZT_CHECK_ARG(c != NULL, "reference: config is NULL");
+    LZT_CHECK_ARG(c->n_q_heads <= LAZYATTN_MAX_HEADS,
                  "reference: n_q_heads %d above %d", c->n_q_heads, LAZYATTN_MAX_HEADS);
-    LZ_CHECK_ARG(c->n_q_heads >= 1 && c->n_kv_heads >= 1 && c->n_q_heads % c->n_kv_heads == 0,
+    LZT_CHECK_ARG(c->n_q_heads >= 1 && c->n_kv_heads >= 1 && c->n_q_heads % c->n_kv_heads == 0,
                  "reference: %d query heads not a multiple of %d KV heads", c->n_q_heads,
                  c->n_kv_heads);
-    LZ_CHECK_ARG(c->head_dim >= 2 && c->head_dim % 2 == 0 && c->head_dim <= 1024,
+    LZT_CHECK_ARG(c->head_dim >= 2 && c->head_dim % 2 == 0 && c->head_dim <= 1024,
                  "reference: head_dim %d must be even in 2..1024", c->head_dim);
-    LZ_CHECK_ARG(c->rope.style >= LAZYATTN_ROPE_NONE && c->rope.style <= LAZYATTN_ROPE_GPTJ,
+    LZT_CHECK_ARG(c->rope.style >= LAZYATTN_ROPE_NONE && c->rope.style <= LAZYATTN_ROPE_GPTJ,
                  "reference: unknown rope style %d", (int)c->rope.style);
     return LAZYATTN_STATUS_OK;
 }
@@ -45,7 +67,7 @@ int lazyattn_reference_rope(const lazyattn_attention_config *c, int32_t pos, con
                             double *out) {
     int st = lz_ref_check(c);
     if (st) return st;
-    LZ_CHECK_ARG(x && out, "lazyattn_reference_rope: NULL vector");
+    LZT_CHECK_ARG(x && out, "lazyattn_reference_rope: NULL vector");
     double freq[512];
     if (c->rope.style != LAZYATTN_ROPE_NONE) {
         st = lazyattn_rope_frequencies(&c->rope, c->head_dim, freq);
@@ -59,20 +81,20 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
                                  const lazyattn_reference_args *a) {
     int st = lz_ref_check(c);
     if (st) return st;
-    LZ_CHECK_ARG(a != NULL, "lazyattn_reference_attention: args is NULL");
-    LZ_CHECK_ARG(a->n_queries >= 1 && a->n_keys >= 0,
+    LZT_CHECK_ARG(a != NULL, "lazyattn_reference_attention: args is NULL");
+    LZT_CHECK_ARG(a->n_queries >= 1 && a->n_keys >= 0,
                  "lazyattn_reference_attention: n_queries %d, n_keys %d", a->n_queries, a->n_keys);
-    LZ_CHECK_ARG(a->q && a->q_pos && a->out && (a->n_keys == 0 || (a->k && a->v && a->k_pos)),
+    LZT_CHECK_ARG(a->q && a->q_pos && a->out && (a->n_keys == 0 || (a->k && a->v && a->k_pos)),
                  "lazyattn_reference_attention: NULL array");
     static const char fn[] = "lazyattn_reference_attention";
     /* positions as the kernels take them (and no int overflow in k_pos - q_pos) */
     for (int t = 0; t < a->n_queries; t++)
         if (a->q_pos[t] < 0 || a->q_pos[t] > LAZYATTN_MAX_POSITION)
-            return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: q_pos[%d] = %d outside 0..%d", fn,
+            return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: q_pos[%d] = %d outside 0..%d", fn,
                            t, (int)a->q_pos[t], LAZYATTN_MAX_POSITION);
     for (int j = 0; j < a->n_keys; j++)
         if (a->k_pos[j] < 0 || a->k_pos[j] > LAZYATTN_MAX_POSITION)
-            return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: k_pos[%d] = %d outside 0..%d", fn,
+            return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: k_pos[%d] = %d outside 0..%d", fn,
                            j, (int)a->k_pos[j], LAZYATTN_MAX_POSITION);
     const int d = c->head_dim, nq = c->n_q_heads, nkv = c->n_kv_heads, group = nq / nkv;
     const double scale = c->scale > 0.0f ? c->scale : 1.0 / sqrt((double)d);
@@ -82,10 +104,10 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
         if (st) return st;
     }
     size_t nk = (size_t)a->n_keys, kr_bytes = 0;
-    LZ_TRY(lz_size_product4(&kr_bytes, fn, "rotated keys bytes (n_keys x n_kv_heads x head_dim x 8)",
+    LZT_TRY(lzt_size_product4(&kr_bytes, fn, "rotated keys bytes (n_keys x n_kv_heads x head_dim x 8)",
                             nk, (size_t)nkv, (size_t)d, sizeof(double)));
     size_t score_bytes = 0;
-    LZ_TRY(lz_size_product(&score_bytes, fn, "score bytes (n_keys x 8)", nk, sizeof(double), 1));
+    LZT_TRY(lzt_size_product(&score_bytes, fn, "score bytes (n_keys x 8)", nk, sizeof(double), 1));
     double *kr = malloc(kr_bytes ? kr_bytes : sizeof(double));
     double *score = malloc(score_bytes ? score_bytes : sizeof(double));
     double *qr = malloc((size_t)d * sizeof *qr);
@@ -93,7 +115,7 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
         free(kr);
         free(score);
         free(qr);
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_reference_attention");
+        return lzt_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_reference_attention");
     }
     for (size_t j = 0; j < nk; j++)
         for (int h = 0; h < nkv; h++)
@@ -140,7 +162,7 @@ int lazyattn_reference_attention(const lazyattn_attention_config *c,
 
 double lazyattn_normalised_error(const float *a, const double *b, size_t n) {
     if (!a || !b || n == 0) {
-        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "lazyattn_normalised_error: NULL array or n == 0");
+        lzt_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "lazyattn_normalised_error: NULL array or n == 0");
         return INFINITY;
     }
     double err = 0.0, ref = 0.0;

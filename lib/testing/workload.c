@@ -3,7 +3,8 @@
  * lengths), Zipf(alpha) popularity (optionally drifting once) or the
  * paper's fixed prompts, requests of k distinct documents plus a question
  * and a generation length. */
-#include "cache/cache_internal.h"
+#include "mix64.h"
+#include "testing/testing_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -82,7 +83,7 @@ static void lz_workload_length_defaults(lazyattn_workload_config *c) {
 }
 
 int lazyattn_workload_config_preset(const char *name, lazyattn_workload_config *c) {
-    LZ_CHECK_ARG(name && c, "lazyattn_workload_config_preset: NULL argument");
+    LZT_CHECK_ARG(name && c, "lazyattn_workload_config_preset: NULL argument");
     memset(c, 0, sizeof *c);
     c->question_min = 16;
     c->question_max = 32;
@@ -104,7 +105,7 @@ int lazyattn_workload_config_preset(const char *name, lazyattn_workload_config *
         c->alpha = 0.9;
         c->n_requests = 1000;
     } else {
-        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+        return lzt_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                        "lazyattn_workload_config_preset: unknown preset '%s' (paper, rag)", name);
     }
     lz_workload_length_defaults(c);
@@ -121,60 +122,60 @@ void lazyattn_workload_config_init(lazyattn_workload_config *config) {
 
 static int lz_workload_check(const lazyattn_workload_config *c) {
     const char *w = "lazyattn_workload_create";
-    LZ_CHECK_ARG(c->n_docs >= 1, "%s: n_docs %d < 1", w, c->n_docs);
-    LZ_CHECK_ARG(c->doc_len_min >= 1 && c->doc_len_max >= c->doc_len_min,
+    LZT_CHECK_ARG(c->n_docs >= 1, "%s: n_docs %d < 1", w, c->n_docs);
+    LZT_CHECK_ARG(c->doc_len_min >= 1 && c->doc_len_max >= c->doc_len_min,
                  "%s: document lengths %d..%d (need 1 <= min <= max)", w, c->doc_len_min,
                  c->doc_len_max);
-    LZ_CHECK_ARG(c->docs_per_request >= 1 && c->docs_per_request <= c->n_docs,
+    LZT_CHECK_ARG(c->docs_per_request >= 1 && c->docs_per_request <= c->n_docs,
                  "%s: %d documents per request from a pool of %d", w, c->docs_per_request,
                  c->n_docs);
-    LZ_CHECK_ARG(c->alpha > 0 && isfinite(c->alpha), "%s: alpha %g must be > 0", w, c->alpha);
-    LZ_CHECK_ARG(c->question_min >= 0 && c->question_max >= c->question_min,
+    LZT_CHECK_ARG(c->alpha > 0 && isfinite(c->alpha), "%s: alpha %g must be > 0", w, c->alpha);
+    LZT_CHECK_ARG(c->question_min >= 0 && c->question_max >= c->question_min,
                  "%s: question lengths %d..%d", w, c->question_min, c->question_max);
-    LZ_CHECK_ARG(c->gen_min >= 0 && c->gen_max >= c->gen_min, "%s: generated lengths %d..%d", w,
+    LZT_CHECK_ARG(c->gen_min >= 0 && c->gen_max >= c->gen_min, "%s: generated lengths %d..%d", w,
                  c->gen_min, c->gen_max);
-    LZ_CHECK_ARG(c->prefix_len >= 0, "%s: prefix length %d < 0", w, c->prefix_len);
-    LZ_CHECK_ARG(c->n_requests >= 0, "%s: %d requests", w, c->n_requests);
-    LZ_CHECK_ARG(c->vocab_size >= 0, "%s: vocab_size %d < 0", w, c->vocab_size);
+    LZT_CHECK_ARG(c->prefix_len >= 0, "%s: prefix length %d < 0", w, c->prefix_len);
+    LZT_CHECK_ARG(c->n_requests >= 0, "%s: %d requests", w, c->n_requests);
+    LZT_CHECK_ARG(c->vocab_size >= 0, "%s: vocab_size %d < 0", w, c->vocab_size);
     switch (c->length_dist) {
     case LAZYATTN_LENGTH_UNIFORM: break;
     case LAZYATTN_LENGTH_LOGNORMAL:
-        LZ_CHECK_ARG(c->length_mean > 0 && isfinite(c->length_mean) && c->length_mean <= 1e9,
+        LZT_CHECK_ARG(c->length_mean > 0 && isfinite(c->length_mean) && c->length_mean <= 1e9,
                      "%s: lognormal length_mean %g (need 0 < mean <= 1e9)", w, c->length_mean);
-        LZ_CHECK_ARG(c->length_sigma >= 0 && c->length_sigma <= 4,
+        LZT_CHECK_ARG(c->length_sigma >= 0 && c->length_sigma <= 4,
                      "%s: lognormal length_sigma %g (need 0 <= sigma <= 4)", w, c->length_sigma);
         break;
     case LAZYATTN_LENGTH_BIMODAL:
-        LZ_CHECK_ARG(c->length_short_max >= c->doc_len_min && c->length_short_max <= c->doc_len_max,
+        LZT_CHECK_ARG(c->length_short_max >= c->doc_len_min && c->length_short_max <= c->doc_len_max,
                      "%s: bimodal length_short_max %d outside doc_len_min..doc_len_max %d..%d", w,
                      c->length_short_max, c->doc_len_min, c->doc_len_max);
-        LZ_CHECK_ARG(c->length_long_min >= c->doc_len_min && c->length_long_min <= c->doc_len_max,
+        LZT_CHECK_ARG(c->length_long_min >= c->doc_len_min && c->length_long_min <= c->doc_len_max,
                      "%s: bimodal length_long_min %d outside doc_len_min..doc_len_max %d..%d", w,
                      c->length_long_min, c->doc_len_min, c->doc_len_max);
-        LZ_CHECK_ARG(c->length_long_fraction >= 0 && c->length_long_fraction <= 1,
+        LZT_CHECK_ARG(c->length_long_fraction >= 0 && c->length_long_fraction <= 1,
                      "%s: bimodal length_long_fraction %g outside 0..1", w,
                      c->length_long_fraction);
         break;
     default:
-        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown length_dist %d", w,
+        return lzt_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown length_dist %d", w,
                        (int)c->length_dist);
     }
-    LZ_CHECK_ARG(c->drift_at >= 0, "%s: drift_at %d < 0", w, c->drift_at);
+    LZT_CHECK_ARG(c->drift_at >= 0, "%s: drift_at %d < 0", w, c->drift_at);
     if (c->sampler == LAZYATTN_SAMPLER_PAPER_FIXED_PROMPTS) {
-        LZ_CHECK_ARG(c->n_prompts >= 1 && c->n_prompts <= LAZYATTN_WORKLOAD_MAX_REQUESTS,
+        LZT_CHECK_ARG(c->n_prompts >= 1 && c->n_prompts <= LAZYATTN_WORKLOAD_MAX_REQUESTS,
                      "%s: n_prompts %d outside 1..%d", w, c->n_prompts,
                      LAZYATTN_WORKLOAD_MAX_REQUESTS);
     } else if (c->sampler != LAZYATTN_SAMPLER_ZIPF) {
-        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown sampler %d", w,
+        return lzt_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: unknown sampler %d", w,
                        (int)c->sampler);
     }
     /* sizes up front, before anything is allocated (int64: no product of
      * two int32 values wraps) */
     if (c->n_docs > LAZYATTN_WORKLOAD_MAX_DOCS)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: n_docs %d above %d (LAZYATTN_WORKLOAD_MAX_DOCS)",
+        return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: n_docs %d above %d (LAZYATTN_WORKLOAD_MAX_DOCS)",
                        w, c->n_docs, LAZYATTN_WORKLOAD_MAX_DOCS);
     if (c->n_requests > LAZYATTN_WORKLOAD_MAX_REQUESTS)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+        return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
                        "%s: n_requests %d above %d (LAZYATTN_WORKLOAD_MAX_REQUESTS)", w,
                        c->n_requests, LAZYATTN_WORKLOAD_MAX_REQUESTS);
     const struct {
@@ -193,14 +194,14 @@ static int lz_workload_check(const lazyattn_workload_config *c) {
     };
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
         if (sizes[i].value > LAZYATTN_WORKLOAD_MAX_TOKENS)
-            return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+            return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
                            "%s: %s = %lld above %lld (LAZYATTN_WORKLOAD_MAX_TOKENS)", w,
                            sizes[i].what, (long long)sizes[i].value,
                            (long long)LAZYATTN_WORKLOAD_MAX_TOKENS);
     int64_t context = (int64_t)c->docs_per_request * c->doc_len_max + c->prefix_len +
                       c->question_max + c->gen_max;
     if (context > (int64_t)LAZYATTN_MAX_POSITION + 1)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
+        return lzt_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
                        "%s: a request of up to %lld tokens (docs_per_request x doc_len_max + "
                        "prefix + question_max + gen_max) passes LAZYATTN_MAX_POSITION + 1 = %d",
                        w, (long long)context, LAZYATTN_MAX_POSITION + 1);
@@ -208,8 +209,8 @@ static int lz_workload_check(const lazyattn_workload_config *c) {
 }
 
 int lazyattn_workload_zipf_pmf(int n, double alpha, int rank, double *p) {
-    LZ_CHECK_ARG(p != NULL, "lazyattn_workload_zipf_pmf: p is NULL");
-    LZ_CHECK_ARG(n >= 1 && rank >= 1 && rank <= n && alpha > 0 && isfinite(alpha),
+    LZT_CHECK_ARG(p != NULL, "lazyattn_workload_zipf_pmf: p is NULL");
+    LZT_CHECK_ARG(n >= 1 && rank >= 1 && rank <= n && alpha > 0 && isfinite(alpha),
                  "lazyattn_workload_zipf_pmf: n %d, rank %d, alpha %g", n, rank, alpha);
     double z = 0;
     for (int r = n; r >= 1; r--) z += pow(r, -alpha); /* small terms first */
@@ -294,13 +295,13 @@ static void lz_make_prompts(lz_rng *rng, int D, int k, int n_prompts, int32_t *p
 }
 
 int lazyattn_workload_create(const lazyattn_workload_config *config, lazyattn_workload **out) {
-    LZ_CHECK_ARG(out != NULL, "lazyattn_workload_create: out is NULL");
+    LZT_CHECK_ARG(out != NULL, "lazyattn_workload_create: out is NULL");
     *out = NULL;
-    LZ_CHECK_ARG(config != NULL, "lazyattn_workload_create: config is NULL");
+    LZT_CHECK_ARG(config != NULL, "lazyattn_workload_create: config is NULL");
     int st = lz_workload_check(config);
     if (st) return st;
     lazyattn_workload *wl = calloc(1, sizeof *wl);
-    if (!wl) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_workload_create");
+    if (!wl) return lzt_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_workload_create");
     wl->config = *config;
     lazyattn_workload_config *c = &wl->config;
     if (c->vocab_size == 0) c->vocab_size = 128256;
@@ -388,7 +389,7 @@ oom:
     free(perm);
     free(prompts);
     lazyattn_workload_destroy(wl);
-    return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_workload_create");
+    return lzt_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_workload_create");
 }
 
 void lazyattn_workload_destroy(lazyattn_workload *wl) {
@@ -407,15 +408,15 @@ void lazyattn_workload_destroy(lazyattn_workload *wl) {
 // ---- access ----
 
 int lazyattn_workload_get_config(const lazyattn_workload *wl, lazyattn_workload_config *config) {
-    LZ_CHECK_ARG(wl && config, "lazyattn_workload_get_config: NULL argument");
+    LZT_CHECK_ARG(wl && config, "lazyattn_workload_get_config: NULL argument");
     *config = wl->config;
     return LAZYATTN_STATUS_OK;
 }
 
 int lazyattn_workload_get_doc(const lazyattn_workload *wl, int doc_id, const int32_t **tokens,
                               int *n_tokens) {
-    LZ_CHECK_ARG(wl && tokens && n_tokens, "lazyattn_workload_get_doc: NULL argument");
-    LZ_CHECK_ARG(doc_id >= 0 && doc_id < wl->config.n_docs,
+    LZT_CHECK_ARG(wl && tokens && n_tokens, "lazyattn_workload_get_doc: NULL argument");
+    LZT_CHECK_ARG(doc_id >= 0 && doc_id < wl->config.n_docs,
                  "lazyattn_workload_get_doc: document %d outside 0..%d", doc_id,
                  wl->config.n_docs - 1);
     *tokens = wl->doc_tokens + wl->doc_offset[doc_id];
@@ -425,7 +426,7 @@ int lazyattn_workload_get_doc(const lazyattn_workload *wl, int doc_id, const int
 
 int lazyattn_workload_get_prefix(const lazyattn_workload *wl, const int32_t **tokens,
                                  int *n_tokens) {
-    LZ_CHECK_ARG(wl && tokens && n_tokens, "lazyattn_workload_get_prefix: NULL argument");
+    LZT_CHECK_ARG(wl && tokens && n_tokens, "lazyattn_workload_get_prefix: NULL argument");
     *n_tokens = wl->config.prefix_len;
     *tokens = wl->config.prefix_len ? wl->prefix : NULL;
     return LAZYATTN_STATUS_OK;
@@ -433,8 +434,8 @@ int lazyattn_workload_get_prefix(const lazyattn_workload *wl, const int32_t **to
 
 int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
                                   lazyattn_workload_request *req) {
-    LZ_CHECK_ARG(wl && req, "lazyattn_workload_get_request: NULL argument");
-    LZ_CHECK_ARG(index >= 0 && index < wl->config.n_requests,
+    LZT_CHECK_ARG(wl && req, "lazyattn_workload_get_request: NULL argument");
+    LZT_CHECK_ARG(index >= 0 && index < wl->config.n_requests,
                  "lazyattn_workload_get_request: request %d outside 0..%d", index,
                  wl->config.n_requests - 1);
     int k = wl->config.docs_per_request;
@@ -450,7 +451,7 @@ int lazyattn_workload_get_request(const lazyattn_workload *wl, int index,
 int lazyattn_workload_get_request_desc(const lazyattn_workload *wl, int index,
                                        const int32_t **docs, int32_t *doc_lengths,
                                        lazyattn_request_desc *desc) {
-    LZ_CHECK_ARG(docs && doc_lengths && desc, "lazyattn_workload_get_request_desc: NULL argument");
+    LZT_CHECK_ARG(docs && doc_lengths && desc, "lazyattn_workload_get_request_desc: NULL argument");
     lazyattn_workload_request req;
     int st = lazyattn_workload_get_request(wl, index, &req);
     if (st) return st;
