@@ -246,8 +246,8 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
         n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     if (getenv("LAZYATTN_NV_VERBOSE"))
         snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
-    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "mma_nv",
-                                          "prefill_nv", "decode_nv"};
+    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "softmax_state",
+                                          "ptx", "attn_mma", "prefill_nv", "decode_nv"};
     cl_program program, patched = NULL;
     int st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
     if (st) return st;
