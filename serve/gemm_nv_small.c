@@ -177,8 +177,8 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
                           "gemm_small: xs %d (wgmma) needs an NVIDIA compute capability 9.x device "
                           "(sm_90a); %s is %d.x",
                           t->xs, lazyattn_context_device_name(g->ctx), g->major);
-    const char *text = serve_source_text("gemm_nv_small");
-    if (!text) return serve_fail(LAZYATTN_STATUS_OPENCL, "gemm_small: kernel source missing");
+    char *text = serve_nv_program_text("gemm_nv_small");
+    if (!text) return serve_fail(LAZYATTN_STATUS_OPENCL, "gemm_small: kernel source missing (or no memory)");
     gs_program p;
     memset(&p, 0, sizeof p);
     p.t = *t;
@@ -193,10 +193,13 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
              verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
     if (t->xs >= 2) { /* wgmma: the sm_90a PTX round trip (as serve/gemm_nv_large.c) */
         int st = lazyattn_context_build_program(g->ctx, text, opts, LAZYATTN_BUILD_SM90A, &p.program);
+        free(text);
         if (st) return serve_lz_fail(st, "gemm_small: the wgmma kernels (xs 2..5)");
         err = CL_SUCCESS;
     } else {
-        p.program = clCreateProgramWithSource(g->cl, 1, &text, NULL, &err);
+        const char *src = text;
+        p.program = clCreateProgramWithSource(g->cl, 1, &src, NULL, &err);
+        free(text);
         if (err != CL_SUCCESS) return serve_cl_fail(err, "gemm_small: clCreateProgramWithSource");
         err = clBuildProgram(p.program, 1, &g->dev, opts, NULL, NULL);
     }

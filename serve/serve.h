@@ -559,6 +559,11 @@ int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n
  * without extension ("model_kernels", "gemm_bf16", "gemm_nv_large",
  * "gemm_nv_small"); NULL when there is none (sources.c). */
 const char *serve_source_text(const char *name);
+/* The program text of an NVIDIA kernel file of serve/ ("gemm_nv_large",
+ * "gemm_nv_small"): cl/nv/ptx.h (the PTX instructions it uses), then the
+ * file, in one string the caller frees; NULL when a source is missing or
+ * memory is short (sources.c). */
+char *serve_nv_program_text(const char *name);
 
 double serve_now(void); /* monotonic seconds */
 /* CPU seconds the calling thread has used (0 where the clock is missing):

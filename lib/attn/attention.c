@@ -246,8 +246,8 @@ static int lz_nv_build_with(lazyattn_attention *a, int wgmma) {
         n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     if (getenv("LAZYATTN_NV_VERBOSE"))
         snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
-    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "mma_nv",
-                                          "prefill_nv", "decode_nv"};
+    static const char *const sources[] = {"block_entry", "kernel_abi", "storage", "rope", "softmax_state",
+                                          "ptx", "attn_mma", "prefill_nv", "decode_nv"};
     cl_program program, patched = NULL;
     int st = lz_program_get(ctx, sources, (int)(sizeof sources / sizeof *sources), options, &program);
     if (st) return st;
@@ -408,13 +408,13 @@ int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_
                                               "kv_write", "rope_apply", "flash", "prefill",
                                               "materialise"};
     static const char *const decode_src[] = {"block_entry", "kernel_abi", "storage", "rope",
-                                             "decode"};
+                                             "softmax_state", "decode"};
     static const char *const batched_src[] = {"block_entry", "kernel_abi", "storage", "rope",
                                               "flash", "prefill_batched"};
     /* the small-work-group decode (decode tile kv_together 3): lz_decode_warp
      * next to decode.cl's kernels (its lz_decode_reduce) */
     static const char *const decode_warp_src[] = {"block_entry", "kernel_abi", "storage", "rope",
-                                                  "decode", "decode_warp"};
+                                                  "softmax_state", "decode", "decode_warp"};
     LZ_CHECK_ARG(which >= 0 && which < LZ_PORTABLE_PROGRAMS,
                  "lz_portable_program: program %d (0 .. %d)", which, LZ_PORTABLE_PROGRAMS - 1);
     out->sources = which == 0 ? prefill_src : which == 1 ? decode_src : batched_src;

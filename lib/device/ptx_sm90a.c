@@ -3,7 +3,7 @@
  *
  * NVIDIA's OpenCL compiler writes PTX for `.target sm_90`, and ptxas refuses
  * sm_90a instructions (wgmma, fence.proxy.async) there. The kernels
- * (cl/mma_nv.h, LZ_NV_WGMMA) therefore hide each such instruction behind a
+ * (cl/nv/ptx.h, LZ_NV_WGMMA) therefore hide each such instruction behind a
  * "//@" marker inside its inline asm, a PTX comment, so that the program
  * builds from source. This file reads that program's PTX back
  * (CL_PROGRAM_BINARIES is PTX text on NVIDIA), deletes the markers, turns
