@@ -69,6 +69,17 @@ void lazyattn_redis_config_init(lazyattn_redis_config *c) {
     c->chunk_bytes = (size_t)4 << 20;
     c->prefix = "lazyattn";
     c->retry_ms = 1000;
+    c->url = NULL;
+    c->user = NULL;
+    c->password = NULL;
+}
+
+int lazyattn_redis_url_check(const char *url) {
+    LZ_CHECK_ARG(url != NULL, "lazyattn_redis_url_check: url is NULL");
+    lz_redis_url u;
+    int st = lz_redis_url_parse(url, &u, "lazyattn_redis_url_check");
+    if (!st) lz_redis_url_free(&u);
+    return st;
 }
 
 int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_store **out) {
@@ -78,8 +89,9 @@ int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_st
     lazyattn_redis_config c;
     lazyattn_redis_config_init(&c);
     if (config) c = *config;
-    LZ_CHECK_ARG(c.host && c.host[0], "%s: no host", w);
-    LZ_CHECK_ARG(c.port >= 1 && c.port <= 65535, "%s: port %d outside 1..65535", w, c.port);
+    LZ_CHECK_ARG(c.url || (c.host && c.host[0]), "%s: no host", w);
+    LZ_CHECK_ARG(c.url || (c.port >= 1 && c.port <= 65535), "%s: port %d outside 1..65535", w,
+                 c.port);
     LZ_CHECK_ARG(c.timeout_ms >= 1 && c.timeout_ms <= 600000,
                  "%s: timeout %d ms outside 1..600000", w, c.timeout_ms);
     LZ_CHECK_ARG(c.chunk_bytes >= 1024 && c.chunk_bytes <= ((size_t)512 << 20),
@@ -88,8 +100,40 @@ int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_st
                  w, c.retry_ms);
     LZ_CHECK_ARG(c.prefix && c.prefix[0] && !strpbrk(c.prefix, "{}") && strlen(c.prefix) <= 200,
                  "%s: the key prefix must be 1..200 characters without '{' or '}'", w);
+    LZ_CHECK_ARG(!c.user || (c.user[0] && c.password), "%s: a user needs a password", w);
+    LZ_CHECK_ARG(!c.password || c.password[0], "%s: the password is empty", w);
+    lz_redis_url seeds;
+    int st;
+    if (c.url) {
+        st = lz_redis_url_parse(c.url, &seeds, w);
+        if (st) return st;
+        /* the URL's credentials, else the config's */
+        if (!seeds.password && c.password) {
+            seeds.password = strdup(c.password);
+            seeds.user = c.user ? strdup(c.user) : NULL;
+            if (!seeds.password || (c.user && !seeds.user)) {
+                lz_redis_url_free(&seeds);
+                return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", w);
+            }
+        }
+    } else {
+        memset(&seeds, 0, sizeof seeds);
+        seeds.hosts = calloc(1, sizeof *seeds.hosts);
+        seeds.ports = calloc(1, sizeof *seeds.ports);
+        if (seeds.hosts && seeds.ports) {
+            seeds.hosts[0] = strdup(c.host);
+            seeds.ports[0] = c.port;
+            seeds.n_seeds = seeds.hosts[0] != NULL;
+        }
+        seeds.password = c.password ? strdup(c.password) : NULL;
+        seeds.user = c.user ? strdup(c.user) : NULL;
+        if (!seeds.n_seeds || (c.password && !seeds.password) || (c.user && !seeds.user)) {
+            lz_redis_url_free(&seeds);
+            return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", w);
+        }
+    }
     void *impl;
-    int st = lz_store_redis_open(&c, &impl);
+    st = lz_store_redis_open(&c, &seeds, &impl);
     return st ? st : lz_store_wrap(&lz_store_redis_ops, impl, out);
 }
 

@@ -5,6 +5,7 @@
 #define LAZYATTN_STORE_INTERNAL_H
 
 #include "internal.h"
+#include "store/redis_url.h"
 
 /* "<model_id>-<digest>", 16 and 64 hex digits (82 bytes with the NUL);
  * store_key.c. */
@@ -23,6 +24,7 @@ extern const lazyattn_store_ops lz_store_dir_ops;
 extern const lazyattn_store_ops lz_store_redis_ops;
 int lz_store_host_open(uint64_t budget_bytes, void **impl);
 int lz_store_dir_open(const char *path, void **impl);
-int lz_store_redis_open(const lazyattn_redis_config *config, void **impl);
+/* The Redis store of a checked config and its seeds (taken: emptied). */
+int lz_store_redis_open(const lazyattn_redis_config *config, lz_redis_url *seeds, void **impl);
 
 #endif
