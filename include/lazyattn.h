@@ -1435,8 +1435,10 @@ typedef struct lazyattn_redis_config {
                             in brackets, user and password percent-encoded; several seeds
                             only for a cluster. rediss:// (TLS) is UNSUPPORTED: hiredis 0.14
                             has no TLS (README: a local TLS terminator) */
-    const char *user;     /* ACL user, default NULL (the default user); needs a password */
-    const char *password; /* default NULL: no AUTH; the URL's, when it has one, wins */
+    const char *user;     /* ACL user, default NULL (the default user); needs a password;
+                             a user in the URL wins */
+    const char *password; /* default NULL: no AUTH; a password in the URL wins (so that
+                             redis://USER@HOST:PORT with this one keeps it off the URL) */
 } lazyattn_redis_config;
 
 LAZYATTN_API void lazyattn_redis_config_init(lazyattn_redis_config *config);

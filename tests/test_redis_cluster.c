@@ -94,11 +94,12 @@ static void test_url_forms(void **state) {
                           "redis://h1:1,h2:2,[::1]:3",
                           "redis://:pw@h:1",
                           "redis://user:p%40ss%3A%2C@h:1,h:2",
-                          "redis://user:pw@[::1]:6379"};
+                          "redis://user:pw@[::1]:6379",
+                          "redis://user@h:1" /* the password from the config */};
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         lt_assert_status(lazyattn_redis_url_check(good[i]), LAZYATTN_STATUS_OK);
     const char *bad[] = {"redis://h",       "redis://h:0",      "redis://h:65536",
-                         "redis://h:1,",    "redis://,h:1",     "redis://u@h:1",
+                         "redis://h:1,",    "redis://,h:1",     "redis://@h:1:2",
                          "redis://:@h:1",   "redis://:p%4@h:1", "redis://:p%00@h:1",
                          "http://h:1",      "redis://::1:6379", "redis://h:1/0",
                          "redis://h:+1",    "redis://[::1]",    "redis://h:1 ",
@@ -129,8 +130,11 @@ static void test_url_forms(void **state) {
     assert_null(s);
     rc.url = "redis://h:1,";
     lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    rc.url = "redis://someone@h:1"; /* a user without a password */
+    lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(lazyattn_last_error(), "no password"));
     rc.url = NULL;
-    rc.user = "someone"; /* a user without a password */
+    rc.user = "someone";
     lt_assert_status(lazyattn_store_create_redis(&rc, &s), LAZYATTN_STATUS_INVALID_ARGUMENT);
     rc.user = NULL;
     rc.password = "";

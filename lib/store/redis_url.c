@@ -112,7 +112,8 @@ int lz_redis_url_parse(const char *url, lz_redis_url *u, const char *who) {
     int st = u->hosts && u->ports ? LAZYATTN_STATUS_OK
                                   : lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: seeds", who);
     if (!st && at) {
-        /* USER, USER:PASSWORD or :PASSWORD; an empty user is the default one */
+        /* USER, USER:PASSWORD or :PASSWORD; an empty user is the default one; a
+         * user without a password takes the config's */
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
         size_t un = colon ? (size_t)(colon - rest) : (size_t)(at - rest);
         if (un) st = lz_url_decode(rest, un, &u->user, who, "user");
@@ -120,11 +121,6 @@ int lz_redis_url_parse(const char *url, lz_redis_url *u, const char *who) {
                                              who, "password");
         if (!st && u->password && !u->password[0])
             st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: the URL's password is empty", who);
-        if (!st && u->user && !u->password)
-            st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                         "%s: the URL names user '%s' without a password "
-                         "(redis://USER:PASSWORD@...)",
-                         who, u->user);
         rest = at + 1;
     }
     while (!st) {

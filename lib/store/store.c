@@ -107,14 +107,23 @@ int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_st
     if (c.url) {
         st = lz_redis_url_parse(c.url, &seeds, w);
         if (st) return st;
-        /* the URL's credentials, else the config's */
+        /* the URL's credentials, else the config's (a user of the URL with
+         * the config's password) */
         if (!seeds.password && c.password) {
             seeds.password = strdup(c.password);
-            seeds.user = c.user ? strdup(c.user) : NULL;
+            if (!seeds.user && c.user) seeds.user = strdup(c.user);
             if (!seeds.password || (c.user && !seeds.user)) {
                 lz_redis_url_free(&seeds);
                 return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", w);
             }
+        }
+        if (seeds.user && !seeds.password) {
+            st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                         "%s: the URL names user '%s' but no password is given (in the URL, "
+                         "or in the config's password)",
+                         w, seeds.user);
+            lz_redis_url_free(&seeds);
+            return st;
         }
     } else {
         memset(&seeds, 0, sizeof seeds);
