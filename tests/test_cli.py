@@ -210,6 +210,12 @@ BAD = [
     ("rag_bench", ["--processes", "2"], USAGE, "--processes"),
     ("rag_bench", ["--tier", "host:1MiB", "--processes", "2"], USAGE, "--processes"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "0"], USAGE, "--processes"),
+    ("rag_bench", ["--tier", "rediss://127.0.0.1:6380"], USAGE, "TLS terminator"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:1,"], USAGE, "--tier"),
+    ("rag_bench", ["--tier-password-file", "pw"], USAGE, "--tier-password-file"),
+    ("rag_bench", ["--tier", "dir:x", "--tier-password-file", "pw"], USAGE, "redis:// only"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:1", "--tier-password-file", "no-such-pw"], USAGE,
+     "no-such-pw"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "65"], USAGE, "--processes"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--budget", "1MiB,2MiB"], USAGE,
      "--processes"),
@@ -397,6 +403,12 @@ TIMED = [
 if os.environ.get("LAZYATTN_TEST_REDIS"):
     GOOD.append(("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier",
                                           "redis://" + os.environ["LAZYATTN_TEST_REDIS"],
+                                          "--processes", "2"], []))
+# ... and a Redis Cluster through one of its nodes (tools/redis_test_servers.sh starts one).
+if os.environ.get("LAZYATTN_TEST_REDIS_CLUSTER"):
+    GOOD.append(("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier",
+                                          "redis://" +
+                                          os.environ["LAZYATTN_TEST_REDIS_CLUSTER"].split(",")[-1],
                                           "--processes", "2"], []))
 
 
