@@ -69,7 +69,7 @@ start() {
     auth=$(free_port)
     pw=$(python3 -c 'import secrets; print(secrets.token_hex(12))')
     start_server "$dir" auth "$auth" --requirepass "$pw" \
-        --user lazyattn on ">$pw" '~lazyattn*' +get +set +del +exists +strlen +eval +ping \
+        --user lazyattn on ">$pw" '~lazyattn*' +get +set +del +strlen +eval +ping \
         +auth '+cluster|slots'
     wait_ping "$auth" --no-auth-warning -a "$pw"
 
