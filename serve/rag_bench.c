@@ -343,8 +343,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     if (o->tier_text) {
         int r2 = tier_parse(o->tier_text, &o->tier);
         if (r2) return r2;
-        if (!r2 && (o->tier_password_file || getenv("LAZYATTN_REDIS_PASSWORD")) &&
-            o->tier.kind != TIER_REDIS)
+        if (o->tier_password_file && o->tier.kind != TIER_REDIS)
             return cli_fail("rag_bench", "--tier", "a password is for redis:// only");
         if (o->tier_password_file) {
             r2 = tier_read_password(o->tier_password_file, &o->tier);
