@@ -15,6 +15,7 @@
  * tokens/s, document tokens reused and prefilled) goes to stderr.
  */
 #include "cli_options.h"
+#include "rag_jsonl.h"
 #include "sampler.h"
 #include "serve.h"
 #include "tokenizer.h"
@@ -99,15 +100,16 @@ static void bar(const char *what, double done, double total, const char *unit) {
 
 /* ---- files -------------------------------------------------------------- */
 
-/* A whole file, or stdin for "-": *out malloc'd, NUL-terminated. */
-static int read_text(const char *path, char **out, size_t *len) {
+/* A whole file, or stdin for "-": *out malloc'd, NUL-terminated. what
+ * names it in messages. */
+static int read_text(const char *path, const char *what, char **out, size_t *len) {
     *out = NULL;
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return fail("%s: %s", path, strerror(errno));
+    if (!f) return fail("%s: %s", what, strerror(errno));
     struct stat sb;
     if (f != stdin && fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
         fclose(f);
-        return fail("%s: is a directory", path);
+        return fail("%s: is a directory", what);
     }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
@@ -127,7 +129,7 @@ static int read_text(const char *path, char **out, size_t *len) {
     if (f != stdin) fclose(f);
     if (err) {
         free(buf);
-        return fail("%s: %s", path, buf ? strerror(saved) : "out of memory");
+        return fail("%s: %s", what, buf ? strerror(saved) : "out of memory");
     }
     buf[n] = 0;
     *out = buf;
@@ -241,7 +243,7 @@ static int model_identity(const char *path, const serve_gguf *g, int n_layers, i
 #define MAX_DOCS 1024
 
 typedef struct rag_options {
-    const char *model, *cache_dir, *question, *system;
+    const char *model, *cache_dir, *question, *system, *batch;
     const char *docs[MAX_DOCS];
     int n_docs;
     int no_store, policy, max_tokens, top_k, template_index, max_rows, progress, no_progress;
@@ -343,8 +345,10 @@ static int encode(const serve_tokenizer *t, const char *what, const char *text, 
     return 0;
 }
 
+/* names[i]: what the messages call document i (a file, or a batch line's text). */
 static int build_prompt(const rag_options *o, const serve_gguf *g, const serve_tokenizer *tok,
-                        const char *question, char **doc_text, rag_prompt *p) {
+                        const char *question, int n_docs, const char *const *names,
+                        char *const *doc_text, rag_prompt *p) {
     memset(p, 0, sizeof *p);
     serve_chat_template kind = SERVE_CHAT_RAW;
     if (o->template_index == 0) {
@@ -377,23 +381,25 @@ static int build_prompt(const rag_options *o, const serve_gguf *g, const serve_t
     free(t);
     free(head);
     free(tail);
-    p->docs = calloc((size_t)o->n_docs + 1, sizeof *p->docs);
-    p->doc_len = calloc((size_t)o->n_docs + 1, sizeof *p->doc_len);
+    p->docs = calloc((size_t)n_docs + 1, sizeof *p->docs);
+    p->doc_len = calloc((size_t)n_docs + 1, sizeof *p->doc_len);
     if (!st && (!p->docs || !p->doc_len)) st = fail("out of memory");
-    for (int i = 0; !st && i < o->n_docs; i++) {
-        char what[512];
-        snprintf(what, sizeof what, "--doc %s", o->docs[i]);
-        st = encode(tok, what, doc_text[i], 0, &p->docs[i], &p->doc_len[i]);
+    for (int i = 0; !st && i < n_docs; i++) {
+        st = encode(tok, names[i], doc_text[i], 0, &p->docs[i], &p->doc_len[i]);
         p->n_docs = i + 1;
-        if (!st && p->doc_len[i] == 0) st = fail("--doc %s: no text (0 tokens)", o->docs[i]);
+        if (!st && p->doc_len[i] == 0) st = fail("%s: no text (0 tokens)", names[i]);
         if (!st && p->doc_len[i] > (size_t)LAZYATTN_MAX_POSITION)
-            st = fail("--doc %s: %zu tokens, more than a prompt can hold", o->docs[i],
-                      p->doc_len[i]);
+            st = fail("%s: %zu tokens, more than a prompt can hold", names[i], p->doc_len[i]);
     }
     return st;
 }
 
 /* ---- the answer ----------------------------------------------------------- */
+
+static int stdout_failed(void) {
+    int e = errno;
+    return fail("stdout: %s%s; stopping", strerror(e), e == EPIPE ? " (the reader went away)" : "");
+}
 
 typedef struct rag_run {
     lazyattn_context *ctx;
@@ -430,16 +436,38 @@ static int prefill_progress(void *user) {
     return 0;
 }
 
-/* Writes to stdout, flushed: a reader that went away ends the run. */
-static int emit(const char *bytes, size_t n) {
-    if (n && fwrite(bytes, 1, n, stdout) != n) return -1;
-    return fflush(stdout) == 0 ? 0 : -1;
+/* One answer: its text (collected for a batch's JSON line, else streamed)
+ * and what the report says. */
+typedef struct rag_result {
+    int collect;  /* 1: text kept in text[n_text], 0: streamed to stdout */
+    char *text;
+    size_t n_text, cap;
+    int n_docs, doc_tokens, prefilled, reused, hits, copies, from_store, whole;
+    size_t prompt_tokens;
+    int n_gen, reason; /* reason: index in stop_reason_text */
+    double ttft_s, tok_per_s;
+} rag_result;
+
+/* To stdout, flushed (a reader that went away ends the run), or into the
+ * result's text. */
+static int emit(rag_result *res, const char *bytes, size_t n) {
+    if (res->collect) {
+        if (res->n_text + n + 1 > res->cap) {
+            size_t cap = res->cap ? res->cap * 2 : 256;
+            while (cap < res->n_text + n + 1) cap *= 2;
+            char *t = realloc(res->text, cap);
+            if (!t) return fail("out of memory");
+            res->text = t;
+            res->cap = cap;
+        }
+        memcpy(res->text + res->n_text, bytes, n);
+        res->n_text += n;
+        return 0;
+    }
+    if ((n && fwrite(bytes, 1, n, stdout) != n) || fflush(stdout) != 0) return stdout_failed();
+    return 0;
 }
 
-static int stdout_failed(void) {
-    int e = errno;
-    return fail("stdout: %s%s; stopping", strerror(e), e == EPIPE ? " (the reader went away)" : "");
-}
 
 /* The sampled (or greedy) token of the last forward's logits. */
 static int next_token(rag_run *r, int32_t argmax, int32_t *tok) {
@@ -456,7 +484,7 @@ static int next_token(rag_run *r, int32_t argmax, int32_t *tok) {
 static const char *stop_reason_text[] = {"--max-tokens", "end of sequence", "end of turn"};
 
 static int answer(rag_run *r, const rag_options *o, const serve_tokenizer *tkz, rag_prompt *p,
-                  const char *store_dir) {
+                  rag_result *res) {
     const int whole = o->policy == LAZYATTN_CACHE_POLICY_NONE;
     /* --policy none: the documents are part of one causal prompt (the prefix) */
     size_t n_docs_tok = 0;
@@ -537,10 +565,7 @@ static int answer(rag_run *r, const rag_options *o, const serve_tokenizer *tkz, 
             st = fail("decoding token %d: %s", tok, serve_last_error());
             break;
         }
-        if (emit(r->piece, n)) {
-            st = stdout_failed();
-            break;
-        }
+        if ((st = emit(res, r->piece, n))) break;
         if (++n_gen >= o->max_tokens) break;
         int32_t next = -1;
         if (serve_engine_decode(r->engine, 1, &req, &tok, &next)) {
@@ -553,32 +578,61 @@ static int answer(rag_run *r, const rag_options *o, const serve_tokenizer *tkz, 
     if (!st) {
         size_t n = 0;
         serve_detokenizer_flush(&dt, r->piece, cap, &n);
-        r->piece[n++] = '\n';
-        if (emit(r->piece, n)) st = stdout_failed();
+        if (!res->collect) r->piece[n++] = '\n';
+        st = emit(res, r->piece, n);
     }
     if (!st) {
-        int reused = plan.hit_tokens + plan.copy_tokens + plan.tier_tokens;
-        end_line();
-        if (whole)
-            fprintf(stderr, PROG ": documents: %d (%zu tokens) attended with the whole prompt "
-                            "(--policy none): %zu prefilled, 0 reused\n",
-                    p->n_docs, n_docs_tok, n_docs_tok);
-        else
-            fprintf(stderr, PROG ": documents: %d (%d tokens): %d prefilled, %d reused (%d "
-                            "cached in this process, %d copied, %d from the store%s%s)\n",
-                    p->n_docs, plan.doc_tokens, plan.doc_tokens - reused, reused, plan.hit_tokens,
-                    plan.copy_tokens, plan.tier_tokens, store_dir ? " at " : "",
-                    store_dir ? store_dir : "");
+        res->whole = whole;
+        res->n_docs = p->n_docs;
+        res->doc_tokens = whole ? (int)n_docs_tok : plan.doc_tokens;
+        res->reused = whole ? 0 : plan.hit_tokens + plan.copy_tokens + plan.tier_tokens;
+        res->prefilled = res->doc_tokens - res->reused;
+        res->hits = plan.hit_tokens;
+        res->copies = plan.copy_tokens;
+        res->from_store = plan.tier_tokens;
+        res->prompt_tokens = total;
+        res->n_gen = n_gen;
+        res->reason = reason;
+        res->ttft_s = t_first - t0;
         double gen_s = t_end - t_first;
-        fprintf(stderr, PROG ": prompt %zu tokens, TTFT %.3f s; %d tokens generated, %.2f "
-                        "tokens/s after the first; stopped at %s\n",
-                total, t_first - t0, n_gen, n_gen > 1 && gen_s > 0 ? (n_gen - 1) / gen_s : 0.0,
-                stop_reason_text[reason]);
+        res->tok_per_s = n_gen > 1 && gen_s > 0 ? (n_gen - 1) / gen_s : 0.0;
     }
     lazyattn_request_destroy(req);
     free(prefix);
     free(lens);
     return st;
+}
+
+static void print_report(const rag_result *res, const char *store_dir) {
+    end_line();
+    if (res->whole)
+        fprintf(stderr, PROG ": documents: %d (%d tokens) attended with the whole prompt "
+                        "(--policy none): %d prefilled, 0 reused\n",
+                res->n_docs, res->doc_tokens, res->doc_tokens);
+    else
+        fprintf(stderr, PROG ": documents: %d (%d tokens): %d prefilled, %d reused (%d "
+                        "cached in this process, %d copied, %d from the store%s%s)\n",
+                res->n_docs, res->doc_tokens, res->prefilled, res->reused, res->hits,
+                res->copies, res->from_store, store_dir ? " at " : "", store_dir ? store_dir : "");
+    fprintf(stderr, PROG ": prompt %zu tokens, TTFT %.3f s; %d tokens generated, %.2f tokens/s "
+                    "after the first; stopped at %s\n",
+            res->prompt_tokens, res->ttft_s, res->n_gen, res->tok_per_s,
+            stop_reason_text[res->reason]);
+}
+
+/* A batch's result as one JSON line. */
+static int print_json(int line, const rag_result *res) {
+    int ok = printf("{\"line\": %d, \"answer\": ", line) > 0 &&
+             rag_json_write_string(stdout, res->text ? res->text : "", res->n_text) == 0 &&
+             printf(", \"documents\": %d, \"doc_tokens\": %d, \"prefilled\": %d, \"reused\": "
+                    "%d, \"from_store\": %d, \"prompt_tokens\": %zu, \"generated\": %d, "
+                    "\"stop\": \"%s\", \"ttft_s\": %.6f, \"tokens_per_s\": %.3f}\n",
+                    res->n_docs, res->doc_tokens, res->prefilled, res->reused, res->from_store,
+                    res->prompt_tokens, res->n_gen,
+                    res->reason == 0 ? "max_tokens" : res->reason == 1 ? "eos" : "eot",
+                    res->ttft_s, res->tok_per_s) > 0 &&
+             fflush(stdout) == 0;
+    return ok ? 0 : stdout_failed();
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -656,16 +710,105 @@ static int setup(rag_run *r, const rag_options *o, serve_gguf *g, serve_model_co
 
 /* A document (or, under --policy none, the whole prompt) that cannot fit the
  * KV budget on its own, named before any work. */
-static int check_budget(const rag_options *o, const serve_model_config *mc, const rag_prompt *p) {
+static int check_budget(const rag_options *o, const serve_model_config *mc, const rag_prompt *p,
+                        const char *const *names) {
     uint64_t per_tok = serve_model_kv_bytes_per_token(mc), bs = (uint64_t)mc->block_size;
     for (int i = 0; i < p->n_docs; i++) {
         uint64_t bytes = (p->doc_len[i] + bs - 1) / bs * bs * per_tok;
         if (bytes > o->kv_budget)
-            return fail("--doc %s: %zu tokens need %.4g MiB of KV, more than --kv-budget (%.4g "
-                        "MiB)", o->docs[i], p->doc_len[i], (double)bytes / (1 << 20),
+            return fail("%s: %zu tokens need %.4g MiB of KV, more than --kv-budget (%.4g "
+                        "MiB)", names[i], p->doc_len[i], (double)bytes / (1 << 20),
                         (double)o->kv_budget / (1 << 20));
     }
     return 0;
+}
+
+/* ---- one prompt, or a batch ------------------------------------------------ */
+
+/* Tokenizes, checks, answers and reports one request. names/texts: [n_docs]. */
+static int ask(rag_run *r, const rag_options *o, const serve_gguf *g, const serve_tokenizer *tkz,
+               const serve_model_config *mc, const char *question, int n_docs,
+               const char *const *names, char *const *texts, rag_result *res) {
+    rag_prompt prompt;
+    int st = build_prompt(o, g, tkz, question, n_docs, names, texts, &prompt);
+    if (!st) st = check_budget(o, mc, &prompt, names);
+    if (!st) st = answer(r, o, tkz, &prompt, res);
+    prompt_free(&prompt);
+    return st;
+}
+
+/* Every line of --batch (blank lines skipped), one JSON line out each; the
+ * first failure ends the batch, naming its line. */
+static int run_batch(rag_run *r, const rag_options *o, const serve_gguf *g,
+                     const serve_tokenizer *tkz, const serve_model_config *mc,
+                     const char *store_dir) {
+    FILE *f = strcmp(o->batch, "-") ? fopen(o->batch, "rb") : stdin;
+    if (!f) return fail("--batch %s: %s", o->batch, strerror(errno));
+    char *line = NULL, err[256];
+    size_t cap = 0;
+    ssize_t len;
+    int st = 0, number = 0, answered = 0;
+    rag_result total;
+    memset(&total, 0, sizeof total);
+    while (!st && (len = getline(&line, &cap, f)) >= 0) {
+        number++;
+        size_t k = 0;
+        while (k < (size_t)len && strchr(" \t\r\n", line[k])) k++;
+        if (k == (size_t)len) continue;
+        rag_batch_line bl;
+        if (rag_jsonl_parse(line, (size_t)len, &bl, err, sizeof err)) {
+            st = fail("--batch %s:%d: %s", o->batch, number, err);
+            break;
+        }
+        int n = bl.n_docs + bl.n_texts;
+        char **names = calloc((size_t)n + 1, sizeof *names), **texts = calloc((size_t)n + 1, sizeof *texts);
+        if (!names || !texts) st = fail("out of memory");
+        for (int i = 0; !st && i < n; i++) {
+            char buf[4096];
+            if (i < bl.n_docs)
+                snprintf(buf, sizeof buf, "--batch %s:%d: %s", o->batch, number, bl.docs[i]);
+            else
+                snprintf(buf, sizeof buf, "--batch %s:%d: texts[%d]", o->batch, number, i - bl.n_docs);
+            if (!(names[i] = strdup(buf))) st = fail("out of memory");
+            size_t tl;
+            if (!st && i < bl.n_docs) st = read_text(bl.docs[i], names[i], &texts[i], &tl);
+            else if (!st && !(texts[i] = strdup(bl.texts[i - bl.n_docs]))) st = fail("out of memory");
+        }
+        rag_result res;
+        memset(&res, 0, sizeof res);
+        res.collect = 1;
+        if (!st)
+            st = ask(r, o, g, tkz, mc, bl.question, n, (const char *const *)names, texts, &res);
+        if (!st) st = print_json(number, &res);
+        if (!st) {
+            answered++;
+            total.doc_tokens += res.doc_tokens;
+            total.prefilled += res.prefilled;
+            total.reused += res.reused;
+            total.from_store += res.from_store;
+            total.ttft_s += res.ttft_s;
+            total.n_gen += res.n_gen;
+        }
+        free(res.text);
+        for (int i = 0; names && texts && i < n; i++) {
+            free(names[i]);
+            free(texts[i]);
+        }
+        free(names);
+        free(texts);
+        rag_batch_line_free(&bl);
+    }
+    if (!st && ferror(f)) st = fail("--batch %s: %s", o->batch, strerror(errno));
+    free(line);
+    if (f != stdin) fclose(f);
+    if (!st && answered == 0) st = fail("--batch %s: no request in it", o->batch);
+    if (!st)
+        fprintf(stderr, PROG ": batch: %d requests, document tokens %d: %d prefilled, %d reused "
+                        "(%d from the store%s%s); mean TTFT %.3f s; %d tokens generated\n",
+                answered, total.doc_tokens, total.prefilled, total.reused, total.from_store,
+                store_dir ? " at " : "", store_dir ? store_dir : "", total.ttft_s / answered,
+                total.n_gen);
+    return st;
 }
 
 int main(int argc, char **argv) {
@@ -679,6 +822,7 @@ int main(int argc, char **argv) {
     o.max_rows = 512;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_STRING, .dest = &o.model},
+        {.name = "--batch", .type = CLI_STRING, .dest = &o.batch},
         {.name = "--cache-dir", .type = CLI_STRING, .dest = &o.cache_dir},
         {.name = "--no-store", .type = CLI_FLAG, .dest = &o.no_store},
         {.name = "--policy", .type = CLI_ENUM, .dest = &o.policy,
@@ -706,12 +850,16 @@ int main(int argc, char **argv) {
     free(rest);
     if (r) return r == CLI_HELP ? 0 : 2;
     if (!o.model) return cli_fail(PROG, "--model", "a GGUF model is needed");
-    if (!o.question) return cli_fail(PROG, NULL, "a question is needed (or - to read it from stdin)");
+    if (o.batch && (o.question || o.n_docs))
+        return cli_fail(PROG, "--batch", "its lines hold the questions and documents: no QUESTION "
+                                         "or --doc with it");
+    if (!o.batch && !o.question)
+        return cli_fail(PROG, NULL, "a question is needed (or - to read it from stdin)");
     if (o.progress && o.no_progress)
         return cli_fail(PROG, "--progress", "and --no-progress: choose one");
     if (o.no_store && o.cache_dir)
         return cli_fail(PROG, "--no-store", "and --cache-dir: choose one");
-    int stdin_uses = !strcmp(o.question, "-");
+    int stdin_uses = o.question && !strcmp(o.question, "-");
     for (int i = 0; i < o.n_docs; i++) stdin_uses += !strcmp(o.docs[i], "-");
     if (stdin_uses > 1) return cli_fail(PROG, "--doc", "stdin (-) can be read once");
     progress_on = o.progress || (!o.no_progress && isatty(2));
@@ -726,17 +874,23 @@ int main(int argc, char **argv) {
         else store_dir = store_buf;
     }
 
+    /* the documents and the question first: a missing file costs no model load */
     char *question = NULL, **doc_text = calloc((size_t)o.n_docs + 1, sizeof *doc_text);
+    char **doc_names = calloc((size_t)o.n_docs + 1, sizeof *doc_names);
     size_t len;
-    int st = doc_text ? 0 : fail("out of memory");
-    for (int i = 0; !st && i < o.n_docs; i++) st = read_text(o.docs[i], &doc_text[i], &len);
-    if (!st && !strcmp(o.question, "-")) st = read_text("-", &question, &len);
+    int st = doc_text && doc_names ? 0 : fail("out of memory");
+    for (int i = 0; !st && i < o.n_docs; i++) {
+        char buf[4096];
+        snprintf(buf, sizeof buf, "--doc %s", o.docs[i]);
+        if (!(doc_names[i] = strdup(buf))) st = fail("out of memory");
+        if (!st) st = read_text(o.docs[i], doc_names[i], &doc_text[i], &len);
+    }
+    if (!st && o.question && !strcmp(o.question, "-"))
+        st = read_text("-", "the question (stdin)", &question, &len);
 
     serve_gguf *g = NULL;
     serve_tokenizer *tkz = NULL;
     serve_model_config mc;
-    rag_prompt prompt;
-    memset(&prompt, 0, sizeof prompt);
     rag_run run;
     memset(&run, 0, sizeof run);
     struct stat sb;
@@ -757,16 +911,33 @@ int main(int argc, char **argv) {
             st = fail("%s: the tokenizer has %d tokens, the model's token_embd.weight %d rows",
                       o.model, (int)ti.n_vocab, mc.vocab);
     }
-    if (!st) st = build_prompt(&o, g, tkz, question ? question : o.question, doc_text, &prompt);
-    for (int i = 0; doc_text && i < o.n_docs; i++) free(doc_text[i]);
-    free(doc_text);
-    free(question);
-    if (!st) st = check_budget(&o, &mc, &prompt);
+    /* one prompt: checked before the model is loaded */
+    rag_prompt prompt;
+    memset(&prompt, 0, sizeof prompt);
+    if (!st && !o.batch) {
+        st = build_prompt(&o, g, tkz, question ? question : o.question, o.n_docs,
+                          (const char *const *)doc_names, doc_text, &prompt);
+        if (!st) st = check_budget(&o, &mc, &prompt, (const char *const *)doc_names);
+    }
     if (!st && !(run.piece = malloc(serve_tokenizer_decode_capacity(tkz) + 8)))
         st = fail("out of memory");
     if (!st) st = setup(&run, &o, g, &mc, store_dir);
+    if (!st && o.batch) {
+        st = run_batch(&run, &o, g, tkz, &mc, store_dir);
+    } else if (!st) {
+        rag_result res;
+        memset(&res, 0, sizeof res);
+        st = answer(&run, &o, tkz, &prompt, &res);
+        if (!st) print_report(&res, store_dir);
+    }
     serve_gguf_close(g);
-    if (!st) st = answer(&run, &o, tkz, &prompt, store_dir);
+    for (int i = 0; i < o.n_docs; i++) {
+        if (doc_text) free(doc_text[i]);
+        if (doc_names) free(doc_names[i]);
+    }
+    free(doc_text);
+    free(doc_names);
+    free(question);
     run_free(&run);
     prompt_free(&prompt);
     serve_tokenizer_free(tkz);

@@ -16,12 +16,15 @@ What is compared:
   order changes the answer) and from --policy none's (whole-prompt attention
   changes it: README's accuracy note).
   4. the default store directory under $XDG_CACHE_HOME; seeded sampling
-     repeatable; the question from stdin.
+     repeatable; the question from stdin; a --batch JSONL file (lines a, b and
+     b, a in one process: the second prefills 0 document tokens, the answers
+     are runs 1's and 3's).
   5. bad inputs: exit status and the message (the file, the key, the budget,
      a closed or gone stdout, bad command lines).
 
 usage: test_rag_cli.py PROGRAM
 """
+import json
 import os
 import re
 import shutil
@@ -50,6 +53,26 @@ def run(prog, args, env, stdin=None, **kw):
                        input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                        timeout=300, **kw)
     return r.returncode, r.stdout, r.stderr.decode("utf-8", "replace")
+
+
+def json_text(b):
+    """Bytes as lazyattn-rag's JSON strings hold them: each byte that starts no valid UTF-8
+    character becomes U+FFFD."""
+    out, i = [], 0
+    while i < len(b):
+        c = b[i]
+        k = 1 if c < 0x80 else 2 if c >> 5 == 6 else 3 if c >> 4 == 14 else 4 if c >> 3 == 30 else 0
+        try:
+            ch = b[i:i + k].decode("utf-8") if k else ""
+        except UnicodeDecodeError:
+            ch = ""
+        if len(ch) == 1:
+            out.append(ch)
+            i += k
+        else:
+            out.append("\ufffd")
+            i += 1
+    return "".join(out)
 
 
 def report(err):
@@ -113,6 +136,24 @@ def main():
         st, o_stdin, _ = run(prog, ["--doc", a, "--doc", b, "--no-store", "-"], env,
                              stdin=QUESTION.encode())
         check(st == 0 and o_stdin == out1, "the question from stdin gives run 1's answer")
+
+        batch = os.path.join(tmp, "batch.jsonl")
+        with open(batch, "w") as f:
+            f.write(json.dumps({"question": QUESTION, "docs": [a, b]}) + "\n\n")
+            f.write(json.dumps({"docs": [b], "texts": [DOC_A], "question": QUESTION}) + "\n")
+        st, out, err = run(prog, ["--batch", batch, "--no-store"], env)
+        lines = [json.loads(l) for l in out.decode().splitlines()] if st == 0 else []
+        check(len(lines) == 2 and lines[0]["line"] == 1 and lines[1]["line"] == 3,
+              f"--batch: one JSON line per request: {st} {err!r}")
+        if len(lines) == 2:
+            check(lines[0]["prefilled"] == r1[1] and lines[1]["prefilled"] == 0 and
+                  lines[1]["reused"] == r1[1], f"--batch: the second line reuses both: {lines}")
+            check(lines[0]["answer"] == json_text(out1[:-1]) and
+                  lines[1]["answer"] == json_text(out3[:-1]), "--batch: the answers of runs 1, 3")
+        st, _, err = run(prog, ["--batch", "-", "--no-store"], env,
+                         stdin=b'{"question": "x"}\n{"question": "y", "doc": ["a.txt"]}\n')
+        check(st == 1 and ":2: column" in err and '"doc" unknown' in err,
+              f"--batch: a bad line named: {err!r}")
 
         # bad inputs
         big = os.path.join(tmp, "big.txt")
