@@ -15,6 +15,7 @@
  * tokens/s, document tokens reused and prefilled) goes to stderr.
  */
 #include "cli_options.h"
+#include "rag.h"
 #include "rag_jsonl.h"
 #include "sampler.h"
 #include "serve.h"
@@ -157,87 +158,6 @@ static int default_cache_dir(char *out, size_t cap) {
     return 0;
 }
 
-/* ---- the model's identity ------------------------------------------------ */
-
-/* The tensors a llama file holds for the decoder (the loader refuses any
- * other): up to 3 + 9 n_layers + 1. */
-static const char *const layer_tensors[] = {"attn_norm", "attn_q", "attn_k", "attn_v",
-                                            "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
-                                            "ffn_down"};
-
-static int model_tensors(const serve_gguf *g, int n_layers, const serve_gguf_tensor **list,
-                         int cap) {
-    int n = 0;
-    const char *top[] = {"token_embd.weight", "output_norm.weight", "output.weight",
-                         "rope_freqs.weight"};
-    for (int i = 0; i < 4; i++)
-        if (n < cap && serve_gguf_find_tensor(g, top[i], &list[n]) == 0) n++;
-    for (int l = 0; l < n_layers; l++)
-        for (int i = 0; i < 9; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, layer_tensors[i]);
-            if (n < cap && serve_gguf_find_tensor(g, name, &list[n]) == 0) n++;
-        }
-    return n;
-}
-
-/* What the cached KV depends on, as the cache's model_id: BLAKE2b (through
- * lazyattn_doc_digest, over the bytes as int32 words) of the file's size,
- * whether the projections run in bf16, the file's header (metadata and
- * tensor infos: everything before the first tensor's data) and the first
- * and last 4 KiB of every tensor. Another model, or the same file edited,
- * gets other keys; reading the whole file would cost as much as loading it. */
-static int model_identity(const char *path, const serve_gguf *g, int n_layers, int bf16,
-                          uint64_t *id) {
-    int cap = 4 + 9 * n_layers;
-    const serve_gguf_tensor **list = calloc((size_t)cap, sizeof *list);
-    FILE *f = list ? fopen(path, "rb") : NULL;
-    if (!f) {
-        free(list);
-        return fail("%s: %s", path, list ? strerror(errno) : "out of memory");
-    }
-    int nt = model_tensors(g, n_layers, list, cap);
-    uint64_t first = UINT64_MAX;
-    for (int i = 0; i < nt; i++)
-        if (list[i]->offset < first) first = list[i]->offset;
-    if (first == UINT64_MAX || first > ((uint64_t)1 << 30)) first = 0;
-    const uint64_t slice = 4096;
-    size_t total = 16 + (size_t)first + (size_t)nt * 2 * slice + 4;
-    unsigned char *buf = calloc(1, total);
-    struct stat sb;
-    int ok = buf && fstat(fileno(f), &sb) == 0;
-    size_t n = 16;
-    if (ok) {
-        uint64_t size = (uint64_t)sb.st_size;
-        for (int i = 0; i < 8; i++) buf[i] = (unsigned char)(size >> (8 * i));
-        buf[8] = (unsigned char)(bf16 ? 1 : 0);
-        ok = fread(buf + n, 1, (size_t)first, f) == (size_t)first;
-        n += (size_t)first;
-    }
-    for (int i = 0; ok && i < nt; i++) {
-        const serve_gguf_tensor *t = list[i];
-        uint64_t a = t->n_bytes < slice ? t->n_bytes : slice;
-        ok = fseeko(f, (off_t)t->offset, SEEK_SET) == 0 && fread(buf + n, 1, a, f) == a;
-        n += a;
-        if (ok && t->n_bytes > slice) {
-            ok = fseeko(f, (off_t)(t->offset + t->n_bytes - a), SEEK_SET) == 0 &&
-                 fread(buf + n, 1, a, f) == a;
-            n += a;
-        }
-    }
-    fclose(f);
-    free(list);
-    uint8_t digest[32];
-    int st = ok ? lazyattn_doc_digest(0, (const int32_t *)(void *)buf, (int)((n + 3) / 4), digest)
-                : -1;
-    free(buf);
-    if (st) return fail("%s: could not read it to compute its identity", path);
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)digest[i] << (8 * i);
-    *id = v;
-    return 0;
-}
-
 /* ---- the command line ---------------------------------------------------- */
 
 #define MAX_DOCS 1024
@@ -291,107 +211,6 @@ static int split_args(int argc, char **argv, const cli_option *opts, int n_opts,
     }
     *n_rest = k;
     return 0;
-}
-
-/* ---- the prompt ----------------------------------------------------------- */
-
-typedef struct rag_prompt {
-    int32_t *head; /* BOS + the template up to the user's content */
-    size_t n_head;
-    int32_t *tail; /* the question + the template after it */
-    size_t n_tail;
-    int32_t **docs; /* [n_docs] */
-    size_t *doc_len;
-    int n_docs;
-} rag_prompt;
-
-static void prompt_free(rag_prompt *p) {
-    free(p->head);
-    free(p->tail);
-    for (int i = 0; p->docs && i < p->n_docs; i++) free(p->docs[i]);
-    free(p->docs);
-    free(p->doc_len);
-}
-
-/* The template around a user message, cut at a marker in its content. */
-static int template_parts(serve_chat_template kind, const char *system, char **head, char **tail) {
-    static const char marker[] = "\x01LAZYATTN-CONTENT\x01";
-    serve_chat_message msgs[2] = {{"system", system ? system : ""}, {"user", marker}};
-    int skip = system ? 0 : 1;
-    char *text = NULL;
-    *head = *tail = NULL;
-    if (serve_chat_format(kind, msgs + skip, (size_t)(2 - skip), 1, &text))
-        return fail("chat template: %s", serve_last_error());
-    char *m = strstr(text, marker);
-    if (!m) {
-        free(text);
-        return fail("chat template: the content was not kept as it is");
-    }
-    *m = 0;
-    *head = text;
-    *tail = strdup(m + sizeof marker - 1);
-    if (!*tail) {
-        free(text);
-        *head = NULL;
-        return fail("out of memory");
-    }
-    return 0;
-}
-
-static int encode(const serve_tokenizer *t, const char *what, const char *text, unsigned flags,
-                  int32_t **ids, size_t *n) {
-    if (serve_tokenizer_encode(t, text, strlen(text), flags, ids, n))
-        return fail("%s: %s", what, serve_last_error());
-    return 0;
-}
-
-/* names[i]: what the messages call document i (a file, or a batch line's text). */
-static int build_prompt(const rag_options *o, const serve_gguf *g, const serve_tokenizer *tok,
-                        const char *question, int n_docs, const char *const *names,
-                        char *const *doc_text, rag_prompt *p) {
-    memset(p, 0, sizeof *p);
-    serve_chat_template kind = SERVE_CHAT_RAW;
-    if (o->template_index == 0) {
-        const char *jinja = NULL;
-        if (serve_gguf_get_string(g, "tokenizer.chat_template", &jinja) == 0 &&
-            serve_chat_template_detect(jinja, &kind))
-            return fail("--template auto: %s", serve_last_error());
-    } else {
-        serve_chat_template_from_name(template_names[o->template_index], &kind);
-    }
-    if (kind == SERVE_CHAT_RAW && o->system)
-        return fail("--system: the model's prompt has no chat template (give --template)");
-    char *head = NULL, *tail = NULL;
-    if (kind != SERVE_CHAT_RAW && template_parts(kind, o->system, &head, &tail)) return 1;
-    /* markers are special tokens; what a user wrote (documents, question) is text */
-    int st = encode(tok, "template", head ? head : "",
-                    SERVE_TOKENIZE_ADD_SPECIAL | SERVE_TOKENIZE_PARSE_SPECIAL, &p->head, &p->n_head);
-    int32_t *q = NULL, *t = NULL;
-    size_t nq = 0, nt = 0;
-    if (!st) st = encode(tok, "the question", question, 0, &q, &nq);
-    if (!st) st = encode(tok, "template", tail ? tail : "", SERVE_TOKENIZE_PARSE_SPECIAL, &t, &nt);
-    if (!st && nq == 0) st = fail("the question is empty");
-    if (!st && !(p->tail = malloc((nq + nt) * sizeof *p->tail))) st = fail("out of memory");
-    if (!st) {
-        memcpy(p->tail, q, nq * sizeof *q);
-        if (nt) memcpy(p->tail + nq, t, nt * sizeof *t);
-        p->n_tail = nq + nt;
-    }
-    free(q);
-    free(t);
-    free(head);
-    free(tail);
-    p->docs = calloc((size_t)n_docs + 1, sizeof *p->docs);
-    p->doc_len = calloc((size_t)n_docs + 1, sizeof *p->doc_len);
-    if (!st && (!p->docs || !p->doc_len)) st = fail("out of memory");
-    for (int i = 0; !st && i < n_docs; i++) {
-        st = encode(tok, names[i], doc_text[i], 0, &p->docs[i], &p->doc_len[i]);
-        p->n_docs = i + 1;
-        if (!st && p->doc_len[i] == 0) st = fail("%s: no text (0 tokens)", names[i]);
-        if (!st && p->doc_len[i] > (size_t)LAZYATTN_MAX_POSITION)
-            st = fail("%s: %zu tokens, more than a prompt can hold", names[i], p->doc_len[i]);
-    }
-    return st;
 }
 
 /* ---- the answer ----------------------------------------------------------- */
@@ -671,8 +490,8 @@ static int setup(rag_run *r, const rag_options *o, serve_gguf *g, serve_model_co
     if (serve_model_create(r->ctx, mc, &r->model) || serve_model_load_gguf(r->model, g))
         return fail("%s: %s", o->model, serve_last_error());
     uint64_t model_id = 0;
-    if (model_identity(o->model, g, mc->n_layers, serve_model_uses_bf16(r->model), &model_id))
-        return 1;
+    if (rag_model_identity(o->model, g, mc->n_layers, serve_model_uses_bf16(r->model), &model_id))
+        return fail("%s", serve_last_error());
     lazyattn_pool_config pc;
     serve_model_pool_config(mc, o->kv_budget, &pc);
     if (lazyattn_pool_create(r->ctx, &pc, &r->pool))
@@ -730,10 +549,13 @@ static int ask(rag_run *r, const rag_options *o, const serve_gguf *g, const serv
                const serve_model_config *mc, const char *question, int n_docs,
                const char *const *names, char *const *texts, rag_result *res) {
     rag_prompt prompt;
-    int st = build_prompt(o, g, tkz, question, n_docs, names, texts, &prompt);
+    int st = rag_prompt_build(g, tkz, template_names[o->template_index], o->system, question,
+                              n_docs, names, (const char *const *)texts, &prompt)
+                 ? fail("%s", serve_last_error())
+                 : 0;
     if (!st) st = check_budget(o, mc, &prompt, names);
     if (!st) st = answer(r, o, tkz, &prompt, res);
-    prompt_free(&prompt);
+    rag_prompt_free(&prompt);
     return st;
 }
 
@@ -915,8 +737,11 @@ int main(int argc, char **argv) {
     rag_prompt prompt;
     memset(&prompt, 0, sizeof prompt);
     if (!st && !o.batch) {
-        st = build_prompt(&o, g, tkz, question ? question : o.question, o.n_docs,
-                          (const char *const *)doc_names, doc_text, &prompt);
+        if (rag_prompt_build(g, tkz, template_names[o.template_index], o.system,
+                             question ? question : o.question, o.n_docs,
+                             (const char *const *)doc_names, (const char *const *)doc_text,
+                             &prompt))
+            st = fail("%s", serve_last_error());
         if (!st) st = check_budget(&o, &mc, &prompt, (const char *const *)doc_names);
     }
     if (!st && !(run.piece = malloc(serve_tokenizer_decode_capacity(tkz) + 8)))
@@ -939,7 +764,7 @@ int main(int argc, char **argv) {
     free(doc_names);
     free(question);
     run_free(&run);
-    prompt_free(&prompt);
+    rag_prompt_free(&prompt);
     serve_tokenizer_free(tkz);
     end_line();
     if (!st && fclose(stdout) != 0) st = stdout_failed();
