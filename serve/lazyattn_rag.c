@@ -364,6 +364,8 @@ static int answer(rag_run *r, const rag_options *o, const serve_tokenizer *tkz, 
         bar("prefill", 0, (double)plan.n_prefill, "tokens");
         if (serve_engine_prefill(r->engine, req, &d, &argmax))
             st = fail("prefill: %s", serve_last_error());
+        else
+            bar("prefill", (double)plan.n_prefill, (double)plan.n_prefill, "tokens");
         end_line();
     }
     if (!st) st = next_token(r, argmax, &tok);
