@@ -114,10 +114,14 @@ static int read_text(const char *path, const char *what, char **out, size_t *len
     }
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
-    while (buf) {
+    int oom = !buf;
+    while (!oom) {
         if (n + 1 >= cap) {
             char *g = cap < ((size_t)1 << 40) ? realloc(buf, cap * 2) : NULL;
-            if (!g) break;
+            if (!g) {
+                oom = 1;
+                break;
+            }
             buf = g;
             cap *= 2;
         }
@@ -125,12 +129,12 @@ static int read_text(const char *path, const char *what, char **out, size_t *len
         n += r;
         if (r == 0) break;
     }
-    int err = !buf || ferror(f);
+    int err = oom || ferror(f);
     int saved = errno;
     if (f != stdin) fclose(f);
     if (err) {
         free(buf);
-        return fail("%s: %s", what, buf ? strerror(saved) : "out of memory");
+        return fail("%s: %s", what, oom ? "out of memory" : strerror(saved));
     }
     buf[n] = 0;
     *out = buf;
@@ -287,7 +291,6 @@ static int emit(rag_result *res, const char *bytes, size_t n) {
     return 0;
 }
 
-
 /* The sampled (or greedy) token of the last forward's logits. */
 static int next_token(rag_run *r, int32_t argmax, int32_t *tok) {
     if (!r->sampler) {
@@ -300,7 +303,7 @@ static int next_token(rag_run *r, int32_t argmax, int32_t *tok) {
     return 0;
 }
 
-static const char *stop_reason_text[] = {"--max-tokens", "end of sequence", "end of turn"};
+static const char *const stop_reason_text[] = {"--max-tokens", "end of sequence", "end of turn"};
 
 static int answer(rag_run *r, const rag_options *o, const serve_tokenizer *tkz, rag_prompt *p,
                   rag_result *res) {
