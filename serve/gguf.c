@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GGUF reader: header, metadata key/values, tensor infos and alignment of a
- * GGUF v2/v3 file (little-endian), f32 and f16 tensors converted to f32.
+ * GGUF v2/v3 file (little-endian), tensors converted to f32 (F32, F16, BF16
+ * and the quantized types of quant.c).
  * Every length and count is checked against the bytes left in the file
  * before anything is allocated, so a truncated or corrupt file gives a
  * status and a message, never a crash or a huge allocation. */
 #define _FILE_OFFSET_BITS 64
 #include "serve.h"
+#include "quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -200,14 +202,6 @@ void serve_gguf_close(serve_gguf *g) {
     free(g);
 }
 
-static const char *gguf_type_name(uint32_t t) {
-    static const char *names[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",
-                                  "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-                                  "Q6_K", "Q8_K"};
-    if (t < sizeof names / sizeof names[0]) return names[t];
-    return t == 30 ? "BF16" : "quantised/other";
-}
-
 /* Makes room for entry i of a table (zeroed), doubling as entries are read:
  * the tables grow with what the file really holds, not with its counts
  * (a count that merely fits the file's size could still ask gigabytes).
@@ -388,17 +382,15 @@ static int gguf_parse(serve_gguf *g) {
         }
         uint64_t offset;
         if ((st = gguf_u32(&r, &t->type, name)) || (st = gguf_u64(&r, &offset, name))) return st;
-        if (t->type != SERVE_GGML_TYPE_F32 && t->type != SERVE_GGML_TYPE_F16)
-            return serve_fail(LAZYATTN_STATUS_FORMAT,
-                              "GGUF: tensor %s has type %s (%u): only F32 and F16 tensors are "
-                              "supported, convert the model with --outtype f16 or f32",
-                              name, gguf_type_name(t->type), (unsigned)t->type);
+        /* a supported type, rows of whole blocks (FORMAT naming both) */
+        uint64_t row_bytes;
+        if ((st = serve_ggml_row_bytes(t->type, t->dims[0], name, &row_bytes))) return st;
         if (offset % g->alignment != 0)
             return serve_fail(LAZYATTN_STATUS_FORMAT,
                               "GGUF: tensor %s offset %llu is not a multiple of the alignment %llu",
                               name, (unsigned long long)offset, (unsigned long long)g->alignment);
         t->offset = offset; /* relative for now */
-        t->n_bytes = t->n_elements * (t->type == SERVE_GGML_TYPE_F32 ? 4 : 2);
+        t->n_bytes = t->n_elements / t->dims[0] * row_bytes;
     }
     uint64_t start = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
     if (start > g->file_size)
@@ -619,29 +611,6 @@ int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gg
     return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no tensor %s", name);
 }
 
-static float gguf_half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else { /* subnormal: renormalise */
-            int e = -1;
-            do {
-                e++;
-                mant <<= 1;
-            } while ((mant & 0x400) == 0);
-            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (mant & 0x3FF) << 13;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7F800000u | mant << 13;
-    } else {
-        bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *dst, uint64_t n) {
     if (!g || !t || !dst)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_f32: NULL");
@@ -649,26 +618,34 @@ int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_gguf_read_f32: %s has %llu elements, %llu asked", t->name,
                           (unsigned long long)t->n_elements, (unsigned long long)n);
-    if (t->type != SERVE_GGML_TYPE_F32 && t->type != SERVE_GGML_TYPE_F16)
-        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s: type %s not supported",
-                          t->name, gguf_type_name(t->type));
+    uint64_t row = t->dims[0], row_bytes;
+    int st = serve_ggml_row_bytes(t->type, row, t->name, &row_bytes);
+    if (st) return st;
+    if (row_bytes * (n / row) != t->n_bytes)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s: %llu bytes, its type and "
+                          "shape need %llu", t->name, (unsigned long long)t->n_bytes,
+                          (unsigned long long)(row_bytes * (n / row)));
     if (fseeko(g->file, (off_t)t->offset, SEEK_SET) != 0)
         return serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek to tensor %s failed", t->name);
-    if (t->type == SERVE_GGML_TYPE_F32) {
+    if (t->type == SERVE_GGML_F32) {
         if (fread(dst, 4, (size_t)n, g->file) != (size_t)n)
             return serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
         return LAZYATTN_STATUS_OK; /* little-endian host assumed, as GGUF is */
     }
-    /* f16: convert in chunks through a small buffer */
-    uint16_t buf[4096];
-    for (uint64_t done = 0; done < n;) {
-        size_t k = (size_t)(n - done < 4096 ? n - done : 4096);
-        if (fread(buf, 2, k, g->file) != k)
-            return serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
-        for (size_t i = 0; i < k; i++) dst[done + i] = gguf_half_to_float(buf[i]);
-        done += k;
+    /* other types: whole rows at a time through a buffer of about 64 KiB */
+    uint64_t rows_per_read = row_bytes >= 65536 ? 1 : 65536 / row_bytes;
+    unsigned char *buf = malloc((size_t)(rows_per_read * row_bytes));
+    if (!buf) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF: tensor %s", t->name);
+    for (uint64_t r = 0, n_rows = n / row; r < n_rows && !st;) {
+        uint64_t k = n_rows - r < rows_per_read ? n_rows - r : rows_per_read;
+        if (fread(buf, 1, (size_t)(k * row_bytes), g->file) != (size_t)(k * row_bytes))
+            st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
+        else
+            st = serve_dequantize(t->type, buf, k * row_bytes, dst + r * row, k * row, t->name);
+        r += k;
     }
-    return LAZYATTN_STATUS_OK;
+    free(buf);
+    return st;
 }
 
 /* ---- llama metadata ---- */

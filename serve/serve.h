@@ -148,10 +148,6 @@ uint64_t serve_model_kv_bytes_per_token(const serve_model_config *cfg);
 
 /* ---- GGUF v3 reader (gguf.c) -------------------------------------------- */
 
-/* ggml tensor types this loader converts; others are refused (FORMAT). */
-#define SERVE_GGML_TYPE_F32 0
-#define SERVE_GGML_TYPE_F16 1
-
 typedef struct serve_gguf serve_gguf;
 
 typedef struct serve_gguf_tensor {
@@ -197,7 +193,8 @@ int serve_gguf_read_numbers(const serve_gguf *g, const char *key, double *dst, u
 /* NOT_FOUND if absent. */
 int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gguf_tensor **out);
 /* Reads a tensor converted to f32. dst: [n] floats, n == tensor->n_elements.
- * FORMAT for a type other than f32 / f16. */
+ * Types: those of quant.h (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K),
+ * dequantized row by row; serve_gguf_open refuses any other by name. */
 int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *dst, uint64_t n);
 
 /* Model shape from a "llama" GGUF's metadata (general.architecture,
@@ -258,6 +255,10 @@ int serve_model_init_random(serve_model *m, uint64_t seed);
  * past bf16's largest finite value (|w| >= 0x7F7F8000 as f32 bits,
  * ~3.3962e38). */
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
+/* After serve_model_load_gguf: one line saying how the weight matrices
+ * were stored and what they became on the device ("weights: Q4_K/Q6_K
+ * dequantized at load to bf16"); "" before a load. Owned by m. */
+const char *serve_model_weights_note(const serve_model *m);
 
 /*
  * One chunk of one sequence through every layer (prefill).

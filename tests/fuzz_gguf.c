@@ -9,6 +9,7 @@
  * python3 tests/fuzz_gguf_seed.py DIR; run:
  * build-fuzz/tests/fuzz_gguf -max_total_time=45 DIR */
 #include "serve.h"
+#include "quant.h"
 #include "tokenizer.h"
 
 #include <math.h>
@@ -88,7 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         CHECK(!strcmp(t->name, tensor_names[i]));
         CHECK(t->n_bytes <= size && t->offset <= size - t->n_bytes);
-        CHECK(t->n_elements * (t->type == SERVE_GGML_TYPE_F32 ? 4u : 2u) == t->n_bytes);
+        uint64_t row_bytes;
+        CHECK(serve_ggml_row_bytes(t->type, t->dims[0], t->name, &row_bytes) == 0);
+        CHECK(t->n_elements / t->dims[0] * row_bytes == t->n_bytes);
         if (t->n_elements <= (1u << 16)) {
             float *x = malloc((size_t)t->n_elements * sizeof *x);
             if (x) {
