@@ -8,6 +8,7 @@
  * GEMMs with fused QKV and gate/up (bf16 mode, serve_layers_bf16). */
 #include "serve.h"
 #include "gemm_bf16.h"
+#include "quant.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -63,6 +64,8 @@ struct serve_model {
 
     int bf16;              /* projections in bf16 (serve_gemm_mode resolved) */
     serve_gemm_bf16 *gemm; /* bf16 mode */
+    uint64_t matrix_types; /* GGUF: bit t set when a weight matrix of ggml type t was loaded */
+    char weights_note[128]; /* GGUF: how the weights were stored and loaded ("" before) */
 
     cl_program program;
     cl_kernel k_embed, k_rmsnorm, k_swiglu, k_argmax, k_fill;
@@ -669,6 +672,7 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
                           name, (unsigned long long)t->dims[0], (unsigned long long)t1,
                           (unsigned long long)d0, (unsigned long long)d1);
     if ((st = serve_gguf_read_f32(g, t, host, d0 * d1))) return st;
+    if (d1 > 1 && t->type < 64) m->matrix_types |= (uint64_t)1 << t->type;
     /* a NaN or infinite weight makes every logit NaN: refuse the file */
     for (uint64_t i = 0; i < d0 * d1; i++)
         if (!isfinite(host[i]))
@@ -703,6 +707,26 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "upload weights");
 }
 
+/* m->weights_note from m->matrix_types, e.g. "weights: Q4_K/Q6_K/Q8_0
+ * dequantized at load to bf16": the file's matrix types (ggml order) and
+ * what the GEMMs read. Quantized matrices are never kept quantized on the
+ * device yet: every type is converted at load. */
+static void serve_weights_note(serve_model *m) {
+    char types[96] = "";
+    size_t len = 0;
+    int quantized = 0;
+    for (uint32_t t = 0; t < 64; t++) {
+        if (!(m->matrix_types >> t & 1)) continue;
+        quantized |= t != SERVE_GGML_F32 && t != SERVE_GGML_F16 && t != SERVE_GGML_BF16;
+        int k = snprintf(types + len, sizeof types - len, "%s%s", len ? "/" : "",
+                         serve_ggml_type_name(t));
+        if (k < 0 || (size_t)k >= sizeof types - len) break;
+        len += (size_t)k;
+    }
+    snprintf(m->weights_note, sizeof m->weights_note, "weights: %s %s at load to %s", types,
+             quantized ? "dequantized" : "converted", m->bf16 ? "bf16" : "f32");
+}
+
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     if (!m || !g) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_load_gguf: NULL");
     const serve_model_config *c = &m->cfg;
@@ -712,6 +736,8 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     uint64_t biggest = V * h;
     if (ff * h > biggest) biggest = ff * h;
     if (qd * h > biggest) biggest = qd * h;
+    m->matrix_types = 0;
+    m->weights_note[0] = 0;
     float *host = malloc((size_t)biggest * sizeof(float));
     float *tmp = malloc((size_t)biggest * sizeof(float));
     if (!host || !tmp) {
@@ -772,8 +798,11 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     }
     free(host);
     free(tmp);
+    if (!st) serve_weights_note(m);
     return st;
 }
+
+const char *serve_model_weights_note(const serve_model *m) { return m ? m->weights_note : ""; }
 
 /* ---- forward ---- */
 

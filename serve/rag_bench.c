@@ -967,6 +967,7 @@ static int bench_setup(bench *b, const bench_options *o, const serve_model_confi
     if ((st = serve_model_create(b->ctx, mc, &b->model))) goto out;
     st = gguf ? serve_model_load_gguf(b->model, gguf) : serve_model_init_random(b->model, o->seed);
     if (st) goto out;
+    if (gguf) phase("%s", serve_model_weights_note(b->model));
     if ((st = bench_compile_warmup(b))) goto out;
     *t_model = serve_now() - t0;
     phase("setup done in %.1f s: %d programs built", *t_model, phase_programs);
