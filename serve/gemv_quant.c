@@ -10,13 +10,14 @@
 
 struct serve_gemv_quant {
     cl_program program;
-    cl_kernel q8_0, q4_k;
+    cl_kernel q8_0, q4_k, q6_k;
 };
 
 void serve_gemv_quant_destroy(serve_gemv_quant *g) {
     if (!g) return;
     if (g->q8_0) clReleaseKernel(g->q8_0);
     if (g->q4_k) clReleaseKernel(g->q4_k);
+    if (g->q6_k) clReleaseKernel(g->q6_k);
     if (g->program) clReleaseProgram(g->program);
     free(g);
 }
@@ -38,6 +39,8 @@ static int serve_gemv_quant_build(serve_gemv_quant *g, lazyattn_context *ctx) {
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_q8_0");
     g->q4_k = clCreateKernel(g->program, "serve_gemv_q4_k", &err);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_q4_k");
+    g->q6_k = clCreateKernel(g->program, "serve_gemv_q6_k", &err);
+    if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_q6_k");
     return LAZYATTN_STATUS_OK;
 }
 
@@ -57,7 +60,7 @@ int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out) {
 }
 
 int serve_gemv_quant_supports(uint32_t type) {
-    return type == SERVE_GGML_Q8_0 || type == SERVE_GGML_Q4_K;
+    return type == SERVE_GGML_Q8_0 || type == SERVE_GGML_Q4_K || type == SERVE_GGML_Q6_K;
 }
 
 static size_t serve_gq_size(cl_mem b) {
@@ -72,7 +75,7 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t t
     if (!g || !queue)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL handle or queue", who);
     if (!serve_gemv_quant_supports(type))
-        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED, "%s: %s weights (Q8_0 and Q4_K only)", who,
+        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED, "%s: %s weights (Q8_0, Q4_K, Q6_K only)", who,
                           serve_ggml_type_name(type));
     uint64_t row_bytes;
     if (n_out < 1 || n_in < 1 ||
@@ -89,7 +92,9 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t t
                           "%llu, y %llu", who, w_have, x_have, y_have, n_out, n_in,
                           serve_ggml_type_name(type), (unsigned long long)w_need,
                           (unsigned long long)x_need, (unsigned long long)y_need);
-    cl_kernel k = type == SERVE_GGML_Q8_0 ? g->q8_0 : g->q4_k;
+    cl_kernel k = type == SERVE_GGML_Q8_0   ? g->q8_0
+                  : type == SERVE_GGML_Q4_K ? g->q4_k
+                                            : g->q6_k;
     cl_int err = clSetKernelArg(k, 0, sizeof w, &w);
     err |= clSetKernelArg(k, 1, sizeof x, &x);
     err |= clSetKernelArg(k, 2, sizeof y, &y);

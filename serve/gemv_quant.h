@@ -3,11 +3,12 @@
  *
  *   y[n_out] = W[n_out, n_in] . x[n_in]
  *
- * W: n_out rows of ggml blocks exactly as a GGUF file stores them (Q8_0 or
- * Q4_K, serve/quant.h's layouts: a row is n_in / block_elems blocks), x and
- * y f32. Decode is weight-bandwidth bound: a Q4_K weight is 4.5 bits a
- * value against bf16's 16. A portable OpenCL kernel (serve/gemv_quant.cl),
- * checked against the dequantized weight (tests/test_gemv_quant.c); the
+ * W: n_out rows of ggml blocks exactly as a GGUF file stores them (Q8_0,
+ * Q4_K or Q6_K, a Q4_K_M file's main types; serve/quant.h's layouts: a
+ * row is n_in / block_elems blocks), x and y f32. Decode is
+ * weight-bandwidth bound: a Q4_K weight is 4.5 bits a value against
+ * bf16's 16. A portable OpenCL kernel (serve/gemv_quant.cl), checked
+ * against the dequantized weight (tests/test_gemv_quant.c); the
  * decoder (model.c) does not use it yet: it dequantizes at load. */
 #ifndef SERVE_GEMV_QUANT_H
 #define SERVE_GEMV_QUANT_H

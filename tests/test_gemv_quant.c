@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* serve/gemv_quant.cl: y = W x with W kept quantized (Q8_0, Q4_K) on the
- * default device (PoCL in CI), against a float64 product with the
+/* serve/gemv_quant.cl: y = W x with W kept quantized (Q8_0, Q4_K, Q6_K) on
+ * the default device (PoCL in CI), against a float64 product with the
  * dequantized weight (serve/quant.c, itself bit-exact with gguf-py: see
  * test_quant). Random blocks (f16 scales 2^-7 .. 1, every other byte
- * random), rows of 256 values (fewer sub-blocks than work-items) and of
+ * random), rows of 256 or 512 values (fewer sub-blocks than work-items) and of
  * 8192 (a strided loop). Bound: normalised error (max |a - b| / max |b|)
  * 1e-5, f32 accumulation of up to 8192 terms; a weight read with one
  * scale of each row lost misses by far more (checked, so the comparison
@@ -43,9 +43,9 @@ static unsigned char *random_weight(uint32_t type, int n_out, int n_in, uint64_t
     unsigned char *w = malloc((size_t)*bytes);
     assert_non_null(w);
     for (uint64_t i = 0; i < *bytes; i++) w[i] = (unsigned char)rnd();
-    uint64_t block = type == SERVE_GGML_Q8_0 ? 34 : 144;
+    uint64_t block = type == SERVE_GGML_Q8_0 ? 34 : type == SERVE_GGML_Q4_K ? 144 : 210;
     for (uint64_t b = 0; b < *bytes; b += block) {
-        put_scale(w + b);
+        put_scale(w + b + (type == SERVE_GGML_Q6_K ? 208 : 0)); /* Q6_K: d last */
         if (type == SERVE_GGML_Q4_K) put_scale(w + b + 2);
     }
     return w;
@@ -60,8 +60,9 @@ static void reference(uint32_t type, const unsigned char *w, uint64_t bytes, int
     assert_true(row && copy);
     memcpy(copy, w, (size_t)bytes);
     uint64_t row_bytes = bytes / (uint64_t)n_out;
+    uint64_t at = type == SERVE_GGML_Q6_K ? 208 : 0; /* the first block's f16 d */
     for (int o = 0; zero_first_scale && o < n_out; o++)
-        copy[(uint64_t)o * row_bytes] = copy[(uint64_t)o * row_bytes + 1] = 0;
+        copy[(uint64_t)o * row_bytes + at] = copy[(uint64_t)o * row_bytes + at + 1] = 0;
     for (int o = 0; o < n_out; o++) {
         assert_int_equal(serve_dequantize(type, copy + (uint64_t)o * row_bytes, row_bytes, row,
                                           (uint64_t)n_in, "W"), 0);
@@ -126,7 +127,8 @@ static void test_matches_dequantized(void **state) {
         uint32_t type;
         int n_out, n_in;
     } cases[] = {{SERVE_GGML_Q8_0, 33, 256}, {SERVE_GGML_Q8_0, 17, 8192},
-                 {SERVE_GGML_Q4_K, 33, 256}, {SERVE_GGML_Q4_K, 17, 8192}};
+                 {SERVE_GGML_Q4_K, 33, 256}, {SERVE_GGML_Q4_K, 17, 8192},
+                 {SERVE_GGML_Q6_K, 33, 512}, {SERVE_GGML_Q6_K, 17, 8192}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         uint32_t type = cases[c].type;
         int n_out = cases[c].n_out, n_in = cases[c].n_in;
@@ -161,9 +163,9 @@ static void test_refused(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
     cl_mem w = buffer(d, 144 * 4, NULL), x = buffer(d, 1024, NULL), y = buffer(d, 64, NULL);
-    int st = serve_gemv_quant_run(d->g, d->queue, SERVE_GGML_Q6_K, w, x, y, 2, 256, NULL);
+    int st = serve_gemv_quant_run(d->g, d->queue, SERVE_GGML_Q5_K, w, x, y, 2, 256, NULL);
     assert_int_equal(st, LAZYATTN_STATUS_UNSUPPORTED);
-    assert_non_null(strstr(serve_last_error(), "Q6_K weights"));
+    assert_non_null(strstr(serve_last_error(), "Q5_K weights"));
     st = serve_gemv_quant_run(d->g, d->queue, SERVE_GGML_Q4_K, w, x, y, 2, 100, NULL);
     assert_int_equal(st, LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "multiple of the Q4_K block"));
