@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-# Sourced by the serve/ device-call scripts (bench/run_serve_gpu.sh,
-# bench/run_launch_gpu.sh) with $out and $bin set: makes NVIDIA's OpenCL
-# visible, puts $bin/extra-lib (libcmocka) and the carried CLBlast on the
-# library path, and defines step.
+# Sourced by the serve/ device-call script (bench/serve/run_gpu.sh) with
+# $out and $bin set: makes NVIDIA's OpenCL visible, puts $bin/extra-lib
+# (libcmocka) and the carried CLBlast on the library path, and defines step.
 mkdir -p "$out"
 . tools/nvidia-opencl-env.sh
 export LD_LIBRARY_PATH="$PWD/$bin/extra-lib:$PWD/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

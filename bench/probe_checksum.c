@@ -4,7 +4,7 @@
  * seeded random data (never zeros), after one untimed pass. A tier load
  * checks every byte it imports on the serving thread: at 10 GB/s a
  * 256 MiB document (2048 tokens of the 8B shape) costs ~27 ms. */
-#include "cache_internal.h" /* lz_kv_checksum */
+#include "cache/cache_internal.h" /* lz_kv_checksum */
 #include "cli_options.h"
 
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * mma.sync fragment layout, B K-major from local memory, no swizzle) read,
  * checked on random f16 data against a CPU product. Built through the PTX
  * round trip's text step, lz_ptx_patch (lib/ptx_sm90a.c). Built by meson as
- * build/examples/probe_wgmma_layout; runs on an NVIDIA Hopper GPU only.
+ * build/bench/probe_wgmma_layout; runs on an NVIDIA Hopper GPU only.
  */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>

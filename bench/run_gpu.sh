@@ -8,6 +8,10 @@
 # KV_LAYOUT pages (default tiled, the faster on the H200: issue 11 step 10;
 # rows for the layout measured before it); the tests cover both.
 #   usage: [KV_LAYOUT=tiled|rows] sh bench/run_gpu.sh [OUTDIR]
+# The portable kernels' figures (README "Portable kernels on the H200"):
+#   LAZYATTN_PORTABLE=1 KV_LAYOUT=rows SKIP_TESTS=1 sh bench/run_gpu.sh [OUTDIR]
+# serve/'s figures: bench/serve/run_gpu.sh (GEMMs, forward) and
+# bench/serve/run_paper200.sh (rag_bench, the paper's 200 requests).
 set -u
 layout=${KV_LAYOUT:-tiled}
 out=${1:-${OUT:-/tmp/lazyattn-out}}
@@ -31,11 +35,11 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   # elsewhere): mma.sync forced, same tests and bench checks
   LAZYATTN_TUNE=nv.wgmma=0 timeout 300 build-nv/tests/test_attention > "$out/test_attention_mma.log" 2>&1
   echo "test_attention with nv.wgmma=0: rc=$? ($(grep -c '\[       OK \]' "$out/test_attention_mma.log") ok)"
-  LAZYATTN_TUNE=nv.wgmma=0 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --only prefill > "$out/bench_mma.log" 2>&1
+  LAZYATTN_TUNE=nv.wgmma=0 timeout 300 build-nv/bench/bench_kernels --kv-layout "$layout" --only prefill > "$out/bench_mma.log" 2>&1
   echo "bench_kernels prefill with nv.wgmma=0: rc=$?"
   grep -E "^check|^checks|^prefill" "$out/bench_mma.log"
 fi
-LAZYATTN_TUNE=nv.verbose=1 timeout 300 build-nv/examples/bench_kernels --kv-layout "$layout" --csv "$out/ours.csv" > "$out/bench.log" 2>&1
+LAZYATTN_TUNE=nv.verbose=1 timeout 300 build-nv/bench/bench_kernels --kv-layout "$layout" --csv "$out/ours.csv" > "$out/bench.log" 2>&1
 echo "bench_kernels rc=$?"
 grep -v "^\[log 3\] build log" "$out/bench.log" | grep -E -v "^$" | tail -40
 grep -E "registers|spill" "$out/bench.log" | head -12

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The peer: torch scaled_dot_product_attention on the shapes of bench_kernels.
 
-Run in the same device call right after examples/bench_kernels --csv FILE:
+Run in the same device call right after bench/bench_kernels --csv FILE:
     python3 bench/sdpa_peer.py --ours FILE
 Times SDPA with CUDA events (3 warm-ups, median of --reps), fp16, 32 query heads,
 8 KV heads (enable_gqa), d = 128, then prints our/peer ratios; the table is last.

@@ -797,10 +797,9 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
  * out_dtype (lz_io_store); zeros when no key was visible. With has_lse,
  * lse[seq, h] = M + log(sum_s l_s e^(m_s - M)), -INFINITY when no key was
  * visible. One work-item per (dim, head, sequence). One pass over the
- * splits with a running maximum (the sums rescaled when it grows), in
- * groups of LZ_RDU splits whose loads are all issued before any is used
- * (no data-dependent branch: a split without a visible key, l_s = 0, adds
- * zero weight). */
+ * splits' states (cl/softmax_state.h), merged in groups of LZ_RDU splits
+ * whose loads are all issued before any is used (a split without a
+ * visible key, l_s = 0, adds nothing). */
 #define LZ_RDU 8
 __kernel void lz_decode_reduce(__global const float2 *part_ml, __global const float *part_acc,
                                __global float *out, int n_splits, int n_q_heads, int n_seqs,
@@ -817,22 +816,9 @@ __kernel void lz_decode_reduce(__global const float2 *part_ml, __global const fl
             const int s = min(s0 + u, n_splits - 1);
             ml[u] = part_ml[base + s];
             a[u] = part_acc[(base + s) * LZ_HEAD_DIM + i];
-            if (s0 + u >= n_splits || ml[u].y == 0.0f) ml[u] = (float2)(-INFINITY, 0.0f);
+            if (s0 + u >= n_splits) ml[u] = (float2)(-INFINITY, 0.0f); /* past the last: empty */
         }
-        float mx = big;
-#pragma unroll
-        for (int u = 0; u < LZ_RDU; u++) mx = fmax(mx, ml[u].x);
-        if (mx != -INFINITY) {
-            const float r = exp(big - mx); /* 0 while big is -inf */
-            num *= r, den *= r;
-#pragma unroll
-            for (int u = 0; u < LZ_RDU; u++) {
-                const float wgt = ml[u].y == 0.0f ? 0.0f : exp(ml[u].x - mx);
-                den = fma(ml[u].y, wgt, den);
-                num = fma(a[u], wgt, num);
-            }
-            big = mx;
-        }
+        LZ_STATE_MERGE(big, den, num, float, LZ_RDU, ml, a, 1, 0, 0);
     }
     const size_t row = (size_t)seq * n_q_heads + h;
     lz_io_store(den > 0.0f ? num / den : 0.0f, out, row * LZ_HEAD_DIM + i, out_dtype);

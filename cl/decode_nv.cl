@@ -7,8 +7,8 @@
  * Work-group: one warp per (split, KV head, sequence). Each block's K and
  * V are read once for the whole GQA group of G query heads: with G <= 8
  * the block's 16 keys are the rows of the m16n8k16 products and the heads
- * their columns (LZ_NV_DSWAP, below), else the heads are the rows of the A
- * operand (rows past G zero). The blocks come by 16-byte cp.async copies
+ * their columns (LZ_NV_DSWAP_STEP, below), else the heads are the rows of
+ * the A operand (rows past G zero). The blocks come by 16-byte cp.async copies
  * into a ring of LZ_NV_DSTAGES blocks in local memory (LZ_NV_DSTAGES - 1
  * blocks in flight per warp), then ldmatrix + mma.sync for S = Q K^T and
  * O += P V with an online softmax. The queries are re-rotated
@@ -19,22 +19,19 @@
  * stored.
  *
  * With one split (n_splits == 1) the normalised output goes straight to
- * out and the host runs no reduction. Else lz_decode_nv_reduce combines
- * the splits' partials (the default), or with LZ_NV_DTREE = F > 1 the
- * splits combine them themselves, in a tree of fan-in F (lz_nv_dtree): one
- * launch, ~10 us less host time, but slower on the GPU (issue 11 step 15:
- * 1 x 32768 59.6 us against 54.0 with the reduction launch).
+ * out and the host runs no reduction. Else each split writes its softmax
+ * state (cl/softmax_state.h) and lz_decode_nv_reduce merges them. (The
+ * splits merging their own states in a tree, LZ_NV_DTREE, measured slower:
+ * removed, docs/PERFLOG.md issue 11 step 15.)
  *
  * Needs G <= 16, f16 storage, LZ_BLOCK % 16 == 0 (the host checks).
  */
 #ifndef LZ_NV_DSTAGES
 #define LZ_NV_DSTAGES 4
 #endif
-#ifndef LZ_NV_DTREE
-#define LZ_NV_DTREE 0
-#endif
-#if LZ_NV_DTREE == 1 || LZ_NV_DTREE > 16
-#error "LZ_NV_DTREE: 0 (a reduction launch) or a fan-in of 2..16"
+/* the removed tree merge's fan-in: the host may still pass 0 */
+#if defined(LZ_NV_DTREE) && LZ_NV_DTREE
+#error "LZ_NV_DTREE: the splits' tree merge was removed; lz_decode_nv_reduce merges them"
 #endif
 #define LZ_NV_DDC (LZ_HEAD_DIM / 16)
 #define LZ_NV_DCPR (LZ_HEAD_DIM / 8)
@@ -42,10 +39,9 @@
 /* A stage's layout of a block's K and V (byte offset of row r, 16-byte
  * column c): with tiled pages the pool's own (LZ_NV_CM), so that a page is
  * copied as stored and every 128-byte line of it lands in one 128-byte
- * line of local memory; else XOR-swizzled rows (LZ_NV_SWZ). (Tiled pages
- * walked in storage order into swizzled rows, each line's 8 chunks to 8
- * rows, or in row order, each line read 32 bytes at a time, ran the decode
- * at half its speed on the H200: issue 11 step 10.) */
+ * line of local memory (swizzled rows from tiled pages measured at half
+ * the speed: docs/PERFLOG.md issue 11 step 10); else XOR-swizzled rows
+ * (LZ_NV_SWZ). */
 #if LZ_KV_TILED
 #define LZ_NV_DOFF LZ_NV_CM
 #else
@@ -53,11 +49,6 @@
 #endif
 #if LZ_KV_TILED && LZ_NV_DCPR % 4
 #error "decode_nv on tiled pages needs LZ_HEAD_DIM a multiple of 32"
-#endif
-/* LZ_NV_DDIAG (timing only, wrong results; issue 11 step 15): 1 the copies
- * without the products, 2 the products without the copies. */
-#ifndef LZ_NV_DDIAG
-#define LZ_NV_DDIAG 0
 #endif
 /* cp.async of entry e's K and V (this KV head) into the stage at `base`. */
 inline void lz_nv_dstage(uint base, int blk, int len, int kvh, int n_kv_heads,
@@ -97,17 +88,13 @@ inline int2 lz_nv_dword(ulong w, int n_blocks) {
 /* One step of the ring's issue side: stages entry *issue (its table word
  * in *wi, loaded a step ahead) into ring slot *s_issue while entries are
  * left, commits a cp.async group (empty at the end, so that
- * LZ_NV_CP_WAIT_RING counts alike every step) and moves to the next slot. */
+ * LZ_NV_CP_WAIT_PENDING counts alike every step) and moves to the next slot. */
 inline void lz_nv_dissue(uint ring_base, int *issue, int last, ulong *wi, int *s_issue,
                          __global const ulong *table, int n_blocks, int kvh, int n_kv_heads,
                          __global const ushort *kc, __global const ushort *vc, int lane) {
     if (*issue < last) {
         const int2 bl = lz_nv_dword(*wi, n_blocks);
-#if LZ_NV_DDIAG == 2
-        (void)bl;
-#else
         lz_nv_dstage(ring_base + *s_issue * 2 * LZ_NV_DMAT, bl.x, bl.y, kvh, n_kv_heads, kc, vc, lane);
-#endif
         ++*issue;
         *wi = *issue < last ? table[*issue] : 0;
     }
@@ -115,138 +102,17 @@ inline void lz_nv_dissue(uint ring_base, int *issue, int last, ulong *wi, int *s
     *s_issue = *s_issue + 1 == LZ_NV_DSTAGES ? 0 : *s_issue + 1;
 }
 
-#if LZ_NV_DTREE
-/* 16 bytes (8) from global memory at L2, not L1: partials other SMs wrote
- * during this launch (asm volatile: the compiler keeps them after the
- * acquire fence; they still issue back to back) */
-inline float4 lz_nv_ld_cg4(__global const float *p) {
-    float4 v;
-    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "l"(p));
-    return v;
-}
-inline float2 lz_nv_ld_cg2(__global const float2 *p) {
-    float2 v;
-    asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "l"(p));
-    return v;
-}
-/* Orders this thread's global stores before its later global accesses, at
- * device scope (both sides of the count: CUDA's threadfence pattern). */
-#define LZ_NV_FENCE_GPU() asm volatile("fence.acq_rel.gpu;" ::: "memory")
-#define LZ_NV_DSYNC() asm volatile("bar.warp.sync -1;" ::: "memory")
-
-/* Combines partials `first`, first + 1, .. first + size - 1 of a tree level
- * (partial k at split (first + k) * stride) for the G heads of KV head kvh
- * of sequence seq: into out, normalised, at the root, else into partial
- * `first`'s slot. Partials are (max in natural-log units, sum) and the
- * unnormalised row; a partial with sum 0 saw no key. Lane l takes float4
- * column l % (D / 4) of rows l / (D / 4), + 32 / (D / 4), ..: per pass
- * LZ_NV_DTREE rows of every head it holds, all loads issued together. */
-__attribute__((always_inline)) inline void
-lz_nv_dcombine(__global float2 *part_ml, __global float *part_acc, __global float *out, int seq, int kvh,
-               int first, int size, int stride, int n_splits, int G, int n_q_heads, int root, int lane) {
-    const int cols = LZ_HEAD_DIM / 4, per = 32 / cols; /* rows a pass: 1 (d 128) or 2 (d 64) */
-    const int c = lane % cols;
-    for (int h0 = lane / cols; h0 < G; h0 += per) {
-        const size_t row = ((size_t)seq * n_q_heads + kvh * G + h0) * n_splits; /* split 0 */
-        float2 ml[LZ_NV_DTREE];
-        float4 acc[LZ_NV_DTREE];
-#pragma unroll
-        for (int k = 0; k < LZ_NV_DTREE; k++) {
-            const size_t at = row + (size_t)(first + k) * stride;
-            if (k < size) {
-                ml[k] = lz_nv_ld_cg2(part_ml + at);
-                acc[k] = lz_nv_ld_cg4(part_acc + at * LZ_HEAD_DIM + 4 * c);
-            } else {
-                ml[k] = (float2)(-INFINITY, 0.0f);
-                acc[k] = (float4)(0.0f);
-            }
-        }
-        float m = -INFINITY;
-#pragma unroll
-        for (int k = 0; k < LZ_NV_DTREE; k++)
-            if (ml[k].y != 0.0f) m = fmax(m, ml[k].x);
-        float den = 0.0f;
-        float4 num = (float4)(0.0f);
-#pragma unroll
-        for (int k = 0; k < LZ_NV_DTREE; k++) {
-            const float w = ml[k].y != 0.0f ? native_exp(ml[k].x - m) : 0.0f;
-            den = fma(ml[k].y, w, den);
-            num = fma(acc[k], (float4)(w), num);
-        }
-        if (root) {
-            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-            vstore4(num * inv, 0, out + ((size_t)seq * n_q_heads + kvh * G + h0) * LZ_HEAD_DIM + 4 * c);
-        } else {
-            const size_t at = row + (size_t)first * stride;
-            if (c == 0) part_ml[at] = (float2)(m, den);
-            vstore4(num, 0, part_acc + at * LZ_HEAD_DIM + 4 * c);
-        }
-    }
-}
-
-/* The splits of (seq, kvh) combine their own partials: groups of
- * LZ_NV_DTREE consecutive splits, the last to finish of each (an atomic
- * count a group) combines the group into its first partial's slot; those
- * partials form the next level's groups, and so on until one group is
- * left, whose last combines it into out. The last of a group sets its count
- * back to 0, so the counts are 0 between launches (the host creates them
- * zeroed; a launch's levels of n_splits splits need fewer than 2 n_splits
- * counts, at (seq, kvh) * 2 n_splits). Each writer fences its stores before
- * the count (the warp meets after the fences, then lane 0 counts); the
- * last fences again before it reads the group's partials from L2. */
-__attribute__((always_inline)) inline void
-lz_nv_dtree(__global float2 *part_ml, __global float *part_acc, __global float *out, __global int *count, int seq,
-            int kvh, int split, int n_splits, int G, int n_q_heads, int n_kv_heads, int lane) {
-    __global int *cnt = count + ((size_t)seq * n_kv_heads + kvh) * 2 * (size_t)n_splits;
-    int n = n_splits, node = split, stride = 1;
-    while (n > 1) {
-        const int grp = node / LZ_NV_DTREE, first = grp * LZ_NV_DTREE;
-        const int size = min(LZ_NV_DTREE, n - first);
-        LZ_NV_FENCE_GPU();
-        LZ_NV_DSYNC();
-        int last = 0;
-        if (lane == 0) last = atomic_inc(cnt + grp) == size - 1;
-        if (!lz_nv_shfl((uint)last, 0)) return;
-        LZ_NV_FENCE_GPU();
-        if (lane == 0) cnt[grp] = 0;
-        const int groups = (n + LZ_NV_DTREE - 1) / LZ_NV_DTREE;
-        lz_nv_dcombine(part_ml, part_acc, out, seq, kvh, first, size, stride, n_splits, G, n_q_heads,
-                       groups == 1, lane);
-        cnt += groups;
-        n = groups, node = grp, stride *= LZ_NV_DTREE;
-    }
-}
-#endif /* LZ_NV_DTREE */
-
-/* LZ_NV_DSWAP (1, the default; issue 11 step 16): with G <= 8 each block's
- * products with the keys as the rows of the mma (FlashInfer's and
- * TensorRT-LLM's "swap A and B" for small M): S^T = K Q^T as m16n8k16 (16
- * keys x 8 query heads;
- * K the A operand by ldmatrix, Q^T the B operand, which is the A fragment's
- * rows g: qf[c][0], qf[c][2]), then O^T += V^T P^T (16 dims x 8 heads; V^T
- * the A operand by ldmatrix.trans, P^T's C fragment made P's B fragment by
- * movmatrix.trans). Half the mma of the m16 form, whose rows past G are
- * padding, and half its exponentials: 16 mma and 4 ex2 a block instead of
- * 32 and 8. Lane (g, t4) holds the scores of keys g and g + 8 for heads
- * 2 t4 and 2 t4 + 1 (m0 / l0 and m1 / l1 are those heads' here), and O^T's
- * dims 16 mt + g (+ 8) of the same heads. Measured on the H200 against
- * the m16 form in the same call (tiled pools, two runs each): 16 x 8192
- * 143.1 / 143.6 us against 146.0 / 148.9, 64 x 4096 268.0 / 268.9 against
- * 271.5 / 276.4, 1 x 32768 51.2 / 51.5 against 51.5 / 54.8 (its split
- * kernel 42.6 us either way: the copies bind there), 128 x 4096 513.3 /
- * 516.2 against 512.0 / 519.2. 0: the m16 form for every G. */
-#ifndef LZ_NV_DSWAP
-#define LZ_NV_DSWAP 1
-#endif
-#if LZ_NV_DSWAP
-/* an 8x8 b16 matrix in the mma fragment layout, transposed across the warp */
-inline uint lz_nv_movt(uint x) {
-    uint y;
-    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
-    return y;
-}
+/* With G <= 8 each block's products take the keys as the rows of the mma
+ * (FlashInfer's and TensorRT-LLM's "swap A and B" for small M): S^T = K Q^T
+ * as m16n8k16 (16 keys x 8 query heads; K the A operand by ldmatrix, Q^T
+ * the B operand, which is the A fragment's rows g: qf[c][0], qf[c][2]),
+ * then O^T += V^T P^T (16 dims x 8 heads; V^T the A operand by
+ * ldmatrix.trans, P^T's C fragment made P's B fragment by movmatrix.trans).
+ * Half the mma and half the exponentials of the heads-as-rows form, whose
+ * rows past G are padding (measured faster: docs/PERFLOG.md issue 11 step
+ * 16). Lane (g, t4) holds the scores of keys g and g + 8 for heads 2 t4 and
+ * 2 t4 + 1 (m0 / l0 and m1 / l1 are those heads' here), and O^T's dims
+ * 16 mt + g (+ 8) of the same heads. */
 /* the block's step with the keys as rows (the names of lz_decode_nv) */
 #define LZ_NV_DSWAP_STEP(k16)                                                                     \
     do {                                                                                      \
@@ -295,7 +161,6 @@ inline uint lz_nv_movt(uint x) {
             LZ_NV_MMA(o[mt], va_, pb0, pb1);                                                  \
         }                                                                                     \
     } while (0)
-#endif
 
 __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
                            __global const int *seq_offsets, __global const ulong *table,
@@ -314,8 +179,7 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     const int split = get_group_id(0), kvh = get_group_id(1), seq = get_group_id(2);
     const int G = n_q_heads / n_kv_heads;
     const int g = lane >> 2, t4 = lane & 3;
-    const int swap = LZ_NV_DSWAP && G <= 8; /* the keys as the mma's rows */
-    (void)swap;
+    const int swap = G <= 8; /* the keys as the mma's rows (G 9..16: the heads) */
     const int begin = seq_offsets[seq], end = seq_offsets[seq + 1];
     const int bad_table = begin < 0 || end < begin || end > n_table ||
                           end - begin > entries_per_split * n_splits;
@@ -363,7 +227,7 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         const ulong w = wc;
         const int pos0 = pc;
         if (e + 1 < last) wc = table[e + 1], pc = entry_pos[e + 1];
-        LZ_NV_CP_WAIT_RING(LZ_NV_DSTAGES);
+        LZ_NV_CP_WAIT_PENDING(LZ_NV_DSTAGES - 2); /* this step's block landed */
         barrier(CLK_LOCAL_MEM_FENCE);
         /* the slot consumed last step is free: refill it */
         lz_nv_dissue(ring_base, &issue, last, &wi, &s_issue, table, n_blocks, kvh, n_kv_heads, kc, vc, lane);
@@ -380,16 +244,12 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
         const uint kb = ring_base + s * 2 * LZ_NV_DMAT, vb = kb + LZ_NV_DMAT;
         s = s + 1 == LZ_NV_DSTAGES ? 0 : s + 1;
         if (len == 0 || pos0 > qp) continue;
-#if LZ_NV_DDIAG == 1
-        continue;
-#endif
         if (rope_style != LZ_ROPE_NONE && delta != cur_delta) {
             if (in_lane) lz_nv_rotate_a(qf, q0, t4, -delta, rope_style, rot_dim, freq);
             else lz_nv_load_a(qf, row0, row1, t4, -delta, rope_style, rot_dim, freq);
             cur_delta = delta;
         }
 
-#if LZ_NV_DSWAP
         if (swap) {
             /* 16 keys a step (blocks of 32: two, the second where it has keys) */
 #pragma unroll
@@ -397,7 +257,6 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
                 if (k16 == 0 || (k16 < len && pos0 + k16 <= qp)) LZ_NV_DSWAP_STEP(k16);
             continue;
         }
-#endif
         /* ---- S = Q K^T over the block's keys ---- */
         float sc[LZ_BLOCK / 8][4];
 #pragma unroll
@@ -417,7 +276,6 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     }
     LZ_NV_CP_WAIT(0);
 
-#if LZ_NV_DSWAP
     if (swap) {
         /* heads 2 t4 and 2 t4 + 1: sums over the 8 lanes g; O^T's dims
          * 16 mt + g and + 8 */
@@ -439,13 +297,8 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
                 dst[16 * mt + g + 8] = o[mt][2 + u] * sc;
             }
         }
-#if LZ_NV_DTREE
-        if (n_splits > 1)
-            lz_nv_dtree(part_ml, part_acc, out, count, seq, kvh, split, n_splits, G, n_q_heads, n_kv_heads, lane);
-#endif
         return;
     }
-#endif
     l0 += lz_nv_xor(l0, 1);
     l0 += lz_nv_xor(l0, 2);
     l1 += lz_nv_xor(l1, 1);
@@ -478,20 +331,17 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
 #pragma unroll
         for (int n = 0; n < LZ_HEAD_DIM / 8; n++) vstore2((float2)(o[n][2], o[n][3]), 0, dst + n * 8);
     }
-#if LZ_NV_DTREE
-    lz_nv_dtree(part_ml, part_acc, out, count, seq, kvh, split, n_splits, G, n_q_heads, n_kv_heads, lane);
-#else
-    (void)count;
-#endif
+    (void)count; /* the removed tree merge's counts: the host still passes them */
 }
 
-/* The split-KV reduction of the fast path (without LZ_NV_DTREE): a
- * work-group of LZ_NV_RT threads per (head, sequence), all the splits read
- * at once: thread t takes float4 column t % (D / 4) of splits t / (D / 4),
- * + LZ_NV_RS, .. (eight loads in flight a thread), keeps a running max and
- * rescaled sums over them, then the first D / 4 threads combine the LZ_NV_RS
- * rows of sums through local memory. (A work-item per (dim, head) walking
- * the splits in series paid one L2 round trip every 8 splits.) */
+/* The split-KV reduction of the fast path: a work-group of LZ_NV_RT
+ * threads per (head, sequence), all the splits read at once: thread t
+ * takes float4 column t % (D / 4) of splits t / (D / 4), + LZ_NV_RS, ..
+ * (eight loads in flight a thread) and merges their states
+ * (cl/softmax_state.h), then the first D / 4 threads merge the LZ_NV_RS
+ * threads' states of their column through local memory. (A work-item per
+ * (dim, head) walking the splits in series paid one L2 round trip every 8
+ * splits.) */
 #ifndef LZ_NV_RT
 #define LZ_NV_RT 256
 #endif
@@ -520,35 +370,15 @@ void lz_decode_nv_reduce(__global const float2 *part_ml, __global const float *p
             ml[k] = s < n_splits ? part_ml[base + s] : (float2)(-INFINITY, 0.0f);
             acc[k] = s < n_splits ? vload4(c, part_acc + (base + s) * LZ_HEAD_DIM) : (float4)(0.0f);
         }
-        float mn = m;
-#pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (ml[k].y != 0.0f) mn = fmax(mn, ml[k].x); /* a split that saw no key adds nothing */
-        const float a = m == -INFINITY ? 0.0f : native_exp(m - mn);
-        den *= a;
-        num *= a;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float w = ml[k].y != 0.0f ? native_exp(ml[k].x - mn) : 0.0f;
-            den = fma(ml[k].y, w, den);
-            num = fma(acc[k], (float4)(w), num);
-        }
-        m = mn;
+        LZ_STATE_MERGE(m, den, num, float4, 8, ml, acc, 1, 0, 1);
     }
     if (c == 0) ml_l[r] = (float2)(m, den);
     num_l[t] = num;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (r == 0) {
-        float mx = -INFINITY;
-        for (int i = 0; i < LZ_NV_RS; i++)
-            if (ml_l[i].y != 0.0f) mx = fmax(mx, ml_l[i].x);
-        float d = 0.0f;
+        float mx = -INFINITY, d = 0.0f;
         float4 n = (float4)(0.0f);
-        for (int i = 0; i < LZ_NV_RS; i++) {
-            const float w = ml_l[i].y != 0.0f ? native_exp(ml_l[i].x - mx) : 0.0f;
-            d = fma(ml_l[i].y, w, d);
-            n = fma(num_l[i * LZ_NV_RC + c], (float4)(w), n);
-        }
+        LZ_STATE_MERGE_LOOP(mx, d, n, float4, LZ_NV_RS, ml_l, num_l, LZ_NV_RC, c, 1);
         vstore4(d > 0.0f ? n / d : (float4)(0.0f), c, out + ((size_t)seq * n_q_heads + h) * LZ_HEAD_DIM);
     }
 }

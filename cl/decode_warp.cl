@@ -396,8 +396,8 @@ __kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
  * per dim (rp = its work-items / LZ_WRD, the host's choice: the splits, at
  * most LZ_WRPM); in rounds of rp x LZ_WRDU splits, work-item r takes splits
  * r, r + rp, ... of the round (all its loads of a round issued before any
- * is used); the rp partial (max, sum, numerator) are combined through local
- * memory. A sequence of hundreds of splits (1 x 32768) no longer waits on
+ * is used); the rp work-items' states (cl/softmax_state.h) are merged
+ * through local memory. A sequence of hundreds of splits (1 x 32768) no longer waits on
  * one work-item's chain of dependent rounds on a few SMs. The rounds hold
  * no barrier. */
 #define LZ_WRD (LZ_HEAD_DIM % 32 == 0 ? 32 : LZ_HEAD_DIM)
@@ -407,7 +407,7 @@ __kernel void lz_decode_warp_reduce(__global const float2 *part_ml, __global con
                                     __global float *out, int n_splits, int n_q_heads, int n_seqs,
                                     __global float *lse, int has_lse, int out_dtype) {
     __local float num_l[LZ_WRPM * LZ_WRD];
-    __local float big_l[LZ_WRPM], den_l[LZ_WRPM];
+    __local float2 md_l[LZ_WRPM]; /* the work-items' (m, d) of dim 0 */
     const int lid = get_local_id(0), rp = get_local_size(0) / LZ_WRD, r = lid / LZ_WRD;
     const int i = get_group_id(0) * LZ_WRD + lid % LZ_WRD, h = get_group_id(1), seq = get_group_id(2);
     const size_t base = ((size_t)seq * n_q_heads + h) * n_splits;
@@ -420,35 +420,15 @@ __kernel void lz_decode_warp_reduce(__global const float2 *part_ml, __global con
             const int s = g0 + r + u * rp;
             ml[u] = s < n_splits ? part_ml[base + s] : (float2)(-INFINITY, 0.0f);
             a[u] = s < n_splits ? part_acc[(base + s) * LZ_HEAD_DIM + i] : 0.0f;
-            if (ml[u].y == 0.0f) ml[u] = (float2)(-INFINITY, 0.0f);
         }
-        float mx = big;
-#pragma unroll
-        for (int u = 0; u < LZ_WRDU; u++) mx = fmax(mx, ml[u].x);
-        if (mx != -INFINITY) {
-            const float rs = exp(big - mx); /* 0 while big is -inf */
-            num *= rs, den *= rs;
-#pragma unroll
-            for (int u = 0; u < LZ_WRDU; u++) {
-                const float wgt = ml[u].y == 0.0f ? 0.0f : exp(ml[u].x - mx);
-                den = fma(ml[u].y, wgt, den);
-                num = fma(a[u], wgt, num);
-            }
-            big = mx;
-        }
+        LZ_STATE_MERGE(big, den, num, float, LZ_WRDU, ml, a, 1, 0, 0);
     }
     num_l[lid] = num;
-    if (lid % LZ_WRD == 0) big_l[r] = big, den_l[r] = den;
+    if (lid % LZ_WRD == 0) md_l[r] = (float2)(big, den);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (r == 0) {
-        float m = -INFINITY;
-        for (int p = 0; p < rp; p++) m = fmax(m, big_l[p]);
-        float n = 0.0f, d = 0.0f;
-        for (int p = 0; p < rp; p++) {
-            const float wgt = big_l[p] == -INFINITY ? 0.0f : exp(big_l[p] - m);
-            d = fma(den_l[p], wgt, d);
-            n = fma(num_l[p * LZ_WRD + lid], wgt, n);
-        }
+        float m = -INFINITY, n = 0.0f, d = 0.0f;
+        LZ_STATE_MERGE_LOOP(m, d, n, float, rp, md_l, num_l, LZ_WRD, lid, 0);
         const size_t row = (size_t)seq * n_q_heads + h;
         lz_io_store(d > 0.0f ? n / d : 0.0f, out, row * LZ_HEAD_DIM + i, out_dtype);
         if (has_lse && i == 0) lse[row] = d > 0.0f ? m + log(d) : -INFINITY;

@@ -588,7 +588,7 @@ int main(int argc, char **argv) {
     int r = cli_parse("hitratio", usage_text, opts, N_OPTS, argc, argv);
     if (r) return r == CLI_HELP ? 0 : 2;
     if (lazyattn_workload_config_preset(preset_names[preset], &o.wl))
-        return cli_fail("hitratio", "--preset", "%s", lazyattn_last_error());
+        return cli_fail("hitratio", "--preset", "%s", lazyattn_testing_last_error());
     r = cli_parse("hitratio", usage_text, opts, N_OPTS, argc, argv);
     if (r) return r == CLI_HELP ? 0 : 2;
     const cli_option *given = opts;
@@ -686,7 +686,7 @@ int main(int argc, char **argv) {
         c.seed = seed0 + (uint64_t)sd;
         lazyattn_workload *wl = NULL;
         if (lazyattn_workload_create(&c, &wl)) {
-            fprintf(stderr, "hitratio: %s\n", lazyattn_last_error());
+            fprintf(stderr, "hitratio: %s\n", lazyattn_testing_last_error());
             return 2;
         }
         int64_t dbm, pdb, wsm;
@@ -800,7 +800,7 @@ int main(int argc, char **argv) {
         lazyattn_workload *wl = NULL;
         if (lazyattn_workload_create(&c, &wl)) {
             fprintf(stderr, "hitratio: seed %llu: %s\n", (unsigned long long)c.seed,
-                    lazyattn_last_error());
+                    lazyattn_testing_last_error());
             failed = 1;
             break;
         }

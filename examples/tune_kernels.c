@@ -2,7 +2,7 @@
 /*
  * tune_kernels: sweeps the portable kernels' tile geometry
  * (lazyattn_kernel_tuning) on the current device, CLBlast style, and prints
- * the best as a line of the tuning database (lib/tuning_db.inc), keyed by
+ * the best as a line of the tuning database (lib/attn/tuning_db.inc), keyed by
  * the device name, head_dim, group and dtype.
  *
  * Shapes (Llama-3.1-8B heads by default: 32 q / 8 kv, d 128, f16, block 16):
@@ -248,7 +248,7 @@ static const char usage_text[] =
     "                    [--kv-heads K] [--dtype f32|f16|bf16] [--block B]\n"
     "Sweeps the portable kernels' tile geometry on the default device (portable path forced),\n"
     "checks every candidate against the default's output, times it, and prints a line of\n"
-    "lib/tuning_db.inc (to --out too). --small uses shapes that suit a CPU. Exit status: 0 done,\n"
+    "lib/attn/tuning_db.inc (to --out too). --small uses shapes that suit a CPU. Exit status: 0 done,\n"
     "1 a failure, 2 a bad command line.\n";
 
 int main(int argc, char **argv) {

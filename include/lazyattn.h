@@ -532,7 +532,7 @@ LAZYATTN_API int lazyattn_attention_get_config(const lazyattn_attention *attn,
 /*
  * Launch geometry of the portable kernels (cl/flash.h, cl/decode.cl),
  * CLBlast style: each field becomes a -D build option. Zero in any field
- * means "choose": from the tuning database (lib/tuning_db.inc, written by
+ * means "choose": from the tuning database (lib/attn/tuning_db.inc, written by
  * examples/tune_kernels) for this device name, head_dim, group and dtype,
  * else from the device's local memory, compute units and work-group limit.
  * A prefill tile is a register-tiled flash attention step over `keys` key
@@ -1315,7 +1315,7 @@ LAZYATTN_API int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv
  * corrupts a value costs a recompute, never a wrong answer.
  *
  * Threads and processes: the three stores of the library are thread-safe
- * (each takes its own mutex; Redis serialises on its one connection), and
+ * (each takes its own mutex; Redis serialises on its connections), and
  * the directory and Redis stores may be shared by any number of processes
  * and (Redis, or a shared file system) machines at once. A store made from
  * an engine's own ops is as thread-safe as those ops: the library adds no
@@ -1396,8 +1396,8 @@ LAZYATTN_API int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_stor
  * No budget: the file system's size is the limit. */
 LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **out);
 
-/* Redis (through hiredis). Keys, all under one hash tag per document so
- * that Redis Cluster keeps a document on one node:
+/* Redis (through hiredis): one server, or a Redis Cluster. Keys, all under
+ * one hash tag per document so that a cluster keeps a document in one slot:
  *   <prefix>:{<model_id>:<digest>}:chunk:<i>   i = 0 .. n-1, chunk_bytes each
  *                                              (the last one shorter)
  *   <prefix>:{<model_id>:<digest>}:manifest    written last: total bytes, chunk
@@ -1406,12 +1406,22 @@ LAZYATTN_API int lazyattn_store_create_dir(const char *path, lazyattn_store **ou
  * checked against it, so a write cut off before its manifest is never read,
  * and missing or mixed chunks are a miss (FORMAT), not data; the buffer
  * grows with the chunks received (never sized on the manifest's word
- * alone). A server down
- * or slower than timeout_ms gives IO; the connection is then dropped and,
- * for retry_ms, every call fails at once (IO, "not retried") instead of
- * waiting again, so a stalled server costs one timeout per retry_ms, not
- * one per document; the next call after that reconnects. UNSUPPORTED when
- * lazyattn was built without hiredis (Debian: libhiredis-dev). */
+ * alone). A manifest found without its chunks (evicted under maxmemory, or
+ * lost in a failover) is removed by that get, or by exists, which checks
+ * every chunk's length: the document is then absent, and written again by
+ * the next put of a tier.
+ * A cluster: the seeds (url) are any of its nodes, masters or replicas; the
+ * slot map comes from CLUSTER SLOTS, is refreshed on MOVED and when a
+ * node's connection is lost or refused, and ASK is followed, so a failover
+ * or a slot migration costs misses only while it happens (the ACL user
+ * needs CLUSTER SLOTS, and EVAL or else DEL). A connection to each node;
+ * every one sends AUTH first when a password is given.
+ * A server down or slower than timeout_ms gives IO; the connection is then
+ * dropped and, for retry_ms, every call on that node fails at once (IO,
+ * "not retried") instead of waiting again, so a stalled server costs one
+ * timeout per retry_ms, not one per document; the next call after that
+ * reconnects. UNSUPPORTED when lazyattn was built without hiredis (Debian:
+ * libhiredis-dev). */
 typedef struct lazyattn_redis_config {
     const char *host;    /* default "127.0.0.1" */
     int port;            /* default 6379 */
@@ -1420,12 +1430,26 @@ typedef struct lazyattn_redis_config {
     const char *prefix;  /* key prefix, default "lazyattn"; no '{' or '}' */
     int retry_ms;        /* after a failed connection: calls fail at once for this long;
                             default 1000, 0..600000 */
+    const char *url;     /* default NULL (host, port); else, in their place, the seeds:
+                            redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...], IPv6 hosts
+                            in brackets, user and password percent-encoded; several seeds
+                            only for a cluster. rediss:// (TLS) is UNSUPPORTED: hiredis 0.14
+                            has no TLS (README: a local TLS terminator) */
+    const char *user;     /* ACL user, default NULL (the default user); needs a password;
+                             a user in the URL wins */
+    const char *password; /* default NULL: no AUTH; a password in the URL wins (so that
+                             redis://USER@HOST:PORT with this one keeps it off the URL) */
 } lazyattn_redis_config;
 
 LAZYATTN_API void lazyattn_redis_config_init(lazyattn_redis_config *config);
-/* Connects at once: IO when the server cannot be reached. */
+/* Connects at once (AUTH, PING, the slot map of a cluster): IO when no seed
+ * can be reached or AUTH is refused (the reason in lazyattn_last_error(),
+ * never the password). */
 LAZYATTN_API int lazyattn_store_create_redis(const lazyattn_redis_config *config,
                                              lazyattn_store **out);
+/* Checks a Redis URL's form without connecting: OK, INVALID_ARGUMENT, or
+ * UNSUPPORTED (rediss://), as lazyattn_store_create_redis would answer. */
+LAZYATTN_API int lazyattn_redis_url_check(const char *url);
 
 /* The store's name ("host", "dir", "redis", or its ops' name). */
 LAZYATTN_API const char *lazyattn_store_name(const lazyattn_store *store);

@@ -5,7 +5,10 @@
  * between minor versions): the eager float64 reference attention, the
  * normalised error every test uses against it, and the seeded RAG workload
  * generator of the hit-ratio study and the serving benchmark.
- * Same conventions as lazyattn.h (statuses, shapes above each function).
+ * A library of its own, liblazyattn-testing (pkg-config lazyattn-testing),
+ * on top of liblazyattn. Same conventions as lazyattn.h (statuses, shapes
+ * above each function), but the detail of a failure is in
+ * lazyattn_testing_last_error().
  */
 #ifndef LAZYATTN_TESTING_H
 #define LAZYATTN_TESTING_H
@@ -15,6 +18,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The detail of this thread's last failed call of this header's functions
+ * (what lazyattn_last_error() is to lazyattn.h); "" before the first. */
+LAZYATTN_API const char *lazyattn_testing_last_error(void);
 
 /* ---- CPU float64 reference --------------------------------------------- */
 
@@ -55,7 +62,7 @@ LAZYATTN_API int lazyattn_reference_rope(const lazyattn_attention_config *config
 
 /* Normalised error max|a - b| / max(max|b|, tiny) over n values; the
  * measure every test and example uses against the reference. INFINITY for
- * NULL arrays or n == 0 (reason in lazyattn_last_error()). */
+ * NULL arrays or n == 0 (reason in lazyattn_testing_last_error()). */
 LAZYATTN_API double lazyattn_normalised_error(const float *a, const double *b, size_t n);
 
 /* ---- RAG workload generator ----------------------------------------------- */

@@ -5,7 +5,6 @@
 
 #include "lazyattn.h"
 #include "mutex.h"
-#include "lazyattn_testing.h" /* the reference, the workload generator */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +26,16 @@ const char *lz_cl_error_name(cl_int err);
     do {                                                                               \
         if (!(cond)) return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, __VA_ARGS__);    \
     } while (0)
+
+/* ---- the log (log.c) ---- */
+
+/* A message to ctx's log callback; without one (or without ctx), to
+ * stderr up to the level LAZYATTN_LOG names (default: errors only). */
+void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* ---- live-object checks ---- */
 
@@ -80,12 +89,6 @@ struct lazyattn_context {
     lz_program_entry *programs; /* built-program cache */
     lazyattn_program_format program_format; /* as given in the options (DEFAULT: env decides) */
 };
-
-void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 
 /* ---- program cache (program.c) ---- */
 

@@ -69,40 +69,6 @@ static size_t serve_mem_size(cl_mem b) {
     return n;
 }
 
-int serve_gemm_args_check_shape(const serve_gemm_args *a, const char *who) {
-    if (!who) who = "bf16 GEMM";
-    if (!a) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: args is NULL", who);
-    if (a->rows < 1 || a->out < 1 || a->in < 1)
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: shape %d x %d x %d (each >= 1)",
-                          who, a->rows, a->out, a->in);
-    if (!a->x || !a->w)
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: X or W is NULL", who);
-    if (a->n_outs < 1 || a->n_outs > SERVE_GEMM_MAX_OUTS)
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: %d output ranges (1..%d)", who,
-                          a->n_outs, SERVE_GEMM_MAX_OUTS);
-    if (a->accumulate != 0 && a->accumulate != 1)
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: accumulate %d (0 or 1)", who,
-                          a->accumulate);
-    if (a->x_off > (size_t)1 << 48)
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: X offset %zu (at most 2^48)",
-                          who, a->x_off);
-    int64_t cols = 0; /* three ints: no overflow */
-    for (int r = 0; r < a->n_outs; r++) {
-        const serve_gemm_out *o = &a->outs[r];
-        if (!o->buf || o->cols < 1 || o->ld < o->cols || o->off > (size_t)1 << 48)
-            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                              "%s: output range %d: buffer %s, %d columns, row stride %d, "
-                              "offset %zu (buffer needed, cols >= 1, ld >= cols, offset <= 2^48)",
-                              who, r, o->buf ? "set" : "NULL", o->cols, o->ld, o->off);
-        cols += o->cols;
-    }
-    if (cols != a->out)
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "%s: the output ranges hold %lld columns, out is %d", who,
-                          (long long)cols, a->out);
-    return LAZYATTN_STATUS_OK;
-}
-
 int serve_gemm_args_check(const serve_gemm_args *a, const char *who) {
     int st = serve_gemm_args_check_shape(a, who);
     if (st) return st;
@@ -232,10 +198,10 @@ static int serve_gemm_portable_run(serve_gemm_bf16 *g, cl_command_queue queue,
         const serve_gemm_out *o = &a->outs[r < a->n_outs ? r : 0];
         cl_ulong off = o->off;
         cl_int cols = r < a->n_outs ? o->cols : 0, ld = o->ld;
-        err |= clSetKernelArg(k, 6 + 4 * r, sizeof(cl_mem), &o->buf);
-        err |= clSetKernelArg(k, 7 + 4 * r, sizeof(cl_ulong), &off);
-        err |= clSetKernelArg(k, 8 + 4 * r, sizeof(cl_int), &cols);
-        err |= clSetKernelArg(k, 9 + 4 * r, sizeof(cl_int), &ld);
+        err |= clSetKernelArg(k, 6 + 4 * (cl_uint)r, sizeof(cl_mem), &o->buf);
+        err |= clSetKernelArg(k, 7 + 4 * (cl_uint)r, sizeof(cl_ulong), &off);
+        err |= clSetKernelArg(k, 8 + 4 * (cl_uint)r, sizeof(cl_int), &cols);
+        err |= clSetKernelArg(k, 9 + 4 * (cl_uint)r, sizeof(cl_int), &ld);
     }
     err |= clSetKernelArg(k, 18, sizeof(cl_int), &acc);
     if (err != CL_SUCCESS)

@@ -13,9 +13,6 @@
  * three work-groups share an SM. */
 #define SERVE_GEMM_LARGE_DEFAULT "1,2,128,32,3,0,16,168"
 
-/* the longest SERVE_GEMM_LARGE_DEFINES (the options fit in 512 characters) */
-#define SERVE_GEMM_LARGE_DEFINES_MAX 300
-
 struct serve_gemm_large {
     cl_kernel kernel;
     int wg, mw, bn, bk, stages, lag, group, maxreg;
@@ -74,35 +71,29 @@ int serve_gemm_large_create_tile(lazyattn_context *ctx, const char *tile, serve_
         free(g);
         return st;
     }
-    const char *extra = getenv("SERVE_GEMM_LARGE_DEFINES"); /* experiments: extra -D options */
-    if (extra && strlen(extra) > SERVE_GEMM_LARGE_DEFINES_MAX) {
-        free(g);
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "serve_gemm_large: SERVE_GEMM_LARGE_DEFINES has %zu characters (at most %d)",
-                          strlen(extra), SERVE_GEMM_LARGE_DEFINES_MAX);
-    }
     if (!lazyattn_context_fast_path(ctx)) {
         free(g);
         return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
                           "serve_gemm_large: the device runs the portable path (%s): no tensor-core GEMM",
                           lazyattn_context_device_name(ctx));
     }
-    const char *text = serve_source_text("gemm_nv_large");
+    char *text = serve_nv_program_text("gemm_nv_large");
     if (!text) {
         free(g);
-        return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "serve_gemm_large: gemm_nv_large source not embedded");
+        return serve_fail(LAZYATTN_STATUS_NOT_FOUND,
+                          "serve_gemm_large: gemm_nv_large source not embedded (or no memory)");
     }
     char options[512];
     int n = snprintf(options, sizeof options,
                      "-cl-std=CL1.2 -DLG_WG=%d -DLG_MW=%d -DLG_BN=%d -DLG_BK=%d -DLG_STAGES=%d -DLG_LAG=%d",
                      g->wg, g->mw, g->bn, g->bk, g->stages, g->lag);
     if (g->maxreg) n += snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-maxrregcount=%d", g->maxreg);
-    if (extra && *extra) n += snprintf(options + n, sizeof options - (size_t)n, " %s", extra);
     const char *verbose = getenv("SERVE_NV_VERBOSE"); /* ptxas's register report on stderr */
     const int chatty = verbose && *verbose && strcmp(verbose, "0") != 0;
     if (chatty) snprintf(options + n, sizeof options - (size_t)n, " -cl-nv-verbose");
     cl_program p = NULL;
     st = lazyattn_context_build_program(ctx, text, options, LAZYATTN_BUILD_SM90A, &p);
+    free(text);
     if (st) {
         free(g);
         return serve_lz_fail(st, "serve_gemm_large: the wgmma kernel");
@@ -180,9 +171,9 @@ int serve_gemm_large_run(serve_gemm_large *g, cl_command_queue q, const serve_ge
     err |= clSetKernelArg(k, 5, sizeof n_total, &n_total);
     err |= clSetKernelArg(k, 6, sizeof group, &group);
     for (int r = 0; r < 3; r++) {
-        err |= clSetKernelArg(k, 7 + r, sizeof(cl_mem), &y[r]);
-        err |= clSetKernelArg(k, 10 + r, sizeof off[r], &off[r]);
-        err |= clSetKernelArg(k, 13 + r, sizeof ld[r], &ld[r]);
+        err |= clSetKernelArg(k, 7 + (cl_uint)r, sizeof(cl_mem), &y[r]);
+        err |= clSetKernelArg(k, 10 + (cl_uint)r, sizeof off[r], &off[r]);
+        err |= clSetKernelArg(k, 13 + (cl_uint)r, sizeof ld[r], &ld[r]);
     }
     err |= clSetKernelArg(k, 16, sizeof end0, &end0);
     err |= clSetKernelArg(k, 17, sizeof end1, &end1);

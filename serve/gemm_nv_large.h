@@ -16,9 +16,8 @@ typedef struct serve_gemm_large serve_gemm_large;
  * value is refused with INVALID_ARGUMENT, never ignored).
  * LAZYATTN_STATUS_UNSUPPORTED (with a message) when the device is not
  * NVIDIA compute capability 9.x or ctx runs the portable path
- * (lazyattn_context_fast_path(ctx) == 0). Experiments: SERVE_GEMM_LARGE_DEFINES
- * adds build options (at most 300 characters, INVALID_ARGUMENT past that);
- * SERVE_NV_VERBOSE (not "0") prints ptxas's register report on stderr. */
+ * (lazyattn_context_fast_path(ctx) == 0). SERVE_NV_VERBOSE (not "0") prints
+ * ptxas's register report on stderr. */
 int serve_gemm_large_create(lazyattn_context *ctx, serve_gemm_large **out);
 
 /* The same with an explicit tile, "WG,MW,BN,BK,STAGES,LAG,GROUP[,MAXREG]" (NULL: the

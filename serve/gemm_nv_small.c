@@ -45,7 +45,7 @@ struct serve_gemm_small {
 };
 
 /* Defaults per class of W and token tiles 1..8, from the H200 sweep
- * (docs/h200/issue16/gemm-small/call2-bench.log, PERFLOG). Within a class
+ * (bench/results/issue16/gemm-small/call2-bench.log, PERFLOG). Within a class
  * every row count uses the same K slices, split rule and X path, so each
  * sum has the same order whatever the batch: a token's row of Y is
  * bitwise the same with 1 or 64 rows (greedy decoding does not depend on
@@ -63,11 +63,11 @@ static const serve_gemm_small_tuning gs_defaults[GS_CLASSES][GS_NT] = {
  * (xs 3: two warpgroups of 64 W rows, X staged through registers): on the
  * H200 84 / 84 / 82 / 76 % of the read ceiling at 1 / 16 / 32 / 64 rows
  * against the mma.sync shape's 86 / 76 / 78 / 46 % in the same call
- * (docs/h200/issue16/gemm-wg/); its rows are bitwise the same for every NT.
+ * (bench/results/issue16/gemm-wg/); its rows are bitwise the same for every NT.
  * The long-row class (down) takes the wgmma mode with three warpgroups of
  * 64 rows and 4-block chunks, 1,12,1,4,1,2,0,3: 77 / 74 / 69 / 62 % at 1 /
  * 16 / 32 / 64 rows against mma.sync's 78 / 71 / 59 / 43 % in the same
- * call (docs/h200/issue16/final/, PERFLOG). */
+ * call (bench/results/issue16/final/, PERFLOG). */
 #define GS_T_WIDE90 {1, 8, 1, 2, 1, 2, 0, 3}
 #define GS_T_LONG90 {1, 12, 1, 4, 1, 2, 0, 3}
 static const serve_gemm_small_tuning gs_wide_sm90[GS_NT] = {
@@ -90,7 +90,7 @@ static int gs_same(const serve_gemm_small_tuning *a, const serve_gemm_small_tuni
 /* wgmma modes: X ring slots per K slice (GS_SLOTS of the kernel): xs 2: 3
  * where they fit at 8 token tiles, else 2; xs 3, 4: 2 */
 static int gs_slots(const serve_gemm_small_tuning *t) {
-    return t->xs == 2 && (size_t)t->wk * 3 * t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
+    return t->xs == 2 && (size_t)t->wk * 3 * (size_t)t->u * GS_NT * 512 + 16 <= GS_LOCAL ? 3 : 2;
 }
 
 /* xs 4 and 5: the register cap (-cl-nv-maxrregcount) under which the
@@ -111,7 +111,7 @@ static int gs_maxreg(const serve_gemm_small_tuning *t) {
 /* xs 5: the bytes of one ring slot at 8 token tiles (W of the slice's
  * 64-row sets, X) and the slots a K slice (GS_STG of the kernel) */
 static size_t gs_ws_slot(const serve_gemm_small_tuning *t) {
-    return (size_t)(t->wr / 4) * t->r * t->u * 4096 + (size_t)t->u * GS_NT * 512;
+    return (size_t)(t->wr / 4) * (size_t)t->r * (size_t)t->u * 4096 + (size_t)t->u * GS_NT * 512;
 }
 static int gs_ws_stages(const serve_gemm_small_tuning *t) {
     const size_t n = (GS_LOCAL - 64) / ((size_t)t->wk * gs_ws_slot(t));
@@ -135,15 +135,16 @@ static int gs_check_tuning(const serve_gemm_small_tuning *t) {
     /* the slice sums of the largest kernel (8 token tiles) in local memory */
     /* and with xs the staging rings (2 chunks of u blocks per K slice; wgmma:
      * gs_slots chunks of u blocks x 8 NT tokens x 64 bytes) */
-    const size_t red = t->wk > 1 ? (size_t)(t->wk - 1) * t->wr * t->r * GS_NT * 4 * 32 * 4 : 16;
+    const size_t red =
+        t->wk > 1 ? (size_t)(t->wk - 1) * (size_t)t->wr * (size_t)t->r * GS_NT * 4 * 32 * 4 : 16;
     if (t->xs == 5 && gs_ws_stages(t) < 2)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "gemm_small tuning: xs 5: 2 ring slots of %zu B (W and X of a chunk) a "
                           "K slice, %d slices: over %d B of local memory",
                           gs_ws_slot(t), t->wk, GS_LOCAL - 64);
-    const size_t ring = t->xs == 5   ? (size_t)t->wk * gs_ws_stages(t) * gs_ws_slot(t)
-                        : t->xs >= 2 ? (size_t)t->wk * gs_slots(t) * t->u * GS_NT * 512
-                        : t->xs == 1 ? (size_t)t->wk * 2 * t->u * GS_NT * 32 * 16
+    const size_t ring = t->xs == 5   ? (size_t)t->wk * (size_t)gs_ws_stages(t) * gs_ws_slot(t)
+                        : t->xs >= 2 ? (size_t)t->wk * (size_t)gs_slots(t) * (size_t)t->u * GS_NT * 512
+                        : t->xs == 1 ? (size_t)t->wk * 2 * (size_t)t->u * GS_NT * 32 * 16
                                      : 16;
     if ((red > ring ? red : ring) + 16 > GS_LOCAL)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
@@ -176,8 +177,8 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
                           "gemm_small: xs %d (wgmma) needs an NVIDIA compute capability 9.x device "
                           "(sm_90a); %s is %d.x",
                           t->xs, lazyattn_context_device_name(g->ctx), g->major);
-    const char *text = serve_source_text("gemm_nv_small");
-    if (!text) return serve_fail(LAZYATTN_STATUS_OPENCL, "gemm_small: kernel source missing");
+    char *text = serve_nv_program_text("gemm_nv_small");
+    if (!text) return serve_fail(LAZYATTN_STATUS_OPENCL, "gemm_small: kernel source missing (or no memory)");
     gs_program p;
     memset(&p, 0, sizeof p);
     p.t = *t;
@@ -192,10 +193,13 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
              verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
     if (t->xs >= 2) { /* wgmma: the sm_90a PTX round trip (as serve/gemm_nv_large.c) */
         int st = lazyattn_context_build_program(g->ctx, text, opts, LAZYATTN_BUILD_SM90A, &p.program);
+        free(text);
         if (st) return serve_lz_fail(st, "gemm_small: the wgmma kernels (xs 2..5)");
         err = CL_SUCCESS;
     } else {
-        p.program = clCreateProgramWithSource(g->cl, 1, &text, NULL, &err);
+        const char *src = text;
+        p.program = clCreateProgramWithSource(g->cl, 1, &src, NULL, &err);
+        free(text);
         if (err != CL_SUCCESS) return serve_cl_fail(err, "gemm_small: clCreateProgramWithSource");
         err = clBuildProgram(p.program, 1, &g->dev, opts, NULL, NULL);
     }
@@ -388,7 +392,8 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     const int blocks = gs_blocks(t, a->out);
     const int splits = gs_splits(g, t, a->out, a->in);
     if (splits > 1) {
-        st = gs_grow(g, &g->ws, &g->ws_bytes, (size_t)splits * a->out * 8 * nt * sizeof(float),
+        st = gs_grow(g, &g->ws, &g->ws_bytes,
+                     (size_t)splits * (size_t)a->out * 8 * (size_t)nt * sizeof(float),
                      "gemm_small: workspace");
         if (st != LAZYATTN_STATUS_OK) return st;
     }
@@ -420,7 +425,7 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     const cl_ulong x_off = a->x_off;
     const cl_int K = a->in, N = a->out, M = a->rows, acc = a->accumulate, S = splits;
     cl_int err = CL_SUCCESS;
-    int i = 0;
+    cl_uint i = 0;
 #define GS_ARG(v) err |= clSetKernelArg(k, i++, sizeof(v), &(v))
     GS_ARG(a->x);
     GS_ARG(x_off);
@@ -445,8 +450,8 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     GS_ARG(g->cnt);
 #undef GS_ARG
     if (err != CL_SUCCESS) return serve_cl_fail(CL_INVALID_KERNEL_ARGS, "gemm_small: kernel args");
-    const size_t local[2] = {(size_t)32 * t->wr * t->wk, 1};
-    const size_t global[2] = {local[0] * blocks, (size_t)splits};
+    const size_t local[2] = {(size_t)32 * (size_t)t->wr * (size_t)t->wk, 1};
+    const size_t global[2] = {local[0] * (size_t)blocks, (size_t)splits};
     err = clEnqueueNDRangeKernel(q, k, 2, NULL, global, local, 0, NULL, ev);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "gemm_small: enqueue");
     return LAZYATTN_STATUS_OK;

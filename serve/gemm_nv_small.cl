@@ -3,7 +3,8 @@
  * Decode-sized bf16 projections on NVIDIA tensor cores (issue 16):
  *   Y[M, N] = X[M, K] . W[N, K]^T, M = 1..64, bf16 operands, f32 sums,
  * at the bandwidth of reading W once. NVIDIA only (inline PTX, compute
- * capability >= 8); serve/gemm_nv_small.c builds and launches it.
+ * capability >= 8: the instructions of cl/nv/ptx.h, which the host puts
+ * before this file); serve/gemm_nv_small.c builds and launches it.
  *
  * "Swap AB": W's rows are the A operand of mma.sync m16n8k16 (16 weight
  * rows a tile), the tokens the n8 B operand. The order of a dot product's
@@ -113,73 +114,31 @@
 #define GS_SLOTS (GS_WK * 3 * GS_U * 8 * 512 + 16 <= 49152 ? 3 : 2)
 #endif
 
-#define GS_MMA(d, a0, a1, a2, a3, b0, b1)                                                      \
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
-        "{%8,%9}, {%0,%1,%2,%3};"                                                            \
-        : "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3])                             \
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+#define GS_MMA(d, a0, a1, a2, a3, b0, b1) LZ_NV_MMA_M16N8K16("bf16", d, a0, a1, a2, a3, b0, b1)
 
 /* 16 bytes of W (read once: no L1 line). */
 inline uint4 gs_ld_w(__global const ushort *p) {
-    uint a, b, c, d;
 #if GS_WHINT == 2
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-        : "l"(p));
+    return lz_nv_ld_nc16_na_l2(p);
 #elif GS_WHINT == 1
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-        : "l"(p));
+    return lz_nv_ld_nc16_na(p);
 #else
-    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+    return lz_nv_ld_nc16(p);
 #endif
-    return (uint4)(a, b, c, d);
-}
-
-/* 16 bytes of X (shared by the SM's warps through L1). */
-inline uint4 gs_ld_x(__global const ushort *p) {
-    uint a, b, c, d;
-    asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
-    return (uint4)(a, b, c, d);
-}
-
-/* Two f32 of the workspace, around L1 (written by other work-groups). */
-inline float2 gs_ld_cg2(__global const float *p) {
-    float a, b;
-    asm volatile("ld.global.cg.v2.f32 {%0,%1}, [%2];" : "=f"(a), "=f"(b) : "l"(p) : "memory");
-    return (float2)(a, b);
-}
-
-/* 16 bytes global -> local, asynchronous (L2 -> shared, around L1). */
-inline void gs_cp16(__local uint4 *dst, __global const ushort *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint)(size_t)dst), "l"(src)
-                 : "memory");
-}
-#define GS_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
-#define GS_CP_WAIT1() asm volatile("cp.async.wait_group 1;" ::: "memory")
-
-#define GS_FENCE() asm volatile("fence.acq_rel.gpu;" ::: "memory")
-
-/* Returns the old value of *p and adds 1 (device scope, acquire-release). */
-inline int gs_count(__global int *p) {
-    int old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
-    return old;
 }
 
 #if GS_WG
 /* The accumulator operands of a wgmma m64n(8 NT)k16 (NT tiles of 4 f32 a
  * work-item) and their numbers in the instruction's text, shared by the
  * register-A (GS_WGn) and the descriptor-A (GS_WSn) forms */
-#define GS_D(d, j) "+f"((d)[j][0]), "+f"((d)[j][1]), "+f"((d)[j][2]), "+f"((d)[j][3])
-#define GS_ACC1(d) GS_D(d, 0)
-#define GS_ACC2(d) GS_ACC1(d), GS_D(d, 1)
-#define GS_ACC3(d) GS_ACC2(d), GS_D(d, 2)
-#define GS_ACC4(d) GS_ACC3(d), GS_D(d, 3)
-#define GS_ACC5(d) GS_ACC4(d), GS_D(d, 4)
-#define GS_ACC6(d) GS_ACC5(d), GS_D(d, 5)
-#define GS_ACC7(d) GS_ACC6(d), GS_D(d, 6)
-#define GS_ACC8(d) GS_ACC7(d), GS_D(d, 7)
+#define GS_ACC1(d) LZ_NV_ACC1(d, 0)
+#define GS_ACC2(d) GS_ACC1(d), LZ_NV_ACC1(d, 1)
+#define GS_ACC3(d) GS_ACC2(d), LZ_NV_ACC1(d, 2)
+#define GS_ACC4(d) GS_ACC3(d), LZ_NV_ACC1(d, 3)
+#define GS_ACC5(d) GS_ACC4(d), LZ_NV_ACC1(d, 4)
+#define GS_ACC6(d) GS_ACC5(d), LZ_NV_ACC1(d, 5)
+#define GS_ACC7(d) GS_ACC6(d), LZ_NV_ACC1(d, 6)
+#define GS_ACC8(d) GS_ACC7(d), LZ_NV_ACC1(d, 7)
 #define GS_NUM1 "%0,%1,%2,%3"
 #define GS_NUM2 GS_NUM1 ",%4,%5,%6,%7"
 #define GS_NUM3 GS_NUM2 ",%8,%9,%10,%11"
@@ -190,11 +149,9 @@ inline int gs_count(__global int *p) {
 #define GS_NUM8 GS_NUM7 ",%28,%29,%30,%31"
 
 /* wgmma m64n(8 NT)k16, A (W) from registers, B (X) by descriptor, D += A B */
-#define GS_WG_RS(n, nums, anums, dnum, acc, a0, a1, a2, a3, desc) \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
-                 "//@wgmma.mma_async.sync.aligned.m64n" n "k16.f32.bf16.bf16 {" nums "}, {" anums \
-                 "}, " dnum ", p, 1, 1, 0;\n}" \
-                 : acc \
+#define GS_WG_RS(n, nums, anums, dnum, acc, a0, a1, a2, a3, desc)                       \
+    asm volatile(LZ_NV_WGMMA_TEXT(n, "bf16", nums, "{" anums "}", dnum, "1", "0")          \
+                 : acc                                                                     \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
 #define GS_WG1(d, a0, a1, a2, a3, desc) \
     GS_WG_RS("8", GS_NUM1, "%4,%5,%6,%7", "%8", GS_ACC1(d), a0, a1, a2, a3, desc)
@@ -213,30 +170,16 @@ inline int gs_count(__global int *p) {
 #define GS_WG8(d, a0, a1, a2, a3, desc) \
     GS_WG_RS("64", GS_NUM8, "%32,%33,%34,%35", "%36", GS_ACC8(d), a0, a1, a2, a3, desc)
 
-#define GS_WG_FENCE() asm volatile("//@wgmma.fence.sync.aligned;" ::: "memory")
-#define GS_WG_COMMIT() asm volatile("//@wgmma.commit_group.sync.aligned;" ::: "memory")
-#define GS_WG_WAIT0() asm volatile("//@wgmma.wait_group.sync.aligned 0;" ::: "memory")
-#define GS_CP_WAIT0() asm volatile("cp.async.wait_group 0;" ::: "memory")
-/* generic-proxy writes of local memory made visible to wgmma's reads */
-#define GS_PROXY_FENCE() asm volatile("//@fence.proxy.async.shared::cta;" ::: "memory")
-#ifndef GS_PROXY
-#define GS_PROXY 0 /* 1: fence.proxy.async after the copies land (as gemm_nv_large's LG_PROXY) */
-#endif
-
 /* 4 bytes global -> local, asynchronous (through L1: the X of a chunk is
  * read by four such copies, one word each, of the same lines); n 4: the
  * copy, n 0: zeros (nothing read) */
 inline void gs_cp4(__local uint *dst, __global const ushort *src, uint n) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"((uint)(size_t)dst), "l"(src),
-                 "r"(n)
-                 : "memory");
+    lz_nv_cp_async4_n(LZ_NV_SMEM(dst), src, n);
 }
 
 /* K-major, unswizzled: leading byte offset 128 (core matrix h 1), stride
  * byte offset 256 (the next 8 tokens); addr: local memory byte address */
-inline ulong gs_wg_desc(uint addr) {
-    return (ulong)((addr & 0x3FFFFu) >> 4) | (ulong)(128u >> 4) << 16 | (ulong)(256u >> 4) << 32;
-}
+inline ulong gs_wg_desc(uint addr) { return lz_nv_wg_desc(addr, 128u, 256u); }
 
 /* Chunk cc's X (rows 0..8 NT - 1) -> ring slot `slot` (words), in the k
  * order of the W fragments (header comment); blocks >= kend as zeros; by
@@ -270,7 +213,7 @@ __attribute__((always_inline)) inline void gs_wx_load(uint4 xr[2 * GS_U], __glob
         const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
         const int kb = cc * GS_U + u;
         xr[i] = (uint4)(0u);
-        if (p < GS_U * NT * 32 && kb < kend) xr[i] = gs_ld_x(xs + (size_t)t * Ks + (size_t)kb * 32 + 8 * c);
+        if (p < GS_U * NT * 32 && kb < kend) xr[i] = lz_nv_ld_nc16(xs + (size_t)t * Ks + (size_t)kb * 32 + 8 * c);
     }
 }
 
@@ -333,12 +276,8 @@ __attribute__((always_inline)) inline void gs_wg(float d[8][4], uint4 wv0, uint4
 #error "GS_XS 5: fewer than 2 ring slots fit in 48 KB"
 #endif
 /* the same with A (W) by descriptor too */
-#define GS_WS_SS(n, nums, anum, bnum, acc, da, db) \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" \
-                 "//@wgmma.mma_async.sync.aligned.m64n" n "k16.f32.bf16.bf16 {" nums "}, " anum \
-                 ", " bnum ", p, 1, 1, 0, 0;\n}" \
-                 : acc \
-                 : "l"(da), "l"(db))
+#define GS_WS_SS(n, nums, anum, bnum, acc, da, db)                                       \
+    asm volatile(LZ_NV_WGMMA_TEXT(n, "bf16", nums, anum, bnum, "1", "0, 0") : acc : "l"(da), "l"(db))
 #define GS_WS1(d, da, db) GS_WS_SS("8", GS_NUM1, "%4", "%5", GS_ACC1(d), da, db)
 #define GS_WS2(d, da, db) GS_WS_SS("16", GS_NUM2, "%8", "%9", GS_ACC2(d), da, db)
 #define GS_WS3(d, da, db) GS_WS_SS("24", GS_NUM3, "%12", "%13", GS_ACC3(d), da, db)
@@ -348,30 +287,14 @@ __attribute__((always_inline)) inline void gs_wg(float d[8][4], uint4 wv0, uint4
 #define GS_WS7(d, da, db) GS_WS_SS("56", GS_NUM7, "%28", "%29", GS_ACC7(d), da, db)
 #define GS_WS8(d, da, db) GS_WS_SS("64", GS_NUM8, "%32", "%33", GS_ACC8(d), da, db)
 
-#if GS_STG == 2
-#define GS_CP_WAITS() asm volatile("cp.async.wait_group 0;" ::: "memory")
-#elif GS_STG == 3
-#define GS_CP_WAITS() asm volatile("cp.async.wait_group 1;" ::: "memory")
-#elif GS_STG == 4
-#define GS_CP_WAITS() asm volatile("cp.async.wait_group 2;" ::: "memory")
-#elif GS_STG == 5
-#define GS_CP_WAITS() asm volatile("cp.async.wait_group 3;" ::: "memory")
-#elif GS_STG == 6
-#define GS_CP_WAITS() asm volatile("cp.async.wait_group 4;" ::: "memory")
-#elif GS_STG == 7
-#define GS_CP_WAITS() asm volatile("cp.async.wait_group 5;" ::: "memory")
-#else
-#define GS_CP_WAITS() asm volatile("cp.async.wait_group 6;" ::: "memory")
-#endif
+#define GS_CP_WAITS() LZ_NV_CP_WAIT_PENDING(GS_STG - 2)
 
 /* 16 bytes global -> local (L2 -> shared, around L1), n 16: the copy, 0: zeros */
 inline void gs_cpz16(uint dst, __global const ushort *src, uint n) {
 #if GS_WHINT == 2
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
-                 : "memory");
+    lz_nv_cp_async16_n_l2(dst, src, n);
 #else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n)
-                 : "memory");
+    lz_nv_cp_async16_n(dst, src, n);
 #endif
 }
 
@@ -428,7 +351,7 @@ __attribute__((always_inline)) inline void gs_block(float acc[GS_R][8][4], uint4
                                                     const int NT) {
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-        const uint4 xv = gs_ld_x(xp + j * K8);
+        const uint4 xv = lz_nv_ld_nc16(xp + j * K8);
 #pragma unroll
         for (int r = 0; r < GS_R; r++) {
             GS_MMA(acc[r][j], wv[r][0].x, wv[r][1].x, wv[r][0].y, wv[r][1].y, xv.x, xv.y);
@@ -575,20 +498,20 @@ __attribute__((always_inline)) inline void gs_body(
             if (i < chunks)
                 gs_ws_copy(ring_addr + (uint)i * slot_b, w, xs, Ks, N, wrow0, cu0 + i,
                            cu0 + i < cu1 ? nkb : 0, tix, NT);
-            GS_CP_COMMIT();
+            LZ_NV_CP_COMMIT();
         }
         for (int ci = 0; ci < chunks; ci++) {
             const int cc = cu0 + ci; /* this slice's chunk */
             GS_CP_WAITS(); /* my copies of cc are done (GS_STG - 2 later groups may not) */
-            GS_PROXY_FENCE();
+            LZ_NV_PROXY_FENCE();
             /* everyone's copies of cc; everyone's wgmma of cc - 1 done */
             barrier(CLK_LOCAL_MEM_FENCE);
             if (ci + GS_STG - 1 < chunks) /* into the slot of cc - 1 */
                 gs_ws_copy(ring_addr + (uint)((ci + GS_STG - 1) % GS_STG) * slot_b, w, xs, Ks, N, wrow0,
                            cc + GS_STG - 1, cc + GS_STG - 1 < cu1 ? nkb : 0, tix, NT);
-            GS_CP_COMMIT();
+            LZ_NV_CP_COMMIT();
             const uint sa = ring_addr + (uint)(ci % GS_STG) * slot_b;
-            GS_WG_FENCE();
+            LZ_NV_WG_FENCE();
 #pragma unroll
             for (int u = 0; u < GS_U; u++)
 #pragma unroll
@@ -597,10 +520,10 @@ __attribute__((always_inline)) inline void gs_body(
                     for (int r = 0; r < GS_R; r++)
                         gs_ws(acc[r], gs_wg_desc(sa + (uint)((((set0 + r) * GS_U + u) * 2 + st) * 2048)),
                               gs_wg_desc(sa + (uint)GS_SLOT_W + (uint)((u * 2 + st) * NT * 256)), NT);
-            GS_WG_COMMIT();
-            GS_WG_WAIT0();
+            LZ_NV_WG_COMMIT();
+            LZ_NV_WG_WAIT();
         }
-        GS_CP_WAIT0();
+        LZ_NV_CP_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE); /* the rings are read: free for the slice sums */
     }
 #elif GS_WG
@@ -622,13 +545,13 @@ __attribute__((always_inline)) inline void gs_body(
         if (chunks > 0) {
             gs_wx_load(xr, xs, Ks, cu0, cu0 < cu1 ? nkb : 0, tix, NT);
             gs_wx_store(ring, xr, tix, NT);
-            GS_PROXY_FENCE();
+            LZ_NV_PROXY_FENCE();
         }
 #else
 #pragma unroll
         for (int i = 0; i < GS_SLOTS - 1; i++) {
             if (i < chunks) gs_wx(ring + i * slotw, xs, Ks, cu0 + i, cu0 + i < cu1 ? nkb : 0, tix, NT);
-            GS_CP_COMMIT();
+            LZ_NV_CP_COMMIT();
         }
 #endif
         uint4 cur[GS_U][GS_R][2];
@@ -655,22 +578,19 @@ __attribute__((always_inline)) inline void gs_body(
             barrier(CLK_LOCAL_MEM_FENCE);
 #else
 #if GS_SLOTS == 3
-            GS_CP_WAIT1(); /* chunk cc's copies (mine) are done, cc + 1's may not */
+            LZ_NV_CP_WAIT(1); /* chunk cc's copies (mine) are done, cc + 1's may not */
 #else
-            GS_CP_WAIT0();
-#endif
-#if GS_PROXY
-            GS_PROXY_FENCE();
+            LZ_NV_CP_WAIT(0);
 #endif
             /* everyone's copies of cc; everyone's wgmma of cc - 1 done */
             barrier(CLK_LOCAL_MEM_FENCE);
             if (ci + GS_SLOTS - 1 < chunks) /* into the slot of cc - 1 */
                 gs_wx(ring + ((ci + GS_SLOTS - 1) % GS_SLOTS) * slotw, xs, Ks, cc + GS_SLOTS - 1,
                       cc + GS_SLOTS - 1 < cu1 ? nkb : 0, tix, NT);
-            GS_CP_COMMIT();
+            LZ_NV_CP_COMMIT();
 #endif
             const ulong d0 = gs_wg_desc(ring_addr + (uint)((ci % GS_SLOTS) * slotw * 4));
-            GS_WG_FENCE();
+            LZ_NV_WG_FENCE();
 #pragma unroll
             for (int u = 0; u < GS_U; u++)
 #pragma unroll
@@ -679,8 +599,8 @@ __attribute__((always_inline)) inline void gs_body(
                     for (int r = 0; r < GS_R; r++)
                         gs_wg(acc[r], cur[u][r][0], cur[u][r][1], st,
                               d0 + (ulong)((u * 2 + st) * NT * 16), NT);
-            GS_WG_COMMIT();
-            GS_WG_WAIT0();
+            LZ_NV_WG_COMMIT();
+            LZ_NV_WG_WAIT();
             /* the A registers stay untouched until the wait */
 #pragma unroll
             for (int u = 0; u < GS_U; u++)
@@ -692,14 +612,14 @@ __attribute__((always_inline)) inline void gs_body(
 #if GS_XS == 3
             if (ci + 1 < chunks) { /* into the slot of cc - 1 (everyone's wgmma of it done) */
                 gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
-                GS_PROXY_FENCE();
+                LZ_NV_PROXY_FENCE();
             }
 #elif GS_XS == 4
             if (ci + 1 < chunks) { /* the same, loaded now: its L2 round trip runs
                                     * while W of cc + 1 (issued above) is on its way */
                 gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
                 gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
-                GS_PROXY_FENCE();
+                LZ_NV_PROXY_FENCE();
             }
 #endif
 #if GS_PIPE
@@ -709,7 +629,7 @@ __attribute__((always_inline)) inline void gs_body(
                 for (int r = 0; r < GS_R; r++) cur[u][r][0] = nxt[u][r][0], cur[u][r][1] = nxt[u][r][1];
 #endif
         }
-        GS_CP_WAIT0();
+        LZ_NV_CP_WAIT(0);
         barrier(CLK_LOCAL_MEM_FENCE); /* the rings are read: free for the slice sums */
     }
 #elif GS_XS
@@ -724,10 +644,10 @@ __attribute__((always_inline)) inline void gs_body(
         if (cu0 < cu1)
             for (int p = tix; p < pieces; p += GS_WR * 32) {
                 const int u = p / (NT * 32), j = (p >> 5) % NT, ln = p & 31;
-                gs_cp16(ring + p, xs + (size_t)(8 * j + (ln >> 2)) * Ks +
+                lz_nv_cp_async16(LZ_NV_SMEM(ring + p), xs + (size_t)(8 * j + (ln >> 2)) * Ks +
                                       (size_t)(cu0 * GS_U + u) * 32 + 8 * (ln & 3));
             }
-        GS_CP_COMMIT();
+        LZ_NV_CP_COMMIT();
 #if GS_PIPE
         uint4 cur[GS_U][GS_R][2];
         if (cu0 < cu1) gs_load(cur, wp, K8, cu0 * GS_U);
@@ -747,12 +667,12 @@ __attribute__((always_inline)) inline void gs_body(
                 __local uint4 *dst = ring + ((ci + 1) & 1) * pieces;
                 for (int p = tix; p < pieces; p += GS_WR * 32) {
                     const int u = p / (NT * 32), j = (p >> 5) % NT, ln = p & 31;
-                    gs_cp16(dst + p, xs + (size_t)(8 * j + (ln >> 2)) * Ks +
+                    lz_nv_cp_async16(LZ_NV_SMEM(dst + p), xs + (size_t)(8 * j + (ln >> 2)) * Ks +
                                          (size_t)((cc + 1) * GS_U + u) * 32 + 8 * (ln & 3));
                 }
             }
-            GS_CP_COMMIT();
-            GS_CP_WAIT1(); /* this chunk's copies (mine) are done */
+            LZ_NV_CP_COMMIT();
+            LZ_NV_CP_WAIT(1); /* this chunk's copies (mine) are done */
             barrier(CLK_LOCAL_MEM_FENCE); /* ... and everyone's */
             if (active) {
                 __local const uint4 *xl = ring + (ci & 1) * pieces + lane;
@@ -843,12 +763,12 @@ __attribute__((always_inline)) inline void gs_body(
                         *(__global float2 *)(p + 8 * ldw) = (float2)(acc[r][j][2], acc[r][j][3]);
                     }
             }
-        GS_FENCE();
+        LZ_NV_FENCE_GPU();
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (lid == 0) *last = gs_count(cnt + blk) == splits - 1;
+        if (lid == 0) *last = lz_nv_atom_inc_gpu(cnt + blk) == splits - 1;
         barrier(CLK_LOCAL_MEM_FENCE);
         if (!*last) return; /* uniform: the whole work-group leaves */
-        GS_FENCE();
+        LZ_NV_FENCE_GPU();
         if (mine) {
             /* the splits' sums in split order; the loads of SB splits and
              * every tile issued before their adds (one round trip each) */
@@ -878,8 +798,8 @@ __attribute__((always_inline)) inline void gs_body(
                             if (s + q < splits) {
                                 const int n = (tr[r] < N ? tr[r] : N - 16) + g;
                                 __global const float *p = ws + ((size_t)(s + q) * N + n) * ldw + 8 * j + 2 * c;
-                                va[q][r][j] = gs_ld_cg2(p);
-                                vb[q][r][j] = gs_ld_cg2(p + 8 * ldw);
+                                va[q][r][j] = lz_nv_ld_cg2(p);
+                                vb[q][r][j] = lz_nv_ld_cg2(p + 8 * ldw);
                             }
 #pragma unroll
                 for (int q = 0; q < SB; q++)

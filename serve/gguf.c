@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* GGUF reader: header, metadata key/values, tensor infos and alignment of a
- * GGUF v2/v3 file (little-endian), f32 and f16 tensors converted to f32.
+ * GGUF v2/v3 file (little-endian), tensors converted to f32 (F32, F16, BF16
+ * and the quantized types of quant.c).
  * Every length and count is checked against the bytes left in the file
  * before anything is allocated, so a truncated or corrupt file gives a
  * status and a message, never a crash or a huge allocation. */
 #define _FILE_OFFSET_BITS 64
 #include "serve.h"
+#include "quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@ typedef struct serve_gguf_kv {
     int is_unsigned;
     double f;          /* f32 / f64 values */
     char *s;           /* string values */
+    uint64_t array_at; /* array values: file offset of the element type */
 } serve_gguf_kv;
 
 struct serve_gguf {
@@ -199,14 +202,6 @@ void serve_gguf_close(serve_gguf *g) {
     free(g);
 }
 
-static const char *gguf_type_name(uint32_t t) {
-    static const char *names[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",
-                                  "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-                                  "Q6_K", "Q8_K"};
-    if (t < sizeof names / sizeof names[0]) return names[t];
-    return t == 30 ? "BF16" : "quantised/other";
-}
-
 /* Makes room for entry i of a table (zeroed), doubling as entries are read:
  * the tables grow with what the file really holds, not with its counts
  * (a count that merely fits the file's size could still ask gigabytes).
@@ -341,6 +336,7 @@ static int gguf_parse(serve_gguf *g) {
         if (kv->type == GGUF_STRING) {
             if ((st = gguf_string(&r, &kv->s, kv->key))) return st;
         } else if (kv->type == GGUF_ARRAY) {
+            kv->array_at = r.pos; /* read on demand: serve_gguf_read_strings, ... */
             if ((st = gguf_skip_array(&r, kv->key, 0))) return st;
         } else if (gguf_scalar_size(kv->type)) {
             if ((st = gguf_scalar(&r, kv, kv->key))) return st;
@@ -386,17 +382,15 @@ static int gguf_parse(serve_gguf *g) {
         }
         uint64_t offset;
         if ((st = gguf_u32(&r, &t->type, name)) || (st = gguf_u64(&r, &offset, name))) return st;
-        if (t->type != SERVE_GGML_TYPE_F32 && t->type != SERVE_GGML_TYPE_F16)
-            return serve_fail(LAZYATTN_STATUS_FORMAT,
-                              "GGUF: tensor %s has type %s (%u): only F32 and F16 tensors are "
-                              "supported, convert the model with --outtype f16 or f32",
-                              name, gguf_type_name(t->type), (unsigned)t->type);
+        /* a supported type, rows of whole blocks (FORMAT naming both) */
+        uint64_t row_bytes;
+        if ((st = serve_ggml_row_bytes(t->type, t->dims[0], name, &row_bytes))) return st;
         if (offset % g->alignment != 0)
             return serve_fail(LAZYATTN_STATUS_FORMAT,
                               "GGUF: tensor %s offset %llu is not a multiple of the alignment %llu",
                               name, (unsigned long long)offset, (unsigned long long)g->alignment);
         t->offset = offset; /* relative for now */
-        t->n_bytes = t->n_elements * (t->type == SERVE_GGML_TYPE_F32 ? 4 : 2);
+        t->n_bytes = t->n_elements / t->dims[0] * row_bytes;
     }
     uint64_t start = (r.pos + g->alignment - 1) / g->alignment * g->alignment;
     if (start > g->file_size)
@@ -494,6 +488,110 @@ int serve_gguf_get_string(const serve_gguf *g, const char *key, const char **val
     return LAZYATTN_STATUS_OK;
 }
 
+/* ---- array values (read from the file on demand) ---- */
+
+/* Positions a reader on the first element of array key; its element type
+ * and count. The array was walked, bounds checked, when the file opened. */
+static int gguf_array_start(const serve_gguf *g, const char *key, serve_reader *r,
+                            uint32_t *type, uint64_t *n) {
+    const serve_gguf_kv *kv = gguf_find(g, key);
+    if (!kv) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no key %s", key ? key : "");
+    if (kv->type != GGUF_ARRAY)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: key %s is not an array", key);
+    *r = (serve_reader){g->file, kv->array_at, g->file_size, 0};
+    if (fseeko(g->file, (off_t)kv->array_at, SEEK_SET) != 0)
+        return serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek to %s failed", key);
+    int st = gguf_u32(r, type, key);
+    if (!st) st = gguf_u64(r, n, key);
+    return st;
+}
+
+int serve_gguf_get_array(const serve_gguf *g, const char *key, uint32_t *elem_type, uint64_t *n) {
+    if (!g || !key || !elem_type || !n)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_get_array: NULL");
+    serve_reader r;
+    return gguf_array_start(g, key, &r, elem_type, n);
+}
+
+void serve_gguf_strings_free(serve_gguf_strings *s) {
+    if (!s) return;
+    free(s->bytes);
+    free(s->offsets);
+    memset(s, 0, sizeof *s);
+}
+
+int serve_gguf_read_strings(const serve_gguf *g, const char *key, serve_gguf_strings *out) {
+    if (!g || !key || !out)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_strings: NULL");
+    memset(out, 0, sizeof *out);
+    serve_reader r;
+    uint32_t type;
+    uint64_t n;
+    int st = gguf_array_start(g, key, &r, &type, &n);
+    if (st) return st;
+    if (type != GGUF_STRING)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s is an array of type %u, not of "
+                          "strings", key, (unsigned)type);
+    /* the bytes of all strings, one NUL after each: at most the file's size */
+    uint64_t start = r.pos, total = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t len;
+        if ((st = gguf_u64(&r, &len, key)) || (st = gguf_skip(&r, len, key))) return st;
+        total += len + 1;
+    }
+    out->offsets = malloc((size_t)(n + 1) * sizeof *out->offsets);
+    out->bytes = malloc((size_t)total + 1);
+    if (!out->offsets || !out->bytes) {
+        serve_gguf_strings_free(out);
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF: %s", key);
+    }
+    r.pos = start;
+    if (fseeko(g->file, (off_t)start, SEEK_SET) != 0) st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek");
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < n && !st; i++) {
+        uint64_t len;
+        if ((st = gguf_u64(&r, &len, key))) break;
+        if (len > total - at) { /* the file changed under us */
+            st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: %s changed while read", key);
+            break;
+        }
+        out->offsets[i] = at;
+        if ((st = gguf_read(&r, out->bytes + at, len, key))) break;
+        at += len;
+        out->bytes[at++] = 0;
+    }
+    if (st) {
+        serve_gguf_strings_free(out);
+        return st;
+    }
+    out->offsets[n] = at;
+    out->n = n;
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gguf_read_numbers(const serve_gguf *g, const char *key, double *dst, uint64_t n) {
+    if (!g || !key || (!dst && n))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_numbers: NULL");
+    serve_reader r;
+    uint32_t type;
+    uint64_t count;
+    int st = gguf_array_start(g, key, &r, &type, &count);
+    if (st) return st;
+    if (count != n)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s has %llu elements, %llu expected", key,
+                          (unsigned long long)count, (unsigned long long)n);
+    if (!gguf_scalar_size(type))
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: %s is an array of type %u, not of "
+                          "numbers", key, (unsigned)type);
+    serve_gguf_kv v = {.type = type};
+    for (uint64_t i = 0; i < n; i++) {
+        if ((st = gguf_scalar(&r, &v, key))) return st;
+        dst[i] = (type == GGUF_F32 || type == GGUF_F64) ? v.f
+                 : v.is_unsigned ? (double)v.u : (double)v.i;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
 int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gguf_tensor **out) {
     if (!g || !name || !out)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_find_tensor: NULL");
@@ -513,29 +611,6 @@ int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gg
     return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "GGUF: no tensor %s", name);
 }
 
-static float gguf_half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else { /* subnormal: renormalise */
-            int e = -1;
-            do {
-                e++;
-                mant <<= 1;
-            } while ((mant & 0x400) == 0);
-            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (mant & 0x3FF) << 13;
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7F800000u | mant << 13;
-    } else {
-        bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *dst, uint64_t n) {
     if (!g || !t || !dst)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_f32: NULL");
@@ -543,26 +618,34 @@ int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_gguf_read_f32: %s has %llu elements, %llu asked", t->name,
                           (unsigned long long)t->n_elements, (unsigned long long)n);
-    if (t->type != SERVE_GGML_TYPE_F32 && t->type != SERVE_GGML_TYPE_F16)
-        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s: type %s not supported",
-                          t->name, gguf_type_name(t->type));
+    uint64_t row = t->dims[0], row_bytes;
+    int st = serve_ggml_row_bytes(t->type, row, t->name, &row_bytes);
+    if (st) return st;
+    if (row_bytes * (n / row) != t->n_bytes)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s: %llu bytes, its type and "
+                          "shape need %llu", t->name, (unsigned long long)t->n_bytes,
+                          (unsigned long long)(row_bytes * (n / row)));
     if (fseeko(g->file, (off_t)t->offset, SEEK_SET) != 0)
         return serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek to tensor %s failed", t->name);
-    if (t->type == SERVE_GGML_TYPE_F32) {
+    if (t->type == SERVE_GGML_F32) {
         if (fread(dst, 4, (size_t)n, g->file) != (size_t)n)
             return serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
         return LAZYATTN_STATUS_OK; /* little-endian host assumed, as GGUF is */
     }
-    /* f16: convert in chunks through a small buffer */
-    uint16_t buf[4096];
-    for (uint64_t done = 0; done < n;) {
-        size_t k = (size_t)(n - done < 4096 ? n - done : 4096);
-        if (fread(buf, 2, k, g->file) != k)
-            return serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
-        for (size_t i = 0; i < k; i++) dst[done + i] = gguf_half_to_float(buf[i]);
-        done += k;
+    /* other types: whole rows at a time through a buffer of about 64 KiB */
+    uint64_t rows_per_read = row_bytes >= 65536 ? 1 : 65536 / row_bytes;
+    unsigned char *buf = malloc((size_t)(rows_per_read * row_bytes));
+    if (!buf) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "GGUF: tensor %s", t->name);
+    for (uint64_t r = 0, n_rows = n / row; r < n_rows && !st;) {
+        uint64_t k = n_rows - r < rows_per_read ? n_rows - r : rows_per_read;
+        if (fread(buf, 1, (size_t)(k * row_bytes), g->file) != (size_t)(k * row_bytes))
+            st = serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
+        else
+            st = serve_dequantize(t->type, buf, k * row_bytes, dst + r * row, k * row, t->name);
+        r += k;
     }
-    return LAZYATTN_STATUS_OK;
+    free(buf);
+    return st;
 }
 
 /* ---- llama metadata ---- */

@@ -8,6 +8,7 @@
  * GEMMs with fused QKV and gate/up (bf16 mode, serve_layers_bf16). */
 #include "serve.h"
 #include "gemm_bf16.h"
+#include "quant.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -63,6 +64,8 @@ struct serve_model {
 
     int bf16;              /* projections in bf16 (serve_gemm_mode resolved) */
     serve_gemm_bf16 *gemm; /* bf16 mode */
+    uint64_t matrix_types; /* GGUF: bit t set when a weight matrix of ggml type t was loaded */
+    char weights_note[128]; /* GGUF: how the weights were stored and loaded ("" before) */
 
     cl_program program;
     cl_kernel k_embed, k_rmsnorm, k_swiglu, k_argmax, k_fill;
@@ -429,8 +432,8 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
     m->queue = lazyattn_context_queue(ctx);
     m->cfg = *cfg;
     const serve_model_config *c = &m->cfg;
-    size_t f = sizeof(float), h = (size_t)c->hidden, qd = (size_t)c->n_heads * c->head_dim,
-           kvd = (size_t)c->n_kv_heads * c->head_dim, ff = (size_t)c->ffn, V = (size_t)c->vocab,
+    size_t f = sizeof(float), h = (size_t)c->hidden, qd = (size_t)c->n_heads * (size_t)c->head_dim,
+           kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim, ff = (size_t)c->ffn, V = (size_t)c->vocab,
            R = (size_t)c->max_rows;
 
     lazyattn_attention_config acfg;
@@ -584,8 +587,8 @@ void serve_model_device_bytes(const serve_model *m, uint64_t *weights, uint64_t 
 int serve_model_init_random(serve_model *m, uint64_t seed) {
     if (!m) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_init_random: NULL");
     const serve_model_config *c = &m->cfg;
-    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * c->head_dim,
-             kvd = (uint64_t)c->n_kv_heads * c->head_dim, ff = (uint64_t)c->ffn;
+    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, ff = (uint64_t)c->ffn;
     /* uniform(-a, a) has variance a^2 / 3: a = sqrt(3 / fan_in) gives 1 / fan_in */
     float a_h = (float)sqrt(3.0 / (double)h), a_q = (float)sqrt(3.0 / (double)qd),
           a_f = (float)sqrt(3.0 / (double)ff), a_1 = 1.7320508f;
@@ -607,10 +610,10 @@ int serve_model_init_random(serve_model *m, uint64_t seed) {
                              scale, offset);                                                \
         if (st) return st;                                                                  \
     } while (0)
-    SERVE_FILL(m->tok_embd, c->vocab * h, a_1, 0.0f);
+    SERVE_FILL(m->tok_embd, (uint64_t)c->vocab * h, a_1, 0.0f);
     SERVE_FILL(m->output_norm, h, 0.1f, 1.0f);
     if (m->bf16) { /* tensor for tensor as below, so the seeds match */
-        SERVE_FILL_BF16(m->output, 0, c->vocab, h, a_h, 0.0f);
+        SERVE_FILL_BF16(m->output, 0, (uint64_t)c->vocab, h, a_h, 0.0f);
         for (int l = 0; l < c->n_layers; l++) {
             serve_layer *L = &m->layers[l];
             SERVE_FILL(L->attn_norm, h, 0.1f, 1.0f);
@@ -628,7 +631,7 @@ int serve_model_init_random(serve_model *m, uint64_t seed) {
                                  : serve_cl_fail(err, "serve_model_init_random");
     }
     /* tied: a random LM head stands in for the transposed embedding */
-    SERVE_FILL(m->output, c->vocab * h, a_h, 0.0f);
+    SERVE_FILL(m->output, (uint64_t)c->vocab * h, a_h, 0.0f);
     for (int l = 0; l < c->n_layers; l++) {
         serve_layer *L = &m->layers[l];
         SERVE_FILL(L->attn_norm, h, 0.1f, 1.0f);
@@ -669,6 +672,7 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
                           name, (unsigned long long)t->dims[0], (unsigned long long)t1,
                           (unsigned long long)d0, (unsigned long long)d1);
     if ((st = serve_gguf_read_f32(g, t, host, d0 * d1))) return st;
+    if (d1 > 1 && t->type < 64) m->matrix_types |= (uint64_t)1 << t->type;
     /* a NaN or infinite weight makes every logit NaN: refuse the file */
     for (uint64_t i = 0; i < d0 * d1; i++)
         if (!isfinite(host[i]))
@@ -703,15 +707,37 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "upload weights");
 }
 
+/* m->weights_note from m->matrix_types, e.g. "weights: Q4_K/Q6_K/Q8_0
+ * dequantized at load to bf16": the file's matrix types (ggml order) and
+ * what the GEMMs read. Quantized matrices are never kept quantized on the
+ * device yet: every type is converted at load. */
+static void serve_weights_note(serve_model *m) {
+    char types[96] = "";
+    size_t len = 0;
+    int quantized = 0;
+    for (uint32_t t = 0; t < 64; t++) {
+        if (!(m->matrix_types >> t & 1)) continue;
+        quantized |= t != SERVE_GGML_F32 && t != SERVE_GGML_F16 && t != SERVE_GGML_BF16;
+        int k = snprintf(types + len, sizeof types - len, "%s%s", len ? "/" : "",
+                         serve_ggml_type_name(t));
+        if (k < 0 || (size_t)k >= sizeof types - len) break;
+        len += (size_t)k;
+    }
+    snprintf(m->weights_note, sizeof m->weights_note, "weights: %s %s at load to %s", types,
+             quantized ? "dequantized" : "converted", m->bf16 ? "bf16" : "f32");
+}
+
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     if (!m || !g) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_load_gguf: NULL");
     const serve_model_config *c = &m->cfg;
-    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * c->head_dim,
-             kvd = (uint64_t)c->n_kv_heads * c->head_dim, ff = (uint64_t)c->ffn,
+    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, ff = (uint64_t)c->ffn,
              V = (uint64_t)c->vocab;
     uint64_t biggest = V * h;
     if (ff * h > biggest) biggest = ff * h;
     if (qd * h > biggest) biggest = qd * h;
+    m->matrix_types = 0;
+    m->weights_note[0] = 0;
     float *host = malloc((size_t)biggest * sizeof(float));
     float *tmp = malloc((size_t)biggest * sizeof(float));
     if (!host || !tmp) {
@@ -772,8 +798,11 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     }
     free(host);
     free(tmp);
+    if (!st) serve_weights_note(m);
     return st;
 }
+
+const char *serve_model_weights_note(const serve_model *m) { return m ? m->weights_note : ""; }
 
 /* ---- forward ---- */
 
@@ -855,7 +884,7 @@ static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
         SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         /* f32 attention output, converted: a bf16 out_dtype would make the
          * NVIDIA fast path fall back to lazyattn's portable kernels */
-        SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * qd));
+        SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * (size_t)qd));
         SERVE_TRY(serve_gemm_b(m, n, qd, m->att_bf, L->wo, 1, &m->x, &h, 1));
         SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n));
         SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wgu, 2, gu, gu_cols, 0));
@@ -895,7 +924,7 @@ static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     if (m->bf16) { /* normed rows at h_bf's row 0 */
         SERVE_TRY(serve_gemm_b(m, n, c->hidden, m->h_bf, m->output, 1, &m->logits, &c->vocab, 0));
     } else {
-        SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * c->hidden,
+        SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * (size_t)c->hidden,
                                m->output, m->logits, 0, 0.0f));
     }
     SERVE_TRY(serve_argmax(m, n));
@@ -1087,7 +1116,7 @@ int serve_model_read_logits(serve_model *m, int n_rows, float *dst) {
     if (!m || !dst || n_rows < 1 || n_rows > m->cfg.max_rows)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_read_logits: bad argument");
     cl_int err = clEnqueueReadBuffer(m->queue, m->logits, CL_TRUE, 0,
-                                     (size_t)n_rows * m->cfg.vocab * sizeof(float), dst, 0, NULL,
+                                     (size_t)n_rows * (size_t)m->cfg.vocab * sizeof(float), dst, 0, NULL,
                                      NULL);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "read logits");
 }

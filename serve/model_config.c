@@ -88,8 +88,8 @@ int serve_model_config_check(const serve_model_config *c) {
 }
 
 uint64_t serve_model_config_n_params(const serve_model_config *c) {
-    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * c->head_dim,
-             kvd = (uint64_t)c->n_kv_heads * c->head_dim;
+    uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
+             kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim;
     uint64_t layer = 2 * h + h * qd * 2 + h * kvd * 2 + 3 * h * (uint64_t)c->ffn;
     uint64_t emb = (uint64_t)c->vocab * h;
     return (uint64_t)c->n_layers * layer + h + emb * (c->tied_embeddings ? 1 : 2);
@@ -119,7 +119,7 @@ void serve_model_pool_config(const serve_model_config *c, uint64_t budget_bytes,
 }
 
 uint64_t serve_model_kv_bytes_per_token(const serve_model_config *c) {
-    return 2ull * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim *
+    return 2 * (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim *
            lazyattn_dtype_size(c->kv_dtype);
 }
 

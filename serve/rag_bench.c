@@ -54,8 +54,9 @@ typedef struct tier_spec {
     tier_kind kind;
     uint64_t host_bytes;  /* host:SIZE */
     const char *path;     /* dir:PATH */
-    char host[256];       /* redis://HOST:PORT */
-    int port;
+    const char *url;      /* redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...] */
+    char password[512];   /* --tier-password-file or LAZYATTN_REDIS_PASSWORD; "": none */
+    char shown[1024];     /* --tier as printed: any password as "***" */
 } tier_spec;
 
 /* ---- options ---- */
@@ -81,6 +82,7 @@ typedef struct bench_options {
     int kv_f32;
     int no_profiling;
     const char *tier_text;  /* --tier as given */
+    const char *tier_password_file; /* --tier-password-file */
     tier_spec tier;
     int tier_mode;          /* lazyattn_tier_mode */
     int processes;          /* 0: one process, the per-policy table */
@@ -131,9 +133,13 @@ static const char usage_text[] =
     "                            time left (runs in order lazy, position, prefix, none); a\n"
     "                            run cut short is marked so, and the exit status is 3\n"
     "  --seed S                  weight seed (default 1)\n"
-    "  --tier host:SIZE|dir:PATH|redis://HOST:PORT|redis://[IPV6]:PORT\n"
+    "  --tier host:SIZE|dir:PATH|redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...]\n"
     "                            a document tier behind the LAZY cache (lazy policy only):\n"
-    "                            GPU misses are loaded from it before being recomputed\n"
+    "                            GPU misses are loaded from it before being recomputed;\n"
+    "                            redis://: one server or the seeds of a Redis Cluster, IPv6\n"
+    "                            hosts in brackets; a password not in the URL comes from\n"
+    "                            --tier-password-file or LAZYATTN_REDIS_PASSWORD\n"
+    "  --tier-password-file FILE the Redis password on FILE's first line (off the command line)\n"
     "  --tier-mode through|back|read  write at commit (default), at eviction, or never\n"
     "  --processes N             N serving processes (1..64) on the workload, replicated\n"
     "                            (process i starts at request i*R/N): once with N separate\n"
@@ -171,9 +177,11 @@ static void workload_small(lazyattn_workload_config *c) {
     c->seed = 1;
 }
 
-/* host:SIZE, dir:PATH or redis://HOST:PORT; CLI_OK or a usage error printed. */
+/* host:SIZE, dir:PATH or redis://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...];
+ * CLI_OK or a usage error printed. */
 static int tier_parse(const char *text, tier_spec *t) {
     memset(t, 0, sizeof *t);
+    snprintf(t->shown, sizeof t->shown, "%s", text);
     if (strncmp(text, "host:", 5) == 0) {
         t->kind = TIER_HOST;
         return cli_parse_size("rag_bench", "--tier", text + 5, NULL, 0, 1024, 1125899906842624.0,
@@ -185,40 +193,36 @@ static int tier_parse(const char *text, tier_spec *t) {
         if (!t->path[0]) return cli_fail("rag_bench", "--tier", "dir: needs a path");
         return CLI_OK;
     }
-    if (strncmp(text, "redis://", 8) == 0) {
-        /* HOST:PORT or [IPV6]:PORT; the port digits only, 1..65535 */
+    if (strncmp(text, "redis://", 8) == 0 || strncmp(text, "rediss://", 9) == 0) {
+        /* seeds, user and password as the library reads them */
         t->kind = TIER_REDIS;
-        const char *hp = text + 8, *h = hp, *colon;
-        size_t n;
-        if (hp[0] == '[') {
-            const char *close = strchr(hp, ']');
-            h = hp + 1;
-            n = close ? (size_t)(close - h) : 0;
-            colon = close && close[1] == ':' ? close + 1 : NULL;
-        } else {
-            colon = strchr(hp, ':');
-            n = colon ? (size_t)(colon - hp) : 0;
-            if (colon && strchr(colon + 1, ':'))
-                return cli_fail("rag_bench", "--tier", "'%s': an IPv6 address goes in brackets: "
-                                "redis://[ADDRESS]:PORT", text);
-        }
-        if (!colon || n == 0 || n >= sizeof t->host || memchr(h, '[', n) || memchr(h, ']', n))
-            return cli_fail("rag_bench", "--tier", "'%s': expected redis://HOST:PORT or "
-                            "redis://[IPV6]:PORT", text);
-        memcpy(t->host, h, n);
-        t->host[n] = '\0';
-        const char *p = colon + 1;
-        long port = 0;
-        size_t digits = strspn(p, "0123456789");
-        if (digits >= 1 && digits <= 5 && p[digits] == '\0') port = strtol(p, NULL, 10);
-        if (port < 1 || port > 65535)
-            return cli_fail("rag_bench", "--tier", "'%s': the port must be 1..65535 (digits only)",
-                            text);
-        t->port = (int)port;
+        t->url = text;
+        const char *at = strrchr(text, '@'), *colon = strchr(text + 8, ':');
+        if (at && colon && colon < at)
+            snprintf(t->shown, sizeof t->shown, "%.*s:***%s", (int)(colon - text), text, at);
+        if (lazyattn_redis_url_check(text) != LAZYATTN_STATUS_OK)
+            return cli_fail("rag_bench", "--tier", "%s", lazyattn_last_error());
         return CLI_OK;
     }
     return cli_fail("rag_bench", "--tier", "'%s': expected host:SIZE, dir:PATH or redis://HOST:PORT",
                     text);
+}
+
+/* The password of a Redis tier from the first line of path (its newline
+ * dropped): CLI_OK, or a usage error printed (never the password). */
+static int tier_read_password(const char *path, tier_spec *t) {
+    FILE *f = fopen(path, "r");
+    if (!f) return cli_fail("rag_bench", "--tier-password-file", "%s: %s", path, strerror(errno));
+    int ok = fgets(t->password, sizeof t->password, f) != NULL;
+    fclose(f);
+    size_t n = ok ? strcspn(t->password, "\r\n") : 0;
+    if (ok && t->password[n] == '\0' && n == sizeof t->password - 1)
+        return cli_fail("rag_bench", "--tier-password-file", "%s: longer than %zu bytes", path,
+                        sizeof t->password - 2);
+    t->password[n] = '\0';
+    if (!n) return cli_fail("rag_bench", "--tier-password-file", "%s: no password on its first line",
+                            path);
+    return CLI_OK;
 }
 
 static int tier_open(const tier_spec *t, lazyattn_store **out) {
@@ -230,8 +234,8 @@ static int tier_open(const tier_spec *t, lazyattn_store **out) {
     } else {
         lazyattn_redis_config rc;
         lazyattn_redis_config_init(&rc);
-        rc.host = t->host;
-        rc.port = t->port;
+        rc.url = t->url;
+        rc.password = t->password[0] ? t->password : NULL;
         st = lazyattn_store_create_redis(&rc, out);
     }
     return st ? serve_lz_fail(st, "opening the tier's store") : LAZYATTN_STATUS_OK;
@@ -297,6 +301,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--kv-f32", .type = CLI_FLAG, .dest = &o->kv_f32},
         {.name = "--gemm", .type = CLI_ENUM, .dest = &o->gemm, .choices = "auto|f32|bf16"},
         {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
+        {.name = "--tier-password-file", .type = CLI_STRING, .dest = &o->tier_password_file},
         {.name = "--tier-mode", .type = CLI_ENUM, .dest = &o->tier_mode, .choices = "read|back|through"},
         {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
         {.name = "--rounds", .type = CLI_INT, .dest = &o->rounds, .min = 1, .max = 100},
@@ -310,7 +315,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     o->workload = workloads[workload];
     if (workload == 0) workload_small(&o->wl);
     else if (lazyattn_workload_config_preset(o->workload, &o->wl) != 0)
-        return cli_fail("rag_bench", "--workload", "%s", lazyattn_last_error());
+        return cli_fail("rag_bench", "--workload", "%s", lazyattn_testing_last_error());
     if ((r = cli_parse("rag_bench", usage_text, opts, N_OPTS, argc, argv))) return r;
     o->model = models[model];
     if (cli_given(opts, N_OPTS, "--doc-len")) o->wl.doc_len_min = doc_len[0], o->wl.doc_len_max = doc_len[1];
@@ -338,6 +343,14 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     if (o->tier_text) {
         int r2 = tier_parse(o->tier_text, &o->tier);
         if (r2) return r2;
+        if (o->tier_password_file && o->tier.kind != TIER_REDIS)
+            return cli_fail("rag_bench", "--tier", "a password is for redis:// only");
+        if (o->tier_password_file) {
+            r2 = tier_read_password(o->tier_password_file, &o->tier);
+            if (r2) return r2;
+        } else if (getenv("LAZYATTN_REDIS_PASSWORD"))
+            snprintf(o->tier.password, sizeof o->tier.password, "%s",
+                     getenv("LAZYATTN_REDIS_PASSWORD"));
         for (int i = 0; i < o->n_policies; i++)
             if (policies[i] != LAZYATTN_CACHE_POLICY_LAZY)
                 return cli_fail("rag_bench", "--tier", "only the lazy policy has a tier "
@@ -345,6 +358,8 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         if (o->n_policies == 0) policies[0] = LAZYATTN_CACHE_POLICY_LAZY, o->n_policies = 1;
     } else if (cli_given(opts, N_OPTS, "--tier-mode")) {
         return cli_fail("rag_bench", "--tier-mode", "needs --tier");
+    } else if (o->tier_password_file) {
+        return cli_fail("rag_bench", "--tier-password-file", "needs --tier redis://...");
     }
     if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
         return cli_fail("rag_bench", "--rounds", "needs --processes");
@@ -617,7 +632,7 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
             x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
             x ^= x >> 31;
-            double u = ((x >> 11) + 0.5) / 9007199254740992.0;
+            double u = ((double)(x >> 11) + 0.5) / 9007199254740992.0; /* 53 bits: exact */
             t += -log(u) / o->rate;
             b->arrivals[i] = t;
         }
@@ -648,7 +663,8 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             if ((st = lazyattn_workload_get_request_desc(b->wl, index, b->docs, b->doc_lengths,
                                                          &desc)) ||
                 (st = lazyattn_workload_get_request(b->wl, index, &wr))) {
-                serve_lz_fail(st, "workload request");
+                serve_fail(st, "workload request: %s (%s)", lazyattn_status_string(st),
+                           lazyattn_testing_last_error());
                 goto out;
             }
             desc.max_new_tokens = wr.n_generate;
@@ -951,6 +967,7 @@ static int bench_setup(bench *b, const bench_options *o, const serve_model_confi
     if ((st = serve_model_create(b->ctx, mc, &b->model))) goto out;
     st = gguf ? serve_model_load_gguf(b->model, gguf) : serve_model_init_random(b->model, o->seed);
     if (st) goto out;
+    if (gguf) phase("%s", serve_model_weights_note(b->model));
     if ((st = bench_compile_warmup(b))) goto out;
     *t_model = serve_now() - t0;
     phase("setup done in %.1f s: %d programs built", *t_model, phase_programs);
@@ -961,7 +978,8 @@ static int bench_setup(bench *b, const bench_options *o, const serve_model_confi
     lazyattn_workload_config wc = o->wl;
     wc.n_requests = total;
     if ((st = lazyattn_workload_create(&wc, &b->wl))) {
-        serve_lz_fail(st, "lazyattn_workload_create");
+        serve_fail(st, "lazyattn_workload_create: %s (%s)", lazyattn_status_string(st),
+                   lazyattn_testing_last_error());
         goto out;
     }
     int k = o->wl.docs_per_request > 0 ? o->wl.docs_per_request : 1;
@@ -1198,7 +1216,8 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     memset(&shr, 0, sizeof shr);
     int st = lazyattn_workload_create(&wc, &wl);
     if (st) {
-        serve_lz_fail(st, "lazyattn_workload_create");
+        serve_fail(st, "lazyattn_workload_create: %s (%s)", lazyattn_status_string(st),
+                   lazyattn_testing_last_error());
         goto fail;
     }
     /* the parent's connection is closed before any fork */
@@ -1221,7 +1240,7 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
            o->wl.docs_per_request, o->wl.alpha, o->wl.n_requests, o->wl.n_requests, n);
     printf("# tier %s, mode %s; %d round%s of: %d processes with separate caches, then %d "
            "sharing the tier (emptied of this workload's documents before each phase)\n",
-           o->tier_text, modes[o->tier_mode], o->rounds, o->rounds > 1 ? "s" : "", n, n);
+           o->tier.shown, modes[o->tier_mode], o->rounds, o->rounds > 1 ? "s" : "", n, n);
     fflush(stdout);
     /* Rounds alternate the phases, so that a load on the machine that
      * drifts over time weighs on both alike. --run-seconds bounds the
@@ -1248,7 +1267,7 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     char label[1100];
     int rounds_cut = rounds_run < o->rounds;
     print_phase(sep.n_cut || rounds_cut ? "separate (CUT SHORT)" : "separate", n, &sep);
-    snprintf(label, sizeof label, "shared %s%s", o->tier_text,
+    snprintf(label, sizeof label, "shared %s%s", o->tier.shown,
              shr.n_cut || rounds_cut ? " (CUT SHORT)" : "");
     print_phase(label, n, &shr);
     double ratio = sep.total.recomputed_tokens
@@ -1452,13 +1471,13 @@ int main(int argc, char **argv) {
     printf("# rag_bench on %s\n", lazyattn_context_device_name(b.ctx));
     if (b.tier)
         printf("# tier %s (mode %s) behind the lazy cache, emptied of the workload's documents "
-               "before each run\n", o.tier_text,
+               "before each run\n", o.tier.shown,
                o.tier_mode == LAZYATTN_TIER_READ_ONLY ? "read"
                : o.tier_mode == LAZYATTN_TIER_WRITE_BACK ? "back" : "through");
     printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, FFN %d, vocab %d "
            "(%.3g M params, %s weights %s, %.1f s to set up and build kernels); KV %s, %llu B/token, block %d\n",
            o.gguf ? o.gguf : o.model, mc.n_layers, mc.hidden, mc.n_heads, mc.n_kv_heads,
-           mc.head_dim, mc.ffn, mc.vocab, serve_model_config_n_params(&mc) / 1e6,
+           mc.head_dim, mc.ffn, mc.vocab, (double)serve_model_config_n_params(&mc) / 1e6,
            serve_model_uses_bf16(b.model) ? "bf16" : "f32",
            o.gguf ? "from GGUF" : "random", t_model, mc.kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32",
            (unsigned long long)serve_model_kv_bytes_per_token(&mc), mc.block_size);
@@ -1471,7 +1490,7 @@ int main(int argc, char **argv) {
            : serve_gemm_bf16_has_tensor_cores(serve_model_gemm_bf16(b.model))
                ? "bf16 weights, tensor-core kernels (portable kernel for shapes they refuse)"
                : "bf16 weights, portable kernel (serve/gemm_bf16.cl)",
-           weight_bytes / 1e9, other_bytes / 1e9);
+           (double)weight_bytes / 1e9, (double)other_bytes / 1e9);
     printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, prefix %d, question "
            "%d-%d, generate %d-%d, %d requests (+%d warm-up, excluded), %s\n",
            o.workload, o.wl.n_docs, o.wl.doc_len_min, o.wl.doc_len_max, o.wl.docs_per_request,
@@ -1579,7 +1598,7 @@ int main(int argc, char **argv) {
     serve_print_host(stdout, runs, n_runs);
     if (b.tier) {
         printf("\nDocument tier (%s): per lookup a GPU hit, a tier hit or a recompute\n\n",
-               o.tier_text);
+               o.tier.shown);
         printf("| policy | budget | doc tokens | GPU hit tokens | tier hit tokens | recomputed | "
                "tier writes | tier errors | tier rejected | write errors | MiB read / written | "
                "plan + tier load mean ms |\n");

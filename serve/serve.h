@@ -148,10 +148,6 @@ uint64_t serve_model_kv_bytes_per_token(const serve_model_config *cfg);
 
 /* ---- GGUF v3 reader (gguf.c) -------------------------------------------- */
 
-/* ggml tensor types this loader converts; others are refused (FORMAT). */
-#define SERVE_GGML_TYPE_F32 0
-#define SERVE_GGML_TYPE_F16 1
-
 typedef struct serve_gguf serve_gguf;
 
 typedef struct serve_gguf_tensor {
@@ -178,10 +174,27 @@ int serve_gguf_get_int(const serve_gguf *g, const char *key, int64_t *value);
 int serve_gguf_get_float(const serve_gguf *g, const char *key, double *value);
 /* The string stays owned by g. */
 int serve_gguf_get_string(const serve_gguf *g, const char *key, const char **value);
+/* Array values, read from the file when asked (not thread-safe with other
+ * reads of g). elem_type: the GGUF value type of the elements (8 = string).
+ * NOT_FOUND if absent, FORMAT if not an array (of the asked kind). */
+int serve_gguf_get_array(const serve_gguf *g, const char *key, uint32_t *elem_type, uint64_t *n);
+/* An array of strings: string i is bytes + offsets[i], offsets[i + 1] -
+ * offsets[i] - 1 bytes long (it may hold NULs) and NUL-terminated. */
+typedef struct serve_gguf_strings {
+    uint64_t n;
+    char *bytes;       /* [offsets[n]] */
+    uint64_t *offsets; /* [n + 1] */
+} serve_gguf_strings;
+int serve_gguf_read_strings(const serve_gguf *g, const char *key, serve_gguf_strings *out);
+void serve_gguf_strings_free(serve_gguf_strings *s); /* zeroes *s; NULL is a no-op */
+/* An array of numbers of any scalar type, converted. dst: [n]; FORMAT
+ * unless the array has exactly n elements. */
+int serve_gguf_read_numbers(const serve_gguf *g, const char *key, double *dst, uint64_t n);
 /* NOT_FOUND if absent. */
 int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gguf_tensor **out);
 /* Reads a tensor converted to f32. dst: [n] floats, n == tensor->n_elements.
- * FORMAT for a type other than f32 / f16. */
+ * Types: those of quant.h (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K),
+ * dequantized row by row; serve_gguf_open refuses any other by name. */
 int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *dst, uint64_t n);
 
 /* Model shape from a "llama" GGUF's metadata (general.architecture,
@@ -242,6 +255,10 @@ int serve_model_init_random(serve_model *m, uint64_t seed);
  * past bf16's largest finite value (|w| >= 0x7F7F8000 as f32 bits,
  * ~3.3962e38). */
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
+/* After serve_model_load_gguf: one line saying how the weight matrices
+ * were stored and what they became on the device ("weights: Q4_K/Q6_K
+ * dequantized at load to bf16"); "" before a load. Owned by m. */
+const char *serve_model_weights_note(const serve_model *m);
 
 /*
  * One chunk of one sequence through every layer (prefill).
@@ -543,6 +560,11 @@ int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n
  * without extension ("model_kernels", "gemm_bf16", "gemm_nv_large",
  * "gemm_nv_small"); NULL when there is none (sources.c). */
 const char *serve_source_text(const char *name);
+/* The program text of an NVIDIA kernel file of serve/ ("gemm_nv_large",
+ * "gemm_nv_small"): cl/nv/ptx.h (the PTX instructions it uses), then the
+ * file, in one string the caller frees; NULL when a source is missing or
+ * memory is short (sources.c). */
+char *serve_nv_program_text(const char *name);
 
 double serve_now(void); /* monotonic seconds */
 /* CPU seconds the calling thread has used (0 where the clock is missing):

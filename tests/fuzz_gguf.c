@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target: arbitrary bytes as a GGUF file through serve/gguf.c
- * (open, metadata lookups, the llama shape, tensor reads). A refusal must
+ * (open, metadata lookups, the llama shape, tensor reads) and the tokenizer
+ * read from it (serve/tokenizer.c: load, encode, decode). A refusal must
  * come with a message and no handle; an accepted file must keep every
  * tensor inside the file, unique and apart, and a model shape read from it
  * must pass serve_model_config_check with finite, sensible values.
@@ -8,6 +9,8 @@
  * python3 tests/fuzz_gguf_seed.py DIR; run:
  * build-fuzz/tests/fuzz_gguf -max_total_time=45 DIR */
 #include "serve.h"
+#include "quant.h"
+#include "tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -86,7 +89,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         CHECK(!strcmp(t->name, tensor_names[i]));
         CHECK(t->n_bytes <= size && t->offset <= size - t->n_bytes);
-        CHECK(t->n_elements * (t->type == SERVE_GGML_TYPE_F32 ? 4u : 2u) == t->n_bytes);
+        uint64_t row_bytes;
+        CHECK(serve_ggml_row_bytes(t->type, t->dims[0], t->name, &row_bytes) == 0);
+        CHECK(t->n_elements / t->dims[0] * row_bytes == t->n_bytes);
         if (t->n_elements <= (1u << 16)) {
             float *x = malloc((size_t)t->n_elements * sizeof *x);
             if (x) {
@@ -108,6 +113,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(c.rope.llama3_factor == 0 || isfinite(c.rope.llama3_factor));
         /* the file holds every weight the shape asks for */
         CHECK(serve_model_config_n_params(&c) <= size);
+    }
+
+    /* the tokenizer: refused with a status, or it encodes and decodes */
+    serve_tokenizer *tok = (serve_tokenizer *)1;
+    st = serve_tokenizer_from_gguf(g, &tok);
+    if (st) {
+        CHECK(st < 0 && tok == NULL && serve_last_error()[0] != 0);
+    } else {
+        static const char text[] = "Hi <s> <|eot_id|>  12345 \xC3\xA9\xF0\x9F\x98\x80\n";
+        int32_t *ids;
+        size_t n, len;
+        st = serve_tokenizer_encode(tok, text, sizeof text - 1,
+                                    SERVE_TOKENIZE_ADD_SPECIAL | SERVE_TOKENIZE_PARSE_SPECIAL, &ids, &n);
+        CHECK(st == 0 || st == LAZYATTN_STATUS_INVALID_ARGUMENT);
+        if (!st) {
+            serve_tokenizer_info info;
+            serve_tokenizer_get_info(tok, &info);
+            for (size_t k = 0; k < n; k++) CHECK(ids[k] >= 0 && ids[k] < info.n_vocab);
+            char *back;
+            CHECK(serve_tokenizer_decode(tok, ids, n, SERVE_DETOK_SPECIAL, &back, &len) == 0);
+            free(back);
+            free(ids);
+        }
+        serve_tokenizer_free(tok);
     }
     serve_gguf_close(g);
     return 0;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Seed corpus for tests/fuzz_gguf.c: a tiny valid llama GGUF v3 (1 layer,
 hidden 32, 2 heads of 16, 1 KV head, FFN 8, vocab 4; f32 norms, f16
-projections) and a few of its variants, so the fuzzer starts past the
+projections) and a few of its variants (Q8_0 and BF16 weights among them), so the fuzzer starts past the
 header checks.  usage: fuzz_gguf_seed.py DIR"""
 import os
 import struct
@@ -28,7 +28,23 @@ def kv_str(k, v):
     return s(k) + struct.pack("<I", 8) + s(v)
 
 
-def gguf(extra_kv=b"", n_extra=0, tied=False, rope_freqs=False):
+def blob_of(t, d0, d1):
+    """d0 x d1 values of ggml type t: F32 (0), F16 (1), Q8_0 (8) or BF16 (30)."""
+    n = d0 * d1
+    vals = [((i * 37) % 128 - 64) / 512 for i in range(n)]
+    if t == 0:
+        return struct.pack("<%df" % n, *[1.0 + i / 512 for i in range(n)])
+    if t == 1:
+        return struct.pack("<%de" % n, *vals)
+    if t == 30:  # the top half of each f32
+        return b"".join(struct.pack("<f", v)[2:] for v in vals)
+    assert t == 8 and d0 % 32 == 0  # Q8_0: per 32 values an f16 scale and 32 int8
+    return b"".join(struct.pack("<e", 1 / 64) +
+                    struct.pack("<32b", *[(i * 37 + b) % 255 - 127 for i in range(32)])
+                    for b in range(n // 32))
+
+
+def gguf(extra_kv=b"", n_extra=0, tied=False, rope_freqs=False, mat_type=1):
     tensors = [("token_embd.weight", H, VOCAB, 1), ("output_norm.weight", H, 1, 0)]
     if rope_freqs:  # Llama 3.x as llama.cpp's converter writes it: [HD / 2] f32 divisors
         tensors.append(("rope_freqs.weight", HD // 2, 1, 0))
@@ -49,12 +65,12 @@ def gguf(extra_kv=b"", n_extra=0, tied=False, rope_freqs=False):
     out += b"".join(kvs) + extra_kv
     data, off = [], 0
     for name, d0, d1, t in tensors:
+        if t == 1 and (mat_type != 8 or d0 % 32 == 0):  # Q8_0 rows are whole blocks
+            t = mat_type
         dims = [d0] if d1 == 1 else [d0, d1]
         out += s(name) + struct.pack("<I", len(dims)) + b"".join(struct.pack("<Q", d) for d in dims)
         out += struct.pack("<IQ", t, off)
-        n = d0 * d1
-        blob = (struct.pack("<%df" % n, *[1.0 + i / 512 for i in range(n)]) if t == 0 else
-                struct.pack("<%de" % n, *[((i * 37) % 128 - 64) / 512 for i in range(n)]))
+        blob = blob_of(t, d0, d1)
         blob += b"\0" * (-len(blob) % 32)
         data.append(blob)
         off += len(blob)
@@ -74,6 +90,8 @@ def main():
         "tiny_llama_rope_freqs.gguf": gguf(rope_freqs=True),
         "tiny_llama_linear.gguf": gguf(kv_str("llama.rope.scaling.type", "linear") +
                                        kv_f32("llama.rope.scaling.factor", 4.0), 2),
+        "tiny_llama_q8_0.gguf": gguf(mat_type=8),
+        "tiny_llama_bf16.gguf": gguf(mat_type=30),
     }
     for name, blob in seeds.items():
         with open(os.path.join(d, name), "wb") as f:

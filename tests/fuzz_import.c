@@ -11,7 +11,7 @@
  * -Dfuzz=true; run: build-fuzz/tests/fuzz_import -max_total_time=30 */
 #include "lazyattn.h"
 
-#include "cache_internal.h" /* lz_kv_checksum, lz_cache_fingerprint */
+#include "cache/cache_internal.h" /* lz_kv_checksum, lz_cache_fingerprint */
 
 #include <stdio.h>
 #include <stdlib.h>

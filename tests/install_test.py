@@ -43,7 +43,7 @@ def run(cmd, **kw):
     return r.stdout
 
 
-PKG = "$(pkg-config --cflags --libs lazyattn)"
+PKG = "$(pkg-config --cflags --libs lazyattn lazyattn-testing)"
 
 
 def readme_command(source_root):
@@ -86,7 +86,9 @@ def main():
         pc = staged(os.path.join(libdir, "pkgconfig", "lazyattn.pc"))
         for f in (pc, staged(os.path.join(includedir, "lazyattn.h")),
                   staged(os.path.join(includedir, "lazyattn_testing.h")),
-                  staged(os.path.join(libdir, "liblazyattn.so"))):
+                  staged(os.path.join(libdir, "pkgconfig", "lazyattn-testing.pc")),
+                  staged(os.path.join(libdir, "liblazyattn.so")),
+                  staged(os.path.join(libdir, "liblazyattn-testing.so"))):
             if not os.path.isfile(f):
                 fail(f"{f} was not installed")
         # The .pc names the final prefix; DESTDIR is the packager's business.
@@ -97,18 +99,21 @@ def main():
         env = dict(os.environ)
         env["PKG_CONFIG_PATH"] = os.path.dirname(pc)
         env["PKG_CONFIG_SYSROOT_DIR"] = stage
-        cflags = run(["pkg-config", "--cflags", "lazyattn"], env=env).split()
-        libs = run(["pkg-config", "--libs", "lazyattn"], env=env).split()
+        # the examples check against the reference: the testing library too
+        cflags = run(["pkg-config", "--cflags", "lazyattn", "lazyattn-testing"], env=env).split()
+        libs = run(["pkg-config", "--libs", "lazyattn", "lazyattn-testing"], env=env).split()
         if "-I" + staged(includedir) not in cflags:
             fail(f"pkg-config --cflags {cflags} lacks -I{staged(includedir)}")
-        if "-L" + staged(libdir) not in libs or "-llazyattn" not in libs:
-            fail(f"pkg-config --libs {libs} lacks -L{staged(libdir)} -llazyattn")
+        if ("-L" + staged(libdir) not in libs or "-llazyattn" not in libs or
+                "-llazyattn-testing" not in libs):
+            fail(f"pkg-config --libs {libs} lacks -L{staged(libdir)} -llazyattn -llazyattn-testing")
         for flag in cflags + libs:
             if flag[:2] in ("-I", "-L") and a.prefix != "/usr" and flag[2:].startswith(a.prefix):
                 fail(f"{flag}: a path outside the stage (the prefix itself)")
 
         san = [] if a.sanitize in ("", "none") else ["-fsanitize=" + a.sanitize]
         examples = os.path.join(a.source_root, "examples")
+        common_dir = os.path.join(a.source_root, "common")  # the programs' option parser
         # the stage's library only: meson test puts the build tree's on the
         # path, which would hide a program linked to the wrong one
         run_env = dict(os.environ)
@@ -144,8 +149,8 @@ def main():
                 deps = run(common + ["-M", src], env=env)
             else:
                 # the option parser is the programs' own helper, not the library's API;
-                # examples/ holds no lazyattn header, so the installed one is the only one
-                deps = run(common + ["-I" + examples, "-M", src], env=env)
+                # common/ holds no lazyattn header, so the installed one is the only one
+                deps = run(common + ["-I" + common_dir, "-M", src], env=env)
             headers = [w for w in deps.replace("\\\n", " ").split() if w.endswith("lazyattn.h")]
             if not headers or not all(under(h, stage) for h in headers):
                 fail(f"{prog}: lazyattn.h came from {headers}, not from the stage")
@@ -153,7 +158,7 @@ def main():
                 run(readme_cmd, env=env, cwd=a.source_root)
                 exe = readme_exe
             else:
-                run(common + ["-I" + examples, src, os.path.join(examples, "cli_options.c"), "-o", exe]
+                run(common + ["-I" + common_dir, src, os.path.join(common_dir, "cli_options.c"), "-o", exe]
                     + san + libs + ["-lm"], env=env)
             ldd = run(["ldd", exe], env=run_env)
             line = [l for l in ldd.splitlines() if "liblazyattn.so" in l]

@@ -8,7 +8,7 @@
  * changes an answer). Bookkeeping pools: no device needed. */
 #include "test_common.h"
 
-#include "cache_internal.h" /* lz_cache_fingerprint */
+#include "cache/cache_internal.h" /* lz_cache_fingerprint */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""The programs' command lines (examples/cli_options.c), table-driven.
+"""The programs' command lines (common/cli_options.c), table-driven.
 
 Every bad option set must exit non-zero (2 for a bad command line, 1 for a
 run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
-probe_wgmma_layout, probe_wgmma_rs, probe_wgmma_rate, rag_bench, bench_gemm, bench_gemm_small, bench_forward;
+probe_wgmma_layout, probe_wgmma_rs, probe_wgmma_rate, rag_bench, bench_gemm, bench_gemm_small, bench_forward,
+tokenize;
 a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
@@ -20,6 +21,13 @@ import subprocess
 import sys
 import tempfile
 import time
+
+# The tokenizer fixtures (tools/tokenizer_fixtures.py); the tests run in a scratch directory.
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+TOK_LLAMA3 = os.path.join(FIXTURES, "tok_llama3.gguf")
+TOK_SPM = os.path.join(FIXTURES, "tok_spm.gguf")
+TOK_QWEN2 = os.path.join(FIXTURES, "tok_qwen2.gguf")
+NO_TOKENIZER = os.path.join(FIXTURES, "no_scaling.gguf")
 
 # (program, arguments, expected exit status, text stderr must contain)
 USAGE = 2
@@ -202,6 +210,12 @@ BAD = [
     ("rag_bench", ["--processes", "2"], USAGE, "--processes"),
     ("rag_bench", ["--tier", "host:1MiB", "--processes", "2"], USAGE, "--processes"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "0"], USAGE, "--processes"),
+    ("rag_bench", ["--tier", "rediss://127.0.0.1:6380"], USAGE, "TLS terminator"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:1,"], USAGE, "--tier"),
+    ("rag_bench", ["--tier-password-file", "pw"], USAGE, "--tier-password-file"),
+    ("rag_bench", ["--tier", "dir:x", "--tier-password-file", "pw"], USAGE, "redis:// only"),
+    ("rag_bench", ["--tier", "redis://127.0.0.1:1", "--tier-password-file", "no-such-pw"], USAGE,
+     "no-such-pw"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "65"], USAGE, "--processes"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--budget", "1MiB,2MiB"], USAGE,
      "--processes"),
@@ -293,10 +307,25 @@ BAD = [
     ("bench_forward", ["--model", "tiny", "--max-rows", "16", "--decode", "17"], USAGE, "--max-rows"),
     ("bench_forward", ["--device-time=1"], USAGE, "--device-time"),
     ("bench_forward", ["extra"], USAGE, "extra"),
+    ("tokenize", ["--text", "hi"], USAGE, "--gguf"),
+    ("tokenize", ["--gguf", TOK_LLAMA3], USAGE, "--text"),
+    ("tokenize", ["--gguf", TOK_LLAMA3, "--text", "hi", "--template", "gemma"], USAGE, "--template"),
+    ("tokenize", ["--gguf", TOK_LLAMA3, "--text", "hi", "--system", "be brief"], USAGE, "--system"),
+    ("tokenize", ["--gguf", TOK_LLAMA3, "--text", "hi", "--template", "llama3", "--no-special"],
+     USAGE, "--no-special"),
+    ("tokenize", ["--gguf", "missing.gguf", "--text", "hi"], FAILED, "missing.gguf"),
+    # a model file without tokenizer keys (tools/gguf_fixtures.py's)
+    ("tokenize", ["--gguf", NO_TOKENIZER, "--text", "hi"], FAILED, "tokenizer.ggml.model"),
 ]
 
 GOOD = [
     # (program, arguments, files it must write)
+    ("tokenize", ["--gguf", TOK_LLAMA3, "--text", "Hello world <|eot_id|>"], []),
+    ("tokenize", ["--gguf", TOK_LLAMA3, "--text", "Hi", "--template", "auto", "--system", "brief",
+                  "--pieces"], []),
+    ("tokenize", ["--gguf", TOK_SPM, "--text", "", "--template", "mistral", "--no-bos"], []),
+    ("tokenize", ["--gguf", TOK_QWEN2, "--text", "12345", "--template", "auto"], []),
+    ("tokenize", ["--gguf", TOK_SPM, "--text", "<s> as text", "--no-special", "--pieces"], []),
     ("hitratio", HR_SMALL + ["--budgets", "4KiB,16KiB,64tok", "--csv", "h.csv", "--svg", "h.svg"],
      ["h.csv", "h.svg"]),
     ("hitratio", HR_SMALL + ["--points", "3", "--csv=", "--svg", ""], []),
@@ -374,6 +403,12 @@ TIMED = [
 if os.environ.get("LAZYATTN_TEST_REDIS"):
     GOOD.append(("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier",
                                           "redis://" + os.environ["LAZYATTN_TEST_REDIS"],
+                                          "--processes", "2"], []))
+# ... and a Redis Cluster through one of its nodes (tools/redis_test_servers.sh starts one).
+if os.environ.get("LAZYATTN_TEST_REDIS_CLUSTER"):
+    GOOD.append(("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier",
+                                          "redis://" +
+                                          os.environ["LAZYATTN_TEST_REDIS_CLUSTER"].split(",")[-1],
                                           "--processes", "2"], []))
 
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* examples/cli_options.c: each option type parsed from good and bad
+/* common/cli_options.c: each option type parsed from good and bad
  * command lines, values compared with hand-computed ones; a refused
  * command line never writes a value the program would then use silently
  * (its status is CLI_USAGE_ERROR and the programs exit). */

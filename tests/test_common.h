@@ -67,13 +67,14 @@ void lt_sequence_lay_out(lt_rng *r, lazyattn_pool *pool, const lazyattn_attentio
 /* Frees what s holds (not its pool blocks) and zeroes it. */
 void lt_sequence_free(lt_sequence *s);
 
-/* Asserts a status, printing the library's message when it differs. */
+/* Asserts a status, printing the libraries' messages when it differs. */
 #define lt_assert_status(expr, want)                                                   \
     do {                                                                               \
         int got_ = (expr);                                                             \
         if (got_ != (want))                                                            \
-            print_error("%s -> %d (%s: %s), expected %d\n", #expr, got_,               \
-                        lazyattn_status_string(got_), lazyattn_last_error(), (int)(want)); \
+            print_error("%s -> %d (%s: %s; testing library: %s), expected %d\n", #expr,  \
+                        got_, lazyattn_status_string(got_), lazyattn_last_error(),     \
+                        lazyattn_testing_last_error(), (int)(want));                   \
         assert_int_equal(got_, (want));                                                \
     } while (0)
 

@@ -8,7 +8,7 @@
  * of test_attention. */
 #include "doc_engine.h"
 
-#include "cache_internal.h" /* lz_cache_fingerprint, lz_kv_checksum */
+#include "cache/cache_internal.h" /* lz_cache_fingerprint, lz_kv_checksum */
 
 #include <spawn.h>
 #include <stdio.h>

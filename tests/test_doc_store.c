@@ -683,15 +683,29 @@ static void test_redis_store(void **state) {
     freeReplyObject(r);
     lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_FORMAT);
     assert_null(v.data);
+    /* ... and that get removed the manifest: absent from then on (issue 37) */
+    expect_absent(s, 7);
     /* a truncated chunk */
     put_value(s, 7, 2500);
     r = redisCommand(c, "SET %s abc", key);
     freeReplyObject(r);
     lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_FORMAT);
+    expect_absent(s, 7);
     /* a missing chunk (e.g. evicted by maxmemory) */
     put_value(s, 7, 2500);
     assert_int_equal(raw_integer(c, "DEL %s", key), 1);
     lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_FORMAT);
+    expect_absent(s, 7);
+    /* a writer's exists checks the chunks too: a manifest without one of them
+     * is "absent" (and removed), so the tier writes the document again */
+    put_value(s, 7, 2500);
+    int there = -1;
+    lt_assert_status(lazyattn_store_exists(s, key_of(7), &there), LAZYATTN_STATUS_OK);
+    assert_int_equal(there, 1);
+    assert_int_equal(raw_integer(c, "DEL %s", key), 1);
+    lt_assert_status(lazyattn_store_exists(s, key_of(7), &there), LAZYATTN_STATUS_OK);
+    assert_int_equal(there, 0);
+    lt_assert_status(lazyattn_store_get(s, key_of(7), &v), LAZYATTN_STATUS_NOT_FOUND);
     /* chunks without a manifest (a writer cut off before it): not there */
     put_value(s, 7, 2500);
     snprintf(key, sizeof key, "%s:%s:manifest", redis_prefix, tag);
@@ -725,6 +739,9 @@ static void test_redis_store(void **state) {
     lt_assert_status(lazyattn_store_get(s, key_of(10), &v), LAZYATTN_STATUS_FORMAT);
     assert_null(v.data);
     assert_non_null(strstr(lazyattn_last_error(), "chunk 0 of 32768 is missing"));
+    assert_int_equal(raw_integer(c, "EXISTS %s", key), 0); /* removed by that get */
+    r = redisCommand(c, "SET %s %s", key, "LZMF1 34359738368 1048576 32768 0");
+    freeReplyObject(r);
     lt_assert_status(lazyattn_store_delete(s, key_of(10)), LAZYATTN_STATUS_OK);
     assert_int_equal(raw_integer(c, "EXISTS %s", key), 0);
     expect_absent(s, 10);

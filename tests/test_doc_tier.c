@@ -7,7 +7,8 @@
  * a file rewritten in place or a FIFO in the directory store, an engine's
  * value changing under the tier, a failing store, a full disk and a Redis
  * server stopped mid-run cost a recompute (counted), never a wrong answer,
- * and leave the cache valid.
+ * and leave the cache valid. Documents also go through a Redis Cluster and
+ * a Redis with an ACL user (LAZYATTN_TEST_REDIS_CLUSTER, _AUTH).
  * Non-LAZY caches refuse a tier. The Redis tests need redis-server and
  * LAZYATTN_TEST_REDIS (set by CI); without it they are reported skipped. */
 #include "doc_engine.h"
@@ -840,9 +841,18 @@ static void test_full_disk(void **state) {
 
 static char redis_prefix[64];
 
-/* "dir:PATH" or "redis:HOST:PORT" */
+/* "dir:PATH", "redis:HOST:PORT" or a redis:// URL */
 static int open_spec(const char *spec, lazyattn_store **s) {
     if (strncmp(spec, "dir:", 4) == 0) return lazyattn_store_create_dir(spec + 4, s);
+    if (strncmp(spec, "redis://", 8) == 0) {
+        lazyattn_redis_config rc;
+        lazyattn_redis_config_init(&rc);
+        rc.url = spec;
+        rc.chunk_bytes = 4096;
+        rc.prefix = redis_prefix;
+        rc.timeout_ms = 1000;
+        return lazyattn_store_create_redis(&rc, s);
+    }
     if (strncmp(spec, "redis:", 6) == 0) {
         char host[128];
         const char *colon = strrchr(spec + 6, ':');
@@ -926,6 +936,30 @@ static void test_redis_other_process(void **state) {
     LT_REDIS_TARGET_OR_SKIP(host, &port);
     snprintf(spec, sizeof spec, "redis:%s:%d", host, port);
     from_other_process(*state, spec);
+}
+
+/* Issue 37: the same through a Redis Cluster, each process seeded with
+ * one node only (the last one CI names, a replica as
+ * tools/redis_test_servers.sh creates the cluster), and through a server
+ * that requires a password, as an ACL user. */
+static void test_redis_cluster_other_process(void **state) {
+    const char *nodes = getenv("LAZYATTN_TEST_REDIS_CLUSTER");
+    const char *auth = getenv("LAZYATTN_TEST_REDIS_AUTH");
+#ifndef LAZYATTN_HAVE_HIREDIS
+    (void)nodes, (void)auth, (void)state;
+    print_message("Redis tests skipped: built without hiredis\n");
+    skip();
+#else
+    if (!nodes || !*nodes || !auth || !*auth) {
+        print_message("Redis tests skipped: LAZYATTN_TEST_REDIS_CLUSTER or _AUTH unset\n");
+        skip();
+    }
+    char spec[600];
+    const char *last = strrchr(nodes, ',');
+    snprintf(spec, sizeof spec, "redis://%s", last ? last + 1 : nodes);
+    from_other_process(*state, spec);
+    from_other_process(*state, auth);
+#endif
 }
 
 // ---- two documents whose old 64-bit hashes collide ----
@@ -1106,6 +1140,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_dir_other_process),
         cmocka_unit_test(test_redis_other_process),
+        cmocka_unit_test(test_redis_cluster_other_process),
         cmocka_unit_test(test_collision_host_dir),
         cmocka_unit_test(test_collision_redis),
         cmocka_unit_test(test_redis_stopped),

@@ -495,12 +495,12 @@ static void test_malformed(void **state) {
     expect_open(LAZYATTN_STATUS_FORMAT, "version");
 
     memset(&c, 0, sizeof c);
-    c.q_type = 2; /* Q4_0 */
+    c.q_type = 12; /* Q4_K: a row of 32 values is an eighth of a block */
     write_gguf(tmp_path(), &c);
-    expect_open(LAZYATTN_STATUS_FORMAT, "Q4_0");
-    c.q_type = 30; /* BF16 */
+    expect_open(LAZYATTN_STATUS_FORMAT, "not a whole number of Q4_K blocks");
+    c.q_type = 10; /* Q2_K: not converted here (serve/quant.c; tests/test_quant.c) */
     write_gguf(tmp_path(), &c);
-    expect_open(LAZYATTN_STATUS_FORMAT, "only F32 and F16");
+    expect_open(LAZYATTN_STATUS_FORMAT, "type Q2_K (10) not supported");
 
     memset(&c, 0, sizeof c);
     c.misalign = 1;

@@ -9,6 +9,15 @@
  *   no_scaling         plain RoPE
  *   head_dim           llama.attention.key_length 32 != hidden 32 / 2 heads
  *   tied               no output.weight (and rope_freqs)
+ *   bf16               2-D weights BF16
+ *   q8_0               2-D weights Q8_0 (and rope_freqs)
+ *   q4_k_m             hidden 256 (whole K-quant super-blocks): Q4_K, Q5_K,
+ *                      Q6_K, and Q4_0 / Q8_0 for the 32-value rows
+ * (the quantized ones against transformers given the dequantized weights:
+ * the reference is exact for the file; quantization itself moves the
+ * logits from the float model's by 6e-3 (bf16) .. 0.19 (q4_k_m)). Each
+ * load's weights note is checked ("weights: Q8_0 dequantized at load to
+ * f32").
  * Each is loaded through serve_gguf_model_config / serve_model_load_gguf
  * and run on the default device (PoCL in CI), f32 projections and f32 K/V:
  * two 6-token sequences at increasing positions with gaps (from 0, and
@@ -103,7 +112,8 @@ typedef enum drop { DROP_NOTHING = 0, DROP_SCALING = 1 } drop;
  * runs every sequence and returns the largest normalised error of the
  * compared rows. drop: run with the file's RoPE scaling removed. */
 static double run_fixture(lazyattn_context *ctx, const char *name, drop what,
-                          serve_gemm_mode gemm, void (*check)(const serve_model_config *)) {
+                          serve_gemm_mode gemm, void (*check)(const serve_model_config *),
+                          const char *types) {
     char path[512];
     fixture_path(path, sizeof path, name, "gguf");
     expected e;
@@ -124,6 +134,14 @@ static double run_fixture(lazyattn_context *ctx, const char *name, drop what,
     serve_model *m = NULL;
     CHECK(serve_model_create(ctx, &cfg, &m));
     CHECK(serve_model_load_gguf(m, g));
+    if (types) { /* the load says what the file held and what the GEMMs read */
+        char want[160];
+        snprintf(want, sizeof want, "weights: %s at load to %s", types,
+                 serve_model_uses_bf16(m) ? "bf16" : "f32");
+        if (strcmp(serve_model_weights_note(m), want) != 0)
+            fail_msg("%s: \"%s\", want \"%s\"", name, serve_model_weights_note(m), want);
+        printf("# %-18s %s\n", name, want);
+    }
     lazyattn_pool_config pc;
     serve_model_pool_config(&cfg, 1 << 20, &pc);
     lazyattn_pool *pool = NULL;
@@ -196,6 +214,13 @@ static void check_tied(const serve_model_config *c) {
     assert_int_equal(c->rope.n_freq_factors, c->head_dim / 2);
 }
 
+static void check_q4_k_m(const serve_model_config *c) {
+    check_plain(c);
+    assert_int_equal(c->hidden, 256); /* rows of whole 256-value super-blocks */
+    assert_int_equal(c->head_dim, 16);
+    assert_int_equal(c->ffn, 32);
+}
+
 static void test_fixtures_match(void **state) {
     (void)state;
     lazyattn_context *ctx = NULL;
@@ -204,15 +229,22 @@ static void test_fixtures_match(void **state) {
         const char *name;
         void (*check)(const serve_model_config *);
         int scaled;
-    } cases[] = {{"llama3_rope_freqs", check_llama3, 1}, {"linear", check_linear, 1},
-                 {"no_scaling", check_plain, 0},         {"head_dim", check_head_dim, 0},
-                 {"tied", check_tied, 1}};
+        const char *types; /* the weights note: the matrices' types, converted or dequantized */
+    } cases[] = {{"llama3_rope_freqs", check_llama3, 1, "F16 converted"},
+                 {"linear", check_linear, 1, "F16 converted"},
+                 {"no_scaling", check_plain, 0, "F16 converted"},
+                 {"head_dim", check_head_dim, 0, "F16 converted"},
+                 {"tied", check_tied, 1, "F16 converted"},
+                 {"bf16", check_plain, 0, "BF16 converted"},
+                 {"q8_0", check_llama3, 1, "Q8_0 dequantized"},
+                 {"q4_k_m", check_q4_k_m, 0, "Q4_0/Q8_0/Q4_K/Q5_K/Q6_K dequantized"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        double err = run_fixture(ctx, cases[i].name, DROP_NOTHING, SERVE_GEMM_F32, cases[i].check);
+        double err = run_fixture(ctx, cases[i].name, DROP_NOTHING, SERVE_GEMM_F32, cases[i].check,
+                                 cases[i].types);
         printf("# %-18s normalised error vs transformers float64: %.3g\n", cases[i].name, err);
         if (!(err <= 1e-4)) fail_msg("%s: normalised error %g > 1e-4", cases[i].name, err);
         if (cases[i].scaled) {
-            double off = run_fixture(ctx, cases[i].name, DROP_SCALING, SERVE_GEMM_F32, NULL);
+            double off = run_fixture(ctx, cases[i].name, DROP_SCALING, SERVE_GEMM_F32, NULL, NULL);
             printf("# %-18s the same without its RoPE scaling: %.3g\n", cases[i].name, off);
             if (!(off > 1e-2))
                 fail_msg("%s: dropping the scaling changes the logits by only %g", cases[i].name,
@@ -221,7 +253,8 @@ static void test_fixtures_match(void **state) {
         /* bf16 projections (the default on NVIDIA; the portable kernel here):
          * weights and GEMM inputs rounded to bf16 (8 bits of mantissa) cost
          * 1.0e-2 .. 2.3e-2 on these fixtures; a misread file costs > 0.5 */
-        double bf = run_fixture(ctx, cases[i].name, DROP_NOTHING, SERVE_GEMM_BF16, NULL);
+        double bf = run_fixture(ctx, cases[i].name, DROP_NOTHING, SERVE_GEMM_BF16, NULL,
+                                cases[i].types);
         printf("# %-18s bf16 projections: %.3g\n", cases[i].name, bf);
         if (!(bf <= 5e-2)) fail_msg("%s: bf16 normalised error %g > 5e-2", cases[i].name, bf);
     }

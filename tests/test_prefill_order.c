@@ -14,7 +14,7 @@
  */
 #include "test_common.h"
 
-#include "prefill_order.h"
+#include "attn/prefill_order.h"
 
 #include <stdio.h>
 #include <stdlib.h>

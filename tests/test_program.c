@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "tuning.h"
+#include "attn/tuning.h"
 #include "kernel_cases.h"
 
 /* The log of a context, kept for inspection. */

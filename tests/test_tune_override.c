@@ -9,8 +9,8 @@
  */
 #include "test_common.h"
 
-#include "prefill_order.h"
-#include "tuning.h"
+#include "attn/prefill_order.h"
+#include "attn/tuning.h"
 
 #include <string.h>
 

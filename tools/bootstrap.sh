@@ -4,13 +4,14 @@
 # sudo), then configures and builds lazyattn into ./build. libhiredis-dev
 # gives the Redis document store (the library builds without it); libb2-dev
 # (BLAKE2b, the document digests) and libxxhash-dev (XXH3, the export
-# checksum) are required.
+# checksum) and libpcre2-dev (the tokenizer's pre-tokenizer regexes) are
+# required.
 # Usage: sh tools/bootstrap.sh [extra meson setup options]
 set -eu
 cd "$(dirname "$0")/.."
 
 packages="gcc pkg-config python3 meson ninja-build ocl-icd-libopencl1 ocl-icd-opencl-dev
-opencl-c-headers pocl-opencl-icd libclblast-dev libcmocka-dev libhiredis-dev libb2-dev libxxhash-dev"
+opencl-c-headers pocl-opencl-icd libclblast-dev libcmocka-dev libhiredis-dev libb2-dev libxxhash-dev libpcre2-dev"
 missing=""
 for p in $packages; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -50,7 +50,8 @@ compile_now() {
 # The prefill's programs, one a variant, as lib/attn/nv_build.c lists their
 # sources (cl/nv/): the work-group's own copies (mma.sync, or wgmma without
 # the producer), the producer's wgmma, the persistent one
-nv_common="cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/mma_nv.h cl/nv/prefill_common.h"
+nv_common="cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/softmax_state.h cl/nv/ptx.h cl/nv/attn_mma.h
+    cl/nv/prefill_common.h"
 # shellcheck disable=SC2086 # word lists of files
 {
     cat $nv_common cl/nv/prefill_mma.cl cl/nv/prefill_kernels.cl > "$out/prefill_mma.cl"
@@ -58,7 +59,8 @@ nv_common="cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/mma_nv.h c
     cat $nv_common cl/nv/prefill_producer.h cl/nv/prefill_wgmma.cl cl/nv/prefill_persistent.cl \
         cl/nv/prefill_kernels.cl > "$out/prefill_persistent.cl"
 }
-cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/mma_nv.h cl/decode_nv.cl > "$out/decode_nv.cl"
+cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/softmax_state.h cl/nv/ptx.h cl/nv/attn_mma.h \
+    cl/decode_nv.cl > "$out/decode_nv.cl"
 for d in 64 128; do
     for b in 16 32; do
         compile prefill_mma prefill_nv.d$d.b$b mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b
@@ -71,20 +73,9 @@ for d in 64 128; do
             -DLZ_HEAD_DIM=$d -DLZ_BLOCK=$b -DLZ_NV_DSTAGES=4 -DLZ_KV_TILED=1
     done
 done
-# the decode's splits combining themselves in a tree (LZ_NV_DTREE, opt-in:
-# LAZYATTN_NV_DECODE=3,0,8; its counts atomic, fenced at device scope) and its
-# timing-only diagnostics (LZ_NV_DDIAG 1: the copies alone, 2: the products alone)
-for d in 64 128; do
-    compile decode_nv decode_nv.d$d.tree fence.acq_rel.gpu -DLZ_HEAD_DIM=$d -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
-        -DLZ_KV_TILED=1 -DLZ_NV_DTREE=8
-done
-compile decode_nv decode_nv.d128.ddiag1 cp.async -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 -DLZ_KV_TILED=1 \
-    -DLZ_NV_DDIAG=1
-compile decode_nv decode_nv.d128.ddiag2 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
-    -DLZ_KV_TILED=1 -DLZ_NV_DDIAG=2
-# the m16 form of the decode's block products alone (-DLZ_NV_DSWAP=0; checked at the end)
-compile decode_nv decode_nv.d128.m16 mma.sync.aligned.m16n8k16 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
-    -DLZ_KV_TILED=1 -DLZ_NV_DSWAP=0
+# the decode in the wgmma program with the producer (its softmax choices, cl/nv/attn_mma.h)
+compile decode_nv decode_nv.d128.producer ex2.approx.ftz.f32 -DLZ_HEAD_DIM=128 -DLZ_BLOCK=16 -DLZ_NV_DSTAGES=3 \
+    -DLZ_KV_TILED=1 -DLZ_NV_WGMMA=1 -DLZ_NV_PRODUCER=1 -DLZ_NV_WARPS=12
 # the wgmma prefill (its instructions behind //@ markers until
 # lib/ptx_sm90a.c unmarks them on the GPU)
 for d in 64 128; do
@@ -117,7 +108,8 @@ if command -v python3 >/dev/null 2>&1; then job python3 tools/sim_prefill_produc
 # the portable small-work-group decode (cl/decode_warp.cl, in the decode program
 # with cl/decode.cl) as NVIDIA's OpenCL sees it: f16 storage, its inline-PTX
 # conversions (cl_nv_pragma_unroll), the H200 tile and the K ring
-cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/decode.cl cl/decode_warp.cl > "$out/decode_warp.cl"
+cat cl/block_entry.h cl/kernel_abi.h cl/storage.h cl/rope.h cl/softmax_state.h cl/decode.cl cl/decode_warp.cl \
+    > "$out/decode_warp.cl"
 decode_warp() {
         d=$1 ring=$2
         name=decode_warp.d$d.r$ring
@@ -133,13 +125,15 @@ decode_warp() {
 for d in 64 128; do
     for ring in 1 2; do job decode_warp $d $ring; done
 done
-# serve/'s large-M bf16 GEMM (serve/gemm_nv_large.cl: wgmma behind //@ markers until
-# lazyattn_context_build_program's sm_90a round trip unmarks them on the GPU), a few tiles
+# serve/'s large-M bf16 GEMM (serve/gemm_nv_large.cl after cl/nv/ptx.h, as the host builds
+# it: wgmma behind //@ markers until lazyattn_context_build_program's sm_90a round trip
+# unmarks them on the GPU), a few tiles
+cat cl/nv/ptx.h serve/gemm_nv_large.cl > "$out/gemm_nv_large.cl"
 gemm_large() {
     name=gemm_nv_large.wg$1.mw$2.bn$3.bk$4.s$5.l$6
     clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header \
         -Wno-pass-failed -Dasm=__asm__ -DLG_WG=$1 -DLG_MW=$2 -DLG_BN=$3 -DLG_BK=$4 -DLG_STAGES=$5 \
-        -DLG_LAG=$6 -O2 -S -o "$out/$name.ptx" serve/gemm_nv_large.cl
+        -DLG_LAG=$6 -O2 -S -o "$out/$name.ptx" "$out/gemm_nv_large.cl"
     grep -q "//@wgmma.mma_async.sync.aligned.m64n$3k16.f32.bf16.bf16" "$out/$name.ptx" ||
         { echo "$name: no wgmma m64n$3k16 in the PTX" >&2; exit 1; }
     echo "$name: PTX with wgmma m64n$3k16"
@@ -147,9 +141,9 @@ gemm_large() {
 for t in "2 1 128 64 1 0" "1 2 128 32 3 0" "2 1 256 16 4 1"; do
     job gemm_large $t
 done
-# serve/'s decode-sized bf16 GEMM (serve/gemm_nv_small.cl, no headers): X read
+# serve/'s decode-sized bf16 GEMM (serve/gemm_nv_small.cl after cl/nv/ptx.h): X read
 # directly, with the W prefetch and K slices, and staged in local memory
-cp serve/gemm_nv_small.cl "$out/gemm_nv_small.cl"
+cat cl/nv/ptx.h serve/gemm_nv_small.cl > "$out/gemm_nv_small.cl"
 compile gemm_nv_small gemm_nv_small.direct mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_R=1 -DGS_WR=1 -DGS_WK=8
 compile gemm_nv_small gemm_nv_small.pipe mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_PIPE=1 -DGS_WHINT=2
 compile gemm_nv_small gemm_nv_small.xs cp.async.cg.shared.global -DGS_XS=1 -DGS_WK=2 -DGS_U=2 -DGS_PIPE=1
@@ -261,12 +255,11 @@ fi
 if command -v python3 >/dev/null 2>&1; then job python3 tools/sim_gemm_small_xs5.py; fi
 drain
 # ---- checks over several outputs (once every job is done) ----
-# the decode's block products with the keys as the mma's rows (LZ_NV_DSWAP, the default for G <= 8:
-# movmatrix.trans) in every decode above, and the m16 form alone (-DLZ_NV_DSWAP=0)
-for f in "$out"/decode_nv.d*.b*.ptx; do
-    grep -q "movmatrix.sync.aligned.m8n8.trans.b16" "$f" || { echo "$f: no movmatrix (LZ_NV_DSWAP)" >&2; exit 1; }
+# the decode's block products with the keys as the mma's rows (for G <= 8: movmatrix.trans) in
+# every decode above
+for f in "$out"/decode_nv.d*.ptx; do
+    grep -q "movmatrix.sync.aligned.m8n8.trans.b16" "$f" || { echo "$f: no movmatrix (keys as rows)" >&2; exit 1; }
 done
-if grep -q movmatrix "$out/decode_nv.d128.m16.ptx"; then echo "decode_nv.d128.m16: movmatrix with LZ_NV_DSWAP=0" >&2; exit 1; fi
 for d in 64 128; do
     # O += P V on wgmma too (A from registers, V MN-major: m64n<d>k16)
     grep -q "//@wgmma.mma_async.sync.aligned.m64n${d}k16.f32.f16.f16" "$out/prefill_nv.d$d.wgmma.ptx" ||

@@ -46,7 +46,7 @@ mkdir -p "$base_dir" "$new_dir"
 # program TREE WGMMA PRODUCER PERSIST: the sources of the NVIDIA program, in
 # the host's order, for the layout of the cl/ in TREE (lib/attention.c of
 # 6c2225c: one prefill file; lib/attn/nv_build.c since: cl/nv/, a file a
-# variant, the decode's file and the PTX primitives wherever they are)
+# variant, beside the PTX primitives and the split-merge state)
 program() {
     local cl=$1/cl wgmma=$2 producer=$3 persist=$4
     if [ -f "$cl/prefill_nv.cl" ]; then
@@ -54,16 +54,15 @@ program() {
             "$cl/prefill_nv.cl" "$cl/decode_nv.cl"
         return
     fi
-    local ptx=$cl/nv/ptx.h decode=$cl/nv/decode.cl variant=$cl/nv/prefill_mma.cl
-    [ -f "$ptx" ] || ptx=$cl/mma_nv.h
-    [ -f "$decode" ] || decode=$cl/decode_nv.cl
+    local variant=$cl/nv/prefill_mma.cl
     if [ "$producer" = 1 ]; then
         variant="$cl/nv/prefill_producer.h $cl/nv/prefill_wgmma.cl"
         [ "$persist" = 1 ] && variant="$variant $cl/nv/prefill_persistent.cl"
     fi
     # shellcheck disable=SC2086 # $variant: one to three files
-    cat "$cl/block_entry.h" "$cl/kernel_abi.h" "$cl/storage.h" "$cl/rope.h" "$ptx" \
-        "$cl/nv/prefill_common.h" $variant "$cl/nv/prefill_kernels.cl" "$decode"
+    cat "$cl/block_entry.h" "$cl/kernel_abi.h" "$cl/storage.h" "$cl/rope.h" "$cl/softmax_state.h" \
+        "$cl/nv/ptx.h" "$cl/nv/attn_mma.h" "$cl/nv/prefill_common.h" $variant "$cl/nv/prefill_kernels.cl" \
+        "$cl/decode_nv.cl"
 }
 
 # defines TREE D B TILED KT WARPS WGMMA PRODUCER PERSIST DSTAGES: the build

@@ -35,9 +35,31 @@ checked against transformers' own float32 values), and the rotary
 embedding's cos/sin (LlamaRotaryEmbedding.forward casts to float32; it is
 replaced by the same computation in the input's dtype).
 
+Quantized forms (the files people download): the same kind of model with
+its 2-D weights stored as
+  - bf16:   BF16 (gguf-py's quantizer: round to nearest even);
+  - q8_0:   Q8_0 (gguf-py's quantizer, bit-exact with ggml's);
+  - q4_k_m: a Q4_K_M-like mix on a shape whose rows are whole 256-value
+            super-blocks (hidden 256): Q4_K (token_embd, attn_q, ffn_gate,
+            ffn_up), Q5_K (attn_k), Q6_K (attn_v, output), and for the
+            32-value rows that K-quants cannot hold, the converter's
+            fallbacks Q4_0 (attn_output) and Q8_0 (ffn_down).
+gguf-py cannot quantize K-quants, so quantize_k below does (a plain
+min/max fit per sub-block, packed as ggml-common.h lays the blocks out);
+every quantized tensor is read back through gguf-py's own dequantizer,
+which must land near the float weights (a packing mistake would not). The
+Hugging Face model is then given the *dequantized* weights, so its float64
+logits are exact for the quantized file.
+
+Dequantizer fixture quant_blocks.bin: random blocks of every type the
+engine reads (F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; scales finite) and
+gguf.quants.dequantize's f32 values: "LZQUANT1", u32 n_cases; per case:
+u32 ggml type, u32 n_values, u32 n_bytes, the bytes, f32 values[n_values].
+
 Refusal fixtures (tiny, never run): yarn scaling, an unknown scaling type,
 llama.vocab_size disagreeing with token_embd.weight, a rope_freqs.weight
-with a zero divisor, a tensor the engine does not implement (a Q bias).
+with a zero divisor, a tensor the engine does not implement (a Q bias), a
+Q2_K tensor (a type the engine does not read).
 
 Expected-logits file NAME.logits (little-endian): "LZLOGIT1", u32 n_seqs;
 per sequence: u32 n_tokens, u32 vocab, i32 positions[n], i32 tokens[n],
@@ -155,7 +177,118 @@ def make_model(spec, seed):
     return model, config
 
 
-def write_gguf(path, spec, model, config, extra_keys=None, extra_tensors=None):
+Q = gguf.GGMLQuantizationType
+
+
+def _scale_fit(x, levels):
+    """Per row of x [..., n]: offset mn <= 0 and step so that x ~ step * q + mn, q in 0..levels."""
+    mn = np.minimum(x.min(axis=-1), 0.0)
+    step = (x.max(axis=-1) - mn) / levels
+    return mn, step
+
+
+def _f16(a):
+    return np.asarray(a, dtype=np.float32).astype(np.float16)
+
+
+def quantize_k(x, qtype):
+    """Q4_K / Q5_K / Q6_K blocks of x [rows, n] (n a multiple of 256), as
+    uint8 [rows, n / 256 * type_size], in ggml-common.h's layouts."""
+    rows, n = x.shape
+    b = x.astype(np.float32).reshape(-1, 256)
+    nb = b.shape[0]
+    if qtype in (Q.Q4_K, Q.Q5_K):
+        levels = 15 if qtype == Q.Q4_K else 31
+        sub = b.reshape(nb, 8, 32)
+        mn, step = _scale_fit(sub, levels)
+        d = _f16(step.max(axis=1) / 63).astype(np.float32)
+        dmin = _f16(-mn.min(axis=1) / 63).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sc = np.where(d[:, None] > 0, np.rint(step / d[:, None]), 0)
+            m = np.where(dmin[:, None] > 0, np.rint(-mn / dmin[:, None]), 0)
+            sc, m = sc.clip(0, 63).astype(np.uint8), m.clip(0, 63).astype(np.uint8)
+            scale = (d[:, None] * sc)[..., None]
+            q = np.where(scale > 0, np.rint((sub + (dmin[:, None] * m)[..., None]) / scale), 0)
+        q = q.clip(0, levels).astype(np.uint8)
+        scales = np.zeros((nb, 12), dtype=np.uint8)
+        for j in range(4):  # get_scale_min_k4's packing
+            scales[:, j] = sc[:, j] | ((sc[:, j + 4] >> 4) << 6)
+            scales[:, j + 4] = m[:, j] | ((m[:, j + 4] >> 4) << 6)
+            scales[:, j + 8] = (sc[:, j + 4] & 0xF) | ((m[:, j + 4] & 0xF) << 4)
+        lo = q & 0xF  # 4 x 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high
+        qs = (lo[:, 0::2, :] | (lo[:, 1::2, :] << 4)).reshape(nb, 128)
+        parts = [_f16(d).view(np.uint8).reshape(nb, 2), _f16(dmin).view(np.uint8).reshape(nb, 2),
+                 scales]
+        if qtype == Q.Q5_K:  # bit i of qh[l]: the fifth bit of value l of sub-block i
+            hi = (q >> 4).astype(np.uint8)
+            qh = np.zeros((nb, 32), dtype=np.uint8)
+            for i in range(8):
+                qh |= hi[:, i, :] << i
+            parts.append(qh)
+        parts.append(qs)
+    else:
+        assert qtype == Q.Q6_K, qtype
+        sub = b.reshape(nb, 16, 16)
+        amax = np.abs(sub).max(axis=-1)
+        scale = amax / 31.5
+        d = _f16(scale.max(axis=1) / 127).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sc = np.where(d[:, None] > 0, np.rint(scale / d[:, None]), 0)
+            sc = sc.clip(-128, 127).astype(np.int8)
+            step = (d[:, None] * sc)[..., None]
+            q = np.where(step != 0, np.rint(sub / step), 0)
+        q = (q.clip(-32, 31) + 32).astype(np.uint8).reshape(nb, 2, 4, 32)  # [half, quarter, l]
+        ql = np.concatenate([q[:, :, 0] & 0xF | ((q[:, :, 2] & 0xF) << 4),
+                             q[:, :, 1] & 0xF | ((q[:, :, 3] & 0xF) << 4)], axis=-1)  # [nb, 2, 64]
+        qh = ((q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4)
+              | ((q[:, :, 3] >> 4) << 6))  # [nb, 2, 32]
+        parts = [ql.reshape(nb, 128), qh.reshape(nb, 64), sc.view(np.uint8),
+                 _f16(d).view(np.uint8).reshape(nb, 2)]
+    out = np.concatenate(parts, axis=-1).astype(np.uint8)
+    assert out.shape[1] == gguf.GGML_QUANT_SIZES[qtype][1], (qtype, out.shape)
+    return out.reshape(rows, -1)
+
+
+def quantize(x, qtype):
+    """x [rows, n] float -> (uint8 [rows, bytes] in qtype, its f32 dequantization by gguf-py)."""
+    if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        data = quantize_k(x, qtype)
+    else:
+        data = gguf.quants.quantize(x.astype(np.float32), qtype)
+    deq = gguf.quants.dequantize(data, qtype).reshape(x.shape).astype(np.float32)
+    # a packing mistake lands far from x; a right one within the type's rounding
+    err = float(np.linalg.norm(deq - x) / np.linalg.norm(x))
+    assert err < {Q.BF16: 1e-2, Q.Q8_0: 2e-2, Q.Q6_K: 5e-2}.get(qtype, 0.2), (qtype, err)
+    return data, deq
+
+
+# GGUF name suffix -> Hugging Face parameter, and the Q/K permutation
+HF_NAMES = {"attn_q": "self_attn.q_proj.weight", "attn_k": "self_attn.k_proj.weight",
+            "attn_v": "self_attn.v_proj.weight", "attn_output": "self_attn.o_proj.weight",
+            "ffn_gate": "mlp.gate_proj.weight", "ffn_up": "mlp.up_proj.weight",
+            "ffn_down": "mlp.down_proj.weight"}
+
+
+def quantize_model(model, config, types):
+    """Quantizes the 2-D weights (types: GGUF suffix -> type, "*" the rest)
+    and gives the model their dequantized values. HF name -> (bytes, type)."""
+    out = {}
+    names = {"token_embd": "model.embed_tokens.weight", "output": "lm_head.weight"}
+    for l in range(config.num_hidden_layers):
+        for k, v in HF_NAMES.items():
+            names[f"blk.{l}.{k}"] = f"model.layers.{l}.{v}"
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for g, h in names.items():
+            qtype = types.get(g.split(".")[-1], types["*"])
+            data, deq = quantize(params[h].detach().double().numpy(), qtype)
+            params[h].copy_(torch.from_numpy(deq.astype(np.float64)))
+            out[h] = (data, qtype)
+    return out
+
+
+def write_gguf(path, spec, model, config, extra_keys=None, extra_tensors=None, quant=None,
+               file_type=gguf.LlamaFileType.MOSTLY_F16):
     w = gguf.GGUFWriter(path, "llama")
     hd = config.head_dim
     w.add_name(os.path.basename(path))
@@ -167,7 +300,7 @@ def write_gguf(path, spec, model, config, extra_keys=None, extra_tensors=None):
     w.add_head_count_kv(config.num_key_value_heads)
     w.add_rope_freq_base(spec["theta"])
     w.add_layer_norm_rms_eps(config.rms_norm_eps)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_file_type(file_type)
     w.add_vocab_size(spec.get("vocab_key", config.vocab_size))
     w.add_rope_dimension_count(hd)
     if "head_dim" in spec:
@@ -187,32 +320,41 @@ def write_gguf(path, spec, model, config, extra_keys=None, extra_tensors=None):
     sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     nh, nkv = config.num_attention_heads, config.num_key_value_heads
 
-    def mat(a):
-        return a.astype(np.float16)
+    def mat(gname, hname, perm=None):
+        """A 2-D weight: F16, or its quantized rows (quant); Q/K rows permuted."""
+        if quant is not None:
+            data, qtype = quant[hname]
+            w.add_tensor(gname, permute(data, *perm) if perm else data, raw_dtype=qtype)
+        else:
+            a = sd[hname]
+            w.add_tensor(gname, (permute(a, *perm) if perm else a).astype(np.float16))
 
     def vec(a):
         return a.astype(np.float32)
 
-    w.add_tensor("token_embd.weight", mat(sd["model.embed_tokens.weight"]))
+    mat("token_embd.weight", "model.embed_tokens.weight")
     if rope and rope["rope_type"] == "llama3":
         w.add_tensor("rope_freqs.weight", converter_rope_freqs(spec["theta"], hd, rope))
     for l in range(config.num_hidden_layers):
         p = f"model.layers.{l}."
         b = f"blk.{l}."
         w.add_tensor(b + "attn_norm.weight", vec(sd[p + "input_layernorm.weight"]))
-        w.add_tensor(b + "attn_q.weight", mat(permute(sd[p + "self_attn.q_proj.weight"], nh, nh)))
-        w.add_tensor(b + "attn_k.weight", mat(permute(sd[p + "self_attn.k_proj.weight"], nh, nkv)))
-        w.add_tensor(b + "attn_v.weight", mat(sd[p + "self_attn.v_proj.weight"]))
-        w.add_tensor(b + "attn_output.weight", mat(sd[p + "self_attn.o_proj.weight"]))
+        mat(b + "attn_q.weight", p + "self_attn.q_proj.weight", (nh, nh))
+        mat(b + "attn_k.weight", p + "self_attn.k_proj.weight", (nh, nkv))
+        mat(b + "attn_v.weight", p + "self_attn.v_proj.weight")
+        mat(b + "attn_output.weight", p + "self_attn.o_proj.weight")
         w.add_tensor(b + "ffn_norm.weight", vec(sd[p + "post_attention_layernorm.weight"]))
-        w.add_tensor(b + "ffn_gate.weight", mat(sd[p + "mlp.gate_proj.weight"]))
-        w.add_tensor(b + "ffn_up.weight", mat(sd[p + "mlp.up_proj.weight"]))
-        w.add_tensor(b + "ffn_down.weight", mat(sd[p + "mlp.down_proj.weight"]))
+        mat(b + "ffn_gate.weight", p + "mlp.gate_proj.weight")
+        mat(b + "ffn_up.weight", p + "mlp.up_proj.weight")
+        mat(b + "ffn_down.weight", p + "mlp.down_proj.weight")
     for k, v in (extra_tensors or {}).items():
-        w.add_tensor(k, v)
+        if isinstance(v, tuple):  # (raw bytes, ggml type)
+            w.add_tensor(k, v[0], raw_dtype=v[1])
+        else:
+            w.add_tensor(k, v)
     w.add_tensor("output_norm.weight", vec(sd["model.norm.weight"]))
     if not config.tie_word_embeddings:
-        w.add_tensor("output.weight", mat(sd["lm_head.weight"]))
+        mat("output.weight", "lm_head.weight")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -250,7 +392,78 @@ REFUSED = {
     "refuse_vocab": (dict(TINY, vocab_key=9), {}, {}),
     "refuse_rope_freqs": (TINY, {}, {"rope_freqs.weight": BAD_FREQS}),  # a zero divisor
     "refuse_bias": (TINY, {}, {"blk.0.attn_q.bias": np.zeros(16, dtype=np.float32)}),
+    # one Q2_K super-block (84 bytes, 256 values): a type the engine does not read
+    "refuse_q2_k": (TINY, {}, {"blk.0.ffn_gate_q2k.weight": (
+        np.random.default_rng(7).integers(0, 256, (1, 84), dtype=np.uint8), Q.Q2_K)}),
 }
+# The quantized forms: (shape, per-suffix types ("*": the rest), file type)
+KSHAPE = dict(vocab=32, hidden=256, ffn=32, layers=1, heads=2, kv_heads=1, head_dim=16,
+              eps=1e-5, theta=10000.0)
+QUANT_MODELS = {
+    "bf16": (dict(BASE, theta=10000.0), {"*": Q.BF16}, gguf.LlamaFileType.MOSTLY_BF16),
+    "q8_0": (dict(BASE, theta=500000.0, rope=LLAMA3), {"*": Q.Q8_0},
+             gguf.LlamaFileType.MOSTLY_Q8_0),
+    "q4_k_m": (KSHAPE, {"*": Q.Q4_K, "attn_k": Q.Q5_K, "attn_v": Q.Q6_K, "output": Q.Q6_K,
+                        "attn_output": Q.Q4_0, "ffn_down": Q.Q8_0},
+               gguf.LlamaFileType.MOSTLY_Q4_K_M),
+}
+# dequantizer fixture: (type, number of blocks)
+QUANT_BLOCKS = [(Q.F16, 96), (Q.BF16, 96), (Q.Q8_0, 6), (Q.Q4_0, 6), (Q.Q4_K, 2), (Q.Q5_K, 2),
+                (Q.Q6_K, 2)]
+
+
+def random_blocks(rng, qtype, n_blocks):
+    """Random bytes of n_blocks blocks, every f16 / bf16 finite (scales 1e-3..1)."""
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    data = rng.integers(0, 256, (n_blocks, size), dtype=np.uint8)
+    if qtype in (Q.F16, Q.BF16):  # clear one exponent bit where all are set (inf / NaN)
+        v = data.view(np.uint16)
+        full = 0x7C00 if qtype == Q.F16 else 0x7F80
+        v[(v & full) == full] &= np.uint16(~0x0400 & 0xFFFF)
+        return data
+    def halves(k):
+        mag = np.exp(rng.uniform(np.log(1e-3), 0.0, (n_blocks, k)))
+        return (mag * rng.choice([-1.0, 1.0], (n_blocks, k))).astype(np.float16).view(np.uint8)
+    if qtype in (Q.Q8_0, Q.Q4_0):
+        data[:, 0:2] = halves(1)
+    elif qtype in (Q.Q4_K, Q.Q5_K):
+        data[:, 0:4] = halves(2)
+    else:
+        data[:, size - 2:] = halves(1)
+    return data
+
+
+def write_quant_blocks(path):
+    rng = np.random.default_rng(400)
+    with open(path, "wb") as f:
+        f.write(b"LZQUANT1" + struct.pack("<I", len(QUANT_BLOCKS)))
+        for qtype, n_blocks in QUANT_BLOCKS:
+            data = random_blocks(rng, qtype, n_blocks)
+            values = gguf.quants.dequantize(data.reshape(1, -1), qtype).reshape(-1)
+            n = n_blocks * gguf.GGML_QUANT_SIZES[qtype][0]
+            assert values.shape == (n,) and values.dtype == np.float32
+            assert np.isfinite(values).all()
+            f.write(struct.pack("<III", int(qtype), n, data.size))
+            f.write(data.tobytes())
+            f.write(np.ascontiguousarray(values, dtype="<f4").tobytes())
+    print(f"quant_blocks: {os.path.getsize(path)} bytes")
+
+
+def write_logits(path, model, config, seed):
+    """NAME.logits for the sequences of POSITIONS, tokens drawn with seed."""
+    rng = np.random.default_rng(seed)
+    seqs = []
+    for pos in POSITIONS:
+        toks = [int(t) for t in rng.integers(0, config.vocab_size, len(pos))]
+        seqs.append((pos, toks, logits_at(model, toks, pos)))
+    with open(path, "wb") as f:
+        f.write(b"LZLOGIT1" + struct.pack("<I", len(seqs)))
+        for pos, toks, lg in seqs:
+            f.write(struct.pack("<II", len(toks), config.vocab_size))
+            f.write(struct.pack("<%di" % len(pos), *pos))
+            f.write(struct.pack("<%di" % len(toks), *toks))
+            f.write(np.ascontiguousarray(lg, dtype="<f8").tobytes())
+    return seqs
 
 
 def main():
@@ -260,18 +473,7 @@ def main():
     for i, (name, spec) in enumerate(MODELS.items()):
         model, config = make_model(spec, 100 + i)
         write_gguf(os.path.join(out, name + ".gguf"), spec, model, config)
-        rng = np.random.default_rng(200 + i)
-        seqs = []
-        for pos in POSITIONS:
-            toks = [int(t) for t in rng.integers(0, config.vocab_size, len(pos))]
-            seqs.append((pos, toks, logits_at(model, toks, pos)))
-        with open(os.path.join(out, name + ".logits"), "wb") as f:
-            f.write(b"LZLOGIT1" + struct.pack("<I", len(seqs)))
-            for pos, toks, lg in seqs:
-                f.write(struct.pack("<II", len(toks), config.vocab_size))
-                f.write(struct.pack("<%di" % len(pos), *pos))
-                f.write(struct.pack("<%di" % len(toks), *toks))
-                f.write(np.ascontiguousarray(lg, dtype="<f8").tobytes())
+        seqs = write_logits(os.path.join(out, name + ".logits"), model, config, 200 + i)
         # how far a reader that drops the scaling would be: the fixture's power to fail
         if spec.get("rope"):
             plain = dict(spec)
@@ -285,6 +487,20 @@ def main():
         model, config = make_model(spec, 300 + i)
         write_gguf(os.path.join(out, name + ".gguf"), spec, model, config, keys, tensors)
         print(f"{name}: {os.path.getsize(os.path.join(out, name + '.gguf'))} bytes")
+    for i, (name, (spec, types, file_type)) in enumerate(QUANT_MODELS.items()):
+        model, config = make_model(spec, 500 + i)
+        rng = np.random.default_rng(600 + i)
+        toks = [int(t) for t in rng.integers(0, config.vocab_size, len(POSITIONS[0]))]
+        before = logits_at(model, toks, POSITIONS[0])
+        quant = quantize_model(model, config, types)
+        write_gguf(os.path.join(out, name + ".gguf"), spec, model, config, quant=quant,
+                   file_type=file_type)
+        write_logits(os.path.join(out, name + ".logits"), model, config, 700 + i)
+        # how far quantization moves the model (the reference is the dequantized one)
+        err = norm_err(logits_at(model, toks, POSITIONS[0]), before)
+        print(f"{name}: {os.path.getsize(os.path.join(out, name + '.gguf'))} bytes; "
+              f"quantization moves the logits by {err:.3g}")
+    write_quant_blocks(os.path.join(out, "quant_blocks.bin"))
 
 
 if __name__ == "__main__":

@@ -19,13 +19,13 @@
  * ROWS pages (its kv_layout: a TILED attention's programs carry
  * -DLZ_KV_TILED=1, a key no variant has, so they are built from source),
  * for each device profile below. The portable programs carry their tile
- * geometry as -D options, chosen per device (lib/tuning.c: the device's row
- * of lib/tuning_db.inc, else defaults from its local memory and work-group
+ * geometry as -D options, chosen per device (lib/attn/tuning.c: the device's row
+ * of lib/attn/tuning_db.inc, else defaults from its local memory and work-group
  * limit), so a variant serves the devices whose choice gives the same
  * options. Other configurations and devices are built from source.
  */
 #include "internal.h"
-#include "tuning.h"
+#include "attn/tuning.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -23,8 +23,8 @@ static int lz_nv_fits(const lazyattn_context *ctx, const lazyattn_attention_conf
  * (cl/meson.build embeds them); their count. tools/check_ptx_unchanged.sh
  * builds the same lists. */
 static int lz_nv_sources(const lz_nv_geometry *g, const char *names[16]) {
-    static const char *const common[] = {"block_entry", "kernel_abi", "storage", "rope", "mma_nv",
-                                         "prefill_common"};
+    static const char *const common[] = {"block_entry", "kernel_abi", "storage",  "rope",
+                                         "softmax_state", "ptx",      "attn_mma", "prefill_common"};
     int n = 0;
     for (size_t i = 0; i < sizeof common / sizeof *common; i++) names[n++] = common[i];
     if (g->producer) {
@@ -88,7 +88,7 @@ static int lz_nv_build_with(lazyattn_attention *a) {
         clGetKernelWorkGroupInfo(a->nv_prefill_batched, ctx->device,
                                  CL_KERNEL_COMPILE_WORK_GROUP_SIZE, sizeof wgb, wgb, NULL) != CL_SUCCESS)
         wgb[0] = 0;
-    a->nv_prefill_threads = wg[0] ? wg[0] : (size_t)32 * (g->warps + 4 * g->producer);
+    a->nv_prefill_threads = wg[0] ? wg[0] : (size_t)32 * (size_t)(g->warps + 4 * g->producer);
     if (err == CL_SUCCESS &&
         (a->nv_prefill_threads % 32 || (wgb[0] && wgb[0] != a->nv_prefill_threads)))
         err = CL_INVALID_KERNEL_DEFINITION;

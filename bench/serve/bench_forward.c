@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * bench_forward: the decoder's forward times, case for case those of the
+ * torch peer (bench/llama_peer.py), so that an end-to-end figure has its
+ * production-class anchor from the same device call (issue 16):
+ *   cold prefill of 2048 and of 10240 tokens (one causal sequence, LM head
+ *   on the last token);
+ *   32 new tokens over 10240 cached ones;
+ *   2080 new tokens over 8192 cached ones;
+ *   decode steps: B sequences (--decode, default 1, 16, 64) of one new token
+ *   each over --decode-context cached tokens of its own (default 2048), with
+ *   the host's share of the step (time inside the enqueue calls and uploads,
+ *   commands enqueued) and, with --device-time, the device time per phase
+ *   (profiling events; the wall times are then of a profiling queue).
+ * Random weights (serve_model_init_random) and random tokens; each case is
+ * run --warmup times, then timed --reps times (wall clock from an idle
+ * queue to the next token read back: host work included, as torch's CUDA
+ * events include its launches), median printed. A forward longer than
+ * --max-rows runs in chunks of --max-rows tokens, each over the blocks
+ * already written (as the engine does).
+ */
+#include "cli_options.h"
+#include "serve.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fwd_case {
+    const char *name;
+    int cached; /* tokens already in the cache (written by an untimed prefill) */
+    int fresh;  /* tokens of the timed forward, positions cached .. cached + fresh - 1 */
+} fwd_case;
+
+static const fwd_case fwd_cases[] = {
+    {"cold 2048", 0, 2048},
+    {"cold 10240", 0, 10240},
+    {"32 over 10240 cached", 10240, 32},
+    {"2080 over 8192 cached", 8192, 2080},
+};
+#define FWD_N_CASES ((int)(sizeof fwd_cases / sizeof fwd_cases[0]))
+#define FWD_MAX_TOKENS 10272 /* the longest context of a case */
+
+#define FWD_MAX_DECODE 8 /* decode batch sizes on one command line */
+
+typedef struct fwd {
+    serve_model *model;
+    lazyattn_pool *pool;
+    const serve_model_config *mc;
+    int32_t *blocks; /* [n_blocks]: logical block b of the sequence lives in blocks[b] */
+    int n_blocks;
+    int32_t *tokens, *pos, *slots; /* [FWD_MAX_TOKENS] */
+    uint64_t *table;               /* [n_blocks] */
+    int32_t *entry_pos;            /* [n_blocks] */
+    int max_tokens;                /* tokens, pos, slots: [max_tokens] */
+} fwd;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Prefills positions [from, to) of a sequence whose logical block b lives
+ * in blocks[b], in chunks of max_rows; the table of each chunk covers every
+ * written token up to the chunk's end. */
+static int fwd_prefill_seq(fwd *f, const int32_t *blocks, int from, int to, int32_t *next) {
+    const int bs = f->mc->block_size;
+    for (int i = from; i < to; i++) f->slots[i] = blocks[i / bs] * bs + i % bs;
+    for (int c0 = from; c0 < to; c0 += f->mc->max_rows) {
+        int n = to - c0 < f->mc->max_rows ? to - c0 : f->mc->max_rows;
+        int end = c0 + n, n_entries = (end + bs - 1) / bs;
+        for (int e = 0; e < n_entries; e++) {
+            int len = end - e * bs < bs ? end - e * bs : bs;
+            int st = lazyattn_entry_pack(blocks[e], 0, len, &f->table[e]);
+            if (st) return serve_lz_fail(st, "lazyattn_entry_pack");
+            f->entry_pos[e] = e * bs;
+        }
+        serve_prefill_args a = {.n_tokens = n,
+                                .tokens = f->tokens + c0,
+                                .q_pos = f->pos + c0,
+                                .slots = f->slots + c0,
+                                .stored_pos = f->pos + c0,
+                                .n_entries = n_entries,
+                                .table = f->table,
+                                .entry_pos = f->entry_pos,
+                                .want_logits = end == to};
+        int st = serve_model_prefill(f->model, f->pool, &a, end == to ? next : NULL);
+        if (st) return st;
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
+    return fwd_prefill_seq(f, f->blocks, from, to, next);
+}
+
+/* Decode steps: B sequences, sequence s in blocks [s * per, (s + 1) * per)
+ * with context tokens written by an untimed prefill, then warmup + reps
+ * steps of one new token per sequence at position context (each step
+ * rewrites that slot). Wall ms median; the host's share (time in the
+ * enqueue calls and uploads) and the commands enqueued per step; device ms
+ * per phase when the timer has events. */
+typedef struct fwd_decode_result {
+    double wall_ms, host_ms, device_ms[SERVE_PHASE_COUNT];
+    double enqueues;
+} fwd_decode_result;
+
+static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd_decode_result *r) {
+    const int bs = f->mc->block_size, per = (context + 1 + bs - 1) / bs;
+    if ((int64_t)B * per > f->n_blocks || context + 1 > f->max_tokens)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "bench_forward: %d sequences of %d tokens need %lld blocks, the pool has %d",
+                          B, context + 1, (long long)B * per, f->n_blocks);
+    int32_t next = -1;
+    for (int s = 0; s < B; s++) {
+        int st = fwd_prefill_seq(f, f->blocks + (size_t)s * (size_t)per, 0, context, &next);
+        if (st) return st;
+    }
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * 4), *nx = malloc(sizeof(int32_t) * (size_t)B);
+    uint64_t *table = malloc(sizeof(uint64_t) * (size_t)B * (size_t)per);
+    int32_t *epos = malloc(sizeof(int32_t) * (size_t)B * (size_t)per);
+    double *t = calloc((size_t)reps, sizeof *t);
+    int st = LAZYATTN_STATUS_OK;
+    if (!tok || !nx || !table || !epos || !t)
+        st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: decode tables");
+    int32_t *qpos = tok ? tok + B : NULL, *slots = tok ? tok + 2 * B : NULL; /* tok: [4][B] */
+    int32_t *stored = tok ? tok + 3 * B : NULL;
+    int32_t *offsets = malloc(sizeof(int32_t) * (size_t)(B + 1));
+    if (!st && !offsets) st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: offsets");
+    for (int s = 0; s < B && !st; s++) {
+        const int32_t *blk = f->blocks + (size_t)s * (size_t)per;
+        tok[s] = f->tokens[(s * 7919) % f->max_tokens];
+        qpos[s] = stored[s] = context;
+        slots[s] = blk[context / bs] * bs + context % bs;
+        offsets[s] = s * per;
+        for (int e = 0; e < per && !st; e++) {
+            const int len = context + 1 - e * bs < bs ? context + 1 - e * bs : bs;
+            st = lazyattn_entry_pack(blk[e], 0, len, &table[(size_t)s * (size_t)per + (size_t)e]);
+            if (st) st = serve_lz_fail(st, "lazyattn_entry_pack");
+            epos[(size_t)s * (size_t)per + (size_t)e] = e * bs;
+        }
+    }
+    if (!st) offsets[B] = B * per;
+    serve_timer *timer = serve_model_timer(f->model);
+    cl_command_queue q = serve_model_queue(f->model);
+    memset(r, 0, sizeof *r);
+    for (int i = -warmup; i < reps && !st; i++) {
+        cl_int err = clFinish(q);
+        if (err != CL_SUCCESS) {
+            st = serve_cl_fail(err, "clFinish");
+            break;
+        }
+        if (timer) serve_timer_collect(timer); /* the prefills' and earlier steps' events */
+        serve_timer before = timer ? *timer : (serve_timer){0};
+        const double t0 = serve_now();
+        serve_decode_args da = {.n_seqs = B,
+                                .tokens = tok,
+                                .q_pos = qpos,
+                                .slots = slots,
+                                .stored_pos = stored,
+                                .seq_offsets = offsets,
+                                .table = table,
+                                .entry_pos = epos,
+                                .max_entries = per};
+        st = serve_model_decode(f->model, f->pool, &da, nx); /* reads the tokens back */
+        if (!st && (err = clFinish(q)) != CL_SUCCESS) st = serve_cl_fail(err, "clFinish");
+        if (st) break;
+        const double ms = (serve_now() - t0) * 1e3;
+        for (int s = 0; s < B && !st; s++)
+            if (nx[s] < 0 || nx[s] >= f->mc->vocab)
+                st = serve_fail(LAZYATTN_STATUS_OPENCL, "bench_forward: next token %d", (int)nx[s]);
+        if (i < 0 || st) continue;
+        t[i] = ms;
+        if (timer) {
+            serve_timer_collect(timer);
+            for (int p = 0; p < SERVE_PHASE_COUNT; p++) {
+                r->host_ms += (timer->host_s[p] - before.host_s[p]) * 1e3 / reps;
+                r->device_ms[p] += (timer->seconds[p] - before.seconds[p]) * 1e3 / reps;
+            }
+            r->host_ms += (timer->upload_s - before.upload_s) * 1e3 / reps;
+            r->enqueues += (double)(timer->enqueues - before.enqueues) / reps;
+        }
+    }
+    if (!st) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        r->wall_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(tok), free(nx), free(table), free(epos), free(t), free(offsets);
+    return st;
+}
+
+/* One case: the cached part once (untimed), then warmup + reps timed runs
+ * of the fresh part (each rewrites the same blocks with the same K/V). */
+static int fwd_run_case(fwd *f, const fwd_case *c, int warmup, int reps, double *median_ms) {
+    int32_t next = -1;
+    cl_command_queue q = serve_model_queue(f->model);
+    int st = c->cached ? fwd_prefill(f, 0, c->cached, &next) : LAZYATTN_STATUS_OK;
+    if (st) return st;
+    double *t = calloc((size_t)reps, sizeof *t);
+    if (!t) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: %d times", reps);
+    for (int r = -warmup; r < reps && !st; r++) {
+        cl_int err = clFinish(q);
+        if (err != CL_SUCCESS) {
+            st = serve_cl_fail(err, "clFinish");
+            break;
+        }
+        double t0 = serve_now();
+        st = fwd_prefill(f, c->cached, c->cached + c->fresh, &next); /* reads the token back */
+        if (!st && (err = clFinish(q)) != CL_SUCCESS) st = serve_cl_fail(err, "clFinish");
+        if (!st && r >= 0) t[r] = (serve_now() - t0) * 1e3;
+        if (!st && (next < 0 || next >= f->mc->vocab))
+            st = serve_fail(LAZYATTN_STATUS_OPENCL, "bench_forward: next token %d", (int)next);
+    }
+    if (!st) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        *median_ms = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(t);
+    return st;
+}
+
+static void fwd_release(fwd *f) {
+    free(f->blocks), free(f->tokens), free(f->pos), free(f->slots), free(f->table);
+    free(f->entry_pos);
+    lazyattn_pool_destroy(f->pool);
+    serve_model_destroy(f->model);
+}
+
+/* The model, and a pool of at least FWD_MAX_TOKENS tokens and decode_tokens
+ * tokens (the decode cases' sequences, each in whole blocks);
+ * max_tokens: the longest sequence. */
+static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc, uint64_t seed,
+                     int64_t decode_blocks, int max_tokens) {
+    int st = serve_model_create(ctx, mc, &f->model);
+    if (!st) st = serve_model_init_random(f->model, seed);
+    if (st) return st;
+    f->mc = serve_model_get_config(f->model);
+    const int bs = f->mc->block_size;
+    f->max_tokens = max_tokens > FWD_MAX_TOKENS ? max_tokens : FWD_MAX_TOKENS;
+    const int64_t need = (FWD_MAX_TOKENS + bs - 1) / bs > decode_blocks ? (FWD_MAX_TOKENS + bs - 1) / bs
+                                                                           : decode_blocks;
+    if (need > INT32_MAX / bs)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "bench_forward: %lld blocks", (long long)need);
+    f->n_blocks = (int)need;
+    lazyattn_pool_config pc;
+    serve_model_pool_config(f->mc,
+                            (uint64_t)f->n_blocks * (uint64_t)bs * serve_model_kv_bytes_per_token(f->mc),
+                            &pc);
+    if ((st = lazyattn_pool_create(ctx, &pc, &f->pool))) return serve_lz_fail(st, "lazyattn_pool_create");
+    f->blocks = malloc((size_t)f->n_blocks * sizeof *f->blocks);
+    f->table = malloc((size_t)f->n_blocks * sizeof *f->table);
+    f->entry_pos = malloc((size_t)f->n_blocks * sizeof *f->entry_pos);
+    f->tokens = malloc((size_t)f->max_tokens * sizeof *f->tokens);
+    f->pos = malloc((size_t)f->max_tokens * sizeof *f->pos);
+    f->slots = malloc((size_t)f->max_tokens * sizeof *f->slots);
+    if (!f->blocks || !f->table || !f->entry_pos || !f->tokens || !f->pos || !f->slots)
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: tables");
+    if ((st = lazyattn_pool_alloc(f->pool, f->n_blocks, f->blocks)))
+        return serve_lz_fail(st, "lazyattn_pool_alloc");
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int i = 0; i < f->max_tokens; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        f->tokens[i] = (int32_t)(x % (uint64_t)f->mc->vocab);
+        f->pos[i] = i;
+        f->slots[i] = f->blocks[i / bs] * bs + i % bs; /* rewritten per sequence by fwd_prefill_seq */
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+int main(int argc, char **argv) {
+    static const char prog[] = "bench_forward";
+    static const char usage[] =
+        "usage: bench_forward [options]\n"
+        "  --model tiny|small|8b   model shape, random weights (default 8b)\n"
+        "  --gemm auto|f32|bf16    projections: f32 CLBlast or bf16 (tensor cores on NVIDIA);\n"
+        "                          default auto (bf16 where the NVIDIA path runs)\n"
+        "  --max-rows N            most tokens per forward (default 10240, 16..65536)\n"
+        "  --warmup N              untimed runs per case (default 2, 0..100)\n"
+        "  --reps N                timed runs per case, median printed (default 5, 1..1000)\n"
+        "  --seed S                weight and token seed (default 1)\n"
+        "  --decode LIST           decode batch sizes, comma separated, 1..256, at most 8, no repeats\n"
+        "                          (default 1,16,64)\n"
+        "  --decode-context N      cached tokens of each decoding sequence (default 2048,\n"
+        "                          1..65535)\n"
+        "  --no-forwards           only the decode steps\n"
+        "  --device-time           profiling events: device ms per phase of a decode step\n"
+        "                          (the wall times are then those of a profiling queue)\n"
+        "Cases: cold 2048, cold 10240, 32 over 10240 cached, 2080 over 8192 cached, decode\n"
+        "steps of B x 1 token over N cached each (bench/llama_peer.py runs the same in torch).\n"
+        "Exit status: 0 done, 1 a failure, 2 a bad command line.\n";
+    int model = 2, gemm = SERVE_GEMM_AUTO, max_rows = 10240, warmup = 2, reps = 5;
+    int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0;
+    int decode_b[FWD_MAX_DECODE] = {1, 16, 64};
+    uint64_t seed = 1;
+    cli_option opts[] = {
+        {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
+        {.name = "--gemm", .type = CLI_ENUM, .dest = &gemm, .choices = "auto|f32|bf16"},
+        {.name = "--max-rows", .type = CLI_INT, .dest = &max_rows, .min = 16, .max = 65536},
+        {.name = "--warmup", .type = CLI_INT, .dest = &warmup, .min = 0, .max = 100},
+        {.name = "--reps", .type = CLI_INT, .dest = &reps, .min = 1, .max = 1000},
+        {.name = "--seed", .type = CLI_U64, .dest = &seed},
+        {.name = "--decode", .type = CLI_INT_LIST, .dest = decode_b, .min = 1, .max = 256,
+         .max_items = FWD_MAX_DECODE, .count = &n_decode},
+        {.name = "--decode-context", .type = CLI_INT, .dest = &decode_context, .min = 1, .max = 65535},
+        {.name = "--no-forwards", .type = CLI_FLAG, .dest = &no_forwards},
+        {.name = "--device-time", .type = CLI_FLAG, .dest = &device_time},
+    };
+    int pr = cli_parse(prog, usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
+    if (pr == CLI_HELP) return 0;
+    if (pr != CLI_OK) return pr;
+    for (int i = 0; i < n_decode; i++) /* a decode step holds at most max_rows sequences */
+        if (decode_b[i] > max_rows)
+            return cli_fail(prog, "--decode", "batch size %d over --max-rows %d", decode_b[i], max_rows);
+    static const char *const presets[] = {"tiny", "small", "8b"};
+    serve_model_config mc;
+    int st = serve_model_config_preset(&mc, presets[model]);
+    if (st) {
+        fprintf(stderr, "%s: %s\n", prog, serve_last_error());
+        return 1;
+    }
+    mc.max_rows = max_rows;
+    mc.gemm = (serve_gemm_mode)gemm;
+    lazyattn_context_options co;
+    lazyattn_context_options_init(&co);
+    co.profiling = device_time;
+    lazyattn_context *ctx = NULL;
+    if ((st = lazyattn_context_create(&co, &ctx))) {
+        fprintf(stderr, "%s: lazyattn_context_create: %s\n", prog, lazyattn_last_error());
+        return 1;
+    }
+    char name[256] = "?";
+    cl_device_id dev = NULL;
+    if (clGetCommandQueueInfo(lazyattn_context_queue(ctx), CL_QUEUE_DEVICE, sizeof dev, &dev,
+                              NULL) == CL_SUCCESS)
+        clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
+    printf("device: %s (%s path); model %s, max_rows %d, %d warm-up(s), median of %d\n", name,
+           lazyattn_context_fast_path(ctx) ? "NVIDIA" : "portable", presets[model], max_rows,
+           warmup, reps);
+    fwd f = {0};
+    int decode_max = 0;
+    for (int i = 0; i < n_decode; i++)
+        if (decode_b[i] > decode_max) decode_max = decode_b[i];
+    const int64_t per = (decode_context + 1 + mc.block_size - 1) / mc.block_size;
+    st = fwd_setup(&f, ctx, &mc, seed, decode_max * per, decode_context + 1);
+    serve_timer timer = {.enabled = device_time};
+    if (!st) serve_model_set_timer(f.model, &timer); /* host times always; events with --device-time */
+    if (!st)
+        printf("gemm: %s\n", serve_model_uses_bf16(f.model) ? "bf16" : "f32 (CLBlast)");
+    if (!st && !no_forwards) printf("%-24s %10s\n", "case", "ms");
+    for (int i = 0; i < FWD_N_CASES && !st && !no_forwards; i++) {
+        double ms = 0;
+        st = fwd_run_case(&f, &fwd_cases[i], warmup, reps, &ms);
+        if (!st) printf("%-24s %10.2f\n", fwd_cases[i].name, ms);
+        fflush(stdout);
+    }
+    if (!st && n_decode > 0) {
+        printf("%-24s %10s %10s %9s", "decode step", "wall ms", "host ms", "enqueues");
+        if (device_time)
+            for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10s", serve_phase_name((serve_phase)p));
+        printf("\n");
+    }
+    for (int i = 0; i < n_decode && !st; i++) {
+        fwd_decode_result r;
+        st = fwd_decode_case(&f, decode_b[i], decode_context, warmup, reps, &r);
+        if (st) break;
+        char name[64];
+        snprintf(name, sizeof name, "%d x 1 over %d", decode_b[i], decode_context);
+        printf("%-24s %10.2f %10.2f %9.0f", name, r.wall_ms, r.host_ms, r.enqueues);
+        if (device_time)
+            for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10.3f", r.device_ms[p]);
+        printf("\n");
+        fflush(stdout);
+    }
+    if (!st) serve_model_set_timer(f.model, NULL);
+    serve_timer_release(&timer);
+    if (!st && serve_model_uses_bf16(f.model)) {
+        /* which kernels the times are of: a projection no tensor-core
+         * kernel covers falls back to the portable one */
+        int64_t n[SERVE_GEMM_KERNEL_COUNT];
+        serve_gemm_bf16_counts(serve_model_gemm_bf16(f.model), n);
+        printf("bf16 projections run: tensor-core large %lld, small %lld, portable %lld\n",
+               (long long)n[SERVE_GEMM_KERNEL_LARGE], (long long)n[SERVE_GEMM_KERNEL_SMALL],
+               (long long)n[SERVE_GEMM_KERNEL_PORTABLE]);
+    }
+    if (st) fprintf(stderr, "%s: %s\n", prog, serve_last_error());
+    fwd_release(&f);
+    lazyattn_context_destroy(ctx);
+    return st ? 1 : 0;
+}

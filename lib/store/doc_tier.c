@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The tier: a document store behind a LAZY cache. lazyattn_cache_set_tier
+ * hangs it on the cache (lz_tier_ops): the planner asks it for every
+ * document the GPU cache misses (lz_tier_load, from
+ * lazyattn_request_create); the cache writes to it on eviction or at
+ * commit (lz_tier_write). Everything read is checked before it enters the
+ * GPU cache (the key against the export's header, then import's own
+ * checks: format, checksums, identity); any failure is a recompute. */
+#include "cache/cache_policy.h"
+#include "store/store_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
+                        int n_tokens, lz_tally *t);
+static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
+static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write};
+
+static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
+                       const char *w) {
+    LZ_CHECK_ARG(mode == LAZYATTN_TIER_READ_ONLY || mode == LAZYATTN_TIER_WRITE_BACK ||
+                     mode == LAZYATTN_TIER_WRITE_THROUGH,
+                 "%s: unknown mode %d", w, (int)mode);
+    if (store && !lazyattn_store_name(store))
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: not a live store", w);
+    if (store && !lz_cache_policy(c)->tiered)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: only a LAZY cache has a tier (its documents are position-independent "
+                       "and exportable); this cache is %s",
+                       w, lazyattn_cache_policy_name(lz_cache_policy(c)->id));
+    if (store && !lz_pool_context(lz_cache_pool(c)))
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: the pool keeps accounting only: there is no K/V to load or store", w);
+    lz_cache_attach_tier(c, store, mode, &lz_tier_of_store);
+    return LAZYATTN_STATUS_OK;
+}
+
+int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
+    const char *w = "lazyattn_cache_set_tier";
+    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
+    int st = lz_cache_check_live(c, w);
+    if (st) return st;
+    int taken;
+    if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
+    st = lz_set_tier(c, store, mode, w);
+    lz_cache_leave(c, taken);
+    return st;
+}
+
+/* The store's operations run the engine's code: callouts of the cache
+ * (lz_cache_enter refuses what they must not do to it). */
+static int lz_tier_get(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
+                       lazyattn_store_value *v) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's get");
+    int st = lazyattn_store_get(s, key, v);
+    lz_cache_callout_end(c, outer);
+    return st;
+}
+
+static void lz_tier_release(lazyattn_cache *c, lazyattn_store *s, lazyattn_store_value *v) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's release");
+    lazyattn_store_release(s, v);
+    lz_cache_callout_end(c, outer);
+}
+
+static int lz_tier_exists(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
+                          int *there) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's exists");
+    int st = lazyattn_store_exists(s, key, there);
+    lz_cache_callout_end(c, outer);
+    return st;
+}
+
+static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
+                       const void *data, size_t size) {
+    const char *outer = lz_cache_callout_begin(c, "the tier store's put");
+    int st = lazyattn_store_put(s, key, data, size);
+    lz_cache_callout_end(c, outer);
+    return st;
+}
+
+static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
+                        int n_tokens, lz_tally *t) {
+    lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
+    memcpy(key.digest, digest, sizeof key.digest);
+    uint64_t doc_hash = lz_digest_hash(digest);
+    lazyattn_store_value v;
+    int st = lz_tier_get(c, store, key, &v);
+    if (st == LAZYATTN_STATUS_NOT_FOUND) {
+        t->tier_misses++;
+        return 0;
+    }
+    if (st) {
+        /* FORMAT: the store found something it could not assemble (Redis:
+         * a chunk missing or mixed): refused data, not a store failure */
+        if (st == LAZYATTN_STATUS_FORMAT)
+            t->tier_rejected++;
+        else
+            t->tier_errors++;
+        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_DEBUG,
+               "tier: %s; recomputing the document", lazyattn_last_error());
+        return 0;
+    }
+    /* An engine's store may hand out memory another party can change (a
+     * shared mapping of a file): its value is copied once, so that what
+     * the checks pass is what is uploaded. The library's stores hand out
+     * memory of their own that nothing changes until it is released. */
+    const uint8_t *data = v.data;
+    uint8_t *copy = NULL;
+    size_t size = v.size;
+    if (!lz_store_values_private(store)) {
+        copy = malloc(size ? size : 1);
+        if (copy && size) memcpy(copy, v.data, size);
+        lz_tier_release(c, store, &v);
+        if (!copy) {
+            t->tier_errors++;
+            lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
+                   "tier: no %zu bytes to copy the %s store's value into; recomputing the "
+                   "document",
+                   size, lazyattn_store_name(store));
+            return 0;
+        }
+        data = copy;
+    }
+    lazyattn_kv_info info;
+    int rejected = 0;
+    st = lazyattn_kv_describe(data, size, &info);
+    if (!st && (info.model_id != key.model_id ||
+                memcmp(info.digest, key.digest, sizeof key.digest) != 0 ||
+                info.n_tokens != n_tokens || info.total_bytes != size))
+        st = lz_fail(LAZYATTN_STATUS_FORMAT,
+                     "tier: the %s store's value for document %016llx is another document's "
+                     "(or truncated)",
+                     lazyattn_store_name(store), (unsigned long long)doc_hash);
+    if (st)
+        rejected = 1;
+    else {
+        uint64_t got = 0;
+        st = lz_cache_import_bytes(c, data, size, &got, "tier import");
+        /* refused data (FORMAT; INVALID_ARGUMENT: another identity) is
+         * rejected; anything else (no room next to the pinned working set,
+         * out of memory) counts as an error */
+        rejected = st == LAZYATTN_STATUS_FORMAT || st == LAZYATTN_STATUS_INVALID_ARGUMENT;
+    }
+    if (st)
+        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
+               "tier: %s; recomputing the document", lazyattn_last_error());
+    if (rejected)
+        t->tier_rejected++;
+    else if (st)
+        t->tier_errors++;
+    else
+        t->tier_read_bytes += (uint64_t)size;
+    if (copy)
+        free(copy);
+    else
+        lz_tier_release(c, store, &v);
+    return st == LAZYATTN_STATUS_OK;
+}
+
+static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
+    if (e->in_tier) return;
+    lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
+    memcpy(key.digest, e->digest, sizeof key.digest);
+    int there = 0;
+    size_t written = 0;
+    uint8_t *buf = NULL;
+    int st = lz_tier_exists(c, store, key, &there);
+    if (!st && there) { /* another process or an earlier write put it there */
+        e->in_tier = 1;
+        return;
+    }
+    /* this entry itself, not whichever entry shares its 64-bit hash */
+    if (!st) st = lz_cache_export_entry(c, e, &buf, &written, "tier write");
+    if (!st) st = lz_tier_put(c, store, key, buf, written);
+    free(buf);
+    if (st) {
+        lz_cache_count_tier_write(c, 0, 0);
+        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
+               "tier: document %016llx not written to the %s store: %s",
+               (unsigned long long)e->doc_hash, lazyattn_store_name(store), lazyattn_last_error());
+        return;
+    }
+    e->in_tier = 1;
+    lz_cache_count_tier_write(c, 1, written);
+}

@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The store interface (include/lazyattn.h, "document stores"): a checked
+ * wrapper around a table of functions, so every store, the library's and
+ * an engine's, is called the same way. */
+#include "store/store_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct lazyattn_store {
+    uint32_t magic; /* LZ_MAGIC_STORE while live */
+    lazyattn_store_ops ops;
+    void *impl;
+    int private_values; /* lz_store_values_private */
+};
+
+int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl, lazyattn_store **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_store_create: out is NULL");
+    *out = NULL;
+    LZ_CHECK_ARG(ops != NULL, "lazyattn_store_create: ops is NULL");
+    LZ_CHECK_ARG(ops->get && ops->release && ops->put && ops->exists && ops->remove,
+                 "lazyattn_store_create: ops lacks get, release, put, exists or remove");
+    lazyattn_store *s = calloc(1, sizeof *s);
+    if (!s) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_store_create");
+    s->magic = LZ_MAGIC_STORE;
+    s->ops = *ops;
+    if (!s->ops.name) s->ops.name = "store";
+    s->impl = impl;
+    *out = s;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Wraps a built-in store's state; destroys it when the wrapper cannot be made. */
+static int lz_store_wrap(const lazyattn_store_ops *ops, void *impl, lazyattn_store **out) {
+    int st = lazyattn_store_create(ops, impl, out);
+    if (st)
+        ops->destroy(impl);
+    else
+        (*out)->private_values = 1;
+    return st;
+}
+
+int lz_store_values_private(const lazyattn_store *s) { return s->private_values; }
+
+int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_store_create_host: out is NULL");
+    *out = NULL;
+    LZ_CHECK_ARG(budget_bytes >= 1, "lazyattn_store_create_host: a budget of 0 bytes");
+    void *impl;
+    int st = lz_store_host_open(budget_bytes, &impl);
+    return st ? st : lz_store_wrap(&lz_store_host_ops, impl, out);
+}
+
+int lazyattn_store_create_dir(const char *path, lazyattn_store **out) {
+    LZ_CHECK_ARG(out != NULL, "lazyattn_store_create_dir: out is NULL");
+    *out = NULL;
+    LZ_CHECK_ARG(path != NULL && path[0] != '\0', "lazyattn_store_create_dir: no path");
+    void *impl;
+    int st = lz_store_dir_open(path, &impl);
+    return st ? st : lz_store_wrap(&lz_store_dir_ops, impl, out);
+}
+
+void lazyattn_redis_config_init(lazyattn_redis_config *c) {
+    if (!c) return;
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 6379;
+    c->timeout_ms = 2000;
+    c->chunk_bytes = (size_t)4 << 20;
+    c->prefix = "lazyattn";
+    c->retry_ms = 1000;
+    c->url = NULL;
+    c->user = NULL;
+    c->password = NULL;
+}
+
+int lazyattn_redis_url_check(const char *url) {
+    LZ_CHECK_ARG(url != NULL, "lazyattn_redis_url_check: url is NULL");
+    lz_redis_url u;
+    int st = lz_redis_url_parse(url, &u, "lazyattn_redis_url_check");
+    if (!st) lz_redis_url_free(&u);
+    return st;
+}
+
+int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_store **out) {
+    const char *w = "lazyattn_store_create_redis";
+    LZ_CHECK_ARG(out != NULL, "%s: out is NULL", w);
+    *out = NULL;
+    lazyattn_redis_config c;
+    lazyattn_redis_config_init(&c);
+    if (config) c = *config;
+    LZ_CHECK_ARG(c.url || (c.host && c.host[0]), "%s: no host", w);
+    LZ_CHECK_ARG(c.url || (c.port >= 1 && c.port <= 65535), "%s: port %d outside 1..65535", w,
+                 c.port);
+    LZ_CHECK_ARG(c.timeout_ms >= 1 && c.timeout_ms <= 600000,
+                 "%s: timeout %d ms outside 1..600000", w, c.timeout_ms);
+    LZ_CHECK_ARG(c.chunk_bytes >= 1024 && c.chunk_bytes <= ((size_t)512 << 20),
+                 "%s: chunk of %zu bytes outside 1 KiB .. 512 MiB", w, c.chunk_bytes);
+    LZ_CHECK_ARG(c.retry_ms >= 0 && c.retry_ms <= 600000, "%s: retry of %d ms outside 0..600000",
+                 w, c.retry_ms);
+    LZ_CHECK_ARG(c.prefix && c.prefix[0] && !strpbrk(c.prefix, "{}") && strlen(c.prefix) <= 200,
+                 "%s: the key prefix must be 1..200 characters without '{' or '}'", w);
+    LZ_CHECK_ARG(!c.user || (c.user[0] && c.password), "%s: a user needs a password", w);
+    LZ_CHECK_ARG(!c.password || c.password[0], "%s: the password is empty", w);
+    lz_redis_url seeds;
+    int st;
+    if (c.url) {
+        st = lz_redis_url_parse(c.url, &seeds, w);
+        if (st) return st;
+        /* the URL's credentials, else the config's (a user of the URL with
+         * the config's password) */
+        if (!seeds.password && c.password) {
+            seeds.password = strdup(c.password);
+            if (!seeds.user && c.user) seeds.user = strdup(c.user);
+            if (!seeds.password || (c.user && !seeds.user)) {
+                lz_redis_url_free(&seeds);
+                return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", w);
+            }
+        }
+        if (seeds.user && !seeds.password) {
+            st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                         "%s: the URL names user '%s' but no password is given (in the URL, "
+                         "or in the config's password)",
+                         w, seeds.user);
+            lz_redis_url_free(&seeds);
+            return st;
+        }
+    } else {
+        memset(&seeds, 0, sizeof seeds);
+        seeds.hosts = calloc(1, sizeof *seeds.hosts);
+        seeds.ports = calloc(1, sizeof *seeds.ports);
+        if (seeds.hosts && seeds.ports) {
+            seeds.hosts[0] = strdup(c.host);
+            seeds.ports[0] = c.port;
+            seeds.n_seeds = seeds.hosts[0] != NULL;
+        }
+        seeds.password = c.password ? strdup(c.password) : NULL;
+        seeds.user = c.user ? strdup(c.user) : NULL;
+        if (!seeds.n_seeds || (c.password && !seeds.password) || (c.user && !seeds.user)) {
+            lz_redis_url_free(&seeds);
+            return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", w);
+        }
+    }
+    void *impl;
+    st = lz_store_redis_open(&c, &seeds, &impl);
+    return st ? st : lz_store_wrap(&lz_store_redis_ops, impl, out);
+}
+
+#define LZ_STORE_LIVE(s, fn)                                                    \
+    do {                                                                        \
+        LZ_CHECK_ARG((s) != NULL, "%s: store is NULL", fn);                     \
+        LZ_CHECK_LIVE(s, LZ_MAGIC_STORE, fn, "store");                          \
+    } while (0)
+
+const char *lazyattn_store_name(const lazyattn_store *s) {
+    if (!s || s->magic != LZ_MAGIC_STORE) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "lazyattn_store_name: not a live store");
+        return NULL;
+    }
+    return s->ops.name;
+}
+
+int lazyattn_store_get(lazyattn_store *s, lazyattn_doc_key key, lazyattn_store_value *value) {
+    LZ_STORE_LIVE(s, "lazyattn_store_get");
+    LZ_CHECK_ARG(value != NULL, "lazyattn_store_get: value is NULL");
+    memset(value, 0, sizeof *value);
+    int st = s->ops.get(s->impl, key, value);
+    if (st == LAZYATTN_STATUS_OK && value->data == NULL && value->size > 0) {
+        s->ops.release(s->impl, value);
+        memset(value, 0, sizeof *value);
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "lazyattn_store_get: %s store returned no data",
+                       s->ops.name);
+    }
+    if (st) memset(value, 0, sizeof *value);
+    return st;
+}
+
+void lazyattn_store_release(lazyattn_store *s, lazyattn_store_value *value) {
+    if (!s || !value || (!value->data && !value->handle)) return;
+    if (s->magic != LZ_MAGIC_STORE) {
+        lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "lazyattn_store_release: not a live store");
+        return;
+    }
+    s->ops.release(s->impl, value);
+    memset(value, 0, sizeof *value);
+}
+
+int lazyattn_store_put(lazyattn_store *s, lazyattn_doc_key key, const void *data, size_t size) {
+    LZ_STORE_LIVE(s, "lazyattn_store_put");
+    LZ_CHECK_ARG(data != NULL && size > 0, "lazyattn_store_put: no data");
+    return s->ops.put(s->impl, key, data, size);
+}
+
+int lazyattn_store_exists(lazyattn_store *s, lazyattn_doc_key key, int *exists) {
+    LZ_STORE_LIVE(s, "lazyattn_store_exists");
+    LZ_CHECK_ARG(exists != NULL, "lazyattn_store_exists: exists is NULL");
+    *exists = 0;
+    return s->ops.exists(s->impl, key, exists);
+}
+
+int lazyattn_store_delete(lazyattn_store *s, lazyattn_doc_key key) {
+    LZ_STORE_LIVE(s, "lazyattn_store_delete");
+    return s->ops.remove(s->impl, key);
+}
+
+void lazyattn_store_destroy(lazyattn_store *s) {
+    if (!s) return;
+    if (!lz_live_for_destroy(s->magic, LZ_MAGIC_STORE, "lazyattn_store_destroy", "store")) return;
+    if (s->ops.destroy) s->ops.destroy(s->impl);
+    s->magic = 0;
+    free(s);
+}

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The directory store: one file per document. A write goes to a temporary
+ * file in the same directory, is fsync'ed and renamed over the final name
+ * (then the directory is fsync'ed), so readers in any process see a whole
+ * file or none; a reader reads the file once into its own memory (a
+ * symbolic link to a regular file is followed; anything else at a key's
+ * name is refused). POSIX only. */
+#include "store/store_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct lz_dir {
+    char *path;
+    atomic_uint next_tmp; /* temporary names unique within the process */
+} lz_dir;
+
+/* dir + "/" + name; NULL when out of memory. */
+static char *lz_dir_join(const lz_dir *d, const char *name) {
+    size_t n = strlen(d->path) + 1 + strlen(name) + 1;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", d->path, name);
+    return p;
+}
+
+static char *lz_dir_file(const lz_dir *d, lazyattn_doc_key key) {
+    char t[LZ_STORE_KEY_TEXT], name[LZ_STORE_KEY_TEXT + 8];
+    lz_store_key_text(key, t);
+    snprintf(name, sizeof name, "%s.lzkv", t);
+    return lz_dir_join(d, name);
+}
+
+/* What a file that is not a regular file is, for the message. */
+static const char *lz_file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+           : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* Reads exactly n bytes at the start of fd into p: 0, -1 when the file
+ * ends first (*got bytes read), or an errno value. */
+static int lz_read_all(int fd, uint8_t *p, size_t n, size_t *got) {
+    *got = 0;
+    while (*got < n) {
+        size_t want = n - *got > ((size_t)1 << 30) ? ((size_t)1 << 30) : n - *got;
+        ssize_t r = pread(fd, p + *got, want, (off_t)*got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (r == 0) return -1;
+        *got += (size_t)r;
+    }
+    return 0;
+}
+
+/* The file is read once into private memory, the value handed out: what
+ * the reader checks is what it uses, whatever happens to the file (a copy
+ * rewriting it in place, a truncation) after or during the read. */
+static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
+    lz_dir *d = impl;
+    char *file = lz_dir_file(d, key);
+    if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    /* What is not a regular file is refused before any open: opening a
+     * device may act on it (a tape rewinds), a socket's open fails with
+     * ENXIO, which would not say what is there. The fstat below checks
+     * what was opened (the name may change in between). */
+    struct stat pre;
+    if (stat(file, &pre) == 0 && !S_ISREG(pre.st_mode)) {
+        int st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s is %s, not a regular file", file,
+                         lz_file_kind(pre.st_mode));
+        free(file);
+        return st;
+    }
+    /* O_NONBLOCK: a FIFO at the name opens at once (and is refused below) */
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        int st = e == ENOENT ? lz_fail(LAZYATTN_STATUS_NOT_FOUND, "dir store: no file %s", file)
+                             : lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(e));
+        free(file);
+        return st;
+    }
+    struct stat sb;
+    int st = LAZYATTN_STATUS_OK;
+    uint8_t *buf = NULL;
+    size_t got = 0;
+    if (fstat(fd, &sb) != 0) {
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s is %s, not a regular file", file,
+                     lz_file_kind(sb.st_mode));
+    } else if (sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX) {
+        st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s: %lld bytes", file,
+                     (long long)sb.st_size);
+    } else if (!(buf = malloc((size_t)sb.st_size))) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store: %s: %lld bytes", file,
+                     (long long)sb.st_size);
+    } else {
+        /* the size fstat gave: a file growing meanwhile is read that far */
+        int e = lz_read_all(fd, buf, (size_t)sb.st_size, &got);
+        if (e < 0)
+            st = lz_fail(LAZYATTN_STATUS_FORMAT,
+                         "dir store: %s shrank while read: %zu of %lld bytes (rewritten in "
+                         "place?)",
+                         file, got, (long long)sb.st_size);
+        else if (e)
+            st = lz_fail(LAZYATTN_STATUS_IO, "dir store: read %s: %s", file, strerror(e));
+    }
+    close(fd);
+    free(file);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    v->data = buf;
+    v->size = (size_t)sb.st_size;
+    v->handle = buf;
+    return LAZYATTN_STATUS_OK;
+}
+
+static void lz_dir_release(void *impl, lazyattn_store_value *v) {
+    (void)impl;
+    free(v->handle);
+}
+
+static int lz_write_all(int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (w == 0) return EIO;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int lz_dir_put(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
+    lz_dir *d = impl;
+    char t[LZ_STORE_KEY_TEXT], name[LZ_STORE_KEY_TEXT + 64];
+    lz_store_key_text(key, t);
+    snprintf(name, sizeof name, ".tmp-%s-%ld-%u", t, (long)getpid(),
+             atomic_fetch_add(&d->next_tmp, 1u));
+    char *tmp = lz_dir_join(d, name), *file = lz_dir_file(d, key);
+    if (!tmp || !file) {
+        free(tmp);
+        free(file);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    }
+    int st = LAZYATTN_STATUS_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    int e = lz_write_all(fd, data, size);
+    const char *step = "write";
+    if (!e && fsync(fd) != 0) e = errno, step = "fsync";
+    if (close(fd) != 0 && !e) e = errno, step = "close";
+    if (!e && rename(tmp, file) != 0) e = errno, step = "rename";
+    if (e) {
+        unlink(tmp);
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s %s (%zu bytes): %s; nothing published",
+                     step, tmp, size, strerror(e));
+        goto out;
+    }
+    /* The rename itself durable: best effort (some file systems refuse). */
+    int dfd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+out:
+    free(tmp);
+    free(file);
+    return st;
+}
+
+static int lz_dir_exists(void *impl, lazyattn_doc_key key, int *exists) {
+    char *file = lz_dir_file(impl, key);
+    if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    struct stat sb;
+    int st = LAZYATTN_STATUS_OK;
+    if (stat(file, &sb) == 0)
+        *exists = S_ISREG(sb.st_mode) != 0; /* what get refuses is not there */
+    else if (errno == ENOENT)
+        *exists = 0;
+    else
+        st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(errno));
+    free(file);
+    return st;
+}
+
+static int lz_dir_remove(void *impl, lazyattn_doc_key key) {
+    char *file = lz_dir_file(impl, key);
+    if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
+    int st = LAZYATTN_STATUS_OK;
+    if (unlink(file) != 0)
+        st = errno == ENOENT
+                 ? lz_fail(LAZYATTN_STATUS_NOT_FOUND, "dir store: no file %s", file)
+                 : lz_fail(LAZYATTN_STATUS_IO, "dir store: unlink %s: %s", file, strerror(errno));
+    free(file);
+    return st;
+}
+
+static void lz_dir_destroy(void *impl) {
+    lz_dir *d = impl;
+    if (!d) return;
+    free(d->path);
+    free(d);
+}
+
+int lz_store_dir_open(const char *path, void **impl) {
+    *impl = NULL;
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return lz_fail(LAZYATTN_STATUS_IO, "lazyattn_store_create_dir: mkdir %s: %s", path,
+                       strerror(errno));
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return lz_fail(LAZYATTN_STATUS_IO, "lazyattn_store_create_dir: %s is not a directory",
+                       path);
+    if (access(path, R_OK | W_OK | X_OK) != 0)
+        return lz_fail(LAZYATTN_STATUS_IO, "lazyattn_store_create_dir: %s: %s", path,
+                       strerror(errno));
+    lz_dir *d = calloc(1, sizeof *d);
+    if (d) d->path = strdup(path);
+    if (!d || !d->path) {
+        free(d);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_store_create_dir");
+    }
+    atomic_init(&d->next_tmp, 0u);
+    *impl = d;
+    return LAZYATTN_STATUS_OK;
+}
+
+const lazyattn_store_ops lz_store_dir_ops = {"dir",         lz_dir_get,    lz_dir_release,
+                                             lz_dir_put,    lz_dir_exists, lz_dir_remove,
+                                             lz_dir_destroy};

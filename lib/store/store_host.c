@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The host-memory store: values copied into malloc'ed memory, least
+ * recently used evicted to stay under a byte budget, one mutex. A value a
+ * reader borrowed stays alive (reference counted) after its eviction or
+ * replacement until released. */
+#include "store/store_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct lz_host_item {
+    lazyattn_doc_key key;
+    uint8_t *data;
+    size_t size;
+    int refs;       /* readers holding it */
+    int linked;     /* in the index and the LRU list */
+    struct lz_host_item *hnext;
+    struct lz_host_item *prev, *next; /* LRU: head.next = most recent */
+} lz_host_item;
+
+typedef struct lz_host {
+    lz_mutex lock;
+    uint64_t budget, bytes; /* bytes of linked items */
+    lz_host_item **buckets;
+    size_t n_buckets, n_items;
+    lz_host_item lru; /* sentinel */
+} lz_host;
+
+static size_t lz_host_bucket(const lz_host *h, lazyattn_doc_key k) {
+    uint64_t x = k.model_id * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 8; i++) x ^= (uint64_t)k.digest[i] << (8 * i);
+    x ^= x >> 31;
+    return (size_t)(x & (h->n_buckets - 1));
+}
+
+static lz_host_item *lz_host_find(const lz_host *h, lazyattn_doc_key k) {
+    for (lz_host_item *it = h->buckets[lz_host_bucket(h, k)]; it; it = it->hnext)
+        if (it->key.model_id == k.model_id && memcmp(it->key.digest, k.digest, 32) == 0) return it;
+    return NULL;
+}
+
+static void lz_host_free_item(lz_host_item *it) {
+    free(it->data);
+    free(it);
+}
+
+/* Out of the index and the LRU; freed now unless a reader holds it. */
+static void lz_host_unlink(lz_host *h, lz_host_item *it) {
+    lz_host_item **p = &h->buckets[lz_host_bucket(h, it->key)];
+    while (*p != it) p = &(*p)->hnext;
+    *p = it->hnext;
+    it->prev->next = it->next;
+    it->next->prev = it->prev;
+    it->linked = 0;
+    h->n_items--;
+    h->bytes -= it->size;
+    if (it->refs == 0) lz_host_free_item(it);
+}
+
+static void lz_host_touch(lz_host *h, lz_host_item *it) {
+    it->prev->next = it->next;
+    it->next->prev = it->prev;
+    it->next = h->lru.next;
+    it->prev = &h->lru;
+    h->lru.next->prev = it;
+    h->lru.next = it;
+}
+
+/* Best effort: a full table only gets longer chains. */
+static void lz_host_grow(lz_host *h) {
+    size_t n = h->n_buckets * 2;
+    lz_host_item **b = calloc(n, sizeof *b);
+    if (!b) return;
+    for (size_t i = 0; i < h->n_buckets; i++)
+        for (lz_host_item *it = h->buckets[i], *next; it; it = next) {
+            next = it->hnext;
+            size_t old = h->n_buckets;
+            h->n_buckets = n;
+            size_t j = lz_host_bucket(h, it->key);
+            h->n_buckets = old;
+            it->hnext = b[j];
+            b[j] = it;
+        }
+    free(h->buckets);
+    h->buckets = b;
+    h->n_buckets = n;
+}
+
+static int lz_host_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
+    lz_host *h = impl;
+    lz_mutex_lock(&h->lock);
+    lz_host_item *it = lz_host_find(h, key);
+    if (it) {
+        it->refs++;
+        lz_host_touch(h, it);
+        v->data = it->data;
+        v->size = it->size;
+        v->handle = it;
+    }
+    lz_mutex_unlock(&h->lock);
+    if (!it) {
+        char t[LZ_STORE_KEY_TEXT];
+        lz_store_key_text(key, t);
+        return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "host store: no document %s", t);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+static void lz_host_release(void *impl, lazyattn_store_value *v) {
+    lz_host *h = impl;
+    lz_host_item *it = v->handle;
+    if (!it) return;
+    lz_mutex_lock(&h->lock);
+    if (--it->refs == 0 && !it->linked) lz_host_free_item(it);
+    lz_mutex_unlock(&h->lock);
+}
+
+static int lz_host_put(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
+    lz_host *h = impl;
+    if (size > h->budget)
+        return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
+                       "host store: a value of %zu bytes, the budget is %llu", size,
+                       (unsigned long long)h->budget);
+    lz_host_item *it = calloc(1, sizeof *it);
+    uint8_t *copy = malloc(size);
+    if (!it || !copy) {
+        free(it);
+        free(copy);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "host store: %zu bytes", size);
+    }
+    memcpy(copy, data, size);
+    it->key = key;
+    it->data = copy;
+    it->size = size;
+    lz_mutex_lock(&h->lock);
+    lz_host_item *old = lz_host_find(h, key);
+    if (old) lz_host_unlink(h, old);
+    while (h->bytes + size > h->budget) lz_host_unlink(h, h->lru.prev);
+    if (h->n_items >= h->n_buckets) lz_host_grow(h);
+    size_t b = lz_host_bucket(h, key);
+    it->hnext = h->buckets[b];
+    h->buckets[b] = it;
+    it->next = h->lru.next;
+    it->prev = &h->lru;
+    h->lru.next->prev = it;
+    h->lru.next = it;
+    it->linked = 1;
+    h->n_items++;
+    h->bytes += size;
+    lz_mutex_unlock(&h->lock);
+    return LAZYATTN_STATUS_OK;
+}
+
+static int lz_host_exists(void *impl, lazyattn_doc_key key, int *exists) {
+    lz_host *h = impl;
+    lz_mutex_lock(&h->lock);
+    *exists = lz_host_find(h, key) != NULL;
+    lz_mutex_unlock(&h->lock);
+    return LAZYATTN_STATUS_OK;
+}
+
+static int lz_host_remove(void *impl, lazyattn_doc_key key) {
+    lz_host *h = impl;
+    lz_mutex_lock(&h->lock);
+    lz_host_item *it = lz_host_find(h, key);
+    if (it) lz_host_unlink(h, it);
+    lz_mutex_unlock(&h->lock);
+    if (!it) {
+        char t[LZ_STORE_KEY_TEXT];
+        lz_store_key_text(key, t);
+        return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "host store: no document %s", t);
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* Values still borrowed at destroy are leaked to their readers' release,
+ * which must not come: the header forbids a destroy racing other use. */
+static void lz_host_destroy(void *impl) {
+    lz_host *h = impl;
+    if (!h) return;
+    while (h->lru.next != &h->lru) {
+        lz_host_item *it = h->lru.next;
+        it->refs = 0;
+        lz_host_unlink(h, it);
+    }
+    free(h->buckets);
+    lz_mutex_destroy(&h->lock);
+    free(h);
+}
+
+int lz_store_host_open(uint64_t budget_bytes, void **impl) {
+    *impl = NULL;
+    lz_host *h = calloc(1, sizeof *h);
+    if (!h) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_store_create_host");
+    h->n_buckets = 64;
+    h->buckets = calloc(h->n_buckets, sizeof *h->buckets);
+    if (!h->buckets || lz_mutex_init(&h->lock) != 0) {
+        free(h->buckets);
+        free(h);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_store_create_host");
+    }
+    h->budget = budget_bytes;
+    h->lru.next = h->lru.prev = &h->lru;
+    *impl = h;
+    return LAZYATTN_STATUS_OK;
+}
+
+const lazyattn_store_ops lz_store_host_ops = {"host",         lz_host_get,    lz_host_release,
+                                              lz_host_put,    lz_host_exists, lz_host_remove,
+                                              lz_host_destroy};

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The pieces of lazyattn-rag (serve/lazyattn_rag.c is the program): the
+ * prompt of a question over documents, and the model identity its
+ * documents are cached under. Conventions as in serve.h: int status,
+ * serve_last_error() for the detail.
+ */
+#ifndef SERVE_RAG_H
+#define SERVE_RAG_H
+
+#include "serve.h"
+#include "tokenizer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- the prompt (rag_prompt.c) ------------------------------------------- */
+
+/* [head] [docs[0]] ... [docs[n_docs-1]] [tail]: the template's markers are
+ * parsed as special tokens, what a user wrote (documents, question) is text;
+ * each document is tokenized alone, without BOS, so its tokens (and its
+ * cache key) do not depend on its neighbours. */
+typedef struct rag_prompt {
+    int32_t *head;    /* [n_head] BOS + the template up to the user's content */
+    size_t n_head;
+    int32_t *tail;    /* [n_tail] the question + the template after it */
+    size_t n_tail;
+    int32_t **docs;   /* [n_docs], docs[i]: [doc_len[i]] */
+    size_t *doc_len;  /* [n_docs] */
+    int n_docs;
+} rag_prompt;
+
+/*
+ * template_name: "auto" (the file's tokenizer.chat_template recognised, raw
+ * when it has none), "raw", "llama3", "chatml", "llama2", "mistral".
+ * system: a system message or NULL (a chat template needed).
+ * names[i] names document i in messages; texts[i] its UTF-8 text.
+ * INVALID_ARGUMENT (with the name) for an empty question or document, a
+ * document of more than LAZYATTN_MAX_POSITION tokens, text that is not
+ * UTF-8, an unknown template or one not recognised; *p is then freed.
+ */
+int rag_prompt_build(const serve_gguf *g, const serve_tokenizer *tok, const char *template_name,
+                     const char *system, const char *question, int n_docs,
+                     const char *const *names, const char *const *texts, rag_prompt *p);
+void rag_prompt_free(rag_prompt *p); /* zeroes it */
+
+/* ---- the model's identity (rag_identity.c) ------------------------------- */
+
+/*
+ * What a document's KV depends on, as the cache's model_id: the first 8
+ * bytes (little-endian) of BLAKE2b-256 (lazyattn_doc_digest over the bytes
+ * as int32 words, zero-padded) of: the file's size (u64 LE), bf16 (one
+ * byte, then 7 zero bytes), the file's header (metadata and tensor infos:
+ * every byte before the first tensor's data) and the first and last 4 KiB
+ * of every tensor the decoder reads (token_embd, output_norm, output,
+ * rope_freqs, blk.L.*: names in that order). Another model, or the same
+ * file edited, gets other keys without reading the whole file. IO naming
+ * the file when it cannot be read.
+ */
+int rag_model_identity(const char *path, const serve_gguf *g, int n_layers, int bf16,
+                       uint64_t *id);
+
+#endif
