@@ -54,4 +54,59 @@ int lz_nv_build(lazyattn_attention *a);
 cl_mem lz_nv_prefill_order(lazyattn_attention *a, int n_queries, int n_entries, int tiles, int tokens,
                            int *groups);
 
+/* ---- launch helpers (launch_check.c) ------------------------------------ */
+
+/* Sets a kernel's arguments in order; the first failure is kept in err. */
+typedef struct lz_args {
+    cl_kernel kernel;
+    cl_uint next;
+    cl_int err;
+} lz_args;
+void lz_arg(lz_args *a, size_t size, const void *value);
+#define LZ_ARG(a, v) lz_arg((a), sizeof(v), &(v))
+
+/* A user buffer must exist and hold at least `need` bytes. */
+int lz_check_mem(cl_mem m, size_t need, const char *fn, const char *name);
+#define LZ_CHECK_MEM(m, need, name)                          \
+    do {                                                     \
+        int st_ = lz_check_mem((m), (need), fn, (name));      \
+        if (st_) return st_;                                 \
+    } while (0)
+
+/* Checks the q/out element types and sizes and the optional lse buffer of a
+ * prefill or decode over `rows` query rows. The NVIDIA kernels take f32
+ * q/out and no lse: *plain says whether the call is of that form. */
+int lz_check_io(const lazyattn_attention *a, const char *fn, int rows, cl_mem q, cl_mem out, cl_mem lse,
+                lazyattn_dtype q_dtype, lazyattn_dtype out_dtype, int *plain);
+
+/* The portable kernels' trailing arguments: lse (any valid buffer when
+ * none), has_lse, and the q/out element types. */
+#define LZ_IO_ARGS(g, a_, lse_, q_dtype_, out_dtype_)                                         \
+    do {                                                                                     \
+        cl_mem lse_buf_ = (lse_) ? (lse_) : (a_)->err;                                        \
+        cl_int has_lse_ = (lse_) != NULL, qd_ = (cl_int)(q_dtype_), od_ = (cl_int)(out_dtype_); \
+        LZ_ARG(g, lse_buf_); LZ_ARG(g, has_lse_); LZ_ARG(g, qd_); LZ_ARG(g, od_);              \
+    } while (0)
+
+/* The pool must be a device pool of this context with this geometry. */
+int lz_check_pool(const lazyattn_attention *a, const lazyattn_pool *pool, int layer, const char *fn);
+
+/* Enqueues portable kernel `kernel` with an explicit work-group size where
+ * one fits (PoCL compiles a kernel once per work-group size). */
+int lz_enqueue(lazyattn_attention *a, int kernel, cl_uint dims, const size_t *global, const size_t *local,
+               cl_command_queue queue, cl_event *event, const char *fn);
+
+/* ---- decode (decode_launch.c) -------------------------------------------- */
+
+/* The decode tile selects the small-work-group kernel (cl/decode_warp.cl)
+ * and with it, for prefetch 1 or 3, its split-parallel reduction. */
+static inline int lz_decode_warp(const lazyattn_kernel_tuning *tune) { return tune->decode.kv_together == 3; }
+static inline int lz_decode_warp_reduce(const lazyattn_attention *a) { /* the kernel is built */
+    return lz_decode_warp(&a->tune) && (a->tune.decode.prefetch == 1 || a->tune.decode.prefetch == 3);
+}
+
+/* lazyattn_decode's launches (validated, enqueued, the pool's use recorded by the caller). */
+int lz_decode_launch(lazyattn_attention *a, const lazyattn_pool *pool, int layer, const lazyattn_decode_args *d,
+                     cl_command_queue queue, cl_event *event);
+
 #endif
