@@ -999,6 +999,15 @@ typedef struct lazyattn_cache_stats {
     uint64_t tier_write_bytes;
     int64_t recomputed_tokens;/* document tokens prefilled (every policy): doc_tokens
                                  - hit_tokens - copy_tokens - tier_hit_tokens */
+    /* the tier's background writer (its write_queue > 0): tier_writes,
+     * tier_write_bytes and tier_write_errors count its writes as they finish */
+    int64_t tier_writes_queued;   /* writes handed to it */
+    int64_t tier_writes_dropped;  /* not written: its queue was full, or still queued
+                                     when the tier was detached or the cache destroyed */
+    int64_t tier_writes_pending;  /* state now (not reset): queued or being written */
+    /* the cost rule (lazyattn_cache_set_tier_recompute_rate) */
+    int64_t tier_skipped_by_cost; /* GPU misses recomputed without a lookup: loading
+                                     them would take longer (counted in misses) */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -1507,6 +1516,56 @@ typedef enum lazyattn_tier_mode {
  */
 LAZYATTN_API int lazyattn_cache_set_tier(lazyattn_cache *cache, lazyattn_store *store,
                                          lazyattn_tier_mode mode);
+
+/* How a tier writes (lazyattn_cache_set_tier_options). */
+typedef struct lazyattn_tier_options {
+    int write_queue; /* writes waiting for the tier's background writer,
+                        0..LAZYATTN_MAX_TIER_WRITE_QUEUE; 0 = none: the thread
+                        that commits (or evicts) writes, and waits */
+} lazyattn_tier_options;
+
+#define LAZYATTN_MAX_TIER_WRITE_QUEUE 1024
+
+/* write_queue 0 (lazyattn_cache_set_tier's behaviour). */
+LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
+
+/*
+ * lazyattn_cache_set_tier with options (NULL: the defaults). write_queue > 0
+ * (WRITE_BACK, WRITE_THROUGH) writes from a background writer: a thread of
+ * the tier with a command queue of its own on the pool's context, reading
+ * the document's blocks into pinned host memory after the commands
+ * enqueued on the context's queue before the commit (or eviction), and
+ * putting the export in the store. The commit returns at once; a block
+ * freed meanwhile is rewritten only after the read-back (the pool's reuse
+ * order), so a write always holds the document as committed. When
+ * write_queue writes wait already, the write is dropped (counted:
+ * tier_writes_dropped) without waiting. Writes finish in the background:
+ * tier_writes, tier_write_errors count them when they do; a document is
+ * in the store only then. The store's put and exists run on the writer's
+ * thread beside the cache's own calls: an engine's store must take calls
+ * from two threads at once (the library's stores do). Detaching the tier
+ * (or destroying the cache) waits for the write in progress and drops
+ * those still queued (counted). Errors as lazyattn_cache_set_tier;
+ * INVALID_ARGUMENT for write_queue outside its range; OUT_OF_HOST_MEMORY
+ * or an OpenCL status when the writer cannot be made (nothing attached).
+ */
+LAZYATTN_API int lazyattn_cache_set_tier_options(lazyattn_cache *cache, lazyattn_store *store,
+                                                 lazyattn_tier_mode mode,
+                                                 const lazyattn_tier_options *options);
+
+/*
+ * The cost rule: the model's prefill rate (document tokens recomputed per
+ * second, measured by the engine; 0 = none, always load). With a rate, a
+ * document missed on the GPU is loaded from the tier only when its bytes
+ * at the tier's load bandwidth, measured on the loads so far (the store's
+ * get and the upload), take less time than recomputing its tokens; else it
+ * is recomputed without asking the tier (tier_skipped_by_cost). The first
+ * loads, before any measurement, always go to the tier.
+ * INVALID_ARGUMENT for a negative or non-finite rate or no tier attached;
+ * IN_USE as lazyattn_cache_set_tier.
+ */
+LAZYATTN_API int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *cache,
+                                                        double tokens_per_second);
 
 /* LAZYATTN_CACHE_API_END */
 

@@ -85,6 +85,8 @@ typedef struct bench_options {
     const char *tier_password_file; /* --tier-password-file */
     tier_spec tier;
     int tier_mode;          /* lazyattn_tier_mode */
+    int tier_write_queue;   /* lazyattn_tier_options.write_queue (0: writes on this thread) */
+    int tier_cost;          /* the cost rule: the prefill rate measured, given to the tier */
     int processes;          /* 0: one process, the per-policy table */
     int rounds;             /* --processes: rounds of (separate, shared) */
     int no_device_plans;
@@ -141,6 +143,10 @@ static const char usage_text[] =
     "                            --tier-password-file or LAZYATTN_REDIS_PASSWORD\n"
     "  --tier-password-file FILE the Redis password on FILE's first line (off the command line)\n"
     "  --tier-mode through|back|read  write at commit (default), at eviction, or never\n"
+    "  --tier-write-queue N      writes from the tier's background writer, N queued at most\n"
+    "                            (0..1024; default 0: written on the serving thread)\n"
+    "  --tier-cost               load a document from the tier only when that is faster than\n"
+    "                            recomputing it (the prefill rate measured once at start)\n"
     "  --processes N             N serving processes (1..64) on the workload, replicated\n"
     "                            (process i starts at request i*R/N): once with N separate\n"
     "                            caches, once sharing --tier (dir: or redis://); compares\n"
@@ -303,6 +309,9 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--tier", .type = CLI_STRING, .dest = &o->tier_text},
         {.name = "--tier-password-file", .type = CLI_STRING, .dest = &o->tier_password_file},
         {.name = "--tier-mode", .type = CLI_ENUM, .dest = &o->tier_mode, .choices = "read|back|through"},
+        {.name = "--tier-write-queue", .type = CLI_INT, .dest = &o->tier_write_queue, .min = 0,
+         .max = LAZYATTN_MAX_TIER_WRITE_QUEUE},
+        {.name = "--tier-cost", .type = CLI_FLAG, .dest = &o->tier_cost},
         {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
         {.name = "--rounds", .type = CLI_INT, .dest = &o->rounds, .min = 1, .max = 100},
         {.name = "--progress", .type = CLI_FLAG, .dest = &progress},
@@ -360,6 +369,10 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         return cli_fail("rag_bench", "--tier-mode", "needs --tier");
     } else if (o->tier_password_file) {
         return cli_fail("rag_bench", "--tier-password-file", "needs --tier redis://...");
+    } else if (cli_given(opts, N_OPTS, "--tier-write-queue")) {
+        return cli_fail("rag_bench", "--tier-write-queue", "needs --tier");
+    } else if (o->tier_cost) {
+        return cli_fail("rag_bench", "--tier-cost", "needs --tier");
     }
     if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
         return cli_fail("rag_bench", "--rounds", "needs --processes");
@@ -433,6 +446,7 @@ typedef struct bench {
     lazyattn_workload *wl;
     serve_timer timer;
     lazyattn_store *tier; /* NULL: none */
+    double prefill_rate;  /* --tier-cost: document tokens prefilled per second */
     int rotate;           /* measured request i is workload request warmup + (i + rotate) % R */
     /* scratch */
     const int32_t **docs;
@@ -796,10 +810,20 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
     }
     if ((st = serve_engine_create(b->model, pool, &eng))) goto done;
     if (b->tier && b->opt->processes == 0 && (st = tier_clear(b->tier, b->wl))) goto done;
-    if (b->tier && policy == LAZYATTN_CACHE_POLICY_LAZY &&
-        (st = lazyattn_cache_set_tier(cache, b->tier, (lazyattn_tier_mode)o->tier_mode))) {
-        serve_lz_fail(st, "lazyattn_cache_set_tier");
-        goto done;
+    if (b->tier && policy == LAZYATTN_CACHE_POLICY_LAZY) {
+        lazyattn_tier_options to;
+        lazyattn_tier_options_init(&to);
+        to.write_queue = o->tier_write_queue;
+        st = lazyattn_cache_set_tier_options(cache, b->tier, (lazyattn_tier_mode)o->tier_mode, &to);
+        if (st) {
+            serve_lz_fail(st, "lazyattn_cache_set_tier_options");
+            goto done;
+        }
+        if (b->prefill_rate > 0 &&
+            (st = lazyattn_cache_set_tier_recompute_rate(cache, b->prefill_rate))) {
+            serve_lz_fail(st, "lazyattn_cache_set_tier_recompute_rate");
+            goto done;
+        }
     }
     serve_engine_use_device_plans(eng, !o->no_device_plans);
     serve_engine_use_batched_prefill(eng, !o->no_batched_prefill);
@@ -856,6 +880,12 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
     out->between_calls = es1.between_calls - es0.between_calls;
     out->interleaved_decodes = es1.interleaved_decodes - es0.interleaved_decodes;
     lazyattn_cache_get_stats(cache, &out->stats);
+    /* the tier's background writer finishes what it has (not timed) */
+    for (double w0 = serve_now(); out->stats.tier_writes_pending > 0 && serve_now() - w0 < 60;) {
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+        lazyattn_cache_get_stats(cache, &out->stats);
+    }
     memcpy(out->phase_s, b->timer.seconds, sizeof out->phase_s);
     memcpy(out->host_s, b->timer.host_s, sizeof out->host_s);
     out->upload_s = b->timer.upload_s;
@@ -927,6 +957,61 @@ done:
     return st;
 }
 
+/* --tier-cost: the model's prefill rate, document tokens per second,
+ * measured once: one document of the workload's longest length prefilled
+ * whole (no cache: a NONE policy), after the kernels are built. */
+static int bench_measure_prefill_rate(bench *b) {
+    const serve_model_config *mc = serve_model_get_config(b->model);
+    int n = b->opt->wl.doc_len_max;
+    if (n < 16) n = 16;
+    if (n > 8192) n = 8192;
+    int32_t *doc = malloc(sizeof *doc * (size_t)n), question[3] = {1, 2, 3};
+    if (!doc) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the prefill-rate probe");
+    for (int i = 0; i < n; i++) doc[i] = (int32_t)((i * 7 + 1) % mc->vocab);
+    lazyattn_pool_config pc;
+    uint64_t per_tok = serve_model_kv_bytes_per_token(mc);
+    serve_model_pool_config(mc, per_tok * ((uint64_t)n + 4 * (uint64_t)mc->block_size), &pc);
+    lazyattn_pool *pool = NULL;
+    lazyattn_cache *cache = NULL;
+    serve_engine *eng = NULL;
+    lazyattn_request *req = NULL;
+    const int32_t *docs[1] = {doc};
+    int32_t lens[1] = {n};
+    int st = lazyattn_pool_create(b->ctx, &pc, &pool);
+    if (st) {
+        free(doc);
+        return serve_lz_fail(st, "lazyattn_pool_create");
+    }
+    lazyattn_cache_config cc;
+    lazyattn_cache_config_init(&cc);
+    cc.policy = LAZYATTN_CACHE_POLICY_NONE;
+    cc.model_id = BENCH_MODEL_ID;
+    if ((st = lazyattn_cache_create(pool, &cc, &cache))) {
+        serve_lz_fail(st, "lazyattn_cache_create");
+        goto done;
+    }
+    if ((st = serve_engine_create(b->model, pool, &eng))) goto done;
+    lazyattn_request_desc d = {0, NULL, 1, docs, lens, 3, question, 1};
+    int32_t first = 0;
+    double t0 = serve_now();
+    if ((st = lazyattn_request_create(cache, &d, &req))) {
+        serve_lz_fail(st, "lazyattn_request_create");
+        goto done;
+    }
+    if ((st = serve_engine_prefill(eng, req, &d, &first))) goto done; /* waits for its token */
+    double s = serve_now() - t0;
+    b->prefill_rate = s > 0 ? (double)n / s : 0;
+    phase("--tier-cost: prefill of %d document tokens in %.1f ms: %.4g tokens/s", n, s * 1e3,
+          b->prefill_rate);
+done:
+    lazyattn_request_destroy(req);
+    serve_engine_destroy(eng);
+    lazyattn_cache_destroy(cache);
+    lazyattn_pool_destroy(pool);
+    free(doc);
+    return st;
+}
+
 /* ---- main ---- */
 
 static void bench_free(bench *b) {
@@ -969,6 +1054,7 @@ static int bench_setup(bench *b, const bench_options *o, const serve_model_confi
     if (st) goto out;
     if (gguf) phase("%s", serve_model_weights_note(b->model));
     if ((st = bench_compile_warmup(b))) goto out;
+    if (o->tier_cost && (st = bench_measure_prefill_rate(b))) goto out;
     *t_model = serve_now() - t0;
     phase("setup done in %.1f s: %d programs built", *t_model, phase_programs);
     b->timer.enabled = !o->no_profiling;
@@ -1601,8 +1687,9 @@ int main(int argc, char **argv) {
                o.tier.shown);
         printf("| policy | budget | doc tokens | GPU hit tokens | tier hit tokens | recomputed | "
                "tier writes | tier errors | tier rejected | write errors | MiB read / written | "
-               "plan + tier load mean ms |\n");
-        printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+               "plan + tier load mean ms | writer queued / dropped | skipped by cost |\n");
+        printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+               "--- |\n");
         for (int i = 0; i < n_runs; i++) {
             const lazyattn_cache_stats *t = &runs[i].stats;
             double plan = 0;
@@ -1610,14 +1697,15 @@ int main(int argc, char **argv) {
             for (int q = 0; q < runs[i].n_requests; q++)
                 if (runs[i].requests[q].ok) plan += runs[i].requests[q].plan_s, n_plan++;
             printf("| %s | %.4g MiB | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld | "
-                   "%.2f / %.2f | %.2f |\n",
+                   "%.2f / %.2f | %.2f | %lld / %lld | %lld |\n",
                    runs[i].policy, (double)runs[i].budget_bytes / (1 << 20),
                    (long long)t->doc_tokens, (long long)t->hit_tokens,
                    (long long)t->tier_hit_tokens, (long long)t->recomputed_tokens,
                    (long long)t->tier_writes, (long long)t->tier_errors,
                    (long long)t->tier_rejected, (long long)t->tier_write_errors,
                    (double)t->tier_read_bytes / (1 << 20), (double)t->tier_write_bytes / (1 << 20),
-                   n_plan ? plan / n_plan * 1e3 : 0.0);
+                   n_plan ? plan / n_plan * 1e3 : 0.0, (long long)t->tier_writes_queued,
+                   (long long)t->tier_writes_dropped, (long long)t->tier_skipped_by_cost);
         }
     }
     char path[1024];

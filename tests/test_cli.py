@@ -173,6 +173,12 @@ BAD = [
     ("rag_bench", ["--retained-budget=1"], USAGE, "--retained-budget"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--time-limit", "60"], USAGE,
      "--time-limit"),
+    ("rag_bench", ["--tier-write-queue", "4"], USAGE, "--tier-write-queue"),
+    ("rag_bench", ["--tier", "host:1MiB", "--tier-write-queue", "1025"], USAGE,
+     "--tier-write-queue"),
+    ("rag_bench", ["--tier", "host:1MiB", "--tier-write-queue", "-1"], USAGE,
+     "--tier-write-queue"),
+    ("rag_bench", ["--tier-cost"], USAGE, "--tier-cost"),
     # the largest budget and the working sets in flight past 1 PiB: refused before any run
     ("rag_bench", RB_SMALL + ["--budget", "1024TiB", "--retained-budget"], USAGE,
      "--retained-budget"),
@@ -346,6 +352,8 @@ GOOD = [
      ["rb.csv", "rb_summary.csv", "rb_ttft.svg", "rb_budget.svg"]),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "host:1MiB", "--tier-mode", "back",
                               "--out", "rbt"], ["rbt.csv"]),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tierw", "--tier-write-queue", "2",
+                              "--tier-cost"], []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tier", "--processes", "2",
                               "--rounds", "2"], []),
     # the per-segment prefill path and host tables, and batched prefill in chunks of one block

@@ -159,14 +159,23 @@ typedef struct lz_tier_ops {
     /* Writes a committed entry to the tier unless it is there already
      * (failures counted and logged; the cache is not changed). */
     void (*write)(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
+    /* The tier's own state (its background writer), NULL when none: its
+     * counters added to s (s NULL: reset), and its end, when the tier is
+     * replaced or the cache destroyed (its counters, final, added to
+     * into). */
+    void (*stats)(void *state, lazyattn_cache_stats *s);
+    void (*detach)(void *state, lazyattn_cache_stats *into);
 } lz_tier_ops;
 
 /* The cache's tier store (NULL: none), its mode and operations. */
 lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode,
                               const lz_tier_ops **ops);
-/* Attaches store (NULL: detaches) with the operations that serve it. */
+/* The tier's state, as attached (NULL: none). */
+void *lz_cache_tier_state(const lazyattn_cache *c);
+/* Attaches store (NULL: detaches) with the operations that serve it and
+ * its state (may be NULL); the tier attached before is detached. */
 void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
-                          const lz_tier_ops *ops);
+                          const lz_tier_ops *ops, void *state);
 /* A tier write (counted at once; lookups are counted with their request,
  * in its lz_tally). */
 void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes);
@@ -181,6 +190,16 @@ uint64_t lz_cache_fingerprint(const lazyattn_cache *c);
 
 /* The checksum of the export format (header and payload). */
 uint64_t lz_kv_checksum(const uint8_t *p, size_t n);
+/* Bytes of the export of a document of n_tokens in n_blocks on a pool of
+ * configuration pc; 0 when it does not fit a size_t. */
+size_t lz_kv_export_bytes(const lazyattn_pool_config *pc, int n_tokens, int n_blocks);
+/* Completes the export (need bytes, lz_kv_export_bytes) in out whose K/V
+ * part is in place, in ROWS order, at out + LAZYATTN_KV_HEADER_BYTES +
+ * 4 * n_tokens: writes the tokens and the header (identity digest and
+ * doc_hash as given, checksums). Touches no cache: any thread. */
+void lz_kv_export_seal(const lazyattn_pool_config *pc, uint64_t model_id, const int32_t *tokens,
+                       int n_tokens, int n_blocks, uint64_t doc_hash, const uint8_t digest[32],
+                       uint8_t *out, size_t need);
 /* lazyattn_cache_export_size and _export without the public checks (the
  * caller holds the cache); w names the caller. */
 int lz_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, const char *w,

@@ -42,6 +42,7 @@ struct lazyattn_cache {
     lazyattn_store *tier;      /* NULL: none (lazyattn_cache_set_tier) */
     lazyattn_tier_mode tier_mode;
     const lz_tier_ops *tier_ops; /* how to reach it (store/doc_tier.c) */
+    void *tier_state;          /* its state (its background writer), or NULL */
 };
 
 // ---- policy names ----
@@ -440,11 +441,15 @@ lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode,
 }
 
 void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
-                          const lz_tier_ops *ops) {
+                          const lz_tier_ops *ops, void *state) {
+    if (c->tier_state) c->tier_ops->detach(c->tier_state, &c->stats);
     c->tier = store;
     c->tier_mode = mode;
     c->tier_ops = store ? ops : NULL;
+    c->tier_state = store ? state : NULL;
 }
+
+void *lz_cache_tier_state(const lazyattn_cache *c) { return c->tier_state; }
 
 void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes) {
     if (ok) {
@@ -546,6 +551,8 @@ void lazyattn_cache_destroy(lazyattn_cache *c) {
     }
     while (c->requests.next != &c->requests)
         c->requests.next->hooks->destroy_held(c->requests.next);
+    /* the tier's writer ends first (writes still queued are dropped) */
+    lz_cache_attach_tier(c, NULL, LAZYATTN_TIER_READ_ONLY, NULL, NULL);
     while (c->lru.lru_prev != &c->lru) lz_cache_evict(c, c->lru.lru_prev, 0);
     free(c->by_key.buckets);
     free(c->by_doc.buckets);
@@ -566,6 +573,7 @@ int lazyattn_cache_get_stats(const lazyattn_cache *c, lazyattn_cache_stats *stat
     stats->n_requests_live = c->n_requests;
     stats->entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
     stats->bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
+    if (c->tier_state) c->tier_ops->stats(c->tier_state, stats);
     lz_cache_leave(c, taken);
     return LAZYATTN_STATUS_OK;
 }
@@ -589,6 +597,7 @@ int lazyattn_cache_reset_stats(lazyattn_cache *c) {
     memset(&c->stats, 0, sizeof c->stats);
     c->stats.entry_bytes = c->stats.peak_entry_bytes = (uint64_t)c->entry_blocks * c->block_bytes;
     c->stats.bytes_in_use = c->stats.peak_bytes_in_use = (uint64_t)c->held_blocks * c->block_bytes;
+    if (c->tier_state) c->tier_ops->stats(c->tier_state, NULL);
     lz_cache_leave(c, taken);
     return LAZYATTN_STATUS_OK;
 }

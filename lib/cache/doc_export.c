@@ -154,15 +154,20 @@ static int lz_export_find(const lazyattn_cache *c, uint64_t doc_hash, const char
     return LAZYATTN_STATUS_OK;
 }
 
+size_t lz_kv_export_bytes(const lazyattn_pool_config *pc, int n_tokens, int n_blocks) {
+    uint64_t n = lz_payload_bytes(pc, (uint64_t)n_tokens, (uint64_t)n_blocks);
+    if (n == 0 || n > SIZE_MAX - LAZYATTN_KV_HEADER_BYTES) return 0;
+    return (size_t)n + LAZYATTN_KV_HEADER_BYTES;
+}
+
 /* Bytes of the export of entry e. */
 static int lz_entry_export_size(const lazyattn_cache *c, const lz_entry *e, const char *w,
                                 size_t *bytes) {
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(lz_cache_pool(c), &pc);
-    uint64_t n = lz_payload_bytes(&pc, (uint64_t)e->n_tokens, (uint64_t)e->n_blocks);
-    if (n == 0 || n > SIZE_MAX - LAZYATTN_KV_HEADER_BYTES)
+    *bytes = lz_kv_export_bytes(&pc, e->n_tokens, e->n_blocks);
+    if (*bytes == 0)
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "%s: the export does not fit a size_t", w);
-    *bytes = (size_t)n + LAZYATTN_KV_HEADER_BYTES;
     return LAZYATTN_STATUS_OK;
 }
 
@@ -218,9 +223,7 @@ static int lz_entry_export(const lazyattn_cache *c, const lz_entry *e, uint8_t *
                        "%s: the pool keeps accounting only: there is no K/V to export", w);
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(pool, &pc);
-    uint8_t *payload = out + LAZYATTN_KV_HEADER_BYTES;
-    for (int t = 0; t < e->n_tokens; t++) lz_put32(payload + 4 * (size_t)t, (uint32_t)e->tokens[t]);
-    uint8_t *kv = payload + 4 * (size_t)e->n_tokens;
+    uint8_t *kv = out + LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)e->n_tokens;
     uint8_t *staging;
     int st = lz_staging_new(&pc, e->n_blocks, w, &staging);
     if (st) return st;
@@ -230,24 +233,36 @@ static int lz_entry_export(const lazyattn_cache *c, const lz_entry *e, uint8_t *
                             pc.head_dim, lazyattn_dtype_size(pc.dtype));
     free(staging);
     if (st) return st;
+    uint8_t digest[32];
+    uint64_t doc_hash = lz_doc_hash(lz_cache_model_id(c), e->tokens, e->n_tokens, digest);
+    lz_kv_export_seal(&pc, lz_cache_model_id(c), e->tokens, e->n_tokens, e->n_blocks, doc_hash,
+                      digest, out, need);
+    return LAZYATTN_STATUS_OK;
+}
+
+void lz_kv_export_seal(const lazyattn_pool_config *pc, uint64_t model_id, const int32_t *tokens,
+                       int n_tokens, int n_blocks, uint64_t doc_hash, const uint8_t digest[32],
+                       uint8_t *out, size_t need) {
+    uint8_t *payload = out + LAZYATTN_KV_HEADER_BYTES;
+    for (int t = 0; t < n_tokens; t++) lz_put32(payload + 4 * (size_t)t, (uint32_t)tokens[t]);
     lz_kv_header h = {0};
     h.version = LAZYATTN_KV_FORMAT_VERSION;
     h.header_bytes = LAZYATTN_KV_HEADER_BYTES;
-    h.model_id = lz_cache_model_id(c);
-    h.n_layers = (uint32_t)pc.n_layers;
-    h.n_kv_heads = (uint32_t)pc.n_kv_heads;
-    h.head_dim = (uint32_t)pc.head_dim;
-    h.block_size = (uint32_t)pc.block_size;
-    h.dtype = (uint32_t)pc.dtype;
+    h.model_id = model_id;
+    h.n_layers = (uint32_t)pc->n_layers;
+    h.n_kv_heads = (uint32_t)pc->n_kv_heads;
+    h.head_dim = (uint32_t)pc->head_dim;
+    h.block_size = (uint32_t)pc->block_size;
+    h.dtype = (uint32_t)pc->dtype;
     h.policy = LAZYATTN_CACHE_POLICY_LAZY;
-    h.doc_hash = lz_doc_hash(h.model_id, e->tokens, e->n_tokens, h.digest);
-    h.n_tokens = (uint32_t)e->n_tokens;
-    h.n_blocks = (uint32_t)e->n_blocks;
+    h.doc_hash = doc_hash;
+    memcpy(h.digest, digest, sizeof h.digest);
+    h.n_tokens = (uint32_t)n_tokens;
+    h.n_blocks = (uint32_t)n_blocks;
     h.stored_start = 0;
     h.payload_bytes = need - LAZYATTN_KV_HEADER_BYTES;
     h.payload_checksum = lz_kv_checksum(payload, (size_t)h.payload_bytes);
     lz_header_encode(&h, out);
-    return LAZYATTN_STATUS_OK;
 }
 
 int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, size_t capacity,

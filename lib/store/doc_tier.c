@@ -8,20 +8,53 @@
  * checks: format, checksums, identity); any failure is a recompute. */
 #include "cache/cache_policy.h"
 #include "store/store_internal.h"
+#include "store/tier_writer.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* The tier's state, the cache's lz_cache_tier_state: its background
+ * writer and the cost rule's measurements (serving thread only). */
+typedef struct lz_tier {
+    lz_tier_writer *writer;  /* NULL: writes on the calling thread */
+    double recompute_rate;   /* document tokens per second; 0: always load */
+    double load_bytes;       /* bytes loaded so far ... */
+    double load_seconds;     /* ... and the time their gets and uploads took */
+    int64_t skipped_by_cost; /* counter, reset with the cache's */
+} lz_tier;
 
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
                         int n_tokens, lz_tally *t);
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
-static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write};
+
+static void lz_tier_stats(void *state, lazyattn_cache_stats *s) {
+    lz_tier *tier = state;
+    if (tier->writer) lz_tier_writer_stats(tier->writer, s);
+    if (s)
+        s->tier_skipped_by_cost += tier->skipped_by_cost;
+    else
+        tier->skipped_by_cost = 0;
+}
+
+static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
+    lz_tier *tier = state;
+    if (tier->writer) lz_tier_writer_destroy(tier->writer, into);
+    into->tier_skipped_by_cost += tier->skipped_by_cost;
+    free(tier);
+}
+
+static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write, lz_tier_stats,
+                                             lz_tier_detach};
 
 static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
-                       const char *w) {
+                       const lazyattn_tier_options *o, const char *w) {
     LZ_CHECK_ARG(mode == LAZYATTN_TIER_READ_ONLY || mode == LAZYATTN_TIER_WRITE_BACK ||
                      mode == LAZYATTN_TIER_WRITE_THROUGH,
                  "%s: unknown mode %d", w, (int)mode);
+    LZ_CHECK_ARG(o->write_queue >= 0 && o->write_queue <= LAZYATTN_MAX_TIER_WRITE_QUEUE,
+                 "%s: write_queue %d outside 0..%d", w, o->write_queue,
+                 LAZYATTN_MAX_TIER_WRITE_QUEUE);
     if (store && !lazyattn_store_name(store))
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: not a live store", w);
     if (store && !lz_cache_policy(c)->tiered)
@@ -32,8 +65,39 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
     if (store && !lz_pool_context(lz_cache_pool(c)))
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "%s: the pool keeps accounting only: there is no K/V to load or store", w);
-    lz_cache_attach_tier(c, store, mode, &lz_tier_of_store);
+    lz_tier *tier = NULL;
+    if (store && !(tier = calloc(1, sizeof *tier)))
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: the tier", w);
+    /* writes off the serving thread: a writer of its own */
+    if (tier && mode != LAZYATTN_TIER_READ_ONLY && o->write_queue > 0) {
+        int st = lz_tier_writer_create(lz_cache_pool(c), store, o->write_queue, &tier->writer);
+        if (st) {
+            free(tier);
+            return st;
+        }
+    }
+    lz_cache_attach_tier(c, store, mode, &lz_tier_of_store, tier);
     return LAZYATTN_STATUS_OK;
+}
+
+void lazyattn_tier_options_init(lazyattn_tier_options *options) {
+    if (options) memset(options, 0, sizeof *options);
+}
+
+int lazyattn_cache_set_tier_options(lazyattn_cache *c, lazyattn_store *store,
+                                    lazyattn_tier_mode mode, const lazyattn_tier_options *options) {
+    const char *w = "lazyattn_cache_set_tier_options";
+    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
+    int st = lz_cache_check_live(c, w);
+    if (st) return st;
+    lazyattn_tier_options o;
+    lazyattn_tier_options_init(&o);
+    if (options) o = *options;
+    int taken;
+    if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
+    st = lz_set_tier(c, store, mode, &o, w);
+    lz_cache_leave(c, taken);
+    return st;
 }
 
 int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
@@ -41,9 +105,29 @@ int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_t
     LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
     int st = lz_cache_check_live(c, w);
     if (st) return st;
+    lazyattn_tier_options o;
+    lazyattn_tier_options_init(&o);
     int taken;
     if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
-    st = lz_set_tier(c, store, mode, w);
+    st = lz_set_tier(c, store, mode, &o, w);
+    lz_cache_leave(c, taken);
+    return st;
+}
+
+int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *c, double tokens_per_second) {
+    const char *w = "lazyattn_cache_set_tier_recompute_rate";
+    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
+    int st = lz_cache_check_live(c, w);
+    if (st) return st;
+    LZ_CHECK_ARG(tokens_per_second >= 0 && tokens_per_second <= 1e300,
+                 "%s: rate %g is not a finite number >= 0", w, tokens_per_second);
+    int taken;
+    if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
+    lz_tier *tier = lz_cache_tier_state(c);
+    if (tier)
+        tier->recompute_rate = tokens_per_second;
+    else
+        st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: the cache has no tier", w);
     lz_cache_leave(c, taken);
     return st;
 }
@@ -80,8 +164,32 @@ static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key ke
     return st;
 }
 
+static double lz_seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The cost rule: 1 when recomputing n_tokens is expected to be faster than
+ * loading their export at the bandwidth of the loads so far. */
+static int lz_tier_recompute_cheaper(const lazyattn_cache *c, const lz_tier *tier, int n_tokens) {
+    if (tier->recompute_rate <= 0 || tier->load_seconds <= 0 || tier->load_bytes <= 0) return 0;
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(lz_cache_pool(c), &pc);
+    int n_blocks = (n_tokens + pc.block_size - 1) / pc.block_size;
+    size_t bytes = lz_kv_export_bytes(&pc, n_tokens, n_blocks);
+    double load_s = (double)bytes * tier->load_seconds / tier->load_bytes;
+    return load_s >= (double)n_tokens / tier->recompute_rate;
+}
+
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
                         int n_tokens, lz_tally *t) {
+    lz_tier *tier = lz_cache_tier_state(c);
+    if (lz_tier_recompute_cheaper(c, tier, n_tokens)) {
+        tier->skipped_by_cost++;
+        return 0;
+    }
+    double t0 = lz_seconds_now();
     lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
     memcpy(key.digest, digest, sizeof key.digest);
     uint64_t doc_hash = lz_digest_hash(digest);
@@ -150,8 +258,11 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         t->tier_rejected++;
     else if (st)
         t->tier_errors++;
-    else
+    else {
         t->tier_read_bytes += (uint64_t)size;
+        tier->load_bytes += (double)size; /* the get, the checks and the upload */
+        tier->load_seconds += lz_seconds_now() - t0;
+    }
     if (copy)
         free(copy);
     else
@@ -161,6 +272,13 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
 
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
     if (e->in_tier) return;
+    lz_tier *tier = lz_cache_tier_state(c);
+    if (tier->writer) { /* queued (returns at once) or dropped, counted */
+        e->in_tier = lz_tier_writer_submit(tier->writer, lz_cache_model_id(c), e->digest,
+                                           e->doc_hash, e->tokens, e->n_tokens, e->blocks,
+                                           e->n_blocks);
+        return;
+    }
     lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
     memcpy(key.digest, e->digest, sizeof key.digest);
     int there = 0;
