@@ -61,6 +61,29 @@ llama.vocab_size disagreeing with token_embd.weight, a rope_freqs.weight
 with a zero divisor, a tensor the engine does not implement (a Q bias), a
 Q2_K tensor (a type the engine does not read).
 
+RAG prompts (NAME.rag, for llama3_rope_freqs and q8_0; read by
+tests/test_rag_fixture.c): [prefix 5] [doc A 11] [doc B 19] [question 4]
+at contiguous logical positions from 0 and from 9000, the documents
+attended in isolation as the library defines them (Block-Attention;
+lazyattn_segment in include/lazyattn.h): a document's tokens see only that
+document's earlier tokens, the prefix and question tokens every earlier
+token. The reference is transformers' forward with explicit position_ids
+and that block mask as a 4-D additive float64 mask (SDPA, so the softmax is
+float64 too; eager would do it in float32). The documents' queries take
+their logical positions there; the library computes a document's K/V at
+document-local positions 0..L-1 and reuses them at its logical start. The
+same thing, since RoPE scores depend only on position differences and a
+document sees only itself: each document's rows are checked against the
+document run alone at 0..L-1, and the question's rows against a cache built
+by parts (the prefix and each document run alone, at their logical
+positions, their K/V concatenated, the question run over them), both within
+1e-12. Beside the isolated logits, those of the whole prompt attended
+causally (documents not isolated), 0.3 .. 0.7 away (asserted > 1e-2), so
+that a test comparing against the first can fail. Format (little-endian):
+"LZRAGLG1", u32 n_prompts; per prompt: i32 start, u32 n_prefix, n_a, n_b,
+n_question, vocab; i32 tokens[n_prefix + n_a + n_b + n_question];
+f64 isolated[n_question][vocab]; f64 causal[n_question][vocab].
+
 Expected-logits file NAME.logits (little-endian): "LZLOGIT1", u32 n_seqs;
 per sequence: u32 n_tokens, u32 vocab, i32 positions[n], i32 tokens[n],
 f64 logits[n][vocab].
@@ -73,7 +96,7 @@ import sys
 import gguf
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 
 # Two sequences, positions increasing with gaps (each token its own KV block
@@ -466,6 +489,99 @@ def write_logits(path, model, config, seed):
     return seqs
 
 
+# The RAG prompt: [prefix] [doc A] [doc B] [question], at contiguous logical
+# positions from each start (0, and 9000: past Llama-3's 8192). A 19-token
+# document spans a whole 16-token KV block and a partial one.
+RAG_LENGTHS = (5, 11, 19, 4)  # prefix, A, B, question
+RAG_STARTS = (0, 9000)
+RAG_MODELS = ("llama3_rope_freqs", "q8_0")
+
+
+def rag_mask(lengths, isolated):
+    """Additive [N, N] float64 mask of a RAG prompt. isolated: each document
+    row sees only its own document's earlier columns (Block-Attention), the
+    prefix and question rows every earlier column; not isolated: causal."""
+    n = sum(lengths)
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    if isolated:
+        doc = np.zeros(n, dtype=int)  # 0: prefix / question, k: document k
+        a = lengths[0]
+        for k, ln in enumerate(lengths[1:-1], start=1):
+            doc[a:a + ln] = k
+            a += ln
+        rows = doc[:, None] > 0
+        allowed &= ~rows | (doc[:, None] == doc[None, :])
+    return np.where(allowed, 0.0, -np.inf)
+
+
+def rag_forward(model, tokens, positions, mask):
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([tokens]), position_ids=torch.tensor([positions]),
+                     attention_mask=torch.from_numpy(mask)[None, None]).logits[0].numpy()
+
+
+def rag_by_parts(model, config, segs, start):
+    """The question's logits built as a document cache serves them: the
+    prefix and each document run alone (a fresh forward each, so each sees
+    only itself) at their logical positions, their K/V concatenated into one
+    cache, the question run over it: an independent check of the mask."""
+    cache = DynamicCache(config=config)
+    pos = start
+    parts = []
+    for toks in segs[:-1]:
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([toks]),
+                        position_ids=torch.tensor([list(range(pos, pos + len(toks)))]),
+                        use_cache=True)
+        parts.append(out.past_key_values)
+        pos += len(toks)
+    for l in range(config.num_hidden_layers):
+        k = torch.cat([p.layers[l].keys for p in parts], dim=2)
+        v = torch.cat([p.layers[l].values for p in parts], dim=2)
+        cache.update(k, v, l)
+    q = segs[-1]
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([q]),
+                     position_ids=torch.tensor([list(range(pos, pos + len(q)))]),
+                     cache=cache).logits[0].numpy()
+
+
+def write_rag(path, model, config, seed):
+    """NAME.rag: the question's logits of RAG prompts with the documents
+    attended in isolation, and (to show a test can fail) with the whole
+    prompt attended causally. Checked against rag_by_parts, and each
+    document's rows against the document run alone at document-local
+    positions 0..L-1: the documents' queries take logical positions in the
+    masked forward, which changes nothing (RoPE scores depend on position
+    differences only, and a document sees only itself)."""
+    assert model.config._attn_implementation == "sdpa"  # float64 softmax, the mask as given
+    rng = np.random.default_rng(seed)
+    n, nq, V = sum(RAG_LENGTHS), RAG_LENGTHS[-1], config.vocab_size
+    with open(path, "wb") as f:
+        f.write(b"LZRAGLG1" + struct.pack("<I", len(RAG_STARTS)))
+        for start in RAG_STARTS:
+            segs = [[int(t) for t in rng.integers(0, V, ln)] for ln in RAG_LENGTHS]
+            toks = sum(segs, [])
+            pos = list(range(start, start + n))
+            iso = rag_forward(model, toks, pos, rag_mask(RAG_LENGTHS, True))
+            causal = rag_forward(model, toks, pos, rag_mask(RAG_LENGTHS, False))
+            parts = rag_by_parts(model, config, segs, start)
+            assert norm_err(iso[n - nq:], parts) < 1e-12, norm_err(iso[n - nq:], parts)
+            a = RAG_LENGTHS[0]
+            for doc in segs[1:-1]:
+                alone = logits_at(model, doc, list(range(len(doc))))
+                assert norm_err(iso[a:a + len(doc)], alone) < 1e-12
+                a += len(doc)
+            miss = norm_err(causal[n - nq:], iso[n - nq:])
+            assert miss > 1e-2, miss
+            print(f"{os.path.basename(path)} from {start}: whole-prompt causal attention "
+                  f"misses the question's logits by {miss:.3g}")
+            f.write(struct.pack("<i5I", start, *RAG_LENGTHS, V))
+            f.write(struct.pack("<%di" % n, *toks))
+            f.write(np.ascontiguousarray(iso[n - nq:], dtype="<f8").tobytes())
+            f.write(np.ascontiguousarray(causal[n - nq:], dtype="<f8").tobytes())
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/fixtures"
     os.makedirs(out, exist_ok=True)
@@ -483,6 +599,8 @@ def main():
             print(f"{name}: unscaled reading would be off by {errs[0]:.3g} (from 0), "
                   f"{errs[1]:.3g} (from {POSITIONS[1][0]})")
         print(f"{name}: {os.path.getsize(os.path.join(out, name + '.gguf'))} bytes")
+        if name in RAG_MODELS:
+            write_rag(os.path.join(out, name + ".rag"), model, config, 800 + i)
     for i, (name, (spec, keys, tensors)) in enumerate(REFUSED.items()):
         model, config = make_model(spec, 300 + i)
         write_gguf(os.path.join(out, name + ".gguf"), spec, model, config, keys, tensors)
@@ -500,6 +618,8 @@ def main():
         err = norm_err(logits_at(model, toks, POSITIONS[0]), before)
         print(f"{name}: {os.path.getsize(os.path.join(out, name + '.gguf'))} bytes; "
               f"quantization moves the logits by {err:.3g}")
+        if name in RAG_MODELS:
+            write_rag(os.path.join(out, name + ".rag"), model, config, 900 + i)
     write_quant_blocks(os.path.join(out, "quant_blocks.bin"))
 
 
