@@ -27,23 +27,26 @@ mkdir -p "$out" || exit 1
 if [ "${DEV_LOCAL:-0}" = 1 ]; then
     one=0 two=0,0
 else
+    # shellcheck disable=SC1091
     . tools/nvidia-opencl-env.sh || exit 1
-    export LD_LIBRARY_PATH="$(pwd)/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    LD_LIBRARY_PATH="$(pwd)/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH
     nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu,power.draw --format=csv
-    gpus=$("$build/examples/list_devices" | awk '$2 == "GPU" { sub("#", "", $1); print $1 }')
-    set -- $gpus "$@"
-    [ $# -ge 2 ] && one=$1 && two=$1,$2 && shift 2 || {
+    # the first two GPU rows of list_devices: "#N  GPU ..."
+    two=$("$build/examples/list_devices" |
+          awk '$2 == "GPU" && n < 2 { sub("#", "", $1); s = s (n++ ? "," : "") $1 } END { print s }')
+    one=${two%%,*}
+    if [ "$one" = "$two" ]; then
         echo "run_devices: fewer than two GPUs in list_devices:" >&2
         "$build/examples/list_devices" >&2
         exit 1
-    }
+    fi
 fi
 clients=${DEV_CLIENTS:-4}
 tier=${DEV_TIER:-/dev/shm/lazyattn-devices}
 rc_all=0
 for run in one two; do
-    eval devices=\$$run
-    n=$(echo "$devices" | tr ',' '\n' | wc -l)
+    if [ $run = one ]; then devices=$one n=1; else devices=$two n=2; fi
     echo "run_devices: $(date -u +%H:%M:%S) --devices $devices, $((clients * n)) clients"
     timeout -k 5 "${DEV_RUN_SECONDS:-280}" "$build/serve/rag_bench" \
         --model "${DEV_MODEL:-8b}" --workload paper --requests "${DEV_REQUESTS:-100}" --warmup 0 \
