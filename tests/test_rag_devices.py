@@ -29,7 +29,8 @@ ROW = re.compile(r"^\| (separate|shared [^|]*) \| (\d+|total) \| ([^|]*) \| (\d+
 
 
 def table(out):
-    """{phase: {process: (device, ok, failed, doc tokens, recomputed)}} from the table rows."""
+    """{phase: {process: (device, ok, failed, doc tokens, recomputed, TTFT p50 ms, TTFT p99 ms,
+    req/s)}} from the table rows."""
     phases = {}
     for line in out.splitlines():
         m = ROW.match(line)
@@ -39,7 +40,9 @@ def table(out):
         # TTFT mean, p50, p99, req/s, doc tokens, recomputed, tier hits, tier hit tokens, most
         phase = "separate" if m.group(1) == "separate" else "shared"
         phases.setdefault(phase, {})[m.group(2)] = (m.group(3).strip(), int(m.group(4)),
-                                                   int(m.group(5)), int(cells[4]), int(cells[5]))
+                                                   int(m.group(5)), int(cells[4]), int(cells[5]),
+                                                   float(cells[1]), float(cells[2]),
+                                                   float(cells[3]))
     return phases
 
 
@@ -85,6 +88,15 @@ def check(exe, devices, balance, cwd, failures):
                                 (name, phase, what))
         if any(rows[p][1] == 0 for p in procs):
             failures.append("%s %s: a process served nothing: %s" % (name, phase, rows))
+        for p in procs + ["total"]:
+            p50, p99, rate = rows[p][5:8]
+            if not (0 < p50 <= p99) or not rate > 0:
+                failures.append("%s %s %s: TTFT p50 %g, p99 %g ms, %g req/s" %
+                                (name, phase, p, p50, p99, rate))
+        # req/s: each process's served over the same wall time, so they add up (to rounding)
+        if abs(sum(rows[p][7] for p in procs) - rows["total"][7]) > 0.01 * len(procs):
+            failures.append("%s %s: the processes' req/s do not add up to the total" %
+                            (name, phase))
     sep, shr = phases["separate"]["total"][4], phases["shared"]["total"][4]
     if not shr < sep:
         failures.append("%s: recomputed with the shared tier %d, not fewer than separate %d" %
