@@ -35,6 +35,7 @@
  * mix that with how the shares overlap.
  */
 #include "cli_options.h"
+#include "dispatch.h"
 #include "serve.h"
 
 #include <errno.h>
@@ -89,6 +90,11 @@ typedef struct bench_options {
     int tier_cost;          /* the cost rule: the prefill rate measured, given to the tier */
     int processes;          /* 0: one process, the per-policy table */
     int rounds;             /* --processes: rounds of (separate, shared) */
+    const char *devices_text; /* --devices as given */
+    int devices[64];        /* --devices: one serving process per entry, on that device */
+    int n_devices;          /* 0: no --devices */
+    int balance;            /* --devices: dispatch_balance */
+    int device_index;       /* a --devices process's device; -1: the default choice */
     int no_device_plans;
     int no_batched_prefill;
     int gemm;               /* serve_gemm_mode */
@@ -155,6 +161,14 @@ static const char usage_text[] =
     "                            with --run-seconds S, no round starts S seconds after the first\n"
     "                            (each process run admits for S seconds; the rounds not run are\n"
     "                            reported, exit status 3); no --out (the table is on stdout)\n"
+    "  --devices LIST            one serving process per listed device (global indices as\n"
+    "                            list_devices prints them, e.g. 0,1; one may repeat; at most\n"
+    "                            64), one workload split among them as a load balancer would:\n"
+    "                            once with separate caches, once sharing --tier (dir: or\n"
+    "                            redis://); per-device and total tables; --concurrency and\n"
+    "                            --rate are the whole host's\n"
+    "  --balance least|rr        --devices: each arriving request to the process with the\n"
+    "                            fewest outstanding (default), or to each in turn\n"
     "  --progress / --no-progress\n"
     "Device: LAZYATTN_PLATFORM / LAZYATTN_DEVICE name substrings.\n"
     "Exit status: 0 every run served all its requests, 1 a failure or a run that completed no\n"
@@ -254,6 +268,26 @@ static int policy_word(const char *word, int *value) {
     return 0;
 }
 
+/* --devices LIST: global device indices (0..1000000), comma separated,
+ * 1..64 of them, repeats allowed (processes sharing a device). */
+static int devices_parse(const char *text, bench_options *o) {
+    const char *c = text;
+    o->n_devices = 0;
+    for (;;) {
+        if (o->n_devices == 64)
+            return cli_fail("rag_bench", "--devices", "more than 64 devices in \"%s\"", text);
+        long v = 0;
+        const char *start = c;
+        while (*c >= '0' && *c <= '9' && v <= 1000000) v = v * 10 + (*c++ - '0');
+        if (c == start || v > 1000000 || (*c && *c != ','))
+            return cli_fail("rag_bench", "--devices", "\"%s\" is not a list of device indices "
+                            "(0,1,...: list_devices prints them)", text);
+        o->devices[o->n_devices++] = (int)v;
+        if (!*c) return CLI_OK;
+        c++;
+    }
+}
+
 /* CLI_OK, CLI_HELP or CLI_USAGE_ERROR (the reason printed). */
 static int parse_args(int argc, char **argv, bench_options *o) {
     static const char *const models[] = {"tiny", "small", "8b"};
@@ -269,6 +303,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     o->tier_mode = LAZYATTN_TIER_WRITE_THROUGH;
     o->rounds = 1;
     o->prefill_chunk = 2048;
+    o->device_index = -1;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
         {.name = "--gguf", .type = CLI_STRING, .dest = &o->gguf},
@@ -314,6 +349,8 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--tier-cost", .type = CLI_FLAG, .dest = &o->tier_cost},
         {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
         {.name = "--rounds", .type = CLI_INT, .dest = &o->rounds, .min = 1, .max = 100},
+        {.name = "--devices", .type = CLI_STRING, .dest = &o->devices_text},
+        {.name = "--balance", .type = CLI_ENUM, .dest = &o->balance, .choices = "least|rr"},
         {.name = "--progress", .type = CLI_FLAG, .dest = &progress},
         {.name = "--no-progress", .type = CLI_FLAG, .dest = &no_progress},
     };
@@ -376,24 +413,34 @@ static int parse_args(int argc, char **argv, bench_options *o) {
     }
     if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
         return cli_fail("rag_bench", "--rounds", "needs --processes");
-    if (cli_given(opts, N_OPTS, "--processes")) {
+    if (cli_given(opts, N_OPTS, "--balance") && !o->devices_text)
+        return cli_fail("rag_bench", "--balance", "needs --devices");
+    if (o->devices_text) {
+        if (cli_given(opts, N_OPTS, "--processes"))
+            return cli_fail("rag_bench", "--devices", "or --processes, not both (--devices "
+                            "splits one workload, --processes replicates it)");
+        if ((r = devices_parse(o->devices_text, o))) return r;
+    }
+    const char *many = cli_given(opts, N_OPTS, "--processes") ? "--processes"
+                       : o->devices_text                      ? "--devices"
+                                                              : NULL;
+    if (many) {
         if (cli_given(opts, N_OPTS, "--time-limit"))
-            return cli_fail("rag_bench", "--time-limit", "not with --processes (use "
-                            "--run-seconds)");
+            return cli_fail("rag_bench", "--time-limit", "not with %s (use --run-seconds)", many);
         if (!o->tier_text)
-            return cli_fail("rag_bench", "--processes", "needs --tier dir:PATH or "
+            return cli_fail("rag_bench", many, "needs --tier dir:PATH or "
                             "redis://HOST:PORT (the tier the processes share)");
         if (o->tier.kind == TIER_HOST)
-            return cli_fail("rag_bench", "--processes", "host memory is not shared between "
+            return cli_fail("rag_bench", many, "host memory is not shared between "
                             "processes: use --tier dir:PATH or redis://HOST:PORT");
         if (o->n_budgets > 1)
-            return cli_fail("rag_bench", "--processes", "one --budget per process (the same "
+            return cli_fail("rag_bench", many, "one --budget per process (the same "
                             "for all), not a list");
         if (o->tier_mode == LAZYATTN_TIER_READ_ONLY)
             return cli_fail("rag_bench", "--tier-mode", "read: the processes would share nothing");
         if (cli_given(opts, N_OPTS, "--out"))
-            return cli_fail("rag_bench", "--out", "--processes writes no files (its comparison "
-                            "is the table on stdout)");
+            return cli_fail("rag_bench", "--out", "%s writes no files (its comparison "
+                            "is the table on stdout)", many);
     }
     if (o->n_policies == 0) {
         o->policies[0] = LAZYATTN_CACHE_POLICY_LAZY;
@@ -448,6 +495,10 @@ typedef struct bench {
     lazyattn_store *tier; /* NULL: none */
     double prefill_rate;  /* --tier-cost: document tokens prefilled per second */
     int rotate;           /* measured request i is workload request warmup + (i + rotate) % R */
+    int dispatch;         /* 1: --devices: the measured requests come from the dispatcher */
+    int dispatch_in;      /* their pipe (dispatch.h) */
+    int dispatch_out;     /* the pipe of completions (then the summary) */
+    int32_t *dispatched;  /* [R] the workload request of each measured one received */
     /* scratch */
     const int32_t **docs;
     int32_t *doc_lengths;
@@ -537,6 +588,23 @@ static void sleep_until(double t0, double when) {
     nanosleep(&ts, NULL);
 }
 
+/* Poisson arrivals, seconds after the start: exponential gaps from a
+ * seeded splitmix stream. out: [count]. */
+static void poisson_arrivals(const bench_options *o, int count, double *out) {
+    uint64_t z = o->wl.seed * 0x9E3779B97F4A7C15ull + 12345;
+    double t = 0;
+    for (int i = 0; i < count; i++) {
+        z += 0x9E3779B97F4A7C15ull;
+        uint64_t x = z;
+        x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+        x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+        x ^= x >> 31;
+        double u = ((double)(x >> 11) + 0.5) / 9007199254740992.0; /* 53 bits: exact */
+        t += -log(u) / o->rate;
+        out[i] = t;
+    }
+}
+
 /* One serve_requests call's loop: its queue, running batch and counters,
  * shared with the decode steps the engine runs between two chunks of a
  * prefill (loop_between). */
@@ -551,12 +619,48 @@ typedef struct bench_loop {
     int n_live, next_arrival, head, tail, finished;
     int prefilling;     /* 1 while a request's prefill runs (it holds a client) */
     int stop_admitting;
+    int dispatch;       /* 1: requests from the dispatcher (--devices), count their most */
+    int closed;         /* the dispatcher sends no more: count is what came */
 } bench_loop;
+
+/* --devices: the requests the dispatcher has sent join the queue (waiting
+ * up to wait_s seconds for one); once it closes the pipe, or all the call
+ * can hold have come, the call's count is what came. */
+static void loop_receive(bench_loop *s, double wait_s) {
+    bench *b = s->b;
+    dispatch_request m[64];
+    int room = s->count - s->next_arrival, n = 0, closed = 0;
+    if (room > 0 &&
+        dispatch_receive(b->dispatch_in, wait_s, m, room < 64 ? room : 64, &n, &closed) != 0)
+        phase("the dispatcher's pipe failed: no more requests");
+    for (int i = 0; i < n; i++) {
+        int k = s->next_arrival++;
+        b->dispatched[k] = m[i].index;
+        s->rec[k].arrival = m[i].arrival - s->t0;
+        b->waiting[s->tail++] = k;
+    }
+    if (closed || room - n <= 0) {
+        s->closed = 1;
+        s->count = s->next_arrival;
+    }
+}
+
+/* Request k of the call has finished (served, or refused); the dispatcher
+ * hears of it. */
+static void loop_finished(bench_loop *s, int k) {
+    s->finished++;
+    if (s->dispatch && dispatch_send_done(s->b->dispatch_out, s->b->dispatched[k]))
+        phase("the dispatcher is gone");
+}
 
 /* Requests that have arrived by now join the queue: closed loop, a client
  * without a request in flight sends its next one; Poisson, by schedule. */
 static void loop_arrivals(bench_loop *s) {
     const bench_options *o = s->b->opt;
+    if (s->dispatch) {
+        if (!s->closed) loop_receive(s, 0);
+        return;
+    }
     double now = serve_now() - s->t0;
     if (o->rate > 0) {
         while (s->next_arrival < s->count && s->b->arrivals[s->next_arrival] <= now) {
@@ -593,7 +697,7 @@ static int loop_decode_step(bench_loop *s) {
         if (L->n_generated >= L->target) {
             L->rec->finish = t;
             lazyattn_request_destroy(L->req);
-            s->finished++;
+            loop_finished(s, L->index);
             progress(b, s->label, s->finished, s->count, t);
         } else {
             b->live[w++] = *L;
@@ -627,6 +731,9 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
     const bench_options *o = b->opt;
     bench_loop loop = {.b = b, .eng = eng, .rec = rec, .label = label, .count = count};
     bench_loop *s = &loop;
+    /* --devices: the measured requests come from the dispatcher, as they arrive */
+    s->dispatch = b->dispatch && first == o->warmup;
+    if (s->dispatch) limit = 0;
     s->max_batch = o->max_batch < serve_model_get_config(b->model)->max_rows
                        ? o->max_batch
                        : serve_model_get_config(b->model)->max_rows;
@@ -636,21 +743,11 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
         return st;
     }
     s->t0 = serve_now();
-    /* Poisson: exponential gaps from a seeded splitmix stream */
-    if (o->rate > 0) {
-        uint64_t z = o->wl.seed * 0x9E3779B97F4A7C15ull + 12345;
-        double t = 0;
-        for (int i = 0; i < count; i++) {
-            z += 0x9E3779B97F4A7C15ull;
-            uint64_t x = z;
-            x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-            x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-            x ^= x >> 31;
-            double u = ((double)(x >> 11) + 0.5) / 9007199254740992.0; /* 53 bits: exact */
-            t += -log(u) / o->rate;
-            b->arrivals[i] = t;
-        }
+    if (s->dispatch && dispatch_send_ready(b->dispatch_out)) {
+        st = serve_fail(LAZYATTN_STATUS_IO, "the dispatcher is gone");
+        goto out;
     }
+    if (o->rate > 0 && !s->dispatch) poisson_arrivals(o, count, b->arrivals);
     while (s->finished < s->count) {
         double now = serve_now() - s->t0;
         if (limit > 0 && now > limit && !s->stop_admitting) {
@@ -668,7 +765,7 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
                !(limit > 0 && serve_now() - s->t0 > limit)) {
             int k = b->waiting[s->head];
             serve_request_result *r = &rec[k];
-            int index = first + k;
+            int index = s->dispatch ? b->dispatched[k] : first + k;
             if (b->rotate && index >= o->warmup)
                 index = o->warmup + (index - o->warmup + b->rotate) % o->wl.n_requests;
             r->id = index;
@@ -697,7 +794,7 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
                 /* nothing else holds blocks: this request can never fit */
                 r->ok = 0;
                 r->first_token = r->finish = serve_now() - s->t0;
-                s->finished++;
+                loop_finished(s, k);
                 st = 0;
                 progress(b, label, s->finished, s->count, serve_now() - s->t0);
                 continue;
@@ -729,7 +826,7 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             if (wr.n_generate <= 1) {
                 r->finish = r->first_token;
                 lazyattn_request_destroy(req);
-                s->finished++;
+                loop_finished(s, k);
                 progress(b, label, s->finished, s->count, serve_now() - s->t0);
                 continue;
             }
@@ -744,6 +841,8 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
         /* one decode step over every running request */
         if (s->n_live > 0) {
             if ((st = loop_decode_step(s))) goto out;
+        } else if (s->dispatch && s->head == s->tail && !s->closed) {
+            loop_receive(s, 1.0); /* idle: wait for the dispatcher */
         } else if (s->head == s->tail && o->rate > 0 && s->next_arrival < s->count) {
             sleep_until(s->t0, b->arrivals[s->next_arrival]);
         }
@@ -809,7 +908,9 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
         goto done;
     }
     if ((st = serve_engine_create(b->model, pool, &eng))) goto done;
-    if (b->tier && b->opt->processes == 0 && (st = tier_clear(b->tier, b->wl))) goto done;
+    if (b->tier && b->opt->processes == 0 && b->opt->n_devices == 0 &&
+        (st = tier_clear(b->tier, b->wl)))
+        goto done;
     if (b->tier && policy == LAZYATTN_CACHE_POLICY_LAZY) {
         lazyattn_tier_options to;
         lazyattn_tier_options_init(&to);
@@ -1039,6 +1140,7 @@ static int bench_setup(bench *b, const bench_options *o, const serve_model_confi
     lazyattn_context_options_init(&co);
     co.profiling = !o->no_profiling;
     co.log = phase_log;
+    co.device_index = o->device_index;
     phase("setup: the OpenCL context");
     int st = lazyattn_context_create(&co, &b->ctx);
     if (st) {
@@ -1124,10 +1226,21 @@ static int read_all(int fd, void *p, size_t n) {
 
 /* One serving process (a forked child): its own context, model and cache
  * (and its own connection to the tier when shared); serves every request
- * of the workload, starting at request index*R/N. */
-static int process_main(const bench_options *o, const serve_model_config *mc, int index,
-                        int shared, int fd) {
-    snprintf(phase_who, sizeof phase_who, "rag_bench [process %d]", index);
+ * of the workload, starting at request index*R/N; or (--devices,
+ * requests_fd >= 0) on device o->devices[index], the requests the
+ * dispatcher sends on requests_fd, its completions on fd before the
+ * summary. */
+static int process_main(const bench_options *opt, const serve_model_config *mc, int index,
+                        int shared, int fd, int requests_fd) {
+    bench_options own = *opt;
+    const bench_options *o = &own;
+    if (requests_fd >= 0) {
+        own.device_index = opt->devices[index];
+        snprintf(phase_who, sizeof phase_who, "rag_bench [#%d, process %d]", own.device_index,
+                 index);
+    } else {
+        snprintf(phase_who, sizeof phase_who, "rag_bench [process %d]", index);
+    }
     bench b;
     memset(&b, 0, sizeof b);
     b.opt = o;
@@ -1139,7 +1252,15 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
     double t_model;
     int st = o->gguf ? serve_gguf_open(o->gguf, &g) : 0;
     if (!st) st = bench_setup(&b, o, mc, g, &t_model);
-    b.rotate = (int)((int64_t)index * o->wl.n_requests / o->processes);
+    if (requests_fd < 0) {
+        b.rotate = (int)((int64_t)index * o->wl.n_requests / o->processes);
+    } else {
+        b.dispatch = 1;
+        b.dispatch_in = requests_fd;
+        b.dispatch_out = fd;
+        b.dispatched = calloc((size_t)o->wl.n_requests, sizeof *b.dispatched);
+        if (!st && !b.dispatched) st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "rag_bench");
+    }
     if (!st && shared) st = tier_open(&o->tier, &b.tier);
     if (!st)
         st = bench_run(&b, LAZYATTN_CACHE_POLICY_LAZY, o->budgets[o->n_budgets - 1],
@@ -1152,7 +1273,7 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
     } else if (ttft) {
         sum.n_ok = run.n_ok;
         sum.n_failed = run.n_failed;
-        sum.cut = run.cut;
+        sum.cut = requests_fd < 0 && run.cut; /* --devices: the dispatcher cuts */
         sum.wall_s = run.wall_s;
         sum.stats = run.stats;
         for (int i = 0; i < run.n_requests; i++)
@@ -1161,9 +1282,10 @@ static int process_main(const bench_options *o, const serve_model_config *mc, in
         for (int i = 0, j = 0; i < run.n_requests; i++)
             if (run.requests[i].ok) ttft[sum.n_ttft + j++] = run.requests[i].plan_s;
     }
-    int bad = write_all(fd, &sum, sizeof sum) ||
+    int bad = (requests_fd >= 0 && dispatch_send_end(fd)) || write_all(fd, &sum, sizeof sum) ||
               (sum.n_ttft && write_all(fd, ttft, 2 * (size_t)sum.n_ttft * sizeof *ttft));
     free(ttft);
+    free(b.dispatched);
     serve_run_release(&run);
     bench_free(&b);
     return sum.status || bad ? 1 : 0;
@@ -1181,6 +1303,52 @@ typedef struct phase_result {
     int n_ttft;
     double ttft_mean, ttft_p50, ttft_p99, plan_mean;
 } phase_result;
+
+/* A process's summary from fd, its samples in *got (2 n_ttft: TTFTs, then
+ * planning times; freed by the caller). 0, or -1 (a failed process). */
+static int read_summary(int fd, proc_summary *sum, double **got) {
+    *got = NULL;
+    if (read_all(fd, sum, sizeof *sum) != 0 || sum->status != 0 || sum->n_ttft < 0 ||
+        sum->n_ttft > 1 << 24)
+        return -1;
+    *got = malloc(2 * (size_t)sum->n_ttft * sizeof **got + 1);
+    if (!*got || read_all(fd, *got, 2 * (size_t)sum->n_ttft * sizeof **got) != 0) return -1;
+    return 0;
+}
+
+/* Adds a process's summary to out, as its process `slot`. 0, or -1 out of memory. */
+static int phase_add(phase_result *out, int slot, const proc_summary *sum, const double *got) {
+    double *t2 = realloc(out->ttft, (size_t)(out->n_ttft + sum->n_ttft + 1) * sizeof *t2);
+    if (t2) out->ttft = t2;
+    double *p2 = t2 ? realloc(out->plan, (size_t)(out->n_ttft + sum->n_ttft + 1) * sizeof *p2)
+                    : NULL;
+    if (p2) out->plan = p2;
+    if (!p2) return -1;
+    memcpy(out->ttft + out->n_ttft, got, (size_t)sum->n_ttft * sizeof *got);
+    memcpy(out->plan + out->n_ttft, got + sum->n_ttft, (size_t)sum->n_ttft * sizeof *got);
+    out->n_ttft += sum->n_ttft;
+    out->n_ok += sum->n_ok;
+    out->n_failed += sum->n_failed;
+    out->n_cut += sum->cut;
+    lazyattn_cache_stats *t = &out->total;
+    const lazyattn_cache_stats *s = &sum->stats;
+    t->doc_tokens += s->doc_tokens;
+    t->hit_tokens += s->hit_tokens;
+    t->tier_hit_tokens += s->tier_hit_tokens;
+    t->recomputed_tokens += s->recomputed_tokens;
+    t->lookups += s->lookups;
+    t->hits += s->hits;
+    t->tier_hits += s->tier_hits;
+    t->misses += s->misses;
+    t->tier_errors += s->tier_errors;
+    t->tier_rejected += s->tier_rejected;
+    t->tier_writes += s->tier_writes;
+    t->tier_write_errors += s->tier_write_errors;
+    t->tier_read_bytes += s->tier_read_bytes;
+    t->tier_write_bytes += s->tier_write_bytes;
+    if (out->recomputed[slot] >= 0) out->recomputed[slot] += s->recomputed_tokens;
+    return 0;
+}
 
 /* Forks the N processes of one round of a phase and adds what they send to out. */
 static int run_phase(const bench_options *o, const serve_model_config *mc, int shared,
@@ -1206,7 +1374,7 @@ static int run_phase(const bench_options *o, const serve_model_config *mc, int s
         if (pid == 0) {
             close(p[0]);
             for (int i = 0; i < started; i++) close(fds[i]);
-            _exit(process_main(o, mc, started, shared, p[1]));
+            _exit(process_main(o, mc, started, shared, p[1], -1));
         }
         close(p[1]);
         pids[started] = pid;
@@ -1214,39 +1382,9 @@ static int run_phase(const bench_options *o, const serve_model_config *mc, int s
     }
     for (int i = 0; i < started; i++) {
         proc_summary sum;
-        int ok = read_all(fds[i], &sum, sizeof sum) == 0 && sum.status == 0 && sum.n_ttft >= 0 &&
-                 sum.n_ttft <= 1 << 24;
-        double *got = ok ? malloc(2 * (size_t)sum.n_ttft * sizeof *got + 1) : NULL;
-        double *t2 = got ? realloc(out->ttft, (size_t)(out->n_ttft + sum.n_ttft + 1) * sizeof *t2)
-                         : NULL;
-        if (t2) out->ttft = t2;
-        double *p2 = t2 ? realloc(out->plan, (size_t)(out->n_ttft + sum.n_ttft + 1) * sizeof *p2)
-                        : NULL;
-        if (p2) out->plan = p2;
-        if (p2 && read_all(fds[i], got, 2 * (size_t)sum.n_ttft * sizeof *got) == 0) {
-            memcpy(out->ttft + out->n_ttft, got, (size_t)sum.n_ttft * sizeof *got);
-            memcpy(out->plan + out->n_ttft, got + sum.n_ttft, (size_t)sum.n_ttft * sizeof *got);
-            out->n_ttft += sum.n_ttft;
-            out->n_ok += sum.n_ok;
-            out->n_failed += sum.n_failed;
-            out->n_cut += sum.cut;
+        double *got = NULL;
+        if (read_summary(fds[i], &sum, &got) == 0 && phase_add(out, i, &sum, got) == 0) {
             if (sum.wall_s > wall_max) wall_max = sum.wall_s;
-            lazyattn_cache_stats *t = &out->total, *s = &sum.stats;
-            t->doc_tokens += s->doc_tokens;
-            t->hit_tokens += s->hit_tokens;
-            t->tier_hit_tokens += s->tier_hit_tokens;
-            t->recomputed_tokens += s->recomputed_tokens;
-            t->lookups += s->lookups;
-            t->hits += s->hits;
-            t->tier_hits += s->tier_hits;
-            t->misses += s->misses;
-            t->tier_errors += s->tier_errors;
-            t->tier_rejected += s->tier_rejected;
-            t->tier_writes += s->tier_writes;
-            t->tier_write_errors += s->tier_write_errors;
-            t->tier_read_bytes += s->tier_read_bytes;
-            t->tier_write_bytes += s->tier_write_bytes;
-            if (out->recomputed[i] >= 0) out->recomputed[i] += s->recomputed_tokens;
         } else {
             out->n_failed_procs++;
             out->recomputed[i] = -1;
@@ -1418,6 +1556,235 @@ fail:
     return 1;
 }
 
+/* ---- --devices: one serving process per device, one workload split among them ---- */
+
+/* One phase (separate caches, or the shared tier): a process per device,
+ * the requests dispatched among them; what each sends goes to dev[i] and
+ * to total (as its process i). */
+static int run_device_phase(const bench_options *o, const serve_model_config *mc, int shared,
+                            const double *arrivals, phase_result *dev, phase_result *total,
+                            dispatch_result *dr) {
+    int n = o->n_devices, started = 0, st = 0;
+    pid_t pids[64];
+    int to[64], from[64];
+    memset(dr, 0, sizeof *dr);
+    fflush(NULL);
+    for (; started < n; started++) {
+        int rq[2], back[2];
+        if (pipe(rq) != 0) {
+            st = serve_fail(LAZYATTN_STATUS_IO, "pipe: %s", strerror(errno));
+            break;
+        }
+        if (pipe(back) != 0) {
+            st = serve_fail(LAZYATTN_STATUS_IO, "pipe: %s", strerror(errno));
+            close(rq[0]);
+            close(rq[1]);
+            break;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            st = serve_fail(LAZYATTN_STATUS_IO, "fork: %s", strerror(errno));
+            close(rq[0]), close(rq[1]), close(back[0]), close(back[1]);
+            break;
+        }
+        if (pid == 0) {
+            close(rq[1]);
+            close(back[0]);
+            for (int i = 0; i < started; i++) close(to[i]), close(from[i]);
+            _exit(process_main(o, mc, started, shared, back[1], rq[0]));
+        }
+        close(rq[0]);
+        close(back[1]);
+        pids[started] = pid;
+        to[started] = rq[1];
+        from[started] = back[0];
+    }
+    if (started == n) {
+        dispatch_config dc = {n, to, from, o->warmup, o->wl.n_requests, arrivals, o->concurrency,
+                              (dispatch_balance)o->balance, o->run_seconds};
+        st = dispatch_run(&dc, dr); /* closes to[] */
+    } else {
+        for (int i = 0; i < started; i++) close(to[i]); /* the processes end: nothing comes */
+        for (int i = 0; i < started; i++) dr->lost[i] = 1;
+    }
+    for (int i = 0; i < started; i++) {
+        proc_summary sum;
+        double *got = NULL;
+        int32_t end = 0;
+        /* a lost process's pipe holds no whole summary */
+        int ok = !dr->lost[i] && read_all(from[i], &end, sizeof end) == 0 && end == DISPATCH_END &&
+                 read_summary(from[i], &sum, &got) == 0 && phase_add(&dev[i], 0, &sum, got) == 0 &&
+                 phase_add(total, i, &sum, got) == 0;
+        if (!ok) {
+            dev[i].n_failed_procs++;
+            total->n_failed_procs++;
+            total->recomputed[i] = -1;
+        }
+        free(got);
+        close(from[i]);
+    }
+    for (int i = 0; i < started; i++) {
+        int status;
+        while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {}
+        if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && total->recomputed[i] >= 0) {
+            dev[i].n_failed_procs++;
+            total->n_failed_procs++;
+            total->recomputed[i] = -1;
+        }
+    }
+    if (started < n) total->n_failed_procs += n - started;
+    total->wall_sum = dr->wall_s;
+    for (int i = 0; i < n; i++) dev[i].wall_sum = dr->wall_s;
+    return st;
+}
+
+static void print_device_row(const char *caches, const char *process, const char *device,
+                             const phase_result *r, double wall_s, int most_outstanding) {
+    const lazyattn_cache_stats *t = &r->total;
+    printf("| %s | %s | %s | %d (%d) | %.1f | %.1f | %.1f | %.2f | %lld | %lld | %lld | %lld | ",
+           caches, process, device, r->n_ok, r->n_failed, r->ttft_mean * 1e3, r->ttft_p50 * 1e3,
+           r->ttft_p99 * 1e3, wall_s > 0 ? r->n_ok / wall_s : 0.0, (long long)t->doc_tokens,
+           (long long)t->recomputed_tokens, (long long)t->tier_hits,
+           (long long)t->tier_hit_tokens);
+    if (most_outstanding >= 0)
+        printf("%d |\n", most_outstanding);
+    else
+        printf("- |\n");
+}
+
+static int run_devices(bench_options *o, const serve_model_config *mc) {
+    double t_start = serve_now();
+    o->progress = 0;
+    int n = o->n_devices;
+    lazyattn_workload_config wc = o->wl;
+    wc.n_requests = o->warmup + o->wl.n_requests;
+    lazyattn_workload *wl = NULL;
+    lazyattn_store *store = NULL;
+    double *arrivals = NULL;
+    static phase_result dev[2][64];
+    phase_result total[2];
+    dispatch_result dr[2];
+    memset(dev, 0, sizeof dev);
+    memset(total, 0, sizeof total);
+    int st = lazyattn_workload_create(&wc, &wl);
+    if (st) {
+        serve_fail(st, "lazyattn_workload_create: %s (%s)", lazyattn_status_string(st),
+                   lazyattn_testing_last_error());
+        goto fail;
+    }
+    if (o->rate > 0) {
+        arrivals = calloc((size_t)o->wl.n_requests, sizeof *arrivals);
+        if (!arrivals) {
+            st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "rag_bench");
+            goto fail;
+        }
+        poisson_arrivals(o, o->wl.n_requests, arrivals);
+    }
+    char list[64 * 9] = "";
+    for (int i = 0, at = 0; i < n && at < (int)sizeof list; i++)
+        at += snprintf(list + at, sizeof list - (size_t)at, "%s%d", i ? "," : "", o->devices[i]);
+    static const char *const modes[] = {"read", "back", "through"};
+    printf("# rag_bench: %d serving processes on devices %s, each its own context, model and "
+           "LAZY cache of %.4g MiB%s\n", n, list, (double)o->budgets[o->n_budgets - 1] / (1 << 20),
+           o->retained_budget ? " retained between requests" : "");
+    printf("# model %s: %d layers, hidden %d, %d heads / %d KV heads, d %d, vocab %d; KV %s; "
+           "--gemm %s\n", o->gguf ? o->gguf : o->model, mc->n_layers, mc->hidden, mc->n_heads,
+           mc->n_kv_heads, mc->head_dim, mc->vocab,
+           mc->kv_dtype == LAZYATTN_DTYPE_F16 ? "f16" : "f32", serve_gemm_mode_name(mc->gemm));
+    if (o->rate > 0)
+        printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, %d requests, "
+               "split: Poisson arrivals at %.4g/s for the host, ", o->workload, o->wl.n_docs,
+               o->wl.doc_len_min, o->wl.doc_len_max, o->wl.docs_per_request, o->wl.alpha,
+               o->wl.n_requests, o->rate);
+    else
+        printf("# workload %s: %d docs of %d-%d tokens, k = %d, alpha = %.2f, %d requests, "
+               "split: %d clients for the host, ", o->workload, o->wl.n_docs, o->wl.doc_len_min,
+               o->wl.doc_len_max, o->wl.docs_per_request, o->wl.alpha, o->wl.n_requests,
+               o->concurrency);
+    printf("each request to %s\n", o->balance == DISPATCH_ROUND_ROBIN
+                                       ? "the next process in turn (round robin)"
+                                       : "the process with the fewest outstanding");
+    printf("# tier %s, mode %s; the processes with separate caches, then sharing the tier "
+           "(emptied of this workload's documents before each)\n", o->tier.shown,
+           modes[o->tier_mode]);
+    fflush(stdout);
+    for (int shared = 0; shared < 2; shared++) {
+        if ((st = tier_open(&o->tier, &store)) || (st = tier_clear(store, wl))) goto fail;
+        lazyattn_store_destroy(store);
+        store = NULL;
+        if ((st = run_device_phase(o, mc, shared, arrivals, dev[shared], &total[shared],
+                                   &dr[shared])))
+            goto fail;
+    }
+    if (!tier_open(&o->tier, &store)) tier_clear(store, wl); /* leave the tier as found */
+    lazyattn_store_destroy(store);
+    store = NULL;
+    printf("\n| caches | process | device | requests (failed) | TTFT mean ms | TTFT p50 ms | "
+           "TTFT p99 ms | req/s | doc tokens | recomputed | tier hits | tier hit tokens | most "
+           "outstanding |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    int cut = 0;
+    for (int shared = 0; shared < 2; shared++) {
+        char caches[1100];
+        int phase_cut = dr[shared].n_sent < o->wl.n_requests;
+        cut |= phase_cut;
+        snprintf(caches, sizeof caches, "%s%s", shared ? "shared " : "separate",
+                 shared ? o->tier.shown : "");
+        if (phase_cut) snprintf(caches + strlen(caches), 32, " (CUT SHORT)");
+        for (int i = 0; i < n; i++) {
+            phase_finish(&dev[shared][i]);
+            char proc[32], device[32];
+            snprintf(proc, sizeof proc, "%d%s", i, dev[shared][i].n_failed_procs ? " FAILED" : "");
+            snprintf(device, sizeof device, "#%d", o->devices[i]);
+            print_device_row(caches, proc, device, &dev[shared][i], dr[shared].wall_s,
+                             dr[shared].most_outstanding[i]);
+        }
+        phase_finish(&total[shared]);
+        print_device_row(caches, "total", list, &total[shared], dr[shared].wall_s, -1);
+    }
+    const phase_result *sep = &total[0], *shr = &total[1];
+    double ratio = sep->total.recomputed_tokens ? (double)shr->total.recomputed_tokens /
+                                                      (double)sep->total.recomputed_tokens
+                                                : NAN;
+    printf("\nrecomputed document tokens, shared tier / separate caches: %lld / %lld = %.3f "
+           "(1/N = %.3f); throughput %.2f -> %.2f req/s; mean TTFT %.1f ms -> %.1f ms\n",
+           (long long)shr->total.recomputed_tokens, (long long)sep->total.recomputed_tokens, ratio,
+           1.0 / n, dr[0].wall_s > 0 ? sep->n_ok / dr[0].wall_s : 0.0,
+           dr[1].wall_s > 0 ? shr->n_ok / dr[1].wall_s : 0.0, sep->ttft_mean * 1e3,
+           shr->ttft_mean * 1e3);
+    printf("requests sent per process: separate");
+    for (int i = 0; i < n; i++) printf(" %d", dr[0].sent[i]);
+    printf("; shared");
+    for (int i = 0; i < n; i++) printf(" %d", dr[1].sent[i]);
+    printf("\ntotal %.1f s\n", serve_now() - t_start);
+    lazyattn_workload_destroy(wl);
+    free(arrivals);
+    if (sep->n_failed_procs || shr->n_failed_procs) {
+        fprintf(stderr, "rag_bench: %d of %d processes failed\n",
+                sep->n_failed_procs + shr->n_failed_procs, 2 * n);
+        return 1;
+    }
+    if (cut)
+        fprintf(stderr, "rag_bench: INCOMPLETE: --run-seconds %.3g s stopped the dispatch "
+                        "(separate %d, shared %d of %d requests sent): the figures are of those\n",
+                o->run_seconds, dr[0].n_sent, dr[1].n_sent, o->wl.n_requests);
+    if (sep->n_ok == 0 || shr->n_ok == 0) {
+        fprintf(stderr, "rag_bench: a phase completed no request\n");
+        return 1;
+    }
+    return cut ? 3 : 0;
+fail:
+    fprintf(stderr, "rag_bench: %s: %s\n", lazyattn_status_string(st), serve_last_error());
+    lazyattn_store_destroy(store);
+    lazyattn_workload_destroy(wl);
+    free(arrivals);
+    for (int p = 0; p < 2; p++) {
+        free(total[p].ttft), free(total[p].plan);
+        for (int i = 0; i < n; i++) free(dev[p][i].ttft), free(dev[p][i].plan);
+    }
+    return 1;
+}
+
 /* Below the per-policy table: runs cut short or shared, the chunked
  * prefill's interleaving, and lazy against position-aware beside the
  * paper's figures. */
@@ -1538,10 +1905,10 @@ int main(int argc, char **argv) {
         serve_gguf_close(gguf);
         return 2;
     }
-    if (o.processes > 0) {
+    if (o.processes > 0 || o.n_devices > 0) {
         /* each process opens the GGUF file itself: nothing is shared through fork */
         serve_gguf_close(gguf);
-        return run_processes(&o, &mc);
+        return o.n_devices > 0 ? run_devices(&o, &mc) : run_processes(&o, &mc);
     }
 
     double t_model = 0;

@@ -231,6 +231,29 @@ BAD = [
     # --processes writes no files: --out is refused, not ignored
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--out", "rb"], USAGE, "--out"),
     ("rag_bench", ["--tier", "dir:x", "--processes", "2", "--rounds", "0"], USAGE, "--rounds"),
+    # --devices: one workload split among a process per device (tests/test_rag_devices.py runs it)
+    ("rag_bench", ["--devices", "0,1"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "host:1MiB", "--devices", "0"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", ""], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0,,1"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0,"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "-1"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "#0"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "99999999999"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", ",".join(["0"] * 65)], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0", "--processes", "2"], USAGE, "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0", "--budget", "1MiB,2MiB"], USAGE,
+     "--devices"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0", "--out", "rb"], USAGE, "--out"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0", "--rounds", "2"], USAGE, "--rounds"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0", "--time-limit", "60"], USAGE,
+     "--time-limit"),
+    ("rag_bench", ["--tier", "dir:x", "--devices", "0", "--balance", "random"], USAGE,
+     "--balance"),
+    ("rag_bench", ["--tier", "dir:x", "--balance", "rr"], USAGE, "--balance"),
+    # a device that does not exist: its process fails, the run says so (exit 1)
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tiernodev", "--devices",
+                              "0,999"], FAILED, "device #999"),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:/proc/version"], FAILED,
      "not a directory"),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "redis://127.0.0.1:1"], FAILED,
@@ -405,6 +428,9 @@ TIMED = [
     # --run-seconds bounds the rounds: none starts after it (100 rounds took minutes)
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tierrounds", "--processes", "2",
                               "--rounds", "100", "--run-seconds", "1"], 3, "rounds run", 90),
+    # --devices: --run-seconds stops the dispatch; the table marks the phases, exit 3
+    ("rag_bench", RB_MANY + ["--budget", "64KiB", "--tier", "dir:tiercutdev", "--devices", "0,0",
+                             "--run-seconds", "1"], 3, "stopped the dispatch", 90),
 ]
 
 # Two serving processes sharing Redis, where a server is given (CI starts one).

@@ -13,7 +13,8 @@
 # leaving out the wheel's own libOpenCL.so* (the system's ICD loader is used)
 # and its .icd files (they hold a placeholder path). libintelocl.so is
 # registered by absolute path in an .icd file of a folder named by
-# OCL_ICD_VENDORS (which then lists only this runtime; select it with
+# OCL_ICD_VENDORS (which then lists only this runtime, unless
+# LAZYATTN_INTEL_RT_BESIDE names more below; select it with
 # LAZYATTN_PLATFORM=Intel if more are added) and the lib folder, which holds
 # TBB and the compiler runtime (libsvml, libimf, libintlc) too, goes on
 # LD_LIBRARY_PATH.
@@ -51,9 +52,21 @@ PY
     done
 fi
 
-mkdir -p "$prefix/vendors"
-echo "$lib/libintelocl.so" > "$prefix/vendors/intel-cpu.icd"
-OCL_ICD_VENDORS=$prefix/vendors
+# LAZYATTN_INTEL_RT_BESIDE=DIR: the .icd files of DIR (e.g. /etc/OpenCL/vendors:
+# PoCL) registered too, in a folder of their own, so that two implementations,
+# two devices, are visible together (tests/test_doc_devices.c).
+vendors=$prefix/vendors
+if [ -n "${LAZYATTN_INTEL_RT_BESIDE:-}" ]; then
+    vendors=$prefix/vendors-beside
+    rm -rf "$vendors"
+    mkdir -p "$vendors"
+    for f in "$LAZYATTN_INTEL_RT_BESIDE"/*.icd; do
+        [ -f "$f" ] && cp "$f" "$vendors/"
+    done
+fi
+mkdir -p "$vendors"
+echo "$lib/libintelocl.so" > "$vendors/intel-cpu.icd"
+OCL_ICD_VENDORS=$vendors
 LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OCL_ICD_VENDORS LD_LIBRARY_PATH
 
