@@ -68,8 +68,11 @@ struct serve_model {
     char weights_note[128]; /* GGUF: how the weights were stored and loaded ("" before) */
 
     cl_program program;
-    cl_kernel k_rmsnorm, k_swiglu, k_argmax, k_fill;
-    cl_kernel k_rmsnorm_bf16, k_swiglu_bf16, k_to_bf16, k_fill_bf16;
+    /* the mode's kernels (serve_rmsnorm or serve_rmsnorm_bf16, ...); the
+     * arguments that never change are set once (serve_bind) */
+    cl_kernel k_norm, k_norm_embed; /* the second with the embedding's arguments */
+    cl_kernel k_swiglu, k_argmax, k_to_bf16;
+    cl_kernel k_fill, k_fill_bf16;
     size_t wg_norm; /* power of two work-group size for the row kernels */
 
     /* scratch for max_rows tokens */
@@ -341,29 +344,23 @@ static int serve_build(serve_model *m) {
     struct {
         cl_kernel *k;
         const char *name;
-    } ks[] = {{&m->k_rmsnorm, "serve_rmsnorm"},
-              {&m->k_swiglu, "serve_swiglu"},
+    } ks[] = {{&m->k_norm, m->bf16 ? "serve_rmsnorm_bf16" : "serve_rmsnorm"},
+              {&m->k_norm_embed, m->bf16 ? "serve_rmsnorm_bf16" : "serve_rmsnorm"},
+              {&m->k_swiglu, m->bf16 ? "serve_swiglu_bf16" : "serve_swiglu"},
               {&m->k_argmax, "serve_argmax"},
-              {&m->k_fill, "serve_fill_uniform"},
-              {&m->k_rmsnorm_bf16, "serve_rmsnorm_bf16"},
-              {&m->k_swiglu_bf16, "serve_swiglu_bf16"},
               {&m->k_to_bf16, "serve_to_bf16"},
+              {&m->k_fill, "serve_fill_uniform"},
               {&m->k_fill_bf16, "serve_fill_uniform_bf16"}};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         *ks[i].k = clCreateKernel(m->program, ks[i].name, &err);
         if (err != CL_SUCCESS) return serve_cl_fail(err, ks[i].name);
     }
     size_t max_wg = 0;
-    clGetKernelWorkGroupInfo(m->k_rmsnorm, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof max_wg, &max_wg,
+    clGetKernelWorkGroupInfo(m->k_norm, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof max_wg, &max_wg,
                              NULL);
     size_t wg2 = 0;
     clGetKernelWorkGroupInfo(m->k_argmax, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg2, &wg2, NULL);
     if (wg2 < max_wg) max_wg = wg2;
-    if (m->bf16) {
-        clGetKernelWorkGroupInfo(m->k_rmsnorm_bf16, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg2,
-                                 &wg2, NULL);
-        if (wg2 < max_wg) max_wg = wg2;
-    }
     m->wg_norm = 1;
     while (m->wg_norm * 2 <= max_wg && m->wg_norm < 256) m->wg_norm *= 2;
     return LAZYATTN_STATUS_OK;
@@ -384,25 +381,51 @@ static int serve_run(serve_model *m, cl_kernel k, cl_uint dims, const size_t *gl
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, what);
 }
 
+/* Sets the arguments of the forward's kernels that never change (the
+ * scratch buffers, sizes, local memory), once the buffers exist: a launch
+ * then sets only what varies. */
+static int serve_bind(serve_model *m) {
+    cl_int err = CL_SUCCESS, hidden = m->cfg.hidden, vocab = m->cfg.vocab;
+    cl_float eps = m->cfg.rms_eps;
+    cl_mem norm_out = m->bf16 ? m->h_bf : m->h, none = NULL;
+    cl_kernel norms[2] = {m->k_norm, m->k_norm_embed};
+    for (int i = 0; i < 2; i++) {
+        cl_kernel k = norms[i];
+        err |= clSetKernelArg(k, 0, sizeof(cl_mem), &m->x);
+        err |= clSetKernelArg(k, 2, sizeof(cl_mem), &norm_out);
+        err |= clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
+        err |= clSetKernelArg(k, 4, sizeof(cl_float), &eps);
+        err |= clSetKernelArg(k, 6, m->wg_norm * sizeof(float), NULL);
+        err |= clSetKernelArg(k, 7, sizeof(cl_mem), i ? &m->tokens : &none);
+        err |= clSetKernelArg(k, 8, sizeof(cl_mem), i ? &m->tok_embd : &none);
+    }
+    cl_uint a = 0;
+    err |= clSetKernelArg(m->k_swiglu, a++, sizeof(cl_mem), &m->g);
+    err |= clSetKernelArg(m->k_swiglu, a++, sizeof(cl_mem), &m->u);
+    if (m->bf16) {
+        err |= clSetKernelArg(m->k_swiglu, a++, sizeof(cl_mem), &m->act_bf);
+        err |= clSetKernelArg(m->k_to_bf16, 0, sizeof(cl_mem), &m->att);
+        err |= clSetKernelArg(m->k_to_bf16, 1, sizeof(cl_mem), &m->att_bf);
+    }
+    err |= clSetKernelArg(m->k_argmax, 0, sizeof(cl_mem), &m->logits);
+    err |= clSetKernelArg(m->k_argmax, 1, sizeof(cl_mem), &m->next);
+    err |= clSetKernelArg(m->k_argmax, 2, sizeof(cl_int), &vocab);
+    err |= clSetKernelArg(m->k_argmax, 3, m->wg_norm * sizeof(float), NULL);
+    err |= clSetKernelArg(m->k_argmax, 4, m->wg_norm * sizeof(int), NULL);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK
+                             : serve_fail(LAZYATTN_STATUS_OPENCL,
+                                          "serve_model_create: clSetKernelArg failed");
+}
+
 /* The normed rows of x rows row0 .. row0 + n, times w: f32 mode into
  * h[row0 .. row0 + n), bf16 mode as bf16 into h_bf[0 .. n) (a GEMM's X).
  * embed (the first layer's norm, row0 0): x[0 .. n) is first set to
  * tok_embd[tokens] in the same launch. */
 static int serve_rmsnorm(serve_model *m, cl_mem w, int row0, int n, int embed) {
-    cl_kernel k = m->bf16 ? m->k_rmsnorm_bf16 : m->k_rmsnorm;
-    cl_mem out = m->bf16 ? m->h_bf : m->h;
-    cl_mem tokens = embed ? m->tokens : NULL, table = embed ? m->tok_embd : NULL;
-    cl_int hidden = m->cfg.hidden, r0 = row0;
-    cl_float eps = m->cfg.rms_eps;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->x);
+    cl_kernel k = embed ? m->k_norm_embed : m->k_norm;
+    cl_int r0 = row0;
     clSetKernelArg(k, 1, sizeof(cl_mem), &w);
-    clSetKernelArg(k, 2, sizeof(cl_mem), &out);
-    clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
-    clSetKernelArg(k, 4, sizeof(cl_float), &eps);
     clSetKernelArg(k, 5, sizeof(cl_int), &r0);
-    clSetKernelArg(k, 6, m->wg_norm * sizeof(float), NULL);
-    clSetKernelArg(k, 7, sizeof(cl_mem), &tokens);
-    clSetKernelArg(k, 8, sizeof(cl_mem), &table);
     size_t global = (size_t)n * m->wg_norm, local = m->wg_norm;
     return serve_run(m, k, 1, &global, &local, m->bf16 ? "serve_rmsnorm_bf16" : "serve_rmsnorm");
 }
@@ -410,28 +433,17 @@ static int serve_rmsnorm(serve_model *m, cl_mem w, int row0, int n, int embed) {
 /* silu(g) * u over n rows: f32 mode into g (in place), bf16 mode as bf16
  * into act_bf. */
 static int serve_swiglu(serve_model *m, int n) {
-    cl_kernel k = m->bf16 ? m->k_swiglu_bf16 : m->k_swiglu;
+    cl_kernel k = m->k_swiglu;
     cl_ulong count = (cl_ulong)n * (cl_ulong)m->cfg.ffn;
-    cl_uint a = 0;
-    clSetKernelArg(k, a++, sizeof(cl_mem), &m->g);
-    clSetKernelArg(k, a++, sizeof(cl_mem), &m->u);
-    if (m->bf16) clSetKernelArg(k, a++, sizeof(cl_mem), &m->act_bf);
-    clSetKernelArg(k, a, sizeof(cl_ulong), &count);
+    clSetKernelArg(k, m->bf16 ? 3 : 2, sizeof(cl_ulong), &count);
     size_t global = serve_round_up((size_t)count, 64), local = 64;
     return serve_run(m, k, 1, &global, &local, m->bf16 ? "serve_swiglu_bf16" : "serve_swiglu");
 }
 
 /* next[0 .. n) = argmax of logits rows */
 static int serve_argmax(serve_model *m, int n) {
-    cl_kernel k = m->k_argmax;
-    cl_int vocab = m->cfg.vocab;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->logits);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &m->next);
-    clSetKernelArg(k, 2, sizeof(cl_int), &vocab);
-    clSetKernelArg(k, 3, m->wg_norm * sizeof(float), NULL);
-    clSetKernelArg(k, 4, m->wg_norm * sizeof(int), NULL);
     size_t global = (size_t)n * m->wg_norm, local = m->wg_norm;
-    return serve_run(m, k, 1, &global, &local, "serve_argmax");
+    return serve_run(m, m->k_argmax, 1, &global, &local, "serve_argmax");
 }
 
 static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float scale,
@@ -450,12 +462,10 @@ static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float
 
 /* ---- bf16 mode: elementwise kernels with bf16 results ---- */
 
-/* dst[0 .. count) = bf16(src) */
-static int serve_to_bf16(serve_model *m, cl_mem src, cl_mem dst, size_t count) {
+/* att_bf[0 .. count) = bf16(att) */
+static int serve_to_bf16(serve_model *m, size_t count) {
     cl_kernel k = m->k_to_bf16;
     cl_ulong n = count;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &src);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &dst);
     clSetKernelArg(k, 2, sizeof(cl_ulong), &n);
     size_t global = serve_round_up(count, 64), local = 64;
     return serve_run(m, k, 1, &global, &local, "serve_to_bf16");
@@ -500,8 +510,8 @@ void serve_model_destroy(serve_model *m) {
                       &m->entry_pos, &m->gemm_temp, &m->q_indptr, &m->table_indptr, &m->indptrs,
                       &m->h_bf, &m->att_bf, &m->act_bf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) serve_release(bufs[i]);
-    cl_kernel ks[] = {m->k_rmsnorm,      m->k_swiglu,       m->k_argmax,  m->k_fill,
-                      m->k_rmsnorm_bf16, m->k_swiglu_bf16, m->k_to_bf16, m->k_fill_bf16};
+    cl_kernel ks[] = {m->k_norm,    m->k_norm_embed, m->k_swiglu,
+                      m->k_argmax,  m->k_to_bf16,    m->k_fill,   m->k_fill_bf16};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i]) clReleaseKernel(ks[i]);
     if (m->program) clReleaseProgram(m->program);
@@ -599,6 +609,7 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
                 goto fail;
             }
         }
+        if ((st = serve_bind(m))) goto fail;
         *out = m;
         return LAZYATTN_STATUS_OK;
     }
@@ -621,6 +632,7 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
         if ((st = serve_alloc(m, temp * sizeof(float), &m->gemm_temp, "CLBlast temporaries")))
             goto fail;
     }
+    if ((st = serve_bind(m))) goto fail;
     *out = m;
     return LAZYATTN_STATUS_OK;
 fail:
@@ -969,7 +981,7 @@ static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
         SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         /* f32 attention output, converted: a bf16 out_dtype would make the
          * NVIDIA fast path fall back to lazyattn's portable kernels */
-        SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * (size_t)qd));
+        SERVE_TRY(serve_to_bf16(m, (size_t)n * (size_t)qd));
         SERVE_TRY(serve_gemm_b(m, n, qd, m->att_bf, L->wo, 1, &m->x, &h, 1));
         SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n, 0));
         SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wgu, 2, gu, gu_cols, 0));
