@@ -636,6 +636,18 @@ LAZYATTN_API int lazyattn_write_kv(lazyattn_attention *attn, lazyattn_pool *pool
                                    cl_mem stored_pos, cl_command_queue queue, cl_event *event);
 
 /*
+ * lazyattn_write_kv of the tokens, and lazyattn_rope_apply of their queries
+ * (q rotated in place at q_pos), in one launch (the same results as the two
+ * calls).
+ *   q:     [n_tokens, n_q_heads, head_dim] f32
+ *   q_pos: [n_tokens] int32
+ */
+LAZYATTN_API int lazyattn_write_kv_rope_q(lazyattn_attention *attn, lazyattn_pool *pool, int layer,
+                                          int n_tokens, cl_mem k, cl_mem v, cl_mem slots,
+                                          cl_mem stored_pos, cl_mem q, cl_mem q_pos,
+                                          cl_command_queue queue, cl_event *event);
+
+/*
  * Rotates x in place at the given positions (e.g. queries at their logical
  * positions). No-op for LAZYATTN_ROPE_NONE.
  *   x:   [n_tokens, n_heads, head_dim] f32

@@ -184,7 +184,7 @@ static int serve_engine_plan_update(serve_engine *e, lazyattn_device_plan *plan,
     if (!st) st = lazyattn_device_plan_update(plan, n, seqs, serve_model_queue(e->model), NULL);
     if (st) return serve_lz_fail(st, "lazyattn_device_plan_update");
     if (timer && !lazyattn_device_plan_get_info(plan, &after))
-        timer->enqueues += after.writes - before.writes;
+        serve_timer_count(timer, SERVE_ENQ_PLAN, after.writes - before.writes);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -224,7 +224,8 @@ static int serve_engine_copies(serve_engine *e, const lazyattn_plan *plan) {
     lazyattn_attention *attn = serve_model_attention(e->model);
     serve_timer *timer = serve_model_timer(e->model);
     int n_layers = serve_model_get_config(e->model)->n_layers;
-    if (timer) timer->enqueues += 2 + n_layers;
+    serve_timer_count(timer, SERVE_ENQ_UPLOAD, 2);
+    serve_timer_count(timer, SERVE_ENQ_COPY, n_layers);
     for (int l = 0; l < n_layers; l++) {
         double t0 = serve_now();
         int st = lazyattn_materialise(attn, e->pool, l, n, e->copy_src, e->copy_dst, q,

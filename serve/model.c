@@ -68,8 +68,11 @@ struct serve_model {
     char weights_note[128]; /* GGUF: how the weights were stored and loaded ("" before) */
 
     cl_program program;
-    cl_kernel k_embed, k_rmsnorm, k_swiglu, k_argmax, k_fill;
-    cl_kernel k_rmsnorm_bf16, k_swiglu_bf16, k_to_bf16, k_fill_bf16;
+    /* the mode's kernels (serve_rmsnorm or serve_rmsnorm_bf16, ...); the
+     * arguments that never change are set once (serve_bind) */
+    cl_kernel k_norm, k_norm_embed; /* the second with the embedding's arguments */
+    cl_kernel k_swiglu, k_argmax, k_to_bf16;
+    cl_kernel k_fill, k_fill_bf16;
     size_t wg_norm; /* power of two work-group size for the row kernels */
 
     /* scratch for max_rows tokens */
@@ -86,11 +89,21 @@ struct serve_model {
     cl_mem h_bf;   /* normed rows, width hidden */
     cl_mem att_bf; /* attention output, width n_heads * head_dim */
     cl_mem act_bf; /* SwiGLU product, width ffn */
-    cl_mem tokens, q_pos, slots, stored_pos, next; /* [max_rows] int32 */
-    cl_mem seq_offsets;                            /* [max_rows + 1] int32 */
-    cl_mem table;     /* [table_cap] uint64 */
-    cl_mem entry_pos; /* [table_cap] int32 */
+    /* the per-row int32 arrays a forward uploads, sub-buffers of `rows` at
+     * rows_pitch bytes apart in serve_row_part order, so that one upload
+     * (serve_upload_rows) writes them all */
+    cl_mem rows;
+    size_t rows_pitch;
+    cl_mem tokens, slots, q_pos, stored_pos; /* [max_rows] */
+    cl_mem seq_offsets;                      /* [max_rows + 1] */
+    cl_mem next;                             /* [max_rows] int32, the argmax */
+    cl_mem tables;       /* table, then entry_pos at tables_pitch (serve_upload_table) */
+    size_t tables_pitch; /* >= table_cap x 8 */
+    cl_mem table;        /* [table_cap] uint64 */
+    cl_mem entry_pos;    /* [table_cap] int32 */
     int table_cap;
+    cl_mem indptrs; /* q_indptr, then table_indptr at indptrs_pitch */
+    size_t indptrs_pitch;
     cl_mem q_indptr, table_indptr; /* [indptr_cap] int32: batched prefill */
     int indptr_cap;
     /* host staging of the non-blocking uploads, reused round robin */
@@ -133,15 +146,79 @@ static void serve_release(cl_mem *b) {
     *b = NULL;
 }
 
-/* Uploads small index arrays without waiting for the queue: the bytes are
- * copied into a staging block of the model (round robin, grown on demand,
- * no allocation per call once grown), so the host can enqueue the next
- * forward while the device still runs this one (a blocking write would
- * drain the queue first). */
-static int serve_upload(serve_model *m, cl_mem dst, const void *src, size_t bytes) {
-    if (bytes == 0) return LAZYATTN_STATUS_OK;
+/* The row arrays in `rows`, in this order: a decode over a device plan
+ * uploads the first two, a prefill four, a decode five. */
+typedef enum serve_row_part {
+    SERVE_ROW_TOKENS = 0,
+    SERVE_ROW_SLOTS = 1,
+    SERVE_ROW_Q_POS = 2,
+    SERVE_ROW_STORED_POS = 3,
+    SERVE_ROW_SEQ_OFFSETS = 4,
+    SERVE_ROW_PARTS = 5
+} serve_row_part;
+
+/* The bytes a sub-buffer's start must be a multiple of (0 when unknown). */
+static size_t serve_sub_align(serve_model *m) {
+    cl_uint bits = 0;
+    if (clGetDeviceInfo(lazyattn_context_device(m->ctx), CL_DEVICE_MEM_BASE_ADDR_ALIGN,
+                        sizeof bits, &bits, NULL) != CL_SUCCESS)
+        return 0;
+    return bits >= 8 ? bits / 8 : 1;
+}
+
+/* n_parts buffers in one of n_parts x *pitch bytes (*parent): part p at
+ * p x *pitch, size[p] bytes; the pitch is the largest size rounded up to
+ * the sub-buffer alignment. */
+static int serve_alloc_parts(serve_model *m, int n_parts, const size_t *size, cl_mem *parent,
+                             size_t *pitch, cl_mem *const *parts, const char *what) {
+    size_t align = serve_sub_align(m), largest = 0;
+    if (!align) return serve_fail(LAZYATTN_STATUS_OPENCL, "%s: no CL_DEVICE_MEM_BASE_ADDR_ALIGN", what);
+    for (int p = 0; p < n_parts; p++)
+        if (size[p] > largest) largest = size[p];
+    *pitch = serve_round_up(largest, align);
+    int st = serve_alloc(m, *pitch * (size_t)n_parts, parent, what);
+    if (st) return st;
+    for (int p = 0; p < n_parts; p++) {
+        cl_buffer_region r = {(size_t)p * *pitch, size[p]};
+        cl_int err;
+        *parts[p] = clCreateSubBuffer(*parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r,
+                                      &err);
+        if (err != CL_SUCCESS) {
+            *parts[p] = NULL;
+            return serve_cl_fail(err, "clCreateSubBuffer");
+        }
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* `rows` and its sub-buffers (serve_row_part order). */
+static int serve_rows_create(serve_model *m) {
+    size_t R = (size_t)m->cfg.max_rows, size[SERVE_ROW_PARTS];
+    for (int p = 0; p < SERVE_ROW_PARTS; p++)
+        size[p] = (p == SERVE_ROW_SEQ_OFFSETS ? R + 1 : R) * sizeof(int32_t);
+    cl_mem *parts[SERVE_ROW_PARTS] = {&m->tokens, &m->slots, &m->q_pos, &m->stored_pos,
+                                      &m->seq_offsets};
+    return serve_alloc_parts(m, SERVE_ROW_PARTS, size, &m->rows, &m->rows_pitch, parts,
+                             "row arrays");
+}
+
+/* Uploads n_parts small host arrays (src[p], bytes[p] each) into dst in
+ * one rectangular write, part p at byte p x pitch, without waiting for the
+ * queue: they are packed into a staging block of the model (round robin,
+ * grown on demand, no allocation per call once grown) as n_parts rows of
+ * the longest part's length (shorter ones padded with zeros), so the host
+ * can enqueue the next forward while the device still runs this one (a
+ * blocking write would drain the queue first). dst must hold
+ * (n_parts - 1) x pitch plus that length. */
+static int serve_upload_parts(serve_model *m, cl_mem dst, size_t pitch, int n_parts,
+                              const void *const *src, const size_t *bytes) {
+    size_t row = 0;
+    for (int p = 0; p < n_parts; p++)
+        if (bytes[p] > row) row = bytes[p];
+    const size_t total = row * (size_t)n_parts; /* n_parts x a buffer's size: no overflow */
+    if (total == 0) return LAZYATTN_STATUS_OK;
     double t0 = serve_now(), c0 = m->timer ? serve_thread_cpu_now() : 0;
-    if (m->timer) m->timer->enqueues++;
+    serve_timer_count(m->timer, SERVE_ENQ_UPLOAD, 1);
     serve_staging *sl = &m->staging[m->staging_next];
     m->staging_next = (m->staging_next + 1) % SERVE_STAGING_SLOTS;
     cl_int err = CL_SUCCESS;
@@ -156,25 +233,47 @@ static int serve_upload(serve_model *m, cl_mem dst, const void *src, size_t byte
             t0 += w, c0 += wc; /* not an upload's time */
         }
     }
-    if (err == CL_SUCCESS && bytes > sl->cap) {
+    if (err == CL_SUCCESS && total > sl->cap) {
         size_t cap = sl->cap > 4096 ? sl->cap : 4096;
-        while (cap < bytes) cap = cap > SIZE_MAX / 2 ? bytes : 2 * cap;
-        void *p = realloc(sl->host, cap);
-        if (p) sl->host = p, sl->cap = cap;
+        while (cap < total) cap = cap > SIZE_MAX / 2 ? total : 2 * cap;
+        void *np = realloc(sl->host, cap);
+        if (np) sl->host = np, sl->cap = cap;
+        else err = CL_OUT_OF_HOST_MEMORY;
     }
-    if (err != CL_SUCCESS) {
-        /* a failed earlier write: report it */
-    } else if (bytes > sl->cap) { /* no memory for the copy: a blocking write */
-        err = clEnqueueWriteBuffer(m->queue, dst, CL_TRUE, 0, bytes, src, 0, NULL, NULL);
-    } else {
-        memcpy(sl->host, src, bytes);
-        err = clEnqueueWriteBuffer(m->queue, dst, CL_FALSE, 0, bytes, sl->host, 0, NULL,
-                                   &sl->done);
+    if (err == CL_SUCCESS) {
+        char *h = sl->host;
+        for (int p = 0; p < n_parts; p++) {
+            memcpy(h + (size_t)p * row, src[p], bytes[p]);
+            memset(h + (size_t)p * row + bytes[p], 0, row - bytes[p]);
+        }
+        const size_t origin[3] = {0, 0, 0}, region[3] = {row, (size_t)n_parts, 1};
+        err = clEnqueueWriteBufferRect(m->queue, dst, CL_FALSE, origin, origin, region, pitch, 0,
+                                       row, 0, sl->host, 0, NULL, &sl->done);
         if (err != CL_SUCCESS) sl->done = NULL;
     }
     if (m->timer) m->timer->upload_s += serve_now() - t0;
     if (m->timer) m->timer->upload_cpu_s += serve_thread_cpu_now() - c0;
-    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "clEnqueueWriteBuffer");
+    if (err == CL_OUT_OF_HOST_MEMORY)
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "upload: %zu bytes", total);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "clEnqueueWriteBufferRect");
+}
+
+/* Parts 0 .. n_parts - 1 of `rows` (serve_row_part order), count[p] int32
+ * each (at most max_rows + 1), in one upload. */
+static int serve_upload_rows_packed(serve_model *m, int n_parts, const int32_t *const *src,
+                                    const int *count) {
+    const void *parts[SERVE_ROW_PARTS];
+    size_t bytes[SERVE_ROW_PARTS];
+    for (int p = 0; p < n_parts; p++) parts[p] = src[p], bytes[p] = (size_t)count[p] * 4;
+    return serve_upload_parts(m, m->rows, m->rows_pitch, n_parts, parts, bytes);
+}
+
+/* The table's n entries and their positions, in one upload. */
+static int serve_upload_table(serve_model *m, int n, const uint64_t *table,
+                              const int32_t *entry_pos) {
+    const void *parts[2] = {table, entry_pos};
+    const size_t bytes[2] = {(size_t)n * sizeof(uint64_t), (size_t)n * sizeof(int32_t)};
+    return serve_upload_parts(m, m->tables, m->tables_pitch, 2, parts, bytes);
 }
 
 /* Waits for the pending uploads and frees the staging blocks. */
@@ -197,9 +296,14 @@ static int serve_table_reserve(serve_model *m, int n) {
     while (cap < n) cap *= 2;
     serve_release(&m->table);
     serve_release(&m->entry_pos);
+    serve_release(&m->tables);
     m->table_cap = 0;
-    int st = serve_alloc(m, (size_t)cap * sizeof(uint64_t), &m->table, "block table");
-    if (!st) st = serve_alloc(m, (size_t)cap * sizeof(int32_t), &m->entry_pos, "entry positions");
+    /* entry_pos at the pitch, with room for a row of the table's length
+     * (serve_upload_table writes both parts as rows of n x 8 bytes) */
+    const size_t size[2] = {(size_t)cap * sizeof(uint64_t), (size_t)cap * sizeof(int32_t)};
+    cl_mem *parts[2] = {&m->table, &m->entry_pos};
+    int st = serve_alloc_parts(m, 2, size, &m->tables, &m->tables_pitch, parts,
+                               "block table and entry positions");
     if (st) return st;
     m->table_cap = cap;
     return LAZYATTN_STATUS_OK;
@@ -212,9 +316,11 @@ static int serve_indptr_reserve(serve_model *m, int n) {
     while (cap < n) cap *= 2;
     serve_release(&m->q_indptr);
     serve_release(&m->table_indptr);
+    serve_release(&m->indptrs);
     m->indptr_cap = 0;
-    int st = serve_alloc(m, (size_t)cap * sizeof(int32_t), &m->q_indptr, "q_indptr");
-    if (!st) st = serve_alloc(m, (size_t)cap * sizeof(int32_t), &m->table_indptr, "table_indptr");
+    const size_t size[2] = {(size_t)cap * sizeof(int32_t), (size_t)cap * sizeof(int32_t)};
+    cl_mem *parts[2] = {&m->q_indptr, &m->table_indptr};
+    int st = serve_alloc_parts(m, 2, size, &m->indptrs, &m->indptrs_pitch, parts, "indptr");
     if (st) return st;
     m->indptr_cap = cap;
     return LAZYATTN_STATUS_OK;
@@ -238,30 +344,23 @@ static int serve_build(serve_model *m) {
     struct {
         cl_kernel *k;
         const char *name;
-    } ks[] = {{&m->k_embed, "serve_embed"},
-              {&m->k_rmsnorm, "serve_rmsnorm"},
-              {&m->k_swiglu, "serve_swiglu"},
+    } ks[] = {{&m->k_norm, m->bf16 ? "serve_rmsnorm_bf16" : "serve_rmsnorm"},
+              {&m->k_norm_embed, m->bf16 ? "serve_rmsnorm_bf16" : "serve_rmsnorm"},
+              {&m->k_swiglu, m->bf16 ? "serve_swiglu_bf16" : "serve_swiglu"},
               {&m->k_argmax, "serve_argmax"},
-              {&m->k_fill, "serve_fill_uniform"},
-              {&m->k_rmsnorm_bf16, "serve_rmsnorm_bf16"},
-              {&m->k_swiglu_bf16, "serve_swiglu_bf16"},
               {&m->k_to_bf16, "serve_to_bf16"},
+              {&m->k_fill, "serve_fill_uniform"},
               {&m->k_fill_bf16, "serve_fill_uniform_bf16"}};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) {
         *ks[i].k = clCreateKernel(m->program, ks[i].name, &err);
         if (err != CL_SUCCESS) return serve_cl_fail(err, ks[i].name);
     }
     size_t max_wg = 0;
-    clGetKernelWorkGroupInfo(m->k_rmsnorm, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof max_wg, &max_wg,
+    clGetKernelWorkGroupInfo(m->k_norm, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof max_wg, &max_wg,
                              NULL);
     size_t wg2 = 0;
     clGetKernelWorkGroupInfo(m->k_argmax, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg2, &wg2, NULL);
     if (wg2 < max_wg) max_wg = wg2;
-    if (m->bf16) {
-        clGetKernelWorkGroupInfo(m->k_rmsnorm_bf16, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg2,
-                                 &wg2, NULL);
-        if (wg2 < max_wg) max_wg = wg2;
-    }
     m->wg_norm = 1;
     while (m->wg_norm * 2 <= max_wg && m->wg_norm < 256) m->wg_norm *= 2;
     return LAZYATTN_STATUS_OK;
@@ -269,10 +368,8 @@ static int serve_build(serve_model *m) {
 
 /* Host time spent inside enqueue calls, per phase (where launch overhead goes). */
 static void serve_host_add(serve_model *m, serve_phase p, double t0) {
-    if (m->timer) {
-        m->timer->host_s[p] += serve_now() - t0;
-        m->timer->enqueues++;
-    }
+    if (m->timer) m->timer->host_s[p] += serve_now() - t0;
+    serve_timer_count(m->timer, (serve_enqueue_kind)p, 1);
 }
 
 static int serve_run(serve_model *m, cl_kernel k, cl_uint dims, const size_t *global,
@@ -284,34 +381,51 @@ static int serve_run(serve_model *m, cl_kernel k, cl_uint dims, const size_t *gl
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, what);
 }
 
-/* x[n, hidden] = tok_embd[tokens] */
-static int serve_embed(serve_model *m, int n) {
-    cl_kernel k = m->k_embed;
-    cl_int hidden = m->cfg.hidden;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->tokens);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &m->tok_embd);
-    clSetKernelArg(k, 2, sizeof(cl_mem), &m->x);
-    clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
-    /* fixed work-group sizes: PoCL specialises (compiles) a kernel per local
-     * size, and a driver-chosen one changes with the number of tokens */
-    size_t global[2] = {serve_round_up((size_t)hidden, 64), (size_t)n}, local[2] = {64, 1};
-    return serve_run(m, k, 2, global, local, "serve_embed");
+/* Sets the arguments of the forward's kernels that never change (the
+ * scratch buffers, sizes, local memory), once the buffers exist: a launch
+ * then sets only what varies. */
+static int serve_bind(serve_model *m) {
+    cl_int err = CL_SUCCESS, hidden = m->cfg.hidden, vocab = m->cfg.vocab;
+    cl_float eps = m->cfg.rms_eps;
+    cl_mem norm_out = m->bf16 ? m->h_bf : m->h, none = NULL;
+    cl_kernel norms[2] = {m->k_norm, m->k_norm_embed};
+    for (int i = 0; i < 2; i++) {
+        cl_kernel k = norms[i];
+        err |= clSetKernelArg(k, 0, sizeof(cl_mem), &m->x);
+        err |= clSetKernelArg(k, 2, sizeof(cl_mem), &norm_out);
+        err |= clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
+        err |= clSetKernelArg(k, 4, sizeof(cl_float), &eps);
+        err |= clSetKernelArg(k, 6, m->wg_norm * sizeof(float), NULL);
+        err |= clSetKernelArg(k, 7, sizeof(cl_mem), i ? &m->tokens : &none);
+        err |= clSetKernelArg(k, 8, sizeof(cl_mem), i ? &m->tok_embd : &none);
+    }
+    cl_uint a = 0;
+    err |= clSetKernelArg(m->k_swiglu, a++, sizeof(cl_mem), &m->g);
+    err |= clSetKernelArg(m->k_swiglu, a++, sizeof(cl_mem), &m->u);
+    if (m->bf16) {
+        err |= clSetKernelArg(m->k_swiglu, a++, sizeof(cl_mem), &m->act_bf);
+        err |= clSetKernelArg(m->k_to_bf16, 0, sizeof(cl_mem), &m->att);
+        err |= clSetKernelArg(m->k_to_bf16, 1, sizeof(cl_mem), &m->att_bf);
+    }
+    err |= clSetKernelArg(m->k_argmax, 0, sizeof(cl_mem), &m->logits);
+    err |= clSetKernelArg(m->k_argmax, 1, sizeof(cl_mem), &m->next);
+    err |= clSetKernelArg(m->k_argmax, 2, sizeof(cl_int), &vocab);
+    err |= clSetKernelArg(m->k_argmax, 3, m->wg_norm * sizeof(float), NULL);
+    err |= clSetKernelArg(m->k_argmax, 4, m->wg_norm * sizeof(int), NULL);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK
+                             : serve_fail(LAZYATTN_STATUS_OPENCL,
+                                          "serve_model_create: clSetKernelArg failed");
 }
 
 /* The normed rows of x rows row0 .. row0 + n, times w: f32 mode into
- * h[row0 .. row0 + n), bf16 mode as bf16 into h_bf[0 .. n) (a GEMM's X). */
-static int serve_rmsnorm(serve_model *m, cl_mem w, int row0, int n) {
-    cl_kernel k = m->bf16 ? m->k_rmsnorm_bf16 : m->k_rmsnorm;
-    cl_mem out = m->bf16 ? m->h_bf : m->h;
-    cl_int hidden = m->cfg.hidden, r0 = row0;
-    cl_float eps = m->cfg.rms_eps;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->x);
+ * h[row0 .. row0 + n), bf16 mode as bf16 into h_bf[0 .. n) (a GEMM's X).
+ * embed (the first layer's norm, row0 0): x[0 .. n) is first set to
+ * tok_embd[tokens] in the same launch. */
+static int serve_rmsnorm(serve_model *m, cl_mem w, int row0, int n, int embed) {
+    cl_kernel k = embed ? m->k_norm_embed : m->k_norm;
+    cl_int r0 = row0;
     clSetKernelArg(k, 1, sizeof(cl_mem), &w);
-    clSetKernelArg(k, 2, sizeof(cl_mem), &out);
-    clSetKernelArg(k, 3, sizeof(cl_int), &hidden);
-    clSetKernelArg(k, 4, sizeof(cl_float), &eps);
     clSetKernelArg(k, 5, sizeof(cl_int), &r0);
-    clSetKernelArg(k, 6, m->wg_norm * sizeof(float), NULL);
     size_t global = (size_t)n * m->wg_norm, local = m->wg_norm;
     return serve_run(m, k, 1, &global, &local, m->bf16 ? "serve_rmsnorm_bf16" : "serve_rmsnorm");
 }
@@ -319,28 +433,17 @@ static int serve_rmsnorm(serve_model *m, cl_mem w, int row0, int n) {
 /* silu(g) * u over n rows: f32 mode into g (in place), bf16 mode as bf16
  * into act_bf. */
 static int serve_swiglu(serve_model *m, int n) {
-    cl_kernel k = m->bf16 ? m->k_swiglu_bf16 : m->k_swiglu;
+    cl_kernel k = m->k_swiglu;
     cl_ulong count = (cl_ulong)n * (cl_ulong)m->cfg.ffn;
-    cl_uint a = 0;
-    clSetKernelArg(k, a++, sizeof(cl_mem), &m->g);
-    clSetKernelArg(k, a++, sizeof(cl_mem), &m->u);
-    if (m->bf16) clSetKernelArg(k, a++, sizeof(cl_mem), &m->act_bf);
-    clSetKernelArg(k, a, sizeof(cl_ulong), &count);
+    clSetKernelArg(k, m->bf16 ? 3 : 2, sizeof(cl_ulong), &count);
     size_t global = serve_round_up((size_t)count, 64), local = 64;
     return serve_run(m, k, 1, &global, &local, m->bf16 ? "serve_swiglu_bf16" : "serve_swiglu");
 }
 
 /* next[0 .. n) = argmax of logits rows */
 static int serve_argmax(serve_model *m, int n) {
-    cl_kernel k = m->k_argmax;
-    cl_int vocab = m->cfg.vocab;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &m->logits);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &m->next);
-    clSetKernelArg(k, 2, sizeof(cl_int), &vocab);
-    clSetKernelArg(k, 3, m->wg_norm * sizeof(float), NULL);
-    clSetKernelArg(k, 4, m->wg_norm * sizeof(int), NULL);
     size_t global = (size_t)n * m->wg_norm, local = m->wg_norm;
-    return serve_run(m, k, 1, &global, &local, "serve_argmax");
+    return serve_run(m, m->k_argmax, 1, &global, &local, "serve_argmax");
 }
 
 static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float scale,
@@ -359,12 +462,10 @@ static int serve_fill(serve_model *m, cl_mem w, uint64_t n, uint64_t seed, float
 
 /* ---- bf16 mode: elementwise kernels with bf16 results ---- */
 
-/* dst[0 .. count) = bf16(src) */
-static int serve_to_bf16(serve_model *m, cl_mem src, cl_mem dst, size_t count) {
+/* att_bf[0 .. count) = bf16(att) */
+static int serve_to_bf16(serve_model *m, size_t count) {
     cl_kernel k = m->k_to_bf16;
     cl_ulong n = count;
-    clSetKernelArg(k, 0, sizeof(cl_mem), &src);
-    clSetKernelArg(k, 1, sizeof(cl_mem), &dst);
     clSetKernelArg(k, 2, sizeof(cl_ulong), &n);
     size_t global = serve_round_up(count, 64), local = 64;
     return serve_run(m, k, 1, &global, &local, "serve_to_bf16");
@@ -405,12 +506,12 @@ void serve_model_destroy(serve_model *m) {
     }
     cl_mem *bufs[] = {&m->tok_embd, &m->output_norm, &m->output, &m->x, &m->h, &m->q, &m->k,
                       &m->v, &m->att, &m->g, &m->u, &m->logits, &m->tokens, &m->q_pos,
-                      &m->slots, &m->stored_pos, &m->next, &m->seq_offsets, &m->table,
-                      &m->entry_pos, &m->gemm_temp, &m->q_indptr, &m->table_indptr,
+                      &m->slots, &m->stored_pos, &m->next, &m->seq_offsets, &m->rows, &m->table, &m->tables,
+                      &m->entry_pos, &m->gemm_temp, &m->q_indptr, &m->table_indptr, &m->indptrs,
                       &m->h_bf, &m->att_bf, &m->act_bf};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) serve_release(bufs[i]);
-    cl_kernel ks[] = {m->k_embed,        m->k_rmsnorm,      m->k_swiglu,  m->k_argmax, m->k_fill,
-                      m->k_rmsnorm_bf16, m->k_swiglu_bf16, m->k_to_bf16, m->k_fill_bf16};
+    cl_kernel ks[] = {m->k_norm,    m->k_norm_embed, m->k_swiglu,
+                      m->k_argmax,  m->k_to_bf16,    m->k_fill,   m->k_fill_bf16};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i]) clReleaseKernel(ks[i]);
     if (m->program) clReleaseProgram(m->program);
@@ -488,12 +589,7 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
         (st = serve_alloc(m, R * ff * f, &m->g, "gate")) ||
         (st = serve_alloc(m, R * ff * f, &m->u, "up")) ||
         (st = serve_alloc(m, R * V * f, &m->logits, "logits")) ||
-        (st = serve_alloc(m, R * 4, &m->tokens, "tokens")) ||
-        (st = serve_alloc(m, R * 4, &m->q_pos, "q_pos")) ||
-        (st = serve_alloc(m, R * 4, &m->slots, "slots")) ||
-        (st = serve_alloc(m, R * 4, &m->stored_pos, "stored_pos")) ||
-        (st = serve_alloc(m, R * 4, &m->next, "next")) ||
-        (st = serve_alloc(m, (R + 1) * 4, &m->seq_offsets, "seq_offsets")) ||
+        (st = serve_rows_create(m)) || (st = serve_alloc(m, R * 4, &m->next, "next")) ||
         (st = serve_table_reserve(m, 256)) || (st = serve_indptr_reserve(m, 64)))
         goto fail;
     if (m->bf16) {
@@ -513,6 +609,7 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
                 goto fail;
             }
         }
+        if ((st = serve_bind(m))) goto fail;
         *out = m;
         return LAZYATTN_STATUS_OK;
     }
@@ -535,6 +632,7 @@ int serve_model_create(lazyattn_context *ctx, const serve_model_config *cfg, ser
         if ((st = serve_alloc(m, temp * sizeof(float), &m->gemm_temp, "CLBlast temporaries")))
             goto fail;
     }
+    if ((st = serve_bind(m))) goto fail;
     *out = m;
     return LAZYATTN_STATUS_OK;
 fail:
@@ -571,11 +669,10 @@ void serve_model_device_bytes(const serve_model *m, uint64_t *weights, uint64_t 
                            L->w_gate,    L->w_up, L->w_down, L->wqkv, L->wgu};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) w += serve_bytes_of(ws[i]);
         }
-        cl_mem bufs[] = {m->x,      m->h,          m->q,       m->k,          m->v,
-                         m->att,    m->g,          m->u,       m->logits,     m->tokens,
-                         m->q_pos,  m->slots,      m->stored_pos, m->next,    m->seq_offsets,
-                         m->table,  m->entry_pos,  m->gemm_temp, m->q_indptr, m->table_indptr,
-                         m->h_bf,   m->att_bf,     m->act_bf};
+        cl_mem bufs[] = {m->x,      m->h,      m->q,         m->k,       m->v,
+                         m->att,    m->g,      m->u,         m->logits,  m->rows,
+                         m->next,   m->tables, m->gemm_temp, m->indptrs, m->h_bf,
+                         m->att_bf, m->act_bf};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) other += serve_bytes_of(bufs[i]);
     }
     if (weights) *weights = w;
@@ -851,22 +948,22 @@ static int serve_gemm_b(serve_model *m, int n, int in, cl_mem x, cl_mem w, int n
     return st;
 }
 
-/* The layers shared by prefill and decode: x[n, hidden] in, x out.
+/* The layers shared by prefill and decode: the uploaded tokens [n] in
+ * (embedded by the first layer's norm into x[n, hidden]), x out.
  * attend() runs the attention of layer l from m->q into m->att. Queries are
  * rotated at q_pos, keys written at stored_pos ([n] int32 each: the
  * uploaded rows, or a device plan's q_pos in decode). */
 typedef int (*serve_attend_fn)(serve_model *m, lazyattn_pool *pool, int layer, const void *args);
 
 /* Layer l's attention, q, k, v in, att out (both modes): queries rotated at
- * their logical positions, keys written at their stored ones, attend(). */
+ * their logical positions and keys written at their stored ones (one
+ * launch), attend(). */
 static int serve_attention(serve_model *m, lazyattn_pool *pool, int l, int n, cl_mem q_pos,
                            cl_mem stored_pos, serve_attend_fn attend, const void *args) {
-    SERVE_TRY_LZ(lazyattn_rope_apply(m->attn, n, m->cfg.n_heads, m->q, q_pos, m->queue,
-                                     serve_ev(m, SERVE_PHASE_ATTENTION)),
-                 "lazyattn_rope_apply");
-    SERVE_TRY_LZ(lazyattn_write_kv(m->attn, pool, l, n, m->k, m->v, m->slots, stored_pos,
-                                   m->queue, serve_ev(m, SERVE_PHASE_ATTENTION)),
-                 "lazyattn_write_kv");
+    SERVE_TRY_LZ(lazyattn_write_kv_rope_q(m->attn, pool, l, n, m->k, m->v, m->slots, stored_pos,
+                                          m->q, q_pos, m->queue,
+                                          serve_ev(m, SERVE_PHASE_ATTENTION)),
+                 "lazyattn_write_kv_rope_q");
     return attend(m, pool, l, args);
 }
 
@@ -879,14 +976,14 @@ static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
     int qkv_cols[3] = {qd, kvd, kvd}, gu_cols[2] = {c->ffn, c->ffn};
     for (int l = 0; l < c->n_layers; l++) {
         serve_layer *L = &m->layers[l];
-        SERVE_TRY(serve_rmsnorm(m, L->attn_norm, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->attn_norm, 0, n, l == 0));
         SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wqkv, 3, qkv, qkv_cols, 0));
         SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         /* f32 attention output, converted: a bf16 out_dtype would make the
          * NVIDIA fast path fall back to lazyattn's portable kernels */
-        SERVE_TRY(serve_to_bf16(m, m->att, m->att_bf, (size_t)n * (size_t)qd));
+        SERVE_TRY(serve_to_bf16(m, (size_t)n * (size_t)qd));
         SERVE_TRY(serve_gemm_b(m, n, qd, m->att_bf, L->wo, 1, &m->x, &h, 1));
-        SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n, 0));
         SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wgu, 2, gu, gu_cols, 0));
         SERVE_TRY(serve_swiglu(m, n));
         SERVE_TRY(serve_gemm_b(m, n, c->ffn, m->act_bf, L->w_down, 1, &m->x, &h, 1));
@@ -901,14 +998,14 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
     int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         serve_layer *L = &m->layers[l];
-        SERVE_TRY(serve_rmsnorm(m, L->attn_norm, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->attn_norm, 0, n, l == 0));
         SERVE_TRY(serve_gemm_m(m, n, qd, h, m->h, 0, L->wq, m->q, 0, 0.0f));
         SERVE_TRY(serve_gemm_m(m, n, kvd, h, m->h, 0, L->wk, m->k, 0, 0.0f));
         SERVE_TRY(serve_gemm_m(m, n, kvd, h, m->h, 0, L->wv, m->v, 0, 0.0f));
         SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         /* residual add fused: x += att . wo^T */
         SERVE_TRY(serve_gemm_m(m, n, h, qd, m->att, 0, L->wo, m->x, 0, 1.0f));
-        SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n));
+        SERVE_TRY(serve_rmsnorm(m, L->ffn_norm, 0, n, 0));
         SERVE_TRY(serve_gemm_m(m, n, c->ffn, h, m->h, 0, L->w_gate, m->g, 0, 0.0f));
         SERVE_TRY(serve_gemm_m(m, n, c->ffn, h, m->h, 0, L->w_up, m->u, 0, 0.0f));
         SERVE_TRY(serve_swiglu(m, n));
@@ -920,7 +1017,7 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
 /* Final norm of rows [row0, row0 + n), LM head into logits[0 .. n), argmax. */
 static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     const serve_model_config *c = &m->cfg;
-    SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n));
+    SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n, 0));
     if (m->bf16) { /* normed rows at h_bf's row 0 */
         SERVE_TRY(serve_gemm_b(m, n, c->hidden, m->h_bf, m->output, 1, &m->logits, &c->vocab, 0));
     } else {
@@ -931,7 +1028,7 @@ static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     double t0 = serve_now(), c0 = serve_thread_cpu_now();
     cl_int err = clEnqueueReadBuffer(m->queue, m->next, CL_TRUE, 0, (size_t)n * sizeof(int32_t),
                                      next, 0, NULL, NULL);
-    if (m->timer) m->timer->enqueues++;
+    serve_timer_count(m->timer, SERVE_ENQ_READ, 1);
     if (m->timer) m->timer->wait_s += serve_now() - t0;
     if (m->timer) m->timer->wait_cpu_s += serve_thread_cpu_now() - c0;
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "read next tokens");
@@ -945,13 +1042,14 @@ static int serve_check_tokens(const serve_model *m, int n, const int32_t *tokens
     return LAZYATTN_STATUS_OK;
 }
 
+/* A forward's row arrays, [n] int32 each (seq_offsets [n + 1], NULL in a
+ * prefill), in one upload. */
 static int serve_upload_rows(serve_model *m, int n, const int32_t *tokens, const int32_t *q_pos,
-                             const int32_t *slots, const int32_t *stored_pos) {
-    size_t b = (size_t)n * sizeof(int32_t);
-    SERVE_TRY(serve_upload(m, m->tokens, tokens, b));
-    SERVE_TRY(serve_upload(m, m->q_pos, q_pos, b));
-    SERVE_TRY(serve_upload(m, m->slots, slots, b));
-    return serve_upload(m, m->stored_pos, stored_pos, b);
+                             const int32_t *slots, const int32_t *stored_pos,
+                             const int32_t *seq_offsets) {
+    const int32_t *src[SERVE_ROW_PARTS] = {tokens, slots, q_pos, stored_pos, seq_offsets};
+    const int count[SERVE_ROW_PARTS] = {n, n, n, n, n + 1};
+    return serve_upload_rows_packed(m, seq_offsets ? 5 : 4, src, count);
 }
 
 static int serve_attend_prefill(serve_model *m, lazyattn_pool *pool, int layer, const void *p) {
@@ -1011,14 +1109,12 @@ int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill
                           "serve_model_prefill: %d tokens (1..%d), %d entries", a->n_tokens,
                           m->cfg.max_rows, a->n_entries);
     SERVE_TRY(serve_check_tokens(m, a->n_tokens, a->tokens));
-    SERVE_TRY(serve_upload_rows(m, a->n_tokens, a->tokens, a->q_pos, a->slots, a->stored_pos));
+    SERVE_TRY(serve_upload_rows(m, a->n_tokens, a->tokens, a->q_pos, a->slots, a->stored_pos,
+                                NULL));
     if (!a->plan) {
         SERVE_TRY(serve_table_reserve(m, a->n_entries));
-        SERVE_TRY(serve_upload(m, m->table, a->table, (size_t)a->n_entries * sizeof(uint64_t)));
-        SERVE_TRY(
-            serve_upload(m, m->entry_pos, a->entry_pos, (size_t)a->n_entries * sizeof(int32_t)));
+        SERVE_TRY(serve_upload_table(m, a->n_entries, a->table, a->entry_pos));
     }
-    SERVE_TRY(serve_embed(m, a->n_tokens));
     if (a->n_seqs > 0) {
         lazyattn_prefill_batch_args ba;
         lazyattn_prefill_batch_args_init(&ba);
@@ -1031,9 +1127,10 @@ int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill
         }
         SERVE_TRY(serve_check_batch(a, ba.n_entries));
         SERVE_TRY(serve_indptr_reserve(m, a->n_seqs + 1));
-        size_t b = (size_t)(a->n_seqs + 1) * sizeof(int32_t);
-        SERVE_TRY(serve_upload(m, m->q_indptr, a->q_indptr, b));
-        SERVE_TRY(serve_upload(m, m->table_indptr, a->table_indptr, b));
+        const void *indptr[2] = {a->q_indptr, a->table_indptr};
+        const size_t b[2] = {(size_t)(a->n_seqs + 1) * sizeof(int32_t),
+                             (size_t)(a->n_seqs + 1) * sizeof(int32_t)};
+        SERVE_TRY(serve_upload_parts(m, m->indptrs, m->indptrs_pitch, 2, indptr, b));
         ba.n_seqs = a->n_seqs, ba.n_queries = a->n_tokens, ba.max_queries = a->max_queries;
         ba.q = m->q, ba.q_pos = m->q_pos, ba.q_indptr = m->q_indptr;
         ba.table_indptr = m->table_indptr, ba.out = m->att;
@@ -1079,10 +1176,9 @@ static int serve_model_decode_plan(serve_model *m, lazyattn_pool *pool, const se
                           "serve_model_decode: %d sequences, the device plan holds %d", a->n_seqs,
                           info.n_seqs);
     SERVE_TRY(serve_check_tokens(m, a->n_seqs, a->tokens));
-    size_t b = (size_t)a->n_seqs * sizeof(int32_t);
-    SERVE_TRY(serve_upload(m, m->tokens, a->tokens, b));
-    SERVE_TRY(serve_upload(m, m->slots, a->slots, b));
-    SERVE_TRY(serve_embed(m, a->n_seqs));
+    const int32_t *src[2] = {a->tokens, a->slots};
+    const int count[2] = {a->n_seqs, a->n_seqs};
+    SERVE_TRY(serve_upload_rows_packed(m, 2, src, count));
     SERVE_TRY(serve_layers(m, pool, a->n_seqs, info.q_pos, info.q_pos, serve_attend_decode, a));
     return serve_head(m, 0, a->n_seqs, next_tokens);
 }
@@ -1103,11 +1199,9 @@ int serve_model_decode(serve_model *m, lazyattn_pool *pool, const serve_decode_a
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_decode: bad seq_offsets");
     SERVE_TRY(serve_check_tokens(m, a->n_seqs, a->tokens));
     SERVE_TRY(serve_table_reserve(m, n_entries));
-    SERVE_TRY(serve_upload_rows(m, a->n_seqs, a->tokens, a->q_pos, a->slots, a->stored_pos));
-    SERVE_TRY(serve_upload(m, m->seq_offsets, a->seq_offsets, (size_t)(a->n_seqs + 1) * 4));
-    SERVE_TRY(serve_upload(m, m->table, a->table, (size_t)n_entries * sizeof(uint64_t)));
-    SERVE_TRY(serve_upload(m, m->entry_pos, a->entry_pos, (size_t)n_entries * sizeof(int32_t)));
-    SERVE_TRY(serve_embed(m, a->n_seqs));
+    SERVE_TRY(serve_upload_rows(m, a->n_seqs, a->tokens, a->q_pos, a->slots, a->stored_pos,
+                                a->seq_offsets));
+    SERVE_TRY(serve_upload_table(m, n_entries, a->table, a->entry_pos));
     SERVE_TRY(serve_layers(m, pool, a->n_seqs, m->q_pos, m->stored_pos, serve_attend_decode, a));
     return serve_head(m, 0, a->n_seqs, next_tokens);
 }

@@ -2,17 +2,7 @@
 /* Elementwise kernels of the Llama decoder in serve/. The projections are
  * CLBlast SGEMMs or bf16 GEMMs (gemm_bf16.cl) and attention is lazyattn's;
  * the residual adds are fused into the output projections' GEMMs (beta = 1,
- * accumulate). */
-
-/* x[t, :] = table[tokens[t], :]; the host checks 0 <= tokens[t] < vocab.
- *   tokens: [n_tokens] int32, table: [vocab, hidden], x: [n_tokens, hidden]
- * global: (hidden, n_tokens) */
-__kernel void serve_embed(__global const int *tokens, __global const float *table,
-                          __global float *x, int hidden) {
-    int i = get_global_id(0), t = get_global_id(1);
-    if (i >= hidden) return;
-    x[(size_t)t * hidden + i] = table[(size_t)tokens[t] * hidden + i];
-}
+ * accumulate), the embedding into the first layer's RMSNorm. */
 
 /* 1 / sqrt(mean(xr[:]^2) + eps) of one row, summed by the whole work-group
  * (power-of-two size; every work-item calls it). scratch: [local size] floats */
@@ -30,15 +20,30 @@ static float serve_rms_scale(__global const float *xr, int hidden, float eps,
     return rsqrt(scratch[0] / (float)hidden + eps);
 }
 
+/* With tokens set (the first layer's norm): row r of x is first gathered
+ * from table[tokens[r]] (serve_embed's copy, in the same launch); the
+ * work-group's items then read back what they wrote themselves. */
+static void serve_gather_row(__global const int *tokens, __global const float *table,
+                             __global float *xr, size_t row, int hidden) {
+    if (!tokens) return;
+    int lid = get_local_id(0), ls = get_local_size(0);
+    __global const float *er = table + (size_t)tokens[row] * hidden;
+    for (int i = lid; i < hidden; i += ls) xr[i] = er[i];
+}
+
 /* out[r, :] = x[r, :] * w / sqrt(mean(x[r, :]^2) + eps) for rows row0 + group.
  *   x, out: [n_rows, hidden], w: [hidden], scratch: [local size] floats
+ *   tokens: NULL, or [n_rows] int32 into table [vocab, hidden]: x's rows
+ *           are first set to their embeddings (serve_gather_row)
  * one work-group (power-of-two size) per row */
-__kernel void serve_rmsnorm(__global const float *x, __global const float *w,
+__kernel void serve_rmsnorm(__global float *x, __global const float *w,
                             __global float *out, int hidden, float eps, int row0,
-                            __local float *scratch) {
+                            __local float *scratch, __global const int *tokens,
+                            __global const float *table) {
     int lid = get_local_id(0), ls = get_local_size(0);
     size_t row = (size_t)(row0 + get_group_id(0));
-    __global const float *xr = x + row * hidden;
+    __global float *xr = x + row * hidden;
+    serve_gather_row(tokens, table, xr, row, hidden);
     float r = serve_rms_scale(xr, hidden, eps, scratch);
     __global float *yr = out + row * hidden;
     for (int i = lid; i < hidden; i += ls) yr[i] = xr[i] * r * w[i];
@@ -127,14 +132,16 @@ __kernel void serve_fill_uniform_bf16(__global ushort *w, ulong dst_off, ulong n
 }
 
 /* serve_rmsnorm with a bf16 result: out[group] = bf16(rmsnorm(x[row0 + group]) * w)
- * (the output rows start at 0: a GEMM's X).
+ * (the output rows start at 0: a GEMM's X); tokens, table as serve_rmsnorm.
  *   x: [n_rows, hidden] f32, w: [hidden] f32, out: [n, hidden] bf16 */
-__kernel void serve_rmsnorm_bf16(__global const float *x, __global const float *w,
+__kernel void serve_rmsnorm_bf16(__global float *x, __global const float *w,
                                  __global ushort *out, int hidden, float eps, int row0,
-                                 __local float *scratch) {
+                                 __local float *scratch, __global const int *tokens,
+                                 __global const float *table) {
     int lid = get_local_id(0), ls = get_local_size(0);
     size_t row = (size_t)(row0 + get_group_id(0));
-    __global const float *xr = x + row * hidden;
+    __global float *xr = x + row * hidden;
+    serve_gather_row(tokens, table, xr, row, hidden);
     float r = serve_rms_scale(xr, hidden, eps, scratch);
     __global ushort *yr = out + (size_t)get_group_id(0) * hidden;
     for (int i = lid; i < hidden; i += ls) yr[i] = serve_bf16(xr[i] * r * w[i]);

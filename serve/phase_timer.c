@@ -54,3 +54,9 @@ const char *serve_phase_name(serve_phase phase) {
     static const char *names[SERVE_PHASE_COUNT] = {"gemm", "attention", "copy", "elementwise"};
     return (int)phase >= 0 && phase < SERVE_PHASE_COUNT ? names[phase] : "?";
 }
+
+const char *serve_enqueue_kind_name(serve_enqueue_kind k) {
+    static const char *names[SERVE_ENQ_COUNT] = {"gemm",   "attention", "copy", "elementwise",
+                                                 "upload", "read",      "plan"};
+    return (int)k >= 0 && k < SERVE_ENQ_COUNT ? names[k] : "?";
+}

@@ -44,11 +44,25 @@ const char *serve_last_error(void);
 
 typedef enum serve_phase {
     SERVE_PHASE_GEMM = 0,        /* projections and LM head (CLBlast or bf16 GEMMs) */
-    SERVE_PHASE_ATTENTION = 1,   /* lazyattn rope_apply, write_kv, prefill, decode */
+    SERVE_PHASE_ATTENTION = 1,   /* lazyattn write_kv_rope_q, prefill, decode */
     SERVE_PHASE_COPY = 2,        /* lazyattn_materialise (position-aware copy hits) */
-    SERVE_PHASE_ELEMENTWISE = 3, /* embedding, RMSNorm, SwiGLU, argmax */
+    SERVE_PHASE_ELEMENTWISE = 3, /* RMSNorm (and the embedding), SwiGLU, argmax */
     SERVE_PHASE_COUNT = 4
 } serve_phase;
+
+/* What an enqueue counted in serve_timer.enqueues is: a launch of a phase
+ * (the phases' values: a lazyattn call or a CLBlast call counts as one), a
+ * host-to-device upload, a read back to the host, or a device plan write. */
+typedef enum serve_enqueue_kind {
+    SERVE_ENQ_GEMM = SERVE_PHASE_GEMM,
+    SERVE_ENQ_ATTENTION = SERVE_PHASE_ATTENTION,
+    SERVE_ENQ_COPY = SERVE_PHASE_COPY,
+    SERVE_ENQ_ELEMENTWISE = SERVE_PHASE_ELEMENTWISE,
+    SERVE_ENQ_UPLOAD = 4,
+    SERVE_ENQ_READ = 5,
+    SERVE_ENQ_PLAN = 6,
+    SERVE_ENQ_COUNT = 7
+} serve_enqueue_kind;
 
 /* Collects profiling events per phase; the device time of each phase is
  * summed when the caller has finished the queue. Disabled = no events. */
@@ -76,9 +90,16 @@ typedef struct serve_timer {
      * device plan writes), counted whether or not profiling is on; the
      * engine adds each call's share to its forward kind */
     int64_t enqueues;
+    int64_t enqueues_by[SERVE_ENQ_COUNT]; /* of enqueues, per serve_enqueue_kind */
     int64_t decode_enqueues, prefill_enqueues;
     int64_t prefill_requests; /* serve_engine_prefill calls that succeeded */
 } serve_timer;
+
+/* Counts n enqueues of kind k (t NULL: none). */
+static inline void serve_timer_count(serve_timer *t, serve_enqueue_kind k, int64_t n) {
+    if (t) t->enqueues += n, t->enqueues_by[k] += n;
+}
+const char *serve_enqueue_kind_name(serve_enqueue_kind k);
 
 /* An event slot to pass to an enqueue call, or NULL (disabled, or no
  * memory: the time of that call is then not counted). */

@@ -10,14 +10,15 @@
  *   decode steps: B sequences (--decode, default 1, 16, 64) of one new token
  *   each over --decode-context cached tokens of its own (default 2048), with
  *   the host's share of the step (time inside the enqueue calls and uploads,
- *   commands enqueued) and, with --device-time, the device time per phase
+ *   commands enqueued, in all and per kind) and, with --device-time, the device time per phase
  *   (profiling events; the wall times are then of a profiling queue).
  * Random weights (serve_model_init_random) and random tokens; each case is
  * run --warmup times, then timed --reps times (wall clock from an idle
  * queue to the next token read back: host work included, as torch's CUDA
  * events include its launches), median printed. A forward longer than
  * --max-rows runs in chunks of --max-rows tokens, each over the blocks
- * already written (as the engine does).
+ * already written (as the engine does); its enqueues are printed per chunk
+ * (a forward of the model).
  */
 #include "cli_options.h"
 #include "serve.h"
@@ -101,8 +102,18 @@ static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
  * per phase when the timer has events. */
 typedef struct fwd_decode_result {
     double wall_ms, host_ms, device_ms[SERVE_PHASE_COUNT];
-    double enqueues;
+    double enqueues, enqueues_by[SERVE_ENQ_COUNT];
 } fwd_decode_result;
+
+/* The enqueues per kind (serve_enqueue_kind) of a run, "gemm 4, attention 2, ..." */
+static void fwd_print_kinds(const double *by_kind) {
+    const char *sep = "";
+    for (int k = 0; k < SERVE_ENQ_COUNT; k++) {
+        if (by_kind[k] == 0) continue;
+        printf("%s%s %.0f", sep, serve_enqueue_kind_name((serve_enqueue_kind)k), by_kind[k]);
+        sep = ", ";
+    }
+}
 
 static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd_decode_result *r) {
     const int bs = f->mc->block_size, per = (context + 1 + bs - 1) / bs;
@@ -178,6 +189,8 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
             }
             r->host_ms += (timer->upload_s - before.upload_s) * 1e3 / reps;
             r->enqueues += (double)(timer->enqueues - before.enqueues) / reps;
+            for (int k = 0; k < SERVE_ENQ_COUNT; k++)
+                r->enqueues_by[k] += (double)(timer->enqueues_by[k] - before.enqueues_by[k]) / reps;
         }
     }
     if (!st) {
@@ -189,8 +202,10 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
 }
 
 /* One case: the cached part once (untimed), then warmup + reps timed runs
- * of the fresh part (each rewrites the same blocks with the same K/V). */
-static int fwd_run_case(fwd *f, const fwd_case *c, int warmup, int reps, double *median_ms) {
+ * of the fresh part (each rewrites the same blocks with the same K/V).
+ * enqueues, by_kind: of one forward (chunk) of the last run. */
+static int fwd_run_case(fwd *f, const fwd_case *c, int warmup, int reps, double *median_ms,
+                        double *enqueues, double *by_kind) {
     int32_t next = -1;
     cl_command_queue q = serve_model_queue(f->model);
     int st = c->cached ? fwd_prefill(f, 0, c->cached, &next) : LAZYATTN_STATUS_OK;
@@ -203,8 +218,14 @@ static int fwd_run_case(fwd *f, const fwd_case *c, int warmup, int reps, double 
             st = serve_cl_fail(err, "clFinish");
             break;
         }
+        serve_timer *timer = serve_model_timer(f->model);
+        serve_timer before = timer ? *timer : (serve_timer){0};
         double t0 = serve_now();
         st = fwd_prefill(f, c->cached, c->cached + c->fresh, &next); /* reads the token back */
+        const int chunks = (c->fresh + f->mc->max_rows - 1) / f->mc->max_rows;
+        *enqueues = timer ? (double)(timer->enqueues - before.enqueues) / chunks : 0;
+        for (int k = 0; k < SERVE_ENQ_COUNT; k++)
+            by_kind[k] = timer ? (double)(timer->enqueues_by[k] - before.enqueues_by[k]) / chunks : 0;
         if (!st && (err = clFinish(q)) != CL_SUCCESS) st = serve_cl_fail(err, "clFinish");
         if (!st && r >= 0) t[r] = (serve_now() - t0) * 1e3;
         if (!st && (next < 0 || next >= f->mc->vocab))
@@ -345,18 +366,22 @@ int main(int argc, char **argv) {
     if (!st) serve_model_set_timer(f.model, &timer); /* host times always; events with --device-time */
     if (!st)
         printf("gemm: %s\n", serve_model_uses_bf16(f.model) ? "bf16" : "f32 (CLBlast)");
-    if (!st && !no_forwards) printf("%-24s %10s\n", "case", "ms");
+    if (!st && !no_forwards) printf("%-24s %10s %9s  %s\n", "case", "ms", "enqueues", "per forward, by kind");
     for (int i = 0; i < FWD_N_CASES && !st && !no_forwards; i++) {
-        double ms = 0;
-        st = fwd_run_case(&f, &fwd_cases[i], warmup, reps, &ms);
-        if (!st) printf("%-24s %10.2f\n", fwd_cases[i].name, ms);
+        double ms = 0, enq = 0, by_kind[SERVE_ENQ_COUNT];
+        st = fwd_run_case(&f, &fwd_cases[i], warmup, reps, &ms, &enq, by_kind);
+        if (!st) {
+            printf("%-24s %10.2f %9.0f  ", fwd_cases[i].name, ms, enq);
+            fwd_print_kinds(by_kind);
+            printf("\n");
+        }
         fflush(stdout);
     }
     if (!st && n_decode > 0) {
         printf("%-24s %10s %10s %9s", "decode step", "wall ms", "host ms", "enqueues");
         if (device_time)
             for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10s", serve_phase_name((serve_phase)p));
-        printf("\n");
+        printf("  by kind\n");
     }
     for (int i = 0; i < n_decode && !st; i++) {
         fwd_decode_result r;
@@ -367,6 +392,8 @@ int main(int argc, char **argv) {
         printf("%-24s %10.2f %10.2f %9.0f", name, r.wall_ms, r.host_ms, r.enqueues);
         if (device_time)
             for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10.3f", r.device_ms[p]);
+        printf("  ");
+        fwd_print_kinds(r.enqueues_by);
         printf("\n");
         fflush(stdout);
     }

@@ -19,7 +19,7 @@ _Static_assert(LZ_ROPE_NONE == LAZYATTN_ROPE_NONE && LZ_ROPE_NEOX == LAZYATTN_RO
 
 static const char *const lz_kernel_names[LZ_K_COUNT] = {
     "lz_kv_write", "lz_rope_apply", "lz_prefill", "lz_decode", "lz_decode_reduce", "lz_materialise",
-    "lz_prefill_batched", "lz_decode_warp_reduce"};
+    "lz_prefill_batched", "lz_decode_warp_reduce", "lz_kv_write_rope_q"};
 
 /* ---- configuration ------------------------------------------------------ */
 
@@ -277,15 +277,17 @@ int lazyattn_attention_check(lazyattn_attention *a, cl_command_queue queue) {
 
 /* ---- write, rope, materialise ------------------------------------------- */
 
+/* lazyattn_write_kv, and with q set (n_q_heads of them, rotated in place at
+ * q_pos) lazyattn_write_kv_rope_q: one launch either way. */
 static int lz_write_kv_launch(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens,
-                              cl_mem k, cl_mem v, cl_mem slots, cl_mem stored_pos, cl_command_queue queue,
-                              cl_event *event) {
-    static const char fn[] = "lazyattn_write_kv";
+                              cl_mem k, cl_mem v, cl_mem slots, cl_mem stored_pos, cl_mem q,
+                              cl_mem q_pos, cl_command_queue queue, cl_event *event,
+                              const char *fn) {
     LZ_CHECK_ARG(a != NULL, "%s: attn is NULL", fn);
     int st = lz_check_pool(a, pool, layer, fn);
     if (st) return st;
     LZ_CHECK_ARG(n_tokens >= 1, "%s: n_tokens %d must be >= 1", fn, n_tokens);
-    size_t kv_bytes = 0, idx_bytes = 0;
+    size_t kv_bytes = 0, idx_bytes = 0, q_bytes = 0;
     LZ_TRY(lz_size_product4(&kv_bytes, fn, "k/v bytes (n_tokens x n_kv_heads x head_dim x 4)",
                             (size_t)n_tokens, (size_t)a->cfg.n_kv_heads, (size_t)a->cfg.head_dim,
                             sizeof(float)));
@@ -294,25 +296,50 @@ static int lz_write_kv_launch(lazyattn_attention *a, lazyattn_pool *pool, int la
     LZ_CHECK_MEM(v, kv_bytes, "v");
     LZ_CHECK_MEM(slots, idx_bytes, "slots");
     LZ_CHECK_MEM(stored_pos, idx_bytes, "stored_pos");
+    const int with_q = q != NULL;
+    if (with_q) {
+        LZ_TRY(lz_size_product4(&q_bytes, fn, "q bytes (n_tokens x n_q_heads x head_dim x 4)",
+                                (size_t)n_tokens, (size_t)a->cfg.n_q_heads,
+                                (size_t)a->cfg.head_dim, sizeof(float)));
+        LZ_CHECK_MEM(q, q_bytes, "q");
+        LZ_CHECK_MEM(q_pos, idx_bytes, "q_pos");
+    }
     /* blocks handed out again are written after the commands that read them */
     LZ_TRY(lz_pool_order_writes(pool, lz_queue(a->ctx, queue), fn));
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = (cl_int)a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
     cl_int nb = (cl_int)lz_pool_n_blocks(pool);
-    lz_args g = {a->kernels[LZ_K_KV_WRITE], 0, CL_SUCCESS};
+    /* no rotation (LAZYATTN_ROPE_NONE): the queries stay as they are */
+    cl_int nqh = with_q && style != LAZYATTN_ROPE_NONE ? a->cfg.n_q_heads : 0;
+    const int kernel = with_q ? LZ_K_KV_WRITE_ROPE_Q : LZ_K_KV_WRITE;
+    lz_args g = {a->kernels[kernel], 0, CL_SUCCESS};
     LZ_ARG(&g, k); LZ_ARG(&g, v); LZ_ARG(&g, slots); LZ_ARG(&g, stored_pos);
     LZ_ARG(&g, kc); LZ_ARG(&g, vc); LZ_ARG(&g, a->freq); LZ_ARG(&g, style); LZ_ARG(&g, rot);
     LZ_ARG(&g, n_tokens); LZ_ARG(&g, nkv); LZ_ARG(&g, nb); LZ_ARG(&g, a->err);
+    if (with_q) {
+        LZ_ARG(&g, q); LZ_ARG(&g, q_pos); LZ_ARG(&g, nqh);
+    }
     if (g.err != CL_SUCCESS) return lz_cl_fail(g.err, "lazyattn_write_kv: clSetKernelArg");
-    size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)nkv, (size_t)n_tokens};
+    size_t global[3] = {(size_t)a->cfg.head_dim / 2, (size_t)(nkv + nqh), (size_t)n_tokens};
     size_t local[3] = {(size_t)a->cfg.head_dim / 2, 1, 1};
-    return lz_enqueue(a, LZ_K_KV_WRITE, 3, global, local, queue, event, fn);
+    return lz_enqueue(a, kernel, 3, global, local, queue, event, fn);
 }
 
 int lazyattn_write_kv(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens, cl_mem k,
                       cl_mem v, cl_mem slots, cl_mem stored_pos, cl_command_queue queue,
                       cl_event *event) {
-    int st = lz_write_kv_launch(a, pool, layer, n_tokens, k, v, slots, stored_pos, queue, event);
+    int st = lz_write_kv_launch(a, pool, layer, n_tokens, k, v, slots, stored_pos, NULL, NULL,
+                                queue, event, "lazyattn_write_kv");
+    return lz_pool_used(pool, st, queue);
+}
+
+int lazyattn_write_kv_rope_q(lazyattn_attention *a, lazyattn_pool *pool, int layer, int n_tokens,
+                             cl_mem k, cl_mem v, cl_mem slots, cl_mem stored_pos, cl_mem q,
+                             cl_mem q_pos, cl_command_queue queue, cl_event *event) {
+    static const char fn[] = "lazyattn_write_kv_rope_q";
+    LZ_CHECK_ARG(q != NULL && q_pos != NULL, "%s: q or q_pos is NULL", fn);
+    int st = lz_write_kv_launch(a, pool, layer, n_tokens, k, v, slots, stored_pos, q, q_pos, queue,
+                                event, fn);
     return lz_pool_used(pool, st, queue);
 }
 

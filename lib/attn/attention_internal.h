@@ -14,7 +14,7 @@
 
 /* The portable kernels, indices of lazyattn_attention.kernels. */
 enum { LZ_K_KV_WRITE, LZ_K_ROPE, LZ_K_PREFILL, LZ_K_DECODE, LZ_K_REDUCE, LZ_K_MATERIALISE,
-       LZ_K_PREFILL_BATCHED, LZ_K_REDUCE_SPLITS, LZ_K_COUNT };
+       LZ_K_PREFILL_BATCHED, LZ_K_REDUCE_SPLITS, LZ_K_KV_WRITE_ROPE_Q, LZ_K_COUNT };
 
 struct lazyattn_attention {
     lazyattn_context *ctx;
