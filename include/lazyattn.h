@@ -1020,6 +1020,17 @@ typedef struct lazyattn_cache_stats {
     /* the cost rule (lazyattn_cache_set_tier_recompute_rate) */
     int64_t tier_skipped_by_cost; /* GPU misses recomputed without a lookup: loading
                                      them would take longer (counted in misses) */
+    /* leases (lazyattn_store_set_lease), counted with the request; and
+     * documents computed twice, counted at the write */
+    int64_t tier_leases;      /* tier misses computed under this cache's lease */
+    int64_t tier_lease_waits; /* tier misses that waited for another's lease */
+    int64_t tier_lease_waited_loads; /* of which loaded once written */
+    int64_t tier_lease_takeovers;    /* of which took the lease over (its holder
+                                        ended or expired with no document) */
+    int64_t tier_lease_wait_us;      /* time waited */
+    int64_t tier_duplicates;  /* documents this cache computed that were in the store
+                                 by the time it wrote them (computed elsewhere too) */
+    int64_t tier_duplicate_tokens;
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -1486,6 +1497,14 @@ LAZYATTN_API int lazyattn_store_exists(lazyattn_store *store, lazyattn_doc_key k
 /* NOT_FOUND when absent. */
 LAZYATTN_API int lazyattn_store_delete(lazyattn_store *store, lazyattn_doc_key key);
 LAZYATTN_API void lazyattn_store_destroy(lazyattn_store *store);
+/* Leases (dir and Redis stores; default 10000 ms): a write-through tier
+ * that misses a document no store holds takes its lease for ttl_ms before
+ * computing it, and releases it once its write landed (or the request
+ * ends without one); a cache of another process that misses it meanwhile
+ * waits (polling the store, at most the lease's TTL) and loads it instead
+ * of computing it too. A killed holder's lease expires after ttl_ms. 0:
+ * no leases. UNSUPPORTED for the host store and an engine's store. */
+LAZYATTN_API int lazyattn_store_set_lease(lazyattn_store *store, int ttl_ms);
 
 /* ---- the tier: a store behind a LAZY cache ----------------------------- */
 

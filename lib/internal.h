@@ -37,6 +37,22 @@ void lz_log(const lazyattn_context *ctx, lazyattn_log_level level, const char *f
 #endif
     ;
 
+/* A warning of one kind of failure (a tier's store down, a value refused),
+ * rate-limited (log.c): a log callback gets every one; stderr gets the
+ * first of each kind every LZ_LOG_RATE_S seconds with the count of those
+ * held back meanwhile (every one with LAZYATTN_LOG=warn or above; none
+ * with LAZYATTN_LOG=error). One static lz_log_rate per kind, zeroed. */
+#define LZ_LOG_RATE_S 30
+typedef struct lz_log_rate {
+    _Atomic long long next_ms; /* CLOCK_MONOTONIC ms of the next one printed */
+    _Atomic long long held;    /* held back since the last one printed */
+} lz_log_rate;
+void lz_log_rated(const lazyattn_context *ctx, lz_log_rate *rate, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
 /* ---- live-object checks ---- */
 
 /* The first field of every pool, cache, request, device plan and store

@@ -189,6 +189,9 @@ static void dump_layer(engine *e, int layer, cl_mem qm, const lazyattn_plan *p, 
     fclose(f);
 }
 
+void (*run_request_planned)(void *user);
+void *run_request_planned_user;
+
 void run_request(engine *e, int n_docs, const int *ids, float *out,
                  lazyattn_segment_action *actions) {
     int32_t tok[N_DOCS][64];
@@ -203,6 +206,11 @@ void run_request(engine *e, int n_docs, const int *ids, float *out,
     lazyattn_request_desc d = {0, NULL, n_docs, docs, lens, NQ, question, 0};
     lazyattn_request *req;
     lt_assert_status(lazyattn_request_create(e->cache, &d, &req), LAZYATTN_STATUS_OK);
+    if (run_request_planned) { /* once: the hook may run requests itself */
+        void (*planned)(void *) = run_request_planned;
+        run_request_planned = NULL;
+        planned(run_request_planned_user);
+    }
     lazyattn_plan p;
     lazyattn_request_get_plan(req, &p);
     int n_pos = p.n_positions;

@@ -60,6 +60,12 @@ void engine_close(engine *e);
 void run_request(engine *e, int n_docs, const int *ids, float *out,
                  lazyattn_segment_action *actions);
 
+/* Called by the next run_request between its plan and its writes, once
+ * (it is cleared first; NULL: none), so that another party acts while the
+ * request holds its plan (and the leases its tier took). */
+extern void (*run_request_planned)(void *user);
+extern void *run_request_planned_user;
+
 /* The document hash of document id under MODEL. */
 uint64_t hash_of(int id);
 /* Its store key under MODEL: (MODEL, lazyattn_doc_digest). */

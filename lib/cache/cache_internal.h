@@ -143,6 +143,8 @@ typedef struct lz_tally {
     int64_t tier_hits, tier_hit_tokens, recomputed_tokens;
     int64_t tier_misses, tier_errors, tier_rejected; /* lookups that did not load */
     uint64_t tier_read_bytes;
+    int64_t tier_leases, tier_lease_waits, tier_lease_waited_loads, tier_lease_takeovers;
+    int64_t tier_lease_wait_us;
 } lz_tally;
 
 /* ---- the tier (lib/store/doc_tier.c registers it; doc_cache.c keeps it) ---- */
@@ -165,6 +167,10 @@ typedef struct lz_tier_ops {
      * into). */
     void (*stats)(void *state, lazyattn_cache_stats *s);
     void (*detach)(void *state, lazyattn_cache_stats *into);
+    /* An entry made for a missed document is dropped unwritten (its request
+     * ended uncommitted, or an equal entry was committed first): gives
+     * back the document's lease if this cache took it. */
+    void (*abandon)(lazyattn_cache *c, lazyattn_store *store, const lz_entry *e);
 } lz_tier_ops;
 
 /* The cache's tier store (NULL: none), its mode and operations. */
@@ -179,6 +185,9 @@ void lz_cache_attach_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tie
 /* A tier write (counted at once; lookups are counted with their request,
  * in its lz_tally). */
 void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes);
+/* A document of n_tokens this cache computed that the store had by the
+ * time it was to be written: computed elsewhere too. */
+void lz_cache_count_tier_duplicate(lazyattn_cache *c, int n_tokens);
 void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t);
 
 /* Fingerprint of the whole cache state (entries, index, LRU order, pins,

@@ -431,6 +431,11 @@ void lz_cache_count_request(lazyattn_cache *c, const lz_tally *t) {
     s->tier_errors += t->tier_errors;
     s->tier_rejected += t->tier_rejected;
     s->tier_read_bytes += t->tier_read_bytes;
+    s->tier_leases += t->tier_leases;
+    s->tier_lease_waits += t->tier_lease_waits;
+    s->tier_lease_waited_loads += t->tier_lease_waited_loads;
+    s->tier_lease_takeovers += t->tier_lease_takeovers;
+    s->tier_lease_wait_us += t->tier_lease_wait_us;
 }
 
 lazyattn_store *lz_cache_tier(const lazyattn_cache *c, lazyattn_tier_mode *mode,
@@ -458,6 +463,11 @@ void lz_cache_count_tier_write(lazyattn_cache *c, int ok, uint64_t bytes) {
     } else {
         c->stats.tier_write_errors++;
     }
+}
+
+void lz_cache_count_tier_duplicate(lazyattn_cache *c, int n_tokens) {
+    c->stats.tier_duplicates++;
+    c->stats.tier_duplicate_tokens += n_tokens;
 }
 
 static uint64_t lz_fp_add(uint64_t h, uint64_t v) { return lz_hash_pair(h, v); }

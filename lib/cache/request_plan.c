@@ -165,13 +165,17 @@ static void lz_request_release(lazyattn_request *r) {
     lazyattn_cache *c = r->cache;
     /* PREFIX unpins deepest first so that LRU evicts chains from the leaves. */
     int reverse = r->policy->release_deepest_first;
+    const lz_tier_ops *tier_ops = NULL;
+    lazyattn_store *tier = r->policy->tiered ? lz_cache_tier(c, NULL, &tier_ops) : NULL;
     for (int k = 0; k < r->n_holds; k++) {
         lz_hold *h = &r->holds[reverse ? r->n_holds - 1 - k : k];
         if (!h->entry) continue; /* a slot never filled (failed create) */
-        if (h->owned && !h->entry->committed)
+        if (h->owned && !h->entry->committed) {
+            if (tier) tier_ops->abandon(c, tier, h->entry); /* its lease, if any */
             lz_cache_drop(c, h->entry);
-        else
+        } else {
             lz_cache_unpin(c, h->entry);
+        }
     }
     r->n_holds = 0;
     lz_cache_give_blocks(c, r->n_own, r->own);

@@ -8,6 +8,7 @@
  * checks: format, checksums, identity); any failure is a recompute. */
 #include "cache/cache_policy.h"
 #include "store/store_internal.h"
+#include "store/tier_lease.h"
 #include "store/tier_writer.h"
 
 #include <stdlib.h>
@@ -45,7 +46,11 @@ static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
 }
 
 static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write, lz_tier_stats,
-                                             lz_tier_detach};
+                                             lz_tier_detach, lz_tier_lease_abandon};
+
+/* One warning a kind, rate-limited (lz_log_rated): the store failed, its
+ * value was refused, a write failed. */
+static lz_log_rate lz_rate_load_error, lz_rate_load_refused, lz_rate_write_error;
 
 static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
                        const lazyattn_tier_options *o, const char *w) {
@@ -195,6 +200,10 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
     uint64_t doc_hash = lz_digest_hash(digest);
     lazyattn_store_value v;
     int st = lz_tier_get(c, store, key, &v);
+    if (st == LAZYATTN_STATUS_NOT_FOUND && lz_tier_lease_miss(c, store, key, t)) {
+        t0 = lz_seconds_now(); /* the wait is no part of the load's cost */
+        st = lz_tier_get(c, store, key, &v); /* written while this cache waited */
+    }
     if (st == LAZYATTN_STATUS_NOT_FOUND) {
         t->tier_misses++;
         return 0;
@@ -206,8 +215,9 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
             t->tier_rejected++;
         else
             t->tier_errors++;
-        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_DEBUG,
-               "tier: %s; recomputing the document", lazyattn_last_error());
+        lz_log_rated(lz_pool_context(lz_cache_pool(c)),
+                     st == LAZYATTN_STATUS_FORMAT ? &lz_rate_load_refused : &lz_rate_load_error,
+                     "tier: %s; recomputing the document", lazyattn_last_error());
         return 0;
     }
     /* An engine's store may hand out memory another party can change (a
@@ -223,10 +233,10 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         lz_tier_release(c, store, &v);
         if (!copy) {
             t->tier_errors++;
-            lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
-                   "tier: no %zu bytes to copy the %s store's value into; recomputing the "
-                   "document",
-                   size, lazyattn_store_name(store));
+            lz_log_rated(lz_pool_context(lz_cache_pool(c)), &lz_rate_load_error,
+                         "tier: no %zu bytes to copy the %s store's value into; recomputing "
+                         "the document",
+                         size, lazyattn_store_name(store));
             return 0;
         }
         data = copy;
@@ -252,8 +262,9 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         rejected = st == LAZYATTN_STATUS_FORMAT || st == LAZYATTN_STATUS_INVALID_ARGUMENT;
     }
     if (st)
-        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
-               "tier: %s; recomputing the document", lazyattn_last_error());
+        lz_log_rated(lz_pool_context(lz_cache_pool(c)),
+                     rejected ? &lz_rate_load_refused : &lz_rate_load_error,
+                     "tier: %s; recomputing the document", lazyattn_last_error());
     if (rejected)
         t->tier_rejected++;
     else if (st)
@@ -273,31 +284,38 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {
     if (e->in_tier) return;
     lz_tier *tier = lz_cache_tier_state(c);
-    if (tier->writer) { /* queued (returns at once) or dropped, counted */
-        e->in_tier = lz_tier_writer_submit(tier->writer, lz_cache_model_id(c), e->digest,
-                                           e->doc_hash, e->tokens, e->n_tokens, e->blocks,
-                                           e->n_blocks);
-        return;
-    }
     lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
     memcpy(key.digest, e->digest, sizeof key.digest);
+    if (tier->writer) { /* queued (returns at once) or dropped, counted */
+        /* the writer gives this cache's lease back once the write ended */
+        e->in_tier = lz_tier_writer_submit(tier->writer, lz_cache_model_id(c), e->digest,
+                                           e->doc_hash, e->tokens, e->n_tokens, e->blocks,
+                                           e->n_blocks, c);
+        if (!e->in_tier) lz_tier_lease_done(c, store, key, 0);
+        return;
+    }
     int there = 0;
     size_t written = 0;
     uint8_t *buf = NULL;
     int st = lz_tier_exists(c, store, key, &there);
     if (!st && there) { /* another process or an earlier write put it there */
+        /* computed here, yet another process wrote it first: a duplicate */
+        lz_cache_count_tier_duplicate(c, e->n_tokens);
         e->in_tier = 1;
+        lz_tier_lease_done(c, store, key, 1);
         return;
     }
     /* this entry itself, not whichever entry shares its 64-bit hash */
     if (!st) st = lz_cache_export_entry(c, e, &buf, &written, "tier write");
     if (!st) st = lz_tier_put(c, store, key, buf, written);
     free(buf);
+    lz_tier_lease_done(c, store, key, !st); /* written or not: the others stop waiting */
     if (st) {
         lz_cache_count_tier_write(c, 0, 0);
-        lz_log(lz_pool_context(lz_cache_pool(c)), LAZYATTN_LOG_WARN,
-               "tier: document %016llx not written to the %s store: %s",
-               (unsigned long long)e->doc_hash, lazyattn_store_name(store), lazyattn_last_error());
+        lz_log_rated(lz_pool_context(lz_cache_pool(c)), &lz_rate_write_error,
+                     "tier: document %016llx not written to the %s store: %s",
+                     (unsigned long long)e->doc_hash, lazyattn_store_name(store),
+                     lazyattn_last_error());
         return;
     }
     e->in_tier = 1;

@@ -252,8 +252,8 @@ static int lz_send(lz_redis_conn *c, int node, const lz_redis_cmd *cmds, int n, 
     int ok = 1;
     if (asking) ok = redisAppendCommand(rc, "ASKING") == REDIS_OK;
     for (int i = 0; i < n && ok; i++) {
-        const char *argv[5];
-        size_t lens[5];
+        const char *argv[6];
+        size_t lens[6];
         for (int a = 0; a < cmds[i].argc; a++) {
             argv[a] = cmds[i].argv[a];
             lens[a] = cmds[i].lens[a] ? cmds[i].lens[a] : strlen(argv[a]);

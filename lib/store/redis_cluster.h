@@ -39,11 +39,11 @@ void lz_redis_conn_close(lz_redis_conn *c);
 /* The cluster slot of a key (CRC16 of its hash tag, as Redis computes it). */
 int lz_redis_key_slot(const char *key);
 
-/* One command of a batch: argc (<= 5) arguments of lens[i] bytes. */
+/* One command of a batch: argc (<= 6) arguments of lens[i] bytes. */
 typedef struct lz_redis_cmd {
     int argc;
-    const char *argv[5];
-    size_t lens[5]; /* 0: strlen */
+    const char *argv[6];
+    size_t lens[6]; /* 0: strlen */
 } lz_redis_cmd;
 
 /* Sends cmds[0..n) (n <= LZ_REDIS_BATCH_MAX; keys of one slot) pipelined

@@ -12,6 +12,8 @@ struct lazyattn_store {
     lazyattn_store_ops ops;
     void *impl;
     int private_values; /* lz_store_values_private */
+    int has_book;       /* book initialised (the library's stores) */
+    lz_lease_book book; /* store_lease.c */
 };
 
 int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl, lazyattn_store **out) {
@@ -30,15 +32,23 @@ int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl, lazyattn_st
     return LAZYATTN_STATUS_OK;
 }
 
-/* Wraps a built-in store's state; destroys it when the wrapper cannot be made. */
-static int lz_store_wrap(const lazyattn_store_ops *ops, void *impl, lazyattn_store **out) {
+/* Wraps a built-in store's state (with its lease operations, or NULL);
+ * destroys it when the wrapper cannot be made. */
+static int lz_store_wrap(const lazyattn_store_ops *ops, const lz_store_lease_ops *lease,
+                         void *impl, lazyattn_store **out) {
     int st = lazyattn_store_create(ops, impl, out);
+    if (!st && (st = lz_lease_book_init(&(*out)->book, lease, impl)) != 0) {
+        free(*out);
+        *out = NULL;
+    }
     if (st)
         ops->destroy(impl);
     else
-        (*out)->private_values = 1;
+        (*out)->private_values = (*out)->has_book = 1;
     return st;
 }
+
+lz_lease_book *lz_store_lease_book(lazyattn_store *s) { return s->has_book ? &s->book : NULL; }
 
 int lz_store_values_private(const lazyattn_store *s) { return s->private_values; }
 
@@ -48,7 +58,7 @@ int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out) {
     LZ_CHECK_ARG(budget_bytes >= 1, "lazyattn_store_create_host: a budget of 0 bytes");
     void *impl;
     int st = lz_store_host_open(budget_bytes, &impl);
-    return st ? st : lz_store_wrap(&lz_store_host_ops, impl, out);
+    return st ? st : lz_store_wrap(&lz_store_host_ops, NULL, impl, out);
 }
 
 int lazyattn_store_create_dir(const char *path, lazyattn_store **out) {
@@ -57,7 +67,7 @@ int lazyattn_store_create_dir(const char *path, lazyattn_store **out) {
     LZ_CHECK_ARG(path != NULL && path[0] != '\0', "lazyattn_store_create_dir: no path");
     void *impl;
     int st = lz_store_dir_open(path, &impl);
-    return st ? st : lz_store_wrap(&lz_store_dir_ops, impl, out);
+    return st ? st : lz_store_wrap(&lz_store_dir_ops, &lz_store_dir_lease_ops, impl, out);
 }
 
 void lazyattn_redis_config_init(lazyattn_redis_config *c) {
@@ -143,7 +153,7 @@ int lazyattn_store_create_redis(const lazyattn_redis_config *config, lazyattn_st
     }
     void *impl;
     st = lz_store_redis_open(&c, &seeds, &impl);
-    return st ? st : lz_store_wrap(&lz_store_redis_ops, impl, out);
+    return st ? st : lz_store_wrap(&lz_store_redis_ops, &lz_store_redis_lease_ops, impl, out);
 }
 
 #define LZ_STORE_LIVE(s, fn)                                                    \
@@ -203,9 +213,24 @@ int lazyattn_store_delete(lazyattn_store *s, lazyattn_doc_key key) {
     return s->ops.remove(s->impl, key);
 }
 
+int lazyattn_store_set_lease(lazyattn_store *s, int ttl_ms) {
+    LZ_STORE_LIVE(s, "lazyattn_store_set_lease");
+    LZ_CHECK_ARG(ttl_ms >= 0 && ttl_ms <= 3600000,
+                 "lazyattn_store_set_lease: %d ms outside 0..3600000", ttl_ms);
+    if (!s->has_book || !s->book.ops)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "lazyattn_store_set_lease: the %s store has no leases (dir and redis do)",
+                       s->ops.name);
+    lz_mutex_lock(&s->book.lock);
+    s->book.ttl_ms = ttl_ms;
+    lz_mutex_unlock(&s->book.lock);
+    return LAZYATTN_STATUS_OK;
+}
+
 void lazyattn_store_destroy(lazyattn_store *s) {
     if (!s) return;
     if (!lz_live_for_destroy(s->magic, LZ_MAGIC_STORE, "lazyattn_store_destroy", "store")) return;
+    if (s->has_book) lz_lease_book_free(&s->book); /* before the store it gives back to */
     if (s->ops.destroy) s->ops.destroy(s->impl);
     s->magic = 0;
     free(s);

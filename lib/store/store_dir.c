@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct lz_dir {
@@ -239,6 +240,111 @@ int lz_store_dir_open(const char *path, void **impl) {
     *impl = d;
     return LAZYATTN_STATUS_OK;
 }
+
+/* ---- leases ----
+ * A document's lease is the file "<key>.lease" holding "<token> <expiry>"
+ * (16 hex digits; the expiry in ms of CLOCK_REALTIME). It is written whole
+ * to a temporary name, then link()ed to its name: link fails with EEXIST
+ * when a lease is there, atomically (also over NFS), so a reader never
+ * sees a half-written lease. One past its expiry is moved aside by
+ * rename() (of processes racing for it, one moves it, the others find it
+ * gone), read again (a fresh lease moved aside by mistake is linked back)
+ * and removed; then the link is tried again. The rule: a file system with
+ * atomic link() and rename() in one directory, and, across hosts, clocks
+ * that agree to well within the TTL. */
+
+static int64_t lz_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *lz_dir_lease_file(const lz_dir *d, lazyattn_doc_key key, const char *suffix) {
+    char t[LZ_STORE_KEY_TEXT], name[LZ_STORE_KEY_TEXT + 80];
+    lz_store_key_text(key, t);
+    snprintf(name, sizeof name, "%s%s.lease%s", suffix[0] ? ".aside-" : "", t, suffix);
+    return lz_dir_join(d, name);
+}
+
+/* A lease file's token and expiry: 1, or 0 when absent or not a lease. */
+static int lz_lease_read(const char *path, uint64_t *token, int64_t *expiry) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return 0;
+    char buf[64];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    unsigned long long t;
+    long long e;
+    if (sscanf(buf, "%16llx %lld", &t, &e) != 2) return 0;
+    *token = t;
+    *expiry = e;
+    return 1;
+}
+
+static int lz_dir_lease_acquire(void *impl, lazyattn_doc_key key, uint64_t token, int ttl_ms,
+                                int *held, uint64_t *holder) {
+    lz_dir *d = impl;
+    *held = 0;
+    *holder = 0;
+    char suffix[64];
+    snprintf(suffix, sizeof suffix, "-%016llx-%ld-%u", (unsigned long long)token, (long)getpid(),
+             atomic_fetch_add(&d->next_tmp, 1u));
+    char *file = lz_dir_lease_file(d, key, ""), *tmp = lz_dir_lease_file(d, key, suffix);
+    int st = LAZYATTN_STATUS_OK;
+    if (!file || !tmp) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store lease");
+        goto out;
+    }
+    for (int attempt = 0; attempt < 3 && !*held; attempt++) {
+        char text[64];
+        int n = snprintf(text, sizeof text, "%016llx %lld\n", (unsigned long long)token,
+                         (long long)(lz_now_ms() + ttl_ms));
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        int e = fd < 0 ? errno : lz_write_all(fd, (const uint8_t *)text, (size_t)n);
+        if (fd >= 0 && close(fd) != 0 && !e) e = errno;
+        if (!e && link(tmp, file) == 0) *held = 1;
+        else if (!e && errno != EEXIST) e = errno;
+        unlink(tmp);
+        if (e) {
+            st = lz_fail(LAZYATTN_STATUS_IO, "dir store: lease %s: %s", file, strerror(e));
+            break;
+        }
+        if (*held) break;
+        uint64_t t;
+        int64_t expiry;
+        if (!lz_lease_read(file, &t, &expiry)) continue; /* just removed: try again */
+        *holder = t;
+        if (expiry > lz_now_ms()) break; /* busy */
+        /* expired: move it aside (one process wins), check what was moved */
+        if (rename(file, tmp) != 0) continue;
+        if (lz_lease_read(tmp, &t, &expiry) && expiry > lz_now_ms()) {
+            *holder = t; /* a fresh lease taken since: give it back */
+            if (link(tmp, file) != 0) *holder = 0;
+            unlink(tmp);
+            break;
+        }
+        unlink(tmp);
+    }
+out:
+    free(file);
+    free(tmp);
+    return st;
+}
+
+static int lz_dir_lease_release(void *impl, lazyattn_doc_key key, uint64_t token) {
+    char *file = lz_dir_lease_file(impl, key, "");
+    if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store lease");
+    uint64_t t;
+    int64_t expiry;
+    /* ours and not expired (an expired one may have been taken over) */
+    if (lz_lease_read(file, &t, &expiry) && t == token && expiry > lz_now_ms()) unlink(file);
+    free(file);
+    return LAZYATTN_STATUS_OK;
+}
+
+const lz_store_lease_ops lz_store_dir_lease_ops = {lz_dir_lease_acquire, lz_dir_lease_release};
 
 const lazyattn_store_ops lz_store_dir_ops = {"dir",         lz_dir_get,    lz_dir_release,
                                              lz_dir_put,    lz_dir_exists, lz_dir_remove,

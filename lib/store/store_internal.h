@@ -5,6 +5,7 @@
 #define LAZYATTN_STORE_INTERNAL_H
 
 #include "internal.h"
+#include "mutex.h"
 #include "store/redis_url.h"
 
 /* "<model_id>-<digest>", 16 and 64 hex digits (82 bytes with the NUL);
@@ -26,5 +27,66 @@ int lz_store_host_open(uint64_t budget_bytes, void **impl);
 int lz_store_dir_open(const char *path, void **impl);
 /* The Redis store of a checked config and its seeds (taken: emptied). */
 int lz_store_redis_open(const lazyattn_redis_config *config, lz_redis_url *seeds, void **impl);
+
+/* ---- leases (store_lease.c): one process computes a missed document ----
+ * A lease names, for ttl_ms, the process that computes a document no store
+ * holds yet; others wait for its write instead of computing it too. */
+
+/* A store's lease operations (the dir and Redis stores'; the host store and
+ * an engine's store have none: every miss is computed by whoever misses). */
+typedef struct lz_store_lease_ops {
+    /* Takes key's lease for ttl_ms under token (nonzero): OK with *held 1;
+     * or OK with *held 0 and *holder the holder's token (0: not known);
+     * or the store's error (IO...). A lease past its expiry is taken over. */
+    int (*acquire)(void *impl, lazyattn_doc_key key, uint64_t token, int ttl_ms, int *held,
+                   uint64_t *holder);
+    /* Gives the lease back if token still holds it (one that expired and
+     * was taken over is left to its new holder). */
+    int (*release)(void *impl, lazyattn_doc_key key, uint64_t token);
+} lz_store_lease_ops;
+extern const lz_store_lease_ops lz_store_dir_lease_ops;
+extern const lz_store_lease_ops lz_store_redis_lease_ops;
+
+/* What a lease request found. */
+typedef enum lz_lease_answer {
+    LZ_LEASE_NONE,     /* the store has no leases or they are off: compute */
+    LZ_LEASE_FAILED,   /* the store failed (lazyattn_last_error() says why): compute */
+    LZ_LEASE_HELD,     /* owner holds it now: compute, then lz_lease_give */
+    LZ_LEASE_WAIT,     /* another holds it: owner may wait for its write (*wait_ms) */
+    LZ_LEASE_BUSY      /* this store object holds it (another cache on it): compute */
+} lz_lease_answer;
+
+/* A store object's leases (store.c keeps one in each of the library's
+ * stores; store_lease.c books what it takes). */
+typedef struct lz_lease_book {
+    const lz_store_lease_ops *ops; /* NULL: none */
+    void *impl;
+    uint64_t token; /* this store object's, nonzero */
+    int ttl_ms;     /* 0: off */
+    lz_mutex lock;
+    struct lz_lease_held *held; /* [n_held] leases taken and not given back */
+    int n_held, cap_held;
+    int64_t hold_us; /* how long a lease is held until its write, a running mean */
+} lz_lease_book;
+/* s's book (NULL: an engine's store). */
+lz_lease_book *lz_store_lease_book(lazyattn_store *s);
+/* A book for a store's state impl with its lease ops (NULL: none). */
+int lz_lease_book_init(lz_lease_book *b, const lz_store_lease_ops *ops, void *impl);
+/* Gives back every lease still held (the store is destroyed). */
+void lz_lease_book_free(lz_lease_book *b);
+/* The lease TTL in ms of book (0: leases off, or book NULL: none). */
+int lz_lease_ms(lz_lease_book *book);
+/* Asks for key's lease on behalf of owner (a cache); WAIT sets *wait_ms,
+ * how long owner may wait for the holder's write. The whole TTL when owner
+ * holds no lease itself, or the holder's token is below the book's: such
+ * waits run from higher tokens to lower ones and never close a cycle.
+ * Otherwise twice the time a lease is usually held (the holder may be
+ * waiting for owner): a wait that was no cycle ends with the document, one
+ * that was ends soon, with a computation. */
+lz_lease_answer lz_lease_take(lz_lease_book *book, const void *owner, lazyattn_doc_key key,
+                              int *wait_ms);
+/* Gives back the lease of key if owner holds it (written: its document was
+ * written, which times the hold); 1 when it did. */
+int lz_lease_give(lz_lease_book *book, const void *owner, lazyattn_doc_key key, int written);
 
 #endif

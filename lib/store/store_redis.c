@@ -42,6 +42,15 @@ static int lz_redis_remove(void *i, lazyattn_doc_key k) {
     return lz_redis_none();
 }
 static void lz_redis_destroy(void *i) { (void)i; }
+static int lz_redis_lease_acquire(void *i, lazyattn_doc_key k, uint64_t t, int ms, int *held,
+                                  uint64_t *holder) {
+    (void)i, (void)k, (void)t, (void)ms, (void)held, (void)holder;
+    return lz_redis_none();
+}
+static int lz_redis_lease_release(void *i, lazyattn_doc_key k, uint64_t t) {
+    (void)i, (void)k, (void)t;
+    return lz_redis_none();
+}
 
 #else
 
@@ -359,6 +368,57 @@ static void lz_redis_destroy(void *impl) {
     free(r);
 }
 
+/* A lease: the key "...:{<model>:<digest>}:lease" (the document's slot)
+ * set to the holder's token with NX and a TTL (PX): Redis expires it, so a
+ * killed holder blocks nobody past the TTL. SET and a GET of the holder go
+ * in one round trip; the release deletes the key only while it holds our
+ * token (a script, as the manifest's drop). */
+static int lz_redis_lease_acquire(void *impl, lazyattn_doc_key k, uint64_t token, int ttl_ms,
+                                  int *held, uint64_t *holder) {
+    const char *who = "redis store lease";
+    lz_redis *r = impl;
+    char key[LZ_REDIS_KEY], tok[24], ms[16];
+    lz_redis_key(r, k, "lease", key, sizeof key);
+    snprintf(tok, sizeof tok, "%016" PRIx64, token);
+    snprintf(ms, sizeof ms, "%d", ttl_ms);
+    lz_redis_cmd cmds[2] = {{6, {"SET", key, tok, "NX", "PX", ms}, {0}}, {2, {"GET", key}, {0}}};
+    redisReply *reps[2];
+    *held = 0;
+    *holder = 0;
+    lz_mutex_lock(&r->lock);
+    int st = lz_redis_batch(&r->conn, lz_redis_key_slot(key), cmds, 2, reps, who, "SET NX lease");
+    lz_mutex_unlock(&r->lock);
+    if (st) return st;
+    if (reps[0]->type == REDIS_REPLY_STATUS)
+        *held = 1;
+    else if (reps[0]->type != REDIS_REPLY_NIL)
+        st = lz_redis_unexpected(reps[0], who, "SET NX lease");
+    else if (reps[1]->type == REDIS_REPLY_STRING && reps[1]->len == 16)
+        *holder = strtoull(reps[1]->str, NULL, 16);
+    lz_redis_free_replies(reps, 2);
+    return st;
+}
+
+static int lz_redis_lease_release(void *impl, lazyattn_doc_key k, uint64_t token) {
+    static const char script[] =
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
+        "return 0";
+    const char *who = "redis store lease release";
+    lz_redis *r = impl;
+    char key[LZ_REDIS_KEY], tok[24];
+    lz_redis_key(r, k, "lease", key, sizeof key);
+    snprintf(tok, sizeof tok, "%016" PRIx64, token);
+    lz_redis_cmd cmd = {5, {"EVAL", script, "1", key, tok}, {0}};
+    redisReply *rep;
+    lz_mutex_lock(&r->lock);
+    int st = lz_redis_batch(&r->conn, lz_redis_key_slot(key), &cmd, 1, &rep, who, "EVAL");
+    lz_mutex_unlock(&r->lock);
+    if (st) return st;
+    if (rep->type != REDIS_REPLY_INTEGER) st = lz_redis_unexpected(rep, who, "EVAL release");
+    freeReplyObject(rep);
+    return st; /* without scripting the lease expires: the others wait at most its TTL */
+}
+
 int lz_store_redis_open(const lazyattn_redis_config *c, lz_redis_url *seeds, void **impl) {
     const char *who = "lazyattn_store_create_redis";
     *impl = NULL;
@@ -386,3 +446,5 @@ int lz_store_redis_open(const lazyattn_redis_config *c, lz_redis_url *seeds, voi
 const lazyattn_store_ops lz_store_redis_ops = {"redis",         lz_redis_get,    lz_redis_release,
                                                lz_redis_put,    lz_redis_exists, lz_redis_remove,
                                                lz_redis_destroy};
+const lz_store_lease_ops lz_store_redis_lease_ops = {lz_redis_lease_acquire,
+                                                     lz_redis_lease_release};

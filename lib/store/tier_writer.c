@@ -3,6 +3,7 @@
  * document writes, one thread that reads their blocks back on a queue of
  * its own into pinned staging, seals each export and puts it in the store. */
 #include "cache/cache_internal.h"
+#include "store/store_internal.h"
 #include "store/tier_writer.h"
 
 #include <stdlib.h>
@@ -21,6 +22,8 @@ typedef struct lz_tier_job {
     int n_tokens, n_blocks;
     cl_event after; /* marker on the context's queue: the blocks are written */
     cl_event done;  /* user event, a use of the pool: complete once read back */
+    const void *lease_owner; /* the cache whose lease of the document this write gives
+                                back (store_lease.c), NULL: none or given back */
 } lz_tier_job;
 
 struct lz_tier_writer {
@@ -43,10 +46,22 @@ struct lz_tier_writer {
     int busy; /* a job taken, not finished */
     int stop;
     int64_t queued, dropped, written, errors;
+    int64_t duplicates, duplicate_tokens; /* found in the store when written */
     uint64_t written_bytes;
 };
 
-static void lz_job_release(lz_tier_job *j) {
+/* Gives back the lease of j's document, if the submitter held one
+ * (written: its document is in the store now). */
+static void lz_job_lease_done(lz_tier_writer *w, lz_tier_job *j, int written) {
+    if (!j->lease_owner) return;
+    lazyattn_doc_key key = {j->model_id, {0}};
+    memcpy(key.digest, j->digest, sizeof key.digest);
+    lz_lease_give(lz_store_lease_book(w->store), j->lease_owner, key, written);
+    j->lease_owner = NULL;
+}
+
+static void lz_job_release(lz_tier_writer *w, lz_tier_job *j) {
+    lz_job_lease_done(w, j, 0); /* not written: the others stop waiting */
     /* complete whatever waits for the read-back, whether it ran or not */
     if (j->done) {
         clSetUserEventStatus(j->done, CL_COMPLETE);
@@ -111,9 +126,10 @@ static int lz_job_read(lz_tier_writer *w, const lz_tier_job *j, uint8_t *kv) {
 
 /* Writes job j to the store: OK with the bytes written, or the status with
  * the reason recorded. A document the store has already is not put again
- * (counted as written). */
-static int lz_job_run(lz_tier_writer *w, lz_tier_job *j, size_t *written) {
+ * (counted as written; *found 1: computed elsewhere too). */
+static int lz_job_run(lz_tier_writer *w, lz_tier_job *j, size_t *written, int *found) {
     *written = 0;
+    *found = 0;
     size_t need = lz_kv_export_bytes(&w->pc, j->n_tokens, j->n_blocks);
     if (need == 0)
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "tier writer: the export exceeds a size_t");
@@ -143,6 +159,7 @@ static int lz_job_run(lz_tier_writer *w, lz_tier_job *j, size_t *written) {
         int there = 0;
         st = lazyattn_store_exists(w->store, key, &there);
         if (!st && !there) st = lazyattn_store_put(w->store, key, out, need);
+        *found = !st && there;
     }
     free(own);
     if (!st) *written = need;
@@ -163,13 +180,15 @@ static void *lz_writer_main(void *arg) {
         w->busy = 1;
         pthread_mutex_unlock(&w->lock);
         size_t written = 0;
-        int st = lz_job_run(w, &j, &written);
+        int found = 0, n_tokens = j.n_tokens;
+        int st = lz_job_run(w, &j, &written, &found);
+        lz_job_lease_done(w, &j, !st);
         if (st)
             lz_log(w->ctx, LAZYATTN_LOG_WARN,
                    "tier writer: document %016llx not written to the %s store: %s",
                    (unsigned long long)j.doc_hash, lazyattn_store_name(w->store),
                    lazyattn_last_error());
-        lz_job_release(&j);
+        lz_job_release(w, &j);
         pthread_mutex_lock(&w->lock);
         w->busy = 0;
         if (st)
@@ -177,6 +196,10 @@ static void *lz_writer_main(void *arg) {
         else {
             w->written++;
             w->written_bytes += written;
+        }
+        if (found) {
+            w->duplicates++;
+            w->duplicate_tokens += n_tokens;
         }
     }
     pthread_mutex_unlock(&w->lock);
@@ -241,10 +264,10 @@ int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
 
 int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t digest[32],
                           uint64_t doc_hash, const int32_t *tokens, int n_tokens,
-                          const int32_t *blocks, int n_blocks) {
+                          const int32_t *blocks, int n_blocks, const void *lease_owner) {
 #if defined(_WIN32)
     (void)w, (void)model_id, (void)digest, (void)doc_hash, (void)tokens, (void)n_tokens;
-    (void)blocks, (void)n_blocks;
+    (void)blocks, (void)n_blocks, (void)lease_owner;
     return 0;
 #else
     pthread_mutex_lock(&w->lock);
@@ -263,6 +286,7 @@ int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t di
     memcpy(j.digest, digest, sizeof j.digest);
     j.n_tokens = n_tokens;
     j.n_blocks = n_blocks;
+    j.lease_owner = lease_owner;
     j.tokens = malloc((size_t)n_tokens * sizeof *j.tokens);
     j.blocks = malloc((size_t)n_blocks * sizeof *j.blocks);
     cl_int err = CL_OUT_OF_HOST_MEMORY;
@@ -275,7 +299,7 @@ int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t di
     if (err == CL_SUCCESS) err = clEnqueueMarkerWithWaitList(w->ctx->queue, 0, NULL, &j.after);
     if (err == CL_SUCCESS) err = clFlush(w->ctx->queue); /* before another queue waits on it */
     if (err != CL_SUCCESS) {
-        lz_job_release(&j);
+        lz_job_release(w, &j);
         pthread_mutex_lock(&w->lock);
         w->dropped++;
         pthread_mutex_unlock(&w->lock);
@@ -306,6 +330,7 @@ void lz_tier_writer_stats(lz_tier_writer *w, lazyattn_cache_stats *s) {
     pthread_mutex_lock(&w->lock);
     if (!s) {
         w->queued = w->dropped = w->written = w->errors = 0;
+        w->duplicates = w->duplicate_tokens = 0;
         w->written_bytes = 0;
     } else {
         s->tier_writes += w->written;
@@ -314,6 +339,8 @@ void lz_tier_writer_stats(lz_tier_writer *w, lazyattn_cache_stats *s) {
         s->tier_writes_queued += w->queued;
         s->tier_writes_dropped += w->dropped;
         s->tier_writes_pending += w->n + w->busy;
+        s->tier_duplicates += w->duplicates;
+        s->tier_duplicate_tokens += w->duplicate_tokens;
     }
     pthread_mutex_unlock(&w->lock);
 #else
@@ -327,7 +354,7 @@ void lz_tier_writer_destroy(lz_tier_writer *w, lazyattn_cache_stats *into) {
     pthread_mutex_lock(&w->lock);
     w->stop = 1;
     while (w->n > 0) { /* dropped: their blocks are free to be rewritten */
-        lz_job_release(&w->jobs[w->head]);
+        lz_job_release(w, &w->jobs[w->head]);
         w->head = (w->head + 1) % w->depth;
         w->n--;
         w->dropped++;

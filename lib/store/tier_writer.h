@@ -31,14 +31,18 @@ int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
 /* Hands the export of a document to the writer: its identity (model_id,
  * digest, doc_hash), tokens [n_tokens] and pool blocks [n_blocks], written
  * on the context's queue before this call. 1 when queued, 0 when dropped
- * (the queue was full, or no memory for it: counted, logged at DEBUG). */
+ * (the queue was full, or no memory for it: counted, logged at DEBUG).
+ * lease_owner (NULL: none): the cache whose lease of the document
+ * (store_lease.c) the writer gives back once the write ended, or was
+ * dropped after it was queued. A document found in the store when written
+ * counts in tier_duplicates. */
 int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t digest[32],
                           uint64_t doc_hash, const int32_t *tokens, int n_tokens,
-                          const int32_t *blocks, int n_blocks);
+                          const int32_t *blocks, int n_blocks, const void *lease_owner);
 
 /* Adds the writer's counters to s (tier_writes, tier_write_bytes,
  * tier_write_errors, tier_writes_queued, tier_writes_dropped,
- * tier_writes_pending); s NULL resets them. */
+ * tier_writes_pending, tier_duplicates(_tokens)); s NULL resets them. */
 void lz_tier_writer_stats(lz_tier_writer *w, lazyattn_cache_stats *s);
 
 /* Ends the writer: the write in progress finishes, those still queued are
