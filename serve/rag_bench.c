@@ -1346,6 +1346,13 @@ static int phase_add(phase_result *out, int slot, const proc_summary *sum, const
     t->tier_write_errors += s->tier_write_errors;
     t->tier_read_bytes += s->tier_read_bytes;
     t->tier_write_bytes += s->tier_write_bytes;
+    t->tier_leases += s->tier_leases;
+    t->tier_lease_waits += s->tier_lease_waits;
+    t->tier_lease_waited_loads += s->tier_lease_waited_loads;
+    t->tier_lease_takeovers += s->tier_lease_takeovers;
+    t->tier_lease_wait_us += s->tier_lease_wait_us;
+    t->tier_duplicates += s->tier_duplicates;
+    t->tier_duplicate_tokens += s->tier_duplicate_tokens;
     if (out->recomputed[slot] >= 0) out->recomputed[slot] += s->recomputed_tokens;
     return 0;
 }
@@ -1421,11 +1428,14 @@ static void phase_finish(phase_result *r) {
 static void print_phase(const char *label, int n, const phase_result *r) {
     const lazyattn_cache_stats *t = &r->total;
     printf("| %s | %d | %d (%d) | %lld | %lld | %lld | %lld | %.1f | %.1f | %.1f | %.2f | %.1f | "
-           "%lld / %lld / %lld |\n",
+           "%lld / %lld / %lld / %lld | %lld (%lld loaded, %.1f ms) | %lld (%lld tokens) |\n",
            label, n, r->n_ok, r->n_failed, (long long)t->doc_tokens, (long long)t->recomputed_tokens,
            (long long)t->hit_tokens, (long long)t->tier_hit_tokens, r->ttft_mean * 1e3,
            r->ttft_p50 * 1e3, r->ttft_p99 * 1e3, r->plan_mean * 1e3, r->wall_sum,
-           (long long)t->tier_writes, (long long)t->tier_errors, (long long)t->tier_rejected);
+           (long long)t->tier_writes, (long long)t->tier_errors, (long long)t->tier_rejected,
+           (long long)t->tier_write_errors, (long long)t->tier_lease_waits,
+           (long long)t->tier_lease_waited_loads, (double)t->tier_lease_wait_us * 1e-3,
+           (long long)t->tier_duplicates, (long long)t->tier_duplicate_tokens);
 }
 
 static int run_processes(bench_options *o, const serve_model_config *mc) {
@@ -1486,8 +1496,10 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     phase_finish(&shr);
     printf("\n| caches | processes | requests (failed) | doc tokens | recomputed | GPU hit tokens "
            "| tier hit tokens | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | plan + tier load mean ms "
-           "| wall s | tier writes / errors / rejected |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+           "| wall s | tier writes / errors / rejected / write errors | lease waits (loaded, "
+           "time) | computed twice |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+           "| --- |\n");
     char label[1100];
     int rounds_cut = rounds_run < o->rounds;
     print_phase(sep.n_cut || rounds_cut ? "separate (CUT SHORT)" : "separate", n, &sep);
@@ -1519,11 +1531,17 @@ static int run_processes(bench_options *o, const serve_model_config *mc) {
     }
     free(seen);
     distinct *= rounds_run;
+    const lazyattn_cache_stats *ts = &shr.total;
     printf("distinct document tokens of the workload%s (each computed once: the floor of the "
-           "shared tier): %lld; computed more than once in the shared runs: %lld tokens (documents "
-           "several processes missed before the first write reached the tier)\n",
+           "shared tier): %lld; recomputed beyond it in the shared runs: %lld tokens. Documents "
+           "computed by two processes (found in the tier when written): %lld, %lld tokens; "
+           "lease waits %lld (%lld found the document written, %lld took the lease over); tier "
+           "loads failed %lld, refused %lld (each a recompute)\n",
            rounds_run > 1 ? ", times the rounds" : "", (long long)distinct,
-           (long long)(shr.total.recomputed_tokens - distinct));
+           (long long)(ts->recomputed_tokens - distinct), (long long)ts->tier_duplicates,
+           (long long)ts->tier_duplicate_tokens, (long long)ts->tier_lease_waits,
+           (long long)ts->tier_lease_waited_loads, (long long)ts->tier_lease_takeovers,
+           (long long)ts->tier_errors, (long long)ts->tier_rejected);
     printf("recomputed per process: separate");
     for (int i = 0; i < n; i++) printf(" %lld", (long long)sep.recomputed[i]);
     printf("; shared");
@@ -2053,10 +2071,11 @@ int main(int argc, char **argv) {
         printf("\nDocument tier (%s): per lookup a GPU hit, a tier hit or a recompute\n\n",
                o.tier.shown);
         printf("| policy | budget | doc tokens | GPU hit tokens | tier hit tokens | recomputed | "
-               "tier writes | tier errors | tier rejected | write errors | MiB read / written | "
-               "plan + tier load mean ms | writer queued / dropped | skipped by cost |\n");
+               "tier writes | tier errors | tier rejected | write errors | lease waits | "
+               "computed twice | MiB read / written | plan + tier load mean ms | "
+               "writer queued / dropped | skipped by cost |\n");
         printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
-               "--- |\n");
+               "--- | --- | --- |\n");
         for (int i = 0; i < n_runs; i++) {
             const lazyattn_cache_stats *t = &runs[i].stats;
             double plan = 0;
@@ -2064,12 +2083,13 @@ int main(int argc, char **argv) {
             for (int q = 0; q < runs[i].n_requests; q++)
                 if (runs[i].requests[q].ok) plan += runs[i].requests[q].plan_s, n_plan++;
             printf("| %s | %.4g MiB | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld | "
-                   "%.2f / %.2f | %.2f | %lld / %lld | %lld |\n",
+                   "%lld | %lld | %.2f / %.2f | %.2f | %lld / %lld | %lld |\n",
                    runs[i].policy, (double)runs[i].budget_bytes / (1 << 20),
                    (long long)t->doc_tokens, (long long)t->hit_tokens,
                    (long long)t->tier_hit_tokens, (long long)t->recomputed_tokens,
                    (long long)t->tier_writes, (long long)t->tier_errors,
                    (long long)t->tier_rejected, (long long)t->tier_write_errors,
+                   (long long)t->tier_lease_waits, (long long)t->tier_duplicates,
                    (double)t->tier_read_bytes / (1 << 20), (double)t->tier_write_bytes / (1 << 20),
                    n_plan ? plan / n_plan * 1e3 : 0.0, (long long)t->tier_writes_queued,
                    (long long)t->tier_writes_dropped, (long long)t->tier_skipped_by_cost);
