@@ -2,13 +2,15 @@
 /* Leases on a write-through tier (issue 37): of two caches that miss one
  * document at once, each on its own store object of one directory or
  * Redis (two processes, or two in this one), the first computes it under
- * its lease and the other waits for its write and loads it; a holder that
- * never gives its lease back (stuck, or killed) holds the other up for the
- * lease's TTL and no longer, after which the other computes it; without
- * leases both compute, and the second write counts a duplicate. Every
- * request is checked against the float64 reference (doc_engine.c). The
- * tier's failures warn on stderr once per kind without LAZYATTN_LOG (every
- * one with LAZYATTN_LOG=warn, none with =error). The
+ * its lease and the other waits for its write and loads it (also when the
+ * holder writes through its background writer, which gives the lease
+ * back); a request that ends uncommitted gives its leases back at once; a
+ * holder that never gives its lease back (stuck, or killed) holds the
+ * other up for the lease's TTL and no longer, after which the other
+ * computes it; without leases both compute, and the second write counts a
+ * duplicate. Every request is checked against the float64 reference
+ * (doc_engine.c). The tier's failures warn on stderr once per kind without
+ * LAZYATTN_LOG (every one with LAZYATTN_LOG=warn, none with =error). The
  * Redis tests need LAZYATTN_TEST_REDIS (set by CI); without it they are
  * reported skipped. */
 #include "doc_engine.h"
@@ -152,12 +154,19 @@ static void start_waiter(void *user) {
     sleep_ms(HOLD_MS);
 }
 
-static void one_computes_other_waits(lazyattn_context *ctx, const char *spec) {
+/* write_queue > 0: the holder writes through its background writer,
+ * which gives the leases back once the writes landed. */
+static void one_computes_other_waits(lazyattn_context *ctx, const char *spec, int write_queue) {
     lazyattn_store *s;
     lt_assert_status(open_spec(spec, LEASE_LONG_MS, &s), LAZYATTN_STATUS_OK);
     delete_docs(s, 2);
     engine e;
-    tier_on(&e, ctx, s);
+    engine_open(&e, ctx, 32, MODEL);
+    lazyattn_tier_options to;
+    lazyattn_tier_options_init(&to);
+    to.write_queue = write_queue;
+    lt_assert_status(lazyattn_cache_set_tier_options(e.cache, s, LAZYATTN_TIER_WRITE_THROUGH, &to),
+                     LAZYATTN_STATUS_OK);
     spawn_child c = {spec, "", 0};
     snprintf(c.ready, sizeof c.ready, "/tmp/lazyattn-lease-ready-%ld", (long)getpid());
     unlink(c.ready);
@@ -175,6 +184,10 @@ static void one_computes_other_waits(lazyattn_context *ctx, const char *spec) {
     assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
     assert_int_equal(act[1], LAZYATTN_ACTION_PREFILL);
     lazyattn_cache_stats st = stats_of(&e);
+    for (double t0 = now_s(); st.tier_writes_pending > 0 && now_s() - t0 < 30;) {
+        sleep_ms(10); /* the writer's last count after its put */
+        st = stats_of(&e);
+    }
     assert_int_equal(st.tier_leases, 2);
     assert_int_equal(st.tier_writes, 2);
     assert_int_equal(st.tier_lease_waits, 0);
@@ -189,8 +202,17 @@ static void test_dir_one_computes(void **state) {
     assert_non_null(mkdtemp(dir));
     char spec[64];
     snprintf(spec, sizeof spec, "dir:%s", dir);
-    one_computes_other_waits(*state, spec);
+    one_computes_other_waits(*state, spec, 0);
     assert_int_equal(rmdir(dir), 0); /* no lease file, no temporary left */
+}
+
+static void test_dir_one_computes_writer(void **state) {
+    char dir[] = "/tmp/lazyattn-lease-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char spec[64];
+    snprintf(spec, sizeof spec, "dir:%s", dir);
+    one_computes_other_waits(*state, spec, 4);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 static void test_redis_one_computes(void **state) {
@@ -198,7 +220,15 @@ static void test_redis_one_computes(void **state) {
     int port = 0;
     LT_REDIS_TARGET_OR_SKIP(host, &port);
     snprintf(spec, sizeof spec, "redis:%s:%d", host, port);
-    one_computes_other_waits(*state, spec);
+    one_computes_other_waits(*state, spec, 0);
+}
+
+static void test_redis_one_computes_writer(void **state) {
+    char host[128], spec[200];
+    int port = 0;
+    LT_REDIS_TARGET_OR_SKIP(host, &port);
+    snprintf(spec, sizeof spec, "redis:%s:%d", host, port);
+    one_computes_other_waits(*state, spec, 4);
 }
 
 // ---- a holder that never gives its lease back ----
@@ -375,6 +405,47 @@ static void test_redis_killed_holder(void **state) {
     killed_holder_expires(*state, spec);
 }
 
+/* A request that ends uncommitted gives its leases back at once: the next
+ * cache that misses the document computes it without waiting. */
+static void test_dir_abandoned_request(void **state) {
+    char dir[] = "/tmp/lazyattn-lease-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char spec[64];
+    snprintf(spec, sizeof spec, "dir:%s", dir);
+    lazyattn_store *s1, *s2;
+    lt_assert_status(open_spec(spec, LEASE_LONG_MS, &s1), LAZYATTN_STATUS_OK);
+    lt_assert_status(open_spec(spec, LEASE_LONG_MS, &s2), LAZYATTN_STATUS_OK);
+    engine a, b;
+    tier_on(&a, *state, s1);
+    tier_on(&b, *state, s2);
+    int32_t tok[64];
+    doc_tokens(3, tok);
+    const int32_t *docs[1] = {tok};
+    int32_t lens[1] = {doc_len[3]};
+    int32_t question[NQ] = {5, 6, 7, 8, 9};
+    lazyattn_request_desc d = {0, NULL, 1, docs, lens, NQ, question, 0};
+    lazyattn_request *req;
+    lt_assert_status(lazyattn_request_create(a.cache, &d, &req), LAZYATTN_STATUS_OK);
+    assert_int_equal(stats_of(&a).tier_leases, 1);
+    lazyattn_request_destroy(req); /* uncommitted: the lease goes back */
+    int three = 3;
+    lazyattn_segment_action act;
+    double t0 = now_s();
+    run_docs(&b, 1, &three, &act);
+    assert_true(now_s() - t0 < LEASE_LONG_MS * 1e-3 / 2);
+    assert_int_equal(act, LAZYATTN_ACTION_PREFILL);
+    lazyattn_cache_stats sb = stats_of(&b);
+    assert_int_equal(sb.tier_lease_waits, 0);
+    assert_int_equal(sb.tier_leases, 1);
+    assert_int_equal(sb.tier_writes, 1);
+    lt_assert_status(lazyattn_store_delete(s1, key_of(3)), LAZYATTN_STATUS_OK);
+    engine_close(&a);
+    engine_close(&b);
+    lazyattn_store_destroy(s1);
+    lazyattn_store_destroy(s2);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 // ---- without leases; refusals ----
 
 static void both_compute(void *user) {
@@ -544,6 +615,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dir_leases_off),
         cmocka_unit_test(test_dir_one_computes),
         cmocka_unit_test(test_redis_one_computes),
+        cmocka_unit_test(test_dir_one_computes_writer),
+        cmocka_unit_test(test_redis_one_computes_writer),
+        cmocka_unit_test(test_dir_abandoned_request),
         cmocka_unit_test(test_dir_stuck_holder),
         cmocka_unit_test(test_redis_stuck_holder),
         cmocka_unit_test(test_dir_killed_holder),
