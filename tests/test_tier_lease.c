@@ -446,6 +446,46 @@ static void test_dir_abandoned_request(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* Something at a lease's name that is no lease (not written by the
+ * library) counts as a lease taken when it last changed: once that is a
+ * TTL ago, it is replaced at once, not waited for. */
+static void test_dir_foreign_lease_file(void **state) {
+    char dir[] = "/tmp/lazyattn-lease-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char spec[64], path[256];
+    snprintf(spec, sizeof spec, "dir:%s", dir);
+    lazyattn_doc_key k = key_of(4);
+    int n = snprintf(path, sizeof path, "%s/%016llx-", dir, (unsigned long long)k.model_id);
+    for (int i = 0; i < 32; i++)
+        n += snprintf(path + n, sizeof path - (size_t)n, "%02x", k.digest[i]);
+    snprintf(path + n, sizeof path - (size_t)n, ".lease");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("not a lease\n", f);
+    assert_int_equal(fclose(f), 0);
+    struct timespec old[2];
+    clock_gettime(CLOCK_REALTIME, &old[0]);
+    old[0].tv_sec -= 10 * LEASE_SHORT_MS / 1000;
+    old[1] = old[0];
+    assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
+    lazyattn_store *s;
+    lt_assert_status(open_spec(spec, LEASE_SHORT_MS, &s), LAZYATTN_STATUS_OK);
+    engine e;
+    tier_on(&e, *state, s);
+    int four = 4;
+    lazyattn_segment_action act;
+    run_docs(&e, 1, &four, &act);
+    assert_int_equal(act, LAZYATTN_ACTION_PREFILL);
+    lazyattn_cache_stats st = stats_of(&e);
+    assert_int_equal(st.tier_lease_waits, 0);
+    assert_int_equal(st.tier_leases, 1);
+    assert_int_equal(st.tier_writes, 1);
+    lt_assert_status(lazyattn_store_delete(s, k), LAZYATTN_STATUS_OK);
+    engine_close(&e);
+    lazyattn_store_destroy(s);
+    assert_int_equal(rmdir(dir), 0); /* replaced, then given back */
+}
+
 // ---- without leases; refusals ----
 
 static void both_compute(void *user) {
@@ -618,6 +658,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_dir_one_computes_writer),
         cmocka_unit_test(test_redis_one_computes_writer),
         cmocka_unit_test(test_dir_abandoned_request),
+        cmocka_unit_test(test_dir_foreign_lease_file),
         cmocka_unit_test(test_dir_stuck_holder),
         cmocka_unit_test(test_redis_stuck_holder),
         cmocka_unit_test(test_dir_killed_holder),

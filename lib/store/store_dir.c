@@ -314,7 +314,12 @@ static int lz_dir_lease_acquire(void *impl, lazyattn_doc_key key, uint64_t token
         if (*held) break;
         uint64_t t;
         int64_t expiry;
-        if (!lz_lease_read(file, &t, &expiry)) continue; /* just removed: try again */
+        if (!lz_lease_read(file, &t, &expiry)) {
+            struct stat sb; /* gone: try again; not a lease: stale TTL after its change */
+            if (stat(file, &sb) != 0) continue;
+            t = 0;
+            expiry = (int64_t)sb.st_mtime * 1000 + ttl_ms;
+        }
         *holder = t;
         if (expiry > lz_now_ms()) break; /* busy */
         /* expired: move it aside (one process wins), check what was moved */
