@@ -495,7 +495,7 @@ static int setup(rag_run *r, const rag_options *o, serve_gguf *g, serve_model_co
     if (serve_model_create(r->ctx, mc, &r->model) || serve_model_load_gguf(r->model, g))
         return fail("%s: %s", o->model, serve_last_error());
     uint64_t model_id = 0;
-    if (rag_model_identity(o->model, g, mc->n_layers, serve_model_uses_bf16(r->model), &model_id))
+    if (rag_model_identity(o->model, store_dir, serve_model_uses_bf16(r->model), &model_id))
         return fail("%s", serve_last_error());
     lazyattn_pool_config pc;
     serve_model_pool_config(mc, o->kv_budget, &pc);

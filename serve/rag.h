@@ -47,17 +47,16 @@ void rag_prompt_free(rag_prompt *p); /* zeroes it */
 /* ---- the model's identity (rag_identity.c) ------------------------------- */
 
 /*
- * What a document's KV depends on, as the cache's model_id: the first 8
- * bytes (little-endian) of BLAKE2b-256 (lazyattn_doc_digest over the bytes
- * as int32 words, zero-padded) of: the file's size (u64 LE), bf16 (one
- * byte, then 7 zero bytes), the file's header (metadata and tensor infos:
- * every byte before the first tensor's data) and the first and last 4 KiB
- * of every tensor the decoder reads (token_embd, output_norm, output,
- * rope_freqs, blk.L.*: names in that order). Another model, or the same
- * file edited, gets other keys without reading the whole file. IO naming
- * the file when it cannot be read.
+ * What a document's KV depends on, as the cache's model_id: XXH3-64 of 32
+ * bytes: XXH3-128 of every byte of the file (low, high u64 LE), the file's
+ * size (u64 LE), bf16 (the projections' mode: one byte, then 7 zero bytes).
+ * Two files that differ in any byte get other keys. The content hash is
+ * memoized, when memo_dir is not NULL, in memo_dir/models/<hex>.id keyed by
+ * (realpath, size, mtime_ns, ctime_ns, inode, device), written through a
+ * temporary file and a rename; a memo with another key is ignored, and a
+ * memo that cannot be written only costs a re-read. IO naming the file when
+ * it cannot be read.
  */
-int rag_model_identity(const char *path, const serve_gguf *g, int n_layers, int bf16,
-                       uint64_t *id);
+int rag_model_identity(const char *path, const char *memo_dir, int bf16, uint64_t *id);
 
 #endif

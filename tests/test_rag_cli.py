@@ -125,7 +125,8 @@ def main():
 
         st, _, err = run(prog, ["--doc", a, QUESTION], env_xdg)
         xdg = os.path.join(tmp, "xdg", "lazyattn")
-        check(st == 0 and os.path.isdir(xdg) and len(os.listdir(xdg)) == 1,
+        check(st == 0 and os.path.isdir(xdg) and
+              len([f for f in os.listdir(xdg) if f.endswith(".lzkv")]) == 1,
               "the default store is $XDG_CACHE_HOME/lazyattn")
 
         sample = ["--doc", a, "--no-store", "--temperature", "0.9", "--seed", "7", "--top-k", "50",
