@@ -270,6 +270,10 @@ int lz_request_pool(const lazyattn_request *r, const char *fn, lazyattn_pool **p
  * plain global, not thread-safe: single-threaded tests only. */
 void lz_device_plan_fail_at(int nth);
 
+/* Host allocations and reallocations a device plan has made since its
+ * creation (for the tests: a steady-state update makes none). */
+int64_t lz_device_plan_host_allocs(const lazyattn_device_plan *plan);
+
 /* ---- small helpers ---- */
 
 /* Grows the byte buffer *buf of *cap bytes to hold need (<= limit) bytes:

@@ -41,6 +41,15 @@ struct lazyattn_device_plan {
     /* the last successful update (0 after a failed one) */
     int n_seqs, n_entries, max_entries;
     int64_t updates, writes, bytes_written, entries_written, grows;
+    /* Per-update scratch kept between updates (grown, never shrunk): the
+     * changed ranges, and the staging block the writes read from, busy
+     * until staging_busy (the last write that read it; NULL: idle) is done. */
+    uint8_t *ranges;
+    size_t ranges_cap;
+    uint8_t *staging;
+    size_t staging_cap;
+    cl_event staging_busy;
+    int64_t host_allocs; /* host allocations and reallocations made */
 };
 
 /* ---- fault injection for the tests of the error paths ---- */
@@ -56,6 +65,25 @@ static int lz_dp_fault(void) {
 static void *lz_dp_malloc(size_t n) { return lz_dp_fault() ? NULL : malloc(n ? n : 1); }
 
 static void *lz_dp_realloc(void *p, size_t n) { return lz_dp_fault() ? NULL : realloc(p, n); }
+
+/* Scratch *buf of *cap bytes holding at least need bytes (lz_grow_bytes):
+ * no allocation when it already does. 0, or -1 when out of host memory. */
+static int lz_dp_scratch(lazyattn_device_plan *p, uint8_t **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    p->host_allocs++;
+    if (lz_dp_fault()) return -1;
+    return lz_grow_bytes(buf, cap, need, SIZE_MAX);
+}
+
+/* Waits until no enqueued write reads the staging block. */
+static void lz_dp_staging_idle(lazyattn_device_plan *p) {
+    if (!p->staging_busy) return;
+    clWaitForEvents(1, &p->staging_busy);
+    clReleaseEvent(p->staging_busy);
+    p->staging_busy = NULL;
+}
+
+int64_t lz_device_plan_host_allocs(const lazyattn_device_plan *plan) { return plan->host_allocs; }
 
 static cl_mem lz_dp_buffer(lazyattn_context *ctx, size_t bytes, cl_int *err) {
     if (lz_dp_fault()) {
@@ -92,6 +120,9 @@ void lazyattn_device_plan_config_init(lazyattn_device_plan_config *config) {
 }
 
 static void lz_dp_free(lazyattn_device_plan *p) {
+    lz_dp_staging_idle(p);
+    free(p->staging);
+    free(p->ranges);
     lz_dp_release(&p->table);
     lz_dp_release(&p->entry_pos);
     lz_dp_release(&p->seq_offsets);
@@ -147,6 +178,7 @@ int lazyattn_device_plan_create(lazyattn_context *ctx, const lazyattn_device_pla
     lazyattn_device_plan *p = lz_dp_malloc(sizeof *p);
     if (!p) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: the plan", fn);
     memset(p, 0, sizeof *p);
+    p->host_allocs = 6; /* the plan and its five shadows */
     p->ctx = ctx;
     p->max_seqs = cfg.max_seqs;
     p->sh_table = lz_dp_malloc(table_bytes);
@@ -201,6 +233,7 @@ static int lz_dp_grow(lazyattn_device_plan *p, int need, cl_command_queue q, con
     LZ_TRY(lz_dp_bytes(p->ctx, (size_t)cap, sizeof(int32_t), fn, "entry_pos bytes (capacity x 4)",
                        &pos_bytes));
     if (cap > p->shadow_cap) {
+        p->host_allocs += 3; /* the three reallocations below */
         uint64_t *t = lz_dp_realloc(p->sh_table, table_bytes);
         if (!t) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: shadow of %d entries", fn, cap);
         p->sh_table = t;
@@ -310,12 +343,6 @@ static void lz_dp_range_cap(lz_dp_ranges *r, size_t *gaps) {
     r->n = w + 1;
 }
 
-static void CL_CALLBACK lz_dp_staging_done(cl_event e, cl_int status, void *staging) {
-    (void)e;
-    (void)status;
-    free(staging);
-}
-
 /* Records the generation of every request entry's block (lz_pool_block_gens)
  * and holds the pool they are in, after a successful update. */
 static void lz_dp_tie(lazyattn_device_plan *p, lazyattn_pool *pool, int n_seqs,
@@ -385,9 +412,10 @@ int lazyattn_device_plan_update(lazyattn_device_plan *p, int n_seqs, const lazya
     if (total > p->capacity) LZ_TRY(lz_dp_grow(p, (int)total, q, fn));
 
     /* the changed ranges: up to one per sequence for the tables, one each
-     * for seq_offsets and q_pos */
-    size_t *idx = lz_dp_malloc(5 * (size_t)n_seqs * sizeof(size_t));
-    if (!idx) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %d ranges", fn, n_seqs);
+     * for seq_offsets and q_pos (scratch kept in the plan) */
+    if (lz_dp_scratch(p, &p->ranges, &p->ranges_cap, 5 * (size_t)n_seqs * sizeof(size_t)))
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %d ranges", fn, n_seqs);
+    size_t *idx = (size_t *)(void *)p->ranges;
     lz_dp_ranges r[LZ_DP_ARRAYS] = {
         {sizeof(uint64_t), idx, idx + n_seqs, 0, n_seqs, 0},
         {sizeof(int32_t), idx + 2 * (size_t)n_seqs, idx + 3 * (size_t)n_seqs, 0, n_seqs, 0},
@@ -434,15 +462,17 @@ int lazyattn_device_plan_update(lazyattn_device_plan *p, int n_seqs, const lazya
     if (of != SIZE_MAX) lz_dp_range_add(&r[LZ_DP_OFFSETS], of, ol - of);
     if (qf != SIZE_MAX) lz_dp_range_add(&r[LZ_DP_QPOS], qf, ql - qf);
 
-    /* one staging block for every write of this update */
+    /* one staging block for every write of this update, kept in the plan:
+     * the last update's writes read it until they are done */
     size_t bytes = 0;
     for (int a = 0; a < LZ_DP_ARRAYS; a++) bytes += r[a].bytes; /* each <= a device buffer */
-    unsigned char *staging = NULL;
-    if (bytes > 0 && !(staging = lz_dp_malloc(bytes))) {
-        free(idx);
-        return lz_dp_lost(p, lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY,
-                                     "%s: staging of %zu bytes", fn, bytes));
+    if (bytes > 0) {
+        lz_dp_staging_idle(p);
+        if (lz_dp_scratch(p, &p->staging, &p->staging_cap, bytes))
+            return lz_dp_lost(p, lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY,
+                                         "%s: staging of %zu bytes", fn, bytes));
     }
+    unsigned char *staging = p->staging;
     const void *shadows[LZ_DP_ARRAYS] = {p->sh_table, p->sh_pos, p->sh_offsets, p->sh_qpos};
     cl_mem bufs[LZ_DP_ARRAYS] = {p->table, p->entry_pos, p->seq_offsets, p->q_pos};
     cl_event last = NULL;
@@ -463,27 +493,22 @@ int lazyattn_device_plan_update(lazyattn_device_plan *p, int n_seqs, const lazya
             if (a == LZ_DP_TABLE) entries += (int64_t)r[a].count[k];
         }
     }
-    free(idx);
     if (err != CL_SUCCESS) {
         /* writes already enqueued read the staging block: wait for them */
         if (last) {
             clWaitForEvents(1, &last);
             clReleaseEvent(last);
         }
-        free(staging);
         return lz_dp_lost(p, lz_cl_fail(err, "lazyattn_device_plan_update: clEnqueueWriteBuffer"));
     }
     if (last) {
-        if (lz_dp_fault() ||
-            clSetEventCallback(last, CL_COMPLETE, lz_dp_staging_done, staging) != CL_SUCCESS) {
-            /* no callback: free the staging block once the writes are done */
-            clWaitForEvents(1, &last);
-            free(staging);
-        }
-        if (event)
+        /* the staging block is idle once the last write is done (an
+         * in-order queue); the next update that writes waits for it */
+        p->staging_busy = last;
+        if (event) {
+            clRetainEvent(last);
             *event = last;
-        else
-            clReleaseEvent(last);
+        }
     }
     p->valid = 1;
     p->n_seqs = n_seqs;
