@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int write_whole(int fd, const void *p, size_t n) {
+int dispatch_write_whole(int fd, const void *p, size_t n) {
     const char *c = p;
     while (n > 0) {
         ssize_t w = write(fd, c, n);
@@ -23,7 +23,7 @@ static int write_whole(int fd, const void *p, size_t n) {
     return 0;
 }
 
-static int read_whole(int fd, void *p, size_t n) {
+int dispatch_read_whole(int fd, void *p, size_t n) {
     char *c = p;
     while (n > 0) {
         ssize_t r = read(fd, c, n);
@@ -43,14 +43,14 @@ static int wait_ms(double s) {
 
 int dispatch_send_ready(int fd) {
     int32_t m = DISPATCH_READY;
-    return write_whole(fd, &m, sizeof m);
+    return dispatch_write_whole(fd, &m, sizeof m);
 }
 
-int dispatch_send_done(int fd, int32_t index) { return write_whole(fd, &index, sizeof index); }
+int dispatch_send_done(int fd, int32_t index) { return dispatch_write_whole(fd, &index, sizeof index); }
 
 int dispatch_send_end(int fd) {
     int32_t m = DISPATCH_END;
-    return write_whole(fd, &m, sizeof m);
+    return dispatch_write_whole(fd, &m, sizeof m);
 }
 
 int dispatch_receive(int fd, double wait_s, dispatch_request *out, int max, int *n, int *closed) {
@@ -76,7 +76,7 @@ int dispatch_receive(int fd, double wait_s, dispatch_request *out, int max, int 
     }
     /* whole messages were written at once; a read may still end inside one */
     size_t rest = (size_t)got % sizeof *out;
-    if (rest && read_whole(fd, (char *)out + got, sizeof *out - rest)) {
+    if (rest && dispatch_read_whole(fd, (char *)out + got, sizeof *out - rest)) {
         *closed = 1;
         return -1;
     }
@@ -130,7 +130,7 @@ static void collect(dispatcher *d, double wait_s) {
         ssize_t got;
         while ((got = read(p[i].fd, done, (size_t)want * sizeof done[0])) < 0 && errno == EINTR) {}
         size_t rest = got > 0 ? (size_t)got % sizeof done[0] : 0;
-        if (got <= 0 || (rest && read_whole(p[i].fd, (char *)done + got, sizeof done[0] - rest))) {
+        if (got <= 0 || (rest && dispatch_read_whole(p[i].fd, (char *)done + got, sizeof done[0] - rest))) {
             lose(d, w);
             continue;
         }
@@ -177,7 +177,7 @@ int dispatch_run(const dispatch_config *c, dispatch_result *r) {
     d.r = r;
     for (int w = 0; w < c->n_workers; w++) {
         int32_t m = 0;
-        if (read_whole(c->from_worker[w], &m, sizeof m) || m != DISPATCH_READY) r->lost[w] = 1;
+        if (dispatch_read_whole(c->from_worker[w], &m, sizeof m) || m != DISPATCH_READY) r->lost[w] = 1;
     }
     double t0 = serve_now();
     d.last_finish = t0;
@@ -189,7 +189,7 @@ int dispatch_run(const dispatch_config *c, dispatch_result *r) {
             int w = pick(&d);
             if (w < 0) break; /* every process lost */
             dispatch_request m = {c->first + i, 0, now};
-            if (write_whole(c->to_worker[w], &m, sizeof m)) {
+            if (dispatch_write_whole(c->to_worker[w], &m, sizeof m)) {
                 lose(&d, w);
                 continue;
             }

@@ -24,6 +24,13 @@
 #define DISPATCH_READY (-1)
 #define DISPATCH_END (-2)
 
+#include <stddef.h>
+
+/* Writes / reads exactly n bytes on a pipe (or any fd), retrying after
+ * EINTR: 0, or -1 on an error or end of file first. */
+int dispatch_write_whole(int fd, const void *p, size_t n);
+int dispatch_read_whole(int fd, void *p, size_t n);
+
 typedef enum dispatch_balance {
     DISPATCH_LEAST = 0,       /* to the process with the fewest requests outstanding */
     DISPATCH_ROUND_ROBIN = 1, /* to each process in turn, by arrival */

@@ -1200,30 +1200,6 @@ typedef struct proc_summary {
     lazyattn_cache_stats stats;
 } proc_summary;
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *p, size_t n) {
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* One serving process (a forked child): its own context, model and cache
  * (and its own connection to the tier when shared); serves every request
  * of the workload, starting at request index*R/N; or (--devices,
@@ -1282,8 +1258,8 @@ static int process_main(const bench_options *opt, const serve_model_config *mc, 
         for (int i = 0, j = 0; i < run.n_requests; i++)
             if (run.requests[i].ok) ttft[sum.n_ttft + j++] = run.requests[i].plan_s;
     }
-    int bad = (requests_fd >= 0 && dispatch_send_end(fd)) || write_all(fd, &sum, sizeof sum) ||
-              (sum.n_ttft && write_all(fd, ttft, 2 * (size_t)sum.n_ttft * sizeof *ttft));
+    int bad = (requests_fd >= 0 && dispatch_send_end(fd)) || dispatch_write_whole(fd, &sum, sizeof sum) ||
+              (sum.n_ttft && dispatch_write_whole(fd, ttft, 2 * (size_t)sum.n_ttft * sizeof *ttft));
     free(ttft);
     free(b.dispatched);
     serve_run_release(&run);
@@ -1308,11 +1284,11 @@ typedef struct phase_result {
  * planning times; freed by the caller). 0, or -1 (a failed process). */
 static int read_summary(int fd, proc_summary *sum, double **got) {
     *got = NULL;
-    if (read_all(fd, sum, sizeof *sum) != 0 || sum->status != 0 || sum->n_ttft < 0 ||
+    if (dispatch_read_whole(fd, sum, sizeof *sum) != 0 || sum->status != 0 || sum->n_ttft < 0 ||
         sum->n_ttft > 1 << 24)
         return -1;
     *got = malloc(2 * (size_t)sum->n_ttft * sizeof **got + 1);
-    if (!*got || read_all(fd, *got, 2 * (size_t)sum->n_ttft * sizeof **got) != 0) return -1;
+    if (!*got || dispatch_read_whole(fd, *got, 2 * (size_t)sum->n_ttft * sizeof **got) != 0) return -1;
     return 0;
 }
 
@@ -1630,7 +1606,7 @@ static int run_device_phase(const bench_options *o, const serve_model_config *mc
         double *got = NULL;
         int32_t end = 0;
         /* a lost process's pipe holds no whole summary */
-        int ok = !dr->lost[i] && read_all(from[i], &end, sizeof end) == 0 && end == DISPATCH_END &&
+        int ok = !dr->lost[i] && dispatch_read_whole(from[i], &end, sizeof end) == 0 && end == DISPATCH_END &&
                  read_summary(from[i], &sum, &got) == 0 && phase_add(&dev[i], 0, &sum, got) == 0 &&
                  phase_add(total, i, &sum, got) == 0;
         if (!ok) {
