@@ -303,3 +303,16 @@ lazyattn_doc_key key_of(int id) {
     lt_assert_status(lazyattn_doc_digest(MODEL, tok, doc_len[id], k.digest), LAZYATTN_STATUS_OK);
     return k;
 }
+
+void run_docs(engine *e, int n_docs, const int *ids, lazyattn_segment_action *actions) {
+    float *out = malloc(sizeof(float) * OUT_N);
+    assert_non_null(out);
+    run_request(e, n_docs, ids, out, actions);
+    free(out);
+}
+
+lazyattn_cache_stats stats_of(const engine *e) {
+    lazyattn_cache_stats s;
+    lt_assert_status(lazyattn_cache_get_stats(e->cache, &s), LAZYATTN_STATUS_OK);
+    return s;
+}

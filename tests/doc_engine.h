@@ -60,6 +60,12 @@ void engine_close(engine *e);
 void run_request(engine *e, int n_docs, const int *ids, float *out,
                  lazyattn_segment_action *actions);
 
+/* run_request with its output discarded. */
+void run_docs(engine *e, int n_docs, const int *ids, lazyattn_segment_action *actions);
+
+/* The cache's statistics (asserted OK). */
+lazyattn_cache_stats stats_of(const engine *e);
+
 /* Called by the next run_request between its plan and its writes, once
  * (it is cleared first; NULL: none), so that another party acts while the
  * request holds its plan (and the leases its tier took). */

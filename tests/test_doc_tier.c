@@ -30,19 +30,6 @@
 extern char **environ;
 static char self_path[4096];
 
-static void run_docs(engine *e, int n, const int *ids, lazyattn_segment_action *actions) {
-    float *out = malloc(sizeof(float) * OUT_N);
-    assert_non_null(out);
-    run_request(e, n, ids, out, actions);
-    free(out);
-}
-
-static lazyattn_cache_stats stats_of(const engine *e) {
-    lazyattn_cache_stats s;
-    lt_assert_status(lazyattn_cache_get_stats(e->cache, &s), LAZYATTN_STATUS_OK);
-    return s;
-}
-
 /* Every document lookup is a GPU hit, a tier hit or a recompute. */
 static void check_accounting(const engine *e) {
     lazyattn_cache_stats s = stats_of(e);

@@ -66,19 +66,6 @@ static int open_spec(const char *spec, int ttl_ms, lazyattn_store **s) {
     return st;
 }
 
-static void run_docs(engine *e, int n, const int *ids, lazyattn_segment_action *actions) {
-    float *out = malloc(sizeof(float) * OUT_N);
-    assert_non_null(out);
-    run_request(e, n, ids, out, actions);
-    free(out);
-}
-
-static lazyattn_cache_stats stats_of(const engine *e) {
-    lazyattn_cache_stats s;
-    lt_assert_status(lazyattn_cache_get_stats(e->cache, &s), LAZYATTN_STATUS_OK);
-    return s;
-}
-
 static void tier_on(engine *e, lazyattn_context *ctx, lazyattn_store *s) {
     engine_open(e, ctx, 32, MODEL);
     lt_assert_status(lazyattn_cache_set_tier(e->cache, s, LAZYATTN_TIER_WRITE_THROUGH),

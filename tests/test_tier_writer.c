@@ -37,12 +37,6 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-static lazyattn_cache_stats stats_of(const engine *e) {
-    lazyattn_cache_stats s;
-    lt_assert_status(lazyattn_cache_get_stats(e->cache, &s), LAZYATTN_STATUS_OK);
-    return s;
-}
-
 /* Waits (bounded) until the writer has nothing pending. */
 static lazyattn_cache_stats wait_idle(const engine *e) {
     double t0 = now_ms();
