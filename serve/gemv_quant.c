@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* y = W x with W quantized on the device: the host side of
+/* Weights kept quantized on the device: the host side of
  * serve/gemv_quant.cl (shapes and layouts in serve/gemv_quant.h). */
 #include "gemv_quant.h"
 #include "quant.h"
@@ -7,17 +7,38 @@
 #include <stdlib.h>
 
 #define SERVE_GQ_WG 64 /* GQ_WG in serve/gemv_quant.cl */
+#define SERVE_GQ_TYPES 5
+
+/* the kept types, in the order of the kernel names */
+static const struct {
+    uint32_t type;
+    const char *gemv_f32, *gemv_bf16, *dequant;
+} serve_gq_kernels[SERVE_GQ_TYPES] = {
+    {SERVE_GGML_Q8_0, "serve_gemv_q8_0_f32", "serve_gemv_q8_0_bf16", "serve_dequant_q8_0"},
+    {SERVE_GGML_Q4_0, "serve_gemv_q4_0_f32", "serve_gemv_q4_0_bf16", "serve_dequant_q4_0"},
+    {SERVE_GGML_Q4_K, "serve_gemv_q4_k_f32", "serve_gemv_q4_k_bf16", "serve_dequant_q4_k"},
+    {SERVE_GGML_Q5_K, "serve_gemv_q5_k_f32", "serve_gemv_q5_k_bf16", "serve_dequant_q5_k"},
+    {SERVE_GGML_Q6_K, "serve_gemv_q6_k_f32", "serve_gemv_q6_k_bf16", "serve_dequant_q6_k"}};
 
 struct serve_gemv_quant {
     cl_program program;
-    cl_kernel q8_0, q4_k, q6_k;
+    cl_kernel gemv[SERVE_GQ_TYPES][2]; /* [type][x bf16] */
+    cl_kernel dequant[SERVE_GQ_TYPES];
 };
+
+static int serve_gq_index(uint32_t type) {
+    for (int i = 0; i < SERVE_GQ_TYPES; i++)
+        if (serve_gq_kernels[i].type == type) return i;
+    return -1;
+}
 
 void serve_gemv_quant_destroy(serve_gemv_quant *g) {
     if (!g) return;
-    if (g->q8_0) clReleaseKernel(g->q8_0);
-    if (g->q4_k) clReleaseKernel(g->q4_k);
-    if (g->q6_k) clReleaseKernel(g->q6_k);
+    for (int i = 0; i < SERVE_GQ_TYPES; i++) {
+        for (int b = 0; b < 2; b++)
+            if (g->gemv[i][b]) clReleaseKernel(g->gemv[i][b]);
+        if (g->dequant[i]) clReleaseKernel(g->dequant[i]);
+    }
     if (g->program) clReleaseProgram(g->program);
     free(g);
 }
@@ -35,12 +56,15 @@ static int serve_gemv_quant_build(serve_gemv_quant *g, lazyattn_context *ctx) {
         clGetProgramBuildInfo(g->program, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
         return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemv_quant.cl: %.1900s", log);
     }
-    g->q8_0 = clCreateKernel(g->program, "serve_gemv_q8_0", &err);
-    if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_q8_0");
-    g->q4_k = clCreateKernel(g->program, "serve_gemv_q4_k", &err);
-    if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_q4_k");
-    g->q6_k = clCreateKernel(g->program, "serve_gemv_q6_k", &err);
-    if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_q6_k");
+    for (int i = 0; i < SERVE_GQ_TYPES; i++) {
+        const char *names[3] = {serve_gq_kernels[i].gemv_f32, serve_gq_kernels[i].gemv_bf16,
+                                serve_gq_kernels[i].dequant};
+        cl_kernel *ks[3] = {&g->gemv[i][0], &g->gemv[i][1], &g->dequant[i]};
+        for (int k = 0; k < 3; k++) {
+            *ks[k] = clCreateKernel(g->program, names[k], &err);
+            if (err != CL_SUCCESS) return serve_cl_fail(err, names[k]);
+        }
+    }
     return LAZYATTN_STATUS_OK;
 }
 
@@ -59,9 +83,7 @@ int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out) {
     return LAZYATTN_STATUS_OK;
 }
 
-int serve_gemv_quant_supports(uint32_t type) {
-    return type == SERVE_GGML_Q8_0 || type == SERVE_GGML_Q4_K || type == SERVE_GGML_Q6_K;
-}
+int serve_gemv_quant_supports(uint32_t type) { return serve_gq_index(type) >= 0; }
 
 static size_t serve_gq_size(cl_mem b) {
     size_t n = 0;
@@ -69,38 +91,101 @@ static size_t serve_gq_size(cl_mem b) {
     return n;
 }
 
-int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t type, cl_mem w,
-                         cl_mem x, cl_mem y, int n_out, int n_in, cl_event *event) {
-    static const char *who = "serve_gemv_quant_run";
-    if (!g || !queue)
-        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL handle or queue", who);
+/* The checks both kernels share: the type, the shape and W's size;
+ * *row_bytes the bytes of one row of W. */
+static int serve_gq_check_weight(const char *who, uint32_t type, cl_mem w, int out, int in,
+                                 uint64_t *row_bytes) {
     if (!serve_gemv_quant_supports(type))
-        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED, "%s: %s weights (Q8_0, Q4_K, Q6_K only)", who,
+        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                          "%s: %s weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K only)", who,
                           serve_ggml_type_name(type));
+    if (out < 1 || in < 1 ||
+        serve_ggml_row_bytes(type, (uint64_t)in, "W", row_bytes) != LAZYATTN_STATUS_OK)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: shape [%d, %d] (out >= 1, in a positive multiple of the %s block)",
+                          who, out, in, serve_ggml_type_name(type));
+    uint64_t need = *row_bytes * (uint64_t)out;
+    size_t have = serve_gq_size(w);
+    if (need > have)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: W of %zu bytes, [%d, %d] %s needs W %llu", who, have, out, in,
+                          serve_ggml_type_name(type), (unsigned long long)need);
+    return LAZYATTN_STATUS_OK;
+}
+
+int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serve_gemv_args *a,
+                         cl_event *event) {
+    static const char *who = "serve_gemv_quant_run";
+    if (!g || !queue || !a)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL handle, queue or args", who);
     uint64_t row_bytes;
-    if (n_out < 1 || n_in < 1 ||
-        serve_ggml_row_bytes(type, (uint64_t)n_in, "W", &row_bytes) != LAZYATTN_STATUS_OK)
+    int st = serve_gq_check_weight(who, a->type, a->w, a->out, a->in, &row_bytes);
+    if (st) return st;
+    if (a->rows < 1 || a->rows > SERVE_QUANT_GEMV_MAX_ROWS || a->ldy < a->out ||
+        (a->accumulate != 0 && a->accumulate != 1) || (a->x_bf16 != 0 && a->x_bf16 != 1))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "%s: shape [%d, %d] (n_out >= 1, n_in a positive multiple of the %s "
-                          "block)", who, n_out, n_in, serve_ggml_type_name(type));
-    uint64_t w_need = row_bytes * (uint64_t)n_out, x_need = (uint64_t)n_in * 4u,
-             y_need = (uint64_t)n_out * 4u;
-    size_t w_have = serve_gq_size(w), x_have = serve_gq_size(x), y_have = serve_gq_size(y);
-    if (w_need > w_have || x_need > x_have || y_need > y_have)
+                          "%s: %d rows (1..%d), ldy %d (>= out %d), accumulate %d, x_bf16 %d", who,
+                          a->rows, SERVE_QUANT_GEMV_MAX_ROWS, a->ldy, a->out, a->accumulate,
+                          a->x_bf16);
+    uint64_t x_need = ((uint64_t)a->x_off + (uint64_t)a->rows * (uint64_t)a->in) *
+                      (a->x_bf16 ? 2u : 4u),
+             y_need = ((uint64_t)a->y_off + (uint64_t)(a->rows - 1) * (uint64_t)a->ldy +
+                       (uint64_t)a->out) * 4u;
+    size_t x_have = serve_gq_size(a->x), y_have = serve_gq_size(a->y);
+    if (x_need > x_have || y_need > y_have)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "%s: buffers of %zu / %zu / %zu bytes, [%d, %d] %s needs W %llu, x "
-                          "%llu, y %llu", who, w_have, x_have, y_have, n_out, n_in,
-                          serve_ggml_type_name(type), (unsigned long long)w_need,
+                          "%s: X of %zu bytes, Y of %zu; %d rows of [%d, %d] need x %llu, y %llu",
+                          who, x_have, y_have, a->rows, a->out, a->in,
                           (unsigned long long)x_need, (unsigned long long)y_need);
-    cl_kernel k = type == SERVE_GGML_Q8_0   ? g->q8_0
-                  : type == SERVE_GGML_Q4_K ? g->q4_k
-                                            : g->q6_k;
-    cl_int err = clSetKernelArg(k, 0, sizeof w, &w);
-    err |= clSetKernelArg(k, 1, sizeof x, &x);
-    err |= clSetKernelArg(k, 2, sizeof y, &y);
-    err |= clSetKernelArg(k, 3, sizeof n_in, &n_in);
+    cl_kernel k = g->gemv[serve_gq_index(a->type)][a->x_bf16];
+    cl_ulong rb = row_bytes, xo = a->x_off, yo = a->y_off;
+    cl_int n_chunks = a->in / 32, ldx = a->in, rows = a->rows, ldy = a->ldy, acc = a->accumulate;
+    cl_int err = clSetKernelArg(k, 0, sizeof a->w, &a->w);
+    err |= clSetKernelArg(k, 1, sizeof rb, &rb);
+    err |= clSetKernelArg(k, 2, sizeof n_chunks, &n_chunks);
+    err |= clSetKernelArg(k, 3, sizeof a->x, &a->x);
+    err |= clSetKernelArg(k, 4, sizeof xo, &xo);
+    err |= clSetKernelArg(k, 5, sizeof ldx, &ldx);
+    err |= clSetKernelArg(k, 6, sizeof rows, &rows);
+    err |= clSetKernelArg(k, 7, sizeof a->y, &a->y);
+    err |= clSetKernelArg(k, 8, sizeof yo, &yo);
+    err |= clSetKernelArg(k, 9, sizeof ldy, &ldy);
+    err |= clSetKernelArg(k, 10, sizeof acc, &acc);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
-    size_t local = SERVE_GQ_WG, global = (size_t)n_out * SERVE_GQ_WG;
+    size_t local = SERVE_GQ_WG, global = (size_t)a->out * SERVE_GQ_WG;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemv_quant");
+}
+
+int serve_dequant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t type, cl_mem w,
+                      int out, int in, cl_mem dst, serve_dequant_layout layout, cl_event *event) {
+    static const char *who = "serve_dequant_run";
+    if (!g || !queue)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL handle or queue", who);
+    uint64_t row_bytes;
+    int st = serve_gq_check_weight(who, type, w, out, in, &row_bytes);
+    if (st) return st;
+    if (layout != SERVE_DEQUANT_F32 && layout != SERVE_DEQUANT_F32_T &&
+        layout != SERVE_DEQUANT_BF16)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: layout %d", who, (int)layout);
+    uint64_t need = (uint64_t)out * (uint64_t)in * (layout == SERVE_DEQUANT_BF16 ? 2u : 4u);
+    size_t have = serve_gq_size(dst);
+    if (need > have)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: dst of %zu bytes, [%d, %d] needs %llu", who, have, out, in,
+                          (unsigned long long)need);
+    cl_kernel k = g->dequant[serve_gq_index(type)];
+    cl_ulong rb = row_bytes;
+    cl_int n_chunks = in / 32, n_out = out, lay = (cl_int)layout;
+    cl_int err = clSetKernelArg(k, 0, sizeof w, &w);
+    err |= clSetKernelArg(k, 1, sizeof rb, &rb);
+    err |= clSetKernelArg(k, 2, sizeof n_chunks, &n_chunks);
+    err |= clSetKernelArg(k, 3, sizeof n_out, &n_out);
+    err |= clSetKernelArg(k, 4, sizeof dst, &dst);
+    err |= clSetKernelArg(k, 5, sizeof lay, &lay);
+    if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_dequant args");
+    size_t global[2] = {(size_t)n_chunks, (size_t)out};
+    if (layout == SERVE_DEQUANT_F32_T) global[0] = (size_t)out, global[1] = (size_t)n_chunks;
+    err = clEnqueueNDRangeKernel(queue, k, 2, NULL, global, NULL, 0, NULL, event);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_dequant");
 }

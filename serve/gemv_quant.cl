@@ -1,104 +1,218 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* y = W x with W kept quantized (serve/gemv_quant.h): one work-group of
- * GQ_WG work-items per output row, each work-item a strided share of the
- * row's blocks, a tree sum in local memory. W: [n_out] rows of ggml blocks
- * (serve/quant.c lays them out), x and y f32. Portable OpenCL 1.2:
- * vload_half reads the f16 scales (every scale is 2-byte aligned: Q8_0
- * blocks are 34 bytes, Q4_K 144, Q6_K 210). */
-#define GQ_WG 64
+/* Weights kept quantized on the device (serve/gemv_quant.h): the
+ * decode-sized GEMV and the dequantizer of the prefill path, for Q8_0,
+ * Q4_0, Q4_K, Q5_K and Q6_K blocks as a GGUF file stores them (layouts in
+ * serve/quant.c). Both read a row as chunks of 32 consecutive values and
+ * decode a chunk with the same function, whose arithmetic is quant.c's
+ * to the bit (one rounding per product, no contraction into a
+ * multiply-add): the dequantizer reproduces the host's values exactly and
+ * the GEMV multiplies exactly those values.
+ *
+ * GEMV: one work-group of GQ_WG work-items per output row; work-item i
+ * takes chunks i, i + GQ_WG, ... of the row, decodes each once and
+ * multiplies it into every one of the 1..GQ_MAX_ROWS activation rows (the
+ * weight is read once for all rows); the partial sums meet in a tree in
+ * local memory. The block bytes are read 16 at a time (vload16), the
+ * chunks of neighbouring work-items lie side by side in memory. */
+#pragma OPENCL FP_CONTRACT OFF
 
-static float gq_sum(__local float *red, float acc) {
-    int lid = (int)get_local_id(0);
-    red[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = GQ_WG / 2; s > 0; s >>= 1) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    return red[0];
+#define GQ_WG 64       /* SERVE_GQ_WG in serve/gemv_quant.c */
+#define GQ_MAX_ROWS 8  /* SERVE_QUANT_GEMV_MAX_ROWS in serve/gemv_quant.h */
+
+static float gq_half(__global const uchar *p) { return vload_half(0, (__global const half *)p); }
+
+/* 32 bytes at p (any alignment) into b */
+static void gq_load32(__global const uchar *p, uchar *b) {
+    vstore16(vload16(0, p), 0, b);
+    vstore16(vload16(1, p), 0, b + 16);
 }
 
-/* Q8_0: 32 values, f16 d then int8 q[32]: w = d * q */
-__kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void
-serve_gemv_q8_0(__global const uchar *w, __global const float *x, __global float *y, int n_in) {
-    __local float red[GQ_WG];
-    int o = (int)get_group_id(0), nb = n_in / 32;
-    __global const uchar *row = w + (size_t)o * (size_t)nb * 34;
-    float acc = 0.0f;
-    for (int b = (int)get_local_id(0); b < nb; b += GQ_WG) {
-        __global const uchar *blk = row + (size_t)b * 34;
-        __global const float *xb = x + b * 32;
-        float d = vload_half(0, (__global const half *)blk), s = 0.0f;
-        for (int j = 0; j < 32; j++) s += (float)(char)blk[2 + j] * xb[j];
-        acc += d * s;
-    }
-    float total = gq_sum(red, acc);
-    if (get_local_id(0) == 0) y[o] = total;
+/* ---- one chunk of 32 values: chunk c of a row starting at row ---- */
+
+/* Q8_0: 34 bytes a block of 32: f16 d, int8 q[32]; w = q * d */
+static void gq_decode_q8_0(__global const uchar *row, int c, float *w) {
+    __global const uchar *blk = row + (size_t)c * 34;
+    float d = gq_half(blk);
+    uchar q[32];
+    gq_load32(blk + 2, q);
+    for (int j = 0; j < 32; j++) w[j] = (float)(char)q[j] * d;
 }
 
-/* Q4_K: 256 values, f16 d, dmin; 12 bytes of 6-bit scales and mins; 128
- * bytes of nibbles. A work-item takes one sub-block of 32 values:
- * w = d * sc * q - dmin * m, so its share is d * sc * sum(q x) - dmin * m * sum(x). */
-__kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void
-serve_gemv_q4_k(__global const uchar *w, __global const float *x, __global float *y, int n_in) {
-    __local float red[GQ_WG];
-    int o = (int)get_group_id(0), nsub = n_in / 32;
-    __global const uchar *row = w + (size_t)o * (size_t)(n_in / 256) * 144;
-    float acc = 0.0f;
-    for (int t = (int)get_local_id(0); t < nsub; t += GQ_WG) {
-        int b = t / 8, j = t % 8;
-        __global const uchar *blk = row + (size_t)b * 144, *sc6 = blk + 4;
-        float d = vload_half(0, (__global const half *)blk);
-        float dmin = vload_half(0, (__global const half *)(blk + 2));
-        uint sc, m; /* ggml's get_scale_min_k4 */
-        if (j < 4) {
-            sc = sc6[j] & 63u;
-            m = sc6[j + 4] & 63u;
-        } else {
-            sc = (sc6[j + 4] & 0xFu) | ((uint)(sc6[j - 4] >> 6) << 4);
-            m = (uint)(sc6[j + 4] >> 4) | ((uint)(sc6[j] >> 6) << 4);
-        }
-        __global const uchar *q = blk + 16 + (j / 2) * 32;
-        __global const float *xs = x + t * 32;
-        int shift = (j & 1) * 4;
-        float sq = 0.0f, sx = 0.0f;
-        for (int l = 0; l < 32; l++) {
-            sq += (float)((q[l] >> shift) & 0xF) * xs[l];
-            sx += xs[l];
-        }
-        acc += d * (float)sc * sq - dmin * (float)m * sx;
+/* Q4_0: 18 bytes a block of 32: f16 d, 16 bytes of nibbles (low: values
+ * 0..15, high: 16..31); w = (q - 8) * d */
+static void gq_decode_q4_0(__global const uchar *row, int c, float *w) {
+    __global const uchar *blk = row + (size_t)c * 18;
+    float d = gq_half(blk);
+    uchar q[16];
+    vstore16(vload16(0, blk + 2), 0, q);
+    for (int j = 0; j < 16; j++) {
+        w[j] = (float)((int)(q[j] & 0xF) - 8) * d;
+        w[j + 16] = (float)((int)(q[j] >> 4) - 8) * d;
     }
-    float total = gq_sum(red, acc);
-    if (get_local_id(0) == 0) y[o] = total;
 }
 
-/* Q6_K: 256 values, u8 ql[128], u8 qh[64], int8 scales[16], f16 d: two
- * halves of 128, each four quarters of 32 values (quarter s: low (s < 2)
- * or high nibbles of ql[s & 1 ? 32 : 0 ..], bits 2s of qh, scales 2s and
- * 2s + 1 of the half's 8). A work-item takes one quarter:
- * w = d * scale * (q - 32). */
-__kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void
-serve_gemv_q6_k(__global const uchar *w, __global const float *x, __global float *y, int n_in) {
-    __local float red[GQ_WG];
-    int o = (int)get_group_id(0), nq = n_in / 32;
-    __global const uchar *row = w + (size_t)o * (size_t)(n_in / 256) * 210;
-    float acc = 0.0f;
-    for (int t = (int)get_local_id(0); t < nq; t += GQ_WG) {
-        int b = t / 8, h = (t % 8) / 4, s = t % 4;
-        __global const uchar *blk = row + (size_t)b * 210;
-        __global const uchar *ql = blk + h * 64 + (s & 1) * 32, *qh = blk + 128 + h * 32;
-        __global const char *sc = (__global const char *)(blk + 192) + h * 8 + 2 * s;
-        float d = vload_half(0, (__global const half *)(blk + 208));
-        __global const float *xs = x + t * 32;
-        int shift = (s >> 1) * 4, hshift = 2 * s;
-        float a0 = 0.0f, a1 = 0.0f;
-        for (int l = 0; l < 32; l++) {
-            int q = (int)(((ql[l] >> shift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
-            if (l < 16) a0 += (float)q * xs[l];
-            else a1 += (float)q * xs[l];
-        }
-        acc += d * ((float)sc[0] * a0 + (float)sc[1] * a1);
+/* Q4_K / Q5_K sub-block j's 6-bit scale and min (ggml's get_scale_min_k4) */
+static void gq_scale_min_k4(__global const uchar *s, int j, float *sc, float *m) {
+    if (j < 4) {
+        *sc = (float)(s[j] & 63);
+        *m = (float)(s[j + 4] & 63);
+    } else {
+        *sc = (float)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
-    float total = gq_sum(red, acc);
-    if (get_local_id(0) == 0) y[o] = total;
 }
+
+/* Q4_K: 144 bytes a block of 256: f16 d, dmin; 12 bytes of scales; 128 of
+ * nibbles, 32 bytes per pair of sub-blocks (low nibbles the even one).
+ * Chunk c: block c / 8, sub-block c % 8; w = (d * sc) * q - (dmin * m). */
+static void gq_decode_q4_k(__global const uchar *row, int c, float *w) {
+    __global const uchar *blk = row + (size_t)(c / 8) * 144;
+    int j = c % 8, shift = (j & 1) * 4;
+    float sc, m;
+    gq_scale_min_k4(blk + 4, j, &sc, &m);
+    float d1 = gq_half(blk) * sc, m1 = gq_half(blk + 2) * m;
+    uchar q[32];
+    gq_load32(blk + 16 + (j / 2) * 32, q);
+    for (int l = 0; l < 32; l++) {
+        float a = d1 * (float)((q[l] >> shift) & 0xF);
+        w[l] = a - m1;
+    }
+}
+
+/* Q5_K: 176 bytes: as Q4_K with qh[32] before the nibbles (bit j of qh[l]:
+ * the fifth bit of value l of sub-block j). */
+static void gq_decode_q5_k(__global const uchar *row, int c, float *w) {
+    __global const uchar *blk = row + (size_t)(c / 8) * 176;
+    int j = c % 8, shift = (j & 1) * 4;
+    float sc, m;
+    gq_scale_min_k4(blk + 4, j, &sc, &m);
+    float d1 = gq_half(blk) * sc, m1 = gq_half(blk + 2) * m;
+    uchar q[32], qh[32];
+    gq_load32(blk + 16, qh);
+    gq_load32(blk + 48 + (j / 2) * 32, q);
+    for (int l = 0; l < 32; l++) {
+        int v = ((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
+        float a = d1 * (float)v;
+        w[l] = a - m1;
+    }
+}
+
+/* Q6_K: 210 bytes a block of 256: ql[128], qh[64], int8 scales[16], f16 d;
+ * two halves of 128, each four quarters of 32 (quarter s: the low (s < 2)
+ * or high nibbles of ql[(s & 1) * 32 ..], bits 2s of qh, scales 2s (values
+ * 0..15) and 2s + 1 (16..31) of the half's 8 (ggml's is + 2s).
+ * Chunk c: block c / 8, half (c % 8) / 4, quarter c % 4;
+ * w = (d * scale) * (q - 32). */
+static void gq_decode_q6_k(__global const uchar *row, int c, float *w) {
+    __global const uchar *blk = row + (size_t)(c / 8) * 210;
+    int h = (c % 8) / 4, s = c % 4, shift = (s >> 1) * 4, hshift = 2 * s;
+    __global const char *sc = (__global const char *)(blk + 192) + h * 8 + 2 * s;
+    float d = gq_half(blk + 208);
+    float s0 = d * (float)sc[0], s1 = d * (float)sc[1];
+    uchar ql[32], qh[32];
+    gq_load32(blk + h * 64 + (s & 1) * 32, ql);
+    gq_load32(blk + 128 + h * 32, qh);
+    for (int l = 0; l < 32; l++) {
+        int q = (int)(((ql[l] >> shift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
+        w[l] = (l < 16 ? s0 : s1) * (float)q;
+    }
+}
+
+/* ---- activations: 4 values of row x from element i ---- */
+
+static float4 gq_x4_f32(__global const void *x, size_t i) {
+    return vload4(0, (__global const float *)x + i);
+}
+static float4 gq_x4_bf16(__global const void *x, size_t i) {
+    uint4 u = convert_uint4(vload4(0, (__global const ushort *)x + i));
+    return as_float4(u << 16);
+}
+
+/* ---- GEMV: Y[rows, out] (+)= X[rows, in] . W[out, in]^T ----
+ * w: [out] rows of row_bytes bytes (n_chunks chunks of 32 values each);
+ * x: f32 or bf16, row r from element x_off + r * ldx; y: f32, row r from
+ * y_off + r * ldy; rows 1..GQ_MAX_ROWS; accumulate 1: Y += ...
+ * Global size out * GQ_WG. */
+#define GQ_GEMV(NAME, DECODE, XLOAD)                                                           \
+    __kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void NAME(                      \
+        __global const uchar *w, ulong row_bytes, int n_chunks, __global const void *x,         \
+        ulong x_off, int ldx, int rows, __global float *y, ulong y_off, int ldy,               \
+        int accumulate) {                                                                       \
+        __local float red[GQ_MAX_ROWS * GQ_WG];                                                 \
+        int o = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
+        __global const uchar *wrow = w + (size_t)o * (size_t)row_bytes;                         \
+        float acc[GQ_MAX_ROWS];                                                                 \
+        for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.0f;                                    \
+        for (int c = lid; c < n_chunks; c += GQ_WG) {                                           \
+            float v[32];                                                                        \
+            DECODE(wrow, c, v);                                                                 \
+            for (int r = 0; r < GQ_MAX_ROWS && r < rows; r++) {                                 \
+                size_t xi = (size_t)x_off + (size_t)r * (size_t)ldx + (size_t)c * 32;          \
+                float s = 0.0f;                                                                 \
+                for (int j = 0; j < 32; j += 4) {                                               \
+                    float4 xv = XLOAD(x, xi + (size_t)j);                                       \
+                    s = mad(v[j], xv.x, s);                                                     \
+                    s = mad(v[j + 1], xv.y, s);                                                 \
+                    s = mad(v[j + 2], xv.z, s);                                                 \
+                    s = mad(v[j + 3], xv.w, s);                                                 \
+                }                                                                               \
+                acc[r] += s;                                                                    \
+            }                                                                                   \
+        }                                                                                       \
+        for (int r = 0; r < GQ_MAX_ROWS; r++) red[r * GQ_WG + lid] = acc[r];                    \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        for (int half_ = GQ_WG / 2; half_ > 0; half_ >>= 1) {                                   \
+            if (lid < half_)                                                                    \
+                for (int r = 0; r < GQ_MAX_ROWS && r < rows; r++)                               \
+                    red[r * GQ_WG + lid] += red[r * GQ_WG + lid + half_];                       \
+            barrier(CLK_LOCAL_MEM_FENCE);                                                       \
+        }                                                                                       \
+        if (lid < rows) {                                                                       \
+            size_t yi = (size_t)y_off + (size_t)lid * (size_t)ldy + (size_t)o;                  \
+            float t = red[lid * GQ_WG];                                                         \
+            y[yi] = accumulate ? y[yi] + t : t;                                                 \
+        }                                                                                       \
+    }
+
+/* ---- dequantize: a whole [out, in] tensor ----
+ * layout 0: f32 [out, in]; 1: f32 [in, out] (transposed, the f32 mode's
+ * CLBlast layout); 2: bf16 [out, in], rounded to nearest even.
+ * Global size: layout 1: (out, n_chunks), else (n_chunks, out), so that
+ * neighbouring work-items write neighbouring values. */
+#define GQ_DEQUANT(NAME, DECODE)                                                                \
+    __kernel void NAME(__global const uchar *w, ulong row_bytes, int n_chunks, int out,         \
+                       __global uchar *dst, int layout) {                                       \
+        int t = layout == 1;                                                                    \
+        int o = (int)get_global_id(t ? 0 : 1), c = (int)get_global_id(t ? 1 : 0);               \
+        float v[32];                                                                            \
+        DECODE(w + (size_t)o * (size_t)row_bytes, c, v);                                        \
+        size_t in = (size_t)n_chunks * 32, base = (size_t)o * in + (size_t)c * 32;              \
+        if (layout == 0)                                                                        \
+            for (int j = 0; j < 32; j++) ((__global float *)dst)[base + (size_t)j] = v[j];      \
+        else if (layout == 1)                                                                   \
+            for (int j = 0; j < 32; j++)                                                        \
+                ((__global float *)dst)[((size_t)c * 32 + (size_t)j) * (size_t)out +            \
+                                        (size_t)o] = v[j];                                      \
+        else                                                                                    \
+            for (int j = 0; j < 32; j++) {                                                      \
+                uint u = as_uint(v[j]);                                                         \
+                u += 0x7FFFu + ((u >> 16) & 1u);                                                \
+                ((__global ushort *)dst)[base + (size_t)j] = (ushort)(u >> 16);                 \
+            }                                                                                   \
+    }
+
+GQ_GEMV(serve_gemv_q8_0_f32, gq_decode_q8_0, gq_x4_f32)
+GQ_GEMV(serve_gemv_q8_0_bf16, gq_decode_q8_0, gq_x4_bf16)
+GQ_DEQUANT(serve_dequant_q8_0, gq_decode_q8_0)
+GQ_GEMV(serve_gemv_q4_0_f32, gq_decode_q4_0, gq_x4_f32)
+GQ_GEMV(serve_gemv_q4_0_bf16, gq_decode_q4_0, gq_x4_bf16)
+GQ_DEQUANT(serve_dequant_q4_0, gq_decode_q4_0)
+GQ_GEMV(serve_gemv_q4_k_f32, gq_decode_q4_k, gq_x4_f32)
+GQ_GEMV(serve_gemv_q4_k_bf16, gq_decode_q4_k, gq_x4_bf16)
+GQ_DEQUANT(serve_dequant_q4_k, gq_decode_q4_k)
+GQ_GEMV(serve_gemv_q5_k_f32, gq_decode_q5_k, gq_x4_f32)
+GQ_GEMV(serve_gemv_q5_k_bf16, gq_decode_q5_k, gq_x4_bf16)
+GQ_DEQUANT(serve_dequant_q5_k, gq_decode_q5_k)
+GQ_GEMV(serve_gemv_q6_k_f32, gq_decode_q6_k, gq_x4_f32)
+GQ_GEMV(serve_gemv_q6_k_bf16, gq_decode_q6_k, gq_x4_bf16)
+GQ_DEQUANT(serve_dequant_q6_k, gq_decode_q6_k)

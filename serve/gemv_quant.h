@@ -1,19 +1,30 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Matrix-vector products with the weight kept quantized on the device:
+/* Weights kept quantized on the device: the kernels that read ggml blocks
+ * (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) exactly as a GGUF file stores them
+ * (serve/quant.h's layouts: a row of `in` values is in / block_elems
+ * blocks; a weight [out, in] is `out` such rows back to back).
  *
- *   y[n_out] = W[n_out, n_in] . x[n_in]
+ *   GEMV:        Y[rows, out] (+)= X[rows, in] . W[out, in]^T, rows <= 8
+ *   dequantize:  W -> f32 [out, in], f32 [in, out] or bf16 [out, in]
  *
- * W: n_out rows of ggml blocks exactly as a GGUF file stores them (Q8_0,
- * Q4_K or Q6_K, a Q4_K_M file's main types; serve/quant.h's layouts: a
- * row is n_in / block_elems blocks), x and y f32. Decode is
- * weight-bandwidth bound: a Q4_K weight is 4.5 bits a value against
- * bf16's 16. A portable OpenCL kernel (serve/gemv_quant.cl), checked
- * against the dequantized weight (tests/test_gemv_quant.c); the
- * decoder (model.c) does not use it yet: it dequantizes at load. */
+ * Decode is weight-bandwidth bound: a Q4_K weight is 4.5 bits a value
+ * against bf16's 16, so the GEMV reads the blocks themselves, once for all
+ * rows; a prefill is compute bound, so its projections dequantize the
+ * weight into a scratch buffer and run the GEMM (serve/projection.c
+ * routes). The values both kernels compute are serve/quant.c's to the bit
+ * (serve/gemv_quant.cl). Portable OpenCL 1.2; tests/test_gemv_quant.c. */
 #ifndef SERVE_GEMV_QUANT_H
 #define SERVE_GEMV_QUANT_H
 
 #include "serve.h"
+
+/* The most activation rows the GEMV takes. Each work-item multiplies every
+ * decoded weight value into each row with scalar f32 arithmetic (one
+ * accumulator per row in registers); past a handful of rows that
+ * arithmetic, not the weight read, bounds it, and dequantizing the weight
+ * once into a scratch buffer for the (tensor-core) GEMM costs less: 8 is
+ * where a decode batch still reads the weight once at bandwidth. */
+#define SERVE_QUANT_GEMV_MAX_ROWS 8
 
 typedef struct serve_gemv_quant serve_gemv_quant;
 
@@ -21,15 +32,43 @@ typedef struct serve_gemv_quant serve_gemv_quant;
 int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out);
 void serve_gemv_quant_destroy(serve_gemv_quant *g);
 
-/* 1 when serve_gemv_quant_run takes weights of this ggml type. */
+/* 1 when the GEMV and the dequantizer take weights of this ggml type
+ * (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). */
 int serve_gemv_quant_supports(uint32_t type);
 
-/* Enqueues y = W x on queue (event: optional, the kernel's). type: Q8_0 or
- * Q4_K (another: UNSUPPORTED naming it); n_in a multiple of the type's
- * block (32, 256) and n_out >= 1, else INVALID_ARGUMENT; w must hold
- * n_out rows of blocks, x n_in floats, y n_out floats (checked against
- * the buffers' sizes). */
-int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t type, cl_mem w,
-                         cl_mem x, cl_mem y, int n_out, int n_in, cl_event *event);
+typedef struct serve_gemv_args {
+    uint32_t type;     /* the weight's ggml type (serve_gemv_quant_supports) */
+    int rows, out, in; /* 1..SERVE_QUANT_GEMV_MAX_ROWS rows; in a multiple of the type's block */
+    cl_mem w;          /* [out] rows of in / block_elems blocks */
+    cl_mem x;          /* X: row r at element x_off + r * in, f32 or bf16 (x_bf16) */
+    size_t x_off;
+    int x_bf16;        /* 1: X holds bf16 bit patterns (the bf16 engine mode's GEMM inputs) */
+    cl_mem y;          /* Y, f32: row r at element y_off + r * ldy (ldy >= out) */
+    size_t y_off;
+    int ldy;
+    int accumulate;    /* 1: Y += X . W^T (the residual projections) */
+} serve_gemv_args;
+
+/* Enqueues the GEMV on queue (event: optional, the kernel's).
+ * UNSUPPORTED naming another type; INVALID_ARGUMENT for rows outside
+ * 1..SERVE_QUANT_GEMV_MAX_ROWS, out < 1, in not a positive multiple of the
+ * block, ldy < out, accumulate not 0/1, or a buffer smaller than the shape
+ * needs (checked against the buffers' sizes; the message gives both). */
+int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serve_gemv_args *a,
+                         cl_event *event);
+
+/* What serve_dequant_run writes. */
+typedef enum serve_dequant_layout {
+    SERVE_DEQUANT_F32 = 0,   /* f32 [out, in] */
+    SERVE_DEQUANT_F32_T = 1, /* f32 [in, out]: the f32 mode's transposed CLBlast weight */
+    SERVE_DEQUANT_BF16 = 2   /* bf16 [out, in], rounded to nearest even (serve_bf16_of) */
+} serve_dequant_layout;
+
+/* Enqueues dst = the [out, in] weight w of type `type` in f32 or bf16
+ * (layout), the same values as serve_dequantize (and, for bf16, then
+ * serve_bf16_of) on the host. The same checks as serve_gemv_quant_run
+ * (dst must hold out * in values of the layout's size). */
+int serve_dequant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t type, cl_mem w,
+                      int out, int in, cl_mem dst, serve_dequant_layout layout, cl_event *event);
 
 #endif

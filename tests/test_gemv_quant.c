@@ -1,14 +1,23 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* serve/gemv_quant.cl: y = W x with W kept quantized (Q8_0, Q4_K, Q6_K) on
- * the default device (PoCL in CI), against a float64 product with the
- * dequantized weight (serve/quant.c, itself bit-exact with gguf-py: see
- * test_quant). Random blocks (f16 scales 2^-7 .. 1, every other byte
- * random), rows of 256 or 512 values (fewer sub-blocks than work-items) and of
+/* serve/gemv_quant.cl: the kernels that read weights kept quantized on the
+ * device (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), on the default device (PoCL in
+ * CI).
+ * GEMV: Y[rows, out] (+)= X[rows, in] . W^T at 1, 3 and 8 rows
+ * (SERVE_QUANT_GEMV_MAX_ROWS), X in f32 and in bf16, written and
+ * accumulated into a Y with a row offset and a row stride wider than out,
+ * against a float64 product with the weight dequantized on the host
+ * (serve/quant.c, itself bit-exact with gguf-py: see test_quant) and the
+ * same X values. Random blocks (f16 scales 2^-7 .. 1, every other byte
+ * random), rows of 256 or 512 values (fewer chunks than work-items) and of
  * 8192 (a strided loop). Bound: normalised error (max |a - b| / max |b|)
  * 1e-5, f32 accumulation of up to 8192 terms; a weight read with one
- * scale of each row lost misses by far more (checked, so the comparison
- * can fail). Then the refusals: another type (UNSUPPORTED,
- * named), a row that is not whole blocks, buffers too small. */
+ * scale of each row lost misses by over 100 times that (checked, so the
+ * comparison can fail), and the Y values outside the written rows and columns stay
+ * as they were.
+ * Dequantizer: f32 [out, in], f32 [in, out] and bf16 [out, in] equal to
+ * serve_dequantize (then serve_bf16_of) bit for bit.
+ * Then the refusals: another type (UNSUPPORTED, named), a row that is not
+ * whole blocks, too many rows, buffers too small. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "gemm_bf16.h" /* serve_bf16_of */
 #include "gemv_quant.h"
 #include "quant.h"
 
@@ -35,6 +45,11 @@ static void put_scale(unsigned char *p) {
     p[0] = (unsigned char)h, p[1] = (unsigned char)(h >> 8);
 }
 
+/* values of one block */
+static uint64_t type_block(uint32_t type) {
+    return type == SERVE_GGML_Q8_0 || type == SERVE_GGML_Q4_0 ? 32 : 256;
+}
+
 /* n_out rows of random blocks of type */
 static unsigned char *random_weight(uint32_t type, int n_out, int n_in, uint64_t *bytes) {
     uint64_t row;
@@ -43,10 +58,11 @@ static unsigned char *random_weight(uint32_t type, int n_out, int n_in, uint64_t
     unsigned char *w = malloc((size_t)*bytes);
     assert_non_null(w);
     for (uint64_t i = 0; i < *bytes; i++) w[i] = (unsigned char)rnd();
-    uint64_t block = type == SERVE_GGML_Q8_0 ? 34 : type == SERVE_GGML_Q4_K ? 144 : 210;
+    uint64_t block;
+    assert_int_equal(serve_ggml_row_bytes(type, type_block(type), "W", &block), 0);
     for (uint64_t b = 0; b < *bytes; b += block) {
         put_scale(w + b + (type == SERVE_GGML_Q6_K ? 208 : 0)); /* Q6_K: d last */
-        if (type == SERVE_GGML_Q4_K) put_scale(w + b + 2);
+        if (type == SERVE_GGML_Q4_K || type == SERVE_GGML_Q5_K) put_scale(w + b + 2); /* dmin */
     }
     return w;
 }
@@ -120,42 +136,129 @@ static cl_mem buffer(device *d, size_t bytes, const void *host) {
     return b;
 }
 
-static void test_matches_dequantized(void **state) {
+static const uint32_t types[] = {SERVE_GGML_Q8_0, SERVE_GGML_Q4_0, SERVE_GGML_Q4_K,
+                                 SERVE_GGML_Q5_K, SERVE_GGML_Q6_K};
+enum { N_TYPES = sizeof types / sizeof types[0] };
+
+static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+/* One GEMV case: rows x [n_out, n_in] of type, X f32 or bf16, written or
+ * accumulated into Y at row offset y_row0 with row stride n_out + 3. */
+static void gemv_case(device *d, uint32_t type, int n_out, int n_in, int rows, int x_bf16,
+                      int accumulate) {
+    uint64_t bytes;
+    unsigned char *w = random_weight(type, n_out, n_in, &bytes);
+    const int ldy = n_out + 3, y_row0 = 1, x_row0 = 2;
+    const size_t n_x = (size_t)(x_row0 + rows) * (size_t)n_in;
+    const size_t n_y = (size_t)(y_row0 + rows + 1) * (size_t)ldy;
+    float *xf = malloc(n_x * sizeof *xf), *y0 = malloc(n_y * sizeof *y0),
+          *y = malloc(n_y * sizeof *y);
+    uint16_t *xb = malloc(n_x * sizeof *xb);
+    double *want = malloc((size_t)n_out * sizeof *want), *wrong = malloc((size_t)n_out * 8);
+    float *got = malloc((size_t)n_out * sizeof *got);
+    assert_true(xf && y0 && y && xb && want && wrong && got);
+    for (size_t i = 0; i < n_x; i++) {
+        xf[i] = frand();
+        xb[i] = serve_bf16_of(xf[i]);
+        if (x_bf16) xf[i] = serve_float_of_bf16(xb[i]); /* the values the kernel reads */
+    }
+    for (size_t i = 0; i < n_y; i++) y0[i] = frand();
+    cl_mem wb = buffer(d, (size_t)bytes, w);
+    cl_mem xbuf = x_bf16 ? buffer(d, n_x * 2, xb) : buffer(d, n_x * 4, xf);
+    cl_mem yb = buffer(d, n_y * 4, y0);
+    serve_gemv_args a = {.type = type, .rows = rows, .out = n_out, .in = n_in, .w = wb,
+                         .x = xbuf, .x_off = (size_t)x_row0 * (size_t)n_in, .x_bf16 = x_bf16,
+                         .y = yb, .y_off = (size_t)y_row0 * (size_t)ldy, .ldy = ldy,
+                         .accumulate = accumulate};
+    int st = serve_gemv_quant_run(d->g, d->queue, &a, NULL);
+    if (st) fail_msg("%s: %s", serve_ggml_type_name(type), serve_last_error());
+    assert_int_equal(clEnqueueReadBuffer(d->queue, yb, CL_TRUE, 0, n_y * 4, y, 0, NULL, NULL),
+                     CL_SUCCESS);
+    double worst = 0.0, worst_off = INFINITY;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = xf + (size_t)(x_row0 + r) * (size_t)n_in;
+        reference(type, w, bytes, n_out, n_in, xr, want, 0);
+        reference(type, w, bytes, n_out, n_in, xr, wrong, 1);
+        const float *yr0 = y0 + (size_t)(y_row0 + r) * (size_t)ldy;
+        for (int o = 0; o < n_out && accumulate; o++) want[o] += yr0[o], wrong[o] += yr0[o];
+        memcpy(got, y + (size_t)(y_row0 + r) * (size_t)ldy, (size_t)n_out * sizeof *got);
+        double err = norm_err(got, want, n_out), off = norm_err(got, wrong, n_out);
+        if (!(err <= worst)) worst = err;
+        if (off < worst_off) worst_off = off;
+    }
+    /* nothing else of Y moved: the rows around, the columns past out */
+    for (size_t i = 0; i < n_y; i++) {
+        size_t r = i / (size_t)ldy, col = i % (size_t)ldy;
+        int written = r >= (size_t)y_row0 && r < (size_t)(y_row0 + rows) && col < (size_t)n_out;
+        if (!written && memcmp(&y[i], &y0[i], 4) != 0)
+            fail_msg("%s: Y[%zu] (row %zu, column %zu) changed", serve_ggml_type_name(type), i, r,
+                     col);
+    }
+    printf("# %s [%d, %d] x %d rows, x %s%s: normalised error %.3g; against a scale lost "
+           "per row %.3g\n", serve_ggml_type_name(type), n_out, n_in, rows,
+           x_bf16 ? "bf16" : "f32", accumulate ? ", accumulated" : "", worst, worst_off);
+    if (!(worst <= 1e-5)) fail_msg("%s: normalised error %g > 1e-5", serve_ggml_type_name(type),
+                                   worst);
+    if (!(worst_off > 1e-3)) fail_msg("%s: the comparison cannot tell a lost scale (%g)",
+                                      serve_ggml_type_name(type), worst_off);
+    clReleaseMemObject(wb), clReleaseMemObject(xbuf), clReleaseMemObject(yb);
+    free(w), free(xf), free(xb), free(y0), free(y), free(want), free(wrong), free(got);
+}
+
+static void test_gemv_matches_dequantized(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
     static const struct {
-        uint32_t type;
-        int n_out, n_in;
-    } cases[] = {{SERVE_GGML_Q8_0, 33, 256}, {SERVE_GGML_Q8_0, 17, 8192},
-                 {SERVE_GGML_Q4_K, 33, 256}, {SERVE_GGML_Q4_K, 17, 8192},
-                 {SERVE_GGML_Q6_K, 33, 512}, {SERVE_GGML_Q6_K, 17, 8192}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        uint32_t type = cases[c].type;
-        int n_out = cases[c].n_out, n_in = cases[c].n_in;
+        int n_out, n_in, rows, x_bf16, accumulate;
+    } cases[] = {{33, 512, 1, 0, 0}, {17, 512, 3, 1, 1}, {9, 256, 8, 0, 1},
+                 {5, 8192, 8, 1, 0}, {7, 8192, 1, 0, 1}};
+    for (int t = 0; t < N_TYPES; t++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            gemv_case(d, types[t], cases[c].n_out, cases[c].n_in, cases[c].rows, cases[c].x_bf16,
+                      cases[c].accumulate);
+}
+
+static void test_dequant_bit_exact(void **state) {
+    device *d = *state;
+    if (!d->ctx) skip();
+    const int n_out = 19, n_in = 512;
+    for (int t = 0; t < N_TYPES; t++) {
+        uint32_t type = types[t];
         uint64_t bytes;
         unsigned char *w = random_weight(type, n_out, n_in, &bytes);
-        float *x = malloc((size_t)n_in * sizeof *x), *y = malloc((size_t)n_out * sizeof *y);
-        double *want = malloc((size_t)n_out * sizeof *want), *wrong = malloc((size_t)n_out * 8);
-        assert_true(x && y && want && wrong);
-        for (int i = 0; i < n_in; i++) x[i] = (float)rnd() / 4294967296.0f * 2.0f - 1.0f;
-        reference(type, w, bytes, n_out, n_in, x, want, 0);
-        reference(type, w, bytes, n_out, n_in, x, wrong, 1);
-        cl_mem wb = buffer(d, (size_t)bytes, w), xb = buffer(d, (size_t)n_in * 4, x),
-               yb = buffer(d, (size_t)n_out * 4, NULL);
-        int st = serve_gemv_quant_run(d->g, d->queue, type, wb, xb, yb, n_out, n_in, NULL);
-        if (st) fail_msg("%s: %s", serve_ggml_type_name(type), serve_last_error());
-        assert_int_equal(clEnqueueReadBuffer(d->queue, yb, CL_TRUE, 0, (size_t)n_out * 4, y, 0,
-                                             NULL, NULL), CL_SUCCESS);
-        double err = norm_err(y, want, n_out), off = norm_err(y, wrong, n_out);
-        printf("# %s [%d, %d] (%llu bytes): normalised error %.3g; against a scale lost "
-               "per row %.3g\n", serve_ggml_type_name(type), n_out, n_in,
-               (unsigned long long)bytes, err, off);
-        if (!(err <= 1e-5)) fail_msg("%s: normalised error %g > 1e-5", serve_ggml_type_name(type),
-                                     err);
-        if (!(off > 1e-2)) fail_msg("%s: the comparison cannot tell a lost scale (%g)",
-                                    serve_ggml_type_name(type), off);
-        clReleaseMemObject(wb), clReleaseMemObject(xb), clReleaseMemObject(yb);
-        free(w), free(x), free(y), free(want), free(wrong);
+        size_t n = (size_t)n_out * (size_t)n_in;
+        float *host = malloc(n * 4), *dev = malloc(n * 4);
+        assert_true(host && dev);
+        assert_int_equal(serve_dequantize(type, w, bytes, host, (uint64_t)n, "W"), 0);
+        cl_mem wb = buffer(d, (size_t)bytes, w), dst = buffer(d, n * 4, NULL);
+        static const serve_dequant_layout layouts[] = {SERVE_DEQUANT_F32, SERVE_DEQUANT_F32_T,
+                                                       SERVE_DEQUANT_BF16};
+        for (int l = 0; l < 3; l++) {
+            int st = serve_dequant_run(d->g, d->queue, type, wb, n_out, n_in, dst, layouts[l],
+                                       NULL);
+            if (st) fail_msg("%s: %s", serve_ggml_type_name(type), serve_last_error());
+            assert_int_equal(clEnqueueReadBuffer(d->queue, dst, CL_TRUE, 0, n * 4, dev, 0, NULL,
+                                                 NULL), CL_SUCCESS);
+            const uint16_t *bits = (const uint16_t *)dev;
+            for (size_t i = 0; i < n; i++) {
+                size_t o = i / (size_t)n_in, k = i % (size_t)n_in;
+                uint32_t want, got;
+                if (layouts[l] == SERVE_DEQUANT_BF16) {
+                    want = serve_bf16_of(host[i]), got = bits[i];
+                } else {
+                    memcpy(&want, &host[i], 4);
+                    memcpy(&got, layouts[l] == SERVE_DEQUANT_F32 ? &dev[i]
+                                                              : &dev[k * (size_t)n_out + o], 4);
+                }
+                if (want != got)
+                    fail_msg("%s layout %d: W[%zu, %zu] = 0x%08x on the device, 0x%08x on the "
+                             "host", serve_ggml_type_name(type), l, o, k, got, want);
+            }
+        }
+        printf("# %s dequantized on the device: f32, f32 transposed and bf16 bit-exact\n",
+               serve_ggml_type_name(type));
+        clReleaseMemObject(wb), clReleaseMemObject(dst);
+        free(w), free(host), free(dev);
     }
 }
 
@@ -163,27 +266,49 @@ static void test_refused(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
     cl_mem w = buffer(d, 144 * 4, NULL), x = buffer(d, 1024, NULL), y = buffer(d, 64, NULL);
-    int st = serve_gemv_quant_run(d->g, d->queue, SERVE_GGML_Q5_K, w, x, y, 2, 256, NULL);
-    assert_int_equal(st, LAZYATTN_STATUS_UNSUPPORTED);
-    assert_non_null(strstr(serve_last_error(), "Q5_K weights"));
-    st = serve_gemv_quant_run(d->g, d->queue, SERVE_GGML_Q4_K, w, x, y, 2, 100, NULL);
-    assert_int_equal(st, LAZYATTN_STATUS_INVALID_ARGUMENT);
+    serve_gemv_args a = {.type = SERVE_GGML_Q2_K, .rows = 1, .out = 2, .in = 256, .w = w,
+                         .x = x, .y = y, .ldy = 2};
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL), LAZYATTN_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(serve_last_error(), "Q2_K weights"));
+    a.type = SERVE_GGML_Q4_K, a.in = 100;
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "multiple of the Q4_K block"));
     /* 5 rows of one Q4_K block need 720 bytes, W holds 576 */
-    st = serve_gemv_quant_run(d->g, d->queue, SERVE_GGML_Q4_K, w, x, y, 5, 256, NULL);
-    assert_int_equal(st, LAZYATTN_STATUS_INVALID_ARGUMENT);
+    a.in = 256, a.out = 5, a.ldy = 5;
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "needs W 720"));
-    /* x holds 256 floats, 512 asked */
-    st = serve_gemv_quant_run(d->g, d->queue, SERVE_GGML_Q8_0, w, x, y, 2, 512, NULL);
-    assert_int_equal(st, LAZYATTN_STATUS_INVALID_ARGUMENT);
-    assert_int_equal(serve_gemv_quant_run(NULL, d->queue, SERVE_GGML_Q8_0, w, x, y, 1, 32, NULL),
+    a.out = 2, a.ldy = 2, a.rows = SERVE_QUANT_GEMV_MAX_ROWS + 1;
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "9 rows (1..8)"));
+    /* x holds 256 floats, 512 asked (W: one row of 16 Q8_0 blocks, 544 bytes) */
+    a.rows = 1, a.type = SERVE_GGML_Q8_0, a.in = 512, a.out = 1, a.ldy = 1;
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "need x 2048"));
+    a.in = 32, a.out = 2; /* ldy 1 < out */
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_int_equal(serve_gemv_quant_run(NULL, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    /* the dequantizer: dst of 64 bytes for 2 x 32 f32 values (256 bytes) */
+    assert_int_equal(serve_dequant_run(d->g, d->queue, SERVE_GGML_Q8_0, w, 2, 32, y,
+                                       SERVE_DEQUANT_F32, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "needs 256"));
+    assert_int_equal(serve_dequant_run(d->g, d->queue, SERVE_GGML_F16, w, 2, 32, x,
+                                       SERVE_DEQUANT_F32, NULL), LAZYATTN_STATUS_UNSUPPORTED);
+    assert_int_equal(serve_dequant_run(d->g, d->queue, SERVE_GGML_Q8_0, w, 2, 32, x,
+                                       (serve_dequant_layout)7, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     clReleaseMemObject(w), clReleaseMemObject(x), clReleaseMemObject(y);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches_dequantized),
+        cmocka_unit_test(test_gemv_matches_dequantized),
+        cmocka_unit_test(test_dequant_bit_exact),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
