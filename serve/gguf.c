@@ -648,6 +648,21 @@ int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *
     return st;
 }
 
+int serve_gguf_read_raw(const serve_gguf *g, const serve_gguf_tensor *t, void *dst,
+                        uint64_t n_bytes) {
+    if (!g || !t || !dst)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gguf_read_raw: NULL");
+    if (n_bytes != t->n_bytes)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_gguf_read_raw: %s has %llu bytes, %llu asked", t->name,
+                          (unsigned long long)t->n_bytes, (unsigned long long)n_bytes);
+    if (fseeko(g->file, (off_t)t->offset, SEEK_SET) != 0)
+        return serve_fail(LAZYATTN_STATUS_IO, "GGUF: seek to tensor %s failed", t->name);
+    if (fread(dst, 1, (size_t)n_bytes, g->file) != (size_t)n_bytes)
+        return serve_fail(LAZYATTN_STATUS_IO, "GGUF: short read of tensor %s", t->name);
+    return LAZYATTN_STATUS_OK;
+}
+
 /* ---- llama metadata ---- */
 
 static int gguf_need_int(const serve_gguf *g, const char *key, int lo, int hi, int *out) {

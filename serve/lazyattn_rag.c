@@ -34,7 +34,8 @@
 
 static const char usage_text[] =
     "usage: lazyattn-rag --model FILE.gguf [--doc FILE]... [options] QUESTION\n"
-    "Answers QUESTION over the documents with a llama GGUF model (f32/f16 weights and its own\n"
+    "Answers QUESTION over the documents with a llama GGUF model (F32, F16, BF16, Q8_0, Q4_0,\n"
+    "Q4_K, Q5_K or Q6_K weights; the quantized ones kept so on the device; and its own\n"
     "tokenizer), reusing each document's KV cache across prompts and runs.\n"
     "  --model FILE        the GGUF model\n"
     "  --doc FILE          a document (repeatable; - reads one from stdin); QUESTION - reads\n"
@@ -55,6 +56,8 @@ static const char usage_text[] =
     "  --system TEXT       a system message (chat templates only)\n"
     "  --kv-budget SIZE    device memory for KV (default 1GiB)\n"
     "  --max-rows N        most tokens of one forward (default 512)\n"
+    "  --dequantize        dequantize quantized weights at load instead of keeping them\n"
+    "                      quantized on the device (to compare; more memory)\n"
     "  --progress          progress bars on stderr even when it is not a terminal\n"
     "  --no-progress       none even on a terminal\n"
     "Exit status: 0 answered, 1 a file, the model or the run failed, 2 a bad command line.\n";
@@ -171,6 +174,7 @@ typedef struct rag_options {
     const char *docs[MAX_DOCS];
     int n_docs;
     int no_store, policy, max_tokens, top_k, template_index, max_rows, progress, no_progress;
+    int dequantize;
     double temperature, top_p;
     uint64_t seed, kv_budget;
 } rag_options;
@@ -494,8 +498,11 @@ static int setup(rag_run *r, const rag_options *o, serve_gguf *g, serve_model_co
     }
     if (serve_model_create(r->ctx, mc, &r->model) || serve_model_load_gguf(r->model, g))
         return fail("%s: %s", o->model, serve_last_error());
+    if (progress_on) fprintf(stderr, PROG ": %s\n", serve_model_weights_note(r->model));
     uint64_t model_id = 0;
-    if (rag_model_identity(o->model, store_dir, serve_model_uses_bf16(r->model), &model_id))
+    /* KV computed from weights kept quantized differs in rounding */
+    const int mode = serve_model_uses_bf16(r->model) | serve_model_kept_quantized(r->model) << 1;
+    if (rag_model_identity(o->model, store_dir, mode, &model_id))
         return fail("%s", serve_last_error());
     lazyattn_pool_config pc;
     serve_model_pool_config(mc, o->kv_budget, &pc);
@@ -667,6 +674,7 @@ int main(int argc, char **argv) {
         {.name = "--max-rows", .type = CLI_INT, .dest = &o.max_rows, .min = 1, .max = 65536},
         {.name = "--progress", .type = CLI_FLAG, .dest = &o.progress},
         {.name = "--no-progress", .type = CLI_FLAG, .dest = &o.no_progress},
+        {.name = "--dequantize", .type = CLI_FLAG, .dest = &o.dequantize},
     };
     const int n_opts = (int)(sizeof opts / sizeof opts[0]);
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -728,6 +736,7 @@ int main(int argc, char **argv) {
         if (serve_gguf_model_config(g, &mc))
             st = fail("%s: this model cannot run here: %s", o.model, serve_last_error());
         mc.max_rows = o.max_rows;
+        mc.dequantize_weights = o.dequantize;
     }
     if (!st && serve_tokenizer_from_gguf(g, &tkz))
         st = fail("%s: its tokenizer: %s", o.model, serve_last_error());

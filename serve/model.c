@@ -8,6 +8,7 @@
  * GEMMs with fused QKV and gate/up (bf16 mode, serve_layers_bf16). */
 #include "serve.h"
 #include "gemm_bf16.h"
+#include "projection.h"
 #include "quant.h"
 
 #include <math.h>
@@ -64,8 +65,17 @@ struct serve_model {
 
     int bf16;              /* projections in bf16 (serve_gemm_mode resolved) */
     serve_gemm_bf16 *gemm; /* bf16 mode */
-    uint64_t matrix_types; /* GGUF: bit t set when a weight matrix of ggml type t was loaded */
-    char weights_note[128]; /* GGUF: how the weights were stored and loaded ("" before) */
+    /* GGUF: weight matrices of each ggml type converted at load and kept
+     * quantized (the token embedding is a matrix, always converted) */
+    uint32_t n_converted[64], n_kept[64];
+    char weights_note[256]; /* GGUF: how the weights were stored and loaded ("" before) */
+    /* weights kept quantized (serve_load_quantized): every projection runs
+     * through serve_project, the layer loop serve_layers_proj */
+    int quant;
+    serve_weight *proj;      /* [n_layers * SERVE_PROJ_COUNT] (serve_proj_slot order) */
+    serve_weight head;       /* the LM head */
+    cl_mem dq_scratch;       /* the largest kept weight dequantized (prefill) */
+    serve_gemv_quant *gq;
 
     cl_program program;
     /* the mode's kernels (serve_rmsnorm or serve_rmsnorm_bf16, ...); the
@@ -492,6 +502,18 @@ static int serve_fill_bf16(serve_model *m, cl_mem w, uint64_t dst_off, uint64_t 
 
 /* ---- create / destroy ---- */
 
+/* The projections of a load that kept weights quantized, and their scratch. */
+enum { SERVE_PROJ_COUNT = 7 };
+static void serve_proj_release(serve_model *m) {
+    for (int i = 0; m->proj && i < m->cfg.n_layers * SERVE_PROJ_COUNT; i++)
+        serve_release(&m->proj[i].buf);
+    free(m->proj);
+    m->proj = NULL;
+    serve_release(&m->head.buf);
+    serve_release(&m->dq_scratch);
+    m->quant = 0;
+}
+
 void serve_model_destroy(serve_model *m) {
     if (!m) return;
     serve_staging_release(m);
@@ -515,6 +537,8 @@ void serve_model_destroy(serve_model *m) {
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i]) clReleaseKernel(ks[i]);
     if (m->program) clReleaseProgram(m->program);
+    serve_proj_release(m);
+    serve_gemv_quant_destroy(m->gq);
     serve_gemm_bf16_destroy(m->gemm);
     lazyattn_attention_destroy(m->attn);
     free(m);
@@ -669,6 +693,10 @@ void serve_model_device_bytes(const serve_model *m, uint64_t *weights, uint64_t 
                            L->w_gate,    L->w_up, L->w_down, L->wqkv, L->wgu};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) w += serve_bytes_of(ws[i]);
         }
+        for (int i = 0; m->proj && i < m->cfg.n_layers * SERVE_PROJ_COUNT; i++)
+            w += serve_bytes_of(m->proj[i].buf);
+        w += serve_bytes_of(m->head.buf);
+        other += serve_bytes_of(m->dq_scratch);
         cl_mem bufs[] = {m->x,      m->h,      m->q,         m->k,       m->v,
                          m->att,    m->g,      m->u,         m->logits,  m->rows,
                          m->next,   m->tables, m->gemm_temp, m->indptrs, m->h_bf,
@@ -769,7 +797,7 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
                           name, (unsigned long long)t->dims[0], (unsigned long long)t1,
                           (unsigned long long)d0, (unsigned long long)d1);
     if ((st = serve_gguf_read_f32(g, t, host, d0 * d1))) return st;
-    if (d1 > 1 && t->type < 64) m->matrix_types |= (uint64_t)1 << t->type;
+    if (d1 > 1 && t->type < 64) m->n_converted[t->type]++;
     /* a NaN or infinite weight makes every logit NaN: refuse the file */
     for (uint64_t i = 0; i < d0 * d1; i++)
         if (!isfinite(host[i]))
@@ -804,24 +832,188 @@ static int serve_load_tensor(serve_model *m, const serve_gguf *g, const char *na
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "upload weights");
 }
 
-/* m->weights_note from m->matrix_types, e.g. "weights: Q4_K/Q6_K/Q8_0
- * dequantized at load to bf16": the file's matrix types (ggml order) and
- * what the GEMMs read. Quantized matrices are never kept quantized on the
- * device yet: every type is converted at load. */
-static void serve_weights_note(serve_model *m) {
-    char types[96] = "";
+/* The types with a non-zero count, in ggml order, into out: "Q4_K/Q6_K",
+ * or with counts "Q4_K ×14, Q6_K ×3". *quantized |= one of them is. */
+static void serve_types_list(const uint32_t *counts, int with_counts, char *out, size_t cap,
+                             int *quantized) {
     size_t len = 0;
-    int quantized = 0;
+    out[0] = 0;
     for (uint32_t t = 0; t < 64; t++) {
-        if (!(m->matrix_types >> t & 1)) continue;
-        quantized |= t != SERVE_GGML_F32 && t != SERVE_GGML_F16 && t != SERVE_GGML_BF16;
-        int k = snprintf(types + len, sizeof types - len, "%s%s", len ? "/" : "",
-                         serve_ggml_type_name(t));
-        if (k < 0 || (size_t)k >= sizeof types - len) break;
+        if (!counts[t]) continue;
+        *quantized |= t != SERVE_GGML_F32 && t != SERVE_GGML_F16 && t != SERVE_GGML_BF16;
+        int k = with_counts ? snprintf(out + len, cap - len, "%s%s ×%u", len ? ", " : "",
+                                       serve_ggml_type_name(t), (unsigned)counts[t])
+                            : snprintf(out + len, cap - len, "%s%s", len ? "/" : "",
+                                       serve_ggml_type_name(t));
+        if (k < 0 || (size_t)k >= cap - len) break;
         len += (size_t)k;
     }
-    snprintf(m->weights_note, sizeof m->weights_note, "weights: %s %s at load to %s", types,
-             quantized ? "dequantized" : "converted", m->bf16 ? "bf16" : "f32");
+}
+
+/* m->weights_note from the counts: the file's matrix types and what the
+ * GEMMs read, e.g. "weights: Q4_K/Q6_K/Q8_0 dequantized at load to bf16"
+ * when nothing is kept quantized, else "weights: kept quantized on the
+ * device: Q4_K ×14, Q6_K ×3; dequantized at load to f32: Q4_K ×1". */
+static void serve_weights_note(serve_model *m) {
+    char conv[112], kept[112];
+    int quantized = 0, kept_any = 0;
+    serve_types_list(m->n_kept, 1, kept, sizeof kept, &kept_any);
+    serve_types_list(m->n_converted, kept_any, conv, sizeof conv, &quantized);
+    const char *how = quantized ? "dequantized" : "converted", *to = m->bf16 ? "bf16" : "f32";
+    if (!kept_any)
+        snprintf(m->weights_note, sizeof m->weights_note, "weights: %s %s at load to %s", conv,
+                 how, to);
+    else
+        snprintf(m->weights_note, sizeof m->weights_note,
+                 "weights: kept quantized on the device: %s; %s at load to %s: %s", kept, how, to,
+                 conv);
+}
+
+/* ---- weights kept quantized ---- */
+
+/* A layer's projections in m->proj, in this order. */
+typedef enum serve_proj_slot {
+    SERVE_PROJ_Q = 0, SERVE_PROJ_K, SERVE_PROJ_V, SERVE_PROJ_O,
+    SERVE_PROJ_GATE, SERVE_PROJ_UP, SERVE_PROJ_DOWN
+} serve_proj_slot;
+static const char *const serve_proj_names[SERVE_PROJ_COUNT] = {
+    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+
+/* [out, in] of a slot's weight */
+static void serve_proj_shape(const serve_model_config *c, int slot, int *out, int *in) {
+    int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    static const int outs_in[SERVE_PROJ_COUNT] = {0, 1, 1, 2, 3, 3, 2}; /* 0 qd 1 kvd 2 h 3 ffn */
+    int dims[4] = {qd, kvd, h, c->ffn};
+    *out = dims[outs_in[slot]];
+    *in = slot == SERVE_PROJ_O ? qd : slot == SERVE_PROJ_DOWN ? c->ffn : h;
+}
+
+static const char *serve_head_name(const serve_model_config *c) {
+    return c->tied_embeddings ? "token_embd.weight" : "output.weight";
+}
+
+/* 1 when this load keeps some weight quantized: dequantize_weights is off
+ * and a projection or the LM head is of a type the device GEMV reads. */
+static int serve_keeps_quantized(const serve_model *m, const serve_gguf *g) {
+    if (m->cfg.dequantize_weights) return 0;
+    const serve_gguf_tensor *t;
+    if (serve_gguf_find_tensor(g, serve_head_name(&m->cfg), &t) == LAZYATTN_STATUS_OK &&
+        serve_gemv_quant_supports(t->type))
+        return 1;
+    char name[96];
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int i = 0; i < SERVE_PROJ_COUNT; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, serve_proj_names[i]);
+            if (serve_gguf_find_tensor(g, name, &t) == LAZYATTN_STATUS_OK &&
+                serve_gemv_quant_supports(t->type))
+                return 1;
+        }
+    return 0;
+}
+
+/* FORMAT when an f16 scale of the blocks (d, and dmin of Q4_K / Q5_K) is
+ * infinite or NaN: its values would be, and every logit NaN. */
+static int serve_check_scales(const char *name, uint32_t type, const uint8_t *b, uint64_t bytes) {
+    uint64_t block;
+    uint64_t elems = type == SERVE_GGML_Q8_0 || type == SERVE_GGML_Q4_0 ? 32 : 256;
+    if (serve_ggml_row_bytes(type, elems, name, &block)) return LAZYATTN_STATUS_FORMAT;
+    int has_dmin = type == SERVE_GGML_Q4_K || type == SERVE_GGML_Q5_K;
+    uint64_t at = type == SERVE_GGML_Q6_K ? 208 : 0;
+    for (uint64_t o = 0; o + block <= bytes; o += block)
+        for (int k = 0; k <= has_dmin; k++) {
+            const uint8_t *p = b + o + at + 2 * (uint64_t)k;
+            if (((p[0] | p[1] << 8) & 0x7C00) == 0x7C00)
+                return serve_fail(LAZYATTN_STATUS_FORMAT,
+                                  "GGUF: tensor %s block %llu: its %s scale is %s", name,
+                                  (unsigned long long)(o / block), k ? "dmin" : "d",
+                                  (p[0] | (p[1] & 3) << 8) ? "NaN" : "infinite");
+        }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* One projection weight [out, in] of a quantized load into w: the file's
+ * blocks when the GEMV reads its type, else converted into a dense buffer
+ * of the mode's layout. *scratch: the largest kept weight's dequantized
+ * bytes so far. host, tmp: as serve_load_tensor's. */
+static int serve_load_weight(serve_model *m, const serve_gguf *g, const char *name, int out,
+                             int in, serve_weight *w, float *host, float *tmp, size_t *scratch) {
+    const serve_gguf_tensor *t;
+    int st = serve_gguf_find_tensor(g, name, &t);
+    if (st) return serve_fail(st, "GGUF: tensor %s missing", name);
+    size_t dense = (size_t)out * (size_t)in * (m->bf16 ? 2u : 4u);
+    w->out = out, w->in = in;
+    if (!serve_gemv_quant_supports(t->type)) {
+        w->type = m->bf16 ? SERVE_GGML_BF16 : SERVE_GGML_F32;
+        if ((st = serve_alloc(m, dense, &w->buf, name))) return st;
+        return serve_load_tensor(m, g, name, (uint64_t)in, (uint64_t)out,
+                                 m->bf16 ? SERVE_LOAD_BF16 : SERVE_LOAD_F32_T, w->buf, 0, host,
+                                 tmp);
+    }
+    uint64_t t1 = t->n_dims > 1 ? t->dims[1] : 1, row_bytes;
+    if (t->dims[0] != (uint64_t)in || t1 != (uint64_t)out ||
+        t->n_elements != (uint64_t)in * (uint64_t)out)
+        return serve_fail(LAZYATTN_STATUS_FORMAT,
+                          "GGUF: tensor %s has shape [%llu, %llu], the model needs [%d, %d]",
+                          name, (unsigned long long)t->dims[0], (unsigned long long)t1, in, out);
+    if ((st = serve_ggml_row_bytes(t->type, (uint64_t)in, name, &row_bytes))) return st;
+    if (row_bytes * (uint64_t)out != t->n_bytes)
+        return serve_fail(LAZYATTN_STATUS_FORMAT, "GGUF: tensor %s: %llu bytes, its type and "
+                          "shape need %llu", name, (unsigned long long)t->n_bytes,
+                          (unsigned long long)(row_bytes * (uint64_t)out));
+    /* blocks take fewer bytes than the f32 values host has room for */
+    if ((st = serve_gguf_read_raw(g, t, host, t->n_bytes)) ||
+        (st = serve_check_scales(name, t->type, (const uint8_t *)host, t->n_bytes)) ||
+        (st = serve_alloc(m, (size_t)t->n_bytes, &w->buf, name)))
+        return st;
+    cl_int err = clEnqueueWriteBuffer(m->queue, w->buf, CL_TRUE, 0, (size_t)t->n_bytes, host, 0,
+                                      NULL, NULL);
+    if (err != CL_SUCCESS) return serve_cl_fail(err, "upload weights");
+    w->type = t->type;
+    m->n_kept[t->type]++;
+    if (dense > *scratch) *scratch = dense;
+    return LAZYATTN_STATUS_OK;
+}
+
+/* serve_model_load_gguf's projections and LM head when some are kept
+ * quantized (token_embd and output_norm already loaded): one weight per
+ * tensor (no fused QKV / gate-up: a Q4_K_M file mixes types inside the
+ * groups), the dense buffers of create released. */
+static int serve_load_quantized(serve_model *m, const serve_gguf *g, float *host, float *tmp) {
+    const serve_model_config *c = &m->cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        serve_layer *L = &m->layers[l];
+        cl_mem *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down,
+                        &L->wqkv, &L->wgu};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) serve_release(ws[i]);
+    }
+    serve_release(&m->output);
+    m->proj = calloc((size_t)c->n_layers * SERVE_PROJ_COUNT, sizeof *m->proj);
+    if (!m->proj) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_model_load_gguf");
+    size_t scratch = 0;
+    int st = serve_load_weight(m, g, serve_head_name(c), c->vocab, c->hidden, &m->head, host, tmp,
+                               &scratch);
+    char name[96];
+    for (int l = 0; l < c->n_layers && !st; l++) {
+        serve_layer *L = &m->layers[l];
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        st = serve_load_tensor(m, g, name, (uint64_t)c->hidden, 1, SERVE_LOAD_F32, L->attn_norm,
+                               0, host, tmp);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        if (!st)
+            st = serve_load_tensor(m, g, name, (uint64_t)c->hidden, 1, SERVE_LOAD_F32,
+                                   L->ffn_norm, 0, host, tmp);
+        for (int i = 0; i < SERVE_PROJ_COUNT && !st; i++) {
+            int out, in;
+            serve_proj_shape(c, i, &out, &in);
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, serve_proj_names[i]);
+            st = serve_load_weight(m, g, name, out, in, &m->proj[l * SERVE_PROJ_COUNT + i], host,
+                                   tmp, &scratch);
+        }
+    }
+    if (!st && scratch) st = serve_alloc(m, scratch, &m->dq_scratch, "dequantized weight");
+    if (!st && !m->gq) st = serve_gemv_quant_create(m->ctx, &m->gq);
+    if (!st) m->quant = 1;
+    return st;
 }
 
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
@@ -833,7 +1025,12 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     uint64_t biggest = V * h;
     if (ff * h > biggest) biggest = ff * h;
     if (qd * h > biggest) biggest = qd * h;
-    m->matrix_types = 0;
+    if (m->proj) /* its dense projection buffers are gone */
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_model_load_gguf: the model holds weights kept quantized: load "
+                          "into a new model");
+    memset(m->n_converted, 0, sizeof m->n_converted);
+    memset(m->n_kept, 0, sizeof m->n_kept);
     m->weights_note[0] = 0;
     float *host = malloc((size_t)biggest * sizeof(float));
     float *tmp = malloc((size_t)biggest * sizeof(float));
@@ -848,6 +1045,13 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
     if (!st)
         st = serve_load_tensor(m, g, "output_norm.weight", h, 1, SERVE_LOAD_F32, m->output_norm, 0,
                                host, tmp);
+    if (!st && serve_keeps_quantized(m, g)) {
+        st = serve_load_quantized(m, g, host, tmp);
+        free(host);
+        free(tmp);
+        if (!st) serve_weights_note(m);
+        return st;
+    }
     if (!st)
         st = serve_load_tensor(m, g, c->tied_embeddings ? "token_embd.weight" : "output.weight", h,
                                V, proj, m->output, 0, host, tmp);
@@ -900,6 +1104,7 @@ int serve_model_load_gguf(serve_model *m, const serve_gguf *g) {
 }
 
 const char *serve_model_weights_note(const serve_model *m) { return m ? m->weights_note : ""; }
+int serve_model_kept_quantized(const serve_model *m) { return m ? m->quant : 0; }
 
 /* ---- forward ---- */
 
@@ -991,8 +1196,47 @@ static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
     return LAZYATTN_STATUS_OK;
 }
 
+/* One projection of a model whose weights are kept quantized (any
+ * descriptor), timed on the host as the GEMM phase; Y from element 0. */
+static int serve_proj(serve_model *m, const serve_weight *w, int rows, cl_mem x, size_t x_off,
+                      cl_mem y, int accumulate) {
+    serve_projector p = {m->queue, m->gq, m->gemm, m->gemm_temp, m->dq_scratch, m->timer};
+    double t0 = serve_now();
+    int st = serve_project(&p, w, rows, x, x_off, y, 0, accumulate);
+    if (m->timer) m->timer->host_s[SERVE_PHASE_GEMM] += serve_now() - t0;
+    return st;
+}
+
+/* serve_layers when weights are kept quantized (either mode): every
+ * projection its own serve_project, so the tensors of a fused group may
+ * be of different types (one launch each); GEMM inputs in the mode's type. */
+static int serve_layers_proj(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
+                             cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    const serve_model_config *c = &m->cfg;
+    int qd = c->n_heads * c->head_dim;
+    cl_mem xin = m->bf16 ? m->h_bf : m->h, att = m->bf16 ? m->att_bf : m->att,
+           act = m->bf16 ? m->act_bf : m->g;
+    for (int l = 0; l < c->n_layers; l++) {
+        const serve_weight *W = &m->proj[l * SERVE_PROJ_COUNT];
+        SERVE_TRY(serve_rmsnorm(m, m->layers[l].attn_norm, 0, n, l == 0));
+        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_Q], n, xin, 0, m->q, 0));
+        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_K], n, xin, 0, m->k, 0));
+        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_V], n, xin, 0, m->v, 0));
+        SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
+        if (m->bf16) SERVE_TRY(serve_to_bf16(m, (size_t)n * (size_t)qd));
+        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_O], n, att, 0, m->x, 1));
+        SERVE_TRY(serve_rmsnorm(m, m->layers[l].ffn_norm, 0, n, 0));
+        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_GATE], n, xin, 0, m->g, 0));
+        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_UP], n, xin, 0, m->u, 0));
+        SERVE_TRY(serve_swiglu(m, n));
+        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_DOWN], n, act, 0, m->x, 1));
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
 static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                         cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    if (m->quant) return serve_layers_proj(m, pool, n, q_pos, stored_pos, attend, args);
     if (m->bf16) return serve_layers_bf16(m, pool, n, q_pos, stored_pos, attend, args);
     const serve_model_config *c = &m->cfg;
     int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -1018,7 +1262,10 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
 static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
     const serve_model_config *c = &m->cfg;
     SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n, 0));
-    if (m->bf16) { /* normed rows at h_bf's row 0 */
+    if (m->quant) { /* f32: normed rows at h's row0; bf16: at h_bf's row 0 */
+        SERVE_TRY(serve_proj(m, &m->head, n, m->bf16 ? m->h_bf : m->h,
+                             m->bf16 ? 0 : (size_t)row0 * (size_t)c->hidden, m->logits, 0));
+    } else if (m->bf16) { /* normed rows at h_bf's row 0 */
         SERVE_TRY(serve_gemm_b(m, n, c->hidden, m->h_bf, m->output, 1, &m->logits, &c->vocab, 0));
     } else {
         SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * (size_t)c->hidden,

@@ -83,6 +83,8 @@ int serve_model_config_check(const serve_model_config *c) {
     SERVE_CHECK(lazyattn_dtype_size(c->kv_dtype) != 0, "unknown kv dtype %d", (int)c->kv_dtype);
     SERVE_CHECK(c->gemm == SERVE_GEMM_AUTO || c->gemm == SERVE_GEMM_F32 || c->gemm == SERVE_GEMM_BF16,
                 "gemm mode %d (auto 0, f32 1, bf16 2)", (int)c->gemm);
+    SERVE_CHECK(c->dequantize_weights == 0 || c->dequantize_weights == 1,
+                "dequantize_weights %d (0 or 1)", c->dequantize_weights);
 #undef SERVE_CHECK
     return LAZYATTN_STATUS_OK;
 }

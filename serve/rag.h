@@ -49,7 +49,9 @@ void rag_prompt_free(rag_prompt *p); /* zeroes it */
 /*
  * What a document's KV depends on, as the cache's model_id: XXH3-64 of 32
  * bytes: XXH3-128 of every byte of the file (low, high u64 LE), the file's
- * size (u64 LE), bf16 (the projections' mode: one byte, then 7 zero bytes).
+ * size (u64 LE), mode (the projections' arithmetic: one byte, bit 0 bf16
+ * projections, bit 1 weights kept quantized on the device; then 7 zero
+ * bytes).
  * Two files that differ in any byte get other keys. The content hash is
  * memoized, when memo_dir is not NULL, in memo_dir/models/<hex>.id keyed by
  * (realpath, size, mtime_ns, ctime_ns, inode, device), written through a
@@ -57,6 +59,6 @@ void rag_prompt_free(rag_prompt *p); /* zeroes it */
  * memo that cannot be written only costs a re-read. IO naming the file when
  * it cannot be read.
  */
-int rag_model_identity(const char *path, const char *memo_dir, int bf16, uint64_t *id);
+int rag_model_identity(const char *path, const char *memo_dir, int mode, uint64_t *id);
 
 #endif

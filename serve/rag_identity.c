@@ -140,7 +140,7 @@ static int hash_file(FILE *f, const char *path, XXH128_hash_t *hash) {
                            path, strerror(e));
 }
 
-int rag_model_identity(const char *path, const char *memo_dir, int bf16, uint64_t *id) {
+int rag_model_identity(const char *path, const char *memo_dir, int mode, uint64_t *id) {
     if (!path || !id)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "rag_model_identity: bad arguments");
     file_key *key = calloc(1, sizeof *key);
@@ -184,7 +184,7 @@ int rag_model_identity(const char *path, const char *memo_dir, int bf16, uint64_
     put_u64(words, content.low64);
     put_u64(words + 8, content.high64);
     put_u64(words + 16, (uint64_t)sb.st_size);
-    words[24] = (unsigned char)(bf16 ? 1 : 0);
+    words[24] = (unsigned char)(mode & 3);
     *id = XXH3_64bits(words, sizeof words);
     return LAZYATTN_STATUS_OK;
 }

@@ -151,6 +151,12 @@ typedef struct serve_model_config {
     int tied_embeddings;   /* 1: the LM head is token_embd */
     int max_rows;          /* most tokens of one forward (prefill chunk or decode batch) */
     serve_gemm_mode gemm;  /* projection path, AUTO in every preset */
+    /* GGUF weights (serve_model_load_gguf): 0 (every preset) keeps each
+     * projection tensor of a type the device reads quantized (Q8_0, Q4_0,
+     * Q4_K, Q5_K, Q6_K) as its blocks on the device, the others dequantized
+     * at load; 1 dequantizes every tensor at load (the way before, to
+     * compare) */
+    int dequantize_weights;
 } serve_model_config;
 
 /* "tiny" (tests), "small" (the README default), "8b" (Llama-3.1-8B shape,
@@ -217,6 +223,10 @@ int serve_gguf_find_tensor(const serve_gguf *g, const char *name, const serve_gg
  * Types: those of quant.h (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K),
  * dequantized row by row; serve_gguf_open refuses any other by name. */
 int serve_gguf_read_f32(const serve_gguf *g, const serve_gguf_tensor *t, float *dst, uint64_t n);
+/* Reads a tensor's bytes as the file stores them (ggml blocks for a
+ * quantized type). dst: [n_bytes], n_bytes == tensor->n_bytes. */
+int serve_gguf_read_raw(const serve_gguf *g, const serve_gguf_tensor *t, void *dst,
+                        uint64_t n_bytes);
 
 /* Model shape from a "llama" GGUF's metadata (general.architecture,
  * llama.block_count, .embedding_length, .feed_forward_length,
@@ -268,18 +278,29 @@ struct serve_gemm_bf16 *serve_model_gemm_bf16(serve_model *m);
  * element), so an 8B shape takes seconds: projections uniform with
  * variance 1/in, embeddings variance 1, norms 1 + small noise. */
 int serve_model_init_random(serve_model *m, uint64_t seed);
-/* Uploads the tensors of a llama GGUF (f32 / f16), checking every shape
- * against the model's config; f32 mode transposes the projections on the
- * host, bf16 mode rounds them to bf16 on the host (nearest even) and packs
+/* Uploads the tensors of a llama GGUF, checking every shape against the
+ * model's config. Projection tensors (and the LM head) of a type the
+ * device GEMV reads (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) are kept as their
+ * blocks on the device unless cfg.dequantize_weights (serve/projection.h:
+ * decode-sized forwards read them in place, larger ones dequantize each
+ * on the device into one scratch buffer for the GEMM); FORMAT for an
+ * infinite or NaN f16 scale in them. The other tensors are converted to
+ * f32 on the host: f32 mode transposes the projections, bf16 mode rounds
+ * them to bf16 (nearest even) and, when nothing is kept quantized, packs
  * q/k/v and gate/up into their fused weights. FORMAT for a NaN or infinite
  * weight, and in bf16 mode for a projection or LM head weight that rounds
  * past bf16's largest finite value (|w| >= 0x7F7F8000 as f32 bits,
  * ~3.3962e38). */
 int serve_model_load_gguf(serve_model *m, const serve_gguf *g);
 /* After serve_model_load_gguf: one line saying how the weight matrices
- * were stored and what they became on the device ("weights: Q4_K/Q6_K
- * dequantized at load to bf16"); "" before a load. Owned by m. */
+ * were stored and what they became on the device: "weights: Q4_K/Q6_K
+ * dequantized at load to bf16" when nothing is kept quantized, else
+ * "weights: kept quantized on the device: Q4_K ×14, Q6_K ×3; dequantized
+ * at load to bf16: Q4_K ×1" (counts of matrices, the token embedding
+ * included: it is always converted); "" before a load. Owned by m. */
 const char *serve_model_weights_note(const serve_model *m);
+/* 1 when the last load kept some weight quantized on the device, else 0. */
+int serve_model_kept_quantized(const serve_model *m);
 
 /*
  * One chunk of one sequence through every layer (prefill).

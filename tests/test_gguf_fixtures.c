@@ -15,9 +15,11 @@
  *                      Q6_K, and Q4_0 / Q8_0 for the 32-value rows
  * (the quantized ones against transformers given the dequantized weights:
  * the reference is exact for the file; quantization itself moves the
- * logits from the float model's by 6e-3 (bf16) .. 0.19 (q4_k_m)). Each
- * load's weights note is checked ("weights: Q8_0 dequantized at load to
- * f32").
+ * logits from the float model's by 6e-3 (bf16) .. 0.19 (q4_k_m)). The
+ * quantized ones run with their projections kept quantized on the device
+ * (the default; tests/test_serve_quant.c compares that with dequantizing
+ * at load). Each load's weights note is checked ("weights: kept quantized
+ * on the device: Q8_0 ×15; dequantized at load to f32: Q8_0 ×1").
  * Each is loaded through serve_gguf_model_config / serve_model_load_gguf
  * and run on the default device (PoCL in CI), f32 projections and f32 K/V:
  * two 6-token sequences at increasing positions with gaps (from 0, and
@@ -135,9 +137,8 @@ static double run_fixture(lazyattn_context *ctx, const char *name, drop what,
     CHECK(serve_model_create(ctx, &cfg, &m));
     CHECK(serve_model_load_gguf(m, g));
     if (types) { /* the load says what the file held and what the GEMMs read */
-        char want[160];
-        snprintf(want, sizeof want, "weights: %s at load to %s", types,
-                 serve_model_uses_bf16(m) ? "bf16" : "f32");
+        char want[256];
+        snprintf(want, sizeof want, types, serve_model_uses_bf16(m) ? "bf16" : "f32");
         if (strcmp(serve_model_weights_note(m), want) != 0)
             fail_msg("%s: \"%s\", want \"%s\"", name, serve_model_weights_note(m), want);
         printf("# %-18s %s\n", name, want);
@@ -229,15 +230,21 @@ static void test_fixtures_match(void **state) {
         const char *name;
         void (*check)(const serve_model_config *);
         int scaled;
-        const char *types; /* the weights note: the matrices' types, converted or dequantized */
-    } cases[] = {{"llama3_rope_freqs", check_llama3, 1, "F16 converted"},
-                 {"linear", check_linear, 1, "F16 converted"},
-                 {"no_scaling", check_plain, 0, "F16 converted"},
-                 {"head_dim", check_head_dim, 0, "F16 converted"},
-                 {"tied", check_tied, 1, "F16 converted"},
-                 {"bf16", check_plain, 0, "BF16 converted"},
-                 {"q8_0", check_llama3, 1, "Q8_0 dequantized"},
-                 {"q4_k_m", check_q4_k_m, 0, "Q4_0/Q8_0/Q4_K/Q5_K/Q6_K dequantized"}};
+        /* the weights note (%s: the mode): the matrices' types, kept
+         * quantized on the device or converted / dequantized at load */
+        const char *types;
+    } cases[] = {{"llama3_rope_freqs", check_llama3, 1, "weights: F16 converted at load to %s"},
+                 {"linear", check_linear, 1, "weights: F16 converted at load to %s"},
+                 {"no_scaling", check_plain, 0, "weights: F16 converted at load to %s"},
+                 {"head_dim", check_head_dim, 0, "weights: F16 converted at load to %s"},
+                 {"tied", check_tied, 1, "weights: F16 converted at load to %s"},
+                 {"bf16", check_plain, 0, "weights: BF16 converted at load to %s"},
+                 {"q8_0", check_llama3, 1,
+                  "weights: kept quantized on the device: Q8_0 ×15; dequantized at load to %s: "
+                  "Q8_0 ×1"},
+                 {"q4_k_m", check_q4_k_m, 0,
+                  "weights: kept quantized on the device: Q4_0 ×1, Q8_0 ×1, Q4_K ×3, Q5_K ×1, "
+                  "Q6_K ×2; dequantized at load to %s: Q4_K ×1"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         double err = run_fixture(ctx, cases[i].name, DROP_NOTHING, SERVE_GEMM_F32, cases[i].check,
                                  cases[i].types);

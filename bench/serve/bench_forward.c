@@ -21,10 +21,14 @@
  * (a forward of the model).
  */
 #include "cli_options.h"
+#include "gemv_quant.h" /* SERVE_QUANT_GEMV_MAX_ROWS */
 #include "serve.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define FWD_STR_(x) #x
+#define FWD_STR(x) FWD_STR_(x)
 
 typedef struct fwd_case {
     const char *name;
@@ -303,13 +307,15 @@ int main(int argc, char **argv) {
         "  --decode-context N      cached tokens of each decoding sequence (default 2048,\n"
         "                          1..65535)\n"
         "  --no-forwards           only the decode steps\n"
+        "  --dequantize            a GGUF's quantized weights dequantized at load (default:\n"
+        "                          kept quantized on the device where the GEMV reads the type)\n"
         "  --device-time           profiling events: device ms per phase of a decode step\n"
         "                          (the wall times are then those of a profiling queue)\n"
         "Cases: cold 2048, cold 10240, 32 over 10240 cached, 2080 over 8192 cached, decode\n"
         "steps of B x 1 token over N cached each (bench/llama_peer.py runs the same in torch).\n"
         "Exit status: 0 done, 1 a failure, 2 a bad command line.\n";
     int model = 2, gemm = SERVE_GEMM_AUTO, max_rows = 10240, warmup = 2, reps = 5;
-    int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0;
+    int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0, dequantize = 0;
     int decode_b[FWD_MAX_DECODE] = {1, 16, 64};
     uint64_t seed = 1;
     cli_option opts[] = {
@@ -324,6 +330,7 @@ int main(int argc, char **argv) {
         {.name = "--decode-context", .type = CLI_INT, .dest = &decode_context, .min = 1, .max = 65535},
         {.name = "--no-forwards", .type = CLI_FLAG, .dest = &no_forwards},
         {.name = "--device-time", .type = CLI_FLAG, .dest = &device_time},
+        {.name = "--dequantize", .type = CLI_FLAG, .dest = &dequantize},
     };
     int pr = cli_parse(prog, usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
     if (pr == CLI_HELP) return 0;
@@ -340,6 +347,7 @@ int main(int argc, char **argv) {
     }
     mc.max_rows = max_rows;
     mc.gemm = (serve_gemm_mode)gemm;
+    mc.dequantize_weights = dequantize;
     lazyattn_context_options co;
     lazyattn_context_options_init(&co);
     co.profiling = device_time;
@@ -366,6 +374,12 @@ int main(int argc, char **argv) {
     if (!st) serve_model_set_timer(f.model, &timer); /* host times always; events with --device-time */
     if (!st)
         printf("gemm: %s\n", serve_model_uses_bf16(f.model) ? "bf16" : "f32 (CLBlast)");
+    if (!st && serve_model_weights_note(f.model)[0]) /* a GGUF load: each type's path */
+        printf("%s%s\n", serve_model_weights_note(f.model),
+               serve_model_kept_quantized(f.model)
+                   ? " (kept: the GEMV at <= " FWD_STR(SERVE_QUANT_GEMV_MAX_ROWS)
+                     " rows, dequantized on the device into a scratch for the GEMM above)"
+                   : "");
     if (!st && !no_forwards) printf("%-24s %10s %9s  %s\n", "case", "ms", "enqueues", "per forward, by kind");
     for (int i = 0; i < FWD_N_CASES && !st && !no_forwards; i++) {
         double ms = 0, enq = 0, by_kind[SERVE_ENQ_COUNT];

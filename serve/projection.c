@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Routes a projection to the GEMV over quantized blocks, the device
+ * dequantizer and a GEMM, or the GEMM (serve/projection.h). */
+#include "projection.h"
+#include "gemm_bf16.h"
+#include "quant.h"
+
+#include <string.h>
+
+/* Y (+)= X . W^T with the mode's GEMM over a dense weight buffer w. */
+static int serve_project_gemm(const serve_projector *p, cl_mem w, int rows, int out, int in,
+                              cl_mem x, size_t x_off, cl_mem y, size_t y_off, int accumulate) {
+    serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+    cl_event *ev = serve_timer_slot(p->timer, SERVE_PHASE_GEMM);
+    if (!p->bf16)
+        return serve_gemm(p->queue, rows, out, in, x, x_off, w, y, y_off,
+                          accumulate ? 1.0f : 0.0f, p->gemm_temp, ev);
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = rows, a.out = out, a.in = in, a.x = x, a.x_off = x_off, a.w = w, a.n_outs = 1;
+    a.outs[0] = (serve_gemm_out){y, y_off, out, out};
+    a.accumulate = accumulate;
+    return serve_gemm_bf16_run(p->bf16, p->queue, &a, ev);
+}
+
+int serve_project(const serve_projector *p, const serve_weight *w, int rows, cl_mem x,
+                  size_t x_off, cl_mem y, size_t y_off, int accumulate) {
+    static const char *who = "serve_project";
+    if (!p || !w || !w->buf)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL projector or weight", who);
+    int bf16 = p->bf16 != NULL;
+    if (w->type == SERVE_GGML_F32 || w->type == SERVE_GGML_BF16) {
+        if ((w->type == SERVE_GGML_BF16) != bf16)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                              "%s: a %s weight in %s mode", who, serve_ggml_type_name(w->type),
+                              bf16 ? "bf16" : "f32");
+        return serve_project_gemm(p, w->buf, rows, w->out, w->in, x, x_off, y, y_off, accumulate);
+    }
+    if (!p->quant)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: a %s weight and no quantized "
+                          "kernels", who, serve_ggml_type_name(w->type));
+    if (rows >= 1 && rows <= SERVE_QUANT_GEMV_MAX_ROWS) {
+        serve_gemv_args a = {.type = w->type, .rows = rows, .out = w->out, .in = w->in,
+                             .w = w->buf, .x = x, .x_off = x_off, .x_bf16 = bf16, .y = y,
+                             .y_off = y_off, .ldy = w->out, .accumulate = accumulate};
+        serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+        return serve_gemv_quant_run(p->quant, p->queue, &a,
+                                    serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+    }
+    if (!p->scratch)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: %d rows of a %s weight and no scratch to dequantize it into", who,
+                          rows, serve_ggml_type_name(w->type));
+    /* the queue is in order: the scratch is free again once the GEMM that
+     * read it last has run */
+    serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+    int st = serve_dequant_run(p->quant, p->queue, w->type, w->buf, w->out, w->in, p->scratch,
+                               bf16 ? SERVE_DEQUANT_BF16 : SERVE_DEQUANT_F32_T,
+                               serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+    if (st) return st;
+    return serve_project_gemm(p, p->scratch, rows, w->out, w->in, x, x_off, y, y_off, accumulate);
+}
