@@ -13,13 +13,23 @@
  * multiplies it into every one of the 1..GQ_MAX_ROWS activation rows (the
  * weight is read once for all rows); the partial sums meet in a tree in
  * local memory. The block bytes are read 16 at a time (vload16), the
- * chunks of neighbouring work-items lie side by side in memory. */
+ * chunks of neighbouring work-items lie side by side in memory. Plain
+ * OpenCL C 1.2, no extension (the f16 scales decoded with integer
+ * arithmetic). */
 #pragma OPENCL FP_CONTRACT OFF
 
 #define GQ_WG 64       /* SERVE_GQ_WG in serve/gemv_quant.c */
 #define GQ_MAX_ROWS 8  /* SERVE_QUANT_GEMV_MAX_ROWS in serve/gemv_quant.h */
 
-static float gq_half(__global const uchar *p) { return vload_half(0, (__global const half *)p); }
+/* The little-endian IEEE half at p (any alignment), exact: subnormals
+ * as m * 2^-24 (no f32 denormal arithmetic), infinities and NaN kept. */
+static float gq_half(__global const uchar *p) {
+    uint h = (uint)p[0] | (uint)p[1] << 8, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    float f = e == 0    ? (float)m * 0x1p-24f
+              : e == 31 ? as_float(0x7F800000u | m << 13)
+                        : as_float((e + 112u) << 23 | m << 13);
+    return (h & 0x8000u) ? -f : f;
+}
 
 /* 32 bytes at p (any alignment) into b */
 static void gq_load32(__global const uchar *p, uchar *b) {
@@ -142,14 +152,15 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
         int o = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
         __global const uchar *wrow = w + (size_t)o * (size_t)row_bytes;                         \
         float acc[GQ_MAX_ROWS];                                                                 \
-        for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.0f;                                    \
+        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.0f;                 \
         for (int c = lid; c < n_chunks; c += GQ_WG) {                                           \
             float v[32];                                                                        \
             DECODE(wrow, c, v);                                                                 \
-            for (int r = 0; r < GQ_MAX_ROWS && r < rows; r++) {                                 \
+            _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) {                          \
+                if (r >= rows) continue; /* uniform: the same for the whole launch */          \
                 size_t xi = (size_t)x_off + (size_t)r * (size_t)ldx + (size_t)c * 32;          \
                 float s = 0.0f;                                                                 \
-                for (int j = 0; j < 32; j += 4) {                                               \
+                _Pragma("unroll") for (int j = 0; j < 32; j += 4) {                             \
                     float4 xv = XLOAD(x, xi + (size_t)j);                                       \
                     s = mad(v[j], xv.x, s);                                                     \
                     s = mad(v[j + 1], xv.y, s);                                                 \
@@ -159,7 +170,7 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
                 acc[r] += s;                                                                    \
             }                                                                                   \
         }                                                                                       \
-        for (int r = 0; r < GQ_MAX_ROWS; r++) red[r * GQ_WG + lid] = acc[r];                    \
+        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) red[r * GQ_WG + lid] = acc[r];  \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
         for (int half_ = GQ_WG / 2; half_ > 0; half_ >>= 1) {                                   \
             if (lid < half_)                                                                    \
