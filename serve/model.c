@@ -1236,6 +1236,9 @@ static int serve_layers_proj(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
 
 static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                         cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    if (m->proj && !m->quant) /* a quantized load failed: the dense buffers are gone */
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_model: its GGUF load failed; load into a new model");
     if (m->quant) return serve_layers_proj(m, pool, n, q_pos, stored_pos, attend, args);
     if (m->bf16) return serve_layers_bf16(m, pool, n, q_pos, stored_pos, attend, args);
     const serve_model_config *c = &m->cfg;

@@ -21,7 +21,9 @@
  * The kept model holds fewer weight bytes on the device than the
  * dequantized one (no dense copy the comparison could run on), and its
  * note names the kept types; for bf16.gguf both loads are the same path
- * and the logits identical. */
+ * and the logits identical. Then the refusals: an infinite or NaN f16
+ * scale in a kept tensor (named), a forward after that failed load, a
+ * second load into the model, dequantize_weights not 0/1. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -30,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -202,6 +205,83 @@ static void test_kept_matches_dequantized(void **state) {
     lazyattn_context_destroy(ctx);
 }
 
+/* q8_0.gguf with the f16 scale d of block 3 of blk.1.attn_v.weight set to
+ * infinity (0x7C00) or NaN (0x7E00), in a copy under /tmp: refused by
+ * name when kept quantized (and, as before, when dequantized). */
+static void test_bad_scale(void **state) {
+    (void)state;
+    lazyattn_context *ctx = NULL;
+    if (lazyattn_context_create(NULL, &ctx) != 0) skip();
+    char path[512], copy[] = "/tmp/lazyattn_test_serve_quant_XXXXXX";
+    snprintf(path, sizeof path, "%s/q8_0.gguf", fixture_dir());
+    serve_gguf *g = NULL;
+    CHECK(serve_gguf_open(path, &g));
+    const serve_gguf_tensor *t;
+    CHECK(serve_gguf_find_tensor(g, "blk.1.attn_v.weight", &t));
+    assert_int_equal(t->type, 8); /* Q8_0: 34-byte blocks, d first */
+    uint64_t at = t->offset + 3 * 34;
+    serve_gguf_close(g);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char *bytes = malloc(1 << 20);
+    assert_non_null(bytes);
+    size_t n = fread(bytes, 1, 1 << 20, f);
+    fclose(f);
+    assert_true(n > at + 2 && n < (1 << 20));
+    static const struct {
+        unsigned char hi;
+        const char *needle;
+    } cases[] = {{0x7C, "blk.1.attn_v.weight block 3: its d scale is infinite"},
+                 {0x7E, "blk.1.attn_v.weight block 3: its d scale is NaN"}};
+    for (int c = 0; c < 2; c++) {
+        bytes[at] = 0x00, bytes[at + 1] = cases[c].hi;
+        int fd = mkstemp(copy);
+        assert_true(fd >= 0);
+        f = fdopen(fd, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(bytes, 1, n, f), n);
+        fclose(f);
+        CHECK(serve_gguf_open(copy, &g));
+        for (int dequantize = 0; dequantize < 2; dequantize++) {
+            serve_model_config cfg;
+            serve_model_config_preset(&cfg, "tiny");
+            CHECK(serve_gguf_model_config(g, &cfg));
+            cfg.gemm = SERVE_GEMM_F32;
+            cfg.dequantize_weights = dequantize;
+            serve_model *m = NULL;
+            CHECK(serve_model_create(ctx, &cfg, &m));
+            int st = serve_model_load_gguf(m, g);
+            const char *want = dequantize ? "blk.1.attn_v.weight element" : cases[c].needle;
+            if (st != LAZYATTN_STATUS_FORMAT || !strstr(serve_last_error(), want))
+                fail_msg("dequantize %d: status %d, \"%s\", want FORMAT naming \"%s\"",
+                         dequantize, st, serve_last_error(), want);
+            printf("# refused (dequantize_weights %d): %s\n", dequantize, serve_last_error());
+            /* a forward after the failed load is refused, not run on freed weights */
+            if (!dequantize) {
+                lazyattn_pool_config pc;
+                serve_model_pool_config(&cfg, 1 << 20, &pc);
+                lazyattn_pool *pool = NULL;
+                CHECK(lazyattn_pool_create(ctx, &pc, &pool));
+                int32_t tok = 1, pos = 0, slot = 0, next = -1, offsets[2] = {0, 1};
+                uint64_t entry;
+                CHECK(lazyattn_entry_pack(0, 0, 1, &entry));
+                serve_decode_args da = {1, &tok, &pos, &slot, &pos, offsets, &entry, &pos, 1,
+                                        NULL};
+                assert_int_equal(serve_model_decode(m, pool, &da, &next),
+                                 LAZYATTN_STATUS_INVALID_ARGUMENT);
+                assert_non_null(strstr(serve_last_error(), "load failed"));
+                lazyattn_pool_destroy(pool);
+            }
+            serve_model_destroy(m);
+        }
+        serve_gguf_close(g);
+        remove(copy);
+        memcpy(copy + strlen(copy) - 6, "XXXXXX", 6);
+    }
+    free(bytes);
+    lazyattn_context_destroy(ctx);
+}
+
 /* A second load into a model that kept weights quantized is refused (its
  * dense buffers are gone), and a bad dequantize_weights value too. */
 static void test_refused(void **state) {
@@ -233,6 +313,7 @@ static void test_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kept_matches_dequantized),
+        cmocka_unit_test(test_bad_scale),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
