@@ -4,31 +4,26 @@
 #include "gemv_quant.h"
 #include "quant.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #define SERVE_GQ_WG 64 /* GQ_WG in serve/gemv_quant.cl */
 #define SERVE_GQ_TYPES 5
 
-/* the kept types, in the order of the kernel names */
-static const struct {
-    uint32_t type;
-    const char *gemv_f32, *gemv_bf16, *dequant;
-} serve_gq_kernels[SERVE_GQ_TYPES] = {
-    {SERVE_GGML_Q8_0, "serve_gemv_q8_0_f32", "serve_gemv_q8_0_bf16", "serve_dequant_q8_0"},
-    {SERVE_GGML_Q4_0, "serve_gemv_q4_0_f32", "serve_gemv_q4_0_bf16", "serve_dequant_q4_0"},
-    {SERVE_GGML_Q4_K, "serve_gemv_q4_k_f32", "serve_gemv_q4_k_bf16", "serve_dequant_q4_k"},
-    {SERVE_GGML_Q5_K, "serve_gemv_q5_k_f32", "serve_gemv_q5_k_bf16", "serve_dequant_q5_k"},
-    {SERVE_GGML_Q6_K, "serve_gemv_q6_k_f32", "serve_gemv_q6_k_bf16", "serve_dequant_q6_k"}};
+/* the kept types: one program each (-DGQ_TYPE=id), built when first asked */
+static const uint32_t serve_gq_types[SERVE_GQ_TYPES] = {
+    SERVE_GGML_Q8_0, SERVE_GGML_Q4_0, SERVE_GGML_Q4_K, SERVE_GGML_Q5_K, SERVE_GGML_Q6_K};
 
 struct serve_gemv_quant {
-    cl_program program;
+    lazyattn_context *ctx;
+    cl_program program[SERVE_GQ_TYPES];
     cl_kernel gemv[SERVE_GQ_TYPES][2]; /* [type][x bf16] */
     cl_kernel dequant[SERVE_GQ_TYPES];
 };
 
 static int serve_gq_index(uint32_t type) {
     for (int i = 0; i < SERVE_GQ_TYPES; i++)
-        if (serve_gq_kernels[i].type == type) return i;
+        if (serve_gq_types[i] == type) return i;
     return -1;
 }
 
@@ -38,34 +33,51 @@ void serve_gemv_quant_destroy(serve_gemv_quant *g) {
         for (int b = 0; b < 2; b++)
             if (g->gemv[i][b]) clReleaseKernel(g->gemv[i][b]);
         if (g->dequant[i]) clReleaseKernel(g->dequant[i]);
+        if (g->program[i]) clReleaseProgram(g->program[i]);
     }
-    if (g->program) clReleaseProgram(g->program);
     free(g);
 }
 
-static int serve_gemv_quant_build(serve_gemv_quant *g, lazyattn_context *ctx) {
+/* Builds type i's program and kernels (BUILD_FAILED with the log); on a
+ * failure what was made is released by destroy. */
+static int serve_gemv_quant_build(serve_gemv_quant *g, int i) {
     const char *text = serve_source_text("gemv_quant");
     if (!text) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "gemv_quant source not embedded");
     cl_int err;
-    g->program = clCreateProgramWithSource(lazyattn_context_cl_context(ctx), 1, &text, NULL, &err);
+    g->program[i] = clCreateProgramWithSource(lazyattn_context_cl_context(g->ctx), 1, &text, NULL,
+                                              &err);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "clCreateProgramWithSource (gemv_quant)");
-    cl_device_id dev = lazyattn_context_device(ctx);
-    err = clBuildProgram(g->program, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
+    cl_device_id dev = lazyattn_context_device(g->ctx);
+    char options[64];
+    snprintf(options, sizeof options, "-cl-std=CL1.2 -DGQ_TYPE=%u", (unsigned)serve_gq_types[i]);
+    err = clBuildProgram(g->program[i], 1, &dev, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         char log[2048] = "";
-        clGetProgramBuildInfo(g->program, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemv_quant.cl: %.1900s", log);
+        clGetProgramBuildInfo(g->program[i], dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemv_quant.cl (%s): %.1900s",
+                          serve_ggml_type_name(serve_gq_types[i]), log);
     }
-    for (int i = 0; i < SERVE_GQ_TYPES; i++) {
-        const char *names[3] = {serve_gq_kernels[i].gemv_f32, serve_gq_kernels[i].gemv_bf16,
-                                serve_gq_kernels[i].dequant};
-        cl_kernel *ks[3] = {&g->gemv[i][0], &g->gemv[i][1], &g->dequant[i]};
-        for (int k = 0; k < 3; k++) {
-            *ks[k] = clCreateKernel(g->program, names[k], &err);
-            if (err != CL_SUCCESS) return serve_cl_fail(err, names[k]);
-        }
+    static const char *const names[3] = {"serve_gemv_f32", "serve_gemv_bf16", "serve_dequant"};
+    cl_kernel *ks[3] = {&g->gemv[i][0], &g->gemv[i][1], &g->dequant[i]};
+    for (int k = 0; k < 3; k++) {
+        *ks[k] = clCreateKernel(g->program[i], names[k], &err);
+        if (err != CL_SUCCESS) return serve_cl_fail(err, names[k]);
     }
     return LAZYATTN_STATUS_OK;
+}
+
+int serve_gemv_quant_prepare(serve_gemv_quant *g, uint32_t type) {
+    if (!g) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gemv_quant_prepare: NULL");
+    int i = serve_gq_index(type);
+    if (i < 0)
+        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                          "serve_gemv_quant: %s weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K only)",
+                          serve_ggml_type_name(type));
+    if (g->dequant[i]) return LAZYATTN_STATUS_OK;
+    if (g->program[i]) /* an earlier build failed: no second try */
+        return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemv_quant.cl (%s) did not build",
+                          serve_ggml_type_name(type));
+    return serve_gemv_quant_build(g, i);
 }
 
 int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out) {
@@ -74,11 +86,7 @@ int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out) {
     if (!ctx) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_gemv_quant_create: ctx");
     serve_gemv_quant *g = calloc(1, sizeof *g);
     if (!g) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_gemv_quant_create");
-    int st = serve_gemv_quant_build(g, ctx);
-    if (st) {
-        serve_gemv_quant_destroy(g);
-        return st;
-    }
+    g->ctx = ctx;
     *out = g;
     return LAZYATTN_STATUS_OK;
 }
@@ -120,6 +128,7 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL handle, queue or args", who);
     uint64_t row_bytes;
     int st = serve_gq_check_weight(who, a->type, a->w, a->out, a->in, &row_bytes);
+    if (!st) st = serve_gemv_quant_prepare(g, a->type);
     if (st) return st;
     if (a->rows < 1 || a->rows > SERVE_QUANT_GEMV_MAX_ROWS || a->ldy < a->out ||
         (a->accumulate != 0 && a->accumulate != 1) || (a->x_bf16 != 0 && a->x_bf16 != 1))
@@ -164,6 +173,7 @@ int serve_dequant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t type
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL handle or queue", who);
     uint64_t row_bytes;
     int st = serve_gq_check_weight(who, type, w, out, in, &row_bytes);
+    if (!st) st = serve_gemv_quant_prepare(g, type);
     if (st) return st;
     if (layout != SERVE_DEQUANT_F32 && layout != SERVE_DEQUANT_F32_T &&
         layout != SERVE_DEQUANT_BF16)

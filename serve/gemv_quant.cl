@@ -12,8 +12,9 @@
  * takes chunks i, i + GQ_WG, ... of the row, decodes each once and
  * multiplies it into every one of the 1..GQ_MAX_ROWS activation rows (the
  * weight is read once for all rows); the partial sums meet in a tree in
- * local memory. The block bytes are read 16 at a time (vload16), the
- * chunks of neighbouring work-items lie side by side in memory. Plain
+ * local memory. The block bytes are read 16 at a time where the layout
+ * keeps them aligned (Q4_K, Q5_K), else 2 at a time; the chunks of
+ * neighbouring work-items lie side by side in memory. Plain
  * OpenCL C 1.2, no extension (the f16 scales decoded with integer
  * arithmetic). */
 #pragma OPENCL FP_CONTRACT OFF
@@ -31,10 +32,19 @@ static float gq_half(__global const uchar *p) {
     return (h & 0x8000u) ? -f : f;
 }
 
-/* 32 bytes at p (any alignment) into b */
-static void gq_load32(__global const uchar *p, uchar *b) {
-    vstore16(vload16(0, p), 0, b);
-    vstore16(vload16(1, p), 0, b + 16);
+/* 32 bytes at p into b: two 16-byte loads where p is 16-byte aligned
+ * (Q4_K and Q5_K blocks are 144 and 176 bytes, their nibbles 16 bytes in:
+ * every row of a buffer starts aligned), else 2-byte loads (Q8_0, Q4_0
+ * and Q6_K blocks are 34, 18 and 210 bytes). */
+static void gq_load32_a16(__global const uchar *p, uchar *b) {
+    __global const uint4 *v = (__global const uint4 *)p;
+    vstore16(as_uchar16(v[0]), 0, b);
+    vstore16(as_uchar16(v[1]), 0, b + 16);
+}
+static void gq_load32_a2(__global const uchar *p, uchar *b) {
+    ushort16 v = vload16(0, (__global const ushort *)p);
+    vstore16(as_uchar16(v.lo), 0, b);
+    vstore16(as_uchar16(v.hi), 0, b + 16);
 }
 
 /* ---- one chunk of 32 values: chunk c of a row starting at row ---- */
@@ -44,7 +54,7 @@ static void gq_decode_q8_0(__global const uchar *row, int c, float *w) {
     __global const uchar *blk = row + (size_t)c * 34;
     float d = gq_half(blk);
     uchar q[32];
-    gq_load32(blk + 2, q);
+    gq_load32_a2(blk + 2, q);
     for (int j = 0; j < 32; j++) w[j] = (float)(char)q[j] * d;
 }
 
@@ -54,7 +64,7 @@ static void gq_decode_q4_0(__global const uchar *row, int c, float *w) {
     __global const uchar *blk = row + (size_t)c * 18;
     float d = gq_half(blk);
     uchar q[16];
-    vstore16(vload16(0, blk + 2), 0, q);
+    vstore16(as_uchar16(vload8(0, (__global const ushort *)(blk + 2))), 0, q);
     for (int j = 0; j < 16; j++) {
         w[j] = (float)((int)(q[j] & 0xF) - 8) * d;
         w[j + 16] = (float)((int)(q[j] >> 4) - 8) * d;
@@ -82,7 +92,7 @@ static void gq_decode_q4_k(__global const uchar *row, int c, float *w) {
     gq_scale_min_k4(blk + 4, j, &sc, &m);
     float d1 = gq_half(blk) * sc, m1 = gq_half(blk + 2) * m;
     uchar q[32];
-    gq_load32(blk + 16 + (j / 2) * 32, q);
+    gq_load32_a16(blk + 16 + (j / 2) * 32, q);
     for (int l = 0; l < 32; l++) {
         float a = d1 * (float)((q[l] >> shift) & 0xF);
         w[l] = a - m1;
@@ -98,8 +108,8 @@ static void gq_decode_q5_k(__global const uchar *row, int c, float *w) {
     gq_scale_min_k4(blk + 4, j, &sc, &m);
     float d1 = gq_half(blk) * sc, m1 = gq_half(blk + 2) * m;
     uchar q[32], qh[32];
-    gq_load32(blk + 16, qh);
-    gq_load32(blk + 48 + (j / 2) * 32, q);
+    gq_load32_a16(blk + 16, qh);
+    gq_load32_a16(blk + 48 + (j / 2) * 32, q);
     for (int l = 0; l < 32; l++) {
         int v = ((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
         float a = d1 * (float)v;
@@ -120,8 +130,8 @@ static void gq_decode_q6_k(__global const uchar *row, int c, float *w) {
     float d = gq_half(blk + 208);
     float s0 = d * (float)sc[0], s1 = d * (float)sc[1];
     uchar ql[32], qh[32];
-    gq_load32(blk + h * 64 + (s & 1) * 32, ql);
-    gq_load32(blk + 128 + h * 32, qh);
+    gq_load32_a2(blk + h * 64 + (s & 1) * 32, ql);
+    gq_load32_a2(blk + 128 + h * 32, qh);
     for (int l = 0; l < 32; l++) {
         int q = (int)(((ql[l] >> shift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
         w[l] = (l < 16 ? s0 : s1) * (float)q;
@@ -212,18 +222,25 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
             }                                                                                   \
     }
 
-GQ_GEMV(serve_gemv_q8_0_f32, gq_decode_q8_0, gq_x4_f32)
-GQ_GEMV(serve_gemv_q8_0_bf16, gq_decode_q8_0, gq_x4_bf16)
-GQ_DEQUANT(serve_dequant_q8_0, gq_decode_q8_0)
-GQ_GEMV(serve_gemv_q4_0_f32, gq_decode_q4_0, gq_x4_f32)
-GQ_GEMV(serve_gemv_q4_0_bf16, gq_decode_q4_0, gq_x4_bf16)
-GQ_DEQUANT(serve_dequant_q4_0, gq_decode_q4_0)
-GQ_GEMV(serve_gemv_q4_k_f32, gq_decode_q4_k, gq_x4_f32)
-GQ_GEMV(serve_gemv_q4_k_bf16, gq_decode_q4_k, gq_x4_bf16)
-GQ_DEQUANT(serve_dequant_q4_k, gq_decode_q4_k)
-GQ_GEMV(serve_gemv_q5_k_f32, gq_decode_q5_k, gq_x4_f32)
-GQ_GEMV(serve_gemv_q5_k_bf16, gq_decode_q5_k, gq_x4_bf16)
-GQ_DEQUANT(serve_dequant_q5_k, gq_decode_q5_k)
-GQ_GEMV(serve_gemv_q6_k_f32, gq_decode_q6_k, gq_x4_f32)
-GQ_GEMV(serve_gemv_q6_k_bf16, gq_decode_q6_k, gq_x4_bf16)
-GQ_DEQUANT(serve_dequant_q6_k, gq_decode_q6_k)
+/* One ggml type a program (the host builds the types a model keeps):
+ * GQ_TYPE its ggml type id. */
+#ifndef GQ_TYPE
+#define GQ_TYPE 12
+#endif
+#if GQ_TYPE == 8
+#define GQ_DECODE gq_decode_q8_0
+#elif GQ_TYPE == 2
+#define GQ_DECODE gq_decode_q4_0
+#elif GQ_TYPE == 12
+#define GQ_DECODE gq_decode_q4_k
+#elif GQ_TYPE == 13
+#define GQ_DECODE gq_decode_q5_k
+#elif GQ_TYPE == 14
+#define GQ_DECODE gq_decode_q6_k
+#else
+#error "GQ_TYPE: the ggml id of Q8_0 (8), Q4_0 (2), Q4_K (12), Q5_K (13) or Q6_K (14)"
+#endif
+
+GQ_GEMV(serve_gemv_f32, GQ_DECODE, gq_x4_f32)
+GQ_GEMV(serve_gemv_bf16, GQ_DECODE, gq_x4_bf16)
+GQ_DEQUANT(serve_dequant, GQ_DECODE)

@@ -28,8 +28,13 @@
 
 typedef struct serve_gemv_quant serve_gemv_quant;
 
-/* Builds the kernels for ctx's device. BUILD_FAILED with the log. */
+/* The kernels for ctx's device, one program per type, built when a type
+ * is first prepared or run. */
 int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out);
+/* Builds the type's kernels now (a model does at load, so that no forward
+ * compiles). UNSUPPORTED naming another type; BUILD_FAILED with the log
+ * (and on every later call for that type). */
+int serve_gemv_quant_prepare(serve_gemv_quant *g, uint32_t type);
 void serve_gemv_quant_destroy(serve_gemv_quant *g);
 
 /* 1 when the GEMV and the dequantizer take weights of this ggml type
@@ -49,7 +54,8 @@ typedef struct serve_gemv_args {
     int accumulate;    /* 1: Y += X . W^T (the residual projections) */
 } serve_gemv_args;
 
-/* Enqueues the GEMV on queue (event: optional, the kernel's).
+/* Enqueues the GEMV on queue (event: optional, the kernel's); prepares
+ * the type first when it was not.
  * UNSUPPORTED naming another type; INVALID_ARGUMENT for rows outside
  * 1..SERVE_QUANT_GEMV_MAX_ROWS, out < 1, in not a positive multiple of the
  * block, ldy < out, accumulate not 0/1, or a buffer smaller than the shape

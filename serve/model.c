@@ -1012,6 +1012,8 @@ static int serve_load_quantized(serve_model *m, const serve_gguf *g, float *host
     }
     if (!st && scratch) st = serve_alloc(m, scratch, &m->dq_scratch, "dequantized weight");
     if (!st && !m->gq) st = serve_gemv_quant_create(m->ctx, &m->gq);
+    for (uint32_t t = 0; t < 64 && !st; t++) /* compiled now, not by the first forward */
+        if (m->n_kept[t]) st = serve_gemv_quant_prepare(m->gq, t);
     if (!st) m->quant = 1;
     return st;
 }
