@@ -369,6 +369,9 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "gemm_small_run: NULL argument");
     int st = serve_gemm_args_check_shape(a, "gemm_small_run");
     if (st) return st;
+    if (a->x_f32 || a->swiglu) /* decode's fused variants (gemm_bf16.h): not yet here */
+        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                          "gemm_small_run: x_f32 / swiglu (the fused variants)");
     if (a->rows > 8 * GS_NT || a->in % 32 || a->x_off % 8)
         return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
                           "gemm_small_run: rows %d (1..64), in %d (multiple of 32), x_off %zu "

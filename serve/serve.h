@@ -403,6 +403,13 @@ int serve_gemm_args_check(const struct serve_gemm_args *args, const char *who);
 int serve_gemm_args_check_shape(const struct serve_gemm_args *args, const char *who);
 /* 1: every projection takes the portable kernel (tests compare the two). */
 void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
+/* 1 when serve_gemm_bf16_run takes the fused variants (gemm_bf16.h: x_f32,
+ * norm, swiglu) of a projection of `rows` rows on the kernel that runs the
+ * plain one: the portable kernel (every device without the NVIDIA tensor-
+ * core kernels: always), the NVIDIA small kernel (rows <= 64) only with
+ * LAZYATTN_TUNE=serve.fused_decode=1 (README); 0 otherwise (the fused
+ * arguments would still run, on the slower portable kernel). */
+int serve_gemm_bf16_fused(const serve_gemm_bf16 *g, int rows);
 /* 1 when a tensor-core kernel was created for this device. */
 int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g);
 /* Projections each kernel ran since create. counts: [SERVE_GEMM_KERNEL_COUNT] */

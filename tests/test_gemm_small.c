@@ -97,7 +97,7 @@ static void test_run_bad_input(void **state) {
     cl_mem buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, 1 << 20, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
     assert_int_equal(serve_gemm_small_run(s->g, q, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
-    const serve_gemm_args good = {8, 64, 64, buf, 0, buf, 1, {{buf, 0, 64, 64}}, 0};
+    const serve_gemm_args good = {8, 64, 64, buf, 0, buf, 1, {{buf, 0, 64, 64}}, 0, 0, NULL, 0.0f, 0};
     struct {
         serve_gemm_args a;
         int status;
@@ -395,7 +395,7 @@ static int rows_independent(gs_state *s, const char *what) {
         assert_int_equal(err, CL_SUCCESS);
         cl_mem y = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(float) * 64 * out, NULL, &err);
         assert_int_equal(err, CL_SUCCESS);
-        serve_gemm_args a = {64, out, in, x, 0, w, 1, {{y, 0, out, out}}, 0};
+        serve_gemm_args a = {64, out, in, x, 0, w, 1, {{y, 0, out, out}}, 0, 0, NULL, 0.0f, 0};
         assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
         assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * 64 * out, all, 0, NULL, NULL), 0);
         const int rows[] = {1, 3, 8, 9, 16, 17, 24, 31, 33, 40, 50, 56, 63};
