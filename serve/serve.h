@@ -395,7 +395,8 @@ int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue,
 /* INVALID_ARGUMENT, with the detail, for a shape < 1, NULL buffers, 0 or
  * more than SERVE_GEMM_MAX_OUTS ranges, ranges whose cols do not sum to
  * out or with ld < cols, accumulate not 0/1, or a buffer too small (X must
- * hold rows rounded up to SERVE_GEMM_ROW_PAD from x_off). who names the
+ * hold rows rounded up to SERVE_GEMM_ROW_PAD from x_off; f32 X the rows
+ * only), and the fused variants' fields (gemm_bf16.h). who names the
  * caller in the message. */
 int serve_gemm_args_check(const struct serve_gemm_args *args, const char *who);
 /* The same checks but the buffers' sizes (no OpenCL query): what the

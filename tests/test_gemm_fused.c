@@ -1,21 +1,16 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Decode's fused projections (serve/gemm_bf16.h: x_f32, norm, swiglu;
  * issue 38) through the dispatcher on the default device (the portable
- * kernel on PoCL; on NVIDIA the small kernel under
- * LAZYATTN_TUNE=serve.fused_decode=1, else the portable one), against a
- * float64 run of the unfused sequence they replace, for rows 1..64:
+ * kernel on PoCL; on NVIDIA the small kernel: the test sets
+ * LAZYATTN_TUNE=serve.fused_decode=1 where LAZYATTN_TUNE is unset), against
+ * a float64 run of the unfused sequence they replace (gemm_fused_ref.h),
+ * for rows 1..64:
  *   rmsnorm (bf16 out) -> QKV GEMM (three ranges, strides, offsets),
  *   rmsnorm -> gate/up GEMM -> swiglu, and the down GEMM reading that f32
  *   product (bf16 of it) onto a residual (accumulate).
  * Inputs are random, not zeros: rows of different magnitudes (the norm
- * matters), gains in [0.5, 1.5). Bounds, from bf16 rounding: the normed X
- * is rounded to bf16 by both; a term whose value lies so near a rounding
- * boundary that the kernel's f32 scale (relative error < 2^-14, far above
- * what f32 makes of a sum of `in` squares) could round it the other way
- * may differ by one bf16 ulp, every other term must match, so the bound is
- * the sum of |w| ulp over those terms plus the f32 accumulation bound;
- * SwiGLU propagates the bounds of g and u. Bad arguments: a status and a
- * message. */
+ * matters), gains in [0.5, 1.5); bounds from bf16 rounding
+ * (gemm_fused_ref.h). Bad arguments: a status and a message. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +23,7 @@
 #include <cmocka.h>
 
 #include "gemm_bf16.h"
+#include "gemm_fused_ref.h"
 #include "serve.h"
 
 typedef struct fu_state {
@@ -39,6 +35,8 @@ static int setup(void **state) {
     fu_state *s = calloc(1, sizeof *s);
     if (!s) return -1;
     *state = s;
+    /* the NVIDIA small kernel's fused variants (read at serve_gemm_bf16_create) */
+    if (!getenv("LAZYATTN_TUNE")) setenv("LAZYATTN_TUNE", "serve.fused_decode=1", 1);
     if (lazyattn_context_create(NULL, &s->ctx) != 0) return 0; /* tests skip */
     if (serve_gemm_bf16_create(s->ctx, &s->gemm)) {
         fprintf(stderr, "serve_gemm_bf16_create: %s\n", serve_last_error());
@@ -70,8 +68,6 @@ static double urand(uint64_t *z) {
     return (double)((*z * 0x2545F4914F6CDD1Dull) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
-static double bf(double v) { return serve_float_of_bf16(serve_bf16_of((float)v)); }
-
 static cl_mem buffer(fu_state *s, size_t bytes, const void *init) {
     cl_int err;
     cl_mem b = clCreateBuffer(lazyattn_context_cl_context(s->ctx),
@@ -87,40 +83,12 @@ static void read_floats(fu_state *s, cl_mem b, size_t n, float *dst) {
     assert_int_equal(err, CL_SUCCESS);
 }
 
-#define IN 160   /* hidden */
+#define IN 160   /* hidden (multiples of 32 and 16 here: shapes the NVIDIA small kernel takes) */
 #define FFN 96   /* gate/up columns each */
 #define QD 64    /* the QKV ranges: q, k, v columns */
 #define KVD 32
 #define X_ROW0 1 /* X starts at this row of its buffer */
 #define EPS 1e-5f
-
-/* The normed, bf16-rounded row the unfused rmsnorm writes (xn), and per
- * term the bf16 ulp it may be off by on the device (amb: 0 where the
- * rounding is certain). */
-static void norm_row(const float *x, const float *gain, double *xn, double *amb) {
-    double ss = 0;
-    for (int k = 0; k < IN; k++) ss += (double)x[k] * x[k];
-    const double sc = 1.0 / sqrt(ss / IN + (double)EPS);
-    for (int k = 0; k < IN; k++) {
-        const double v = (double)x[k] * sc * gain[k], e = ldexp(fabs(v), -14);
-        xn[k] = bf(v);
-        amb[k] = bf(v - e) == bf(v + e) ? 0.0 : fabs(bf(v + e) - bf(v - e));
-    }
-}
-
-/* Row r of W . xn: the sum, the f32 accumulation bound plus the rounding
- * ambiguity (the case's bound) */
-static double dot(const uint16_t *w, const double *xn, const double *amb, double *bound) {
-    double sum = 0, mag = 0, flip = 0;
-    for (int k = 0; k < IN; k++) {
-        const double wk = serve_float_of_bf16(w[k]);
-        sum += wk * xn[k];
-        mag += fabs(wk * xn[k]);
-        flip += fabs(wk) * amb[k];
-    }
-    *bound = 2.0 * (IN + 1) * ldexp(mag, -24) + flip + 1e-30;
-    return sum;
-}
 
 /* One row count: QKV with the norm, gate/up with the norm and SwiGLU, down
  * from the f32 product onto a residual; every element against the bound,
@@ -191,10 +159,10 @@ static void run_chain(fu_state *s, int rows, uint64_t seed) {
 
     double xn[IN], amb[IN], worst = 0;
     for (int row = 0; row < rows; row++) {
-        norm_row(x + (size_t)(X_ROW0 + row) * IN, gain, xn, amb);
+        fref_norm_row(x + (size_t)(X_ROW0 + row) * IN, gain, EPS, IN, xn, amb);
         for (int r = 0, col0 = 0; r < 3; col0 += cols[r], r++)
             for (int c = 0; c < cols[r]; c++) {
-                double bound, want = dot(wqkv + (size_t)(col0 + c) * IN, xn, amb, &bound);
+                double bound, want = fref_dot(wqkv + (size_t)(col0 + c) * IN, xn, amb, IN, &bound);
                 double got = y[r][(size_t)off[r] + (size_t)row * ld[r] + c];
                 if (fabs(got - want) > bound)
                     fail_msg("seed %llu rows %d: QKV range %d row %d col %d: %.9g, want %.9g "
@@ -203,11 +171,9 @@ static void run_chain(fu_state *s, int rows, uint64_t seed) {
                 worst = fmax(worst, fabs(got - want) / bound);
             }
         for (int j = 0; j < FFN; j++) {
-            double bg, bu, g = dot(wgu + (size_t)j * IN, xn, amb, &bg);
-            double u = dot(wgu + (size_t)(FFN + j) * IN, xn, amb, &bu);
-            double sg = g / (1.0 + exp(-g)), want = sg * u;
-            /* |silu'| <= 1.1; f32 exp, divide, multiplies: a few ulps */
-            double bound = 1.1 * bg * (fabs(u) + bu) + fabs(sg) * bu + ldexp(fabs(want), -20) + 1e-30;
+            double bg, bu, g = fref_dot(wgu + (size_t)j * IN, xn, amb, IN, &bg);
+            double u = fref_dot(wgu + (size_t)(FFN + j) * IN, xn, amb, IN, &bu);
+            double bound, want = fref_swiglu(g, bg, u, bu, &bound);
             double got = act[(size_t)row * FFN + j];
             if (fabs(got - want) > bound)
                 fail_msg("seed %llu rows %d: SwiGLU row %d col %d: %.9g, want %.9g (bound %.3g)",
@@ -218,7 +184,7 @@ static void run_chain(fu_state *s, int rows, uint64_t seed) {
         for (int c = 0; c < IN; c++) {
             double sum = 0, mag = 0;
             for (int k = 0; k < FFN; k++) {
-                double p = bf(act[(size_t)row * FFN + k]) * serve_float_of_bf16(wd[(size_t)c * FFN + k]);
+                double p = fref_bf(act[(size_t)row * FFN + k]) * serve_float_of_bf16(wd[(size_t)c * FFN + k]);
                 sum += p, mag += fabs(p);
             }
             double want = sum + res0[(size_t)row * IN + c];
@@ -263,8 +229,17 @@ static void test_fused_chain(void **state) {
     if (!serve_gemm_bf16_has_tensor_cores(s->gemm)) assert_int_equal(fused, 1);
     print_message("the fused variants %s offered at rows 1..64 on %s\n", fused ? "are" : "are not",
                   lazyattn_context_device_name(s->ctx));
+    int64_t before[SERVE_GEMM_KERNEL_COUNT], after[SERVE_GEMM_KERNEL_COUNT];
+    serve_gemm_bf16_counts(s->gemm, before);
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         run_chain(s, rows[i], 0x9E3779B97F4A7C15ull ^ (uint64_t)rows[i]);
+    serve_gemm_bf16_counts(s->gemm, after);
+    const int64_t small = after[SERVE_GEMM_KERNEL_SMALL] - before[SERVE_GEMM_KERNEL_SMALL];
+    const int64_t portable = after[SERVE_GEMM_KERNEL_PORTABLE] - before[SERVE_GEMM_KERNEL_PORTABLE];
+    print_message("ran: small kernel %lld, portable %lld\n", (long long)small, (long long)portable);
+    /* three projections a row count, all on the kernel that offers them */
+    const int64_t n = 3 * (int64_t)(sizeof rows / sizeof *rows);
+    assert_int_equal(serve_gemm_bf16_has_tensor_cores(s->gemm) && fused ? small : portable, n);
 }
 
 /* The portable kernel alone (portable_only) at 1 and 64 rows: on NVIDIA the
