@@ -991,6 +991,9 @@ static int serve_attention(serve_model *m, lazyattn_pool *pool, int l, int n, cl
 
 static int serve_attend_decode(serve_model *m, lazyattn_pool *pool, int layer, const void *p);
 
+/* decode's rows up to the NVIDIA small kernel's bound take the fused projections */
+#define SERVE_FUSED_ROWS 64
+
 /* Decode's layers in bf16 mode with the fused projections (issue 38): the
  * norms in the QKV and gate/up projections' X loaders, the attention's f32
  * output read by the O projection as it is, SwiGLU in the gate/up
@@ -1025,7 +1028,8 @@ static int serve_layers_bf16_fused(serve_model *m, lazyattn_pool *pool, int n, c
  * serve_layers_bf16_fused where the dispatcher offers the fused variants. */
 static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                              cl_mem stored_pos, serve_attend_fn attend, const void *args) {
-    if (attend == serve_attend_decode && n <= 64 && serve_gemm_bf16_fused(m->gemm, n))
+    if (attend == serve_attend_decode && n <= SERVE_FUSED_ROWS &&
+        serve_gemm_bf16_fused(m->gemm, n))
         return serve_layers_bf16_fused(m, pool, n, q_pos, stored_pos, attend, args);
     const serve_model_config *c = &m->cfg;
     int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -1075,7 +1079,7 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
  * decode: the norm in the LM head's X loader where the layers fused theirs. */
 static int serve_head(serve_model *m, int row0, int n, int decode, int32_t *next) {
     const serve_model_config *c = &m->cfg;
-    if (decode && m->bf16 && n <= 64 && serve_gemm_bf16_fused(m->gemm, n)) {
+    if (decode && m->bf16 && n <= SERVE_FUSED_ROWS && serve_gemm_bf16_fused(m->gemm, n)) {
         SERVE_TRY(serve_gemm_fused(m, n, c->hidden, m->x, row0, m->output_norm, m->output, 1,
                                    &m->logits, &c->vocab, 0, 0));
     } else if (m->bf16) { /* normed rows at h_bf's row 0 */
