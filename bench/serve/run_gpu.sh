@@ -43,6 +43,9 @@ step forward 240 "$bin/bench/serve/bench_forward" --model 8b --gemm bf16 --reps 
 # the decode steps with the fused projections (issue 38; LAZYATTN_TUNE=serve.fused_decode=1)
 step forward 120 env LAZYATTN_TUNE=serve.fused_decode=1 "$bin/bench/serve/bench_forward" --model 8b \
     --gemm bf16 --reps 5 --no-forwards
+[ "${DEVICE_TIME:-1}" = 1 ] &&
+    step forward 120 env LAZYATTN_TUNE=serve.fused_decode=1 "$bin/bench/serve/bench_forward" --model 8b \
+        --gemm bf16 --reps 5 --no-forwards --device-time
 step llama_peer 180 sh -c "cd bench && python3 llama_peer.py --reps 5"
 echo "== summary"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30
