@@ -373,11 +373,15 @@ typedef struct out {
     int err; /* errno of the first failure, 0 none */
 } out;
 
+/* Writes the buffer out; after a failure the bytes are dropped (the file
+ * is removed), so the buffer always has room again. */
 static void out_flush(out *o) {
-    if (o->err || !o->len) return;
-    errno = 0;
-    if (fwrite(o->buf, 1, o->len, o->f) != o->len) o->err = errno ? errno : EIO;
-    else o->written += o->len;
+    if (!o->err && o->len && !o->f) o->err = EFBIG; /* the in-memory header outgrew it */
+    if (!o->err && o->len) {
+        errno = 0;
+        if (fwrite(o->buf, 1, o->len, o->f) != o->len) o->err = errno ? errno : EIO;
+        else o->written += o->len;
+    }
     o->len = 0;
 }
 
@@ -582,6 +586,11 @@ int main(int argc, char **argv) {
         out_u64(&hdr, t->offset);
     }
     out_pad(&hdr, hdr.len);
+    if (hdr.err) { /* never for these shapes: a header of a few KiB */
+        fprintf(stderr, "%s: the header does not fit %zu bytes\n", prog, OUT_BUF_BYTES);
+        free(hdr.buf);
+        return 1;
+    }
     const uint64_t total = hdr.len + p.data_bytes;
 
     if (plan_only) {
