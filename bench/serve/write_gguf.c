@@ -80,7 +80,8 @@ enum kind { K_MATRIX = 0, K_NORM = 1, K_ROPE_FREQS = 2 };
 typedef struct tensor {
     char name[64];
     uint64_t d0, d1; /* ggml order: d0 values a row, d1 rows (1: a vector) */
-    uint32_t type;
+    uint32_t type;  /* as stored */
+    uint32_t vtype; /* whose values it holds: type, or the form's type (--dequantized) */
     enum kind kind;
     float sigma; /* matrices: the values' standard deviation */
     uint64_t offset, bytes;
@@ -269,11 +270,11 @@ static const char *type_name(uint32_t t) {
     return t == T_F32 ? "F32" : t == T_BF16 ? "BF16" : t == T_Q8_0 ? "Q8_0" : t == T_Q4_K ? "Q4_K" : "Q6_K";
 }
 
-static void add(plan *p, const char *name, uint64_t d0, uint64_t d1, uint32_t type, enum kind kind,
-                float sigma) {
+static void add(plan *p, const char *name, uint64_t d0, uint64_t d1, uint32_t type, uint32_t vtype,
+                enum kind kind, float sigma) {
     tensor *t = &p->t[p->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
-    t->d0 = d0, t->d1 = d1, t->type = type, t->kind = kind, t->sigma = sigma;
+    t->d0 = d0, t->d1 = d1, t->type = type, t->vtype = vtype, t->kind = kind, t->sigma = sigma;
 }
 
 /* The matrix type of a form; q4_k_m: llama.cpp's rule (see the top). */
@@ -287,13 +288,7 @@ static uint32_t matrix_type(enum form f, int dequantized, const char *suffix, in
     return T_Q4_K;
 }
 
-/* The block type whose values a matrix holds (F32 files of --dequantized
- * hold the values of the form's type). */
-static uint32_t value_type(enum form f, const char *suffix, int layer, int n_layers) {
-    return matrix_type(f, 0, suffix, layer, n_layers);
-}
-
-static int make_plan(plan *p, const char *shape, enum form f, int dequantized, uint32_t *vtypes) {
+static int make_plan(plan *p, const char *shape, enum form f, int dequantized) {
     if (serve_model_config_preset(&p->mc, shape)) {
         fprintf(stderr, "%s: %s\n", prog, serve_last_error());
         return 2;
@@ -317,15 +312,10 @@ static int make_plan(plan *p, const char *shape, enum form f, int dequantized, u
     p->n = 0;
     const float s_h = 1.0f / sqrtf((float)h), s_q = 1.0f / sqrtf((float)qd),
                 s_f = 1.0f / sqrtf((float)ff);
-    int k = 0;
-#define MATRIX(name, suffix, layer, d0, d1, sigma)                                              \
-    do {                                                                                        \
-        vtypes[k++] = value_type(f, suffix, layer, c->n_layers);                                \
-        add(p, name, d0, d1, matrix_type(f, dequantized, suffix, layer, c->n_layers), K_MATRIX, \
-            sigma);                                                                             \
-    } while (0)
-    vtypes[k++] = T_F32;
-    add(p, "rope_freqs.weight", (uint64_t)c->head_dim / 2, 1, T_F32, K_ROPE_FREQS, 0);
+#define MATRIX(name, suffix, layer, d0, d1, sigma)                                             \
+    add(p, name, d0, d1, matrix_type(f, dequantized, suffix, layer, c->n_layers),              \
+        matrix_type(f, 0, suffix, layer, c->n_layers), K_MATRIX, sigma)
+    add(p, "rope_freqs.weight", (uint64_t)c->head_dim / 2, 1, T_F32, T_F32, K_ROPE_FREQS, 0);
     MATRIX("token_embd.weight", "token_embd", 0, h, V, 1.0f);
     static const struct {
         const char *suffix;
@@ -340,15 +330,13 @@ static int make_plan(plan *p, const char *shape, enum form f, int dequantized, u
         for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, per_layer[i].suffix);
             if (per_layer[i].d1 < 0) {
-                vtypes[k++] = T_F32;
-                add(p, name, h, 1, T_F32, K_NORM, 0);
+                add(p, name, h, 1, T_F32, T_F32, K_NORM, 0);
             } else {
                 MATRIX(name, per_layer[i].suffix, l, dim[per_layer[i].d0], dim[per_layer[i].d1],
                        sig[per_layer[i].d0]);
             }
         }
-    vtypes[k++] = T_F32;
-    add(p, "output_norm.weight", h, 1, T_F32, K_NORM, 0);
+    add(p, "output_norm.weight", h, 1, T_F32, T_F32, K_NORM, 0);
     MATRIX("output.weight", "output", 0, h, V, s_h);
 #undef MATRIX
     uint64_t at = 0;
@@ -366,7 +354,6 @@ static int make_plan(plan *p, const char *shape, enum form f, int dequantized, u
 
 typedef struct out {
     FILE *f;
-    const char *path;
     uint8_t *buf;
     size_t len;
     uint64_t written;
@@ -449,10 +436,11 @@ static void rope_freqs(const serve_model_config *c, float *dst) {
     }
 }
 
-/* One row: its bytes in type `type` (values: the float values they decode
- * to, or NULL), drawn from the row's stream as value type `vtype`. */
-static void make_row(const tensor *t, uint32_t vtype, uint64_t *s, uint8_t *dst, float *vals) {
-    uint64_t n = t->d0;
+/* One row of t into dst (its bytes as t->type), drawn from the row's
+ * stream as t->vtype's values. vals: [d0] floats and 256 bytes of scratch. */
+static void make_row(const tensor *t, uint64_t *s, uint8_t *dst, float *vals) {
+    const uint64_t n = t->d0;
+    const uint32_t vtype = t->vtype;
     if (vtype == T_F32 || vtype == T_BF16) {
         float a = 1.7320508f * t->sigma; /* uniform(-a, a): variance sigma^2 */
         for (uint64_t i = 0; i < n; i += 2) {
@@ -482,7 +470,7 @@ static void make_row(const tensor *t, uint32_t vtype, uint64_t *s, uint8_t *dst,
     if (!quantized_out) memcpy(dst, vals, (size_t)n * 4);
 }
 
-static void write_tensor(out *o, const plan *p, int index, uint32_t vtype, uint64_t seed, float *vals) {
+static void write_tensor(out *o, const plan *p, int index, uint64_t seed, float *vals) {
     const tensor *t = &p->t[index];
     if (t->kind != K_MATRIX) {
         float *v = vals;
@@ -496,7 +484,7 @@ static void write_tensor(out *o, const plan *p, int index, uint32_t vtype, uint6
         uint64_t rb = row_bytes(t->type, t->d0);
         for (uint64_t r = 0; r < t->d1 && !o->err; r++) {
             uint64_t s = row_stream(seed, (uint64_t)index, r);
-            make_row(t, vtype, &s, out_reserve(o, (size_t)rb), vals);
+            make_row(t, &s, out_reserve(o, (size_t)rb), vals);
         }
     }
     out_pad(o, t->bytes);
@@ -538,8 +526,7 @@ int main(int argc, char **argv) {
     if (path && plan_only) return cli_fail(prog, "--plan", "writes nothing: drop --out");
     static const char *const shapes[] = {"tiny", "small", "8b"};
     static plan p;
-    static uint32_t vtypes[MAX_TENSORS];
-    int st = make_plan(&p, shapes[shape], (enum form)form, dequantized, vtypes);
+    int st = make_plan(&p, shapes[shape], (enum form)form, dequantized);
     if (st) return st;
     const serve_model_config *c = &p.mc;
 
@@ -616,7 +603,7 @@ int main(int argc, char **argv) {
     uint64_t widest = 0;
     for (int i = 0; i < p.n; i++) widest = p.t[i].d0 > widest ? p.t[i].d0 : widest;
     float *vals = malloc((size_t)widest * 4 + 256);
-    out o = {.path = part, .buf = malloc(OUT_BUF_BYTES)};
+    out o = {.buf = malloc(OUT_BUF_BYTES)};
     FILE *f = vals && o.buf ? fopen(part, "wb") : NULL;
     if (!f) {
         if (vals && o.buf) fprintf(stderr, "%s: cannot create %s: %s\n", prog, part, strerror(errno));
@@ -629,7 +616,7 @@ int main(int argc, char **argv) {
     const double t0 = now_s();
     out_bytes(&o, hdr.buf, hdr.len);
     free(hdr.buf);
-    for (int i = 0; i < p.n && !o.err; i++) write_tensor(&o, &p, i, vtypes[i], seed, vals);
+    for (int i = 0; i < p.n && !o.err; i++) write_tensor(&o, &p, i, seed, vals);
     out_flush(&o);
     if (!o.err && o.written != total) o.err = EIO; /* the plan and the bytes disagree: a bug */
     errno = 0;
