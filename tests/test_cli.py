@@ -336,6 +336,8 @@ BAD = [
     ("bench_forward", ["--model", "tiny", "--max-rows", "16", "--decode", "17"], USAGE, "--max-rows"),
     ("bench_forward", ["--device-time=1"], USAGE, "--device-time"),
     ("bench_forward", ["extra"], USAGE, "extra"),
+    ("bench_forward", ["--gguf", "x.gguf", "--model", "tiny"], USAGE, "--gguf"),
+    ("bench_forward", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
     ("tokenize", ["--text", "hi"], USAGE, "--gguf"),
     ("tokenize", ["--gguf", TOK_LLAMA3], USAGE, "--text"),
     ("tokenize", ["--gguf", TOK_LLAMA3, "--text", "hi", "--template", "gemma"], USAGE, "--template"),
