@@ -14,6 +14,7 @@ Prints, with CUDA events (3 warm-ups, median of --reps):
 so that rag_bench's end-to-end figures have a production-class anchor from
 the same device call.
     python3 bench/llama_peer.py [--layers 32] [--reps 5] [--csv FILE] [--decode 1,16,64] [--decode-context 2048]
+                                [--no-forwards]   (only the decode steps, as bench_forward's)
 """
 import argparse
 import csv
@@ -124,6 +125,7 @@ def main():
     ap.add_argument("--decode", default="1,16,64",
                     help="decode batch sizes, comma separated ('' for none)")
     ap.add_argument("--decode-context", type=int, default=2048)
+    ap.add_argument("--no-forwards", action="store_true", help="only the decode steps")
     a = ap.parse_args()
     if a.layers < 1 or a.reps < 1:
         ap.error("--layers and --reps must be >= 1")
@@ -136,10 +138,10 @@ def main():
     torch.manual_seed(1)
     layer, head = Layer(), rnd(VOCAB, HID, scale=HID ** -0.5)
     rows = []
+    forwards = (("cold_2048", 2048, 0), ("cold_10240", 10240, 0),
+                ("question_32_over_10240", 32, 10240), ("new_2080_over_8192", 2080, 8192))
     with torch.inference_mode():
-        for name, new, cached in (("cold_2048", 2048, 0), ("cold_10240", 10240, 0),
-                                  ("question_32_over_10240", 32, 10240),
-                                  ("new_2080_over_8192", 2080, 8192)):
+        for name, new, cached in () if a.no_forwards else forwards:
             x = rnd(new, HID)
             pos = torch.arange(cached, cached + new, device="cuda")
             pk = rnd(a.layers, 1, KV, cached, D) if cached else None

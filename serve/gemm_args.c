@@ -4,6 +4,7 @@
  * (gemm_nv_large.c, gemm_nv_small.c), below all three. */
 #include "gemm_bf16.h"
 
+#include <math.h>
 #include <stdint.h>
 
 int serve_gemm_args_check_shape(const serve_gemm_args *a, const char *who) {
@@ -23,6 +24,19 @@ int serve_gemm_args_check_shape(const serve_gemm_args *a, const char *who) {
     if (a->x_off > (size_t)1 << 48)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: X offset %zu (at most 2^48)",
                           who, a->x_off);
+    if ((a->x_f32 != 0 && a->x_f32 != 1) || (a->swiglu != 0 && a->swiglu != 1))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: x_f32 %d, swiglu %d (0 or 1)",
+                          who, a->x_f32, a->swiglu);
+    if (a->norm && (!a->x_f32 || !(a->norm_eps > 0.0f) || !isfinite(a->norm_eps)))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: an RMSNorm gain needs x_f32 1 (has %d) and an epsilon > 0, finite "
+                          "(has %g)",
+                          who, a->x_f32, (double)a->norm_eps);
+    if (a->swiglu && (a->out % 2 || a->n_outs != 1 || a->accumulate))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: swiglu needs an even out (has %d: gate and up rows), one output "
+                          "range (has %d) and accumulate 0 (has %d)",
+                          who, a->out, a->n_outs, a->accumulate);
     int64_t cols = 0; /* three ints: no overflow */
     for (int r = 0; r < a->n_outs; r++) {
         const serve_gemm_out *o = &a->outs[r];
@@ -33,9 +47,11 @@ int serve_gemm_args_check_shape(const serve_gemm_args *a, const char *who) {
                               who, r, o->buf ? "set" : "NULL", o->cols, o->ld, o->off);
         cols += o->cols;
     }
-    if (cols != a->out)
+    const int64_t y_cols = a->swiglu ? a->out / 2 : a->out; /* swiglu: one column per pair */
+    if (cols != y_cols)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "%s: the output ranges hold %lld columns, out is %d", who,
-                          (long long)cols, a->out);
+                          "%s: the output ranges hold %lld columns, Y has %lld (out %d%s)", who,
+                          (long long)cols, (long long)y_cols, a->out,
+                          a->swiglu ? ", swiglu: out / 2" : "");
     return LAZYATTN_STATUS_OK;
 }

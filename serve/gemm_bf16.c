@@ -5,7 +5,10 @@
  * (rows <= 64: the small, weight-bandwidth path; rows > 64: the large one)
  * and falls back to the
  * portable kernel (serve/gemm_bf16.cl, any OpenCL device) when they are not
- * there, or answer LAZYATTN_STATUS_UNSUPPORTED for this device or shape. */
+ * there, or answer LAZYATTN_STATUS_UNSUPPORTED for this device or shape.
+ * The fused variants (x_f32, norm, swiglu) take the portable fused kernel,
+ * or on NVIDIA the small kernel when LAZYATTN_TUNE=serve.fused_decode=1
+ * (serve_gemm_fused_setting; off by default there). */
 #include "gemm_bf16.h"
 #include "gemm_nv_large.h"
 #include "gemm_nv_small.h"
@@ -24,6 +27,8 @@ struct serve_gemm_bf16 {
     lazyattn_context *ctx;
     cl_program program;
     cl_kernel kernel; /* serve_gemm_bf16 (portable) */
+    cl_kernel kernel_fused; /* serve_gemm_bf16_fused (portable) */
+    int small_fused; /* the small kernel takes the fused variants (serve.fused_decode=1) */
     serve_gemm_impl large, small;
     serve_gemm_impl test_large, test_small; /* serve_gemm_bf16_override_for_testing: run set */
     int portable_only;
@@ -61,6 +66,23 @@ static int serve_gemm_nv_create(serve_gemm_bf16 *g) {
     return LAZYATTN_STATUS_OK;
 }
 
+/* LAZYATTN_TUNE's serve.fused_decode (README, "Environment"): 1 when the
+ * setting says 1; 0 when it is absent or 0. lib/ accepts the key and
+ * warns about a bad value; this reads only a well-formed one. */
+static int serve_gemm_fused_setting(void) {
+    const char *s = getenv("LAZYATTN_TUNE"), *key = "serve.fused_decode=";
+    const size_t kn = strlen(key);
+    int on = 0;
+    while (s && *s) {
+        const char *comma = strchr(s, ',');
+        const size_t n = comma ? (size_t)(comma - s) : strlen(s);
+        if (n == kn + 1 && !strncmp(s, key, kn) && (s[kn] == '0' || s[kn] == '1'))
+            on = s[kn] == '1';
+        s = comma ? comma + 1 : s + n;
+    }
+    return on;
+}
+
 /* ---- arguments ----------------------------------------------------------- */
 
 static size_t serve_mem_size(cl_mem b) {
@@ -77,13 +99,19 @@ int serve_gemm_args_check(const serve_gemm_args *a, const char *who) {
     uint64_t in = (uint64_t)a->in, pad = ((uint64_t)a->rows + SERVE_GEMM_ROW_PAD - 1) /
                                          SERVE_GEMM_ROW_PAD * SERVE_GEMM_ROW_PAD;
     uint64_t x_need = ((uint64_t)a->x_off + pad * in) * 2u, w_need = (uint64_t)a->out * in * 2u;
+    if (a->x_f32) /* f32 rows, no padding */
+        x_need = ((uint64_t)a->x_off + (uint64_t)a->rows * in) * 4u, pad = (uint64_t)a->rows;
     size_t x_size = serve_mem_size(a->x), w_size = serve_mem_size(a->w);
     if (x_need > x_size)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "%s: X holds %zu bytes, %d rows (padded to %llu) of %d bf16 from "
+                          "%s: X holds %zu bytes, %d rows (padded to %llu) of %d %s from "
                           "element %zu need %llu",
-                          who, x_size, a->rows, (unsigned long long)pad, a->in, a->x_off,
-                          (unsigned long long)x_need);
+                          who, x_size, a->rows, (unsigned long long)pad, a->in,
+                          a->x_f32 ? "f32" : "bf16", a->x_off, (unsigned long long)x_need);
+    if (a->norm && serve_mem_size(a->norm) < (uint64_t)a->in * 4u)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: the RMSNorm gain holds %zu bytes, [%d] f32 need %llu", who,
+                          serve_mem_size(a->norm), a->in, (unsigned long long)in * 4u);
     if (w_need > w_size)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "%s: W holds %zu bytes, [%d, %d] bf16 need %llu", who, w_size, a->out,
@@ -110,6 +138,7 @@ void serve_gemm_bf16_destroy(serve_gemm_bf16 *g) {
     if (g->large.state) g->large.destroy(g->large.state);
     if (g->small.state) g->small.destroy(g->small.state);
     if (g->kernel) clReleaseKernel(g->kernel);
+    if (g->kernel_fused) clReleaseKernel(g->kernel_fused);
     if (g->program) clReleaseProgram(g->program);
     free(g);
 }
@@ -130,8 +159,13 @@ static int serve_gemm_portable_build(serve_gemm_bf16 *g) {
     }
     g->kernel = clCreateKernel(g->program, "serve_gemm_bf16", &err);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemm_bf16");
-    size_t wg = 0;
+    g->kernel_fused = clCreateKernel(g->program, "serve_gemm_bf16_fused", &err);
+    if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemm_bf16_fused");
+    size_t wg = 0, wg_fused = 0;
     clGetKernelWorkGroupInfo(g->kernel, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL);
+    clGetKernelWorkGroupInfo(g->kernel_fused, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg_fused,
+                             &wg_fused, NULL);
+    if (wg_fused < wg) wg = wg_fused;
     if (wg < 256)
         return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
                           "serve/gemm_bf16.cl needs work-groups of 256, the device allows %zu", wg);
@@ -147,6 +181,7 @@ int serve_gemm_bf16_create(lazyattn_context *ctx, serve_gemm_bf16 **out) {
     g->ctx = ctx;
     int st = serve_gemm_portable_build(g);
     if (!st) st = serve_gemm_nv_create(g);
+    g->small_fused = serve_gemm_fused_setting();
     if (st) {
         serve_gemm_bf16_destroy(g);
         return st;
@@ -170,6 +205,13 @@ int serve_gemm_bf16_override_for_testing(serve_gemm_bf16 *g, serve_gemm_kernel w
     return LAZYATTN_STATUS_OK;
 }
 
+int serve_gemm_bf16_fused(const serve_gemm_bf16 *g, int rows) {
+    if (!g || rows < 1) return 0;
+    if (g->portable_only) return 1;
+    if (rows <= 64) return !g->small.state || g->small_fused;
+    return !g->large.state;
+}
+
 int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g) {
     return g && (g->large.state || g->small.state);
 }
@@ -181,8 +223,54 @@ void serve_gemm_bf16_counts(const serve_gemm_bf16 *g, int64_t *counts) {
 
 /* ---- run ------------------------------------------------------------------- */
 
+/* The fused variants on serve_gemm_bf16_fused (one 32 x 32 tile of Y a
+ * work-group, as the plain kernel). */
+static int serve_gemm_portable_fused_run(serve_gemm_bf16 *g, cl_command_queue queue,
+                                         const serve_gemm_args *a, cl_event *event) {
+    cl_kernel k = g->kernel_fused;
+    cl_int rows = a->rows, out = a->out, in = a->in, acc = a->accumulate, x_f32 = a->x_f32;
+    cl_int swiglu = a->swiglu;
+    cl_float eps = a->norm_eps;
+    cl_ulong x_off = a->x_off;
+    cl_mem xb = a->x_f32 ? NULL : a->x, xf = a->x_f32 ? a->x : NULL, norm = a->norm;
+    cl_int err = CL_SUCCESS;
+    cl_uint i = 0;
+#define GB_ARG(v) err |= clSetKernelArg(k, i++, sizeof(v), &(v))
+    GB_ARG(rows);
+    GB_ARG(out);
+    GB_ARG(in);
+    GB_ARG(x_f32);
+    GB_ARG(xb);
+    GB_ARG(xf);
+    GB_ARG(x_off);
+    GB_ARG(norm);
+    GB_ARG(eps);
+    GB_ARG(swiglu);
+    GB_ARG(a->w);
+    for (int r = 0; r < SERVE_GEMM_MAX_OUTS; r++) {
+        /* an unused range: the first buffer, no columns */
+        const serve_gemm_out *o = &a->outs[r < a->n_outs ? r : 0];
+        cl_ulong off = o->off;
+        cl_int cols = r < a->n_outs ? o->cols : 0, ld = o->ld;
+        GB_ARG(o->buf);
+        GB_ARG(off);
+        GB_ARG(cols);
+        GB_ARG(ld);
+    }
+    GB_ARG(acc);
+#undef GB_ARG
+    if (err != CL_SUCCESS)
+        return serve_fail(LAZYATTN_STATUS_OPENCL, "serve_gemm_bf16_fused: clSetKernelArg failed");
+    const size_t ycols = (size_t)(a->swiglu ? a->out / 2 : a->out);
+    size_t global[2] = {(ycols + 31) / 32 * 16, ((size_t)a->rows + 31) / 32 * 16};
+    size_t local[2] = {16, 16};
+    err = clEnqueueNDRangeKernel(queue, k, 2, NULL, global, local, 0, NULL, event);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemm_bf16_fused");
+}
+
 static int serve_gemm_portable_run(serve_gemm_bf16 *g, cl_command_queue queue,
                                    const serve_gemm_args *a, cl_event *event) {
+    if (a->x_f32 || a->swiglu) return serve_gemm_portable_fused_run(g, queue, a, event);
     cl_kernel k = g->kernel;
     cl_int rows = a->rows, out = a->out, in = a->in, acc = a->accumulate;
     cl_ulong x_off = a->x_off;
@@ -226,6 +314,9 @@ int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue, const serve_
         serve_gemm_impl *test = which == SERVE_GEMM_KERNEL_SMALL ? &g->test_small : &g->test_large;
         int present = impl->state != NULL;
         if (test->run) impl = test, present = 1; /* a test's stand-in (run set, any state) */
+        /* the fused variants: the small kernel's only when switched on */
+        if ((a->x_f32 || a->swiglu) && (which != SERVE_GEMM_KERNEL_SMALL || !g->small_fused))
+            present = 0;
         if (present) {
             st = impl->run(impl->state, queue, a, event);
             if (st != LAZYATTN_STATUS_UNSUPPORTED) {

@@ -10,6 +10,15 @@
  * k and v; a fused gate/up writes g and u), in order: range r covers columns
  * [sum of earlier cols, + cols).
  *
+ * Decode's fused variants (issue 38; serve_gemm_bf16_fused says where the
+ * dispatcher offers them): X may arrive as f32 rows, staged as bf16(x), or
+ * as bf16(x * s_row * norm[k]) with an RMSNorm (s_row = 1 / sqrt(mean over
+ * k of x^2 + norm_eps), computed by the kernel), replacing a norm launch
+ * and a bf16 copy of X; and a gate/up projection may end in SwiGLU: W is
+ * [gate; up] (out = 2 ffn rows, gate rows first), the one output range
+ * holds ffn columns, Y[r, j] = silu(g) * u with g = X[r] . W[j], u = X[r] .
+ * W[ffn + j] (f32; the down projection reads it with x_f32 1).
+ *
  * Implementations: serve/gemm_nv_large.c (tensor cores, rows > 64),
  * serve/gemm_nv_small.c (tensor cores, rows <= 64, weight-bandwidth bound),
  * serve/gemm_bf16.c (the portable bf16 kernel and the dispatcher). Each run
@@ -43,6 +52,13 @@ typedef struct serve_gemm_args {
     int n_outs;        /* 1..SERVE_GEMM_MAX_OUTS; the ranges' cols sum to out */
     serve_gemm_out outs[SERVE_GEMM_MAX_OUTS];
     int accumulate; /* 0: Y = X . W^T; 1: Y += X . W^T (the residual) */
+    /* fused variants (0 / NULL: none) */
+    int x_f32;       /* 1: x is f32 [rows, in] (no padding), row stride `in`, x_off in
+                      * floats; staged as bf16(x), or bf16(x * s_row * norm[k]) */
+    cl_mem norm;     /* x_f32 only: NULL, or the RMSNorm gain, f32 [in] */
+    float norm_eps;  /* with norm: > 0, finite */
+    int swiglu;      /* 1: W [gate; up] (out even), one range of out / 2 columns:
+                      * Y = silu(X . Wgate^T) * (X . Wup^T); accumulate 0 */
 } serve_gemm_args;
 
 /* Host-side bf16 <-> f32 (round to nearest even; NaN stays NaN). */

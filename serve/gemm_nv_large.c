@@ -133,6 +133,9 @@ int serve_gemm_large_run(serve_gemm_large *g, cl_command_queue q, const serve_ge
     if (!g || !q || !a) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL gemm, queue or args", fn);
     int st = serve_gemm_args_check_shape(a, fn);
     if (st) return st;
+    if (a->x_f32 || a->swiglu) /* decode's fused variants (gemm_bf16.h): not here */
+        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED, "%s: x_f32 / swiglu (the fused variants)",
+                          fn);
     if (a->in % g->bk)
         return serve_fail(LAZYATTN_STATUS_UNSUPPORTED, "%s: in %d is not a multiple of %d", fn, a->in, g->bk);
     if (a->x_off % 8) /* 16-byte copies */

@@ -2,7 +2,9 @@
 /* Decode-sized bf16 projections on NVIDIA tensor cores: the host side of
  * serve/gemm_nv_small.cl (see there for the kernel's design). One program
  * per kernel shape (serve_gemm_small_tuning), holding a kernel per n8 token
- * tile count; a small cache of them; the split-K workspace. */
+ * tile count; a small cache of them; the split-K workspace. Decode's fused
+ * variants (gemm_bf16.h: x_f32, norm, swiglu) take the same shape built
+ * with GS_FUSE 1, on their first call. */
 #include "gemm_nv_small.h"
 
 #include <stdio.h>
@@ -15,7 +17,8 @@
 
 #define GS_NT 8           /* token tiles: rows 1..64 */
 #define GS_CLASSES SERVE_GEMM_SMALL_CLASSES
-#define GS_PROGRAMS 32    /* cached programs (kernel shapes; test_gemm_small builds 24) */
+#define GS_PROGRAMS 48    /* cached programs (kernel shapes; test_gemm_small builds 24, and
+                           * the fused builds of some) */
 #define GS_LOCAL 49152    /* NVIDIA's local memory per work-group */
 #define GS_WARPS_PER_CU 16 /* the split rule's target of resident warps */
 #define GS_WG_WARPS_PER_CU 12 /* the same for the wgmma modes (xs 2, 3, 4) */
@@ -23,6 +26,7 @@
 
 typedef struct gs_program {
     serve_gemm_small_tuning t; /* splits ignored */
+    int fuse;                  /* GS_FUSE */
     cl_program program;
     cl_kernel kernels[GS_NT]; /* gs_gemm_nt1..8 */
     char *log;
@@ -163,9 +167,10 @@ static void gs_program_release(gs_program *p) {
 }
 
 /* Index of the program for t's kernel shape, built if new. */
-static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t, int *index) {
+static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t, int fuse,
+                          int *index) {
     for (int i = 0; i < g->n_programs; i++)
-        if (gs_same(&g->programs[i].t, t)) {
+        if (gs_same(&g->programs[i].t, t) && g->programs[i].fuse == fuse) {
             *index = i;
             return LAZYATTN_STATUS_OK;
         }
@@ -182,14 +187,15 @@ static int gs_program_for(serve_gemm_small *g, const serve_gemm_small_tuning *t,
     gs_program p;
     memset(&p, 0, sizeof p);
     p.t = *t;
+    p.fuse = fuse;
     cl_int err;
     const char *verbose = getenv("SERVE_GEMM_SMALL_VERBOSE");
     char opts[256], cap[40] = "";
     if (gs_maxreg(t)) snprintf(cap, sizeof cap, " -cl-nv-maxrregcount=%d", gs_maxreg(t));
     snprintf(opts, sizeof opts,
              "-cl-std=CL1.2 -DGS_R=%d -DGS_WR=%d -DGS_WK=%d -DGS_U=%d -DGS_PIPE=%d -DGS_WHINT=%d "
-             "-DGS_XS=%d%s%s",
-             t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs, cap,
+             "-DGS_XS=%d%s%s%s",
+             t->r, t->wr, t->wk, t->u, t->pipe, t->whint, t->xs, fuse ? " -DGS_FUSE=1" : "", cap,
              verbose && *verbose && strcmp(verbose, "0") != 0 ? " -cl-nv-verbose" : "");
     if (t->xs >= 2) { /* wgmma: the sm_90a PTX round trip (as serve/gemm_nv_large.c) */
         int st = lazyattn_context_build_program(g->ctx, text, opts, LAZYATTN_BUILD_SM90A, &p.program);
@@ -262,11 +268,11 @@ int serve_gemm_small_create(lazyattn_context *ctx, serve_gemm_small **out) {
         for (int i = 0; i < GS_NT; i++) {
             const int wg90 = c >= 1 && g->major == 9 && !wg_failed[c];
             g->tuning[c][i] = !wg90 ? gs_defaults[c][i] : c == 2 ? gs_wide_sm90[i] : gs_long_sm90[i];
-            int st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
+            int st = gs_program_for(g, &g->tuning[c][i], 0, &g->prog_of[c][i]);
             if (st != LAZYATTN_STATUS_OK && wg90) { /* no sm_90a build: the mma.sync shape */
                 wg_failed[c] = 1;
                 g->tuning[c][i] = gs_defaults[c][i];
-                st = gs_program_for(g, &g->tuning[c][i], &g->prog_of[c][i]);
+                st = gs_program_for(g, &g->tuning[c][i], 0, &g->prog_of[c][i]);
             }
             if (st != LAZYATTN_STATUS_OK) {
                 serve_gemm_small_destroy(g);
@@ -305,7 +311,7 @@ int serve_gemm_small_set_tuning(serve_gemm_small *g, int nt, int cls,
     int st = gs_check_tuning(t);
     if (st != LAZYATTN_STATUS_OK) return st;
     int index;
-    st = gs_program_for(g, t, &index);
+    st = gs_program_for(g, t, 0, &index);
     if (st != LAZYATTN_STATUS_OK) return st;
     for (int c = 0; c < GS_CLASSES; c++)
         for (int i = 0; i < GS_NT; i++)
@@ -369,6 +375,10 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "gemm_small_run: NULL argument");
     int st = serve_gemm_args_check_shape(a, "gemm_small_run");
     if (st) return st;
+    const int fuse = a->x_f32 || a->swiglu; /* decode's fused variants (gemm_bf16.h) */
+    if (fuse && !a->x_f32)
+        return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                          "gemm_small_run: swiglu takes f32 X (x_f32 1) here");
     if (a->rows > 8 * GS_NT || a->in % 32 || a->x_off % 8)
         return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
                           "gemm_small_run: rows %d (1..64), in %d (multiple of 32), x_off %zu "
@@ -391,7 +401,24 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     const serve_gemm_small_tuning *t = &g->tuning[cls][nt - 1];
     const int blocks = gs_blocks(t, a->out);
     const int splits = gs_splits(g, t, a->out, a->in);
-    if (splits > 1) {
+    int prog = g->prog_of[cls][nt - 1];
+    if (fuse) {
+        /* X through registers (xs 0, 3: the defaults; 4 spills under its
+         * register cap); swiglu: gate and up blocks in pairs */
+        if (t->xs != 0 && t->xs != 3)
+            return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                              "gemm_small_run: the fused variants need xs 0 or 3 (X through "
+                              "registers), the shape of %d rows x %d x %d has xs %d",
+                              a->rows, a->out, a->in, t->xs);
+        if (a->swiglu && (a->out / 2) % (16 * t->r * t->wr))
+            return serve_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                              "gemm_small_run: swiglu needs out / 2 (%d) a multiple of the "
+                              "work-group's %d rows",
+                              a->out / 2, 16 * t->r * t->wr);
+        st = gs_program_for(g, t, 1, &prog);
+        if (st != LAZYATTN_STATUS_OK) return st;
+    }
+    if (splits > 1 || a->swiglu) { /* swiglu: every work-group's sums go through it */
         st = gs_grow(g, &g->ws, &g->ws_bytes,
                      (size_t)splits * (size_t)a->out * 8 * (size_t)nt * sizeof(float),
                      "gemm_small: workspace");
@@ -412,7 +439,7 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
         }
     }
     cl_mem ws = g->ws ? g->ws : g->cnt; /* unread when splits == 1 */
-    cl_kernel k = g->programs[g->prog_of[cls][nt - 1]].kernels[nt - 1];
+    cl_kernel k = g->programs[prog].kernels[nt - 1];
     cl_mem y[3];
     cl_ulong off[3];
     cl_int ld[3], start[3] = {0, 0, 0};
@@ -448,6 +475,13 @@ int serve_gemm_small_run(serve_gemm_small *g, cl_command_queue q, const serve_ge
     GS_ARG(S);
     GS_ARG(ws);
     GS_ARG(g->cnt);
+    const cl_float eps = a->norm_eps;
+    const cl_int swiglu = a->swiglu;
+    if (fuse) {
+        GS_ARG(a->norm); /* NULL: no RMSNorm */
+        GS_ARG(eps);
+        GS_ARG(swiglu);
+    }
 #undef GS_ARG
     if (err != CL_SUCCESS) return serve_cl_fail(CL_INVALID_KERNEL_ARGS, "gemm_small: kernel args");
     const size_t local[2] = {(size_t)32 * (size_t)t->wr * (size_t)t->wk, 1};

@@ -71,6 +71,19 @@
  * host builds it under a register cap (gemm_nv_small.c, gs_maxreg) and
  * the split-K epilogue takes ~96 floats of loads a round trip.
  *
+ * GS_FUSE 1 (decode's fused variants, serve/gemm_bf16.h; GS_XS 0 and 3,
+ * the defaults, only): X is f32 (x_off in floats), each 16-byte piece made from 8 f32 as
+ * bf16(x * scale[token] * gain[k]) where the bf16 piece was loaded (the
+ * local-memory layout of X unchanged); scale = 1 / sqrt(mean(x^2) + eps)
+ * of each token's row, computed by every work-group before its K loop (a
+ * warp a row), 1 without a gain. Rows past M read row M - 1 (X has no
+ * padding rows then; their sums are never written). With swiglu (W =
+ * [gate; up], N even, N / 2 a multiple of the work-group's rows) every
+ * work-group writes its sums to the workspace; the last of the 2 x splits
+ * work-groups of a pair (gate row block b, up row block b + blocks / 2)
+ * adds each side's splits in split order and writes silu(g) * u to the
+ * gate's columns. GS_FUSE 0 is the plain kernel, untouched.
+ *
  * One kernel per n8 token tiles NT = 1..8 (M <= 8 NT): gs_gemm_nt<NT>.
  * X rows up to 8 NT - 1 are read (the caller pads X to 128 rows); only
  * rows < M are written.
@@ -97,6 +110,12 @@
 #endif
 #ifndef GS_WHINT
 #define GS_WHINT 1 /* W loads: 0 ld.global.nc, 1 + L1::no_allocate, 2 + L2::256B */
+#endif
+#ifndef GS_FUSE
+#define GS_FUSE 0 /* 1: X f32 with an optional RMSNorm, and the SwiGLU epilogue */
+#endif
+#if GS_FUSE && GS_XS != 0 && GS_XS != 3
+#error "GS_FUSE: X arrives through registers (GS_XS 0, 3), not by cp.async (1, 2, 5); 4 spills"
 #endif
 
 #define GS_WARPS (GS_WR * GS_WK)
@@ -126,6 +145,55 @@ inline uint4 gs_ld_w(__global const ushort *p) {
     return lz_nv_ld_nc16(p);
 #endif
 }
+
+#if GS_FUSE
+/* f32 -> bf16, round to nearest even (NaN stays NaN), two into a word (lo
+ * at the lower k, as in memory) */
+inline uint gs_bf16(float f) {
+    uint u = as_uint(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x40u;
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+inline uint gs_bf2(float lo, float hi) { return gs_bf16(lo) | (gs_bf16(hi) << 16); }
+/* 1 / sqrt(x) and silu(x) = x / (1 + e^-x) in PTX (MUFU: relative errors
+ * near 2^-22; no OpenCL library call) */
+inline float gs_rsqrt(float x) {
+    float r;
+    asm("rsqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+inline float gs_silu(float x) { return x / (1.0f + lz_nv_ex2_ftz(-1.44269504f * x)); }
+
+/* The 16-byte piece of X at f32 p (k .. k + 7 of one token's row): bf16(x
+ * * sc * gain[k]), gp at gain[k] (NULL: no gain) */
+inline uint4 gs_x8f(__global const float *p, float sc, __global const float *gp) {
+    float4 a = ((__global const float4 *)p)[0] * sc, b = ((__global const float4 *)p)[1] * sc;
+    if (gp) a *= ((__global const float4 *)gp)[0], b *= ((__global const float4 *)gp)[1];
+    return (uint4)(gs_bf2(a.x, a.y), gs_bf2(a.z, a.w), gs_bf2(b.x, b.y), gs_bf2(b.z, b.w));
+}
+
+/* scale[t] for the tokens t < 8 NT (row min(t, M - 1) of X at xf): a warp a
+ * row, lanes over k in float4s, summed by butterfly; 1 without a gain */
+__attribute__((always_inline)) inline void gs_row_scales(__local float *scale, __global const float *xf,
+                                                         int K, int M, __global const float *gain,
+                                                         float eps, const int NT) {
+    const int lane = get_local_id(0) & 31, warp = get_local_id(0) >> 5;
+    for (int t = warp; t < 8 * NT; t += GS_WARPS) {
+        __global const float *xr = xf + (size_t)(t < M ? t : M - 1) * (size_t)K;
+        float ss = 0.0f;
+        if (gain)
+            for (int k = 4 * lane; k < K; k += 128) {
+                const float4 v = *(__global const float4 *)(xr + k);
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += lz_nv_xor(ss, o);
+        if (lane == 0) scale[t] = gain ? gs_rsqrt(ss / (float)K + eps) : 1.0f;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+#endif
 
 #if GS_WG
 /* The accumulator operands of a wgmma m64n(8 NT)k16 (NT tiles of 4 f32 a
@@ -216,6 +284,24 @@ __attribute__((always_inline)) inline void gs_wx_load(uint4 xr[2 * GS_U], __glob
         if (p < GS_U * NT * 32 && kb < kend) xr[i] = lz_nv_ld_nc16(xs + (size_t)t * Ks + (size_t)kb * 32 + 8 * c);
     }
 }
+#if GS_FUSE
+/* ... the same from f32 X (xf at row 0), bf16(x * scale[t] * gain[k]) */
+__attribute__((always_inline)) inline void gs_wx_load_f(uint4 xr[2 * GS_U], __global const float *xf,
+                                                        size_t Ks, int M, __local const float *scale,
+                                                        __global const float *gain, int cc, int kend,
+                                                        int tix, const int NT) {
+#pragma unroll
+    for (int i = 0; i < GS_XP(NT); i++) {
+        const int p = tix + i * GS_WR * 32;
+        const int c = p & 3, t = (p >> 2) % (8 * NT), u = p / (32 * NT);
+        const int kb = cc * GS_U + u;
+        const size_t k = (size_t)kb * 32 + 8 * c;
+        xr[i] = (uint4)(0u);
+        if (p < GS_U * NT * 32 && kb < kend)
+            xr[i] = gs_x8f(xf + (size_t)(t < M ? t : M - 1) * Ks + k, scale[t], gain ? gain + k : gain);
+    }
+}
+#endif
 
 /* ... and from xr into ring slot `slot` (words; plain local stores: the
  * caller fences them for wgmma's async proxy) */
@@ -360,6 +446,33 @@ __attribute__((always_inline)) inline void gs_block(float acc[GS_R][8][4], uint4
     }
 }
 
+#if GS_FUSE
+/* gs_block from f32 X: xf at row 0, k = this lane's k (kb + 8c), sc[j] token
+ * 8j + g's scale, gp the gain at k (NULL: none) */
+__attribute__((always_inline)) inline void gs_block_f(float acc[GS_R][8][4], uint4 wv[GS_R][2],
+                                                      __global const float *xf, size_t Ks, size_t k,
+                                                      int M, const float sc[8],
+                                                      __global const float *gp, const int NT) {
+    const int g = (get_local_id(0) & 31) >> 2;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        const int t = 8 * j + g;
+        const uint4 xv = gs_x8f(xf + (size_t)(t < M ? t : M - 1) * Ks + k, sc[j], gp);
+#pragma unroll
+        for (int r = 0; r < GS_R; r++) {
+            GS_MMA(acc[r][j], wv[r][0].x, wv[r][1].x, wv[r][0].y, wv[r][1].y, xv.x, xv.y);
+            GS_MMA(acc[r][j], wv[r][0].z, wv[r][1].z, wv[r][0].w, wv[r][1].w, xv.z, xv.w);
+        }
+    }
+}
+/* one block's X from kb: f32 or bf16 */
+#define GS_BLOCK(acc, wv, kb)                                                                  \
+    gs_block_f(acc, wv, xf, Ks, (size_t)(kb) * 32 + 8 * c, M, xsc,                              \
+               gain ? gain + (size_t)(kb) * 32 + 8 * c : gain, NT)
+#else
+#define GS_BLOCK(acc, wv, kb) gs_block(acc, wv, xp + (size_t)(kb) * 32, K8, NT)
+#endif
+
 /* The W pieces of GS_U blocks from kb; wp[r]: tile r's row g at 8c. */
 /* The same with X from a staged fragment tile: xl at tile 0 of the block,
  * lane's 16 bytes; tiles 32 lanes (512 bytes) apart. */
@@ -418,7 +531,11 @@ __attribute__((always_inline)) inline void gs_body(
     __global const ushort *x, ulong x_off, __global const ushort *w, int K, int N, int M,
     __global float *y0, __global float *y1, __global float *y2, ulong o0, ulong o1, ulong o2,
     int l0, int l1, int l2, int c1, int c2, int accumulate, int splits, __global float *ws,
-    __global int *cnt, __local uint4 *loc, __local int *last, const int NT) {
+    __global int *cnt, __local uint4 *loc, __local int *last,
+#if GS_FUSE
+    __global const float *gain, float eps, int swiglu, __local float *scale,
+#endif
+    const int NT) {
     __local float *red = (__local float *)loc;
     const int lid = get_local_id(0);
     const int lane = lid & 31, warp = lid >> 5;
@@ -471,6 +588,14 @@ __attribute__((always_inline)) inline void gs_body(
     }
     __global const ushort *xp = x + x_off + (size_t)g * Ks + 8 * c;
     const size_t K8 = 8 * Ks;
+#if GS_FUSE
+    /* X is f32 (x_off in floats): the rows' scales, then each token's in registers */
+    __global const float *xf = (__global const float *)x + x_off;
+    gs_row_scales(scale, xf, K, M, gain, eps, NT);
+    float xsc[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) xsc[j] = scale[j < NT ? 8 * j + g : 0];
+#endif
 
     float acc[GS_R][8][4];
 #pragma unroll
@@ -541,9 +666,14 @@ __attribute__((always_inline)) inline void gs_body(
         const int tix = lid - wk * GS_WR * 32; /* work-item in the slice */
         __global const ushort *xs = x + x_off;
 #if GS_XS == 3 || GS_XS == 4
+#if GS_FUSE
+#define GS_WX_LOAD(xr, cc, kend) gs_wx_load_f(xr, xf, Ks, M, scale, gain, cc, kend, tix, NT)
+#else
+#define GS_WX_LOAD(xr, cc, kend) gs_wx_load(xr, xs, Ks, cc, kend, tix, NT)
+#endif
         uint4 xr[2 * GS_U];
         if (chunks > 0) {
-            gs_wx_load(xr, xs, Ks, cu0, cu0 < cu1 ? nkb : 0, tix, NT);
+            GS_WX_LOAD(xr, cu0, cu0 < cu1 ? nkb : 0);
             gs_wx_store(ring, xr, tix, NT);
             LZ_NV_PROXY_FENCE();
         }
@@ -568,7 +698,7 @@ __attribute__((always_inline)) inline void gs_body(
 #endif
 #if GS_XS == 3
             /* chunk cc + 1's X into registers (stored after this chunk's wgmma) */
-            if (ci + 1 < chunks) gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
+            if (ci + 1 < chunks) GS_WX_LOAD(xr, cc + 1, cc + 1 < cu1 ? nkb : 0);
             /* everyone's X of cc stored and fenced; everyone's wgmma of cc - 1 done */
             barrier(CLK_LOCAL_MEM_FENCE);
 #elif GS_XS == 4
@@ -617,7 +747,7 @@ __attribute__((always_inline)) inline void gs_body(
 #elif GS_XS == 4
             if (ci + 1 < chunks) { /* the same, loaded now: its L2 round trip runs
                                     * while W of cc + 1 (issued above) is on its way */
-                gs_wx_load(xr, xs, Ks, cc + 1, cc + 1 < cu1 ? nkb : 0, tix, NT);
+                GS_WX_LOAD(xr, cc + 1, cc + 1 < cu1 ? nkb : 0);
                 gs_wx_store(ring + ((ci + 1) & 1) * slotw, xr, tix, NT);
                 LZ_NV_PROXY_FENCE();
             }
@@ -697,7 +827,7 @@ __attribute__((always_inline)) inline void gs_body(
             const int kn = kb + 2 * GS_U <= kb1 ? kb + GS_U : kb1 - GS_U; /* in range */
             gs_load(nxt, wp, K8, kn);
 #pragma unroll
-            for (int u = 0; u < GS_U; u++) gs_block(acc, cur[u], xp + (size_t)(kb + u) * 32, K8, NT);
+            for (int u = 0; u < GS_U; u++) GS_BLOCK(acc, cur[u], kb + u);
 #pragma unroll
             for (int u = 0; u < GS_U; u++)
 #pragma unroll
@@ -709,7 +839,7 @@ __attribute__((always_inline)) inline void gs_body(
         uint4 cur[GS_U][GS_R][2];
         gs_load(cur, wp, K8, kb);
 #pragma unroll
-        for (int u = 0; u < GS_U; u++) gs_block(acc, cur[u], xp + (size_t)(kb + u) * 32, K8, NT);
+        for (int u = 0; u < GS_U; u++) GS_BLOCK(acc, cur[u], kb + u);
     }
 #endif
     for (; kb < kb1; kb++) {
@@ -719,7 +849,7 @@ __attribute__((always_inline)) inline void gs_body(
             cur[0][r][0] = gs_ld_w(wp[r] + (size_t)kb * 32);
             cur[0][r][1] = gs_ld_w(wp[r] + K8 + (size_t)kb * 32);
         }
-        gs_block(acc, cur[0], xp + (size_t)kb * 32, K8, NT);
+        GS_BLOCK(acc, cur[0], kb);
     }
 
 #if GS_WK > 1
@@ -747,6 +877,60 @@ __attribute__((always_inline)) inline void gs_body(
         }
 #endif
 
+#if GS_FUSE
+    if (swiglu) {
+        /* workspace [splits][N][8 NT] as below, whatever the splits; a
+         * counter a pair of row blocks (gate pb, up pb + blocks / 2) */
+        const size_t ldw = 8 * NT;
+        const int n_gate = N / 2, pb = blk % (n_gate / (16 * GS_R * GS_WR));
+        if (wk == 0)
+#pragma unroll
+            for (int r = 0; r < GS_R; r++) {
+                const int n = tr[r] + g;
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    __global float *p = ws + ((size_t)split * N + n) * ldw + 8 * j + 2 * c;
+                    *(__global float2 *)p = (float2)(acc[r][j][0], acc[r][j][1]);
+                    *(__global float2 *)(p + 8 * ldw) = (float2)(acc[r][j][2], acc[r][j][3]);
+                }
+            }
+        LZ_NV_FENCE_GPU();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid == 0) *last = lz_nv_atom_inc_gpu(cnt + pb) == 2 * splits - 1;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!*last) return; /* uniform */
+        LZ_NV_FENCE_GPU();
+        if (lid == 0) cnt[pb] = 0; /* ready for the next call */
+        if (wk != 0) return;
+        /* the gate rows of this pair: the row tiles of block pb */
+#pragma unroll
+        for (int r = 0; r < GS_R; r++) {
+#if GS_WG
+            const int tg = pb * 16 * GS_R * GS_WR + (wr >> 2) * 64 * GS_R + 64 * r + 16 * (wr & 3);
+#else
+            const int tg = (pb * GS_WR + wr) * (16 * GS_R) + 16 * r;
+#endif
+            __global float *yc = y0 + o0 + tg + g;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                float2 ga = (float2)(0.0f), gb = (float2)(0.0f), ua = (float2)(0.0f), ub = (float2)(0.0f);
+                for (int sp = 0; sp < splits; sp++) { /* in split order, as the plain kernel */
+                    __global const float *p = ws + ((size_t)sp * N + tg + g) * ldw + 8 * j + 2 * c;
+                    __global const float *q = p + (size_t)n_gate * ldw;
+                    ga += lz_nv_ld_cg2(p), gb += lz_nv_ld_cg2(p + 8 * ldw);
+                    ua += lz_nv_ld_cg2(q), ub += lz_nv_ld_cg2(q + 8 * ldw);
+                }
+                const float gv[4] = {ga.x, ga.y, gb.x, gb.y}, uv[4] = {ua.x, ua.y, ub.x, ub.y};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int t = 8 * j + 2 * c + (e & 1); /* token (row of Y) */
+                    if (t < M) yc[(size_t)t * l0 + ((e >> 1) << 3)] = gs_silu(gv[e]) * uv[e];
+                }
+            }
+        }
+        return;
+    }
+#endif
     const int mine = wk == 0; /* warps holding the work-group's sums */
     if (splits > 1) {
         /* workspace [splits][N][8 NT]: this split's sums, then the counter */
@@ -849,6 +1033,22 @@ __attribute__((always_inline)) inline void gs_body(
 #endif
 #define GS_LOC(NT) (GS_RED(NT) > GS_RING(NT) ? GS_RED(NT) : GS_RING(NT))
 
+#if GS_FUSE
+/* the fused kernels: x is f32 (x_off in floats); gain NULL or f32 [K] */
+#define GS_KERNEL(NT)                                                                          \
+    __kernel __attribute__((reqd_work_group_size(32 * GS_WARPS, 1, 1))) void gs_gemm_nt##NT(    \
+        __global const ushort *x, ulong x_off, __global const ushort *w, int K, int N, int M,   \
+        __global float *y0, __global float *y1, __global float *y2, ulong o0, ulong o1,        \
+        ulong o2, int l0, int l1, int l2, int c1, int c2, int accumulate, int splits,          \
+        __global float *ws, __global int *cnt, __global const float *gain, float eps,          \
+        int swiglu) {                                                                          \
+        __local uint4 loc[GS_LOC(NT)] __attribute__((aligned(16)));                           \
+        __local int last;                                                                      \
+        __local float scale[8 * NT];                                                           \
+        gs_body(x, x_off, w, K, N, M, y0, y1, y2, o0, o1, o2, l0, l1, l2, c1, c2, accumulate,  \
+                splits, ws, cnt, loc, &last, gain, eps, swiglu, scale, NT);                    \
+    }
+#else
 #define GS_KERNEL(NT)                                                                          \
     __kernel __attribute__((reqd_work_group_size(32 * GS_WARPS, 1, 1))) void gs_gemm_nt##NT(    \
         __global const ushort *x, ulong x_off, __global const ushort *w, int K, int N, int M,   \
@@ -860,6 +1060,7 @@ __attribute__((always_inline)) inline void gs_body(
         gs_body(x, x_off, w, K, N, M, y0, y1, y2, o0, o1, o2, l0, l1, l2, c1, c2, accumulate,  \
                 splits, ws, cnt, loc, &last, NT);                                               \
     }
+#endif
 
 GS_KERNEL(1)
 GS_KERNEL(2)

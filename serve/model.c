@@ -1155,6 +1155,28 @@ static int serve_gemm_b(serve_model *m, int n, int in, cl_mem x, cl_mem w, int n
     return st;
 }
 
+/* A decode projection's fused variant (gemm_bf16.h) through the
+ * dispatcher: X the f32 rows x [n, in] from row x_row, with the RMSNorm of
+ * gain norm (NULL: none); outs as serve_gemm_b, or with swiglu one range
+ * of silu(gate) * up (W has 2 cols[0] rows). */
+static int serve_gemm_fused(serve_model *m, int n, int in, cl_mem x, int x_row, cl_mem norm,
+                            cl_mem w, int n_outs, const cl_mem *bufs, const int *cols, int swiglu,
+                            int accumulate) {
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = n, a.in = in, a.x = x, a.x_off = (size_t)x_row * (size_t)in, a.w = w;
+    a.n_outs = n_outs, a.accumulate = accumulate, a.swiglu = swiglu;
+    a.x_f32 = 1, a.norm = norm, a.norm_eps = m->cfg.rms_eps;
+    for (int r = 0; r < n_outs; r++) {
+        a.outs[r] = (serve_gemm_out){bufs[r], 0, cols[r], cols[r]};
+        a.out += swiglu ? 2 * cols[r] : cols[r];
+    }
+    double t0 = serve_now();
+    int st = serve_gemm_bf16_run(m->gemm, m->queue, &a, serve_timer_slot(m->timer, SERVE_PHASE_GEMM));
+    serve_host_add(m, SERVE_PHASE_GEMM, t0);
+    return st;
+}
+
 /* The layers shared by prefill and decode: the uploaded tokens [n] in
  * (embedded by the first layer's norm into x[n, hidden]), x out.
  * attend() runs the attention of layer l from m->q into m->att. Queries are
@@ -1174,9 +1196,48 @@ static int serve_attention(serve_model *m, lazyattn_pool *pool, int l, int n, cl
     return attend(m, pool, l, args);
 }
 
-/* serve_layers in bf16 mode: fused QKV and gate/up, bf16 GEMM inputs. */
+static int serve_attend_decode(serve_model *m, lazyattn_pool *pool, int layer, const void *p);
+
+/* decode's rows up to the NVIDIA small kernel's bound take the fused projections */
+#define SERVE_FUSED_ROWS 64
+
+/* Decode's layers in bf16 mode with the fused projections (issue 38): the
+ * norms in the QKV and gate/up projections' X loaders, the attention's f32
+ * output read by the O projection as it is, SwiGLU in the gate/up
+ * epilogue (its f32 product, in g, the down projection's X): 6 launches a
+ * layer where serve_layers_bf16 takes 10 (the first layer's norm stays: it
+ * embeds the tokens). */
+static int serve_layers_bf16_fused(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
+                                   cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    const serve_model_config *c = &m->cfg;
+    int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    cl_mem qkv[3] = {m->q, m->k, m->v};
+    int qkv_cols[3] = {qd, kvd, kvd};
+    for (int l = 0; l < c->n_layers; l++) {
+        serve_layer *L = &m->layers[l];
+        if (l == 0) { /* the embedding, normed into h_bf */
+            SERVE_TRY(serve_rmsnorm(m, L->attn_norm, 0, n, 1));
+            SERVE_TRY(serve_gemm_b(m, n, h, m->h_bf, L->wqkv, 3, qkv, qkv_cols, 0));
+        } else {
+            SERVE_TRY(serve_gemm_fused(m, n, h, m->x, 0, L->attn_norm, L->wqkv, 3, qkv, qkv_cols,
+                                       0, 0));
+        }
+        SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
+        SERVE_TRY(serve_gemm_fused(m, n, qd, m->att, 0, NULL, L->wo, 1, &m->x, &h, 0, 1));
+        SERVE_TRY(serve_gemm_fused(m, n, h, m->x, 0, L->ffn_norm, L->wgu, 1, &m->g, &c->ffn, 1, 0));
+        SERVE_TRY(serve_gemm_fused(m, n, c->ffn, m->g, 0, NULL, L->w_down, 1, &m->x, &h, 0, 1));
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+/* serve_layers in bf16 mode: fused QKV and gate/up, bf16 GEMM inputs;
+ * decode's rows (up to the small kernel's 64) through
+ * serve_layers_bf16_fused where the dispatcher offers the fused variants. */
 static int serve_layers_bf16(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                              cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    if (attend == serve_attend_decode && n <= SERVE_FUSED_ROWS &&
+        serve_gemm_bf16_fused(m->gemm, n))
+        return serve_layers_bf16_fused(m, pool, n, q_pos, stored_pos, attend, args);
     const serve_model_config *c = &m->cfg;
     int h = c->hidden, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     cl_mem qkv[3] = {m->q, m->k, m->v}, gu[2] = {m->g, m->u};
@@ -1263,16 +1324,22 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
     return LAZYATTN_STATUS_OK;
 }
 
-/* Final norm of rows [row0, row0 + n), LM head into logits[0 .. n), argmax. */
-static int serve_head(serve_model *m, int row0, int n, int32_t *next) {
+/* Final norm of rows [row0, row0 + n), LM head into logits[0 .. n), argmax.
+ * decode: the norm in the LM head's X loader where the layers fused theirs. */
+static int serve_head(serve_model *m, int row0, int n, int decode, int32_t *next) {
     const serve_model_config *c = &m->cfg;
-    SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n, 0));
     if (m->quant) { /* f32: normed rows at h's row0; bf16: at h_bf's row 0 */
+        SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n, 0));
         SERVE_TRY(serve_proj(m, &m->head, n, m->bf16 ? m->h_bf : m->h,
                              m->bf16 ? 0 : (size_t)row0 * (size_t)c->hidden, m->logits, 0));
+    } else if (decode && m->bf16 && n <= SERVE_FUSED_ROWS && serve_gemm_bf16_fused(m->gemm, n)) {
+        SERVE_TRY(serve_gemm_fused(m, n, c->hidden, m->x, row0, m->output_norm, m->output, 1,
+                                   &m->logits, &c->vocab, 0, 0));
     } else if (m->bf16) { /* normed rows at h_bf's row 0 */
+        SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n, 0));
         SERVE_TRY(serve_gemm_b(m, n, c->hidden, m->h_bf, m->output, 1, &m->logits, &c->vocab, 0));
     } else {
+        SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n, 0));
         SERVE_TRY(serve_gemm_m(m, n, c->vocab, c->hidden, m->h, (size_t)row0 * (size_t)c->hidden,
                                m->output, m->logits, 0, 0.0f));
     }
@@ -1392,7 +1459,7 @@ int serve_model_prefill(serve_model *m, lazyattn_pool *pool, const serve_prefill
         SERVE_TRY(
             serve_layers(m, pool, a->n_tokens, m->q_pos, m->stored_pos, serve_attend_prefill, a));
     }
-    if (a->want_logits) return serve_head(m, a->n_tokens - 1, 1, next_token);
+    if (a->want_logits) return serve_head(m, a->n_tokens - 1, 1, 0, next_token);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -1432,7 +1499,7 @@ static int serve_model_decode_plan(serve_model *m, lazyattn_pool *pool, const se
     const int count[2] = {a->n_seqs, a->n_seqs};
     SERVE_TRY(serve_upload_rows_packed(m, 2, src, count));
     SERVE_TRY(serve_layers(m, pool, a->n_seqs, info.q_pos, info.q_pos, serve_attend_decode, a));
-    return serve_head(m, 0, a->n_seqs, next_tokens);
+    return serve_head(m, 0, a->n_seqs, 1, next_tokens);
 }
 
 int serve_model_decode(serve_model *m, lazyattn_pool *pool, const serve_decode_args *a,
@@ -1455,7 +1522,7 @@ int serve_model_decode(serve_model *m, lazyattn_pool *pool, const serve_decode_a
                                 a->seq_offsets));
     SERVE_TRY(serve_upload_table(m, n_entries, a->table, a->entry_pos));
     SERVE_TRY(serve_layers(m, pool, a->n_seqs, m->q_pos, m->stored_pos, serve_attend_decode, a));
-    return serve_head(m, 0, a->n_seqs, next_tokens);
+    return serve_head(m, 0, a->n_seqs, 1, next_tokens);
 }
 
 int serve_model_read_logits(serve_model *m, int n_rows, float *dst) {

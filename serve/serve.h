@@ -416,7 +416,8 @@ int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue,
 /* INVALID_ARGUMENT, with the detail, for a shape < 1, NULL buffers, 0 or
  * more than SERVE_GEMM_MAX_OUTS ranges, ranges whose cols do not sum to
  * out or with ld < cols, accumulate not 0/1, or a buffer too small (X must
- * hold rows rounded up to SERVE_GEMM_ROW_PAD from x_off). who names the
+ * hold rows rounded up to SERVE_GEMM_ROW_PAD from x_off; f32 X the rows
+ * only), and the fused variants' fields (gemm_bf16.h). who names the
  * caller in the message. */
 int serve_gemm_args_check(const struct serve_gemm_args *args, const char *who);
 /* The same checks but the buffers' sizes (no OpenCL query): what the
@@ -424,6 +425,13 @@ int serve_gemm_args_check(const struct serve_gemm_args *args, const char *who);
 int serve_gemm_args_check_shape(const struct serve_gemm_args *args, const char *who);
 /* 1: every projection takes the portable kernel (tests compare the two). */
 void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
+/* 1 when serve_gemm_bf16_run takes the fused variants (gemm_bf16.h: x_f32,
+ * norm, swiglu) of a projection of `rows` rows on the kernel that runs the
+ * plain one: the portable kernel (every device without the NVIDIA tensor-
+ * core kernels: always), the NVIDIA small kernel (rows <= 64) only with
+ * LAZYATTN_TUNE=serve.fused_decode=1 (README); 0 otherwise (the fused
+ * arguments would still run, on the slower portable kernel). */
+int serve_gemm_bf16_fused(const serve_gemm_bf16 *g, int rows);
 /* 1 when a tensor-core kernel was created for this device. */
 int serve_gemm_bf16_has_tensor_cores(const serve_gemm_bf16 *g);
 /* Projections each kernel ran since create. counts: [SERVE_GEMM_KERNEL_COUNT] */

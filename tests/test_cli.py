@@ -8,7 +8,7 @@ option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
 probe_wgmma_layout, probe_wgmma_rs, probe_wgmma_rate, rag_bench, bench_gemm, bench_gemm_small, bench_forward,
-tokenize;
+bench_gemv_quant, tokenize;
 a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
@@ -336,6 +336,16 @@ BAD = [
     ("bench_forward", ["--model", "tiny", "--max-rows", "16", "--decode", "17"], USAGE, "--max-rows"),
     ("bench_forward", ["--device-time=1"], USAGE, "--device-time"),
     ("bench_forward", ["extra"], USAGE, "extra"),
+    ("bench_forward", ["--gguf", "x.gguf", "--model", "tiny"], USAGE, "--gguf"),
+    ("bench_forward", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
+    ("bench_forward", ["--dequantize=1"], USAGE, "--dequantize"),
+    # bench_gemv_quant (the kernels of weights kept quantized)
+    ("bench_gemv_quant", ["--reps", "0"], USAGE, "--reps"),
+    ("bench_gemv_quant", ["--rows", "9"], USAGE, "--rows"),
+    ("bench_gemv_quant", ["--rows", "1,,8"], USAGE, "--rows"),
+    ("bench_gemv_quant", ["--types", "q4_k,q2_k"], USAGE, "q2_k"),
+    ("bench_gemv_quant", ["--types", ""], USAGE, "--types"),
+    ("bench_gemv_quant", ["extra"], USAGE, "extra"),
     ("tokenize", ["--text", "hi"], USAGE, "--gguf"),
     ("tokenize", ["--gguf", TOK_LLAMA3], USAGE, "--text"),
     ("tokenize", ["--gguf", TOK_LLAMA3, "--text", "hi", "--template", "gemma"], USAGE, "--template"),

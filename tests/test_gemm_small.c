@@ -8,7 +8,9 @@
  * and whether its rows depend on the batch. On PoCL (CI) create is
  * UNSUPPORTED and the device cases skip (no g: the wgmma mode cannot be
  * selected at all); on an NVIDIA device that is not 9.x selecting it is
- * UNSUPPORTED. */
+ * UNSUPPORTED. Decode's fused variants (f32 X with the RMSNorm, SwiGLU) of
+ * the shapes they run on against the float64 unfused sequence
+ * (gemm_fused_ref.h); off NVIDIA that check runs on the portable kernel. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "gemm_fused_ref.h"
 #include "gemm_nv_small.h"
 
 #ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV
@@ -97,7 +100,7 @@ static void test_run_bad_input(void **state) {
     cl_mem buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, 1 << 20, NULL, &err);
     assert_int_equal(err, CL_SUCCESS);
     assert_int_equal(serve_gemm_small_run(s->g, q, NULL, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
-    const serve_gemm_args good = {8, 64, 64, buf, 0, buf, 1, {{buf, 0, 64, 64}}, 0};
+    const serve_gemm_args good = {8, 64, 64, buf, 0, buf, 1, {{buf, 0, 64, 64}}, 0, 0, NULL, 0.0f, 0};
     struct {
         serve_gemm_args a;
         int status;
@@ -395,7 +398,7 @@ static int rows_independent(gs_state *s, const char *what) {
         assert_int_equal(err, CL_SUCCESS);
         cl_mem y = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(float) * 64 * out, NULL, &err);
         assert_int_equal(err, CL_SUCCESS);
-        serve_gemm_args a = {64, out, in, x, 0, w, 1, {{y, 0, out, out}}, 0};
+        serve_gemm_args a = {64, out, in, x, 0, w, 1, {{y, 0, out, out}}, 0, 0, NULL, 0.0f, 0};
         assert_int_equal(serve_gemm_small_run(s->g, q, &a, NULL), 0);
         assert_int_equal(clEnqueueReadBuffer(q, y, CL_TRUE, 0, sizeof(float) * 64 * out, all, 0, NULL, NULL), 0);
         const int rows[] = {1, 3, 8, 9, 16, 17, 24, 31, 33, 40, 50, 56, 63};
@@ -460,6 +463,187 @@ static void test_rows_independent_wgmma(void **state) {
     assert_int_equal(differ, 0);
 }
 
+/* ---- decode's fused variants (GS_FUSE: f32 X with the RMSNorm, SwiGLU) ---- */
+
+#define FS_IN 256  /* hidden */
+#define FS_FFN 384 /* gate/up columns each: a multiple of every default's rows a work-group */
+#define FS_QKV 128 /* q 64, k 32, v 32 */
+#define FS_X0 8    /* X from this row of its buffer (x_off 8 rows, a multiple of 8) */
+#define FS_EPS 1e-5f
+
+typedef int (*fs_run_fn)(void *impl, cl_command_queue q, const serve_gemm_args *a);
+static int fs_run_small(void *impl, cl_command_queue q, const serve_gemm_args *a) {
+    return serve_gemm_small_run(impl, q, a, NULL);
+}
+static int fs_run_dispatch(void *impl, cl_command_queue q, const serve_gemm_args *a) {
+    return serve_gemm_bf16_run(impl, q, a, NULL);
+}
+
+static float fs_rand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+}
+
+static cl_mem fs_buffer(gs_state *s, size_t bytes, const void *init) {
+    cl_int err;
+    cl_mem b = clCreateBuffer(lazyattn_context_cl_context(s->ctx),
+                              CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0), bytes,
+                              (void *)init, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return b;
+}
+
+/* rows of the unfused sequence through run: rmsnorm + QKV (three ranges),
+ * rmsnorm + gate/up + SwiGLU, down from that f32 product onto a residual;
+ * every element within gemm_fused_ref.h's bound. */
+static void fs_check(gs_state *s, fs_run_fn run, void *impl, int rows, const char *what) {
+    cl_command_queue q = lazyattn_context_queue(s->ctx);
+    const size_t xn = (size_t)(FS_X0 + rows) * FS_IN;
+    float *x = malloc(xn * 4), *gain = malloc(FS_IN * 4), *res0 = malloc((size_t)rows * FS_IN * 4);
+    uint16_t *wqkv = malloc((size_t)FS_QKV * FS_IN * 2), *wgu = malloc((size_t)2 * FS_FFN * FS_IN * 2);
+    uint16_t *wd = malloc((size_t)FS_IN * FS_FFN * 2);
+    float *qkv = malloc((size_t)rows * FS_QKV * 4), *act = malloc((size_t)rows * FS_FFN * 4);
+    float *res = malloc((size_t)rows * FS_IN * 4);
+    assert_true(x && gain && res0 && wqkv && wgu && wd && qkv && act && res);
+    for (int r = 0; r < FS_X0 + rows; r++) { /* rows of magnitudes 0.05 .. 20 */
+        const float m = (float)pow(20.0, fs_rand());
+        for (int k = 0; k < FS_IN; k++) x[(size_t)r * FS_IN + k] = fs_rand() * m;
+    }
+    for (int k = 0; k < FS_IN; k++) gain[k] = 1.0f + 0.5f * fs_rand();
+    for (size_t i = 0; i < (size_t)FS_QKV * FS_IN; i++) wqkv[i] = rnd_bf16();
+    for (size_t i = 0; i < (size_t)2 * FS_FFN * FS_IN; i++) wgu[i] = rnd_bf16();
+    for (size_t i = 0; i < (size_t)FS_IN * FS_FFN; i++) wd[i] = rnd_bf16();
+    for (size_t i = 0; i < (size_t)rows * FS_IN; i++) res0[i] = fs_rand() * 4.0f;
+    cl_mem xb = fs_buffer(s, xn * 4, x), gb = fs_buffer(s, FS_IN * 4, gain);
+    cl_mem wqkv_b = fs_buffer(s, (size_t)FS_QKV * FS_IN * 2, wqkv);
+    cl_mem wgu_b = fs_buffer(s, (size_t)2 * FS_FFN * FS_IN * 2, wgu);
+    cl_mem wd_b = fs_buffer(s, (size_t)FS_IN * FS_FFN * 2, wd);
+    cl_mem qkv_b = fs_buffer(s, (size_t)rows * FS_QKV * 4, NULL);
+    cl_mem act_b = fs_buffer(s, (size_t)rows * FS_FFN * 4, NULL);
+    cl_mem res_b = fs_buffer(s, (size_t)rows * FS_IN * 4, res0);
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = rows, a.out = FS_QKV, a.in = FS_IN, a.x = xb, a.x_off = (size_t)FS_X0 * FS_IN;
+    a.w = wqkv_b, a.n_outs = 3, a.x_f32 = 1, a.norm = gb, a.norm_eps = FS_EPS;
+    /* q, k, v as three ranges of one [rows, 128] buffer (offsets 0, 64, 96, stride 128) */
+    a.outs[0] = (serve_gemm_out){qkv_b, 0, 64, FS_QKV};
+    a.outs[1] = (serve_gemm_out){qkv_b, 64, 32, FS_QKV};
+    a.outs[2] = (serve_gemm_out){qkv_b, 96, 32, FS_QKV};
+    int st = run(impl, q, &a);
+    if (st) fail_msg("%s rows %d: QKV: %d %s", what, rows, st, serve_last_error());
+    serve_gemm_args gu = a;
+    gu.out = 2 * FS_FFN, gu.w = wgu_b, gu.n_outs = 1, gu.swiglu = 1;
+    gu.outs[0] = (serve_gemm_out){act_b, 0, FS_FFN, FS_FFN};
+    st = run(impl, q, &gu);
+    if (st) fail_msg("%s rows %d: gate/up: %d %s", what, rows, st, serve_last_error());
+    serve_gemm_args dn;
+    memset(&dn, 0, sizeof dn);
+    dn.rows = rows, dn.out = FS_IN, dn.in = FS_FFN, dn.x = act_b, dn.w = wd_b, dn.n_outs = 1;
+    dn.outs[0] = (serve_gemm_out){res_b, 0, FS_IN, FS_IN};
+    dn.x_f32 = 1, dn.accumulate = 1;
+    st = run(impl, q, &dn);
+    if (st) fail_msg("%s rows %d: down: %d %s", what, rows, st, serve_last_error());
+    assert_int_equal(clEnqueueReadBuffer(q, qkv_b, CL_TRUE, 0, (size_t)rows * FS_QKV * 4, qkv, 0, NULL, NULL), 0);
+    assert_int_equal(clEnqueueReadBuffer(q, act_b, CL_TRUE, 0, (size_t)rows * FS_FFN * 4, act, 0, NULL, NULL), 0);
+    assert_int_equal(clEnqueueReadBuffer(q, res_b, CL_TRUE, 0, (size_t)rows * FS_IN * 4, res, 0, NULL, NULL), 0);
+    double xr[FS_IN], amb[FS_IN], worst = 0;
+    for (int r = 0; r < rows; r++) {
+        fref_norm_row(x + (size_t)(FS_X0 + r) * FS_IN, gain, FS_EPS, FS_IN, xr, amb);
+        for (int c = 0; c < FS_QKV; c++) {
+            double bound, want = fref_dot(wqkv + (size_t)c * FS_IN, xr, amb, FS_IN, &bound);
+            const double got = qkv[(size_t)r * FS_QKV + c];
+            if (!(fabs(got - want) <= bound))
+                fail_msg("%s rows %d: QKV row %d col %d: %.9g, want %.9g (bound %.3g)", what, rows,
+                         r, c, got, want, bound);
+            worst = fmax(worst, fabs(got - want) / bound);
+        }
+        for (int j = 0; j < FS_FFN; j++) {
+            double bg, bu, bound;
+            const double g = fref_dot(wgu + (size_t)j * FS_IN, xr, amb, FS_IN, &bg);
+            const double u = fref_dot(wgu + (size_t)(FS_FFN + j) * FS_IN, xr, amb, FS_IN, &bu);
+            const double want = fref_swiglu(g, bg, u, bu, &bound), got = act[(size_t)r * FS_FFN + j];
+            if (!(fabs(got - want) <= bound))
+                fail_msg("%s rows %d: SwiGLU row %d col %d: %.9g, want %.9g (bound %.3g)", what,
+                         rows, r, j, got, want, bound);
+            worst = fmax(worst, fabs(got - want) / bound);
+        }
+        for (int c = 0; c < FS_IN; c++) { /* from the device's own product, bf16 as staged */
+            double sum = 0, mag = 0;
+            for (int k = 0; k < FS_FFN; k++) {
+                const double p = fref_bf(act[(size_t)r * FS_FFN + k]) *
+                                 serve_float_of_bf16(wd[(size_t)c * FS_FFN + k]);
+                sum += p, mag += fabs(p);
+            }
+            const double want = sum + res0[(size_t)r * FS_IN + c], got = res[(size_t)r * FS_IN + c];
+            const double bound = 2.0 * (FS_FFN + 2) * ldexp(mag + fabs(want), -24) + 1e-30;
+            if (!(fabs(got - want) <= bound))
+                fail_msg("%s rows %d: down row %d col %d: %.9g, want %.9g (bound %.3g)", what, rows,
+                         r, c, got, want, bound);
+            worst = fmax(worst, fabs(got - want) / bound);
+        }
+    }
+    print_message("%s rows %2d: worst error %.3f of its bound\n", what, rows, worst);
+    cl_mem bufs[] = {xb, gb, wqkv_b, wgu_b, wd_b, qkv_b, act_b, res_b};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) clReleaseMemObject(bufs[i]);
+    free(x), free(gain), free(res0), free(wqkv), free(wgu), free(wd), free(qkv), free(act), free(res);
+}
+
+/* The fused variants of the kernel shapes they run on (xs 0: the mma.sync
+ * defaults, with forced splits; on 9.x the wgmma defaults, xs 3) at rows
+ * 1..64; xs 1 refuses them (UNSUPPORTED: the dispatcher falls back). Off
+ * NVIDIA the same check runs on the portable kernel (checking the check),
+ * then the small kernel's part skips. */
+static void test_products_fused(void **state) {
+    gs_state *s = *state;
+    if (!s->ctx) {
+        print_message("no OpenCL device: skipped\n");
+        skip();
+    }
+    static const int rows[] = {1, 7, 9, 33, 64};
+    if (!s->g) {
+        serve_gemm_bf16 *d = NULL;
+        assert_int_equal(serve_gemm_bf16_create(s->ctx, &d), 0);
+        serve_gemm_bf16_portable_only(d, 1);
+        fs_check(s, fs_run_dispatch, d, 1, "portable");
+        fs_check(s, fs_run_dispatch, d, 64, "portable");
+        serve_gemm_bf16_destroy(d);
+        print_message("no NVIDIA tensor-core path: the small kernel's fused variants skipped\n");
+        skip();
+    }
+    serve_gemm_small_tuning defaults[SERVE_GEMM_SMALL_CLASSES][8];
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_get_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+    serve_gemm_small_tuning tunings[] = {
+        {0, 0, 0, 0, 0, 0, 0, 0}, /* the defaults */
+        {1, 1, 8, 8, 0, 2, 0, 0}, {1, 1, 8, 8, 0, 2, 3, 0}, {2, 4, 2, 4, 0, 2, 0, 0},
+        {2, 4, 2, 4, 0, 2, 2, 0}, /* on 9.x: */
+        {1, 8, 1, 2, 1, 2, 0, 3}, {1, 12, 1, 4, 1, 2, 0, 3}, {1, 8, 1, 2, 1, 2, 3, 3},
+    };
+    const size_t n_t = device_major(s) == 9 ? sizeof tunings / sizeof *tunings : 5;
+    for (size_t ti = 0; ti < n_t; ti++) {
+        char what[64];
+        snprintf(what, sizeof what, "tuning %zu (xs %d, splits %d)", ti, tunings[ti].xs, tunings[ti].splits);
+        if (ti > 0) assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &tunings[ti]), 0);
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) fs_check(s, fs_run_small, s->g, rows[i], what);
+    }
+    /* X by cp.async: the fused variants are not built there */
+    const serve_gemm_small_tuning xs1 = {2, 8, 1, 2, 1, 2, 0, 1};
+    assert_int_equal(serve_gemm_small_set_tuning(s->g, 0, -1, &xs1), 0);
+    cl_mem b = fs_buffer(s, 1 << 20, NULL);
+    serve_gemm_args a;
+    memset(&a, 0, sizeof a);
+    a.rows = 4, a.out = 64, a.in = 64, a.x = b, a.w = b, a.n_outs = 1, a.x_f32 = 1;
+    a.outs[0] = (serve_gemm_out){b, 0, 64, 64};
+    assert_int_equal(serve_gemm_small_run(s->g, lazyattn_context_queue(s->ctx), &a, NULL),
+                     LAZYATTN_STATUS_UNSUPPORTED);
+    assert_non_null(strstr(serve_last_error(), "xs 0 or 3"));
+    clReleaseMemObject(b);
+    for (int c = 0; c < SERVE_GEMM_SMALL_CLASSES; c++)
+        for (int nt = 1; nt <= 8; nt++)
+            assert_int_equal(serve_gemm_small_set_tuning(s->g, nt, c, &defaults[c][nt - 1]), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_bad_input),
@@ -468,6 +652,7 @@ int main(void) {
         cmocka_unit_test(test_rows_independent),
         cmocka_unit_test(test_products_wgmma),
         cmocka_unit_test(test_rows_independent_wgmma),
+        cmocka_unit_test(test_products_fused),
     };
     return cmocka_run_group_tests_name("gemm_small", tests, setup, teardown);
 }

@@ -39,6 +39,7 @@ static void test_unset(void **state) {
     assert_int_equal(ov.exact_exp, -1);
     assert_int_equal(ov.prefill_maxreg, -1);
     assert_int_equal(ov.decode_maxreg, -1);
+    assert_int_equal(ov.serve_fused_decode, -1);
     assert_string_equal(ov.dump_ptx, "");
 }
 
@@ -49,7 +50,7 @@ static void test_good_keys(void **state) {
     assert_int_equal(lz_tune_parse("nv.kt=64,nv.warps=8,nv.wgmma=0,nv.persist=1,nv.producer=0,nv.maxreg=168,"
                                    "nv.order=lpt,nv.dstages=4,nv.waves=6,nv.verbose=1,nv.decode_times=1,"
                                    "nv.dump_ptx=/tmp/x.ptx,portable.exact_exp=1,portable.prefill_maxreg=96,"
-                                   "portable.decode_maxreg=0",
+                                   "portable.decode_maxreg=0,serve.fused_decode=1",
                                    &ov, collect, &w),
                      0);
     assert_int_equal(w.n, 0);
@@ -68,6 +69,7 @@ static void test_good_keys(void **state) {
     assert_int_equal(ov.exact_exp, 1);
     assert_int_equal(ov.prefill_maxreg, 96);
     assert_int_equal(ov.decode_maxreg, 0);
+    assert_int_equal(ov.serve_fused_decode, 1);
     const char *orders[] = {"none", "auto", "heads", "lpt", "balanced"};
     const int codes[] = {LZ_NV_ORDER_NONE, LZ_ORDER_AUTO, LZ_ORDER_HEADS, LZ_ORDER_LPT, LZ_ORDER_BALANCED};
     for (int i = 0; i < 5; i++) {

@@ -147,6 +147,12 @@ cat cl/nv/ptx.h serve/gemm_nv_small.cl > "$out/gemm_nv_small.cl"
 compile gemm_nv_small gemm_nv_small.direct mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_R=1 -DGS_WR=1 -DGS_WK=8
 compile gemm_nv_small gemm_nv_small.pipe mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_PIPE=1 -DGS_WHINT=2
 compile gemm_nv_small gemm_nv_small.xs cp.async.cg.shared.global -DGS_XS=1 -DGS_WK=2 -DGS_U=2 -DGS_PIPE=1
+# decode's fused variants (GS_FUSE 1: f32 X with the RMSNorm, the SwiGLU epilogue) of the
+# default mma.sync shapes (serve/gemm_nv_small.c gs_defaults)
+compile gemm_nv_small gemm_nv_small.fused.k8u8 mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_FUSE=1 \
+    -DGS_R=1 -DGS_WR=1 -DGS_WK=8 -DGS_U=8 -DGS_WHINT=2
+compile gemm_nv_small gemm_nv_small.fused.r2k2 mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_FUSE=1 \
+    -DGS_R=2 -DGS_WR=4 -DGS_WK=2 -DGS_U=4 -DGS_WHINT=2
 # the wgmma modes (GS_XS 2, 3: wgmma m64n(8 NT)k16 behind //@ markers, A = W
 # from registers, X through a descriptor, staged by cp.async or registers), a few shapes; where ptxas is installed
 # (PTXAS, default /usr/local/cuda/bin/ptxas) also unmarked and assembled for
@@ -159,12 +165,13 @@ cat > "$out/nv_workitem.h" <<'EOF2'
 #define get_group_id(d) ((size_t)((d) == 0 ? __nvvm_read_ptx_sreg_ctaid_x() : (d) == 1 ? __nvvm_read_ptx_sreg_ctaid_y() : __nvvm_read_ptx_sreg_ctaid_z()))
 #define barrier(f) __syncthreads()
 EOF2
-# gemm_small_wg R WR WK U PIPE XS [MAXREG]: one shape
+# gemm_small_wg R WR WK U PIPE XS [MAXREG [FUSE]]: one shape (FUSE 1: GS_FUSE, decode's fused variant)
 gemm_small_wg() {
-    maxreg=${7:-0}
+    maxreg=${7:-0} fuse=${8:-0}
     name=gemm_nv_small.wg.r$1.wr$2.wk$3.u$4.p$5.xs$6
+    [ "$fuse" = 0 ] || name=$name.fused
     compile_now gemm_nv_small $name //@wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 \
-        -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 -DGS_WHINT=2
+        -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 -DGS_WHINT=2 -DGS_FUSE=$fuse
     for k in 1 2 3 4 5 6 7 8; do
         grep -q "wgmma.mma_async.sync.aligned.m64n$((8 * k))k16.f32.bf16.bf16" "$out/$name.ptx" ||
             { echo "$name: no wgmma m64n$((8 * k))k16" >&2; exit 1; }
@@ -172,7 +179,7 @@ gemm_small_wg() {
     [ -x "$ptxas" ] || return 0
     clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header -include "$out/nv_workitem.h" \
         -Wno-pass-failed -Dasm=__asm__ -DGS_XS=$6 -DGS_R=$1 -DGS_WR=$2 -DGS_WK=$3 -DGS_U=$4 -DGS_PIPE=$5 \
-        -DGS_WHINT=2 -O2 -S -o "$out/$name.sreg.ptx" "$out/gemm_nv_small.cl"
+        -DGS_WHINT=2 -DGS_FUSE=$fuse -O2 -S -o "$out/$name.sreg.ptx" "$out/gemm_nv_small.cl"
     sed -e 's#//@##' -e 's/^\.target sm_[0-9]*.*/.target sm_90a/' -e 's/^\.version .*/.version 8.0/' \
         "$out/$name.sreg.ptx" > "$out/$name.sm90a.ptx"
     cap=""
@@ -192,7 +199,8 @@ gemm_small_wg() {
 for t in "1 4 1 2 1 2" "2 4 1 2 1 2" "1 8 1 2 0 2" "2 4 2 2 1 2" "1 4 1 4 1 2" "2 8 1 1 1 2" \
     "1 4 3 1 0 2" "1 4 1 2 1 3" "2 4 1 2 1 3" "1 8 2 1 0 3" \
     "1 4 1 4 1 4 168" "2 4 1 2 1 4 168" "1 4 1 2 1 4 168" "1 8 1 2 1 4 128" "1 8 2 1 0 4 128" \
-    "1 12 1 4 1 4 168" "1 12 1 4 1 3" "1 4 1 1 1 5 128" "1 8 1 1 1 5 128" "1 4 1 2 1 5 128"; do
+    "1 12 1 4 1 4 168" "1 12 1 4 1 3" "1 4 1 1 1 5 128" "1 8 1 1 1 5 128" "1 4 1 2 1 5 128" \
+    "1 8 1 2 1 3 0 1" "1 12 1 4 1 3 0 1"; do # the last two: the sm_90 defaults' fused variants
     job gemm_small_wg $t
 done
 # The wgmma prefill at d 64 (where clang's PTX needs no spills; at d 128 clang takes far more

@@ -17,6 +17,8 @@
 # (the //@ wgmma markers stay), and the top-level items (kernels,
 # functions, declarations) sorted, so that moving a function between files
 # does not count as a difference. One line a variant; exit 1 on a difference.
+# Also serve/'s decode-sized bf16 GEMM (serve/gemm_nv_small.cl after cl/nv/ptx.h) in the
+# plain shapes its host can select (GS_FUSE 0), where BASE_REV has that file.
 #
 # The BASE_REV builds' PTX is kept in OUT_DIR/base-<commit> and reused.
 # PTX_CHECK_JOBS=N: clang jobs at once (default: the cores);
@@ -34,9 +36,13 @@ start=$SECONDS
 
 # the sources at BASE_REV (cl/ only), once
 base_src=$out/src-$rev
-if [ ! -d "$base_src/cl" ]; then
-    rm -rf "$base_src.tmp" && mkdir -p "$base_src.tmp"
+if [ ! -d "$base_src/cl" ] || [ ! -e "$base_src/serve.done" ]; then
+    rm -rf "$base_src.tmp" "$base_src" && mkdir -p "$base_src.tmp"
     git archive "$rev" cl | tar -x -C "$base_src.tmp"
+    if git cat-file -e "$rev:serve/gemm_nv_small.cl" 2>/dev/null; then
+        git archive "$rev" serve/gemm_nv_small.cl | tar -x -C "$base_src.tmp"
+    fi
+    touch "$base_src.tmp/serve.done"
     mv "$base_src.tmp" "$base_src"
 fi
 base_dir=$out/base-$rev new_dir=$out/new
@@ -134,6 +140,19 @@ build() {
     mv "$dir/$name.norm.tmp" "$dir/$name.norm"
 }
 
+# build_serve TREE DIR NAME DEFINES...: TREE's serve/gemm_nv_small.cl (after its cl/nv/ptx.h)
+# built with DEFINES to DIR/NAME.ptx and its normal form
+build_serve() {
+    local tree=$1 dir=$2 name=$3
+    shift 3
+    cat "$tree/cl/nv/ptx.h" "$tree/serve/gemm_nv_small.cl" > "$dir/$name.cl"
+    clang -target nvptx64-nvidia-nvcl -cl-std=CL1.2 -Xclang -finclude-default-header -Wno-pass-failed \
+        -Dasm=__asm__ "$@" -O2 -S -o "$dir/$name.ptx.tmp" "$dir/$name.cl"
+    normalise < "$dir/$name.ptx.tmp" > "$dir/$name.norm.tmp"
+    mv "$dir/$name.ptx.tmp" "$dir/$name.ptx"
+    mv "$dir/$name.norm.tmp" "$dir/$name.norm"
+}
+
 # renormalise DIR/NAME: the normal form of a PTX kept from an earlier run
 renormalise() {
     normalise < "$1.ptx" > "$1.norm.tmp"
@@ -177,10 +196,32 @@ for d in 64 128; do
     variants+=("mma_w4_kt64.d$d.b16.linear $d 16 0 64 4 0 0 0 3")        # nv.kt=64, nv.warps=4
 done
 
+# serve/gemm_nv_small.cl's shapes: NAME DEFINES (serve/gemm_nv_small.c: the defaults by class and
+# compute capability, then one of each X path, xs 1..5)
+serve_variants=()
+if [ -f "$base_src/serve/gemm_nv_small.cl" ] && [ -f "$base_src/cl/nv/ptx.h" ]; then
+    serve_variants=(
+        "serve_small.k8u8 -DGS_R=1 -DGS_WR=1 -DGS_WK=8 -DGS_U=8 -DGS_WHINT=2"
+        "serve_small.r2k2 -DGS_R=2 -DGS_WR=4 -DGS_WK=2 -DGS_U=4 -DGS_WHINT=2"
+        "serve_small.wide90 -DGS_XS=3 -DGS_R=1 -DGS_WR=8 -DGS_WK=1 -DGS_U=2 -DGS_PIPE=1 -DGS_WHINT=2"
+        "serve_small.long90 -DGS_XS=3 -DGS_R=1 -DGS_WR=12 -DGS_WK=1 -DGS_U=4 -DGS_PIPE=1 -DGS_WHINT=2"
+        "serve_small.pipe -DGS_PIPE=1 -DGS_WHINT=2"
+        "serve_small.xs1 -DGS_XS=1 -DGS_WK=2 -DGS_U=2 -DGS_PIPE=1"
+        "serve_small.xs2 -DGS_XS=2 -DGS_R=1 -DGS_WR=4 -DGS_WK=1 -DGS_U=2 -DGS_PIPE=1 -DGS_WHINT=2"
+        "serve_small.xs4 -DGS_XS=4 -DGS_R=1 -DGS_WR=4 -DGS_WK=1 -DGS_U=4 -DGS_PIPE=1 -DGS_WHINT=2"
+        "serve_small.xs5 -DGS_XS=5 -DGS_R=1 -DGS_WR=4 -DGS_WK=1 -DGS_U=1 -DGS_PIPE=1 -DGS_WHINT=2"
+    )
+else
+    echo "serve/gemm_nv_small.cl: not compared (${rev:0:12} has no serve/gemm_nv_small.cl with cl/nv/ptx.h)"
+fi
+
 if [ -n "${PTX_CHECK_ONLY:-}" ]; then
     kept=()
     for v in "${variants[@]}"; do [[ ${v%% *} =~ $PTX_CHECK_ONLY ]] && kept+=("$v"); done
     variants=("${kept[@]}")
+    kept=()
+    for v in "${serve_variants[@]}"; do [[ ${v%% *} =~ $PTX_CHECK_ONLY ]] && kept+=("$v"); done
+    serve_variants=("${kept[@]}")
 fi
 for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
@@ -192,11 +233,21 @@ for v in "${variants[@]}"; do
     fi
     job build . "$new_dir" "$@"
 done
+for v in "${serve_variants[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $v
+    if [ -s "$base_dir/$1.ptx" ]; then
+        job renormalise "$base_dir/$1"
+    else
+        job build_serve "$base_src" "$base_dir" "$@"
+    fi
+    job build_serve . "$new_dir" "$@"
+done
 while [ "$running" -gt 0 ]; do reap; done
 [ "$failed" = 0 ] || { echo "check_ptx_unchanged: $failed build(s) failed (above)" >&2; exit 1; }
 
 differ=0
-for v in "${variants[@]}"; do
+for v in "${variants[@]}" "${serve_variants[@]}"; do
     name=${v%% *}
     if cmp -s "$base_dir/$name.norm" "$new_dir/$name.norm"; then
         echo "$name: identical ($(grep -c . "$new_dir/$name.ptx") PTX lines)"
@@ -205,5 +256,5 @@ for v in "${variants[@]}"; do
         differ=$((differ + 1))
     fi
 done
-echo "check_ptx_unchanged: ${#variants[@]} variants against ${rev:0:12}, $differ differ ($((SECONDS - start)) s)"
+echo "check_ptx_unchanged: $((${#variants[@]} + ${#serve_variants[@]})) variants against ${rev:0:12}, $differ differ ($((SECONDS - start)) s)"
 [ "$differ" = 0 ]

@@ -12,7 +12,10 @@
  *   the host's share of the step (time inside the enqueue calls and uploads,
  *   commands enqueued, in all and per kind) and, with --device-time, the device time per phase
  *   (profiling events; the wall times are then of a profiling queue).
- * Random weights (serve_model_init_random) and random tokens; each case is
+ * Random weights (serve_model_init_random), or a llama GGUF file's (--gguf:
+ * shape and weights from the file, e.g. bench/serve/write_gguf's; its
+ * weight types and the weights' device bytes printed), and random tokens;
+ * each case is
  * run --warmup times, then timed --reps times (wall clock from an idle
  * queue to the next token read back: host work included, as torch's CUDA
  * events include its launches), median printed. A forward longer than
@@ -254,9 +257,9 @@ static void fwd_release(fwd *f) {
  * tokens (the decode cases' sequences, each in whole blocks);
  * max_tokens: the longest sequence. */
 static int fwd_setup(fwd *f, lazyattn_context *ctx, const serve_model_config *mc, uint64_t seed,
-                     int64_t decode_blocks, int max_tokens) {
+                     const serve_gguf *gguf, int64_t decode_blocks, int max_tokens) {
     int st = serve_model_create(ctx, mc, &f->model);
-    if (!st) st = serve_model_init_random(f->model, seed);
+    if (!st) st = gguf ? serve_model_load_gguf(f->model, gguf) : serve_model_init_random(f->model, seed);
     if (st) return st;
     f->mc = serve_model_get_config(f->model);
     const int bs = f->mc->block_size;
@@ -296,6 +299,7 @@ int main(int argc, char **argv) {
     static const char usage[] =
         "usage: bench_forward [options]\n"
         "  --model tiny|small|8b   model shape, random weights (default 8b)\n"
+        "  --gguf FILE             a llama GGUF file's shape and weights instead\n"
         "  --gemm auto|f32|bf16    projections: f32 CLBlast or bf16 (tensor cores on NVIDIA);\n"
         "                          default auto (bf16 where the NVIDIA path runs)\n"
         "  --max-rows N            most tokens per forward (default 10240, 16..65536)\n"
@@ -307,7 +311,7 @@ int main(int argc, char **argv) {
         "  --decode-context N      cached tokens of each decoding sequence (default 2048,\n"
         "                          1..65535)\n"
         "  --no-forwards           only the decode steps\n"
-        "  --dequantize            a GGUF's quantized weights dequantized at load (default:\n"
+        "  --dequantize            with --gguf: quantized weights dequantized at load (default:\n"
         "                          kept quantized on the device where the GEMV reads the type)\n"
         "  --device-time           profiling events: device ms per phase of a decode step\n"
         "                          (the wall times are then those of a profiling queue)\n"
@@ -318,8 +322,10 @@ int main(int argc, char **argv) {
     int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0, dequantize = 0;
     int decode_b[FWD_MAX_DECODE] = {1, 16, 64};
     uint64_t seed = 1;
+    const char *gguf_path = NULL;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
+        {.name = "--gguf", .type = CLI_STRING, .dest = &gguf_path},
         {.name = "--gemm", .type = CLI_ENUM, .dest = &gemm, .choices = "auto|f32|bf16"},
         {.name = "--max-rows", .type = CLI_INT, .dest = &max_rows, .min = 16, .max = 65536},
         {.name = "--warmup", .type = CLI_INT, .dest = &warmup, .min = 0, .max = 100},
@@ -335,14 +341,20 @@ int main(int argc, char **argv) {
     int pr = cli_parse(prog, usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
     if (pr == CLI_HELP) return 0;
     if (pr != CLI_OK) return pr;
+    if (gguf_path && cli_given(opts, (int)(sizeof opts / sizeof opts[0]), "--model"))
+        return cli_fail(prog, "--gguf", "the file gives the model's shape: drop --model");
     for (int i = 0; i < n_decode; i++) /* a decode step holds at most max_rows sequences */
         if (decode_b[i] > max_rows)
             return cli_fail(prog, "--decode", "batch size %d over --max-rows %d", decode_b[i], max_rows);
     static const char *const presets[] = {"tiny", "small", "8b"};
     serve_model_config mc;
     int st = serve_model_config_preset(&mc, presets[model]);
+    serve_gguf *gguf = NULL; /* block size and KV type stay the preset's */
+    if (!st && gguf_path && !(st = serve_gguf_open(gguf_path, &gguf)))
+        st = serve_gguf_model_config(gguf, &mc);
     if (st) {
         fprintf(stderr, "%s: %s\n", prog, serve_last_error());
+        serve_gguf_close(gguf);
         return 1;
     }
     mc.max_rows = max_rows;
@@ -354,6 +366,7 @@ int main(int argc, char **argv) {
     lazyattn_context *ctx = NULL;
     if ((st = lazyattn_context_create(&co, &ctx))) {
         fprintf(stderr, "%s: lazyattn_context_create: %s\n", prog, lazyattn_last_error());
+        serve_gguf_close(gguf);
         return 1;
     }
     char name[256] = "?";
@@ -362,24 +375,31 @@ int main(int argc, char **argv) {
                               NULL) == CL_SUCCESS)
         clGetDeviceInfo(dev, CL_DEVICE_NAME, sizeof name - 1, name, NULL);
     printf("device: %s (%s path); model %s, max_rows %d, %d warm-up(s), median of %d\n", name,
-           lazyattn_context_fast_path(ctx) ? "NVIDIA" : "portable", presets[model], max_rows,
-           warmup, reps);
+           lazyattn_context_fast_path(ctx) ? "NVIDIA" : "portable",
+           gguf_path ? gguf_path : presets[model], max_rows, warmup, reps);
     fwd f = {0};
     int decode_max = 0;
     for (int i = 0; i < n_decode; i++)
         if (decode_b[i] > decode_max) decode_max = decode_b[i];
     const int64_t per = (decode_context + 1 + mc.block_size - 1) / mc.block_size;
-    st = fwd_setup(&f, ctx, &mc, seed, decode_max * per, decode_context + 1);
+    const double t_load = serve_now();
+    st = fwd_setup(&f, ctx, &mc, seed, gguf, decode_max * per, decode_context + 1);
+    serve_gguf_close(gguf);
+    if (!st && gguf_path) {
+        uint64_t weight_bytes = 0, other_bytes = 0;
+        serve_model_device_bytes(f.model, &weight_bytes, &other_bytes);
+        printf("%d layers, hidden %d, ffn %d, vocab %d; %s; %.1f MiB of weights on the device "
+               "(%.1f MiB other), loaded in %.1f s\n", mc.n_layers, mc.hidden, mc.ffn, mc.vocab,
+               serve_model_weights_note(f.model), (double)weight_bytes / (1u << 20),
+               (double)other_bytes / (1u << 20), serve_now() - t_load);
+    }
     serve_timer timer = {.enabled = device_time};
     if (!st) serve_model_set_timer(f.model, &timer); /* host times always; events with --device-time */
     if (!st)
         printf("gemm: %s\n", serve_model_uses_bf16(f.model) ? "bf16" : "f32 (CLBlast)");
-    if (!st && serve_model_weights_note(f.model)[0]) /* a GGUF load: each type's path */
-        printf("%s%s\n", serve_model_weights_note(f.model),
-               serve_model_kept_quantized(f.model)
-                   ? " (kept: the GEMV at <= " FWD_STR(SERVE_QUANT_GEMV_MAX_ROWS)
-                     " rows, dequantized on the device into a scratch for the GEMM above)"
-                   : "");
+    if (!st && serve_model_kept_quantized(f.model)) /* the load line said which types */
+        printf("kept quantized: the GEMV at <= " FWD_STR(SERVE_QUANT_GEMV_MAX_ROWS)
+               " rows, above dequantized on the device into a scratch for the GEMM\n");
     if (!st && !no_forwards) printf("%-24s %10s %9s  %s\n", "case", "ms", "enqueues", "per forward, by kind");
     for (int i = 0; i < FWD_N_CASES && !st && !no_forwards; i++) {
         double ms = 0, enq = 0, by_kind[SERVE_ENQ_COUNT];

@@ -7,7 +7,8 @@
 #   bench/gemm_peer.py, then bench_gemm at M = 2048 and 10240 (the large
 #   kernel, ratios to the peer's CSV) and bench_gemm_small at M = 1..64;
 #   bench_forward (bf16; forwards and decode steps, then the decode steps
-#   again with device time per phase) beside bench/llama_peer.py.
+#   again with device time per phase, and with the fused projections)
+#   beside bench/llama_peer.py.
 # Build here (meson setup build-serve --buildtype=release -Dspirv=disabled
 # -Dclblast=enabled -Dredis=disabled; ninja -C build-serve; libcmocka.so.0*
 # copied into build-serve/extra-lib), copy libclblast.so.1 into
@@ -23,10 +24,12 @@ bin=${BIN:-build-serve}
 . bench/gpu_call.sh
 export CMOCKA_MESSAGE_OUTPUT=stdout
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/tests.log" 2>&1
-for t in ${TESTS:-serve/test_gemm_nv_large serve/test_gemm_small serve/test_serve_bf16 \
-         serve/test_serve_equivalence tests/test_context tests/test_attention}; do
+for t in ${TESTS:-serve/test_gemm_nv_large serve/test_gemm_small serve/test_gemm_fused \
+         serve/test_serve_bf16 serve/test_serve_equivalence tests/test_context tests/test_attention}; do
     step tests "${TEST_S:-150}" "$bin/$t"
 done
+# decode's fused projections (issue 38), off on NVIDIA by default: the bf16 model with them
+step tests "${TEST_S:-150}" env LAZYATTN_TUNE=serve.fused_decode=1 "$bin/serve/test_serve_bf16"
 [ "${ONLY_TESTS:-0}" = 1 ] && { grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[  ERROR|^# " "$out/tests.log"; exit 0; }
 if [ "${NO_LARGE:-0}" != 1 ]; then
     step peer 90 sh -c "cd bench && python3 gemm_peer.py --reps 20 --csv '$out/peer.csv'"
@@ -37,6 +40,12 @@ step gemm_small "${SMALL_S:-120}" "$bin/bench/serve/bench_gemm_small" --reps 20 
 step forward 240 "$bin/bench/serve/bench_forward" --model 8b --gemm bf16 --reps 5
 [ "${DEVICE_TIME:-1}" = 1 ] &&
     step forward 120 "$bin/bench/serve/bench_forward" --model 8b --gemm bf16 --reps 5 --no-forwards --device-time
+# the decode steps with the fused projections (issue 38; LAZYATTN_TUNE=serve.fused_decode=1)
+step forward 120 env LAZYATTN_TUNE=serve.fused_decode=1 "$bin/bench/serve/bench_forward" --model 8b \
+    --gemm bf16 --reps 5 --no-forwards
+[ "${DEVICE_TIME:-1}" = 1 ] &&
+    step forward 120 env LAZYATTN_TUNE=serve.fused_decode=1 "$bin/bench/serve/bench_forward" --model 8b \
+        --gemm bf16 --reps 5 --no-forwards --device-time
 step llama_peer 180 sh -c "cd bench && python3 llama_peer.py --reps 5"
 echo "== summary"
 grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\] .* ran|^# " "$out/tests.log" | head -30

@@ -35,6 +35,7 @@ static const lz_tune_int_key lz_tune_int_keys[] = {
     LZ_TUNE_INT("portable.exact_exp", exact_exp, 0, 1),
     LZ_TUNE_INT("portable.prefill_maxreg", prefill_maxreg, 0, 255),
     LZ_TUNE_INT("portable.decode_maxreg", decode_maxreg, 0, 255),
+    LZ_TUNE_INT("serve.fused_decode", serve_fused_decode, 0, 1),
 };
 
 static const struct {

@@ -64,6 +64,9 @@ typedef struct lz_tune_override {
     int exact_exp;       /* portable.exact_exp=1: the portable prefill keeps exp() on a GPU */
     int prefill_maxreg;  /* portable.prefill_maxreg=N: -cl-nv-maxrregcount of the portable prefill */
     int decode_maxreg;   /* portable.decode_maxreg=N: ... of the portable decode (else derived) */
+    int serve_fused_decode; /* serve.fused_decode=1: serve/'s NVIDIA decode projections take
+                             * the fused variants (read by serve/gemm_bf16.c; kept here so
+                             * that the key is known) */
     char dump_ptx[256];  /* nv.dump_ptx=PATH: where lz_ptx_sm90a writes the patched PTX ("" none) */
 } lz_tune_override;
 
