@@ -126,42 +126,74 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     static const char *who = "serve_gemv_quant_run";
     if (!g || !queue || !a)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: NULL handle, queue or args", who);
-    uint64_t row_bytes;
-    int st = serve_gq_check_weight(who, a->type, a->w, a->out, a->in, &row_bytes);
-    if (!st) st = serve_gemv_quant_prepare(g, a->type);
-    if (st) return st;
-    if (a->rows < 1 || a->rows > SERVE_QUANT_GEMV_MAX_ROWS || a->ldy < a->out ||
+    if (a->n_outs < 1 || a->n_outs > SERVE_GEMV_MAX_OUTS)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: %d ranges (1..%d)", who,
+                          a->n_outs, SERVE_GEMV_MAX_OUTS);
+    if (a->rows < 1 || a->rows > SERVE_QUANT_GEMV_MAX_ROWS ||
         (a->accumulate != 0 && a->accumulate != 1) || (a->x_bf16 != 0 && a->x_bf16 != 1))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "%s: %d rows (1..%d), ldy %d (>= out %d), accumulate %d, x_bf16 %d", who,
-                          a->rows, SERVE_QUANT_GEMV_MAX_ROWS, a->ldy, a->out, a->accumulate,
-                          a->x_bf16);
+                          "%s: %d rows (1..%d), accumulate %d, x_bf16 %d", who, a->rows,
+                          SERVE_QUANT_GEMV_MAX_ROWS, a->accumulate, a->x_bf16);
+    uint64_t row_bytes = 0;
+    int end[SERVE_GEMV_MAX_OUTS] = {0, 0, 0}, total = 0;
+    for (int r = 0; r < a->n_outs; r++) {
+        const serve_gemv_out *o = &a->outs[r];
+        int st = serve_gq_check_weight(who, a->type, o->w, o->cols, a->in, &row_bytes);
+        if (st) return st;
+        if (o->ldy < o->cols)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: range %d: ldy %d < cols %d",
+                              who, r, o->ldy, o->cols);
+        uint64_t y_need = ((uint64_t)o->y_off + (uint64_t)(a->rows - 1) * (uint64_t)o->ldy +
+                           (uint64_t)o->cols) * 4u;
+        size_t y_have = serve_gq_size(o->y);
+        if (y_need > y_have)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                              "%s: range %d: Y of %zu bytes, %d rows of %d columns need y %llu",
+                              who, r, y_have, a->rows, o->cols, (unsigned long long)y_need);
+        if (o->cols > INT32_MAX - total)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: too many columns", who);
+        total += o->cols;
+        end[r] = total;
+    }
     uint64_t x_need = ((uint64_t)a->x_off + (uint64_t)a->rows * (uint64_t)a->in) *
-                      (a->x_bf16 ? 2u : 4u),
-             y_need = ((uint64_t)a->y_off + (uint64_t)(a->rows - 1) * (uint64_t)a->ldy +
-                       (uint64_t)a->out) * 4u;
-    size_t x_have = serve_gq_size(a->x), y_have = serve_gq_size(a->y);
-    if (x_need > x_have || y_need > y_have)
+                      (a->x_bf16 ? 2u : 4u);
+    size_t x_have = serve_gq_size(a->x);
+    if (x_need > x_have)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                          "%s: X of %zu bytes, Y of %zu; %d rows of [%d, %d] need x %llu, y %llu",
-                          who, x_have, y_have, a->rows, a->out, a->in,
-                          (unsigned long long)x_need, (unsigned long long)y_need);
+                          "%s: X of %zu bytes, %d rows of %d need x %llu", who, x_have, a->rows,
+                          a->in, (unsigned long long)x_need);
+    int st = serve_gemv_quant_prepare(g, a->type);
+    if (st) return st;
+    /* the unused ranges repeat the last one: never selected (end = total) */
+    const serve_gemv_out *o[SERVE_GEMV_MAX_OUTS];
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) o[r] = &a->outs[r < a->n_outs ? r : a->n_outs - 1];
     cl_kernel k = g->gemv[serve_gq_index(a->type)][a->x_bf16];
-    cl_ulong rb = row_bytes, xo = a->x_off, yo = a->y_off;
-    cl_int n_chunks = a->in / 32, ldx = a->in, rows = a->rows, ldy = a->ldy, acc = a->accumulate;
-    cl_int err = clSetKernelArg(k, 0, sizeof a->w, &a->w);
-    err |= clSetKernelArg(k, 1, sizeof rb, &rb);
-    err |= clSetKernelArg(k, 2, sizeof n_chunks, &n_chunks);
-    err |= clSetKernelArg(k, 3, sizeof a->x, &a->x);
-    err |= clSetKernelArg(k, 4, sizeof xo, &xo);
-    err |= clSetKernelArg(k, 5, sizeof ldx, &ldx);
-    err |= clSetKernelArg(k, 6, sizeof rows, &rows);
-    err |= clSetKernelArg(k, 7, sizeof a->y, &a->y);
-    err |= clSetKernelArg(k, 8, sizeof yo, &yo);
-    err |= clSetKernelArg(k, 9, sizeof ldy, &ldy);
-    err |= clSetKernelArg(k, 10, sizeof acc, &acc);
+    cl_int end0 = end[0], end1 = a->n_outs > 1 ? end[1] : total;
+    cl_ulong rb = row_bytes, xo = a->x_off;
+    cl_int n_chunks = a->in / 32, ldx = a->in, rows = a->rows, acc = a->accumulate;
+    cl_uint i = 0;
+    cl_int err = CL_SUCCESS;
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) err |= clSetKernelArg(k, i++, sizeof(cl_mem), &o[r]->w);
+    err |= clSetKernelArg(k, i++, sizeof end0, &end0);
+    err |= clSetKernelArg(k, i++, sizeof end1, &end1);
+    err |= clSetKernelArg(k, i++, sizeof rb, &rb);
+    err |= clSetKernelArg(k, i++, sizeof n_chunks, &n_chunks);
+    err |= clSetKernelArg(k, i++, sizeof a->x, &a->x);
+    err |= clSetKernelArg(k, i++, sizeof xo, &xo);
+    err |= clSetKernelArg(k, i++, sizeof ldx, &ldx);
+    err |= clSetKernelArg(k, i++, sizeof rows, &rows);
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) err |= clSetKernelArg(k, i++, sizeof(cl_mem), &o[r]->y);
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) {
+        cl_ulong yo = o[r]->y_off;
+        err |= clSetKernelArg(k, i++, sizeof yo, &yo);
+    }
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) {
+        cl_int ldy = o[r]->ldy;
+        err |= clSetKernelArg(k, i++, sizeof ldy, &ldy);
+    }
+    err |= clSetKernelArg(k, i++, sizeof acc, &acc);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
-    size_t local = SERVE_GQ_WG, global = (size_t)a->out * SERVE_GQ_WG;
+    size_t local = SERVE_GQ_WG, global = (size_t)total * SERVE_GQ_WG;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemv_quant");
 }

@@ -149,17 +149,27 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
 }
 
 /* ---- GEMV: Y[rows, out] (+)= X[rows, in] . W[out, in]^T ----
- * w: [out] rows of row_bytes bytes (n_chunks chunks of 32 values each);
- * x: f32 or bf16, row r from element x_off + r * ldx; y: f32, row r from
- * y_off + r * ldy; rows 1..GQ_MAX_ROWS; accumulate 1: Y += ...
- * Global size out * GQ_WG. */
+ * W and Y in up to three column ranges (a fused group, QKV or gate/up, of
+ * one type: one launch): output column o < end0 is row o of w0 and goes
+ * to y0, o < end1 row o - end0 of w1 to y1, else row o - end1 of w2 to y2;
+ * each weight [cols] rows of row_bytes bytes (n_chunks chunks of 32
+ * values each). x: f32 or bf16, row r from element x_off + r * ldx; y_k:
+ * f32, row r from y_off_k + r * ldy_k; rows 1..GQ_MAX_ROWS; accumulate 1:
+ * Y += ... Global size out * GQ_WG: the range is the work-group's. */
 #define GQ_GEMV(NAME, DECODE, XLOAD)                                                           \
     __kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void NAME(                      \
-        __global const uchar *w, ulong row_bytes, int n_chunks, __global const void *x,         \
-        ulong x_off, int ldx, int rows, __global float *y, ulong y_off, int ldy,               \
-        int accumulate) {                                                                       \
+        __global const uchar *w0, __global const uchar *w1, __global const uchar *w2,           \
+        int end0, int end1, ulong row_bytes, int n_chunks, __global const void *x,              \
+        ulong x_off, int ldx, int rows, __global float *y0, __global float *y1,                \
+        __global float *y2, ulong y_off0, ulong y_off1, ulong y_off2, int ldy0, int ldy1,       \
+        int ldy2, int accumulate) {                                                             \
         __local float red[GQ_MAX_ROWS * GQ_WG];                                                 \
-        int o = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
+        int g = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
+        int k = g < end0 ? 0 : g < end1 ? 1 : 2, o = g - (k == 0 ? 0 : k == 1 ? end0 : end1);   \
+        __global const uchar *w = k == 0 ? w0 : k == 1 ? w1 : w2;                               \
+        __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                     \
+        ulong y_off = k == 0 ? y_off0 : k == 1 ? y_off1 : y_off2;                               \
+        int ldy = k == 0 ? ldy0 : k == 1 ? ldy1 : ldy2;                                         \
         __global const uchar *wrow = w + (size_t)o * (size_t)row_bytes;                         \
         float acc[GQ_MAX_ROWS];                                                                 \
         _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.0f;                 \

@@ -41,25 +41,36 @@ void serve_gemv_quant_destroy(serve_gemv_quant *g);
  * (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). */
 int serve_gemv_quant_supports(uint32_t type);
 
-typedef struct serve_gemv_args {
-    uint32_t type;     /* the weight's ggml type (serve_gemv_quant_supports) */
-    int rows, out, in; /* 1..SERVE_QUANT_GEMV_MAX_ROWS rows; in a multiple of the type's block */
-    cl_mem w;          /* [out] rows of in / block_elems blocks */
-    cl_mem x;          /* X: row r at element x_off + r * in, f32 or bf16 (x_bf16) */
-    size_t x_off;
-    int x_bf16;        /* 1: X holds bf16 bit patterns (the bf16 engine mode's GEMM inputs) */
-    cl_mem y;          /* Y, f32: row r at element y_off + r * ldy (ldy >= out) */
+/* A fused group takes one launch: up to this many weights of one type,
+ * each its own column range of Y (QKV: 3, gate/up: 2). */
+#define SERVE_GEMV_MAX_OUTS 3
+
+typedef struct serve_gemv_out {
+    cl_mem w;     /* [cols] rows of in / block_elems blocks */
+    cl_mem y;     /* f32: row r at element y_off + r * ldy (ldy >= cols) */
     size_t y_off;
-    int ldy;
-    int accumulate;    /* 1: Y += X . W^T (the residual projections) */
+    int cols, ldy;
+} serve_gemv_out;
+
+typedef struct serve_gemv_args {
+    uint32_t type; /* the weights' ggml type (serve_gemv_quant_supports), all of them */
+    int rows, in;  /* 1..SERVE_QUANT_GEMV_MAX_ROWS rows; in a multiple of the type's block */
+    cl_mem x;      /* X: row r at element x_off + r * in, f32 or bf16 (x_bf16) */
+    size_t x_off;
+    int x_bf16;    /* 1: X holds bf16 bit patterns (the bf16 engine mode's GEMM inputs) */
+    int n_outs;    /* 1..SERVE_GEMV_MAX_OUTS column ranges, in order */
+    serve_gemv_out outs[SERVE_GEMV_MAX_OUTS];
+    int accumulate; /* 1: Y += X . W^T (the residual projections) */
 } serve_gemv_args;
 
-/* Enqueues the GEMV on queue (event: optional, the kernel's); prepares
- * the type first when it was not.
- * UNSUPPORTED naming another type; INVALID_ARGUMENT for rows outside
- * 1..SERVE_QUANT_GEMV_MAX_ROWS, out < 1, in not a positive multiple of the
- * block, ldy < out, accumulate not 0/1, or a buffer smaller than the shape
- * needs (checked against the buffers' sizes; the message gives both). */
+/* Enqueues the GEMV on queue (event: optional, the kernel's), one launch
+ * for every range: Y_k[rows, cols_k] (+)= X . W_k^T; prepares the type
+ * first when it was not. UNSUPPORTED naming another type;
+ * INVALID_ARGUMENT for rows outside 1..SERVE_QUANT_GEMV_MAX_ROWS, n_outs
+ * outside 1..SERVE_GEMV_MAX_OUTS, a range's cols < 1 or ldy < cols, in
+ * not a positive multiple of the block, accumulate not 0/1, or a buffer
+ * smaller than the shape needs (checked against the buffers' sizes; the
+ * message gives both). */
 int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serve_gemv_args *a,
                          cl_event *event);
 

@@ -1270,27 +1270,41 @@ static int serve_proj(serve_model *m, const serve_weight *w, int rows, cl_mem x,
     return st;
 }
 
+/* A fused group of a model whose weights are kept quantized (QKV, gate/up;
+ * serve_project_group: one launch when its tensors share a type), X from
+ * row 0, timed on the host as the GEMM phase. */
+static int serve_proj_group(serve_model *m, int n_w, const serve_weight *const *w, int rows,
+                            cl_mem x, const cl_mem *y) {
+    serve_projector p = {m->queue, m->gq, m->gemm, m->gemm_temp, m->dq_scratch, m->timer};
+    double t0 = serve_now();
+    int st = serve_project_group(&p, n_w, w, rows, x, 0, y, 0);
+    if (m->timer) m->timer->host_s[SERVE_PHASE_GEMM] += serve_now() - t0;
+    return st;
+}
+
 /* serve_layers when weights are kept quantized (either mode): every
- * projection its own serve_project, so the tensors of a fused group may
- * be of different types (one launch each); GEMM inputs in the mode's type. */
+ * projection through serve_project; a fused group (QKV, gate/up) in one
+ * GEMV launch when its tensors share a type, else one launch per tensor
+ * (a Q4_K_M file's Q6_K attn_v beside Q4_K attn_q / attn_k); GEMM inputs
+ * in the mode's type. */
 static int serve_layers_proj(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                              cl_mem stored_pos, serve_attend_fn attend, const void *args) {
     const serve_model_config *c = &m->cfg;
     int qd = c->n_heads * c->head_dim;
     cl_mem xin = m->bf16 ? m->h_bf : m->h, att = m->bf16 ? m->att_bf : m->att,
-           act = m->bf16 ? m->act_bf : m->g;
+           act = m->bf16 ? m->act_bf : m->g, qkv_out[3] = {m->q, m->k, m->v},
+           gu_out[2] = {m->g, m->u};
     for (int l = 0; l < c->n_layers; l++) {
         const serve_weight *W = &m->proj[l * SERVE_PROJ_COUNT];
         SERVE_TRY(serve_rmsnorm(m, m->layers[l].attn_norm, 0, n, l == 0));
-        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_Q], n, xin, 0, m->q, 0));
-        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_K], n, xin, 0, m->k, 0));
-        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_V], n, xin, 0, m->v, 0));
+        const serve_weight *qkv[3] = {&W[SERVE_PROJ_Q], &W[SERVE_PROJ_K], &W[SERVE_PROJ_V]};
+        SERVE_TRY(serve_proj_group(m, 3, qkv, n, xin, qkv_out));
         SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
         if (m->bf16) SERVE_TRY(serve_to_bf16(m, (size_t)n * (size_t)qd));
         SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_O], n, att, 0, m->x, 1));
         SERVE_TRY(serve_rmsnorm(m, m->layers[l].ffn_norm, 0, n, 0));
-        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_GATE], n, xin, 0, m->g, 0));
-        SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_UP], n, xin, 0, m->u, 0));
+        const serve_weight *gu[2] = {&W[SERVE_PROJ_GATE], &W[SERVE_PROJ_UP]};
+        SERVE_TRY(serve_proj_group(m, 2, gu, n, xin, gu_out));
         SERVE_TRY(serve_swiglu(m, n));
         SERVE_TRY(serve_proj(m, &W[SERVE_PROJ_DOWN], n, act, 0, m->x, 1));
     }

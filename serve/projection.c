@@ -40,9 +40,9 @@ int serve_project(const serve_projector *p, const serve_weight *w, int rows, cl_
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: a %s weight and no quantized "
                           "kernels", who, serve_ggml_type_name(w->type));
     if (rows >= 1 && rows <= SERVE_QUANT_GEMV_MAX_ROWS) {
-        serve_gemv_args a = {.type = w->type, .rows = rows, .out = w->out, .in = w->in,
-                             .w = w->buf, .x = x, .x_off = x_off, .x_bf16 = bf16, .y = y,
-                             .y_off = y_off, .ldy = w->out, .accumulate = accumulate};
+        serve_gemv_args a = {.type = w->type, .rows = rows, .in = w->in, .x = x, .x_off = x_off,
+                             .x_bf16 = bf16, .n_outs = 1, .accumulate = accumulate};
+        a.outs[0] = (serve_gemv_out){w->buf, y, y_off, w->out, w->out};
         serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
         return serve_gemv_quant_run(p->quant, p->queue, &a,
                                     serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
@@ -59,4 +59,28 @@ int serve_project(const serve_projector *p, const serve_weight *w, int rows, cl_
                                serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
     if (st) return st;
     return serve_project_gemm(p, p->scratch, rows, w->out, w->in, x, x_off, y, y_off, accumulate);
+}
+
+int serve_project_group(const serve_projector *p, int n, const serve_weight *const *w, int rows,
+                        cl_mem x, size_t x_off, const cl_mem *y, int accumulate) {
+    if (!p || !w || !y || n < 1 || n > SERVE_GEMV_MAX_OUTS)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_project_group: %d weights", n);
+    int one = n > 1 && p->quant && rows >= 1 && rows <= SERVE_QUANT_GEMV_MAX_ROWS;
+    for (int k = 0; k < n && one; k++)
+        one = w[k] && w[k]->buf && w[k]->type == w[0]->type && w[k]->in == w[0]->in &&
+              serve_gemv_quant_supports(w[k]->type);
+    if (!one) {
+        for (int k = 0; k < n; k++) {
+            int st = serve_project(p, w[k], rows, x, x_off, y[k], 0, accumulate);
+            if (st) return st;
+        }
+        return LAZYATTN_STATUS_OK;
+    }
+    serve_gemv_args a = {.type = w[0]->type, .rows = rows, .in = w[0]->in, .x = x,
+                         .x_off = x_off, .x_bf16 = p->bf16 != NULL, .n_outs = n,
+                         .accumulate = accumulate};
+    for (int k = 0; k < n; k++)
+        a.outs[k] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
+    serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+    return serve_gemv_quant_run(p->quant, p->queue, &a, serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
 }

@@ -47,4 +47,13 @@ typedef struct serve_projector {
 int serve_project(const serve_projector *p, const serve_weight *w, int rows, cl_mem x,
                   size_t x_off, cl_mem y, size_t y_off, int accumulate);
 
+/* A fused group (QKV: 3, gate/up: 2; at most SERVE_GEMV_MAX_OUTS) over
+ * one X, weight k into Y y[k] from element 0 (row stride its out). Rows
+ * <= SERVE_QUANT_GEMV_MAX_ROWS with every weight quantized of one type:
+ * one GEMV launch for the group; otherwise (a Q4_K_M file's Q6_K attn_v
+ * beside Q4_K attn_q / attn_k, dense weights, a prefill) serve_project for
+ * each. */
+int serve_project_group(const serve_projector *p, int n, const serve_weight *const *w, int rows,
+                        cl_mem x, size_t x_off, const cl_mem *y, int accumulate);
+
 #endif

@@ -3,7 +3,8 @@
  * device (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), on the default device (PoCL in
  * CI).
  * GEMV: Y[rows, out] (+)= X[rows, in] . W^T at 1, 3 and 8 rows
- * (SERVE_QUANT_GEMV_MAX_ROWS), X in f32 and in bf16, written and
+ * (SERVE_QUANT_GEMV_MAX_ROWS), X in f32 and in bf16, W in 1, 2 or 3
+ * column ranges (a fused group's weights, one launch), written and
  * accumulated into a Y with a row offset and a row stride wider than out,
  * against a float64 product with the weight dequantized on the host
  * (serve/quant.c, itself bit-exact with gguf-py: see test_quant) and the
@@ -17,7 +18,7 @@
  * Dequantizer: f32 [out, in], f32 [in, out] and bf16 [out, in] equal to
  * serve_dequantize (then serve_bf16_of) bit for bit.
  * Then the refusals: another type (UNSUPPORTED, named), a row that is not
- * whole blocks, too many rows, buffers too small. */
+ * whole blocks, too many rows or ranges, ldy < cols, buffers too small. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,9 +144,11 @@ enum { N_TYPES = sizeof types / sizeof types[0] };
 static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
 
 /* One GEMV case: rows x [n_out, n_in] of type, X f32 or bf16, written or
- * accumulated into Y at row offset y_row0 with row stride n_out + 3. */
+ * accumulated into Y at row offset y_row0 with row stride n_out + 3; the
+ * weight's rows in n_ranges column ranges (a fused group: one buffer
+ * each, their Y columns side by side), one launch. */
 static void gemv_case(device *d, uint32_t type, int n_out, int n_in, int rows, int x_bf16,
-                      int accumulate) {
+                      int accumulate, int n_ranges) {
     uint64_t bytes;
     unsigned char *w = random_weight(type, n_out, n_in, &bytes);
     const int ldy = n_out + 3, y_row0 = 1, x_row0 = 2;
@@ -163,13 +166,20 @@ static void gemv_case(device *d, uint32_t type, int n_out, int n_in, int rows, i
         if (x_bf16) xf[i] = serve_float_of_bf16(xb[i]); /* the values the kernel reads */
     }
     for (size_t i = 0; i < n_y; i++) y0[i] = frand();
-    cl_mem wb = buffer(d, (size_t)bytes, w);
     cl_mem xbuf = x_bf16 ? buffer(d, n_x * 2, xb) : buffer(d, n_x * 4, xf);
     cl_mem yb = buffer(d, n_y * 4, y0);
-    serve_gemv_args a = {.type = type, .rows = rows, .out = n_out, .in = n_in, .w = wb,
-                         .x = xbuf, .x_off = (size_t)x_row0 * (size_t)n_in, .x_bf16 = x_bf16,
-                         .y = yb, .y_off = (size_t)y_row0 * (size_t)ldy, .ldy = ldy,
-                         .accumulate = accumulate};
+    serve_gemv_args a = {.type = type, .rows = rows, .in = n_in, .x = xbuf,
+                         .x_off = (size_t)x_row0 * (size_t)n_in, .x_bf16 = x_bf16,
+                         .n_outs = n_ranges, .accumulate = accumulate};
+    cl_mem wb[SERVE_GEMV_MAX_OUTS];
+    const size_t row_bytes = (size_t)bytes / (size_t)n_out;
+    for (int k = 0, col0 = 0; k < n_ranges; k++) { /* ranges of n_out / n_ranges, the rest last */
+        int cols = k < n_ranges - 1 ? n_out / n_ranges : n_out - col0;
+        wb[k] = buffer(d, (size_t)cols * row_bytes, w + (size_t)col0 * row_bytes);
+        a.outs[k] = (serve_gemv_out){wb[k], yb, (size_t)y_row0 * (size_t)ldy + (size_t)col0, cols,
+                                     ldy};
+        col0 += cols;
+    }
     int st = serve_gemv_quant_run(d->g, d->queue, &a, NULL);
     if (st) fail_msg("%s: %s", serve_ggml_type_name(type), serve_last_error());
     assert_int_equal(clEnqueueReadBuffer(d->queue, yb, CL_TRUE, 0, n_y * 4, y, 0, NULL, NULL),
@@ -194,14 +204,15 @@ static void gemv_case(device *d, uint32_t type, int n_out, int n_in, int rows, i
             fail_msg("%s: Y[%zu] (row %zu, column %zu) changed", serve_ggml_type_name(type), i, r,
                      col);
     }
-    printf("# %s [%d, %d] x %d rows, x %s%s: normalised error %.3g; against a scale lost "
-           "per row %.3g\n", serve_ggml_type_name(type), n_out, n_in, rows,
+    printf("# %s [%d, %d] in %d range(s) x %d rows, x %s%s: normalised error %.3g; against a "
+           "scale lost per row %.3g\n", serve_ggml_type_name(type), n_out, n_in, n_ranges, rows,
            x_bf16 ? "bf16" : "f32", accumulate ? ", accumulated" : "", worst, worst_off);
     if (!(worst <= 1e-5)) fail_msg("%s: normalised error %g > 1e-5", serve_ggml_type_name(type),
                                    worst);
     if (!(worst_off > 1e-3)) fail_msg("%s: the comparison cannot tell a lost scale (%g)",
                                       serve_ggml_type_name(type), worst_off);
-    clReleaseMemObject(wb), clReleaseMemObject(xbuf), clReleaseMemObject(yb);
+    for (int k = 0; k < n_ranges; k++) clReleaseMemObject(wb[k]);
+    clReleaseMemObject(xbuf), clReleaseMemObject(yb);
     free(w), free(xf), free(xb), free(y0), free(y), free(want), free(wrong), free(got);
 }
 
@@ -209,13 +220,13 @@ static void test_gemv_matches_dequantized(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
     static const struct {
-        int n_out, n_in, rows, x_bf16, accumulate;
-    } cases[] = {{33, 512, 1, 0, 0}, {17, 512, 3, 1, 1}, {9, 256, 8, 0, 1},
-                 {5, 8192, 8, 1, 0}, {7, 8192, 1, 0, 1}};
+        int n_out, n_in, rows, x_bf16, accumulate, ranges;
+    } cases[] = {{33, 512, 1, 0, 0, 1}, {17, 512, 3, 1, 1, 3}, {9, 256, 8, 0, 1, 2},
+                 {5, 8192, 8, 1, 0, 1}, {7, 8192, 1, 0, 1, 3}};
     for (int t = 0; t < N_TYPES; t++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             gemv_case(d, types[t], cases[c].n_out, cases[c].n_in, cases[c].rows, cases[c].x_bf16,
-                      cases[c].accumulate);
+                      cases[c].accumulate, cases[c].ranges);
 }
 
 static void test_dequant_bit_exact(void **state) {
@@ -266,8 +277,8 @@ static void test_refused(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
     cl_mem w = buffer(d, 144 * 4, NULL), x = buffer(d, 1024, NULL), y = buffer(d, 64, NULL);
-    serve_gemv_args a = {.type = SERVE_GGML_Q2_K, .rows = 1, .out = 2, .in = 256, .w = w,
-                         .x = x, .y = y, .ldy = 2};
+    serve_gemv_args a = {.type = SERVE_GGML_Q2_K, .rows = 1, .in = 256, .x = x, .n_outs = 1};
+    a.outs[0] = (serve_gemv_out){w, y, 0, 2, 2};
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL), LAZYATTN_STATUS_UNSUPPORTED);
     assert_non_null(strstr(serve_last_error(), "Q2_K weights"));
     a.type = SERVE_GGML_Q4_K, a.in = 100;
@@ -275,22 +286,33 @@ static void test_refused(void **state) {
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "multiple of the Q4_K block"));
     /* 5 rows of one Q4_K block need 720 bytes, W holds 576 */
-    a.in = 256, a.out = 5, a.ldy = 5;
+    a.in = 256, a.outs[0].cols = 5, a.outs[0].ldy = 5;
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "needs W 720"));
-    a.out = 2, a.ldy = 2, a.rows = SERVE_QUANT_GEMV_MAX_ROWS + 1;
+    a.outs[0].cols = 2, a.outs[0].ldy = 2, a.rows = SERVE_QUANT_GEMV_MAX_ROWS + 1;
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "9 rows (1..8)"));
+    a.rows = 1, a.n_outs = SERVE_GEMV_MAX_OUTS + 1;
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "4 ranges (1..3)"));
+    /* the second range's Y: 64 bytes; 2 rows 20 floats apart need 88 */
+    a.n_outs = 2, a.rows = 2, a.outs[1] = (serve_gemv_out){w, y, 0, 2, 20};
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "range 1: Y of 64 bytes"));
     /* x holds 256 floats, 512 asked (W: one row of 16 Q8_0 blocks, 544 bytes) */
-    a.rows = 1, a.type = SERVE_GGML_Q8_0, a.in = 512, a.out = 1, a.ldy = 1;
+    a.n_outs = 1, a.rows = 1, a.type = SERVE_GGML_Q8_0, a.in = 512;
+    a.outs[0] = (serve_gemv_out){w, y, 0, 1, 1};
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "need x 2048"));
-    a.in = 32, a.out = 2; /* ldy 1 < out */
+    a.in = 32, a.outs[0].cols = 2; /* ldy 1 < cols */
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "ldy 1 < cols 2"));
     assert_int_equal(serve_gemv_quant_run(NULL, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     /* the dequantizer: dst of 64 bytes for 2 x 32 f32 values (256 bytes) */

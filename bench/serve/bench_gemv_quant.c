@@ -83,8 +83,9 @@ static int time_one(bench *b, uint32_t type, const shape *sh, int rows, cl_mem *
             st = serve_dequant_run(b->g, b->q, type, wc, sh->out, sh->in, dst, SERVE_DEQUANT_BF16,
                                    &e);
         } else {
-            serve_gemv_args a = {.type = type, .rows = rows, .out = sh->out, .in = sh->in,
-                                 .w = wc, .x = x, .x_bf16 = 1, .y = y, .ldy = sh->out};
+            serve_gemv_args a = {.type = type, .rows = rows, .in = sh->in, .x = x, .x_bf16 = 1,
+                                 .n_outs = 1};
+            a.outs[0] = (serve_gemv_out){wc, y, 0, sh->out, sh->out};
             st = serve_gemv_quant_run(b->g, b->q, &a, &e);
         }
         if (st) return st;
