@@ -397,8 +397,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     const int split = get_group_id(0), seq = get_group_id(2);
     const int kvh = get_group_id(1) / (LZ_G / LZ_FR), h0 = kvh * LZ_G + get_group_id(1) % (LZ_G / LZ_FR) * LZ_FR;
     const int begin = seq_offsets[seq], end = seq_offsets[seq + 1];
-    const int bad_table = begin < 0 || end < begin || end > n_table ||
-                          end - begin > entries_per_split * n_splits;
+    const int bad_table = LZ_SPLIT_OFFSETS_BAD(begin, end, n_table, entries_per_split * n_splits);
     if (bad_table && split == 0 && lid == 0 && h0 == kvh * LZ_G) lz_raise(err, LZ_ERR_TABLE);
     const int first = bad_table ? 0 : begin + split * entries_per_split;
     const int last = bad_table ? 0 : min(end, first + entries_per_split);
