@@ -267,3 +267,18 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
     }
     *kn = n + 1, *vn = v;
 }
+
+/* Producer warp pw (0 .. 3) takes its role (lz_nv_produce): PRODUCE(role)
+ * with the role a constant, so that each role is its own inlined copy (at
+ * 32 registers a thread, what one role keeps live spills less); the warps
+ * past LZ_NV_PWARPS have none. */
+#define LZ_NV_PRODUCER_ROLE(pw, PRODUCE)              \
+    do {                                              \
+        if (LZ_NV_PWARPS == 1) {                      \
+            if ((pw) == 0) PRODUCE(0);                \
+        } else if ((pw) < LZ_NV_KWARPS) {             \
+            PRODUCE(1);                               \
+        } else if ((pw) < LZ_NV_PWARPS) {             \
+            PRODUCE(2);                               \
+        }                                             \
+    } while (0)

@@ -164,20 +164,12 @@ __attribute__((always_inline)) inline void lz_prefill_nv_rows(LZ_NV_ROWS_PARAMS)
         LZ_NV_SETMAXNREG(dec, LZ_NV_PREGS);
 #endif
         const int pw = warp - LZ_NV_WARPS; /* the warp in the producer's warpgroup */
-        /* each role its own inlined copy (the role a constant): at 32
-         * registers a thread, what one role keeps live spills less */
         int kn = 0, vn = 0;
 #define LZ_NV_PRODUCE(role)                                                                      \
     lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, min_pos,         \
                   rope_style, kbase, vbase, meta, bars, lane + 32 * (pw % LZ_NV_KWARPS), role, &kn, &vn, -1, 0, \
                   (int4)(0))
-        if (LZ_NV_PWARPS == 1) {
-            if (pw == 0) LZ_NV_PRODUCE(0);
-        } else if (pw < LZ_NV_KWARPS) {
-            LZ_NV_PRODUCE(1);
-        } else if (pw < LZ_NV_PWARPS) {
-            LZ_NV_PRODUCE(2);
-        }
+        LZ_NV_PRODUCER_ROLE(pw, LZ_NV_PRODUCE);
 #undef LZ_NV_PRODUCE
         LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
         return;
