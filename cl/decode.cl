@@ -363,15 +363,18 @@ inline void lz_dec_probs(float pb[LZ_FR], __local const float4 *sc4, int kk, int
 }
 #endif
 
-__kernel void lz_decode(__global const float *q, __global const int *q_pos,
-                        __global const int *seq_offsets, __global const ulong *table,
-                        __global const int *entry_pos, __global const LZ_STORE_T *kc,
-                        __global const LZ_STORE_T *vc, __global float2 *part_ml,
-                        __global float *part_acc, __global const float2 *freq,
-                        __global const float *slopes, int rope_style, int rot_dim, int alibi,
-                        float scale, int entries_per_split, int n_splits, int n_q_heads,
-                        int n_kv_heads, int n_blocks, int n_table, __global int *err,
-                        int q_dtype) {
+/* The arguments of the split decodes lz_decode and lz_decode_warp
+ * (cl/decode_warp.cl, in this program), as lib/attn/decode_launch.c sets
+ * them; their shapes in the head of this file. */
+#define LZ_DECODE_PARAMS                                                                            \
+    __global const float *q, __global const int *q_pos, __global const int *seq_offsets,            \
+        __global const ulong *table, __global const int *entry_pos, __global const LZ_STORE_T *kc, \
+        __global const LZ_STORE_T *vc, __global float2 *part_ml, __global float *part_acc,         \
+        __global const float2 *freq, __global const float *slopes, int rope_style, int rot_dim,    \
+        int alibi, float scale, int entries_per_split, int n_splits, int n_q_heads, int n_kv_heads, \
+        int n_blocks, int n_table, __global int *err, int q_dtype
+
+__kernel void lz_decode(LZ_DECODE_PARAMS) {
     __local float4 q_l[LZ_FR * LZ_Q4];   /* the rows' query, rotated by -cur_delta */
     __local float4 q0_l[LZ_FR * LZ_Q4];  /* the rows' query as given */
     __local long soff[LZ_DS];            /* element offset of each visible key slot, -1 if none */
@@ -397,8 +400,7 @@ __kernel void lz_decode(__global const float *q, __global const int *q_pos,
     const int split = get_group_id(0), seq = get_group_id(2);
     const int kvh = get_group_id(1) / (LZ_G / LZ_FR), h0 = kvh * LZ_G + get_group_id(1) % (LZ_G / LZ_FR) * LZ_FR;
     const int begin = seq_offsets[seq], end = seq_offsets[seq + 1];
-    const int bad_table = begin < 0 || end < begin || end > n_table ||
-                          end - begin > entries_per_split * n_splits;
+    const int bad_table = LZ_SPLIT_OFFSETS_BAD(begin, end, n_table, entries_per_split * n_splits);
     if (bad_table && split == 0 && lid == 0 && h0 == kvh * LZ_G) lz_raise(err, LZ_ERR_TABLE);
     const int first = bad_table ? 0 : begin + split * entries_per_split;
     const int last = bad_table ? 0 : min(end, first + entries_per_split);

@@ -181,8 +181,7 @@ __kernel void lz_decode_nv(__global const float *q, __global const int *q_pos,
     const int g = lane >> 2, t4 = lane & 3;
     const int swap = G <= 8; /* the keys as the mma's rows (G 9..16: the heads) */
     const int begin = seq_offsets[seq], end = seq_offsets[seq + 1];
-    const int bad_table = begin < 0 || end < begin || end > n_table ||
-                          end - begin > entries_per_split * n_splits;
+    const int bad_table = LZ_SPLIT_OFFSETS_BAD(begin, end, n_table, entries_per_split * n_splits);
     if (bad_table && split == 0 && lane == 0) lz_raise(err, LZ_ERR_TABLE);
     const int first = bad_table ? 0 : begin + split * entries_per_split;
     const int last = bad_table ? 0 : min(end, first + entries_per_split);

@@ -47,10 +47,7 @@
  * separated by barriers: part_l written in 1, read in 2; sc_l written in 2,
  * read in 3; p_l and a_l written in 3, read in 4 (and written again only
  * after the next batch's barriers 1 and 2).
- *   q:           [n_seqs, n_q_heads, LZ_HEAD_DIM] q_dtype (lz_io_load4), rotated at q_pos
- *   seq_offsets: [n_seqs + 1]; table, entry_pos: [seq_offsets[n_seqs]]
- *   part_ml:     [n_seqs, n_q_heads, n_splits] (running max, sum)
- *   part_acc:    [n_seqs, n_q_heads, n_splits, LZ_HEAD_DIM] unnormalised
+ * Arguments: lz_decode's (LZ_DECODE_PARAMS, cl/decode.cl, with their shapes).
  */
 #ifndef LZ_G
 #define LZ_G 1
@@ -157,15 +154,7 @@ inline void lz_dw_rows(LZ_WRAW_T x[LZ_WJN][LZ_WNC], __global const LZ_STORE_T *p
     }
 }
 
-__kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
-                             __global const int *seq_offsets, __global const ulong *table,
-                             __global const int *entry_pos, __global const LZ_STORE_T *kc,
-                             __global const LZ_STORE_T *vc, __global float2 *part_ml,
-                             __global float *part_acc, __global const float2 *freq,
-                             __global const float *slopes, int rope_style, int rot_dim, int alibi,
-                             float scale, int entries_per_split, int n_splits, int n_q_heads,
-                             int n_kv_heads, int n_blocks, int n_table, __global int *err,
-                             int q_dtype) {
+__kernel void lz_decode_warp(LZ_DECODE_PARAMS) {
     __local float4 q0_l[LZ_WR * LZ_WQ4];          /* the heads' query as given */
     __local float part_l[LZ_WNVO * LZ_WPS];       /* partial dot products [vo][key * LZ_WR + head] */
     __local float sc_l[LZ_WNP], p_l[LZ_WNP];      /* scores, probabilities [key * LZ_WR + head] */
@@ -179,8 +168,7 @@ __kernel void lz_decode_warp(__global const float *q, __global const int *q_pos,
     const int split = get_group_id(0), seq = get_group_id(2);
     const int kvh = get_group_id(1) / (LZ_G / LZ_WR), h0 = kvh * LZ_G + get_group_id(1) % (LZ_G / LZ_WR) * LZ_WR;
     const int begin = seq_offsets[seq], end = seq_offsets[seq + 1];
-    const int bad_table = begin < 0 || end < begin || end > n_table ||
-                          end - begin > entries_per_split * n_splits;
+    const int bad_table = LZ_SPLIT_OFFSETS_BAD(begin, end, n_table, entries_per_split * n_splits);
     if (bad_table && split == 0 && lid == 0 && h0 == kvh * LZ_G) lz_raise(err, LZ_ERR_TABLE);
     const int first = bad_table ? 0 : begin + split * entries_per_split;
     const int last = bad_table ? 0 : min(end, first + entries_per_split);

@@ -49,4 +49,17 @@ enum lz_err_bit { LZ_ERR_LIST(LZ_ERR_X_ENUM) };
     ((pos0) >= 0 && (pos0) <= LZ_MAX_POSITION - ((len) - 1) && (pos0) - (delta) >= 0 &&  \
      (pos0) - (delta) <= LZ_MAX_POSITION - ((len) - 1))
 
+/* One sequence's entries begin .. end - 1 of a split decode are bad
+ * (LZ_ERR_TABLE): negative, decreasing, past n_table, or more than its
+ * splits hold (max_entries = entries a split x splits). */
+#define LZ_SPLIT_OFFSETS_BAD(begin, end, n_table, max_entries) \
+    ((begin) < 0 || (end) < (begin) || (end) > (n_table) || (end) - (begin) > (max_entries))
+
+/* One sequence's offsets in a batched prefill are bad (LZ_ERR_TABLE): its
+ * rows q_begin .. q_end - 1 or entries t_begin .. t_end - 1 negative,
+ * decreasing or past n_queries / n_entries, or more than max_queries rows. */
+#define LZ_BATCH_OFFSETS_BAD(q_begin, q_end, t_begin, t_end, n_queries, n_entries, max_queries)       \
+    ((q_begin) < 0 || (q_end) < (q_begin) || (q_end) > (n_queries) ||                                 \
+     (q_end) - (q_begin) > (max_queries) || (t_begin) < 0 || (t_end) < (t_begin) || (t_end) > (n_entries))
+
 #endif

@@ -207,14 +207,6 @@ __attribute__((always_inline)) inline void gs_row_scales(__local float *scale, _
 #define GS_ACC6(d) GS_ACC5(d), LZ_NV_ACC1(d, 5)
 #define GS_ACC7(d) GS_ACC6(d), LZ_NV_ACC1(d, 6)
 #define GS_ACC8(d) GS_ACC7(d), LZ_NV_ACC1(d, 7)
-#define GS_NUM1 "%0,%1,%2,%3"
-#define GS_NUM2 GS_NUM1 ",%4,%5,%6,%7"
-#define GS_NUM3 GS_NUM2 ",%8,%9,%10,%11"
-#define GS_NUM4 GS_NUM3 ",%12,%13,%14,%15"
-#define GS_NUM5 GS_NUM4 ",%16,%17,%18,%19"
-#define GS_NUM6 GS_NUM5 ",%20,%21,%22,%23"
-#define GS_NUM7 GS_NUM6 ",%24,%25,%26,%27"
-#define GS_NUM8 GS_NUM7 ",%28,%29,%30,%31"
 
 /* wgmma m64n(8 NT)k16, A (W) from registers, B (X) by descriptor, D += A B */
 #define GS_WG_RS(n, nums, anums, dnum, acc, a0, a1, a2, a3, desc)                       \
@@ -222,21 +214,21 @@ __attribute__((always_inline)) inline void gs_row_scales(__local float *scale, _
                  : acc                                                                     \
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc))
 #define GS_WG1(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("8", GS_NUM1, "%4,%5,%6,%7", "%8", GS_ACC1(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("8", LZ_NV_OPS1, "%4,%5,%6,%7", "%8", GS_ACC1(d), a0, a1, a2, a3, desc)
 #define GS_WG2(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("16", GS_NUM2, "%8,%9,%10,%11", "%12", GS_ACC2(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("16", LZ_NV_OPS2, "%8,%9,%10,%11", "%12", GS_ACC2(d), a0, a1, a2, a3, desc)
 #define GS_WG3(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("24", GS_NUM3, "%12,%13,%14,%15", "%16", GS_ACC3(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("24", LZ_NV_OPS3, "%12,%13,%14,%15", "%16", GS_ACC3(d), a0, a1, a2, a3, desc)
 #define GS_WG4(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("32", GS_NUM4, "%16,%17,%18,%19", "%20", GS_ACC4(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("32", LZ_NV_OPS4, "%16,%17,%18,%19", "%20", GS_ACC4(d), a0, a1, a2, a3, desc)
 #define GS_WG5(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("40", GS_NUM5, "%20,%21,%22,%23", "%24", GS_ACC5(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("40", LZ_NV_OPS5, "%20,%21,%22,%23", "%24", GS_ACC5(d), a0, a1, a2, a3, desc)
 #define GS_WG6(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("48", GS_NUM6, "%24,%25,%26,%27", "%28", GS_ACC6(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("48", LZ_NV_OPS6, "%24,%25,%26,%27", "%28", GS_ACC6(d), a0, a1, a2, a3, desc)
 #define GS_WG7(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("56", GS_NUM7, "%28,%29,%30,%31", "%32", GS_ACC7(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("56", LZ_NV_OPS7, "%28,%29,%30,%31", "%32", GS_ACC7(d), a0, a1, a2, a3, desc)
 #define GS_WG8(d, a0, a1, a2, a3, desc) \
-    GS_WG_RS("64", GS_NUM8, "%32,%33,%34,%35", "%36", GS_ACC8(d), a0, a1, a2, a3, desc)
+    GS_WG_RS("64", LZ_NV_OPS8, "%32,%33,%34,%35", "%36", GS_ACC8(d), a0, a1, a2, a3, desc)
 
 /* 4 bytes global -> local, asynchronous (through L1: the X of a chunk is
  * read by four such copies, one word each, of the same lines); n 4: the
@@ -364,14 +356,14 @@ __attribute__((always_inline)) inline void gs_wg(float d[8][4], uint4 wv0, uint4
 /* the same with A (W) by descriptor too */
 #define GS_WS_SS(n, nums, anum, bnum, acc, da, db)                                       \
     asm volatile(LZ_NV_WGMMA_TEXT(n, "bf16", nums, anum, bnum, "1", "0, 0") : acc : "l"(da), "l"(db))
-#define GS_WS1(d, da, db) GS_WS_SS("8", GS_NUM1, "%4", "%5", GS_ACC1(d), da, db)
-#define GS_WS2(d, da, db) GS_WS_SS("16", GS_NUM2, "%8", "%9", GS_ACC2(d), da, db)
-#define GS_WS3(d, da, db) GS_WS_SS("24", GS_NUM3, "%12", "%13", GS_ACC3(d), da, db)
-#define GS_WS4(d, da, db) GS_WS_SS("32", GS_NUM4, "%16", "%17", GS_ACC4(d), da, db)
-#define GS_WS5(d, da, db) GS_WS_SS("40", GS_NUM5, "%20", "%21", GS_ACC5(d), da, db)
-#define GS_WS6(d, da, db) GS_WS_SS("48", GS_NUM6, "%24", "%25", GS_ACC6(d), da, db)
-#define GS_WS7(d, da, db) GS_WS_SS("56", GS_NUM7, "%28", "%29", GS_ACC7(d), da, db)
-#define GS_WS8(d, da, db) GS_WS_SS("64", GS_NUM8, "%32", "%33", GS_ACC8(d), da, db)
+#define GS_WS1(d, da, db) GS_WS_SS("8", LZ_NV_OPS1, "%4", "%5", GS_ACC1(d), da, db)
+#define GS_WS2(d, da, db) GS_WS_SS("16", LZ_NV_OPS2, "%8", "%9", GS_ACC2(d), da, db)
+#define GS_WS3(d, da, db) GS_WS_SS("24", LZ_NV_OPS3, "%12", "%13", GS_ACC3(d), da, db)
+#define GS_WS4(d, da, db) GS_WS_SS("32", LZ_NV_OPS4, "%16", "%17", GS_ACC4(d), da, db)
+#define GS_WS5(d, da, db) GS_WS_SS("40", LZ_NV_OPS5, "%20", "%21", GS_ACC5(d), da, db)
+#define GS_WS6(d, da, db) GS_WS_SS("48", LZ_NV_OPS6, "%24", "%25", GS_ACC6(d), da, db)
+#define GS_WS7(d, da, db) GS_WS_SS("56", LZ_NV_OPS7, "%28", "%29", GS_ACC7(d), da, db)
+#define GS_WS8(d, da, db) GS_WS_SS("64", LZ_NV_OPS8, "%32", "%33", GS_ACC8(d), da, db)
 
 #define GS_CP_WAITS() LZ_NV_CP_WAIT_PENDING(GS_STG - 2)
 

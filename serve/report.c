@@ -160,9 +160,10 @@ void serve_print_phases(FILE *f, const serve_run_result *runs, int n) {
     }
 }
 
-/* The writers' arguments: a path, and runs unless n is 0. */
-static int serve_check_write(const char *who, const char *path, const serve_run_result *runs,
-                             int n) {
+/* The writers' start: their arguments checked (a path, and runs unless n
+ * is 0) and path opened for writing into *f. */
+static int serve_open_report(const char *who, const char *path, const serve_run_result *runs, int n,
+                             FILE **f) {
     if (!path || !path[0] || n < 0 || (!runs && n > 0))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "%s: %s path, %d runs at %p", who, path ? "an empty" : "a NULL", n,
@@ -172,6 +173,8 @@ static int serve_check_write(const char *who, const char *path, const serve_run_
             return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                               "%s: run %d: %d requests at %p", who, i, runs[i].n_requests,
                               (const void *)runs[i].requests);
+    *f = fopen(path, "w");
+    if (!*f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     return LAZYATTN_STATUS_OK;
 }
 
@@ -183,10 +186,9 @@ static int serve_close_written(FILE *f, const char *path) {
 }
 
 int serve_write_csv(const char *path, const serve_run_result *runs, int n) {
-    int st = serve_check_write("serve_write_csv", path, runs, n);
+    FILE *f;
+    int st = serve_open_report("serve_write_csv", path, runs, n, &f);
     if (st) return st;
-    FILE *f = fopen(path, "w");
-    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "policy,budget_bytes,request,ok,arrival_s,ttft_s,tpot_s,e2e_s,prompt_tokens,"
                "generated,doc_tokens,hit_tokens,copy_tokens\n");
     for (int i = 0; i < n; i++)
@@ -205,10 +207,9 @@ int serve_write_csv(const char *path, const serve_run_result *runs, int n) {
 }
 
 int serve_write_summary_csv(const char *path, const serve_run_result *runs, int n) {
-    int st = serve_check_write("serve_write_summary_csv", path, runs, n);
+    FILE *f;
+    int st = serve_open_report("serve_write_summary_csv", path, runs, n, &f);
     if (st) return st;
-    FILE *f = fopen(path, "w");
-    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "policy,budget_bytes,requests,failed,hit_ratio,copy_ratio,block_hit_ratio,"
                "ttft_mean_s,ttft_p50_s,ttft_p99_s,tpot_mean_s,e2e_mean_s,e2e_p99_s,req_per_s,"
                "tok_per_s,wall_s,gemm_s,attention_s,copy_s,elementwise_s,evictions,planned,"
@@ -347,10 +348,9 @@ static void serve_svg_ttft_panel(FILE *f, const serve_run_result *runs, int n, u
 }
 
 int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, uint64_t budget) {
-    int st = serve_check_write("serve_write_svg_ttft", path, runs, n);
+    FILE *f;
+    int st = serve_open_report("serve_write_svg_ttft", path, runs, n, &f);
     if (st) return st;
-    FILE *f = fopen(path, "w");
-    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='720' height='400' "
                "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n");
     const char *names[8];
@@ -362,7 +362,8 @@ int serve_write_svg_ttft(const char *path, const serve_run_result *runs, int n, 
 }
 
 int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs, int n) {
-    int st = serve_check_write("serve_write_svg_ttft_budgets", path, runs, n);
+    FILE *f;
+    int st = serve_open_report("serve_write_svg_ttft_budgets", path, runs, n, &f);
     if (st) return st;
     uint64_t budgets[16];
     int nb = 0;
@@ -371,8 +372,6 @@ int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs,
         for (int j = 0; j < nb; j++) seen |= budgets[j] == runs[i].budget_bytes;
         if (!seen) budgets[nb++] = runs[i].budget_bytes;
     }
-    FILE *f = fopen(path, "w");
-    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='400' "
                "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
             70 + 600 * (nb ? nb : 1) + 110);
@@ -386,10 +385,9 @@ int serve_write_svg_ttft_budgets(const char *path, const serve_run_result *runs,
 }
 
 int serve_write_svg_budget(const char *path, const serve_run_result *runs, int n) {
-    int st = serve_check_write("serve_write_svg_budget", path, runs, n);
+    FILE *f;
+    int st = serve_open_report("serve_write_svg_budget", path, runs, n, &f);
     if (st) return st;
-    FILE *f = fopen(path, "w");
-    if (!f) return serve_fail(LAZYATTN_STATUS_IO, "cannot write %s", path);
     double bmin = 0, bmax = 0, tmax = 0;
     for (int i = 0; i < n; i++) {
         double b = (double)runs[i].budget_bytes / (1 << 20);

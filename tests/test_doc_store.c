@@ -248,6 +248,12 @@ static void test_host_store(void **state) {
     lazyattn_store *s;
     lt_assert_status(lazyattn_store_create_host(1 << 20, &s), LAZYATTN_STATUS_OK);
     round_trip(s);
+    /* a missing key's get and delete name it */
+    lazyattn_store_value none;
+    lt_assert_status(lazyattn_store_get(s, key_of(9), &none), LAZYATTN_STATUS_NOT_FOUND);
+    assert_non_null(strstr(lazyattn_last_error(), "host store: no document"));
+    lt_assert_status(lazyattn_store_delete(s, key_of(9)), LAZYATTN_STATUS_NOT_FOUND);
+    assert_non_null(strstr(lazyattn_last_error(), "host store: no document"));
     lazyattn_store_destroy(s);
 
     /* LRU under 300 bytes: three values of 100, touch the first, a fourth

@@ -45,6 +45,7 @@ static void test_refusals(void **state) {
     lt_assert_status(lazyattn_store_create_host(1 << 20, &s), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_cache_set_tier(NULL, s, LAZYATTN_TIER_READ_ONLY),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_string_equal(lazyattn_last_error(), "lazyattn_cache_set_tier: cache is NULL");
     static uint64_t zeros[64];
     lt_assert_status(lazyattn_cache_set_tier((lazyattn_cache *)zeros, s, LAZYATTN_TIER_READ_ONLY),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);

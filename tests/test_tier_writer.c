@@ -441,6 +441,7 @@ static void test_bad_options_refused(void **state) {
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     lt_assert_status(lazyattn_cache_set_tier_options(NULL, store, LAZYATTN_TIER_WRITE_BACK, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_string_equal(lazyattn_last_error(), "lazyattn_cache_set_tier_options: cache is NULL");
     lt_assert_status(lazyattn_cache_set_tier_recompute_rate(e.cache, 1000.0),
                      LAZYATTN_STATUS_INVALID_ARGUMENT); /* no tier */
     assert_non_null(strstr(lazyattn_last_error(), "no tier"));

@@ -14,25 +14,8 @@ out=${1:-build/nv-ptx}
 mkdir -p "$out"
 start=$SECONDS
 par=${NV_CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
-running=0 failed=0
-# job CMD...: runs CMD in the background, at most $par at once (a failure is
-# counted and reported at the next drain)
-reap() {
-    rc=0
-    wait -n || rc=$?
-    running=$((running - 1))
-    [ "$rc" = 0 ] || failed=$((failed + 1))
-}
-job() {
-    while [ "$running" -ge "$par" ]; do reap; done
-    ( "$@" ) &
-    running=$((running + 1))
-}
-# drain: waits for every job; exits 1 if one failed
-drain() {
-    while [ "$running" -gt 0 ]; do reap; done
-    [ "$failed" = 0 ] || { echo "check_nv_kernels: $failed build(s) failed (above)" >&2; exit 1; }
-}
+# shellcheck source=tools/jobs.sh
+. tools/jobs.sh
 # compile KERNEL NAME PATTERN DEFINES...: cl/KERNEL.cl (with its headers)
 # to $out/NAME.ptx, which must contain PATTERN (DEFINES may override the
 # defaults here, LZ_NV_WARPS for one)
@@ -261,7 +244,7 @@ EOF2
 fi
 # GS_XS 5's local-memory layout (W and X tiles read back through the descriptors), on the host
 if command -v python3 >/dev/null 2>&1; then job python3 tools/sim_gemm_small_xs5.py; fi
-drain
+drain check_nv_kernels
 # ---- checks over several outputs (once every job is done) ----
 # the decode's block products with the keys as the mma's rows (for G <= 8: movmatrix.trans) in
 # every decode above

@@ -159,18 +159,8 @@ renormalise() {
     mv "$1.norm.tmp" "$1.norm"
 }
 
-running=0 failed=0
-reap() {
-    local rc=0
-    wait -n || rc=$?
-    running=$((running - 1))
-    [ "$rc" = 0 ] || failed=$((failed + 1))
-}
-job() {
-    while [ "$running" -ge "$par" ]; do reap; done
-    ( "$@" ) &
-    running=$((running + 1))
-}
+# shellcheck source=tools/jobs.sh
+. tools/jobs.sh
 
 # The variants: NAME D B TILED KT WARPS WGMMA PRODUCER PERSIST DSTAGES (the
 # decode ring the host takes for D x B: 3, 2 where 3 exceed 48 KB)
@@ -243,8 +233,7 @@ for v in "${serve_variants[@]}"; do
     fi
     job build_serve . "$new_dir" "$@"
 done
-while [ "$running" -gt 0 ]; do reap; done
-[ "$failed" = 0 ] || { echo "check_ptx_unchanged: $failed build(s) failed (above)" >&2; exit 1; }
+drain check_ptx_unchanged
 
 differ=0
 for v in "${variants[@]}" "${serve_variants[@]}"; do

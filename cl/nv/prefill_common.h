@@ -126,6 +126,30 @@
 #define LZ_NV_PFENCE (LZ_NV_PRODUCER && LZ_NV_PINGPONG)
 #define LZ_NV_CFENCE (!LZ_NV_PFENCE)
 
+/* With the producer, the mbarriers of the rings at shared address bars
+ * (LZ_NV_MBARS of 8 bytes):
+ * full / empty of K slot s and of V slot s. Full of K: the asynchronous
+ * arrivals of the 32 LZ_NV_KWARPS lanes that copy K (their copies landed)
+ * and one plain arrival of the first of them (the meta slot written); full
+ * of V: the asynchronous ones of the lanes that copy V; empty: one arrival
+ * of each consumer warp. */
+#define LZ_NV_KFULL(bars, s) ((bars) + 8u * (uint)(s))
+#define LZ_NV_KEMPTY(bars, s) ((bars) + 8u * (uint)(LZ_NV_KSLOTS + (s)))
+#define LZ_NV_VFULL(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + (s)))
+#define LZ_NV_VEMPTY(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + LZ_NV_VSLOTS + (s)))
+
+inline void lz_nv_ring_init(uint bars) {
+    for (int s = 0; s < LZ_NV_KSLOTS; s++) {
+        lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 32 * LZ_NV_KWARPS + 1 + LZ_NV_BULK);
+        lz_nv_mbar_init(LZ_NV_KEMPTY(bars, s), LZ_NV_WARPS);
+    }
+    for (int s = 0; s < LZ_NV_VSLOTS; s++) {
+        lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32 * LZ_NV_KWARPS + LZ_NV_BULK);
+        lz_nv_mbar_init(LZ_NV_VEMPTY(bars, s), LZ_NV_WARPS);
+    }
+    LZ_NV_MBAR_INIT_FENCE();
+}
+
 /* Chunk i of a K or V tile: its row and 16-byte column, and the byte offset
  * of a K chunk in its slot. With wgmma, or tiled pool pages, K is stored in
  * the core-matrix layout wgmma reads (8 rows x 16 bytes contiguous, the
@@ -438,6 +462,78 @@ __attribute__((always_inline)) inline void lz_nv_scores_wait(float sc[LZ_NV_KT /
         else if (!LZ_ENTRY_POSITIONS_OK((entry_pos)[e_], LAZYATTN_ENTRY_DELTA(w_), LAZYATTN_ENTRY_LENGTH(w_))) \
             lz_raise(err, LZ_ERR_ENTRY_POSITION);                                                         \
     }
+
+/* The parameters of lz_prefill_nv_rows, which each work-group variant
+ * defines (its body starting with LZ_NV_ROWS_BEGIN) and the kernels call
+ * (prefill_kernels.cl): one work-group's rows tok0 .. tok0 + 16 * WM - 1 of
+ * one sequence (q, q_pos, out from its first row, table and entry_pos from
+ * its first entry) over its n_entries entries; flag_entries: this
+ * work-group records the sequence's bad entries. The kernels give it their
+ * local memory: the K and V rings, the meta slots and the mbarriers. */
+#define LZ_NV_ROWS_PARAMS                                                                                  \
+    __global const float *q, __global const int *q_pos, __global const ulong *table,                     \
+        __global const int *entry_pos, __global const ushort *kc, __global const ushort *vc,              \
+        __global float *out, __global const float2 *freq, int rope_style, int rot_dim, float scale,       \
+        int n_queries, int n_entries, int n_q_heads, int n_kv_heads, int n_blocks, __global int *err,     \
+        int kvh, int tok0, int flag_entries, __local uchar *kring, __local uchar *vring,                  \
+        __local int4 (*meta)[LZ_NV_EPT], __local ulong *mbar
+
+/* The prologue of every work-group variant of lz_prefill_nv_rows, in its
+ * body (LZ_NV_ROWS_PARAMS' names): declares lid, lane, warp and t4 = lane % 4;
+ * h, the warp's query head; r0 and r1 = r0 + 8, its rows (g = lane / 4 of
+ * its 16), at positions qp0 and qp1; max_pos and min_pos, the latest and
+ * earliest positions of the work-group's active rows. Records the
+ * sequence's bad entries (where flag_entries) and the rows' bad positions,
+ * and makes the rings' mbarriers (with the producer); kring holds the
+ * positions until the last barrier. A macro: as a function (its results in
+ * a struct), clang reassociated the tiled pool's slot addresses otherwise. */
+#define LZ_NV_ROWS_BEGIN()                                                                                  \
+    const int lid = get_local_id(0);                                                                      \
+    const int lane = lid & 31, warp = lid >> 5;                                                           \
+    const int G_ = n_q_heads / n_kv_heads, WM_ = LZ_NV_WARPS / G_;                                        \
+    const int gh_ = warp % G_, mi_ = warp / G_;                                                           \
+    const int h = kvh * G_ + gh_;                                                                         \
+    const int g_ = lane >> 2, t4 = lane & 3;                                                              \
+    const int r0 = tok0 + mi_ * 16 + g_, r1 = r0 + 8;                                                     \
+    const int qp0 = lz_nv_query_pos(q_pos, r0, n_queries);                                                \
+    const int qp1 = lz_nv_query_pos(q_pos, r1, n_queries);                                                \
+    /* bad entries are flagged once per sequence, wherever they are */                                    \
+    if (flag_entries) LZ_NV_FLAG_ENTRIES(table, entry_pos, n_entries, n_blocks, err, lid, LZ_NV_WG_THREADS); \
+    /* the work-group's latest and earliest query positions (active rows) */                              \
+    __local int *red_ = (__local int *)kring;                                                             \
+    if (lid == 0) {                                                                                       \
+        red_[0] = -1, red_[1] = INT_MAX;                                                                  \
+        if (LZ_NV_PRODUCER) lz_nv_ring_init(LZ_NV_SMEM(mbar));                                            \
+    }                                                                                                     \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                         \
+    if (lid < 16 * WM_ && tok0 + lid < n_queries) {                                                       \
+        /* each work-group records its own rows' bad positions */                                         \
+        if (!LZ_POSITION_OK(q_pos[tok0 + lid])) lz_raise(err, LZ_ERR_QUERY_POSITION);                     \
+        const int p_ = lz_nv_query_pos(q_pos, tok0 + lid, n_queries);                                     \
+        atomic_max(&red_[0], p_);                                                                         \
+        atomic_min(&red_[1], p_);                                                                         \
+    }                                                                                                     \
+    barrier(CLK_LOCAL_MEM_FENCE);                                                                         \
+    const int max_pos = red_[0], min_pos = red_[1];                                                       \
+    barrier(CLK_LOCAL_MEM_FENCE)
+
+/* The state a consumer warp starts its rows r0 and r1 of query head h with
+ * (in lz_prefill_nv_rows or lz_nv_consume, their names): declares qrow0 and
+ * qrow1, the rows' queries (0 past n_queries); qf, their fragments as given
+ * (rotated on the first entry with a delta), with cur_delta and n_rel for
+ * lz_nv_requery; and the online softmax's O accumulators o (0), maxima m0
+ * and m1 (m_start), sums l0 and l1 (0) and sl2, the scale in log2 units. */
+#define LZ_NV_WARP_STATE(m_start)                                                                        \
+    __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0; \
+    __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0; \
+    uint qf[LZ_NV_DC][4];                                                                                \
+    int cur_delta = 0, n_rel = 0;                                                                        \
+    lz_nv_load_a(qf, qrow0, qrow1, t4, 0, rope_style, rot_dim, freq);                                    \
+    float o[LZ_HEAD_DIM / 8][4];                                                                         \
+    _Pragma("unroll")                                                                                    \
+    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;              \
+    float m0 = (m_start), m1 = m0, l0 = 0.0f, l1 = 0.0f;                                                 \
+    const float sl2 = scale * 1.44269504088896341f
 
 /* The epilogue of every variant: a warp's rows r0 and r1 = r0 + 8 of query
  * head h, O (o, the mma accumulator layout) divided by the rows' softmax

@@ -72,9 +72,8 @@ lz_prefill_nv_batched(__global const float *q, __global const int *q_pos,
     const int seq = get_group_id(2), kvh = get_group_id(1);
     const int q_begin = q_indptr[seq], q_end = q_indptr[seq + 1];
     const int t_begin = table_indptr[seq], t_end = table_indptr[seq + 1];
-    const int bad = q_begin < 0 || q_end < q_begin || q_end > n_queries ||
-                    q_end - q_begin > max_queries || t_begin < 0 || t_end < t_begin ||
-                    t_end > n_entries;
+    const int bad =
+        LZ_BATCH_OFFSETS_BAD(q_begin, q_end, t_begin, t_end, n_queries, n_entries, max_queries);
     if (bad) {
         if (get_group_id(0) == 0 && kvh == 0 && get_local_id(0) == 0) lz_raise(err, LZ_ERR_TABLE);
         return;

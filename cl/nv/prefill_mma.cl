@@ -69,70 +69,20 @@ __attribute__((always_inline)) inline void lz_nv_issue(uint dst, __global const 
 #endif
 
 
-/* One work-group's rows tok0 .. tok0 + 16 * WM - 1 of one sequence (q, q_pos,
- * out from its first row, table and entry_pos from its first entry) over its
- * n_entries entries; flag_entries: this work-group records the sequence's
- * bad entries. The kernels (prefill_kernels.cl) give it their local memory. */
-__attribute__((always_inline)) inline void
-lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global const ulong *table,
-                   __global const int *entry_pos, __global const ushort *kc,
-                   __global const ushort *vc, __global float *out, __global const float2 *freq,
-                   int rope_style, int rot_dim, float scale, int n_queries, int n_entries,
-                   int n_q_heads, int n_kv_heads, int n_blocks, __global int *err, int kvh,
-                   int tok0, int flag_entries, __local uchar *kring, __local uchar *vring,
-                   __local int4 (*meta)[LZ_NV_EPT], __local ulong *mbar) {
-    const int lid = get_local_id(0);
-    const int lane = lid & 31, warp = lid >> 5;
-    const int G = n_q_heads / n_kv_heads, WM = LZ_NV_WARPS / G;
-    const int gh = warp % G, mi = warp / G;
-    const int h = kvh * G + gh;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int r0 = tok0 + mi * 16 + g, r1 = r0 + 8;
-    const int qp0 = lz_nv_query_pos(q_pos, r0, n_queries);
-    const int qp1 = lz_nv_query_pos(q_pos, r1, n_queries);
-
-    /* bad entries are flagged once per sequence, wherever they are */
-    if (flag_entries) LZ_NV_FLAG_ENTRIES(table, entry_pos, n_entries, n_blocks, err, lid, LZ_NV_WG_THREADS);
-
-    /* the work-group's latest and earliest query positions (active rows) */
-    __local int *red = (__local int *)kring;
-    if (lid == 0) {
-        red[0] = -1, red[1] = INT_MAX;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < 16 * WM && tok0 + lid < n_queries) {
-        /* each work-group records its own rows' bad positions */
-        if (!LZ_POSITION_OK(q_pos[tok0 + lid])) lz_raise(err, LZ_ERR_QUERY_POSITION);
-        const int p = lz_nv_query_pos(q_pos, tok0 + lid, n_queries);
-        atomic_max(&red[0], p);
-        atomic_min(&red[1], p);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int max_pos = red[0], min_pos = red[1];
-    barrier(CLK_LOCAL_MEM_FENCE);
+/* lz_prefill_nv_rows (LZ_NV_ROWS_PARAMS) with the work-group's own copies. */
+__attribute__((always_inline)) inline void lz_prefill_nv_rows(LZ_NV_ROWS_PARAMS) {
+    LZ_NV_ROWS_BEGIN();
 
     /* The visible tiles t_0, t_1, ... in order; round j consumes t_j with
      * K(t_j) in K slot j % 2, V(t_j) in V slot j % LZ_NV_VSLOTS, entries in meta[j % 4].
      * cur = t_j, nxt = t_j+1, kis = t_j+2 (the next K tile to issue), with
      * ksrc its chunk sources and kmeta its entry; vsrc: V of t_j+1. */
     const uint kbase = LZ_NV_SMEM(kring), vbase = LZ_NV_SMEM(vring);
-    (void)mbar;
     const int n_tiles = (n_entries + LZ_NV_EPT - 1) / LZ_NV_EPT;
     int cur = max_pos < 0 ? n_tiles : lz_nv_next_tile(0, n_tiles, n_entries, entry_pos, max_pos);
     int nxt = cur < n_tiles ? lz_nv_next_tile(cur + 1, n_tiles, n_entries, entry_pos, max_pos) : n_tiles;
 
-    /* the queries, as given (rotated on the first entry with a delta) */
-    __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
-    __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0;
-    uint qf[LZ_NV_DC][4];
-    int cur_delta = 0, n_rel = 0;
-    lz_nv_load_a(qf, qrow0, qrow1, t4, 0, rope_style, rot_dim, freq);
-
-    float o[LZ_HEAD_DIM / 8][4];
-#pragma unroll
-    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    const float sl2 = scale * 1.44269504088896341f;
+    LZ_NV_WARP_STATE(-INFINITY);
 
     long ksrc[LZ_NV_CPT], vsrc[LZ_NV_CPT];
     int4 kmeta = (int4)(0, 0, 0, 0);

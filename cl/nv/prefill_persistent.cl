@@ -109,13 +109,7 @@ lz_prefill_nv_persist(__global const float *q, __global const int *q_pos, __glob
     lz_nv_produce_tasks(q_pos, table, entry_pos, kc, vc, order, n_queries, n_entries, n_kv_heads, n_blocks, \
                         rows, n_tok_tiles, rope_style, kbase, vbase, meta, tasks, bars, err,           \
                         lane + 32 * (pw % LZ_NV_KWARPS), role)
-        if (LZ_NV_PWARPS == 1) {
-            if (pw == 0) LZ_NV_PRODUCE_TASKS(0);
-        } else if (pw < LZ_NV_KWARPS) {
-            LZ_NV_PRODUCE_TASKS(1);
-        } else if (pw < LZ_NV_PWARPS) {
-            LZ_NV_PRODUCE_TASKS(2);
-        }
+        LZ_NV_PRODUCER_ROLE(pw, LZ_NV_PRODUCE_TASKS);
 #undef LZ_NV_PRODUCE_TASKS
         return;
     }

@@ -11,29 +11,6 @@
  * work-group in the loop, no address lookups and no copies in the
  * consumer warps.
  */
-/* The mbarriers of the rings at shared address bars (LZ_NV_MBARS of 8 bytes):
- * full / empty of K slot s and of V slot s. Full of K: the asynchronous
- * arrivals of the 32 LZ_NV_KWARPS lanes that copy K (their copies landed)
- * and one plain arrival of the first of them (the meta slot written); full
- * of V: the asynchronous ones of the lanes that copy V; empty: one arrival
- * of each consumer warp. */
-#define LZ_NV_KFULL(bars, s) ((bars) + 8u * (uint)(s))
-#define LZ_NV_KEMPTY(bars, s) ((bars) + 8u * (uint)(LZ_NV_KSLOTS + (s)))
-#define LZ_NV_VFULL(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + (s)))
-#define LZ_NV_VEMPTY(bars, s) ((bars) + 8u * (uint)(2 * LZ_NV_KSLOTS + LZ_NV_VSLOTS + (s)))
-
-inline void lz_nv_ring_init(uint bars) {
-    for (int s = 0; s < LZ_NV_KSLOTS; s++) {
-        lz_nv_mbar_init(LZ_NV_KFULL(bars, s), 32 * LZ_NV_KWARPS + 1 + LZ_NV_BULK);
-        lz_nv_mbar_init(LZ_NV_KEMPTY(bars, s), LZ_NV_WARPS);
-    }
-    for (int s = 0; s < LZ_NV_VSLOTS; s++) {
-        lz_nv_mbar_init(LZ_NV_VFULL(bars, s), 32 * LZ_NV_KWARPS + LZ_NV_BULK);
-        lz_nv_mbar_init(LZ_NV_VEMPTY(bars, s), LZ_NV_WARPS);
-    }
-    LZ_NV_MBAR_INIT_FENCE();
-}
-
 /* The producer's copies of one K or V tile (the same layout: LZ_NV_VOFF is
  * LZ_NV_KOFF with P V on wgmma) with entries en into the slot at shared
  * address dst: 16-byte cp.async, LZ_NV_CHUNKS / (32 LZ_NV_KWARPS) for thread
@@ -290,3 +267,18 @@ lz_nv_produce(__global const ushort *kc, __global const ushort *vc, __global con
     }
     *kn = n + 1, *vn = v;
 }
+
+/* Producer warp pw (0 .. 3) takes its role (lz_nv_produce): PRODUCE(role)
+ * with the role a constant, so that each role is its own inlined copy (at
+ * 32 registers a thread, what one role keeps live spills less); the warps
+ * past LZ_NV_PWARPS have none. */
+#define LZ_NV_PRODUCER_ROLE(pw, PRODUCE)              \
+    do {                                              \
+        if (LZ_NV_PWARPS == 1) {                      \
+            if ((pw) == 0) PRODUCE(0);                \
+        } else if ((pw) < LZ_NV_KWARPS) {             \
+            PRODUCE(1);                               \
+        } else if ((pw) < LZ_NV_PWARPS) {             \
+            PRODUCE(2);                               \
+        }                                             \
+    } while (0)

@@ -29,19 +29,8 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
               int min_pos, uint kbase, uint vbase, __local int4 (*meta)[LZ_NV_EPT], uint bars, int warp,
               int *kn, int *vn) {
     const int lane = get_local_id(0) & 31, t4 = lane & 3, r1 = r0 + 8;
-    /* the queries, as given (rotated on the first entry with a delta) */
-    __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
-    __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0;
-    uint qf[LZ_NV_DC][4];
-    int cur_delta = 0, n_rel = 0;
-    lz_nv_load_a(qf, qrow0, qrow1, t4, 0, rope_style, rot_dim, freq);
-
-    float o[LZ_HEAD_DIM / 8][4];
-#pragma unroll
-    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     /* the maxima start finite: no test for -inf a round */
-    float m0 = LZ_NV_M_NONE, m1 = m0, l0 = 0.0f, l1 = 0.0f;
-    const float sl2 = scale * 1.44269504088896341f;
+    LZ_NV_WARP_STATE(LZ_NV_M_NONE);
     /* V slot 0's descriptor, made once; slot s's has its address field s
      * tiles on (addresses under 256 KB: the field does not carry over) */
     const ulong vdesc0 = lz_nv_wg_vdesc(vbase);
@@ -162,48 +151,9 @@ lz_nv_consume(__global const float *q, __global float *out, __global const float
     LZ_NV_STORE_O(o, l0, l1, out, r0, r1, n_queries, n_q_heads, h, t4);
 }
 
-/* One work-group's rows tok0 .. tok0 + 16 * WM - 1 of one sequence (q, q_pos,
- * out from its first row, table and entry_pos from its first entry) over its
- * n_entries entries; flag_entries: this work-group records the sequence's
- * bad entries. The kernels (prefill_kernels.cl) give it their local memory. */
-__attribute__((always_inline)) inline void
-lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global const ulong *table,
-                   __global const int *entry_pos, __global const ushort *kc,
-                   __global const ushort *vc, __global float *out, __global const float2 *freq,
-                   int rope_style, int rot_dim, float scale, int n_queries, int n_entries,
-                   int n_q_heads, int n_kv_heads, int n_blocks, __global int *err, int kvh,
-                   int tok0, int flag_entries, __local uchar *kring, __local uchar *vring,
-                   __local int4 (*meta)[LZ_NV_EPT], __local ulong *mbar) {
-    const int lid = get_local_id(0);
-    const int lane = lid & 31, warp = lid >> 5;
-    const int G = n_q_heads / n_kv_heads, WM = LZ_NV_WARPS / G;
-    const int gh = warp % G, mi = warp / G;
-    const int h = kvh * G + gh;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int r0 = tok0 + mi * 16 + g, r1 = r0 + 8;
-    const int qp0 = lz_nv_query_pos(q_pos, r0, n_queries);
-    const int qp1 = lz_nv_query_pos(q_pos, r1, n_queries);
-
-    /* bad entries are flagged once per sequence, wherever they are */
-    if (flag_entries) LZ_NV_FLAG_ENTRIES(table, entry_pos, n_entries, n_blocks, err, lid, LZ_NV_WG_THREADS);
-
-    /* the work-group's latest and earliest query positions (active rows) */
-    __local int *red = (__local int *)kring;
-    if (lid == 0) {
-        red[0] = -1, red[1] = INT_MAX;
-        lz_nv_ring_init(LZ_NV_SMEM(mbar));
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < 16 * WM && tok0 + lid < n_queries) {
-        /* each work-group records its own rows' bad positions */
-        if (!LZ_POSITION_OK(q_pos[tok0 + lid])) lz_raise(err, LZ_ERR_QUERY_POSITION);
-        const int p = lz_nv_query_pos(q_pos, tok0 + lid, n_queries);
-        atomic_max(&red[0], p);
-        atomic_min(&red[1], p);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const int max_pos = red[0], min_pos = red[1];
-    barrier(CLK_LOCAL_MEM_FENCE);
+/* lz_prefill_nv_rows (LZ_NV_ROWS_PARAMS) with the producer warpgroup. */
+__attribute__((always_inline)) inline void lz_prefill_nv_rows(LZ_NV_ROWS_PARAMS) {
+    LZ_NV_ROWS_BEGIN();
 
     /* The warps past LZ_NV_WARPS are the producer's (lz_nv_produce): item j
      * of its rings is the j-th visible tile, then an end marker. */
@@ -214,20 +164,12 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
         LZ_NV_SETMAXNREG(dec, LZ_NV_PREGS);
 #endif
         const int pw = warp - LZ_NV_WARPS; /* the warp in the producer's warpgroup */
-        /* each role its own inlined copy (the role a constant): at 32
-         * registers a thread, what one role keeps live spills less */
         int kn = 0, vn = 0;
 #define LZ_NV_PRODUCE(role)                                                                      \
     lz_nv_produce(kc, vc, table, entry_pos, kvh, n_kv_heads, n_entries, n_blocks, max_pos, min_pos,         \
                   rope_style, kbase, vbase, meta, bars, lane + 32 * (pw % LZ_NV_KWARPS), role, &kn, &vn, -1, 0, \
                   (int4)(0))
-        if (LZ_NV_PWARPS == 1) {
-            if (pw == 0) LZ_NV_PRODUCE(0);
-        } else if (pw < LZ_NV_KWARPS) {
-            LZ_NV_PRODUCE(1);
-        } else if (pw < LZ_NV_PWARPS) {
-            LZ_NV_PRODUCE(2);
-        }
+        LZ_NV_PRODUCER_ROLE(pw, LZ_NV_PRODUCE);
 #undef LZ_NV_PRODUCE
         LZ_NV_CP_WAIT_ALL(); /* nothing in flight when the warp ends */
         return;
@@ -241,18 +183,7 @@ lz_prefill_nv_rows(__global const float *q, __global const int *q_pos, __global 
     lz_nv_consume(q, out, freq, rope_style, rot_dim, scale, n_queries, n_q_heads, h, r0, qp0, qp1, min_pos,
                   kbase, vbase, meta, bars, warp, &kn, &vn);
 #else
-    /* the queries, as given (rotated on the first entry with a delta) */
-    __global const float *qrow0 = r0 < n_queries ? q + ((size_t)r0 * n_q_heads + h) * LZ_HEAD_DIM : 0;
-    __global const float *qrow1 = r1 < n_queries ? q + ((size_t)r1 * n_q_heads + h) * LZ_HEAD_DIM : 0;
-    uint qf[LZ_NV_DC][4];
-    int cur_delta = 0, n_rel = 0;
-    lz_nv_load_a(qf, qrow0, qrow1, t4, 0, rope_style, rot_dim, freq);
-
-    float o[LZ_HEAD_DIM / 8][4];
-#pragma unroll
-    for (int n = 0; n < LZ_HEAD_DIM / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    const float sl2 = scale * 1.44269504088896341f;
+    LZ_NV_WARP_STATE(-INFINITY);
 
     /* Round j consumes item j of the producer (lz_nv_produce), without the
      * ping-pong (4 consumer warps): the scores of item j + 1 go to the

@@ -245,6 +245,22 @@ inline void lz_nv_mbar_wait(uint bar, uint parity) {
     "{\n.reg .pred p;\nsetp.ne.b32 p, " scale_d ", 0;\n"                                          \
     "//@wgmma.mma_async.sync.aligned.m64n" n "k16.f32." t "." t " {" d "}, " a ", " b ", p, 1, 1, " \
     tail ";\n}"
+/* The sums' operand numbers in the asm text (LZ_NV_WGMMA_TEXT's d), the
+ * first 4 k of them: LZ_NV_OPS<k> = "%0,%1,...,%<4 k - 1>" */
+#define LZ_NV_OPS1 "%0,%1,%2,%3"
+#define LZ_NV_OPS2 LZ_NV_OPS1 ",%4,%5,%6,%7"
+#define LZ_NV_OPS3 LZ_NV_OPS2 ",%8,%9,%10,%11"
+#define LZ_NV_OPS4 LZ_NV_OPS3 ",%12,%13,%14,%15"
+#define LZ_NV_OPS5 LZ_NV_OPS4 ",%16,%17,%18,%19"
+#define LZ_NV_OPS6 LZ_NV_OPS5 ",%20,%21,%22,%23"
+#define LZ_NV_OPS7 LZ_NV_OPS6 ",%24,%25,%26,%27"
+#define LZ_NV_OPS8 LZ_NV_OPS7 ",%28,%29,%30,%31"
+#define LZ_NV_OPS16 LZ_NV_OPS8 ",%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47" \
+    ",%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+#define LZ_NV_OPS32 LZ_NV_OPS16 ",%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79" \
+    ",%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95" \
+    ",%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111" \
+    ",%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
 /* the sums' operands: 4 f32 d[i..i + 3], 32 f32 d[i..i + 31] of a flat
  * array; 4 f32 o[j][0..3], 8 such tiles from j0 */
 #define LZ_NV_F4(d, i) "+f"((d)[(i)]), "+f"((d)[(i) + 1]), "+f"((d)[(i) + 2]), "+f"((d)[(i) + 3])

@@ -89,9 +89,9 @@ void lazyattn_tier_options_init(lazyattn_tier_options *options) {
     if (options) memset(options, 0, sizeof *options);
 }
 
-int lazyattn_cache_set_tier_options(lazyattn_cache *c, lazyattn_store *store,
-                                    lazyattn_tier_mode mode, const lazyattn_tier_options *options) {
-    const char *w = "lazyattn_cache_set_tier_options";
+/* lazyattn_cache_set_tier_options as the caller w: options NULL for the defaults. */
+static int lz_set_tier_as(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
+                          const lazyattn_tier_options *options, const char *w) {
     LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
     int st = lz_cache_check_live(c, w);
     if (st) return st;
@@ -105,18 +105,13 @@ int lazyattn_cache_set_tier_options(lazyattn_cache *c, lazyattn_store *store,
     return st;
 }
 
+int lazyattn_cache_set_tier_options(lazyattn_cache *c, lazyattn_store *store,
+                                    lazyattn_tier_mode mode, const lazyattn_tier_options *options) {
+    return lz_set_tier_as(c, store, mode, options, "lazyattn_cache_set_tier_options");
+}
+
 int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode) {
-    const char *w = "lazyattn_cache_set_tier";
-    LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
-    int st = lz_cache_check_live(c, w);
-    if (st) return st;
-    lazyattn_tier_options o;
-    lazyattn_tier_options_init(&o);
-    int taken;
-    if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
-    st = lz_set_tier(c, store, mode, &o, w);
-    lz_cache_leave(c, taken);
-    return st;
+    return lz_set_tier_as(c, store, mode, NULL, "lazyattn_cache_set_tier");
 }
 
 int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *c, double tokens_per_second) {

@@ -86,6 +86,13 @@ static void lz_host_grow(lz_host *h) {
     h->n_buckets = n;
 }
 
+/* NOT_FOUND for a get or remove of a key the store does not hold, the key in the message. */
+static int lz_host_not_found(lazyattn_doc_key key) {
+    char t[LZ_STORE_KEY_TEXT];
+    lz_store_key_text(key, t);
+    return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "host store: no document %s", t);
+}
+
 static int lz_host_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
     lz_host *h = impl;
     lz_mutex_lock(&h->lock);
@@ -98,12 +105,7 @@ static int lz_host_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v
         v->handle = it;
     }
     lz_mutex_unlock(&h->lock);
-    if (!it) {
-        char t[LZ_STORE_KEY_TEXT];
-        lz_store_key_text(key, t);
-        return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "host store: no document %s", t);
-    }
-    return LAZYATTN_STATUS_OK;
+    return it ? LAZYATTN_STATUS_OK : lz_host_not_found(key);
 }
 
 static void lz_host_release(void *impl, lazyattn_store_value *v) {
@@ -165,12 +167,7 @@ static int lz_host_remove(void *impl, lazyattn_doc_key key) {
     lz_host_item *it = lz_host_find(h, key);
     if (it) lz_host_unlink(h, it);
     lz_mutex_unlock(&h->lock);
-    if (!it) {
-        char t[LZ_STORE_KEY_TEXT];
-        lz_store_key_text(key, t);
-        return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "host store: no document %s", t);
-    }
-    return LAZYATTN_STATUS_OK;
+    return it ? LAZYATTN_STATUS_OK : lz_host_not_found(key);
 }
 
 /* Values still borrowed at destroy are leaked to their readers' release,
