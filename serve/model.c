@@ -711,6 +711,10 @@ void serve_model_device_bytes(const serve_model *m, uint64_t *weights, uint64_t 
 
 int serve_model_init_random(serve_model *m, uint64_t seed) {
     if (!m) return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_model_init_random: NULL");
+    if (m->proj) /* a GGUF load kept weights quantized: the dense buffers are gone */
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_model_init_random: the model holds a GGUF load's quantized "
+                          "weights: use a new model");
     const serve_model_config *c = &m->cfg;
     uint64_t h = (uint64_t)c->hidden, qd = (uint64_t)c->n_heads * (uint64_t)c->head_dim,
              kvd = (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim, ff = (uint64_t)c->ffn;

@@ -276,7 +276,8 @@ struct serve_gemm_bf16 *serve_model_gemm_bf16(serve_model *m);
 
 /* Seeded random weights, generated on the device (a counter hash per
  * element), so an 8B shape takes seconds: projections uniform with
- * variance 1/in, embeddings variance 1, norms 1 + small noise. */
+ * variance 1/in, embeddings variance 1, norms 1 + small noise.
+ * INVALID_ARGUMENT after a GGUF load that kept weights quantized. */
 int serve_model_init_random(serve_model *m, uint64_t seed);
 /* Uploads the tensors of a llama GGUF, checking every shape against the
  * model's config. Projection tensors (and the LM head) of a type the

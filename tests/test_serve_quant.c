@@ -23,7 +23,8 @@
  * note names the kept types; for bf16.gguf both loads are the same path
  * and the logits identical (f32 projections). Then the refusals: an infinite or NaN f16
  * scale in a kept tensor (named), a forward after that failed load, a
- * second load into the model, dequantize_weights not 0/1. */
+ * second load or random weights into the model, dequantize_weights not
+ * 0/1. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -307,6 +308,8 @@ static void test_refused(void **state) {
     CHECK(serve_model_load_gguf(m, g));
     assert_int_equal(serve_model_load_gguf(m, g), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "load into a new model"));
+    assert_int_equal(serve_model_init_random(m, 1), LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "use a new model"));
     serve_model_destroy(m);
     serve_gguf_close(g);
     lazyattn_context_destroy(ctx);
