@@ -166,14 +166,16 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     if (st) return st;
     /* the unused ranges repeat the last one: never selected (end = total) */
     const serve_gemv_out *o[SERVE_GEMV_MAX_OUTS];
-    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) o[r] = &a->outs[r < a->n_outs ? r : a->n_outs - 1];
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++)
+        o[r] = &a->outs[r < a->n_outs ? r : a->n_outs - 1];
     cl_kernel k = g->gemv[serve_gq_index(a->type)][a->x_bf16];
     cl_int end0 = end[0], end1 = a->n_outs > 1 ? end[1] : total;
     cl_ulong rb = row_bytes, xo = a->x_off;
     cl_int n_chunks = a->in / 32, ldx = a->in, rows = a->rows, acc = a->accumulate;
     cl_uint i = 0;
     cl_int err = CL_SUCCESS;
-    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) err |= clSetKernelArg(k, i++, sizeof(cl_mem), &o[r]->w);
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++)
+        err |= clSetKernelArg(k, i++, sizeof(cl_mem), &o[r]->w);
     err |= clSetKernelArg(k, i++, sizeof end0, &end0);
     err |= clSetKernelArg(k, i++, sizeof end1, &end1);
     err |= clSetKernelArg(k, i++, sizeof rb, &rb);
@@ -182,7 +184,8 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     err |= clSetKernelArg(k, i++, sizeof xo, &xo);
     err |= clSetKernelArg(k, i++, sizeof ldx, &ldx);
     err |= clSetKernelArg(k, i++, sizeof rows, &rows);
-    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) err |= clSetKernelArg(k, i++, sizeof(cl_mem), &o[r]->y);
+    for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++)
+        err |= clSetKernelArg(k, i++, sizeof(cl_mem), &o[r]->y);
     for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++) {
         cl_ulong yo = o[r]->y_off;
         err |= clSetKernelArg(k, i++, sizeof yo, &yo);

@@ -82,5 +82,6 @@ int serve_project_group(const serve_projector *p, int n, const serve_weight *con
     for (int k = 0; k < n; k++)
         a.outs[k] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
     serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
-    return serve_gemv_quant_run(p->quant, p->queue, &a, serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+    return serve_gemv_quant_run(p->quant, p->queue, &a,
+                                serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
 }

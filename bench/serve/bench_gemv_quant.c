@@ -132,7 +132,8 @@ static int run_shape(bench *b, uint32_t type, const char *type_name, const shape
     uint16_t *xh = malloc(n_x * 2);
     if (!xh) st = 1;
     for (size_t i = 0; !st && i < n_x; i++) xh[i] = (uint16_t)(0x3C00u + (rnd() & 0x7Fu));
-    cl_mem x = st ? NULL : make_buffer(b, n_x * 2, xh), y = st ? NULL : make_buffer(b, n_y * 4, NULL);
+    cl_mem x = st ? NULL : make_buffer(b, n_x * 2, xh);
+    cl_mem y = st ? NULL : make_buffer(b, n_y * 4, NULL);
     cl_mem dst = st ? NULL : make_buffer(b, (size_t)sh->out * (size_t)sh->in * 2, NULL);
     free(xh);
     if (!x || !y || !dst) st = 1;
