@@ -493,7 +493,9 @@ LAZYATTN_API int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_po
  *    queue, a barrier on those of them still pending (flushing their queues).
  *    So the host never waits, except in the synchronous import and tier load,
  *    which wait for their upload and so for those readers; no barrier at all
- *    when nothing freed is still being read.
+ *    when nothing freed is still being read. A pipelined tier upload is
+ *    such a use too: a block freed while it is in flight is rewritten
+ *    after it.
  * An engine whose own kernels read or write pool blocks records their events
  * with lazyattn_pool_record_use (before it frees the blocks they use), and
  * before its own kernels write blocks a request or lazyattn_pool_alloc handed
@@ -508,6 +510,21 @@ LAZYATTN_API int lazyattn_pool_record_use(lazyattn_pool *pool, int n, const cl_e
  * nothing when there are none. Call before writing such blocks with
  * kernels of your own. */
 LAZYATTN_API int lazyattn_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue);
+/*
+ * Loads in flight. A tier load (lazyattn_cache_set_tier_options,
+ * LAZYATTN_TIER_LOAD_PIPELINED) uploads a document's blocks layer by
+ * layer on a copy queue of its own and returns before they are in place;
+ * every command the library enqueues that reads a layer's blocks
+ * (lazyattn_prefill, lazyattn_prefill_batched, lazyattn_decode,
+ * lazyattn_materialise, an export, the tier's writer) first enqueues, on
+ * its queue, a barrier on the uploads into that layer still in flight, and
+ * on no other layer's. An engine whose own kernels read pool blocks calls
+ * this before them: a barrier on queue (NULL = the context's) for the
+ * uploads into layer (-1: into every layer) not complete yet; nothing
+ * when there are none. INVALID_ARGUMENT for a bookkeeping pool or a layer
+ * outside -1..n_layers-1.
+ */
+LAZYATTN_API int lazyattn_pool_order_reads(lazyattn_pool *pool, int layer, cl_command_queue queue);
 /* Device buffers of one layer; NULL for a bookkeeping pool or a bad layer,
  * with the reason in lazyattn_last_error(). */
 LAZYATTN_API cl_mem lazyattn_pool_k_buffer(const lazyattn_pool *pool, int layer);
