@@ -1048,6 +1048,11 @@ typedef struct lazyattn_cache_stats {
     int64_t tier_duplicates;  /* documents this cache computed that were in the store
                                  by the time it wrote them (computed elsewhere too) */
     int64_t tier_duplicate_tokens;
+    /* pipelined loads (lazyattn_tier_options.load) */
+    int64_t tier_loads_pipelined; /* tier hits whose upload ran on the copy queue */
+    int64_t tier_load_failures;   /* of which failed on the device: counted as tier hits,
+                                     then dropped from the cache (recomputed next time) */
+    int64_t tier_loads_pending;   /* state now (not reset): uploads not seen complete */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -1549,9 +1554,10 @@ typedef enum lazyattn_tier_mode {
  * counted (tier_write_errors) and logged (WARN, the context's log
  * callback); the cache is unchanged by them. Entries still cached at
  * lazyattn_cache_destroy are not written. lazyattn_cache_probe looks at
- * the GPU cache only. Loads are synchronous: request_create waits for the
- * store and for the context's queue (the upload), so a request's time, and
- * its TTFT, include them. Without a tier the planner pays one pointer test
+ * the GPU cache only. Loads are synchronous (lazyattn_cache_set_tier_options
+ * can pipeline them): request_create waits for the store and for the
+ * context's queue (the upload), so a request's time, and its TTFT, include
+ * them. Without a tier the planner pays one pointer test
  * per missed document.
  * The store's operations run inside those calls and must not change the
  * cache (lazyattn_store_ops: refused, INVALID_ARGUMENT; destroys do
@@ -1566,10 +1572,17 @@ LAZYATTN_API int lazyattn_cache_set_tier(lazyattn_cache *cache, lazyattn_store *
                                          lazyattn_tier_mode mode);
 
 /* How a tier writes (lazyattn_cache_set_tier_options). */
+typedef enum lazyattn_tier_load {
+    LAZYATTN_TIER_LOAD_SYNC = 0,      /* request_create waits for each upload */
+    LAZYATTN_TIER_LOAD_PIPELINED = 1  /* uploads run on a copy queue, layer by layer,
+                                         while the engine enqueues (see below) */
+} lazyattn_tier_load;
+
 typedef struct lazyattn_tier_options {
     int write_queue; /* writes waiting for the tier's background writer,
                         0..LAZYATTN_MAX_TIER_WRITE_QUEUE; 0 = none: the thread
                         that commits (or evicts) writes, and waits */
+    lazyattn_tier_load load; /* appended: how a tier hit is uploaded; default SYNC */
 } lazyattn_tier_options;
 
 #define LAZYATTN_MAX_TIER_WRITE_QUEUE 1024
@@ -1593,9 +1606,28 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * thread beside the cache's own calls: an engine's store must take calls
  * from two threads at once (the library's stores do). Detaching the tier
  * (or destroying the cache) waits for the write in progress and drops
- * those still queued (counted). Errors as lazyattn_cache_set_tier;
- * INVALID_ARGUMENT for write_queue outside its range; OUT_OF_HOST_MEMORY
- * or an OpenCL status when the writer cannot be made (nothing attached).
+ * those still queued (counted).
+ * load PIPELINED: a tier hit is checked on the host as before (header,
+ * identity, payload checksum: nothing reaches the blocks unchecked), then
+ * its upload is enqueued on the tier's copy queue (in order, on the pool's
+ * context and device), K and V of layer 0 first, and request_create
+ * returns without waiting: the layers' attention (prefill, decode) waits
+ * for its layer's upload only (lazyattn_pool_order_reads), so the first
+ * layers run while the last are still copied. The store's value (or the
+ * tier's host copy of it) stays alive until its upload completed, and is
+ * given back by the next call on the cache that finds it so (never by a
+ * wait on the calling thread). An upload that failed on the device
+ * (its event's status < 0) is reported by the next lazyattn_request_create
+ * on the cache: it returns OPENCL naming the document and its status,
+ * counts it in tier_load_failures, and drops the document from the cache (at
+ * once, or when the last request holding it ends), so that the call after
+ * recomputes it; commands that read it meanwhile read an incomplete copy.
+ * Freeing or evicting the document while its upload runs is safe (the
+ * pool's reuse order). Detaching the tier and lazyattn_cache_destroy wait
+ * for the uploads in flight. Errors as lazyattn_cache_set_tier;
+ * INVALID_ARGUMENT for write_queue or load outside their range;
+ * OUT_OF_HOST_MEMORY or an OpenCL status when the writer or the copy queue
+ * cannot be made (nothing attached).
  */
 LAZYATTN_API int lazyattn_cache_set_tier_options(lazyattn_cache *cache, lazyattn_store *store,
                                                  lazyattn_tier_mode mode,

@@ -102,6 +102,10 @@ static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v)
         st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store: %s: %lld bytes", file,
                      (long long)sb.st_size);
     } else {
+#if defined(POSIX_FADV_SEQUENTIAL)
+        /* read whole, front to back: the kernel reads ahead in large pieces */
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
         /* the size fstat gave: a file growing meanwhile is read that far */
         int e = lz_read_all(fd, buf, (size_t)sb.st_size, &got);
         if (e < 0)

@@ -89,4 +89,13 @@ lz_lease_answer lz_lease_take(lz_lease_book *book, const void *owner, lazyattn_d
  * written, which times the hold); 1 when it did. */
 int lz_lease_give(lz_lease_book *book, const void *owner, lazyattn_doc_key key, int written);
 
+/* For tests (an internal seam): the pipelined uploads of cache's tier
+ * enqueued from now on start only after gate completes (NULL: at once;
+ * retained). No-op without a tier. doc_tier.c. */
+void lz_tier_hold_uploads(lazyattn_cache *c, cl_event gate);
+/* For tests: the uploads of cache's tier seen ended from now on are taken
+ * to have failed on the device with status (< 0; 0: as they ended), as a
+ * failing device would report them. doc_tier.c. */
+void lz_tier_fail_uploads(lazyattn_cache *c, cl_int status);
+
 #endif
