@@ -263,6 +263,53 @@ static int event_status(cl_event ev) {
     return status;
 }
 
+/* The directory store read straight into the tier's pinned staging (six
+ * documents at once: four slots, the other two in pageable memory), and
+ * the slots reused by the next request: the same output as computed. */
+static void test_dir_staging(void **state) {
+    lazyattn_context *ctx = *state;
+    char dir[] = "/tmp/lazyattn-tier-pipeline-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create_dir(dir, &s), LAZYATTN_STATUS_OK);
+    int ids[N_DOCS] = {0, 1, 2, 3, 4, 5}, again[3] = {5, 2, 0};
+    lazyattn_segment_action act[N_DOCS];
+    engine w, piped, computed;
+    engine_open(&w, ctx, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier(w.cache, s, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    run_docs(&w, N_DOCS, ids, act);
+    engine_close(&w);
+    engine_open(&piped, ctx, 32, MODEL);
+    engine_open(&computed, ctx, 32, MODEL);
+    attach(&piped, s, LAZYATTN_TIER_LOAD_PIPELINED);
+    static float pre[2][OUT_N], dec[2][DEC_N];
+    serve(&piped, N_DOCS, ids, pre[0], dec[0], act);
+    for (int i = 0; i < N_DOCS; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
+    serve(&computed, N_DOCS, ids, pre[1], dec[1], act);
+    assert_memory_equal(pre[0], pre[1], sizeof pre[0]);
+    assert_memory_equal(dec[0], dec[1], sizeof dec[0]);
+    /* evicted, loaded again through the slots given back */
+    lt_assert_status(lazyattn_cache_trim(piped.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_trim(computed.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier(computed.cache, NULL, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    serve(&piped, 3, again, pre[0], dec[0], act);
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
+    serve(&computed, 3, again, pre[1], dec[1], act);
+    assert_memory_equal(pre[0], pre[1], sizeof pre[0]);
+    assert_memory_equal(dec[0], dec[1], sizeof dec[0]);
+    lazyattn_cache_stats sp = stats_of(&piped);
+    assert_int_equal(sp.tier_loads_pipelined, N_DOCS + 3);
+    assert_int_equal(sp.tier_load_failures, 0);
+    engine_close(&piped);
+    engine_close(&computed);
+    for (int i = 0; i < N_DOCS; i++)
+        lt_assert_status(lazyattn_store_delete(s, key_of(i)), LAZYATTN_STATUS_OK);
+    lazyattn_store_destroy(s);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* Attention on layer 0 waits for the held upload; let go, it runs right. */
 static void test_attention_waits_for_upload(void **state) {
     lazyattn_context *ctx = *state;
@@ -491,6 +538,7 @@ static void test_order_reads(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_output),
+        cmocka_unit_test(test_dir_staging),
         cmocka_unit_test(test_attention_waits_for_upload),
         cmocka_unit_test(test_evict_in_flight),
         cmocka_unit_test(test_failed_upload),

@@ -9,6 +9,7 @@
 #include "cache/cache_policy.h"
 #include "store/store_internal.h"
 #include "store/tier_lease.h"
+#include "store/tier_staging.h"
 #include "store/tier_writer.h"
 
 #include <stdlib.h>
@@ -22,6 +23,7 @@ typedef struct lz_tier_upload {
     lazyattn_store_value value; /* the store's value (value.data NULL: none) ... */
     uint8_t *copy;              /* ... or the tier's copy of it */
     void *keep;                 /* the import's reorder buffer (TILED), or NULL */
+    int slot;                   /* the staging slot the value or copy is in (-1: none) */
 } lz_tier_upload;
 
 /* The tier's state, the cache's lz_cache_tier_state: its background
@@ -37,6 +39,7 @@ typedef struct lz_tier {
     int64_t skipped_by_cost; /* counter, reset with the cache's */
     /* pipelined loads (LAZYATTN_TIER_LOAD_PIPELINED) */
     cl_command_queue copy_queue; /* NULL: loads are synchronous */
+    lz_tier_staging staging;     /* pinned memory the uploads read from, where they can */
     lz_tier_upload *uploads;     /* [cap_uploads], n_uploads in flight */
     int n_uploads, cap_uploads;
     uint64_t next_load_id;
@@ -50,7 +53,7 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
                         int n_tokens, lz_tally *t);
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
 static int lz_tier_track(lazyattn_cache *c, lz_tier *tier, lz_upload *up,
-                         const lazyattn_store_value *v, uint8_t *copy);
+                         const lazyattn_store_value *v, uint8_t *copy, int slot);
 
 static int lz_tier_settle(lazyattn_cache *c);
 static void lz_tier_settle_all(lz_tier *tier, int wait);
@@ -77,7 +80,10 @@ static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
     into->tier_loads_pipelined += tier->pipelined;
     into->tier_load_failures += tier->failures;
     if (tier->gate) clReleaseEvent(tier->gate);
-    if (tier->copy_queue) clReleaseCommandQueue(tier->copy_queue);
+    if (tier->copy_queue) {
+        lz_staging_free(&tier->staging);
+        clReleaseCommandQueue(tier->copy_queue);
+    }
     free(tier->uploads);
     free(tier);
 }
@@ -127,6 +133,7 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
             return lz_cl_fail(err, "lazyattn_cache_set_tier: the tier's copy queue "
                                    "(clCreateCommandQueue)");
         }
+        lz_staging_init(&tier->staging, ctx->context, tier->copy_queue);
     }
     /* writes off the serving thread: a writer of its own */
     if (tier && mode != LAZYATTN_TIER_READ_ONLY && o->write_queue > 0) {
@@ -191,9 +198,9 @@ int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *c, double tokens_per_
 /* The store's operations run the engine's code: callouts of the cache
  * (lz_cache_enter refuses what they must not do to it). */
 static int lz_tier_get(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
-                       lazyattn_store_value *v) {
+                       const lz_store_room *room, lazyattn_store_value *v) {
     const char *outer = lz_cache_callout_begin(c, "the tier store's get");
-    int st = lazyattn_store_get(s, key, v);
+    int st = lz_store_get_into(s, key, room, v);
     lz_cache_callout_end(c, outer);
     return st;
 }
@@ -238,9 +245,30 @@ static int lz_tier_recompute_cheaper(const lazyattn_cache *c, const lz_tier *tie
     return load_s >= (double)n_tokens / tier->recompute_rate;
 }
 
+/* A pipelined load's pinned staging slot (-1: none taken). */
+typedef struct lz_staging_pick {
+    lz_tier *tier;
+    int slot;
+} lz_staging_pick;
+
+static void lz_pick_give(lz_staging_pick *p) {
+    if (p->slot >= 0) lz_staging_give(&p->tier->staging, p->slot);
+    p->slot = -1;
+}
+
+/* The room a store reads a value into: a staging slot, or NULL (none free). */
+static uint8_t *lz_pick_take(void *user, size_t size) {
+    lz_staging_pick *p = user;
+    lz_pick_give(p); /* an earlier read's, which failed */
+    return lz_staging_take(&p->tier->staging, size, &p->slot);
+}
+
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
                         int n_tokens, lz_tally *t) {
     lz_tier *tier = lz_cache_tier_state(c);
+    lz_staging_pick pick = {tier, -1};
+    lz_store_room room = {lz_pick_take, &pick};
+    const lz_store_room *into = tier->copy_queue ? &room : NULL; /* pipelined only */
     if (lz_tier_recompute_cheaper(c, tier, n_tokens)) {
         tier->skipped_by_cost++;
         return 0;
@@ -250,16 +278,18 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
     memcpy(key.digest, digest, sizeof key.digest);
     uint64_t doc_hash = lz_digest_hash(digest);
     lazyattn_store_value v;
-    int st = lz_tier_get(c, store, key, &v);
+    int st = lz_tier_get(c, store, key, into, &v);
     if (st == LAZYATTN_STATUS_NOT_FOUND && lz_tier_lease_miss(c, store, key, t)) {
         t0 = lz_seconds_now(); /* the wait is no part of the load's cost */
-        st = lz_tier_get(c, store, key, &v); /* written while this cache waited */
+        st = lz_tier_get(c, store, key, into, &v); /* written while this cache waited */
     }
     if (st == LAZYATTN_STATUS_NOT_FOUND) {
+        lz_pick_give(&pick);
         t->tier_misses++;
         return 0;
     }
     if (st) {
+        lz_pick_give(&pick);
         /* FORMAT: the store found something it could not assemble (Redis:
          * a chunk missing or mixed): refused data, not a store failure */
         if (st == LAZYATTN_STATUS_FORMAT)
@@ -279,7 +309,9 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
     uint8_t *copy = NULL;
     size_t size = v.size;
     if (!lz_store_values_private(store)) {
-        copy = malloc(size ? size : 1);
+        /* pinned where a slot is free (pipelined loads) */
+        if (tier->copy_queue) copy = lz_staging_take(&tier->staging, size, &pick.slot);
+        if (!copy) copy = malloc(size ? size : 1);
         if (copy && size) memcpy(copy, v.data, size);
         lz_tier_release(c, store, &v);
         if (!copy) {
@@ -330,21 +362,26 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         tier->load_seconds += lz_seconds_now() - t0;
     }
     /* an upload in flight keeps what it reads until it ended */
-    if (up.done && lz_tier_track(c, tier, &up, copy ? NULL : &v, copy)) return 1;
-    if (copy)
-        free(copy);
-    else
+    if (up.done && lz_tier_track(c, tier, &up, copy ? NULL : &v, copy, pick.slot)) return 1;
+    if (!copy)
         lz_tier_release(c, store, &v);
+    else if (pick.slot < 0)
+        free(copy);
+    lz_pick_give(&pick);
     return st == LAZYATTN_STATUS_OK;
 }
 
 // ---- pipelined uploads ----
 
-/* Gives back what upload u read (its store value, or the tier's copy). */
+/* Gives back what upload u read (its store value, or the tier's copy, and
+ * its staging slot). */
 static void lz_upload_free(lz_tier *tier, lz_tier_upload *u) {
     clReleaseEvent(u->done);
     if (u->value.data) lz_tier_release(tier->cache, tier->store, &u->value);
-    free(u->copy);
+    if (u->slot >= 0)
+        lz_staging_give(&tier->staging, u->slot);
+    else
+        free(u->copy);
     free(u->keep);
 }
 
@@ -352,7 +389,7 @@ static void lz_upload_free(lz_tier *tier, lz_tier_upload *u) {
  * 0 when it cannot be listed, after waiting for it (the caller gives back
  * what it read). */
 static int lz_tier_track(lazyattn_cache *c, lz_tier *tier, lz_upload *up,
-                         const lazyattn_store_value *v, uint8_t *copy) {
+                         const lazyattn_store_value *v, uint8_t *copy, int slot) {
     tier->pipelined++;
     up->entry->load_id = ++tier->next_load_id;
     if (tier->n_uploads == tier->cap_uploads) {
@@ -372,6 +409,7 @@ static int lz_tier_track(lazyattn_cache *c, lz_tier *tier, lz_upload *up,
         if (v) u->value = *v;
         u->copy = copy;
         u->keep = up->keep;
+        u->slot = slot;
         return 1;
     }
     /* no room to remember it: it ends before its memory is given back */
