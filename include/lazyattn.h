@@ -1613,15 +1613,21 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * context and device), K and V of layer 0 first, and request_create
  * returns without waiting: the layers' attention (prefill, decode) waits
  * for its layer's upload only (lazyattn_pool_order_reads), so the first
- * layers run while the last are still copied. The store's value (or the
- * tier's host copy of it) stays alive until its upload completed, and is
- * given back by the next call on the cache that finds it so (never by a
- * wait on the calling thread). An upload that failed on the device
- * (its event's status < 0) is reported by the next lazyattn_request_create
- * on the cache: it returns OPENCL naming the document and its status,
- * counts it in tier_load_failures, and drops the document from the cache (at
- * once, or when the last request holding it ends), so that the call after
- * recomputes it; commands that read it meanwhile read an incomplete copy.
+ * layers run while the last are still copied; an engine's own kernels
+ * over pool blocks call lazyattn_pool_order_reads first. The bytes
+ * uploaded are the store's value (the host store's memory, without a
+ * copy) or pinned staging of the tier's (a few mapped buffers, 1 GiB at
+ * most: the directory store reads its file straight into one, an engine's
+ * value is copied into one; pageable memory when none is free). They stay
+ * alive until the upload completed and are given back by the next
+ * lazyattn_request_create that sees it complete (never by a wait on the
+ * calling thread). An upload that failed on the device (its event's
+ * status < 0) is reported by that lazyattn_request_create: it returns
+ * OPENCL naming the document and its status, counts it in
+ * tier_load_failures, and drops the document from the cache (at once, or
+ * when the last request holding it ends), so that the next request loads
+ * or recomputes it afresh; commands that read it meanwhile read an
+ * incomplete copy.
  * Freeing or evicting the document while its upload runs is safe (the
  * pool's reuse order). Detaching the tier and lazyattn_cache_destroy wait
  * for the uploads in flight. Errors as lazyattn_cache_set_tier;

@@ -256,6 +256,28 @@ static void test_same_output(void **state) {
     lazyattn_store_destroy(s);
 }
 
+/* A TILED pool: the upload reads the tier's reorder buffer, kept until it
+ * ended; the same output as the TILED pool's own computation. */
+static void test_tiled_pool(void **state) {
+    lazyattn_context *ctx = *state;
+    lazyattn_store *s = filled_store(ctx); /* exports are in ROWS order */
+    engine piped, computed;
+    engine_open_layout(&piped, ctx, 32, MODEL, B, LAZYATTN_DTYPE_F32, LAZYATTN_KV_LAYOUT_TILED);
+    engine_open_layout(&computed, ctx, 32, MODEL, B, LAZYATTN_DTYPE_F32, LAZYATTN_KV_LAYOUT_TILED);
+    attach(&piped, s, LAZYATTN_TIER_LOAD_PIPELINED);
+    static float pre[2][OUT_N], dec[2][DEC_N];
+    lazyattn_segment_action act[3];
+    serve(&piped, 3, ids3, pre[0], dec[0], act);
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
+    serve(&computed, 3, ids3, pre[1], dec[1], act);
+    assert_memory_equal(pre[0], pre[1], sizeof pre[0]);
+    assert_memory_equal(dec[0], dec[1], sizeof dec[0]);
+    assert_int_equal(stats_of(&piped).tier_loads_pipelined, 3);
+    engine_close(&piped);
+    engine_close(&computed);
+    lazyattn_store_destroy(s);
+}
+
 static int event_status(cl_event ev) {
     cl_int status = CL_QUEUED;
     lt_assert_status(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
@@ -539,6 +561,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_output),
         cmocka_unit_test(test_dir_staging),
+        cmocka_unit_test(test_tiled_pool),
         cmocka_unit_test(test_attention_waits_for_upload),
         cmocka_unit_test(test_evict_in_flight),
         cmocka_unit_test(test_failed_upload),
