@@ -359,7 +359,7 @@ int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem
     if (a->cfg.rope.style == LAZYATTN_ROPE_NONE) {
         /* nothing to rotate; still give the caller an event that completes */
         if (event) {
-            cl_int err = clEnqueueMarker(lz_queue(a->ctx, queue), event);
+            cl_int err = clEnqueueMarkerWithWaitList(lz_queue(a->ctx, queue), 0, NULL, event);
             if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
         }
         return LAZYATTN_STATUS_OK;
