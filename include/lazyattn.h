@@ -493,7 +493,9 @@ LAZYATTN_API int lazyattn_pool_get_config(const lazyattn_pool *pool, lazyattn_po
  *    queue, a barrier on those of them still pending (flushing their queues).
  *    So the host never waits, except in the synchronous import and tier load,
  *    which wait for their upload and so for those readers; no barrier at all
- *    when nothing freed is still being read.
+ *    when nothing freed is still being read. A pipelined tier upload is
+ *    such a use too: a block freed while it is in flight is rewritten
+ *    after it.
  * An engine whose own kernels read or write pool blocks records their events
  * with lazyattn_pool_record_use (before it frees the blocks they use), and
  * before its own kernels write blocks a request or lazyattn_pool_alloc handed
@@ -508,6 +510,21 @@ LAZYATTN_API int lazyattn_pool_record_use(lazyattn_pool *pool, int n, const cl_e
  * nothing when there are none. Call before writing such blocks with
  * kernels of your own. */
 LAZYATTN_API int lazyattn_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue);
+/*
+ * Loads in flight. A tier load (lazyattn_cache_set_tier_options,
+ * LAZYATTN_TIER_LOAD_PIPELINED) uploads a document's blocks layer by
+ * layer on a copy queue of its own and returns before they are in place;
+ * every command the library enqueues that reads a layer's blocks
+ * (lazyattn_prefill, lazyattn_prefill_batched, lazyattn_decode,
+ * lazyattn_materialise, an export, the tier's writer) first enqueues, on
+ * its queue, a barrier on the uploads into that layer still in flight, and
+ * on no other layer's. An engine whose own kernels read pool blocks calls
+ * this before them: a barrier on queue (NULL = the context's) for the
+ * uploads into layer (-1: into every layer) not complete yet; nothing
+ * when there are none. INVALID_ARGUMENT for a bookkeeping pool or a layer
+ * outside -1..n_layers-1.
+ */
+LAZYATTN_API int lazyattn_pool_order_reads(lazyattn_pool *pool, int layer, cl_command_queue queue);
 /* Device buffers of one layer; NULL for a bookkeeping pool or a bad layer,
  * with the reason in lazyattn_last_error(). */
 LAZYATTN_API cl_mem lazyattn_pool_k_buffer(const lazyattn_pool *pool, int layer);
@@ -1031,6 +1048,11 @@ typedef struct lazyattn_cache_stats {
     int64_t tier_duplicates;  /* documents this cache computed that were in the store
                                  by the time it wrote them (computed elsewhere too) */
     int64_t tier_duplicate_tokens;
+    /* pipelined loads (lazyattn_tier_options.load) */
+    int64_t tier_loads_pipelined; /* tier hits whose upload ran on the copy queue */
+    int64_t tier_load_failures;   /* of which failed on the device: counted as tier hits,
+                                     then dropped from the cache (recomputed next time) */
+    int64_t tier_loads_pending;   /* state now (not reset): uploads not seen complete */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -1532,9 +1554,10 @@ typedef enum lazyattn_tier_mode {
  * counted (tier_write_errors) and logged (WARN, the context's log
  * callback); the cache is unchanged by them. Entries still cached at
  * lazyattn_cache_destroy are not written. lazyattn_cache_probe looks at
- * the GPU cache only. Loads are synchronous: request_create waits for the
- * store and for the context's queue (the upload), so a request's time, and
- * its TTFT, include them. Without a tier the planner pays one pointer test
+ * the GPU cache only. Loads are synchronous (lazyattn_cache_set_tier_options
+ * can pipeline them): request_create waits for the store and for the
+ * context's queue (the upload), so a request's time, and its TTFT, include
+ * them. Without a tier the planner pays one pointer test
  * per missed document.
  * The store's operations run inside those calls and must not change the
  * cache (lazyattn_store_ops: refused, INVALID_ARGUMENT; destroys do
@@ -1549,10 +1572,17 @@ LAZYATTN_API int lazyattn_cache_set_tier(lazyattn_cache *cache, lazyattn_store *
                                          lazyattn_tier_mode mode);
 
 /* How a tier writes (lazyattn_cache_set_tier_options). */
+typedef enum lazyattn_tier_load {
+    LAZYATTN_TIER_LOAD_SYNC = 0,      /* request_create waits for each upload */
+    LAZYATTN_TIER_LOAD_PIPELINED = 1  /* uploads run on a copy queue, layer by layer,
+                                         while the engine enqueues (see below) */
+} lazyattn_tier_load;
+
 typedef struct lazyattn_tier_options {
     int write_queue; /* writes waiting for the tier's background writer,
                         0..LAZYATTN_MAX_TIER_WRITE_QUEUE; 0 = none: the thread
                         that commits (or evicts) writes, and waits */
+    lazyattn_tier_load load; /* appended: how a tier hit is uploaded; default SYNC */
 } lazyattn_tier_options;
 
 #define LAZYATTN_MAX_TIER_WRITE_QUEUE 1024
@@ -1576,9 +1606,34 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * thread beside the cache's own calls: an engine's store must take calls
  * from two threads at once (the library's stores do). Detaching the tier
  * (or destroying the cache) waits for the write in progress and drops
- * those still queued (counted). Errors as lazyattn_cache_set_tier;
- * INVALID_ARGUMENT for write_queue outside its range; OUT_OF_HOST_MEMORY
- * or an OpenCL status when the writer cannot be made (nothing attached).
+ * those still queued (counted).
+ * load PIPELINED: a tier hit is checked on the host as before (header,
+ * identity, payload checksum: nothing reaches the blocks unchecked), then
+ * its upload is enqueued on the tier's copy queue (in order, on the pool's
+ * context and device), K and V of layer 0 first, and request_create
+ * returns without waiting: the layers' attention (prefill, decode) waits
+ * for its layer's upload only (lazyattn_pool_order_reads), so the first
+ * layers run while the last are still copied; an engine's own kernels
+ * over pool blocks call lazyattn_pool_order_reads first. The bytes
+ * uploaded are the store's value (the host store's memory, without a
+ * copy) or pinned staging of the tier's (a few mapped buffers, 1 GiB at
+ * most: the directory store reads its file straight into one, an engine's
+ * value is copied into one; pageable memory when none is free). They stay
+ * alive until the upload completed and are given back by the next
+ * lazyattn_request_create that sees it complete (never by a wait on the
+ * calling thread). An upload that failed on the device (its event's
+ * status < 0) is reported by that lazyattn_request_create: it returns
+ * OPENCL naming the document and its status, counts it in
+ * tier_load_failures, and drops the document from the cache (at once, or
+ * when the last request holding it ends), so that the next request loads
+ * or recomputes it afresh; commands that read it meanwhile read an
+ * incomplete copy.
+ * Freeing or evicting the document while its upload runs is safe (the
+ * pool's reuse order). Detaching the tier and lazyattn_cache_destroy wait
+ * for the uploads in flight. Errors as lazyattn_cache_set_tier;
+ * INVALID_ARGUMENT for write_queue or load outside their range;
+ * OUT_OF_HOST_MEMORY or an OpenCL status when the writer or the copy queue
+ * cannot be made (nothing attached).
  */
 LAZYATTN_API int lazyattn_cache_set_tier_options(lazyattn_cache *cache, lazyattn_store *store,
                                                  lazyattn_tier_mode mode,

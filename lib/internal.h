@@ -245,6 +245,15 @@ int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue);
  * for the commands still pending that were enqueued before the free of a
  * block handed out again since (none: nothing enqueued). */
 int lz_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue, const char *fn);
+/* A tier load's upload of layer is in place once event completes (queue:
+ * its copy queue): readers of the layer wait for it (lz_pool_order_reads).
+ * When it cannot be listed, waits for the event instead. */
+int lz_pool_fence_load(lazyattn_pool *pool, int layer, cl_event event, cl_command_queue queue);
+/* Before a command reads layer's blocks (-1: every layer's) on queue: a
+ * barrier on queue for the uploads into that layer still in flight (none:
+ * nothing enqueued). */
+int lz_pool_order_reads(const lazyattn_pool *pool, int layer, cl_command_queue queue,
+                        const char *fn);
 /* gens[i] = the generation of the block of packed entry words[i] (0 when
  * free or out of range); *frees = blocks freed so far. */
 void lz_pool_block_gens(const lazyattn_pool *pool, size_t n, const uint64_t *words, uint32_t *gens,

@@ -88,6 +88,7 @@ typedef struct bench_options {
     int tier_mode;          /* lazyattn_tier_mode */
     int tier_write_queue;   /* lazyattn_tier_options.write_queue (0: writes on this thread) */
     int tier_cost;          /* the cost rule: the prefill rate measured, given to the tier */
+    int tier_load;          /* lazyattn_tier_options.load: 0 pipelined (default), 1 sync */
     int processes;          /* 0: one process, the per-policy table */
     int rounds;             /* --processes: rounds of (separate, shared) */
     const char *devices_text; /* --devices as given */
@@ -153,6 +154,9 @@ static const char usage_text[] =
     "                            (0..1024; default 0: written on the serving thread)\n"
     "  --tier-cost               load a document from the tier only when that is faster than\n"
     "                            recomputing it (the prefill rate measured once at start)\n"
+    "  --tier-load pipelined|sync  upload a tier hit on the tier's copy queue, layer by layer,\n"
+    "                            while the forward runs (default), or wait for it in the\n"
+    "                            request's planning (the synchronous load, for comparison)\n"
     "  --processes N             N serving processes (1..64) on the workload, replicated\n"
     "                            (process i starts at request i*R/N): once with N separate\n"
     "                            caches, once sharing --tier (dir: or redis://); compares\n"
@@ -347,6 +351,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--tier-write-queue", .type = CLI_INT, .dest = &o->tier_write_queue, .min = 0,
          .max = LAZYATTN_MAX_TIER_WRITE_QUEUE},
         {.name = "--tier-cost", .type = CLI_FLAG, .dest = &o->tier_cost},
+        {.name = "--tier-load", .type = CLI_ENUM, .dest = &o->tier_load, .choices = "pipelined|sync"},
         {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
         {.name = "--rounds", .type = CLI_INT, .dest = &o->rounds, .min = 1, .max = 100},
         {.name = "--devices", .type = CLI_STRING, .dest = &o->devices_text},
@@ -410,6 +415,8 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         return cli_fail("rag_bench", "--tier-write-queue", "needs --tier");
     } else if (o->tier_cost) {
         return cli_fail("rag_bench", "--tier-cost", "needs --tier");
+    } else if (cli_given(opts, N_OPTS, "--tier-load")) {
+        return cli_fail("rag_bench", "--tier-load", "needs --tier");
     }
     if (cli_given(opts, N_OPTS, "--rounds") && !cli_given(opts, N_OPTS, "--processes"))
         return cli_fail("rag_bench", "--rounds", "needs --processes");
@@ -915,6 +922,7 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
         lazyattn_tier_options to;
         lazyattn_tier_options_init(&to);
         to.write_queue = o->tier_write_queue;
+        to.load = o->tier_load == 1 ? LAZYATTN_TIER_LOAD_SYNC : LAZYATTN_TIER_LOAD_PIPELINED;
         st = lazyattn_cache_set_tier_options(cache, b->tier, (lazyattn_tier_mode)o->tier_mode, &to);
         if (st) {
             serve_lz_fail(st, "lazyattn_cache_set_tier_options");

@@ -179,6 +179,8 @@ BAD = [
     ("rag_bench", ["--tier", "host:1MiB", "--tier-write-queue", "-1"], USAGE,
      "--tier-write-queue"),
     ("rag_bench", ["--tier-cost"], USAGE, "--tier-cost"),
+    ("rag_bench", ["--tier-load", "sync"], USAGE, "--tier-load"),
+    ("rag_bench", ["--tier", "host:1MiB", "--tier-load", "later"], USAGE, "--tier-load"),
     # the largest budget and the working sets in flight past 1 PiB: refused before any run
     ("rag_bench", RB_SMALL + ["--budget", "1024TiB", "--retained-budget"], USAGE,
      "--retained-budget"),
@@ -387,6 +389,8 @@ GOOD = [
                               "--out", "rbt"], ["rbt.csv"]),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tierw", "--tier-write-queue", "2",
                               "--tier-cost"], []),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "host:1MiB", "--tier-load", "sync"],
+     []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tier", "--processes", "2",
                               "--rounds", "2"], []),
     # the per-segment prefill path and host tables, and batched prefill in chunks of one block

@@ -359,7 +359,7 @@ int lazyattn_rope_apply(lazyattn_attention *a, int n_tokens, int n_heads, cl_mem
     if (a->cfg.rope.style == LAZYATTN_ROPE_NONE) {
         /* nothing to rotate; still give the caller an event that completes */
         if (event) {
-            cl_int err = clEnqueueMarker(lz_queue(a->ctx, queue), event);
+            cl_int err = clEnqueueMarkerWithWaitList(lz_queue(a->ctx, queue), 0, NULL, event);
             if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
         }
         return LAZYATTN_STATUS_OK;
@@ -389,6 +389,8 @@ static int lz_materialise_launch(lazyattn_attention *a, lazyattn_pool *pool, int
     LZ_CHECK_MEM(src, src_bytes, "src");
     LZ_CHECK_MEM(dst, dst_bytes, "dst");
     LZ_TRY(lz_pool_order_writes(pool, lz_queue(a->ctx, queue), fn));
+    /* the source blocks after their tier upload */
+    LZ_TRY(lz_pool_order_reads(pool, layer, lz_queue(a->ctx, queue), fn));
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = (cl_int)a->cfg.rope.style, rot = a->rot_dim, nkv = a->cfg.n_kv_heads;
     cl_int nb = (cl_int)lz_pool_n_blocks(pool);
@@ -431,6 +433,8 @@ static int lz_prefill_launch(lazyattn_attention *a, const lazyattn_pool *pool, i
     if (p->n_entries == 0) table = entry_pos = a->freq; /* never read; any valid buffer */
     LZ_CHECK_MEM(table, table_bytes, "table");
     LZ_CHECK_MEM(entry_pos, epos_bytes, "entry_pos");
+    /* the layer's blocks after their tier upload, if one is in flight */
+    LZ_TRY(lz_pool_order_reads(pool, layer, lz_queue(a->ctx, queue), fn));
 
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = (cl_int)a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
@@ -535,6 +539,8 @@ static int lz_prefill_batched_launch(lazyattn_attention *a, const lazyattn_pool 
         st = lz_portable_build_one(a, 2);
         if (st) return st;
     }
+    /* the layer's blocks after their tier upload, if one is in flight */
+    LZ_TRY(lz_pool_order_reads(pool, layer, lz_queue(a->ctx, queue), fn));
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = (cl_int)a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;
     cl_int nqh = a->cfg.n_q_heads, nkv = a->cfg.n_kv_heads, nb = (cl_int)lz_pool_n_blocks(pool);

@@ -10,6 +10,7 @@
  * for them (lz_pool_order_writes), on whatever queue either runs. */
 #include "checked_size.h"
 #include "internal.h"
+#include "attn/layer_fence.h"
 #include "attn/use_log.h"
 
 #include <stdlib.h>
@@ -38,6 +39,7 @@ struct lazyattn_pool {
     uint64_t reuse_stamp; /* the latest stamp of a block handed out again whose uses may
                              still run (0: none): writes wait for the uses before it */
     uint32_t *gen;        /* [n_blocks]: bumped at each free, never 0 (device plans' check) */
+    lz_layer_fence loads; /* uploads in flight, per layer (readers wait: lz_pool_order_reads) */
     /* Guards everything below and the accounting above (free_stack, n_free,
      * allocated, peak_used, n_allocs, n_frees, the reuse fields); the rest is
      * fixed at create. */
@@ -161,6 +163,10 @@ int lazyattn_pool_create(lazyattn_context *ctx, const lazyattn_pool_config *conf
             st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create");
             goto fail;
         }
+        if (lz_layer_fence_init(&pool->loads, config->n_layers)) {
+            st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "lazyattn_pool_create");
+            goto fail;
+        }
         size_t bytes = (size_t)(n_blocks * per_layer_block); /* checked above */
         for (int l = 0; l < config->n_layers; l++) {
             cl_int err;
@@ -193,6 +199,7 @@ static void lz_pool_free_all(lazyattn_pool *pool) {
     free(pool->stamp);
     free(pool->gen);
     lz_use_log_free(&pool->uses);
+    lz_layer_fence_free(&pool->loads);
     if (pool->lock_ok) lz_mutex_destroy(&pool->lock);
     free(pool);
 }
@@ -393,6 +400,9 @@ int64_t lz_pool_n_blocks(const lazyattn_pool *pool) { return pool ? pool->n_bloc
 
 /* ---- reuse after use ------------------------------------------------------ */
 
+static int lz_barrier_on(cl_command_queue queue, size_t n, cl_event *events,
+                         cl_command_queue *queues, const char *fn);
+
 /* The event of an engine's command over the pool's blocks: recorded until
  * it completes. When the log cannot grow the command is waited for instead
  * (nothing can then rewrite its blocks under it). */
@@ -433,9 +443,16 @@ int lz_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue, const char
     lz_mutex_unlock(&pool->lock);
     if (st) return lz_fail(st, "%s: the wait list of reused blocks", fn);
     if (n == 0) return LAZYATTN_STATUS_OK;
-    /* another queue's commands must be flushed before a queue waits on them */
+    return lz_barrier_on(queue, n, events, queues, fn);
+}
+
+/* A barrier on queue for n events (their queues flushed first, as OpenCL
+ * asks before another queue waits on them); releases what it was given. */
+static int lz_barrier_on(cl_command_queue queue, size_t n, cl_event *events,
+                         cl_command_queue *queues, const char *fn) {
     for (size_t i = 0; i < n; i++)
-        if (queues[i] && (i == 0 || queues[i] != queues[i - 1])) clFlush(queues[i]);
+        if (queues[i] && (i == 0 || queues[i] != queues[i - 1]))
+            clFlush(queues[i]);
     cl_int err = clEnqueueBarrierWithWaitList(queue, (cl_uint)n, events, NULL);
     for (size_t i = 0; i < n; i++) {
         clReleaseEvent(events[i]);
@@ -445,6 +462,44 @@ int lz_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue, const char
     free(queues);
     if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
     return LAZYATTN_STATUS_OK;
+}
+
+int lz_pool_fence_load(lazyattn_pool *pool, int layer, cl_event event, cl_command_queue queue) {
+    if (!pool->ctx) return LAZYATTN_STATUS_OK;
+    lz_mutex_lock(&pool->lock);
+    int st = lz_layer_fence_add(&pool->loads, layer, event, queue);
+    lz_mutex_unlock(&pool->lock);
+    if (st) { /* not listed: nothing may read the layer before it is in place */
+        clFlush(queue);
+        cl_int err = clWaitForEvents(1, &event);
+        if (err != CL_SUCCESS) return lz_cl_fail(err, "tier load: clWaitForEvents");
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
+int lz_pool_order_reads(const lazyattn_pool *pool, int layer, cl_command_queue queue,
+                        const char *fn) {
+    if (!pool || !pool->ctx) return LAZYATTN_STATUS_OK;
+    lazyattn_pool *p = (lazyattn_pool *)pool; /* the fence is not the pool's state */
+    cl_event *events = NULL;
+    cl_command_queue *queues = NULL;
+    size_t n = 0;
+    lz_mutex_lock(&p->lock);
+    int st = lz_layer_fence_pending(&p->loads, layer, &events, &queues, &n);
+    lz_mutex_unlock(&p->lock);
+    if (st) return lz_fail(st, "%s: the wait list of uploads in flight", fn);
+    if (n == 0) return LAZYATTN_STATUS_OK;
+    return lz_barrier_on(queue, n, events, queues, fn);
+}
+
+int lazyattn_pool_order_reads(lazyattn_pool *pool, int layer, cl_command_queue queue) {
+    static const char fn[] = "lazyattn_pool_order_reads";
+    LZ_CHECK_ARG(pool != NULL, "%s: pool is NULL", fn);
+    LZ_CHECK_LIVE(pool, LZ_MAGIC_POOL, fn, "pool");
+    LZ_CHECK_ARG(pool->ctx != NULL, "%s: the pool keeps accounting only (no commands run on it)", fn);
+    LZ_CHECK_ARG(layer >= -1 && layer < pool->config.n_layers, "%s: layer %d outside -1..%d", fn,
+                 layer, pool->config.n_layers - 1);
+    return lz_pool_order_reads(pool, layer, lz_queue(pool->ctx, queue), fn);
 }
 
 int lazyattn_pool_record_use(lazyattn_pool *pool, int n, const cl_event *events) {

@@ -169,6 +169,8 @@ int lz_decode_launch(lazyattn_attention *a, const lazyattn_pool *pool, int layer
                            (size_t)d->n_seqs, (size_t)a->cfg.n_q_heads, (size_t)n_splits));
     st = lz_reserve_partials(a, rows);
     if (st) return st;
+    /* the layer's blocks after their tier upload, if one is in flight */
+    LZ_TRY(lz_pool_order_reads(pool, layer, lz_queue(a->ctx, queue), fn));
 
     cl_mem kc = lazyattn_pool_k_buffer(pool, layer), vc = lazyattn_pool_v_buffer(pool, layer);
     cl_int style = (cl_int)a->cfg.rope.style, rot = a->rot_dim, alibi = a->cfg.alibi;

@@ -40,6 +40,8 @@ typedef struct lz_entry {
     int committed;        /* in the index (a cache entry); else owned by one request */
     int scratch;          /* lazyattn_cache_validate */
     int in_tier;          /* loaded from or written to the cache's tier */
+    uint64_t load_id;     /* nonzero: loaded by a pipelined tier upload, this one */
+    int discarded;        /* its upload failed: found by no lookup, evicted when unpinned */
     struct lz_entry *hnext;   /* key chain */
     struct lz_entry *dnext;   /* doc chain (POSITION) */
     struct lz_entry *lru_prev, *lru_next; /* in the LRU list iff committed && !refcount */
@@ -117,6 +119,13 @@ lz_entry *lz_cache_find_doc(const lazyattn_cache *c, uint64_t doc_hash, const in
                             int n_tokens);
 void lz_cache_pin(lazyattn_cache *c, lz_entry *e);
 void lz_cache_unpin(lazyattn_cache *c, lz_entry *e);
+/* Drops a committed entry whose K/V cannot be trusted (a failed upload):
+ * no lookup finds it from now on; evicted (without write-back or callback)
+ * now, or when its last holder unpins it. */
+void lz_cache_discard(lazyattn_cache *c, lz_entry *e);
+/* The committed LAZY entry of doc_hash loaded by upload load_id, or NULL
+ * (evicted since). */
+lz_entry *lz_cache_find_loaded(const lazyattn_cache *c, uint64_t doc_hash, uint64_t load_id);
 /* n blocks for this cache: evicts LRU entries as needed, allocates them
  * into ids[0..n) and counts them held. BUDGET_EXCEEDED (nothing evicted,
  * counted as a budget failure for_request) when even evicting every unpinned entry
@@ -171,6 +180,10 @@ typedef struct lz_tier_ops {
      * ended uncommitted, or an equal entry was committed first): gives
      * back the document's lease if this cache took it. */
     void (*abandon)(lazyattn_cache *c, lazyattn_store *store, const lz_entry *e);
+    /* Gives back what the uploads seen complete read; a document whose
+     * upload failed is discarded, and the first failure's status returned
+     * (OK: none). Never waits. */
+    int (*settle)(lazyattn_cache *c);
 } lz_tier_ops;
 
 /* The cache's tier store (NULL: none), its mode and operations. */
@@ -215,9 +228,24 @@ int lz_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, const char 
                          size_t *bytes);
 int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, size_t capacity,
                     const char *w, size_t *written);
-/* lazyattn_cache_import without the public checks; who names the caller. */
+/* How an import uploads its blocks (lz_cache_import_bytes). */
+typedef struct lz_upload {
+    cl_command_queue queue; /* in order, on the pool's context: the tier's copy queue */
+    cl_event gate;          /* tests: the upload starts after it (NULL: at once) */
+    cl_event done;          /* out: complete once every layer is in place (retained;
+                               NULL when nothing was uploaded: cached already) */
+    void *keep;             /* out: host memory the upload reads besides the data (a
+                               TILED pool's reorder; NULL: none), to free once done */
+    lz_entry *entry;        /* out: the entry committed (NULL: cached already) */
+} lz_upload;
+/* lazyattn_cache_import without the public checks; who names the caller.
+ * up NULL: uploads on the context's queue and waits. Else enqueues the
+ * upload on up->queue layer by layer, each layer's last copy fenced in the
+ * pool (lz_pool_fence_load) and the whole a use of the pool, and returns
+ * without waiting: data (and up->keep) must stay alive until up->done
+ * completed. */
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
-                          const char *who);
+                          const char *who, lz_upload *up);
 /* The export of committed LAZY entry e (exactly this entry, whatever other
  * entry shares its 64-bit hash) in a new buffer *out of *size bytes (the
  * caller frees it). */

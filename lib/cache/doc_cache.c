@@ -140,7 +140,8 @@ static void lz_lru_push_front(lazyattn_cache *c, lz_entry *e) {
 
 static int lz_same(const lz_entry *e, uint64_t key, uint64_t doc_hash, int32_t stored_start,
                    int first_of_doc, const int32_t *tokens, int n_tokens) {
-    return e->key == key && e->doc_hash == doc_hash && e->stored_start == stored_start &&
+    return !e->discarded && e->key == key && e->doc_hash == doc_hash &&
+           e->stored_start == stored_start &&
            e->first_of_doc == first_of_doc && e->n_tokens == n_tokens &&
            memcmp(e->tokens, tokens, (size_t)n_tokens * sizeof *tokens) == 0;
 }
@@ -242,13 +243,28 @@ void lz_cache_pin(lazyattn_cache *c, lz_entry *e) {
     e->refcount++;
 }
 
+static void lz_cache_evict(lazyattn_cache *c, lz_entry *e, int notify);
+
 void lz_cache_unpin(lazyattn_cache *c, lz_entry *e) {
     e->refcount--;
     if (e->committed && e->refcount == 0) {
         lz_lru_push_front(c, e);
         c->evictable_blocks += e->n_blocks;
         c->n_pinned--;
+        if (e->discarded) lz_cache_evict(c, e, 0); /* its last holder let it go */
     }
+}
+
+void lz_cache_discard(lazyattn_cache *c, lz_entry *e) {
+    e->discarded = 1; /* no lookup finds it from here on */
+    if (e->committed && e->refcount == 0) lz_cache_evict(c, e, 0);
+}
+
+lz_entry *lz_cache_find_loaded(const lazyattn_cache *c, uint64_t doc_hash, uint64_t load_id) {
+    if (!c->by_key.n_buckets) return NULL;
+    for (lz_entry *e = c->by_key.buckets[doc_hash & (c->by_key.n_buckets - 1)]; e; e = e->hnext)
+        if (e->load_id == load_id && e->doc_hash == doc_hash) return e;
+    return NULL;
 }
 
 /* notify: call the eviction callback first (not at cache destroy). */
@@ -395,7 +411,9 @@ void lz_cache_callout_end(lazyattn_cache *c, const char *outer) { c->callout = o
 lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash) {
     if (!c->by_key.n_buckets) return NULL;
     for (lz_entry *e = c->by_key.buckets[doc_hash & (c->by_key.n_buckets - 1)]; e; e = e->hnext)
-        if (e->key == doc_hash && e->doc_hash == doc_hash && e->stored_start == 0) return e;
+        if (!e->discarded && e->key == doc_hash && e->doc_hash == doc_hash &&
+            e->stored_start == 0)
+            return e;
     return NULL;
 }
 

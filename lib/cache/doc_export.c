@@ -194,6 +194,9 @@ int lazyattn_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, size_
 static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool,
                           const lazyattn_pool_config *pc, const lz_entry *e, uint8_t *kv) {
     size_t per = (size_t)lz_block_layer_bytes(pc);
+    /* after the tier uploads into the blocks still in flight */
+    int st = lz_pool_order_reads(pool, -1, ctx->queue, "lazyattn_cache_export");
+    if (st) return st;
     for (int l = 0; l < pc->n_layers; l++)
         for (int which = 0; which < 2; which++) {
             cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
@@ -470,9 +473,11 @@ static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, siz
 
 /* The payload's K/V part (ROWS order), for each layer its K blocks then its
  * V blocks, written to the pool's blocks in the pool's layout (through
- * staging, lz_staging_new's, for a TILED pool); waits. */
+ * staging, lz_staging_new's, for a TILED pool); runs of consecutive blocks
+ * in one copy. up NULL: on the context's queue, and waits; else on
+ * up->queue without waiting, each layer fenced (lz_upload). */
 static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int32_t *blocks,
-                           int n_blocks, const uint8_t *kv, uint8_t *staging) {
+                           int n_blocks, const uint8_t *kv, uint8_t *staging, lz_upload *up) {
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(pool, &pc);
     size_t per = (size_t)lz_block_layer_bytes(&pc);
@@ -481,25 +486,59 @@ static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int
                              pc.head_dim, lazyattn_dtype_size(pc.dtype));
         kv = staging;
     }
+    static const char w[] = "lazyattn_cache_import";
+    cl_command_queue q = up ? up->queue : ctx->queue;
     /* blocks handed out again are written after the commands that read them */
-    int st = lz_pool_order_writes(pool, ctx->queue, "lazyattn_cache_import");
+    int st = lz_pool_order_writes(pool, q, w);
     if (st) return st;
     cl_int err = CL_SUCCESS;
-    for (int l = 0; l < pc.n_layers && err == CL_SUCCESS; l++)
+    if (up && up->gate) err = clEnqueueBarrierWithWaitList(q, 1, &up->gate, NULL);
+    for (int l = 0; l < pc.n_layers && err == CL_SUCCESS && !st; l++)
         for (int which = 0; which < 2 && err == CL_SUCCESS; which++) {
             cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
-            for (int b = 0; b < n_blocks && err == CL_SUCCESS; b++, kv += per)
-                err = clEnqueueWriteBuffer(ctx->queue, m, CL_FALSE, (size_t)blocks[b] * per, per,
-                                           kv, 0, NULL, NULL);
+            for (int b = 0; b < n_blocks && err == CL_SUCCESS;) {
+                int run = 1;
+                while (b + run < n_blocks && blocks[b + run] == blocks[b] + run) run++;
+                /* the layer's last copy: in order, the layer is in place after it */
+                int last = up && which == 1 && b + run == n_blocks;
+                cl_event ev = NULL;
+                err = clEnqueueWriteBuffer(q, m, CL_FALSE, (size_t)blocks[b] * per,
+                                           (size_t)run * per, kv, 0, NULL, last ? &ev : NULL);
+                kv += (size_t)run * per;
+                b += run;
+                if (err != CL_SUCCESS || !ev) continue;
+                st = lz_pool_fence_load(pool, l, ev, q);
+                if (l == pc.n_layers - 1 && !st)
+                    up->done = ev;
+                else
+                    clReleaseEvent(ev);
+            }
         }
-    cl_int fin = clFinish(ctx->queue); /* the writes read staging until they complete */
-    if (err == CL_SUCCESS) err = fin;
-    if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_cache_import: clEnqueueWriteBuffer");
+    if (!up || err != CL_SUCCESS || st) {
+        cl_int fin = clFinish(q); /* the writes read the data until they complete */
+        if (err == CL_SUCCESS) err = fin;
+        if (up && up->done) {
+            clReleaseEvent(up->done);
+            up->done = NULL;
+        }
+        if (st) return st;
+        if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_cache_import: clEnqueueWriteBuffer");
+        return LAZYATTN_STATUS_OK;
+    }
+    /* a use of the pool: blocks freed while it runs are rewritten after it */
+    err = clFlush(q);
+    if (err == CL_SUCCESS) st = lazyattn_pool_record_use(pool, 1, &up->done);
+    if (err != CL_SUCCESS || st) {
+        clFinish(q);
+        clReleaseEvent(up->done);
+        up->done = NULL;
+        return st ? st : lz_cl_fail(err, "lazyattn_cache_import: clFlush");
+    }
     return LAZYATTN_STATUS_OK;
 }
 
 static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t *doc_hash,
-                     const char *w) {
+                     const char *w, lz_upload *up) {
     lz_kv_header h;
     int st = lz_import_check_header(c, p, size, w, &h);
     if (st) return st;
@@ -560,13 +599,19 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
     memcpy(e->digest, h.digest, sizeof e->digest);
     e->stored_start = 0;
     if (ctx) {
-        st = lz_import_write(ctx, pool, blocks, n_blocks, payload + 4 * (size_t)n_tokens, staging);
+        st = lz_import_write(ctx, pool, blocks, n_blocks, payload + 4 * (size_t)n_tokens, staging,
+                             up);
         if (st) {
             lz_cache_drop(c, e);
             goto out;
         }
     }
     lz_cache_add_imported(c, e); /* cannot find an equal entry: checked above */
+    if (up) {
+        up->entry = e;
+        up->keep = staging; /* read by the upload until it completes */
+        staging = NULL;
+    }
 out:
     free(staging);
     free(tokens);
@@ -575,8 +620,9 @@ out:
 }
 
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
-                          const char *who) {
-    return lz_import(c, data, size, doc_hash, who);
+                          const char *who, lz_upload *up) {
+    if (up) up->done = NULL, up->keep = NULL, up->entry = NULL;
+    return lz_import(c, data, size, doc_hash, who, up);
 }
 
 /* lz_import as a public call (entered for changes) named w. */
@@ -584,7 +630,7 @@ static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
                              uint64_t *doc_hash, const char *w) {
     int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken);
     if (st) return st;
-    st = lz_import(c, p, size, doc_hash, w);
+    st = lz_import(c, p, size, doc_hash, w, NULL);
     lz_cache_leave(c, taken);
     return st;
 }

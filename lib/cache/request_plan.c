@@ -450,7 +450,10 @@ int lazyattn_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
     if (st) return st;
     int taken;
     if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
-    st = lz_request_create(c, d, out);
+    /* a pipelined tier upload that failed since is reported here, once */
+    const lz_tier_ops *tier_ops = NULL;
+    if (lz_cache_tier(c, NULL, &tier_ops) && tier_ops->settle) st = tier_ops->settle(c);
+    if (!st) st = lz_request_create(c, d, out);
     lz_cache_leave(c, taken);
     return st;
 }

@@ -9,44 +9,88 @@
 #include "cache/cache_policy.h"
 #include "store/store_internal.h"
 #include "store/tier_lease.h"
+#include "store/tier_staging.h"
 #include "store/tier_writer.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+/* A pipelined upload in flight: what it reads, given back once it ended. */
+typedef struct lz_tier_upload {
+    cl_event done;              /* complete once every layer is in place */
+    uint64_t doc_hash, load_id; /* its entry (lz_cache_find_loaded) */
+    lazyattn_store_value value; /* the store's value (value.data NULL: none) ... */
+    uint8_t *copy;              /* ... or the tier's copy of it */
+    void *keep;                 /* the import's reorder buffer (TILED), or NULL */
+    int slot;                   /* the staging slot the value or copy is in (-1: none) */
+} lz_tier_upload;
+
 /* The tier's state, the cache's lz_cache_tier_state: its background
- * writer and the cost rule's measurements (serving thread only). */
+ * writer, its pipelined uploads and the cost rule's measurements (serving
+ * thread only). */
 typedef struct lz_tier {
+    lazyattn_cache *cache;
+    lazyattn_store *store;
     lz_tier_writer *writer;  /* NULL: writes on the calling thread */
     double recompute_rate;   /* document tokens per second; 0: always load */
     double load_bytes;       /* bytes loaded so far ... */
     double load_seconds;     /* ... and the time their gets and uploads took */
     int64_t skipped_by_cost; /* counter, reset with the cache's */
+    /* pipelined loads (LAZYATTN_TIER_LOAD_PIPELINED) */
+    cl_command_queue copy_queue; /* NULL: loads are synchronous */
+    lz_tier_staging staging;     /* pinned memory the uploads read from, where they can */
+    lz_tier_upload *uploads;     /* [cap_uploads], n_uploads in flight */
+    int n_uploads, cap_uploads;
+    uint64_t next_load_id;
+    cl_event gate;               /* tests: uploads start after it (lz_tier_hold_uploads) */
+    cl_int fault;                /* tests: uploads ended are taken to have failed with it
+                                    (lz_tier_fail_uploads; 0: none) */
+    int64_t pipelined, failures; /* counters, reset with the cache's */
 } lz_tier;
 
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
                         int n_tokens, lz_tally *t);
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
+static int lz_tier_track(lazyattn_cache *c, lz_tier *tier, lz_upload *up,
+                         const lazyattn_store_value *v, uint8_t *copy, int slot);
+
+static int lz_tier_settle(lazyattn_cache *c);
+static void lz_tier_settle_all(lz_tier *tier, int wait);
 
 static void lz_tier_stats(void *state, lazyattn_cache_stats *s) {
     lz_tier *tier = state;
     if (tier->writer) lz_tier_writer_stats(tier->writer, s);
-    if (s)
+    if (s) {
         s->tier_skipped_by_cost += tier->skipped_by_cost;
-    else
-        tier->skipped_by_cost = 0;
+        s->tier_loads_pipelined += tier->pipelined;
+        s->tier_load_failures += tier->failures;
+        s->tier_loads_pending += tier->n_uploads;
+    } else {
+        tier->skipped_by_cost = tier->pipelined = tier->failures = 0;
+    }
 }
 
 static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
     lz_tier *tier = state;
+    /* the uploads in flight end first: they read the values given back */
+    lz_tier_settle_all(tier, 1);
     if (tier->writer) lz_tier_writer_destroy(tier->writer, into);
     into->tier_skipped_by_cost += tier->skipped_by_cost;
+    into->tier_loads_pipelined += tier->pipelined;
+    into->tier_load_failures += tier->failures;
+    if (tier->gate) clReleaseEvent(tier->gate);
+    if (tier->copy_queue) {
+        lz_staging_free(&tier->staging);
+        clReleaseCommandQueue(tier->copy_queue);
+    }
+    free(tier->uploads);
     free(tier);
 }
 
 static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write, lz_tier_stats,
-                                             lz_tier_detach, lz_tier_lease_abandon};
+                                             lz_tier_detach, lz_tier_lease_abandon,
+                                             lz_tier_settle};
 
 /* One warning a kind, rate-limited (lz_log_rated): the store failed, its
  * value was refused, a write failed. */
@@ -60,6 +104,8 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
     LZ_CHECK_ARG(o->write_queue >= 0 && o->write_queue <= LAZYATTN_MAX_TIER_WRITE_QUEUE,
                  "%s: write_queue %d outside 0..%d", w, o->write_queue,
                  LAZYATTN_MAX_TIER_WRITE_QUEUE);
+    LZ_CHECK_ARG(o->load == LAZYATTN_TIER_LOAD_SYNC || o->load == LAZYATTN_TIER_LOAD_PIPELINED,
+                 "%s: unknown load %d", w, (int)o->load);
     if (store && !lazyattn_store_name(store))
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: not a live store", w);
     if (store && !lz_cache_policy(c)->tiered)
@@ -73,10 +119,27 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
     lz_tier *tier = NULL;
     if (store && !(tier = calloc(1, sizeof *tier)))
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: the tier", w);
+    if (tier) {
+        tier->cache = c;
+        tier->store = store;
+    }
+    /* pipelined loads: a copy queue of their own, in order, on the pool's device */
+    if (tier && o->load == LAZYATTN_TIER_LOAD_PIPELINED) {
+        lazyattn_context *ctx = lz_pool_context(lz_cache_pool(c));
+        cl_int err;
+        tier->copy_queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
+        if (err != CL_SUCCESS) {
+            free(tier);
+            return lz_cl_fail(err, "lazyattn_cache_set_tier: the tier's copy queue "
+                                   "(clCreateCommandQueue)");
+        }
+        lz_staging_init(&tier->staging, ctx->context, tier->copy_queue);
+    }
     /* writes off the serving thread: a writer of its own */
     if (tier && mode != LAZYATTN_TIER_READ_ONLY && o->write_queue > 0) {
         int st = lz_tier_writer_create(lz_cache_pool(c), store, o->write_queue, &tier->writer);
         if (st) {
+            if (tier->copy_queue) clReleaseCommandQueue(tier->copy_queue);
             free(tier);
             return st;
         }
@@ -135,9 +198,9 @@ int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *c, double tokens_per_
 /* The store's operations run the engine's code: callouts of the cache
  * (lz_cache_enter refuses what they must not do to it). */
 static int lz_tier_get(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
-                       lazyattn_store_value *v) {
+                       const lz_store_room *room, lazyattn_store_value *v) {
     const char *outer = lz_cache_callout_begin(c, "the tier store's get");
-    int st = lazyattn_store_get(s, key, v);
+    int st = lz_store_get_into(s, key, room, v);
     lz_cache_callout_end(c, outer);
     return st;
 }
@@ -182,9 +245,30 @@ static int lz_tier_recompute_cheaper(const lazyattn_cache *c, const lz_tier *tie
     return load_s >= (double)n_tokens / tier->recompute_rate;
 }
 
+/* A pipelined load's pinned staging slot (-1: none taken). */
+typedef struct lz_staging_pick {
+    lz_tier *tier;
+    int slot;
+} lz_staging_pick;
+
+static void lz_pick_give(lz_staging_pick *p) {
+    if (p->slot >= 0) lz_staging_give(&p->tier->staging, p->slot);
+    p->slot = -1;
+}
+
+/* The room a store reads a value into: a staging slot, or NULL (none free). */
+static uint8_t *lz_pick_take(void *user, size_t size) {
+    lz_staging_pick *p = user;
+    lz_pick_give(p); /* an earlier read's, which failed */
+    return lz_staging_take(&p->tier->staging, size, &p->slot);
+}
+
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
                         int n_tokens, lz_tally *t) {
     lz_tier *tier = lz_cache_tier_state(c);
+    lz_staging_pick pick = {tier, -1};
+    lz_store_room room = {lz_pick_take, &pick};
+    const lz_store_room *into = tier->copy_queue ? &room : NULL; /* pipelined only */
     if (lz_tier_recompute_cheaper(c, tier, n_tokens)) {
         tier->skipped_by_cost++;
         return 0;
@@ -194,16 +278,18 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
     memcpy(key.digest, digest, sizeof key.digest);
     uint64_t doc_hash = lz_digest_hash(digest);
     lazyattn_store_value v;
-    int st = lz_tier_get(c, store, key, &v);
+    int st = lz_tier_get(c, store, key, into, &v);
     if (st == LAZYATTN_STATUS_NOT_FOUND && lz_tier_lease_miss(c, store, key, t)) {
         t0 = lz_seconds_now(); /* the wait is no part of the load's cost */
-        st = lz_tier_get(c, store, key, &v); /* written while this cache waited */
+        st = lz_tier_get(c, store, key, into, &v); /* written while this cache waited */
     }
     if (st == LAZYATTN_STATUS_NOT_FOUND) {
+        lz_pick_give(&pick);
         t->tier_misses++;
         return 0;
     }
     if (st) {
+        lz_pick_give(&pick);
         /* FORMAT: the store found something it could not assemble (Redis:
          * a chunk missing or mixed): refused data, not a store failure */
         if (st == LAZYATTN_STATUS_FORMAT)
@@ -223,7 +309,9 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
     uint8_t *copy = NULL;
     size_t size = v.size;
     if (!lz_store_values_private(store)) {
-        copy = malloc(size ? size : 1);
+        /* pinned where a slot is free (pipelined loads) */
+        if (tier->copy_queue) copy = lz_staging_take(&tier->staging, size, &pick.slot);
+        if (!copy) copy = malloc(size ? size : 1);
         if (copy && size) memcpy(copy, v.data, size);
         lz_tier_release(c, store, &v);
         if (!copy) {
@@ -237,6 +325,7 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         data = copy;
     }
     lazyattn_kv_info info;
+    lz_upload up = {0};
     int rejected = 0;
     st = lazyattn_kv_describe(data, size, &info);
     if (!st && (info.model_id != key.model_id ||
@@ -250,7 +339,10 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         rejected = 1;
     else {
         uint64_t got = 0;
-        st = lz_cache_import_bytes(c, data, size, &got, "tier import");
+        up.queue = tier->copy_queue;
+        up.gate = tier->gate;
+        st = lz_cache_import_bytes(c, data, size, &got, "tier import",
+                                   tier->copy_queue ? &up : NULL);
         /* refused data (FORMAT; INVALID_ARGUMENT: another identity) is
          * rejected; anything else (no room next to the pinned working set,
          * out of memory) counts as an error */
@@ -269,11 +361,127 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         tier->load_bytes += (double)size; /* the get, the checks and the upload */
         tier->load_seconds += lz_seconds_now() - t0;
     }
-    if (copy)
-        free(copy);
-    else
+    /* an upload in flight keeps what it reads until it ended */
+    if (up.done && lz_tier_track(c, tier, &up, copy ? NULL : &v, copy, pick.slot)) return 1;
+    if (!copy)
         lz_tier_release(c, store, &v);
+    else if (pick.slot < 0)
+        free(copy);
+    lz_pick_give(&pick);
     return st == LAZYATTN_STATUS_OK;
+}
+
+// ---- pipelined uploads ----
+
+/* Gives back what upload u read (its store value, or the tier's copy, and
+ * its staging slot). */
+static void lz_upload_free(lz_tier *tier, lz_tier_upload *u) {
+    clReleaseEvent(u->done);
+    if (u->value.data) lz_tier_release(tier->cache, tier->store, &u->value);
+    if (u->slot >= 0)
+        lz_staging_give(&tier->staging, u->slot);
+    else
+        free(u->copy);
+    free(u->keep);
+}
+
+/* Keeps the upload of up (entry, event, what it reads) until it ended: 1;
+ * 0 when it cannot be listed, after waiting for it (the caller gives back
+ * what it read). */
+static int lz_tier_track(lazyattn_cache *c, lz_tier *tier, lz_upload *up,
+                         const lazyattn_store_value *v, uint8_t *copy, int slot) {
+    tier->pipelined++;
+    up->entry->load_id = ++tier->next_load_id;
+    if (tier->n_uploads == tier->cap_uploads) {
+        int cap = tier->cap_uploads ? 2 * tier->cap_uploads : 16;
+        lz_tier_upload *u = realloc(tier->uploads, (size_t)cap * sizeof *u);
+        if (u) {
+            tier->uploads = u;
+            tier->cap_uploads = cap;
+        }
+    }
+    if (tier->n_uploads < tier->cap_uploads) {
+        lz_tier_upload *u = &tier->uploads[tier->n_uploads++];
+        memset(u, 0, sizeof *u);
+        u->done = up->done;
+        u->doc_hash = up->entry->doc_hash;
+        u->load_id = up->entry->load_id;
+        if (v) u->value = *v;
+        u->copy = copy;
+        u->keep = up->keep;
+        u->slot = slot;
+        return 1;
+    }
+    /* no room to remember it: it ends before its memory is given back */
+    cl_int err = clWaitForEvents(1, &up->done), status = CL_COMPLETE;
+    clGetEventInfo(up->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL);
+    if (err != CL_SUCCESS || status < 0) {
+        tier->failures++;
+        lz_cache_discard(c, up->entry);
+    }
+    clReleaseEvent(up->done);
+    free(up->keep);
+    return 0;
+}
+
+/* Settles the uploads that ended (wait: waits for all first): memory given
+ * back, the documents of failed ones discarded. The first failure's status
+ * (OK: none), with the reason recorded. */
+static int lz_tier_settle_uploads(lz_tier *tier, int wait) {
+    if (wait && tier->n_uploads) clFinish(tier->copy_queue);
+    int st = LAZYATTN_STATUS_OK, w = 0;
+    for (int i = 0; i < tier->n_uploads; i++) {
+        lz_tier_upload *u = &tier->uploads[i];
+        cl_int status = CL_QUEUED;
+        cl_int err = clGetEventInfo(u->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status,
+                                    &status, NULL);
+        if (err == CL_SUCCESS && status > CL_COMPLETE) { /* still running */
+            tier->uploads[w++] = *u;
+            continue;
+        }
+        if (err == CL_SUCCESS && tier->fault) status = tier->fault;
+        if (err != CL_SUCCESS || status < 0) {
+            tier->failures++;
+            lz_entry *e = lz_cache_find_loaded(tier->cache, u->doc_hash, u->load_id);
+            if (e) lz_cache_discard(tier->cache, e);
+            int code = err != CL_SUCCESS ? (int)err : (int)status;
+            int fst = lz_fail(LAZYATTN_STATUS_OPENCL,
+                              "tier: the upload of document %016llx failed on the device "
+                              "(OpenCL status %d); the document was dropped from the cache and "
+                              "is recomputed next time (commands that read it meanwhile read an "
+                              "incomplete copy)",
+                              (unsigned long long)u->doc_hash, code);
+            lz_log(lz_pool_context(lz_cache_pool(tier->cache)), LAZYATTN_LOG_WARN, "%s",
+                   lazyattn_last_error());
+            if (!st) st = fst;
+        }
+        lz_upload_free(tier, u);
+    }
+    tier->n_uploads = w;
+    return st;
+}
+
+static void lz_tier_settle_all(lz_tier *tier, int wait) {
+    if (tier->n_uploads) lz_tier_settle_uploads(tier, wait);
+}
+
+static int lz_tier_settle(lazyattn_cache *c) {
+    lz_tier *tier = lz_cache_tier_state(c);
+    if (!tier || !tier->n_uploads) return LAZYATTN_STATUS_OK;
+    return lz_tier_settle_uploads(tier, 0);
+}
+
+void lz_tier_fail_uploads(lazyattn_cache *c, cl_int status) {
+    lz_tier *tier = lz_cache_tier_state(c);
+    if (tier) tier->fault = status;
+}
+
+void lz_tier_hold_uploads(lazyattn_cache *c, cl_event gate) {
+    lz_tier *tier = lz_cache_tier_state(c);
+    if (!tier) return;
+    if (tier->gate) clReleaseEvent(tier->gate);
+    tier->gate = gate;
+    if (gate) clRetainEvent(gate);
 }
 
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {

@@ -185,6 +185,16 @@ int lazyattn_store_get(lazyattn_store *s, lazyattn_doc_key key, lazyattn_store_v
     return st;
 }
 
+int lz_store_get_into(lazyattn_store *s, lazyattn_doc_key key, const lz_store_room *room,
+                      lazyattn_store_value *value) {
+    if (!room || !s || s->magic != LZ_MAGIC_STORE || s->ops.get != lz_store_dir_ops.get)
+        return lazyattn_store_get(s, key, value);
+    memset(value, 0, sizeof *value);
+    int st = lz_dir_get_into(s->impl, key, room, value);
+    if (st) memset(value, 0, sizeof *value);
+    return st;
+}
+
 void lazyattn_store_release(lazyattn_store *s, lazyattn_store_value *value) {
     if (!s || !value || (!value->data && !value->handle)) return;
     if (s->magic != LZ_MAGIC_STORE) {

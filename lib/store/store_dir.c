@@ -62,7 +62,8 @@ static int lz_read_all(int fd, uint8_t *p, size_t n, size_t *got) {
 /* The file is read once into private memory, the value handed out: what
  * the reader checks is what it uses, whatever happens to the file (a copy
  * rewriting it in place, a truncation) after or during the read. */
-static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
+int lz_dir_get_into(void *impl, lazyattn_doc_key key, const lz_store_room *room,
+                    lazyattn_store_value *v) {
     lz_dir *d = impl;
     char *file = lz_dir_file(d, key);
     if (!file) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store");
@@ -88,7 +89,7 @@ static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v)
     }
     struct stat sb;
     int st = LAZYATTN_STATUS_OK;
-    uint8_t *buf = NULL;
+    uint8_t *buf = NULL, *own = NULL; /* own: malloc'ed here (else the room's) */
     size_t got = 0;
     if (fstat(fd, &sb) != 0) {
         st = lz_fail(LAZYATTN_STATUS_IO, "dir store: %s: %s", file, strerror(errno));
@@ -98,10 +99,15 @@ static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v)
     } else if (sb.st_size <= 0 || (uint64_t)sb.st_size > SIZE_MAX) {
         st = lz_fail(LAZYATTN_STATUS_FORMAT, "dir store: %s: %lld bytes", file,
                      (long long)sb.st_size);
-    } else if (!(buf = malloc((size_t)sb.st_size))) {
+    } else if (!(room && (buf = room->take(room->user, (size_t)sb.st_size)) != NULL) &&
+               !(own = buf = malloc((size_t)sb.st_size))) {
         st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "dir store: %s: %lld bytes", file,
                      (long long)sb.st_size);
     } else {
+#if defined(POSIX_FADV_SEQUENTIAL)
+        /* read whole, front to back: the kernel reads ahead in large pieces */
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
         /* the size fstat gave: a file growing meanwhile is read that far */
         int e = lz_read_all(fd, buf, (size_t)sb.st_size, &got);
         if (e < 0)
@@ -115,13 +121,17 @@ static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v)
     close(fd);
     free(file);
     if (st) {
-        free(buf);
+        free(own);
         return st;
     }
     v->data = buf;
     v->size = (size_t)sb.st_size;
-    v->handle = buf;
+    v->handle = own; /* NULL: the room's memory, nothing to give back */
     return LAZYATTN_STATUS_OK;
+}
+
+static int lz_dir_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
+    return lz_dir_get_into(impl, key, NULL, v);
 }
 
 static void lz_dir_release(void *impl, lazyattn_store_value *v) {

@@ -89,4 +89,28 @@ lz_lease_answer lz_lease_take(lz_lease_book *book, const void *owner, lazyattn_d
  * written, which times the hold); 1 when it did. */
 int lz_lease_give(lz_lease_book *book, const void *owner, lazyattn_doc_key key, int written);
 
+/* Memory a value may be read into: take(user, size) hands out size bytes
+ * the caller keeps (or NULL: the store's own memory then). */
+typedef struct lz_store_room {
+    uint8_t *(*take)(void *user, size_t size);
+    void *user;
+} lz_store_room;
+/* lazyattn_store_get reading into room's memory where the store can: the
+ * directory store reads its file straight into it (value->handle NULL
+ * then: releasing it gives nothing back); the other stores as
+ * lazyattn_store_get. store.c; the directory store's in store_dir.c. */
+int lz_store_get_into(lazyattn_store *s, lazyattn_doc_key key, const lz_store_room *room,
+                      lazyattn_store_value *value);
+int lz_dir_get_into(void *impl, lazyattn_doc_key key, const lz_store_room *room,
+                    lazyattn_store_value *v);
+
+/* For tests (an internal seam): the pipelined uploads of cache's tier
+ * enqueued from now on start only after gate completes (NULL: at once;
+ * retained). No-op without a tier. doc_tier.c. */
+void lz_tier_hold_uploads(lazyattn_cache *c, cl_event gate);
+/* For tests: the uploads of cache's tier seen ended from now on are taken
+ * to have failed on the device with status (< 0; 0: as they ended), as a
+ * failing device would report them. doc_tier.c. */
+void lz_tier_fail_uploads(lazyattn_cache *c, cl_int status);
+
 #endif

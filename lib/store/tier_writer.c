@@ -296,6 +296,10 @@ int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t di
         j.done = clCreateUserEvent(w->ctx->context, &err);
         if (err != CL_SUCCESS) j.done = NULL;
     }
+    /* after the tier uploads into the pool still in flight, too */
+    if (err == CL_SUCCESS &&
+        lz_pool_order_reads(w->pool, -1, w->ctx->queue, "tier writer") != LAZYATTN_STATUS_OK)
+        err = CL_OUT_OF_HOST_MEMORY;
     if (err == CL_SUCCESS) err = clEnqueueMarkerWithWaitList(w->ctx->queue, 0, NULL, &j.after);
     if (err == CL_SUCCESS) err = clFlush(w->ctx->queue); /* before another queue waits on it */
     if (err != CL_SUCCESS) {

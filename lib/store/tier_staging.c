@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A tier's pinned staging ring (tier_staging.h). */
+#include "store/tier_staging.h"
+
+#include <string.h>
+
+void lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue queue) {
+    memset(s, 0, sizeof *s);
+    s->context = context;
+    s->queue = queue;
+}
+
+static void lz_slot_release(lz_tier_staging *s, struct lz_staging_slot *slot) {
+    if (!slot->buffer) return;
+    clEnqueueUnmapMemObject(s->queue, slot->buffer, slot->ptr, 0, NULL, NULL);
+    clFinish(s->queue);
+    clReleaseMemObject(slot->buffer);
+    s->total -= slot->bytes;
+    memset(slot, 0, sizeof *slot);
+}
+
+/* Makes slot a mapped buffer of bytes; 0 when the device cannot. */
+static int lz_slot_make(lz_tier_staging *s, struct lz_staging_slot *slot, size_t bytes) {
+    cl_int err;
+    cl_mem m = clCreateBuffer(s->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes, NULL,
+                              &err);
+    if (err != CL_SUCCESS) return 0;
+    void *p = clEnqueueMapBuffer(s->queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
+                                 NULL, NULL, &err);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(m);
+        return 0;
+    }
+    slot->buffer = m;
+    slot->ptr = p;
+    slot->bytes = bytes;
+    s->total += bytes;
+    return 1;
+}
+
+uint8_t *lz_staging_take(lz_tier_staging *s, size_t need, int *slot) {
+    if (!s->queue || need == 0 || need > LZ_STAGING_BYTES) return NULL;
+    int best = -1;
+    for (int i = 0; i < LZ_STAGING_SLOTS; i++) { /* the smallest free slot that holds it */
+        struct lz_staging_slot *x = &s->slots[i];
+        if (x->buffer && !x->busy && x->bytes >= need && (best < 0 || x->bytes < s->slots[best].bytes))
+            best = i;
+    }
+    if (best < 0) {
+        /* a new slot (rounded up to 1 MiB), in an empty place or in place of a
+         * free one too small, within the total */
+        size_t bytes = (need + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+        for (int i = 0; i < LZ_STAGING_SLOTS && best < 0; i++) {
+            struct lz_staging_slot *x = &s->slots[i];
+            if (x->busy) continue;
+            if (s->total - x->bytes + bytes > LZ_STAGING_BYTES) continue;
+            lz_slot_release(s, x);
+            if (lz_slot_make(s, x, bytes)) best = i;
+        }
+    }
+    if (best < 0) return NULL;
+    s->slots[best].busy = 1;
+    *slot = best;
+    return s->slots[best].ptr;
+}
+
+void lz_staging_give(lz_tier_staging *s, int slot) {
+    if (slot >= 0 && slot < LZ_STAGING_SLOTS) s->slots[slot].busy = 0;
+}
+
+void lz_staging_free(lz_tier_staging *s) {
+    for (int i = 0; i < LZ_STAGING_SLOTS; i++) lz_slot_release(s, &s->slots[i]);
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* A tier's pinned staging for pipelined loads: a small ring of mapped
+ * CL_MEM_ALLOC_HOST_PTR buffers (at most LZ_STAGING_SLOTS, LZ_STAGING_BYTES
+ * in all) that values are read or copied into when the store's own memory
+ * is not good for a device copy (the directory store reads its file
+ * straight into one; an engine's value is copied into one). A slot is
+ * taken by one upload and given back once the upload ended; when none is
+ * free or big enough the caller uses pageable memory (nothing waits).
+ * Serving thread only. Not installed. */
+#ifndef LAZYATTN_TIER_STAGING_H
+#define LAZYATTN_TIER_STAGING_H
+
+#include "internal.h"
+
+#define LZ_STAGING_SLOTS 4
+#define LZ_STAGING_BYTES ((size_t)1 << 30)
+
+typedef struct lz_tier_staging {
+    cl_context context;
+    cl_command_queue queue; /* maps and unmaps (the tier's copy queue) */
+    struct lz_staging_slot {
+        cl_mem buffer;
+        uint8_t *ptr; /* mapped while the staging lives */
+        size_t bytes;
+        int busy;
+    } slots[LZ_STAGING_SLOTS];
+    size_t total; /* bytes of all slots */
+} lz_tier_staging;
+
+/* Empty staging on context, mapping with queue (nothing allocated yet). */
+void lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue queue);
+/* A free slot of at least need bytes (made on first use, within the
+ * bounds), taken: its memory, *slot its index; NULL when there is none. */
+uint8_t *lz_staging_take(lz_tier_staging *s, size_t need, int *slot);
+/* Gives slot back (its upload ended). */
+void lz_staging_give(lz_tier_staging *s, int slot);
+/* Unmaps and releases every slot; the uploads must have ended. */
+void lz_staging_free(lz_tier_staging *s);
+
+#endif
