@@ -12,10 +12,11 @@
 # Time (the whole call within QUANT_SECONDS, default 560 s; each step's limit is cut to what is
 # left), estimated: writing is generation plus the kernel's copy into the page cache (BF16
 # 14.5 GB: 20-90 s; Q4_K_M 4.4 GB: 5-20 s); loading converts every weight on the host (about
-# 1.2 ns a value, ~10-20 s for 7.2e9 values, both files alike while the engine dequantizes at
-# load) and uploads it; each bench_forward then builds its kernels and prefills 1 + 16 + 64
-# sequences of 2048 tokens before timing the steps (60-120 s each); the peer 30-60 s: 4-7
-# minutes in all (docs/PERFLOG.md, "Issue 36's H200 row, prepared", gives what this rests on).
+# 1.2 ns a value, ~10-20 s for 7.2e9 values; the Q4_K_M file's Q4_K/Q6_K blocks are kept as
+# they are, so it loads faster) and uploads it; each bench_forward then builds its kernels
+# and prefills 1 + 16 + 64 sequences of 2048 tokens before timing the steps (60-120 s
+# each); the peer 30-60 s: 4-7 minutes in all (docs/PERFLOG.md, "Issue 36's H200 row,
+# prepared", gives what this rests on).
 # The files go to GGUF_DIR: /dev/shm when it has room for the larger one (RAM, no disk
 # write-back), else /tmp; the free space is checked against write_gguf --plan's size first.
 # Build and carry as bench/serve/run_gpu.sh says (BIN=build-serve, .device-carry/clblast).
