@@ -1053,6 +1053,10 @@ typedef struct lazyattn_cache_stats {
     int64_t tier_load_failures;   /* of which failed on the device: counted as tier hits,
                                      then dropped from the cache (recomputed next time) */
     int64_t tier_loads_pending;   /* state now (not reset): uploads not seen complete */
+    int64_t tier_loads_sealed;    /* tier hits the host store held as the tier itself wrote
+                                     them (bytes that never left this process): their
+                                     payload checksum not computed again; the header,
+                                     identity and digest checks still run */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */

@@ -153,6 +153,8 @@ static void test_host_write_through(void **state) {
     assert_int_equal(sb.recomputed_tokens, 0);
     assert_int_equal(sb.imports, 2);
     assert_true(sb.tier_read_bytes > 0);
+    /* written by a's tier into the host store: sealed, not checksummed again */
+    assert_int_equal(sb.tier_loads_sealed, 2);
     check_accounting(&b);
     /* then: a GPU hit and a document no one has (a tier miss, recomputed) */
     int third[2] = {0, 3};
@@ -218,6 +220,7 @@ static void test_dir_write_back(void **state) {
     assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
     st = stats_of(&e);
     assert_int_equal(st.tier_hits, 1);
+    assert_int_equal(st.tier_loads_sealed, 0); /* from a disk: checksummed */
     assert_int_equal(st.misses, 4);
     check_accounting(&e);
     /* evicted again: in the store already, not written twice */
@@ -296,6 +299,8 @@ static void test_bad_values(void **state) {
     run_docs(&b, 1, &zero, act);
     assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
     assert_int_equal(stats_of(&b).tier_hits, 1);
+    /* an engine's put is never sealed: the flipped values above were caught */
+    assert_int_equal(stats_of(&b).tier_loads_sealed, 0);
     engine_close(&b);
     free(v0);
     free(v1);

@@ -243,9 +243,12 @@ typedef struct lz_upload {
  * upload on up->queue layer by layer, each layer's last copy fenced in the
  * pool (lz_pool_fence_load) and the whole a use of the pool, and returns
  * without waiting: data (and up->keep) must stay alive until up->done
- * completed. */
+ * completed. sealed: data is an export this process sealed (its payload
+ * checksum computed over these very bytes, which never left its memory:
+ * lz_store_value_sealed), so the payload checksum is not computed again;
+ * every other check runs. */
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
-                          const char *who, lz_upload *up);
+                          const char *who, lz_upload *up, int sealed);
 /* The export of committed LAZY entry e (exactly this entry, whatever other
  * entry shares its 64-bit hash) in a new buffer *out of *size bytes (the
  * caller frees it). */

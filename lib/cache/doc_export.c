@@ -538,7 +538,7 @@ static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int
 }
 
 static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t *doc_hash,
-                     const char *w, lz_upload *up) {
+                     const char *w, lz_upload *up, int sealed) {
     lz_kv_header h;
     int st = lz_import_check_header(c, p, size, w, &h);
     if (st) return st;
@@ -549,7 +549,7 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: %llu bytes past the end of the document", w,
                        (unsigned long long)(size - LAZYATTN_KV_HEADER_BYTES - h.payload_bytes));
     const uint8_t *payload = p + LAZYATTN_KV_HEADER_BYTES;
-    if (lz_kv_checksum(payload, (size_t)h.payload_bytes) != h.payload_checksum)
+    if (!sealed && lz_kv_checksum(payload, (size_t)h.payload_bytes) != h.payload_checksum)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: payload checksum does not match", w);
     int n_tokens = (int)h.n_tokens, n_blocks = (int)h.n_blocks;
     int32_t *tokens = malloc((size_t)n_tokens * sizeof *tokens);
@@ -620,9 +620,9 @@ out:
 }
 
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
-                          const char *who, lz_upload *up) {
+                          const char *who, lz_upload *up, int sealed) {
     if (up) up->done = NULL, up->keep = NULL, up->entry = NULL;
-    return lz_import(c, data, size, doc_hash, who, up);
+    return lz_import(c, data, size, doc_hash, who, up, sealed);
 }
 
 /* lz_import as a public call (entered for changes) named w. */
@@ -630,7 +630,7 @@ static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
                              uint64_t *doc_hash, const char *w) {
     int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken);
     if (st) return st;
-    st = lz_import(c, p, size, doc_hash, w, NULL);
+    st = lz_import(c, p, size, doc_hash, w, NULL, 0);
     lz_cache_leave(c, taken);
     return st;
 }

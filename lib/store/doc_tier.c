@@ -46,7 +46,7 @@ typedef struct lz_tier {
     cl_event gate;               /* tests: uploads start after it (lz_tier_hold_uploads) */
     cl_int fault;                /* tests: uploads ended are taken to have failed with it
                                     (lz_tier_fail_uploads; 0: none) */
-    int64_t pipelined, failures; /* counters, reset with the cache's */
+    int64_t pipelined, failures, sealed; /* counters, reset with the cache's */
 } lz_tier;
 
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
@@ -66,8 +66,9 @@ static void lz_tier_stats(void *state, lazyattn_cache_stats *s) {
         s->tier_loads_pipelined += tier->pipelined;
         s->tier_load_failures += tier->failures;
         s->tier_loads_pending += tier->n_uploads;
+        s->tier_loads_sealed += tier->sealed;
     } else {
-        tier->skipped_by_cost = tier->pipelined = tier->failures = 0;
+        tier->skipped_by_cost = tier->pipelined = tier->failures = tier->sealed = 0;
     }
 }
 
@@ -79,6 +80,7 @@ static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
     into->tier_skipped_by_cost += tier->skipped_by_cost;
     into->tier_loads_pipelined += tier->pipelined;
     into->tier_load_failures += tier->failures;
+    into->tier_loads_sealed += tier->sealed;
     if (tier->gate) clReleaseEvent(tier->gate);
     if (tier->copy_queue) {
         lz_staging_free(&tier->staging);
@@ -222,7 +224,7 @@ static int lz_tier_exists(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key
 static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key key,
                        const void *data, size_t size) {
     const char *outer = lz_cache_callout_begin(c, "the tier store's put");
-    int st = lazyattn_store_put(s, key, data, size);
+    int st = lz_store_put_sealed(s, key, data, size); /* an export sealed just now */
     lz_cache_callout_end(c, outer);
     return st;
 }
@@ -308,6 +310,7 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
     const uint8_t *data = v.data;
     uint8_t *copy = NULL;
     size_t size = v.size;
+    int sealed = lz_store_value_sealed(store, &v);
     if (!lz_store_values_private(store)) {
         /* pinned where a slot is free (pipelined loads) */
         if (tier->copy_queue) copy = lz_staging_take(&tier->staging, size, &pick.slot);
@@ -342,7 +345,8 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         up.queue = tier->copy_queue;
         up.gate = tier->gate;
         st = lz_cache_import_bytes(c, data, size, &got, "tier import",
-                                   tier->copy_queue ? &up : NULL);
+                                   tier->copy_queue ? &up : NULL, sealed);
+        if (!st && sealed) tier->sealed++;
         /* refused data (FORMAT; INVALID_ARGUMENT: another identity) is
          * rejected; anything else (no room next to the pinned working set,
          * out of memory) counts as an error */

@@ -12,6 +12,7 @@ struct lazyattn_store {
     lazyattn_store_ops ops;
     void *impl;
     int private_values; /* lz_store_values_private */
+    int host;           /* the host store: lz_store_put_sealed / _value_sealed */
     int has_book;       /* book initialised (the library's stores) */
     lz_lease_book book; /* store_lease.c */
 };
@@ -58,7 +59,9 @@ int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out) {
     LZ_CHECK_ARG(budget_bytes >= 1, "lazyattn_store_create_host: a budget of 0 bytes");
     void *impl;
     int st = lz_store_host_open(budget_bytes, &impl);
-    return st ? st : lz_store_wrap(&lz_store_host_ops, NULL, impl, out);
+    if (!st) st = lz_store_wrap(&lz_store_host_ops, NULL, impl, out);
+    if (!st) (*out)->host = 1;
+    return st;
 }
 
 int lazyattn_store_create_dir(const char *path, lazyattn_store **out) {
@@ -209,6 +212,17 @@ int lazyattn_store_put(lazyattn_store *s, lazyattn_doc_key key, const void *data
     LZ_STORE_LIVE(s, "lazyattn_store_put");
     LZ_CHECK_ARG(data != NULL && size > 0, "lazyattn_store_put: no data");
     return s->ops.put(s->impl, key, data, size);
+}
+
+int lz_store_put_sealed(lazyattn_store *s, lazyattn_doc_key key, const void *data, size_t size) {
+    LZ_STORE_LIVE(s, "lazyattn_store_put");
+    LZ_CHECK_ARG(data != NULL && size > 0, "lazyattn_store_put: no data");
+    return s->host ? lz_store_host_put_sealed(s->impl, key, data, size)
+                   : s->ops.put(s->impl, key, data, size);
+}
+
+int lz_store_value_sealed(const lazyattn_store *s, const lazyattn_store_value *v) {
+    return s->host && lz_store_host_value_sealed(v);
 }
 
 int lazyattn_store_exists(lazyattn_store *s, lazyattn_doc_key key, int *exists) {

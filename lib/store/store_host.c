@@ -13,6 +13,7 @@ typedef struct lz_host_item {
     uint8_t *data;
     size_t size;
     int refs;       /* readers holding it */
+    int sealed;     /* put by lz_store_host_put_sealed (set before it is linked) */
     int linked;     /* in the index and the LRU list */
     struct lz_host_item *hnext;
     struct lz_host_item *prev, *next; /* LRU: head.next = most recent */
@@ -117,7 +118,8 @@ static void lz_host_release(void *impl, lazyattn_store_value *v) {
     lz_mutex_unlock(&h->lock);
 }
 
-static int lz_host_put(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
+static int lz_host_put_item(void *impl, lazyattn_doc_key key, const void *data, size_t size,
+                            int sealed) {
     lz_host *h = impl;
     if (size > h->budget)
         return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
@@ -134,6 +136,7 @@ static int lz_host_put(void *impl, lazyattn_doc_key key, const void *data, size_
     it->key = key;
     it->data = copy;
     it->size = size;
+    it->sealed = sealed;
     lz_mutex_lock(&h->lock);
     lz_host_item *old = lz_host_find(h, key);
     if (old) lz_host_unlink(h, old);
@@ -151,6 +154,20 @@ static int lz_host_put(void *impl, lazyattn_doc_key key, const void *data, size_
     h->bytes += size;
     lz_mutex_unlock(&h->lock);
     return LAZYATTN_STATUS_OK;
+}
+
+static int lz_host_put(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
+    return lz_host_put_item(impl, key, data, size, 0);
+}
+
+int lz_store_host_put_sealed(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
+    return lz_host_put_item(impl, key, data, size, 1);
+}
+
+/* v: handed out by lz_host_get and not yet released (its item alive). */
+int lz_store_host_value_sealed(const lazyattn_store_value *v) {
+    const lz_host_item *it = v->handle;
+    return it && it->sealed;
 }
 
 static int lz_host_exists(void *impl, lazyattn_doc_key key, int *exists) {

@@ -19,6 +19,20 @@ void lz_store_key_text(lazyattn_doc_key key, char out[LZ_STORE_KEY_TEXT]);
  * before checking them. */
 int lz_store_values_private(const lazyattn_store *s);
 
+/* Sealed values: an export the tier sealed a moment before (its payload
+ * checksum computed over these very bytes). lz_store_put_sealed puts one;
+ * a store that keeps its values in this process's own memory (the host
+ * store) remembers it, and lz_store_value_sealed then says 1 of the value
+ * it hands out, so that a load does not checksum again bytes that never
+ * left the process (the checksum guards storage and transport: a disk, a
+ * network, another process). Other stores: a plain put, and 0. A value an
+ * engine put (lazyattn_store_put) is never sealed. */
+int lz_store_put_sealed(lazyattn_store *s, lazyattn_doc_key key, const void *data, size_t size);
+int lz_store_value_sealed(const lazyattn_store *s, const lazyattn_store_value *v);
+/* The host store's side of it (store_host.c). */
+int lz_store_host_put_sealed(void *impl, lazyattn_doc_key key, const void *data, size_t size);
+int lz_store_host_value_sealed(const lazyattn_store_value *v);
+
 /* The built-in stores' ops and constructors of their state. */
 extern const lazyattn_store_ops lz_store_host_ops;
 extern const lazyattn_store_ops lz_store_dir_ops;

@@ -158,7 +158,7 @@ static int lz_job_run(lz_tier_writer *w, lz_tier_job *j, size_t *written, int *f
                           j->digest, out, need);
         int there = 0;
         st = lazyattn_store_exists(w->store, key, &there);
-        if (!st && !there) st = lazyattn_store_put(w->store, key, out, need);
+        if (!st && !there) st = lz_store_put_sealed(w->store, key, out, need); /* sealed above */
         *found = !st && there;
     }
     free(own);
