@@ -134,6 +134,18 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "%s: %d rows (1..%d), accumulate %d, x_bf16 %d", who, a->rows,
                           SERVE_QUANT_GEMV_MAX_ROWS, a->accumulate, a->x_bf16);
+    if ((a->swiglu != 0 && a->swiglu != 1) ||
+        (a->swiglu && (a->n_outs != 2 || a->outs[0].cols != a->outs[1].cols)))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: swiglu %d takes two ranges (gate, up) of equal cols; %d given",
+                          who, a->swiglu, a->n_outs);
+    if (a->norm) {
+        size_t have = serve_gq_size(a->norm);
+        if (!(a->norm_eps > 0.0f && a->norm_eps < 1.0f) || have < (size_t)a->in * 4u)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                              "%s: norm of %zu bytes (%d floats needed), eps %g (0 < eps < 1)",
+                              who, have, a->in, (double)a->norm_eps);
+    }
     uint64_t row_bytes = 0;
     int end[SERVE_GEMV_MAX_OUTS] = {0, 0, 0}, total = 0;
     for (int r = 0; r < a->n_outs; r++) {
@@ -195,8 +207,15 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
         err |= clSetKernelArg(k, i++, sizeof ldy, &ldy);
     }
     err |= clSetKernelArg(k, i++, sizeof acc, &acc);
+    cl_float eps = a->norm ? a->norm_eps : 1.0f;
+    cl_int norm = a->norm != NULL, swiglu = a->swiglu;
+    err |= clSetKernelArg(k, i++, sizeof(cl_mem), a->norm ? &a->norm : NULL);
+    err |= clSetKernelArg(k, i++, sizeof eps, &eps);
+    err |= clSetKernelArg(k, i++, sizeof norm, &norm);
+    err |= clSetKernelArg(k, i++, sizeof swiglu, &swiglu);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
-    size_t local = SERVE_GQ_WG, global = (size_t)total * SERVE_GQ_WG;
+    size_t local = SERVE_GQ_WG;
+    size_t global = (size_t)(a->swiglu ? a->outs[0].cols : total) * SERVE_GQ_WG;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemv_quant");
 }

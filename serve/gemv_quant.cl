@@ -155,52 +155,94 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
  * each weight [cols] rows of row_bytes bytes (n_chunks chunks of 32
  * values each). x: f32 or bf16, row r from element x_off + r * ldx; y_k:
  * f32, row r from y_off_k + r * ldy_k; rows 1..GQ_MAX_ROWS; accumulate 1:
- * Y += ... Global size out * GQ_WG: the range is the work-group's. */
+ * Y += ... Global size out * GQ_WG: the range is the work-group's.
+ * Fused (issue 38's decode launches):
+ *  norm 1: X is RMSNorm'ed on the way, x * s_r * gain (gain [in] f32,
+ *    s_r = 1 / sqrt(mean(x_r^2) + eps)): the work-group reads the whole
+ *    row anyway, so s_r comes from the same loads (the sum of squares
+ *    reduced beside the products) and multiplies the sum at the end;
+ *  swiglu 1: w0 = gate and w1 = up, end0 rows each; work-group o computes
+ *    both rows o and writes silu(gate) * up to y0 (global size end0 *
+ *    GQ_WG). */
 #define GQ_GEMV(NAME, DECODE, XLOAD)                                                           \
     __kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void NAME(                      \
         __global const uchar *w0, __global const uchar *w1, __global const uchar *w2,           \
         int end0, int end1, ulong row_bytes, int n_chunks, __global const void *x,              \
         ulong x_off, int ldx, int rows, __global float *y0, __global float *y1,                \
         __global float *y2, ulong y_off0, ulong y_off1, ulong y_off2, int ldy0, int ldy1,       \
-        int ldy2, int accumulate) {                                                             \
-        __local float red[GQ_MAX_ROWS * GQ_WG];                                                 \
+        int ldy2, int accumulate, __global const float *gain, float eps, int norm,             \
+        int swiglu) {                                                                           \
+        __local float red[3 * GQ_MAX_ROWS * GQ_WG];                                             \
         int g = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
-        int k = g < end0 ? 0 : g < end1 ? 1 : 2, o = g - (k == 0 ? 0 : k == 1 ? end0 : end1);   \
+        int k = swiglu || g < end0 ? 0 : g < end1 ? 1 : 2;                                      \
+        int o = g - (k == 0 ? 0 : k == 1 ? end0 : end1);                                        \
         __global const uchar *w = k == 0 ? w0 : k == 1 ? w1 : w2;                               \
         __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                     \
         ulong y_off = k == 0 ? y_off0 : k == 1 ? y_off1 : y_off2;                               \
         int ldy = k == 0 ? ldy0 : k == 1 ? ldy1 : ldy2;                                         \
         __global const uchar *wrow = w + (size_t)o * (size_t)row_bytes;                         \
-        float acc[GQ_MAX_ROWS];                                                                 \
-        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = 0.0f;                 \
+        __global const uchar *urow = w1 + (size_t)o * (size_t)row_bytes;                        \
+        float acc[GQ_MAX_ROWS], acu[GQ_MAX_ROWS], ssq[GQ_MAX_ROWS];                             \
+        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = acu[r] = ssq[r] = 0.0f; \
         for (int c = lid; c < n_chunks; c += GQ_WG) {                                           \
-            float v[32];                                                                        \
+            float v[32], u[32];                                                                 \
             DECODE(wrow, c, v);                                                                 \
+            if (swiglu) DECODE(urow, c, u); /* uniform */                                       \
             _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) {                          \
                 if (r >= rows) continue; /* uniform: the same for the whole launch */          \
                 size_t xi = (size_t)x_off + (size_t)r * (size_t)ldx + (size_t)c * 32;          \
-                float s = 0.0f;                                                                 \
+                float s = 0.0f, su = 0.0f, sq = 0.0f;                                           \
                 _Pragma("unroll") for (int j = 0; j < 32; j += 4) {                             \
                     float4 xv = XLOAD(x, xi + (size_t)j);                                       \
+                    if (norm) {                                                                 \
+                        sq = mad(xv.x, xv.x, sq);                                               \
+                        sq = mad(xv.y, xv.y, sq);                                               \
+                        sq = mad(xv.z, xv.z, sq);                                               \
+                        sq = mad(xv.w, xv.w, sq);                                               \
+                        xv *= vload4(0, gain + (size_t)c * 32 + (size_t)j);                     \
+                    }                                                                           \
                     s = mad(v[j], xv.x, s);                                                     \
                     s = mad(v[j + 1], xv.y, s);                                                 \
                     s = mad(v[j + 2], xv.z, s);                                                 \
                     s = mad(v[j + 3], xv.w, s);                                                 \
+                    if (swiglu) {                                                               \
+                        su = mad(u[j], xv.x, su);                                               \
+                        su = mad(u[j + 1], xv.y, su);                                           \
+                        su = mad(u[j + 2], xv.z, su);                                           \
+                        su = mad(u[j + 3], xv.w, su);                                           \
+                    }                                                                           \
                 }                                                                               \
                 acc[r] += s;                                                                    \
+                acu[r] += su;                                                                   \
+                ssq[r] += sq;                                                                   \
             }                                                                                   \
         }                                                                                       \
-        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) red[r * GQ_WG + lid] = acc[r];  \
+        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) {                              \
+            red[r * GQ_WG + lid] = acc[r];                                                      \
+            red[(GQ_MAX_ROWS + r) * GQ_WG + lid] = acu[r];                                      \
+            red[(2 * GQ_MAX_ROWS + r) * GQ_WG + lid] = ssq[r];                                  \
+        }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        int n_red = swiglu || norm ? 3 * GQ_MAX_ROWS : GQ_MAX_ROWS; /* uniform */              \
         for (int half_ = GQ_WG / 2; half_ > 0; half_ >>= 1) {                                   \
             if (lid < half_)                                                                    \
-                for (int r = 0; r < GQ_MAX_ROWS && r < rows; r++)                               \
-                    red[r * GQ_WG + lid] += red[r * GQ_WG + lid + half_];                       \
+                for (int q = 0; q < n_red; q++)                                                 \
+                    if (q % GQ_MAX_ROWS < rows)                                                 \
+                        red[q * GQ_WG + lid] += red[q * GQ_WG + lid + half_];                   \
             barrier(CLK_LOCAL_MEM_FENCE);                                                       \
         }                                                                                       \
         if (lid < rows) {                                                                       \
             size_t yi = (size_t)y_off + (size_t)lid * (size_t)ldy + (size_t)o;                  \
             float t = red[lid * GQ_WG];                                                         \
+            float scale = 1.0f;                                                                 \
+            if (norm)                                                                           \
+                scale = rsqrt(red[(2 * GQ_MAX_ROWS + lid) * GQ_WG] / (float)(n_chunks * 32) +  \
+                              eps);                                                             \
+            t *= scale;                                                                         \
+            if (swiglu) {                                                                       \
+                float up = red[(GQ_MAX_ROWS + lid) * GQ_WG] * scale;                            \
+                t = t / (1.0f + exp(-t)) * up;                                                  \
+            }                                                                                   \
             y[yi] = accumulate ? y[yi] + t : t;                                                 \
         }                                                                                       \
     }

@@ -61,6 +61,12 @@ typedef struct serve_gemv_args {
     int n_outs;    /* 1..SERVE_GEMV_MAX_OUTS column ranges, in order */
     serve_gemv_out outs[SERVE_GEMV_MAX_OUTS];
     int accumulate; /* 1: Y += X . W^T (the residual projections) */
+    /* fused (decode's launches, issue 38; zero-initialised: off) */
+    cl_mem norm;    /* f32 [in] gain: X RMSNorm'ed on the way, x * s_r * gain with
+                       s_r = 1 / sqrt(mean(x_r^2) + norm_eps) (NULL: X as it is) */
+    float norm_eps;
+    int swiglu;     /* 1: two ranges of equal cols, gate then up: Y_0 = silu(X . Wg^T) *
+                       (X . Wu^T), nothing written to range 1's y */
 } serve_gemv_args;
 
 /* Enqueues the GEMV on queue (event: optional, the kernel's), one launch
@@ -68,9 +74,11 @@ typedef struct serve_gemv_args {
  * first when it was not. UNSUPPORTED naming another type;
  * INVALID_ARGUMENT for rows outside 1..SERVE_QUANT_GEMV_MAX_ROWS, n_outs
  * outside 1..SERVE_GEMV_MAX_OUTS, a range's cols < 1 or ldy < cols, in
- * not a positive multiple of the block, accumulate not 0/1, or a buffer
- * smaller than the shape needs (checked against the buffers' sizes; the
- * message gives both). */
+ * not a positive multiple of the block, accumulate or swiglu not 0/1,
+ * swiglu without exactly two ranges of equal cols, a norm_eps not
+ * positive and finite (with norm), or a buffer smaller than the shape
+ * needs (checked against the buffers' sizes, norm's too; the message
+ * gives both). */
 int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serve_gemv_args *a,
                          cl_event *event);
 

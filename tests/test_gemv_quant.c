@@ -229,6 +229,103 @@ static void test_gemv_matches_dequantized(void **state) {
                       cases[c].accumulate, cases[c].ranges);
 }
 
+/* The fused decode variants (issue 38): X RMSNorm'ed on the way (gain,
+ * eps) with and without SwiGLU over a [gate; up] pair, against float64:
+ * xn = x * g / sqrt(mean(x^2) + eps) from the kernel's x values, then the
+ * dequantized rows; and against the same without the norm's scale, which
+ * must miss (the check can fail). */
+static void fused_case(device *d, uint32_t type, int ffn, int n_in, int rows, int x_bf16,
+                       int swiglu, int accumulate) {
+    const float eps = 1e-5f;
+    uint64_t bytes_g, bytes_u = 0;
+    unsigned char *wg = random_weight(type, ffn, n_in, &bytes_g);
+    unsigned char *wu = swiglu ? random_weight(type, ffn, n_in, &bytes_u) : NULL;
+    size_t n_x = (size_t)rows * (size_t)n_in, n_y = (size_t)rows * (size_t)ffn;
+    float *xf = malloc(n_x * 4), *gain = malloc((size_t)n_in * 4), *y0 = malloc(n_y * 4),
+          *y = malloc(n_y * 4), *xn = malloc((size_t)n_in * 4), *xs = malloc((size_t)n_in * 4);
+    uint16_t *xb = malloc(n_x * 2);
+    double *gw = malloc((size_t)ffn * 8), *uw = malloc((size_t)ffn * 8),
+           *g1 = malloc((size_t)ffn * 8), *u1 = malloc((size_t)ffn * 8);
+    double *want = malloc((size_t)ffn * 8), *plain = malloc((size_t)ffn * 8);
+    assert_true(xf && gain && y0 && y && xn && xs && xb && gw && uw && g1 && u1 && want && plain);
+    for (size_t i = 0; i < n_x; i++) {
+        xf[i] = frand() * 3.0f;
+        xb[i] = serve_bf16_of(xf[i]);
+        if (x_bf16) xf[i] = serve_float_of_bf16(xb[i]);
+    }
+    for (int i = 0; i < n_in; i++) gain[i] = 0.5f + (frand() + 1.0f) * 0.5f;
+    for (size_t i = 0; i < n_y; i++) y0[i] = frand();
+    cl_mem xbuf = x_bf16 ? buffer(d, n_x * 2, xb) : buffer(d, n_x * 4, xf);
+    cl_mem gb = buffer(d, (size_t)n_in * 4, gain), yb = buffer(d, n_y * 4, y0);
+    cl_mem yu = buffer(d, n_y * 4, NULL); /* range 1's y: untouched with swiglu */
+    cl_mem wgb = buffer(d, (size_t)bytes_g, wg), wub = swiglu ? buffer(d, (size_t)bytes_u, wu) : NULL;
+    serve_gemv_args a = {.type = type, .rows = rows, .in = n_in, .x = xbuf, .x_bf16 = x_bf16,
+                         .n_outs = swiglu ? 2 : 1, .accumulate = accumulate, .norm = gb,
+                         .norm_eps = eps, .swiglu = swiglu};
+    a.outs[0] = (serve_gemv_out){wgb, yb, 0, ffn, ffn};
+    if (swiglu) a.outs[1] = (serve_gemv_out){wub, yu, 0, ffn, ffn};
+    int st = serve_gemv_quant_run(d->g, d->queue, &a, NULL);
+    if (st) fail_msg("%s: %s", serve_ggml_type_name(type), serve_last_error());
+    assert_int_equal(clEnqueueReadBuffer(d->queue, yb, CL_TRUE, 0, n_y * 4, y, 0, NULL, NULL),
+                     CL_SUCCESS);
+    double worst = 0.0, worst_plain = INFINITY;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = xf + (size_t)r * (size_t)n_in;
+        double ss = 0.0;
+        for (int i = 0; i < n_in; i++) ss += (double)xr[i] * (double)xr[i];
+        double sc = 1.0 / sqrt(ss / n_in + (double)eps);
+        /* float64 of the dequantized rows: reference() takes f32 x, so the
+         * scale is applied to the sums (exact in float64 up to rounding) */
+        for (int i = 0; i < n_in; i++) xn[i] = xr[i] * gain[i], xs[i] = xr[i];
+        reference(type, wg, bytes_g, ffn, n_in, xn, gw, 0);
+        reference(type, wg, bytes_g, ffn, n_in, xs, g1, 0);
+        if (swiglu) {
+            reference(type, wu, bytes_u, ffn, n_in, xn, uw, 0);
+            reference(type, wu, bytes_u, ffn, n_in, xs, u1, 0);
+        }
+        for (int o = 0; o < ffn; o++) {
+            double gt = gw[o] * sc, pt = g1[o];
+            if (swiglu) {
+                gt = gt / (1.0 + exp(-gt)) * (uw[o] * sc);
+                pt = pt / (1.0 + exp(-pt)) * u1[o];
+            }
+            double base = accumulate ? (double)y0[(size_t)r * (size_t)ffn + (size_t)o] : 0.0;
+            want[o] = gt + base, plain[o] = pt + base;
+        }
+        const float *got = y + (size_t)r * (size_t)ffn;
+        double e = norm_err(got, want, ffn), p = norm_err(got, plain, ffn);
+        if (!(e <= worst)) worst = e;
+        if (p < worst_plain) worst_plain = p;
+    }
+    printf("# fused %s [%d, %d]%s x %d rows, x %s%s: normalised error %.3g; against no norm "
+           "%.3g\n", serve_ggml_type_name(type), ffn, n_in, swiglu ? " gate/up SwiGLU" : " norm",
+           rows, x_bf16 ? "bf16" : "f32", accumulate ? ", accumulated" : "", worst, worst_plain);
+    /* bound: f32 sums of 512..4096 products (the unfused GEMV's 1e-5) and
+     * the scale's own rounding, twice for the SwiGLU product */
+    if (!(worst <= 2e-5)) fail_msg("%s: normalised error %g > 2e-5", serve_ggml_type_name(type),
+                                   worst);
+    if (!(worst_plain > 1e-2)) fail_msg("%s: the check cannot tell a missing norm (%g)",
+                                        serve_ggml_type_name(type), worst_plain);
+    clReleaseMemObject(xbuf), clReleaseMemObject(gb), clReleaseMemObject(yb);
+    clReleaseMemObject(yu), clReleaseMemObject(wgb);
+    if (wub) clReleaseMemObject(wub);
+    free(wg), free(wu), free(xf), free(gain), free(y0), free(y), free(xn), free(xs), free(xb);
+    free(gw), free(uw), free(g1), free(u1), free(want), free(plain);
+}
+
+static void test_fused_norm_swiglu(void **state) {
+    device *d = *state;
+    if (!d->ctx) skip();
+    static const struct {
+        int ffn, n_in, rows, x_bf16, swiglu, accumulate;
+    } cases[] = {{19, 512, 1, 0, 1, 0}, {11, 512, 5, 1, 1, 0}, {13, 256, 8, 0, 0, 0},
+                 {7, 1024, 3, 1, 0, 1}};
+    for (int t = 0; t < N_TYPES; t++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            fused_case(d, types[t], cases[c].ffn, cases[c].n_in, cases[c].rows, cases[c].x_bf16,
+                       cases[c].swiglu, cases[c].accumulate);
+}
+
 static void test_dequant_bit_exact(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
@@ -315,6 +412,21 @@ static void test_refused(void **state) {
     assert_non_null(strstr(serve_last_error(), "ldy 1 < cols 2"));
     assert_int_equal(serve_gemv_quant_run(NULL, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
+    /* the fused variants: SwiGLU takes two ranges of equal cols; the norm's
+     * gain holds in floats and its eps is positive */
+    a.outs[0].ldy = 2, a.swiglu = 1;
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "two ranges (gate, up) of equal cols; 1 given"));
+    a.swiglu = 0, a.norm = y, a.norm_eps = 1e-5f, a.in = 32 * 17; /* 64 bytes, 17 * 32 floats */
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "norm of 64 bytes (544 floats needed)"));
+    a.in = 16, a.norm_eps = 0.0f;
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "eps 0"));
+    a.norm = NULL;
     /* the dequantizer: dst of 64 bytes for 2 x 32 f32 values (256 bytes) */
     assert_int_equal(serve_dequant_run(d->g, d->queue, SERVE_GGML_Q8_0, w, 2, 32, y,
                                        SERVE_DEQUANT_F32, NULL), LAZYATTN_STATUS_INVALID_ARGUMENT);
@@ -330,6 +442,7 @@ static void test_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemv_matches_dequantized),
+        cmocka_unit_test(test_fused_norm_swiglu),
         cmocka_unit_test(test_dequant_bit_exact),
         cmocka_unit_test(test_refused),
     };
