@@ -1315,11 +1315,74 @@ static int serve_layers_proj(serve_model *m, lazyattn_pool *pool, int n, cl_mem 
     return LAZYATTN_STATUS_OK;
 }
 
+/* A fused quantized projection (serve_project_fused), timed on the host as
+ * the GEMM phase; rows of X from x_row. */
+static int serve_proj_fused(serve_model *m, int n_w, const serve_weight *const *w, int rows,
+                            cl_mem x, int x_row, int in, cl_mem norm, int swiglu, const cl_mem *y,
+                            int accumulate) {
+    serve_projector p = {m->queue, m->gq, m->gemm, m->gemm_temp, m->dq_scratch, m->timer};
+    double t0 = serve_now();
+    int st = serve_project_fused(&p, n_w, w, rows, x, (size_t)x_row * (size_t)in, norm,
+                                 m->cfg.rms_eps, swiglu, y, accumulate);
+    if (m->timer) m->timer->host_s[SERVE_PHASE_GEMM] += serve_now() - t0;
+    return st;
+}
+
+/* 1 when decode's n rows can take serve_layers_proj_fused: every layer's
+ * groups through the quantized GEMV's fused forms. */
+static int serve_proj_decode_fusable(const serve_model *m, int n) {
+    serve_projector p = {m->queue, m->gq, m->gemm, m->gemm_temp, m->dq_scratch, NULL};
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const serve_weight *W = &m->proj[l * SERVE_PROJ_COUNT];
+        const serve_weight *qkv[3] = {&W[SERVE_PROJ_Q], &W[SERVE_PROJ_K], &W[SERVE_PROJ_V]};
+        const serve_weight *o = &W[SERVE_PROJ_O], *down = &W[SERVE_PROJ_DOWN];
+        const serve_weight *gu[2] = {&W[SERVE_PROJ_GATE], &W[SERVE_PROJ_UP]};
+        if (!serve_project_fusable(&p, 3, qkv, n, 0) || !serve_project_fusable(&p, 1, &o, n, 0) ||
+            !serve_project_fusable(&p, 2, gu, n, 1) || !serve_project_fusable(&p, 1, &down, n, 0))
+            return 0;
+    }
+    return 1;
+}
+
+/* Decode's layers when weights are kept quantized, with the GEMV's fused
+ * forms (issue 38, as serve_layers_bf16_fused): QKV with the norm inside
+ * (one launch a run of one type: a Q4_K_M file's Q6_K attn_v is a second),
+ * the O projection reading the attention's f32 output, gate/up with the
+ * norm inside and SwiGLU as its epilogue (into g), down reading g; the
+ * first layer's norm stays (it embeds the tokens). Either mode: X is
+ * always f32 here. */
+static int serve_layers_proj_fused(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
+                                   cl_mem stored_pos, serve_attend_fn attend, const void *args) {
+    const serve_model_config *c = &m->cfg;
+    int h = c->hidden, qd = c->n_heads * c->head_dim;
+    cl_mem qkv_out[3] = {m->q, m->k, m->v}, gu_out[2] = {m->g, m->u};
+    for (int l = 0; l < c->n_layers; l++) {
+        const serve_weight *W = &m->proj[l * SERVE_PROJ_COUNT];
+        const serve_weight *qkv[3] = {&W[SERVE_PROJ_Q], &W[SERVE_PROJ_K], &W[SERVE_PROJ_V]};
+        const serve_weight *o = &W[SERVE_PROJ_O], *down = &W[SERVE_PROJ_DOWN];
+        const serve_weight *gu[2] = {&W[SERVE_PROJ_GATE], &W[SERVE_PROJ_UP]};
+        if (l == 0) { /* the embedding, normed into the mode's X */
+            SERVE_TRY(serve_rmsnorm(m, m->layers[0].attn_norm, 0, n, 1));
+            SERVE_TRY(serve_proj_group(m, 3, qkv, n, m->bf16 ? m->h_bf : m->h, qkv_out));
+        } else {
+            SERVE_TRY(serve_proj_fused(m, 3, qkv, n, m->x, 0, h, m->layers[l].attn_norm, 0,
+                                       qkv_out, 0));
+        }
+        SERVE_TRY(serve_attention(m, pool, l, n, q_pos, stored_pos, attend, args));
+        SERVE_TRY(serve_proj_fused(m, 1, &o, n, m->att, 0, qd, NULL, 0, &m->x, 1));
+        SERVE_TRY(serve_proj_fused(m, 2, gu, n, m->x, 0, h, m->layers[l].ffn_norm, 1, gu_out, 0));
+        SERVE_TRY(serve_proj_fused(m, 1, &down, n, m->g, 0, c->ffn, NULL, 0, &m->x, 1));
+    }
+    return LAZYATTN_STATUS_OK;
+}
+
 static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                         cl_mem stored_pos, serve_attend_fn attend, const void *args) {
     if (m->proj && !m->quant) /* a quantized load failed: the dense buffers are gone */
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "serve_model: its GGUF load failed; load into a new model");
+    if (m->quant && attend == serve_attend_decode && serve_proj_decode_fusable(m, n))
+        return serve_layers_proj_fused(m, pool, n, q_pos, stored_pos, attend, args);
     if (m->quant) return serve_layers_proj(m, pool, n, q_pos, stored_pos, attend, args);
     if (m->bf16) return serve_layers_bf16(m, pool, n, q_pos, stored_pos, attend, args);
     const serve_model_config *c = &m->cfg;
@@ -1346,7 +1409,13 @@ static int serve_layers(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos
  * decode: the norm in the LM head's X loader where the layers fused theirs. */
 static int serve_head(serve_model *m, int row0, int n, int decode, int32_t *next) {
     const serve_model_config *c = &m->cfg;
-    if (m->quant) { /* f32: normed rows at h's row0; bf16: at h_bf's row 0 */
+    const serve_weight *head = &m->head;
+    serve_projector hp = {m->queue, m->gq, m->gemm, m->gemm_temp, m->dq_scratch, NULL};
+    if (m->quant && decode && serve_project_fusable(&hp, 1, &head, n, 0)) {
+        /* the norm in the quantized LM head's loader, as the layers' */
+        SERVE_TRY(serve_proj_fused(m, 1, &head, n, m->x, row0, c->hidden, m->output_norm, 0,
+                                   &m->logits, 0));
+    } else if (m->quant) { /* f32: normed rows at h's row0; bf16: at h_bf's row 0 */
         SERVE_TRY(serve_rmsnorm(m, m->output_norm, row0, n, 0));
         SERVE_TRY(serve_proj(m, &m->head, n, m->bf16 ? m->h_bf : m->h,
                              m->bf16 ? 0 : (size_t)row0 * (size_t)c->hidden, m->logits, 0));

@@ -85,3 +85,39 @@ int serve_project_group(const serve_projector *p, int n, const serve_weight *con
     return serve_gemv_quant_run(p->quant, p->queue, &a,
                                 serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
 }
+
+int serve_project_fusable(const serve_projector *p, int n, const serve_weight *const *w, int rows,
+                          int swiglu) {
+    if (!p || !p->quant || !w || n < 1 || n > SERVE_GEMV_MAX_OUTS || rows < 1 ||
+        rows > SERVE_QUANT_GEMV_MAX_ROWS || (swiglu && n != 2))
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (!w[k] || !w[k]->buf || !serve_gemv_quant_supports(w[k]->type) || w[k]->in != w[0]->in)
+            return 0;
+    return !swiglu || (w[1]->type == w[0]->type && w[1]->out == w[0]->out);
+}
+
+int serve_project_fused(const serve_projector *p, int n, const serve_weight *const *w, int rows,
+                        cl_mem x, size_t x_off, cl_mem norm, float eps, int swiglu,
+                        const cl_mem *y, int accumulate) {
+    if (!y || !serve_project_fusable(p, n, w, rows, swiglu))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "serve_project_fused: %d weights over %d rows%s that the quantized "
+                          "GEMV does not take in one fused form", n, rows,
+                          swiglu ? " (SwiGLU)" : "");
+    for (int k0 = 0; k0 < n;) {
+        int k1 = k0 + 1;
+        while (k1 < n && w[k1]->type == w[k0]->type) k1++;
+        serve_gemv_args a = {.type = w[k0]->type, .rows = rows, .in = w[k0]->in, .x = x,
+                             .x_off = x_off, .n_outs = k1 - k0, .accumulate = accumulate,
+                             .norm = norm, .norm_eps = eps, .swiglu = swiglu};
+        for (int k = k0; k < k1; k++)
+            a.outs[k - k0] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
+        serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+        int st = serve_gemv_quant_run(p->quant, p->queue, &a,
+                                      serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+        if (st) return st;
+        k0 = k1;
+    }
+    return LAZYATTN_STATUS_OK;
+}

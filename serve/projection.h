@@ -56,4 +56,21 @@ int serve_project(const serve_projector *p, const serve_weight *w, int rows, cl_
 int serve_project_group(const serve_projector *p, int n, const serve_weight *const *w, int rows,
                         cl_mem x, size_t x_off, const cl_mem *y, int accumulate);
 
+/* Decode's fused form (issue 38) of a group of 1..SERVE_GEMV_MAX_OUTS
+ * quantized weights, all through the quantized GEMV: X f32 [rows, in]
+ * from element x_off whatever the mode (the residual stream, the
+ * attention's output, a SwiGLU product), RMSNorm'ed on the way with gain
+ * norm (f32 [in]; NULL: X as it is) and eps; swiglu 1: w = {gate, up} of
+ * one type, y[0] gets silu(X . Wg^T) * (X . Wu^T) (y[1] untouched).
+ * Consecutive weights of one type share a launch. 1 from
+ * serve_project_fusable when the GEMV takes the group (p->quant, rows
+ * 1..SERVE_QUANT_GEMV_MAX_ROWS, every weight quantized of a type it reads,
+ * one in, SwiGLU's two of one type and out); serve_project_fused refuses
+ * the others (INVALID_ARGUMENT). */
+int serve_project_fusable(const serve_projector *p, int n, const serve_weight *const *w, int rows,
+                          int swiglu);
+int serve_project_fused(const serve_projector *p, int n, const serve_weight *const *w, int rows,
+                        cl_mem x, size_t x_off, cl_mem norm, float eps, int swiglu,
+                        const cl_mem *y, int accumulate);
+
 #endif
