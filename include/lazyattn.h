@@ -1612,7 +1612,9 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * (or destroying the cache) waits for the write in progress and drops
  * those still queued (counted).
  * load PIPELINED: a tier hit is checked on the host as before (header,
- * identity, payload checksum: nothing reaches the blocks unchecked), then
+ * identity, payload checksum — but for a host store's value the tier itself
+ * wrote: tier_loads_sealed; nothing from a disk, a network or an engine
+ * reaches the blocks unchecked), then
  * its upload is enqueued on the tier's copy queue (in order, on the pool's
  * context and device), K and V of layer 0 first, and request_create
  * returns without waiting: the layers' attention (prefill, decode) waits
