@@ -25,6 +25,7 @@
 #include "gemm_bf16.h"
 #include "gemm_fused_ref.h"
 #include "serve.h"
+#include "serve_check.h"
 
 typedef struct fu_state {
     lazyattn_context *ctx;
@@ -52,13 +53,6 @@ static int teardown(void **state) {
     free(s);
     return 0;
 }
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        int st_ = (expr);                                                                \
-        if (st_) fail_msg("%s -> %d: %s | %s", #expr, st_, serve_last_error(),           \
-                          lazyattn_last_error());                                        \
-    } while (0)
 
 /* xorshift64*: uniform in [-1, 1) */
 static double urand(uint64_t *z) {

@@ -46,6 +46,7 @@
 #include <cmocka.h>
 
 #include "serve.h"
+#include "serve_check.h"
 
 enum { MAX_TOKENS = 8, MAX_SEQS = 2 };
 
@@ -100,13 +101,6 @@ static void read_expected(const char *name, expected *e) {
 static void free_expected(expected *e) {
     for (int s = 0; s < e->n_seqs; s++) free(e->logits[s]);
 }
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        int st_ = (expr);                                                                \
-        if (st_) fail_msg("%s -> %d: %s | %s", #expr, st_, serve_last_error(),           \
-                          lazyattn_last_error());                                        \
-    } while (0)
 
 typedef enum drop { DROP_NOTHING = 0, DROP_SCALING = 1 } drop;
 

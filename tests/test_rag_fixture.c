@@ -39,6 +39,7 @@
 #include <cmocka.h>
 
 #include "serve.h"
+#include "serve_check.h"
 
 enum { MAX_PROMPTS = 2, MAX_ROWS = 64, MAX_Q = 8, N_SEG = 4, MAX_BLOCKS = 16 };
 
@@ -57,13 +58,6 @@ typedef struct rag_fixture {
     int n;
     rag_prompt p[MAX_PROMPTS];
 } rag_fixture;
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        int st_ = (expr);                                                                \
-        if (st_) fail_msg("%s -> %d: %s | %s", #expr, st_, serve_last_error(),           \
-                          lazyattn_last_error());                                        \
-    } while (0)
 
 static void fixture_path(char *out, size_t n, const char *name, const char *ext) {
     const char *d = getenv("LAZYATTN_FIXTURES");

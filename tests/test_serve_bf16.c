@@ -37,6 +37,7 @@
 #include "gemm_bf16.h"
 #include "serve.h"
 #include "context_refs.h"
+#include "serve_check.h"
 
 typedef struct bf_state {
     lazyattn_context *ctx;
@@ -62,13 +63,6 @@ static int teardown(void **state) {
     free(s);
     return 0;
 }
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        int st_ = (expr);                                                                \
-        if (st_) fail_msg("%s -> %d: %s | %s", #expr, st_, serve_last_error(),           \
-                          lazyattn_last_error());                                        \
-    } while (0)
 
 /* xorshift64*: uniform in [-1, 1) */
 static double urand(uint64_t *z) {

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "serve.h"
+#include "serve_check.h"
 
 enum { N_REQ = 6, MAX_GEN = 6 };
 
@@ -78,13 +79,6 @@ static int teardown(void **state) {
     free(s);
     return 0;
 }
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        int st_ = (expr);                                                                \
-        if (st_) fail_msg("%s -> %d: %s | %s", #expr, st_, serve_last_error(),           \
-                          lazyattn_last_error());                                        \
-    } while (0)
 
 /* Prefills the requests in order (each commits its documents before the
  * next is planned), then decodes all of them in one batch until each has

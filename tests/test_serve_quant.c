@@ -38,15 +38,9 @@
 #include <cmocka.h>
 
 #include "serve.h"
+#include "serve_check.h"
 
 enum { N_FIRST = 12, N_SECOND = 5, N_DECODE = 4, N_TOKENS = N_FIRST + N_SECOND + N_DECODE };
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        int st_ = (expr);                                                                \
-        if (st_) fail_msg("%s -> %d: %s | %s", #expr, st_, serve_last_error(),           \
-                          lazyattn_last_error());                                        \
-    } while (0)
 
 static const char *fixture_dir(void) {
     const char *d = getenv("LAZYATTN_FIXTURES");

@@ -51,19 +51,13 @@
 
 #include "quant.h"
 #include "serve.h"
+#include "serve_check.h"
 
 enum { PROMPT = 8, STEPS = 8, MAX_ARGS = 16 };
 static const double LOGIT_BOUND = 1e-4, MARGIN = 1e-3;
 
 static char dir[256]; /* a fresh directory per run */
 static const char *writer;
-
-#define CHECK(expr)                                                                      \
-    do {                                                                                 \
-        int st_ = (expr);                                                                \
-        if (st_) fail_msg("%s -> %d: %s | %s", #expr, st_, serve_last_error(),           \
-                          lazyattn_last_error());                                        \
-    } while (0)
 
 /* Runs the writer with args (NULL-terminated), stdout and stderr into
  * dir/log; fsize > 0 limits the files it may write (RLIMIT_FSIZE, SIGXFSZ
