@@ -192,8 +192,7 @@ static void dump_layer(engine *e, int layer, cl_mem qm, const lazyattn_plan *p, 
 void (*run_request_planned)(void *user);
 void *run_request_planned_user;
 
-void run_request(engine *e, int n_docs, const int *ids, float *out,
-                 lazyattn_segment_action *actions) {
+int request_of(engine *e, int n_docs, const int *ids, lazyattn_request **out) {
     int32_t tok[N_DOCS][64];
     const int32_t *docs[N_DOCS];
     int32_t lens[N_DOCS];
@@ -203,9 +202,15 @@ void run_request(engine *e, int n_docs, const int *ids, float *out,
         lens[i] = doc_len[ids[i]];
     }
     int32_t question[NQ] = {5, 6, 7, 8, 9};
-    lazyattn_request_desc d = {0, NULL, n_docs, docs, lens, NQ, question, 0};
+    lazyattn_request_desc d = {0, NULL, n_docs, n_docs ? docs : NULL, n_docs ? lens : NULL, NQ,
+                               question, 0};
+    return lazyattn_request_create(e->cache, &d, out);
+}
+
+void run_request(engine *e, int n_docs, const int *ids, float *out,
+                 lazyattn_segment_action *actions) {
     lazyattn_request *req;
-    lt_assert_status(lazyattn_request_create(e->cache, &d, &req), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(e, n_docs, ids, &req), LAZYATTN_STATUS_OK);
     if (run_request_planned) { /* once: the hook may run requests itself */
         void (*planned)(void *) = run_request_planned;
         run_request_planned = NULL;

@@ -60,6 +60,11 @@ void engine_close(engine *e);
 void run_request(engine *e, int n_docs, const int *ids, float *out,
                  lazyattn_segment_action *actions);
 
+/* lazyattn_request_create on e's cache for [docs ids...] [question] (the
+ * tests' question of NQ tokens; n_docs 0: the question alone, ids may be
+ * NULL); its status, *out the request. */
+int request_of(engine *e, int n_docs, const int *ids, lazyattn_request **out);
+
 /* run_request with its output discarded. */
 void run_docs(engine *e, int n_docs, const int *ids, lazyattn_segment_action *actions);
 

@@ -172,14 +172,9 @@ static void test_host_write_through(void **state) {
 
     /* the plan says which tokens came from the tier */
     lazyattn_cache_trim(b.cache, 0);
-    int32_t tok[64];
-    doc_tokens(1, tok);
-    const int32_t *docs[1] = {tok};
-    int32_t lens[1] = {doc_len[1]};
-    int32_t question[NQ] = {5, 6, 7, 8, 9};
-    lazyattn_request_desc d = {0, NULL, 1, docs, lens, NQ, question, 0};
+    int one = 1;
     lazyattn_request *req;
-    lt_assert_status(lazyattn_request_create(b.cache, &d, &req), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(&b, 1, &one, &req), LAZYATTN_STATUS_OK);
     lazyattn_plan p;
     lazyattn_request_get_plan(req, &p);
     assert_int_equal(p.tier_tokens, doc_len[1]);

@@ -36,13 +36,7 @@ typedef struct prompt {
 
 static void prompt_open(engine *e, int doc, prompt *p) {
     memset(p, 0, sizeof *p);
-    int32_t tok[64];
-    doc_tokens(doc, tok);
-    const int32_t *docs[1] = {tok};
-    int32_t lens[1] = {doc_len[doc]};
-    int32_t question[NQ] = {5, 6, 7, 8, 9};
-    lazyattn_request_desc d = {0, NULL, 1, docs, lens, NQ, question, 0};
-    lt_assert_status(lazyattn_request_create(e->cache, &d, &p->req), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(e, 1, &doc, &p->req), LAZYATTN_STATUS_OK);
     lt_assert_status(lazyattn_request_get_plan(p->req, &p->plan), LAZYATTN_STATUS_OK);
     const lazyattn_plan *pl = &p->plan;
     const int n_pos = pl->n_positions;

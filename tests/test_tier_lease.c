@@ -318,14 +318,9 @@ static int killed_child_main(const char *spec, const char *prefix, const char *r
     engine e;
     engine_open(&e, ctx, 32, MODEL);
     if (lazyattn_cache_set_tier(e.cache, s, LAZYATTN_TIER_WRITE_THROUGH)) return 5;
-    int32_t tok[64];
-    doc_tokens(0, tok);
-    const int32_t *docs[1] = {tok};
-    int32_t lens[1] = {doc_len[0]};
-    int32_t question[NQ] = {5, 6, 7, 8, 9};
-    lazyattn_request_desc d = {0, NULL, 1, docs, lens, NQ, question, 0};
+    int zero = 0;
     lazyattn_request *req;
-    if (lazyattn_request_create(e.cache, &d, &req)) return 6; /* takes the lease */
+    if (request_of(&e, 1, &zero, &req)) return 6; /* takes the lease */
     FILE *f = fopen(ready_path, "w");
     if (!f || fclose(f)) return 7;
     pause(); /* killed here */
@@ -405,17 +400,11 @@ static void test_dir_abandoned_request(void **state) {
     engine a, b;
     tier_on(&a, *state, s1);
     tier_on(&b, *state, s2);
-    int32_t tok[64];
-    doc_tokens(3, tok);
-    const int32_t *docs[1] = {tok};
-    int32_t lens[1] = {doc_len[3]};
-    int32_t question[NQ] = {5, 6, 7, 8, 9};
-    lazyattn_request_desc d = {0, NULL, 1, docs, lens, NQ, question, 0};
+    int three = 3;
     lazyattn_request *req;
-    lt_assert_status(lazyattn_request_create(a.cache, &d, &req), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(&a, 1, &three, &req), LAZYATTN_STATUS_OK);
     assert_int_equal(stats_of(&a).tier_leases, 1);
     lazyattn_request_destroy(req); /* uncommitted: the lease goes back */
-    int three = 3;
     lazyattn_segment_action act;
     double t0 = now_s();
     run_docs(&b, 1, &three, &act);

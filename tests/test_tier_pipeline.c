@@ -60,17 +60,7 @@ typedef struct planned {
 
 static void plan(engine *e, int n, const int *ids, planned *r) {
     memset(r, 0, sizeof *r);
-    int32_t tok[N_DOCS][64];
-    const int32_t *docs[N_DOCS];
-    int32_t lens[N_DOCS];
-    for (int i = 0; i < n; i++) {
-        doc_tokens(ids[i], tok[i]);
-        docs[i] = tok[i];
-        lens[i] = doc_len[ids[i]];
-    }
-    int32_t question[NQ] = {5, 6, 7, 8, 9};
-    lazyattn_request_desc d = {0, NULL, n, docs, lens, NQ, question, 0};
-    lt_assert_status(lazyattn_request_create(e->cache, &d, &r->req), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(e, n, ids, &r->req), LAZYATTN_STATUS_OK);
     lazyattn_request_get_plan(r->req, &r->p);
     r->n_pos = r->p.n_positions;
     for (int l = 0; l < L; l++) {
@@ -454,9 +444,7 @@ static void test_failed_upload(void **state) {
     int reported = 0;
     for (int i = 0; i < 500 && !reported; i++) {
         lazyattn_request *q = NULL;
-        int32_t question[NQ] = {5, 6, 7, 8, 9};
-        lazyattn_request_desc d = {0, NULL, 0, NULL, NULL, NQ, question, 0};
-        int st = lazyattn_request_create(e.cache, &d, &q);
+        int st = request_of(&e, 0, NULL, &q);
         lazyattn_request_destroy(q);
         if (st) {
             assert_int_equal(st, LAZYATTN_STATUS_OPENCL);
