@@ -32,6 +32,7 @@
 
 #include "gemm_bf16.h" /* serve_bf16_of */
 #include "gemv_quant.h"
+#include "projection.h"
 #include "quant.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -353,6 +354,94 @@ static void test_fused_swiglu_mixed_types(void **state) {
                    cases[c].x_bf16, 1, 0);
 }
 
+/* serve/projection.c's routing of decode's groups through the fused
+ * GEMV (what model.c's kept decode calls), launches counted by the
+ * projector's timer: QKV of Q4_K, Q4_K, Q6_K (a Q4_K_M layer) normed on
+ * the way: 2 launches, and unnormed by serve_project_group: 2; gate/up
+ * SwiGLU of one type: 1, of Q4_K and Q6_K: 2; each against float64 of the
+ * dequantized rows (bound 2e-5 as above); accumulated SwiGLU of two types
+ * refused before any launch. */
+static void test_projection_routing(void **state) {
+    device *d = *state;
+    if (!d->ctx) skip();
+    enum { ROWS = 3, IN = 512, OUT = 9 };
+    const float eps = 1e-5f;
+    static const uint32_t kinds[][3] = {{SERVE_GGML_Q4_K, SERVE_GGML_Q4_K, SERVE_GGML_Q6_K},
+                                        {SERVE_GGML_Q5_K, SERVE_GGML_Q5_K, 0},
+                                        {SERVE_GGML_Q4_K, SERVE_GGML_Q6_K, 0}};
+    static const struct {
+        int kind, n, norm, swiglu, launches;
+    } cases[] = {{0, 3, 1, 0, 2}, {0, 3, 0, 0, 2}, {1, 2, 1, 1, 1}, {2, 2, 1, 1, 2}};
+    float x[ROWS * IN], gain[IN], xn[IN], got[ROWS * OUT];
+    double ref[3][OUT], want[OUT];
+    for (int i = 0; i < ROWS * IN; i++) x[i] = frand() * 3.0f;
+    for (int i = 0; i < IN; i++) gain[i] = 0.5f + (frand() + 1.0f) * 0.5f;
+    cl_mem xb = buffer(d, sizeof x, x), gb = buffer(d, sizeof gain, gain);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n = cases[c].n;
+        unsigned char *host[3] = {NULL, NULL, NULL};
+        uint64_t bytes[3];
+        serve_weight w[3];
+        const serve_weight *wp[3];
+        cl_mem y[3];
+        for (int k = 0; k < n; k++) {
+            uint32_t type = kinds[cases[c].kind][k];
+            host[k] = random_weight(type, OUT, IN, &bytes[k]);
+            w[k] = (serve_weight){buffer(d, (size_t)bytes[k], host[k]), type, OUT, IN};
+            wp[k] = &w[k];
+            y[k] = buffer(d, sizeof got, NULL);
+        }
+        serve_timer timer;
+        memset(&timer, 0, sizeof timer);
+        serve_projector p = {d->queue, d->g, NULL, NULL, NULL, &timer};
+        int st = cases[c].norm ? serve_project_fused(&p, n, wp, ROWS, xb, 0, gb, eps,
+                                                     cases[c].swiglu, y, 0)
+                               : serve_project_group(&p, n, wp, ROWS, xb, 0, y, 0);
+        if (st) fail_msg("case %zu: %s", c, serve_last_error());
+        if (timer.enqueues_by[SERVE_ENQ_GEMM] != cases[c].launches)
+            fail_msg("case %zu: %lld launches, %d expected", c,
+                     (long long)timer.enqueues_by[SERVE_ENQ_GEMM], cases[c].launches);
+        double worst = 0.0;
+        for (int k = 0; k < (cases[c].swiglu ? 1 : n); k++) {
+            assert_int_equal(clEnqueueReadBuffer(d->queue, y[k], CL_TRUE, 0, sizeof got, got, 0,
+                                                 NULL, NULL), CL_SUCCESS);
+            for (int r = 0; r < ROWS; r++) {
+                const float *xr = x + r * IN;
+                double ss = 0.0;
+                for (int i = 0; i < IN; i++) ss += (double)xr[i] * (double)xr[i];
+                double sc = cases[c].norm ? 1.0 / sqrt(ss / IN + (double)eps) : 1.0;
+                for (int i = 0; i < IN; i++) xn[i] = cases[c].norm ? xr[i] * gain[i] : xr[i];
+                for (int j = 0; j < n; j++)
+                    reference(w[j].type, host[j], bytes[j], OUT, IN, xn, ref[j], 0);
+                for (int o = 0; o < OUT; o++) {
+                    double v = ref[k][o] * sc;
+                    if (cases[c].swiglu) v = v / (1.0 + exp(-v)) * (ref[1][o] * sc);
+                    want[o] = v;
+                }
+                double e = norm_err(got + r * OUT, want, OUT);
+                if (!(e <= worst)) worst = e;
+            }
+        }
+        printf("# routed %s%s%s x %d%s%s: %d launch(es), normalised error %.3g\n",
+               serve_ggml_type_name(w[0].type), n > 1 ? "/" : "",
+               n > 1 ? serve_ggml_type_name(w[n - 1].type) : "", n, cases[c].norm ? ", normed" : "",
+               cases[c].swiglu ? ", SwiGLU" : "", cases[c].launches, worst);
+        if (!(worst <= 2e-5)) fail_msg("case %zu: normalised error %g > 2e-5", c, worst);
+        if (cases[c].kind == 2) { /* accumulated: refused, nothing enqueued */
+            int64_t before = timer.enqueues;
+            assert_int_equal(serve_project_fused(&p, n, wp, ROWS, xb, 0, gb, eps, 1, y, 1),
+                             LAZYATTN_STATUS_INVALID_ARGUMENT);
+            assert_non_null(strstr(serve_last_error(), "Q4_K gate and a Q6_K up accumulated"));
+            assert_true(timer.enqueues == before);
+        }
+        for (int k = 0; k < n; k++) {
+            clReleaseMemObject(w[k].buf), clReleaseMemObject(y[k]);
+            free(host[k]);
+        }
+    }
+    clReleaseMemObject(xb), clReleaseMemObject(gb);
+}
+
 static void test_dequant_bit_exact(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
@@ -484,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_gemv_matches_dequantized),
         cmocka_unit_test(test_fused_norm_swiglu),
         cmocka_unit_test(test_fused_swiglu_mixed_types),
+        cmocka_unit_test(test_projection_routing),
         cmocka_unit_test(test_dequant_bit_exact),
         cmocka_unit_test(test_refused),
     };
