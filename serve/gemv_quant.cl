@@ -177,7 +177,7 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
         int swiglu) {                                                                           \
         __local float red[3 * GQ_MAX_ROWS * GQ_WG];                                             \
         int g = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
-        int k = swiglu == 1 || g < end0 ? 0 : g < end1 ? 1 : 2;                                      \
+        int k = swiglu == 1 || g < end0 ? 0 : g < end1 ? 1 : 2;                                 \
         int o = g - (k == 0 ? 0 : k == 1 ? end0 : end1);                                        \
         __global const uchar *w = k == 0 ? w0 : k == 1 ? w1 : w2;                               \
         __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                     \

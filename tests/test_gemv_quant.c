@@ -310,7 +310,8 @@ static void fused_case(device *d, uint32_t type, uint32_t up_type, int ffn, int 
     printf("# fused %s%s%s [%d, %d]%s x %d rows, x %s%s: normalised error %.3g; against no "
            "norm %.3g\n", serve_ggml_type_name(type), mixed ? "/" : "",
            mixed ? serve_ggml_type_name(up_type) : "", ffn, n_in,
-           swiglu ? " gate/up SwiGLU" : " norm", rows, x_bf16 ? "bf16" : "f32", accumulate ? ", accumulated" : "", worst, worst_plain);
+           swiglu ? " gate/up SwiGLU" : " norm", rows, x_bf16 ? "bf16" : "f32",
+           accumulate ? ", accumulated" : "", worst, worst_plain);
     /* bound: f32 sums of 512..4096 products (the unfused GEMV's 1e-5) and
      * the scale's own rounding, twice for the SwiGLU product */
     if (!(worst <= 2e-5)) fail_msg("%s: normalised error %g > 2e-5", serve_ggml_type_name(type),
