@@ -134,11 +134,16 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "%s: %d rows (1..%d), accumulate %d, x_bf16 %d", who, a->rows,
                           SERVE_QUANT_GEMV_MAX_ROWS, a->accumulate, a->x_bf16);
-    if ((a->swiglu != 0 && a->swiglu != 1) ||
-        (a->swiglu && (a->n_outs != 2 || a->outs[0].cols != a->outs[1].cols)))
+    if ((a->swiglu != 0 && a->swiglu != 1 && a->swiglu != 2) ||
+        (a->swiglu == 1 && (a->n_outs != 2 || a->outs[0].cols != a->outs[1].cols)))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "%s: swiglu %d takes two ranges (gate, up) of equal cols; %d given",
                           who, a->swiglu, a->n_outs);
+    if (a->swiglu == 2 && (a->n_outs != 1 || a->accumulate))
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: swiglu 2 takes one range (up, over the gate's product), "
+                          "accumulate 0; %d ranges, accumulate %d given",
+                          who, a->n_outs, a->accumulate);
     if (a->norm) {
         size_t have = serve_gq_size(a->norm);
         if (!(a->norm_eps > 0.0f && a->norm_eps < 1.0f) || have < (size_t)a->in * 4u)
@@ -215,7 +220,7 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     err |= clSetKernelArg(k, i++, sizeof swiglu, &swiglu);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
     size_t local = SERVE_GQ_WG;
-    size_t global = (size_t)(a->swiglu ? a->outs[0].cols : total) * SERVE_GQ_WG;
+    size_t global = (size_t)(a->swiglu == 1 ? a->outs[0].cols : total) * SERVE_GQ_WG;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemv_quant");
 }

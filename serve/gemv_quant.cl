@@ -163,7 +163,10 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
  *    reduced beside the products) and multiplies the sum at the end;
  *  swiglu 1: w0 = gate and w1 = up, end0 rows each; work-group o computes
  *    both rows o and writes silu(gate) * up to y0 (global size end0 *
- *    GQ_WG). */
+ *    GQ_WG);
+ *  swiglu 2: a gate and an up of different types, in two launches: y0
+ *    holds the gate's product (a launch of its type, the same X and
+ *    norm) and this one, over up, writes silu(y0) * up in its place. */
 #define GQ_GEMV(NAME, DECODE, XLOAD)                                                           \
     __kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void NAME(                      \
         __global const uchar *w0, __global const uchar *w1, __global const uchar *w2,           \
@@ -174,7 +177,7 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
         int swiglu) {                                                                           \
         __local float red[3 * GQ_MAX_ROWS * GQ_WG];                                             \
         int g = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
-        int k = swiglu || g < end0 ? 0 : g < end1 ? 1 : 2;                                      \
+        int k = swiglu == 1 || g < end0 ? 0 : g < end1 ? 1 : 2;                                 \
         int o = g - (k == 0 ? 0 : k == 1 ? end0 : end1);                                        \
         __global const uchar *w = k == 0 ? w0 : k == 1 ? w1 : w2;                               \
         __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                     \
@@ -187,7 +190,7 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
         for (int c = lid; c < n_chunks; c += GQ_WG) {                                           \
             float v[32], u[32];                                                                 \
             DECODE(wrow, c, v);                                                                 \
-            if (swiglu) DECODE(urow, c, u); /* uniform */                                       \
+            if (swiglu == 1) DECODE(urow, c, u); /* uniform */                                  \
             _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) {                          \
                 if (r >= rows) continue; /* uniform: the same for the whole launch */          \
                 size_t xi = (size_t)x_off + (size_t)r * (size_t)ldx + (size_t)c * 32;          \
@@ -205,7 +208,7 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
                     s = mad(v[j + 1], xv.y, s);                                                 \
                     s = mad(v[j + 2], xv.z, s);                                                 \
                     s = mad(v[j + 3], xv.w, s);                                                 \
-                    if (swiglu) {                                                               \
+                    if (swiglu == 1) {                                                          \
                         su = mad(u[j], xv.x, su);                                               \
                         su = mad(u[j + 1], xv.y, su);                                           \
                         su = mad(u[j + 2], xv.z, su);                                           \
@@ -223,7 +226,7 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
             red[(2 * GQ_MAX_ROWS + r) * GQ_WG + lid] = ssq[r];                                  \
         }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-        int n_red = swiglu || norm ? 3 * GQ_MAX_ROWS : GQ_MAX_ROWS; /* uniform */              \
+        int n_red = swiglu == 1 || norm ? 3 * GQ_MAX_ROWS : GQ_MAX_ROWS; /* uniform */         \
         for (int half_ = GQ_WG / 2; half_ > 0; half_ >>= 1) {                                   \
             if (lid < half_)                                                                    \
                 for (int q = 0; q < n_red; q++)                                                 \
@@ -239,9 +242,12 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
                 scale = rsqrt(red[(2 * GQ_MAX_ROWS + lid) * GQ_WG] / (float)(n_chunks * 32) +  \
                               eps);                                                             \
             t *= scale;                                                                         \
-            if (swiglu) {                                                                       \
+            if (swiglu == 1) {                                                                  \
                 float up = red[(GQ_MAX_ROWS + lid) * GQ_WG] * scale;                            \
                 t = t / (1.0f + exp(-t)) * up;                                                  \
+            } else if (swiglu == 2) {                                                           \
+                float gate = y[yi];                                                             \
+                t = gate / (1.0f + exp(-gate)) * t;                                             \
             }                                                                                   \
             y[yi] = accumulate ? y[yi] + t : t;                                                 \
         }                                                                                       \

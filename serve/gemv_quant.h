@@ -66,7 +66,9 @@ typedef struct serve_gemv_args {
                        s_r = 1 / sqrt(mean(x_r^2) + norm_eps) (NULL: X as it is) */
     float norm_eps;
     int swiglu;     /* 1: two ranges of equal cols, gate then up: Y_0 = silu(X . Wg^T) *
-                       (X . Wu^T), nothing written to range 1's y */
+                       (X . Wu^T), nothing written to range 1's y; 2 (a gate and an up
+                       of different types, two launches): one range, up, whose y holds
+                       X . Wg^T from the gate's launch: Y = silu(Y) * (X . Wu^T) */
 } serve_gemv_args;
 
 /* Enqueues the GEMV on queue (event: optional, the kernel's), one launch
@@ -74,8 +76,9 @@ typedef struct serve_gemv_args {
  * first when it was not. UNSUPPORTED naming another type;
  * INVALID_ARGUMENT for rows outside 1..SERVE_QUANT_GEMV_MAX_ROWS, n_outs
  * outside 1..SERVE_GEMV_MAX_OUTS, a range's cols < 1 or ldy < cols, in
- * not a positive multiple of the block, accumulate or swiglu not 0/1,
- * swiglu without exactly two ranges of equal cols, a norm_eps not
+ * not a positive multiple of the block, accumulate not 0/1, swiglu not
+ * 0/1/2, swiglu 1 without exactly two ranges of equal cols, swiglu 2
+ * with more than one range or accumulate, a norm_eps not
  * positive and finite (with norm), or a buffer smaller than the shape
  * needs (checked against the buffers' sizes, norm's too; the message
  * gives both). */

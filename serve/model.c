@@ -1348,9 +1348,9 @@ static int serve_proj_decode_fusable(const serve_model *m, int n) {
  * forms (issue 38, as serve_layers_bf16_fused): QKV with the norm inside
  * (one launch a run of one type: a Q4_K_M file's Q6_K attn_v is a second),
  * the O projection reading the attention's f32 output, gate/up with the
- * norm inside and SwiGLU as its epilogue (into g), down reading g; the
- * first layer's norm stays (it embeds the tokens). Either mode: X is
- * always f32 here. */
+ * norm inside and SwiGLU as its epilogue (into g; a gate and an up of
+ * different types: two launches), down reading g; the first layer's norm
+ * stays (it embeds the tokens). Either mode: X is always f32 here. */
 static int serve_layers_proj_fused(serve_model *m, lazyattn_pool *pool, int n, cl_mem q_pos,
                                    cl_mem stored_pos, serve_attend_fn attend, const void *args) {
     const serve_model_config *c = &m->cfg;

@@ -65,25 +65,31 @@ int serve_project_group(const serve_projector *p, int n, const serve_weight *con
                         cl_mem x, size_t x_off, const cl_mem *y, int accumulate) {
     if (!p || !w || !y || n < 1 || n > SERVE_GEMV_MAX_OUTS)
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "serve_project_group: %d weights", n);
-    int one = n > 1 && p->quant && rows >= 1 && rows <= SERVE_QUANT_GEMV_MAX_ROWS;
-    for (int k = 0; k < n && one; k++)
-        one = w[k] && w[k]->buf && w[k]->type == w[0]->type && w[k]->in == w[0]->in &&
-              serve_gemv_quant_supports(w[k]->type);
-    if (!one) {
-        for (int k = 0; k < n; k++) {
-            int st = serve_project(p, w[k], rows, x, x_off, y[k], 0, accumulate);
+    int gemv = p->quant && rows >= 1 && rows <= SERVE_QUANT_GEMV_MAX_ROWS;
+    for (int k0 = 0; k0 < n;) { /* a run of one quantized type: one launch */
+        int k1 = k0 + 1;
+        if (gemv && w[k0] && w[k0]->buf && serve_gemv_quant_supports(w[k0]->type))
+            while (k1 < n && w[k1] && w[k1]->buf && w[k1]->type == w[k0]->type &&
+                   w[k1]->in == w[k0]->in)
+                k1++;
+        if (k1 - k0 == 1) {
+            int st = serve_project(p, w[k0], rows, x, x_off, y[k0], 0, accumulate);
             if (st) return st;
+            k0 = k1;
+            continue;
         }
-        return LAZYATTN_STATUS_OK;
+        serve_gemv_args a = {.type = w[k0]->type, .rows = rows, .in = w[k0]->in, .x = x,
+                             .x_off = x_off, .x_bf16 = p->bf16 != NULL, .n_outs = k1 - k0,
+                             .accumulate = accumulate};
+        for (int k = k0; k < k1; k++)
+            a.outs[k - k0] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
+        serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+        int st = serve_gemv_quant_run(p->quant, p->queue, &a,
+                                      serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+        if (st) return st;
+        k0 = k1;
     }
-    serve_gemv_args a = {.type = w[0]->type, .rows = rows, .in = w[0]->in, .x = x,
-                         .x_off = x_off, .x_bf16 = p->bf16 != NULL, .n_outs = n,
-                         .accumulate = accumulate};
-    for (int k = 0; k < n; k++)
-        a.outs[k] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
-    serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
-    return serve_gemv_quant_run(p->quant, p->queue, &a,
-                                serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+    return LAZYATTN_STATUS_OK;
 }
 
 int serve_project_fusable(const serve_projector *p, int n, const serve_weight *const *w, int rows,
@@ -94,7 +100,7 @@ int serve_project_fusable(const serve_projector *p, int n, const serve_weight *c
     for (int k = 0; k < n; k++)
         if (!w[k] || !w[k]->buf || !serve_gemv_quant_supports(w[k]->type) || w[k]->in != w[0]->in)
             return 0;
-    return !swiglu || (w[1]->type == w[0]->type && w[1]->out == w[0]->out);
+    return !swiglu || w[1]->out == w[0]->out;
 }
 
 int serve_project_fused(const serve_projector *p, int n, const serve_weight *const *w, int rows,
@@ -105,6 +111,24 @@ int serve_project_fused(const serve_projector *p, int n, const serve_weight *con
                           "serve_project_fused: %d weights over %d rows%s that the quantized "
                           "GEMV does not take in one fused form", n, rows,
                           swiglu ? " (SwiGLU)" : "");
+    if (swiglu && w[1]->type != w[0]->type) { /* the gate's product, then silu of it * up's */
+        if (accumulate)
+            return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                              "serve_project_fused: SwiGLU of a %s gate and a %s up accumulated "
+                              "(two launches: the second replaces)",
+                              serve_ggml_type_name(w[0]->type), serve_ggml_type_name(w[1]->type));
+        for (int k = 0; k < 2; k++) {
+            serve_gemv_args a = {.type = w[k]->type, .rows = rows, .in = w[k]->in, .x = x,
+                                 .x_off = x_off, .n_outs = 1, .norm = norm, .norm_eps = eps,
+                                 .swiglu = k == 0 ? 0 : 2};
+            a.outs[0] = (serve_gemv_out){w[k]->buf, y[0], 0, w[k]->out, w[k]->out};
+            serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+            int st = serve_gemv_quant_run(p->quant, p->queue, &a,
+                                          serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+            if (st) return st;
+        }
+        return LAZYATTN_STATUS_OK;
+    }
     for (int k0 = 0; k0 < n;) {
         int k1 = k0 + 1;
         while (k1 < n && w[k1]->type == w[k0]->type) k1++;

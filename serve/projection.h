@@ -49,10 +49,11 @@ int serve_project(const serve_projector *p, const serve_weight *w, int rows, cl_
 
 /* A fused group (QKV: 3, gate/up: 2; at most SERVE_GEMV_MAX_OUTS) over
  * one X, weight k into Y y[k] from element 0 (row stride its out). Rows
- * <= SERVE_QUANT_GEMV_MAX_ROWS with every weight quantized of one type:
- * one GEMV launch for the group; otherwise (a Q4_K_M file's Q6_K attn_v
- * beside Q4_K attn_q / attn_k, dense weights, a prefill) serve_project for
- * each. */
+ * <= SERVE_QUANT_GEMV_MAX_ROWS: one GEMV launch for each run of
+ * consecutive weights quantized of one type (a Q4_K_M file's Q4_K attn_q
+ * and attn_k, then its Q6_K attn_v: two); serve_project for a weight
+ * alone in its run and for every weight otherwise (dense weights, a
+ * prefill). */
 int serve_project_group(const serve_projector *p, int n, const serve_weight *const *w, int rows,
                         cl_mem x, size_t x_off, const cl_mem *y, int accumulate);
 
@@ -60,13 +61,15 @@ int serve_project_group(const serve_projector *p, int n, const serve_weight *con
  * quantized weights, all through the quantized GEMV: X f32 [rows, in]
  * from element x_off whatever the mode (the residual stream, the
  * attention's output, a SwiGLU product), RMSNorm'ed on the way with gain
- * norm (f32 [in]; NULL: X as it is) and eps; swiglu 1: w = {gate, up} of
- * one type, y[0] gets silu(X . Wg^T) * (X . Wu^T) (y[1] untouched).
- * Consecutive weights of one type share a launch. 1 from
+ * norm (f32 [in]; NULL: X as it is) and eps; swiglu 1: w = {gate, up},
+ * y[0] gets silu(X . Wg^T) * (X . Wu^T) (y[1] untouched).
+ * Consecutive weights of one type share a launch: a SwiGLU pair of one
+ * type is one launch, of two types two (the gate's product into y[0],
+ * then the up's launch multiplies silu of it; not with accumulate). 1 from
  * serve_project_fusable when the GEMV takes the group (p->quant, rows
  * 1..SERVE_QUANT_GEMV_MAX_ROWS, every weight quantized of a type it reads,
- * one in, SwiGLU's two of one type and out); serve_project_fused refuses
- * the others (INVALID_ARGUMENT). */
+ * one in, SwiGLU's two of one out); serve_project_fused refuses the
+ * others (INVALID_ARGUMENT). */
 int serve_project_fusable(const serve_projector *p, int n, const serve_weight *const *w, int rows,
                           int swiglu);
 int serve_project_fused(const serve_projector *p, int n, const serve_weight *const *w, int rows,

@@ -32,6 +32,7 @@
 
 #include "gemm_bf16.h" /* serve_bf16_of */
 #include "gemv_quant.h"
+#include "projection.h"
 #include "quant.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -233,13 +234,16 @@ static void test_gemv_matches_dequantized(void **state) {
  * eps) with and without SwiGLU over a [gate; up] pair, against float64:
  * xn = x * g / sqrt(mean(x^2) + eps) from the kernel's x values, then the
  * dequantized rows; and against the same without the norm's scale, which
- * must miss (the check can fail). */
-static void fused_case(device *d, uint32_t type, int ffn, int n_in, int rows, int x_bf16,
-                       int swiglu, int accumulate) {
+ * must miss (the check can fail). up_type != type: a gate and an up of
+ * different types, the gate's launch (norm) then the up's (norm, swiglu
+ * 2) over the gate's product. */
+static void fused_case(device *d, uint32_t type, uint32_t up_type, int ffn, int n_in, int rows,
+                       int x_bf16, int swiglu, int accumulate) {
+    int mixed = swiglu && up_type != type;
     const float eps = 1e-5f;
     uint64_t bytes_g, bytes_u = 0;
     unsigned char *wg = random_weight(type, ffn, n_in, &bytes_g);
-    unsigned char *wu = swiglu ? random_weight(type, ffn, n_in, &bytes_u) : NULL;
+    unsigned char *wu = swiglu ? random_weight(up_type, ffn, n_in, &bytes_u) : NULL;
     size_t n_x = (size_t)rows * (size_t)n_in, n_y = (size_t)rows * (size_t)ffn;
     float *xf = malloc(n_x * 4), *gain = malloc((size_t)n_in * 4), *y0 = malloc(n_y * 4),
           *y = malloc(n_y * 4), *xn = malloc((size_t)n_in * 4), *xs = malloc((size_t)n_in * 4);
@@ -264,8 +268,14 @@ static void fused_case(device *d, uint32_t type, int ffn, int n_in, int rows, in
                          .norm_eps = eps, .swiglu = swiglu};
     a.outs[0] = (serve_gemv_out){wgb, yb, 0, ffn, ffn};
     if (swiglu) a.outs[1] = (serve_gemv_out){wub, yu, 0, ffn, ffn};
+    if (mixed) a.n_outs = 1, a.swiglu = 0; /* the gate's launch: its product into yb */
     int st = serve_gemv_quant_run(d->g, d->queue, &a, NULL);
     if (st) fail_msg("%s: %s", serve_ggml_type_name(type), serve_last_error());
+    if (mixed) { /* the up's launch: silu(yb) * up into yb */
+        a.type = up_type, a.swiglu = 2, a.outs[0].w = wub;
+        st = serve_gemv_quant_run(d->g, d->queue, &a, NULL);
+        if (st) fail_msg("%s: %s", serve_ggml_type_name(up_type), serve_last_error());
+    }
     assert_int_equal(clEnqueueReadBuffer(d->queue, yb, CL_TRUE, 0, n_y * 4, y, 0, NULL, NULL),
                      CL_SUCCESS);
     double worst = 0.0, worst_plain = INFINITY;
@@ -280,8 +290,8 @@ static void fused_case(device *d, uint32_t type, int ffn, int n_in, int rows, in
         reference(type, wg, bytes_g, ffn, n_in, xn, gw, 0);
         reference(type, wg, bytes_g, ffn, n_in, xs, g1, 0);
         if (swiglu) {
-            reference(type, wu, bytes_u, ffn, n_in, xn, uw, 0);
-            reference(type, wu, bytes_u, ffn, n_in, xs, u1, 0);
+            reference(up_type, wu, bytes_u, ffn, n_in, xn, uw, 0);
+            reference(up_type, wu, bytes_u, ffn, n_in, xs, u1, 0);
         }
         for (int o = 0; o < ffn; o++) {
             double gt = gw[o] * sc, pt = g1[o];
@@ -297,9 +307,11 @@ static void fused_case(device *d, uint32_t type, int ffn, int n_in, int rows, in
         if (!(e <= worst)) worst = e;
         if (p < worst_plain) worst_plain = p;
     }
-    printf("# fused %s [%d, %d]%s x %d rows, x %s%s: normalised error %.3g; against no norm "
-           "%.3g\n", serve_ggml_type_name(type), ffn, n_in, swiglu ? " gate/up SwiGLU" : " norm",
-           rows, x_bf16 ? "bf16" : "f32", accumulate ? ", accumulated" : "", worst, worst_plain);
+    printf("# fused %s%s%s [%d, %d]%s x %d rows, x %s%s: normalised error %.3g; against no "
+           "norm %.3g\n", serve_ggml_type_name(type), mixed ? "/" : "",
+           mixed ? serve_ggml_type_name(up_type) : "", ffn, n_in,
+           swiglu ? " gate/up SwiGLU" : " norm", rows, x_bf16 ? "bf16" : "f32",
+           accumulate ? ", accumulated" : "", worst, worst_plain);
     /* bound: f32 sums of 512..4096 products (the unfused GEMV's 1e-5) and
      * the scale's own rounding, twice for the SwiGLU product */
     if (!(worst <= 2e-5)) fail_msg("%s: normalised error %g > 2e-5", serve_ggml_type_name(type),
@@ -322,8 +334,113 @@ static void test_fused_norm_swiglu(void **state) {
                  {7, 1024, 3, 1, 0, 1}};
     for (int t = 0; t < N_TYPES; t++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-            fused_case(d, types[t], cases[c].ffn, cases[c].n_in, cases[c].rows, cases[c].x_bf16,
-                       cases[c].swiglu, cases[c].accumulate);
+            fused_case(d, types[t], types[t], cases[c].ffn, cases[c].n_in, cases[c].rows,
+                       cases[c].x_bf16, cases[c].swiglu, cases[c].accumulate);
+}
+
+/* SwiGLU over a gate and an up of different types: two launches (the
+ * gate's product, then silu of it times the up's), rows 1..8. */
+static void test_fused_swiglu_mixed_types(void **state) {
+    device *d = *state;
+    if (!d->ctx) skip();
+    static const struct {
+        uint32_t gate, up;
+        int ffn, n_in, rows, x_bf16;
+    } cases[] = {{SERVE_GGML_Q4_K, SERVE_GGML_Q6_K, 19, 512, 1, 0},
+                 {SERVE_GGML_Q6_K, SERVE_GGML_Q4_K, 11, 1024, 8, 1},
+                 {SERVE_GGML_Q8_0, SERVE_GGML_Q5_K, 13, 512, 4, 0},
+                 {SERVE_GGML_Q5_K, SERVE_GGML_Q4_0, 7, 256, 2, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        fused_case(d, cases[c].gate, cases[c].up, cases[c].ffn, cases[c].n_in, cases[c].rows,
+                   cases[c].x_bf16, 1, 0);
+}
+
+/* serve/projection.c's routing of decode's groups through the fused
+ * GEMV (what model.c's kept decode calls), launches counted by the
+ * projector's timer: QKV of Q4_K, Q4_K, Q6_K (a Q4_K_M layer) normed on
+ * the way: 2 launches, and unnormed by serve_project_group: 2; gate/up
+ * SwiGLU of one type: 1, of Q4_K and Q6_K: 2; each against float64 of the
+ * dequantized rows (bound 2e-5 as above); accumulated SwiGLU of two types
+ * refused before any launch. */
+static void test_projection_routing(void **state) {
+    device *d = *state;
+    if (!d->ctx) skip();
+    enum { ROWS = 3, IN = 512, OUT = 9 };
+    const float eps = 1e-5f;
+    static const uint32_t kinds[][3] = {{SERVE_GGML_Q4_K, SERVE_GGML_Q4_K, SERVE_GGML_Q6_K},
+                                        {SERVE_GGML_Q5_K, SERVE_GGML_Q5_K, 0},
+                                        {SERVE_GGML_Q4_K, SERVE_GGML_Q6_K, 0}};
+    static const struct {
+        int kind, n, norm, swiglu, launches;
+    } cases[] = {{0, 3, 1, 0, 2}, {0, 3, 0, 0, 2}, {1, 2, 1, 1, 1}, {2, 2, 1, 1, 2}};
+    float x[ROWS * IN], gain[IN], xn[IN], got[ROWS * OUT];
+    double ref[3][OUT], want[OUT];
+    for (int i = 0; i < ROWS * IN; i++) x[i] = frand() * 3.0f;
+    for (int i = 0; i < IN; i++) gain[i] = 0.5f + (frand() + 1.0f) * 0.5f;
+    cl_mem xb = buffer(d, sizeof x, x), gb = buffer(d, sizeof gain, gain);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int n = cases[c].n;
+        unsigned char *host[3] = {NULL, NULL, NULL};
+        uint64_t bytes[3];
+        serve_weight w[3];
+        const serve_weight *wp[3];
+        cl_mem y[3];
+        for (int k = 0; k < n; k++) {
+            uint32_t type = kinds[cases[c].kind][k];
+            host[k] = random_weight(type, OUT, IN, &bytes[k]);
+            w[k] = (serve_weight){buffer(d, (size_t)bytes[k], host[k]), type, OUT, IN};
+            wp[k] = &w[k];
+            y[k] = buffer(d, sizeof got, NULL);
+        }
+        serve_timer timer;
+        memset(&timer, 0, sizeof timer);
+        serve_projector p = {d->queue, d->g, NULL, NULL, NULL, &timer};
+        int st = cases[c].norm ? serve_project_fused(&p, n, wp, ROWS, xb, 0, gb, eps,
+                                                     cases[c].swiglu, y, 0)
+                               : serve_project_group(&p, n, wp, ROWS, xb, 0, y, 0);
+        if (st) fail_msg("case %zu: %s", c, serve_last_error());
+        if (timer.enqueues_by[SERVE_ENQ_GEMM] != cases[c].launches)
+            fail_msg("case %zu: %lld launches, %d expected", c,
+                     (long long)timer.enqueues_by[SERVE_ENQ_GEMM], cases[c].launches);
+        double worst = 0.0;
+        for (int k = 0; k < (cases[c].swiglu ? 1 : n); k++) {
+            assert_int_equal(clEnqueueReadBuffer(d->queue, y[k], CL_TRUE, 0, sizeof got, got, 0,
+                                                 NULL, NULL), CL_SUCCESS);
+            for (int r = 0; r < ROWS; r++) {
+                const float *xr = x + r * IN;
+                double ss = 0.0;
+                for (int i = 0; i < IN; i++) ss += (double)xr[i] * (double)xr[i];
+                double sc = cases[c].norm ? 1.0 / sqrt(ss / IN + (double)eps) : 1.0;
+                for (int i = 0; i < IN; i++) xn[i] = cases[c].norm ? xr[i] * gain[i] : xr[i];
+                for (int j = 0; j < n; j++)
+                    reference(w[j].type, host[j], bytes[j], OUT, IN, xn, ref[j], 0);
+                for (int o = 0; o < OUT; o++) {
+                    double v = ref[k][o] * sc;
+                    if (cases[c].swiglu) v = v / (1.0 + exp(-v)) * (ref[1][o] * sc);
+                    want[o] = v;
+                }
+                double e = norm_err(got + r * OUT, want, OUT);
+                if (!(e <= worst)) worst = e;
+            }
+        }
+        printf("# routed %s%s%s x %d%s%s: %d launch(es), normalised error %.3g\n",
+               serve_ggml_type_name(w[0].type), n > 1 ? "/" : "",
+               n > 1 ? serve_ggml_type_name(w[n - 1].type) : "", n, cases[c].norm ? ", normed" : "",
+               cases[c].swiglu ? ", SwiGLU" : "", cases[c].launches, worst);
+        if (!(worst <= 2e-5)) fail_msg("case %zu: normalised error %g > 2e-5", c, worst);
+        if (cases[c].kind == 2) { /* accumulated: refused, nothing enqueued */
+            int64_t before = timer.enqueues;
+            assert_int_equal(serve_project_fused(&p, n, wp, ROWS, xb, 0, gb, eps, 1, y, 1),
+                             LAZYATTN_STATUS_INVALID_ARGUMENT);
+            assert_non_null(strstr(serve_last_error(), "Q4_K gate and a Q6_K up accumulated"));
+            assert_true(timer.enqueues == before);
+        }
+        for (int k = 0; k < n; k++) {
+            clReleaseMemObject(w[k].buf), clReleaseMemObject(y[k]);
+            free(host[k]);
+        }
+    }
+    clReleaseMemObject(xb), clReleaseMemObject(gb);
 }
 
 static void test_dequant_bit_exact(void **state) {
@@ -418,6 +535,19 @@ static void test_refused(void **state) {
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_non_null(strstr(serve_last_error(), "two ranges (gate, up) of equal cols; 1 given"));
+    a.swiglu = 3; /* neither 0, 1 nor 2 */
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "swiglu 3"));
+    a.swiglu = 2, a.accumulate = 1; /* over the gate's product: it replaces, never adds */
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "swiglu 2 takes one range"));
+    a.accumulate = 0, a.n_outs = 2, a.outs[1] = a.outs[0];
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(serve_last_error(), "2 ranges, accumulate 0 given"));
+    a.n_outs = 1;
     a.swiglu = 0, a.norm = y, a.norm_eps = 1e-5f, a.in = 32 * 17; /* 64 bytes, 17 * 32 floats */
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
@@ -443,6 +573,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemv_matches_dequantized),
         cmocka_unit_test(test_fused_norm_swiglu),
+        cmocka_unit_test(test_fused_swiglu_mixed_types),
+        cmocka_unit_test(test_projection_routing),
         cmocka_unit_test(test_dequant_bit_exact),
         cmocka_unit_test(test_refused),
     };

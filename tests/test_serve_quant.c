@@ -18,6 +18,9 @@
  *         test_gguf_fixtures), the greedy tokens agree wherever the
  *         runner-up is further below the top logit than twice the largest
  *         logit difference.
+ * The kept model's decode steps take the fused loop (serve/model.c
+ * serve_layers_proj_fused, the norms and SwiGLU inside the GEMV): 2
+ * elementwise launches a step, counted by a timer on the model.
  * The kept model holds fewer weight bytes on the device than the
  * dequantized one (no dense copy the comparison could run on), and its
  * note names the kept types; for bf16.gguf both loads are the same path
@@ -148,13 +151,25 @@ static void compare(lazyattn_context *ctx, const char *name, serve_gemm_mode gem
     double *ref = malloc((size_t)V * sizeof *ref);
     assert_true(lk && ld && ref);
     double worst = 0.0;
+    /* the kept model's enqueues, counted (no profiling): its decode steps
+     * must take the fused loop, whose only elementwise launches are the
+     * first layer's embedding norm and the argmax (the unfused one adds
+     * two norms and a SwiGLU a layer and the output norm) */
+    serve_timer timer;
+    memset(&timer, 0, sizeof timer);
+    if (expect_kept) serve_model_set_timer(kept.m, &timer);
     struct {
         int t0, n, decode;
     } steps[2 + N_DECODE] = {{0, N_FIRST, 0}, {N_FIRST, N_SECOND, 0}};
     for (int i = 0; i < N_DECODE; i++) steps[2 + i].t0 = N_FIRST + N_SECOND + i, steps[2 + i].n = 1,
                                        steps[2 + i].decode = 1;
     for (int s = 0; s < 2 + N_DECODE; s++) {
+        int64_t elementwise0 = timer.enqueues_by[SERVE_ENQ_ELEMENTWISE];
         int32_t nk = runner_step(&kept, tokens, steps[s].t0, steps[s].n, steps[s].decode, lk);
+        int64_t elementwise = timer.enqueues_by[SERVE_ENQ_ELEMENTWISE] - elementwise0;
+        if (expect_kept && steps[s].decode && elementwise != 2)
+            fail_msg("%s %s step %d: %lld elementwise launches, 2 in the fused decode", name,
+                     bf16 ? "bf16" : "f32", s, (long long)elementwise);
         int32_t nd = runner_step(&deq, tokens, steps[s].t0, steps[s].n, steps[s].decode, ld);
         double max_diff = 0.0;
         for (int i = 0; i < V; i++) {
@@ -180,6 +195,7 @@ static void compare(lazyattn_context *ctx, const char *name, serve_gemm_mode gem
     printf("# %-7s %-4s prefill %d + %d rows, %d decode steps: normalised error %.3g\n", name,
            bf16 ? "bf16" : "f32", N_FIRST, N_SECOND, N_DECODE, worst);
     free(lk), free(ld), free(ref);
+    serve_model_set_timer(kept.m, NULL);
     runner_close(&kept);
     runner_close(&deq);
     serve_gguf_close(g);
