@@ -322,23 +322,30 @@ static void test_dir_staging(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* An engine of `blocks` pool blocks on the pipelined tier `s`, its uploads
+ * held back by a new user event (returned) until the test lets it go. */
+static cl_event open_held(engine *e, lazyattn_context *ctx, int blocks, lazyattn_store *s) {
+    engine_open(e, ctx, blocks, MODEL);
+    attach(e, s, LAZYATTN_TIER_LOAD_PIPELINED);
+    cl_int err;
+    cl_event gate = clCreateUserEvent(lazyattn_context_cl_context(ctx), &err);
+    assert_int_equal(err, CL_SUCCESS);
+    lz_tier_hold_uploads(e->cache, gate);
+    return gate;
+}
+
 /* Attention on layer 0 waits for the held upload; let go, it runs right. */
 static void test_attention_waits_for_upload(void **state) {
     lazyattn_context *ctx = *state;
     lazyattn_store *s = filled_store(ctx);
     engine sync, piped;
     engine_open(&sync, ctx, 32, MODEL);
-    engine_open(&piped, ctx, 32, MODEL);
     attach(&sync, s, LAZYATTN_TIER_LOAD_SYNC);
-    attach(&piped, s, LAZYATTN_TIER_LOAD_PIPELINED);
     static float want_pre[OUT_N], want_dec[DEC_N];
     lazyattn_segment_action act[3];
     serve(&sync, 3, ids3, want_pre, want_dec, act);
 
-    cl_int err;
-    cl_event gate = clCreateUserEvent(lazyattn_context_cl_context(ctx), &err);
-    assert_int_equal(err, CL_SUCCESS);
-    lz_tier_hold_uploads(piped.cache, gate);
+    cl_event gate = open_held(&piped, ctx, 32, s);
     planned *r = malloc(sizeof *r);
     assert_non_null(r);
     plan(&piped, 3, ids3, r); /* returns with the uploads held */
@@ -388,12 +395,7 @@ static void test_evict_in_flight(void **state) {
     lazyattn_context *ctx = *state;
     lazyattn_store *s = filled_store(ctx); /* documents 0..3, not 4 */
     engine e;
-    engine_open(&e, ctx, 8, MODEL);
-    attach(&e, s, LAZYATTN_TIER_LOAD_PIPELINED);
-    cl_int err;
-    let_go g = {clCreateUserEvent(lazyattn_context_cl_context(ctx), &err), CL_COMPLETE};
-    assert_int_equal(err, CL_SUCCESS);
-    lz_tier_hold_uploads(e.cache, g.gate);
+    let_go g = {open_held(&e, ctx, 8, s), CL_COMPLETE};
     planned *r = malloc(sizeof *r);
     assert_non_null(r);
     int zero = 0, four = 4;
@@ -484,12 +486,7 @@ static void test_destroy_in_flight(void **state) {
     lazyattn_store *s = filled_store(ctx);
     for (int detach = 0; detach < 2; detach++) {
         engine e;
-        engine_open(&e, ctx, 32, MODEL);
-        attach(&e, s, LAZYATTN_TIER_LOAD_PIPELINED);
-        cl_int err;
-        let_go g = {clCreateUserEvent(lazyattn_context_cl_context(ctx), &err), CL_COMPLETE};
-        assert_int_equal(err, CL_SUCCESS);
-        lz_tier_hold_uploads(e.cache, g.gate);
+        let_go g = {open_held(&e, ctx, 32, s), CL_COMPLETE};
         planned *r = malloc(sizeof *r);
         assert_non_null(r);
         plan(&e, 3, ids3, r);
