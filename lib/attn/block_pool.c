@@ -400,9 +400,6 @@ int64_t lz_pool_n_blocks(const lazyattn_pool *pool) { return pool ? pool->n_bloc
 
 /* ---- reuse after use ------------------------------------------------------ */
 
-static int lz_barrier_on(cl_command_queue queue, size_t n, cl_event *events,
-                         cl_command_queue *queues, const char *fn);
-
 /* The event of an engine's command over the pool's blocks: recorded until
  * it completes. When the log cannot grow the command is waited for instead
  * (nothing can then rewrite its blocks under it). */
@@ -431,37 +428,18 @@ int lz_pool_used(const lazyattn_pool *pool, int status, cl_command_queue queue) 
 
 int lz_pool_order_writes(lazyattn_pool *pool, cl_command_queue queue, const char *fn) {
     if (!pool->ctx) return LAZYATTN_STATUS_OK;
-    cl_event *events = NULL;
-    cl_command_queue *queues = NULL;
-    size_t n = 0;
+    lz_wait_list w = {0};
     lz_mutex_lock(&pool->lock);
     int st = LAZYATTN_STATUS_OK;
     if (pool->reuse_stamp) {
-        st = lz_use_log_pending(&pool->uses, pool->reuse_stamp, &events, &queues, &n);
-        if (st == LAZYATTN_STATUS_OK && n == 0) pool->reuse_stamp = 0; /* all ran */
+        st = lz_use_log_pending(&pool->uses, pool->reuse_stamp, &w);
+        if (st == LAZYATTN_STATUS_OK && w.n == 0) pool->reuse_stamp = 0; /* all ran */
     }
     lz_mutex_unlock(&pool->lock);
     if (st) return lz_fail(st, "%s: the wait list of reused blocks", fn);
-    if (n == 0) return LAZYATTN_STATUS_OK;
-    return lz_barrier_on(queue, n, events, queues, fn);
-}
-
-/* A barrier on queue for n events (their queues flushed first, as OpenCL
- * asks before another queue waits on them); releases what it was given. */
-static int lz_barrier_on(cl_command_queue queue, size_t n, cl_event *events,
-                         cl_command_queue *queues, const char *fn) {
-    for (size_t i = 0; i < n; i++)
-        if (queues[i] && (i == 0 || queues[i] != queues[i - 1]))
-            clFlush(queues[i]);
-    cl_int err = clEnqueueBarrierWithWaitList(queue, (cl_uint)n, events, NULL);
-    for (size_t i = 0; i < n; i++) {
-        clReleaseEvent(events[i]);
-        if (queues[i]) clReleaseCommandQueue(queues[i]);
-    }
-    free(events);
-    free(queues);
-    if (err != CL_SUCCESS) return lz_cl_fail(err, fn);
-    return LAZYATTN_STATUS_OK;
+    if (w.n == 0) return LAZYATTN_STATUS_OK;
+    cl_int err = lz_wait_list_barrier(&w, queue);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
 }
 
 int lz_pool_fence_load(lazyattn_pool *pool, int layer, cl_event event, cl_command_queue queue) {
@@ -481,15 +459,14 @@ int lz_pool_order_reads(const lazyattn_pool *pool, int layer, cl_command_queue q
                         const char *fn) {
     if (!pool || !pool->ctx) return LAZYATTN_STATUS_OK;
     lazyattn_pool *p = (lazyattn_pool *)pool; /* the fence is not the pool's state */
-    cl_event *events = NULL;
-    cl_command_queue *queues = NULL;
-    size_t n = 0;
+    lz_wait_list w;
     lz_mutex_lock(&p->lock);
-    int st = lz_layer_fence_pending(&p->loads, layer, &events, &queues, &n);
+    int st = lz_layer_fence_pending(&p->loads, layer, &w);
     lz_mutex_unlock(&p->lock);
     if (st) return lz_fail(st, "%s: the wait list of uploads in flight", fn);
-    if (n == 0) return LAZYATTN_STATUS_OK;
-    return lz_barrier_on(queue, n, events, queues, fn);
+    if (w.n == 0) return LAZYATTN_STATUS_OK;
+    cl_int err = lz_wait_list_barrier(&w, queue);
+    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : lz_cl_fail(err, fn);
 }
 
 int lazyattn_pool_order_reads(lazyattn_pool *pool, int layer, cl_command_queue queue) {

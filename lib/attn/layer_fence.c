@@ -67,11 +67,8 @@ static void lz_fence_prune(lz_layer_fence *f, struct lz_fence_list *list) {
     list->n = w;
 }
 
-int lz_layer_fence_pending(lz_layer_fence *f, int layer, cl_event **events,
-                           cl_command_queue **queues, size_t *n) {
-    *events = NULL;
-    *queues = NULL;
-    *n = 0;
+int lz_layer_fence_pending(lz_layer_fence *f, int layer, lz_wait_list *w) {
+    *w = (lz_wait_list){0};
     if (f->n_pending == 0) return LAZYATTN_STATUS_OK;
     int first = layer < 0 ? 0 : layer, last = layer < 0 ? f->n_layers - 1 : layer;
     size_t k = 0;
@@ -79,25 +76,10 @@ int lz_layer_fence_pending(lz_layer_fence *f, int layer, cl_event **events,
         lz_fence_prune(f, &f->layers[l]);
         k += f->layers[l].n;
     }
-    if (k == 0) return LAZYATTN_STATUS_OK;
-    cl_event *ev = malloc(k * sizeof *ev);
-    cl_command_queue *qs = malloc(k * sizeof *qs);
-    if (!ev || !qs) {
-        free(ev);
-        free(qs);
-        return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
-    }
-    size_t i = 0;
+    int st = lz_wait_list_reserve(w, k);
+    if (st) return st;
     for (int l = first; l <= last; l++)
-        for (size_t j = 0; j < f->layers[l].n; j++, i++) {
-            const lz_fence_event *e = &f->layers[l].items[j];
-            clRetainEvent(e->event);
-            if (e->queue) clRetainCommandQueue(e->queue);
-            ev[i] = e->event;
-            qs[i] = e->queue;
-        }
-    *events = ev;
-    *queues = qs;
-    *n = k;
+        for (size_t j = 0; j < f->layers[l].n; j++)
+            lz_wait_list_add(w, f->layers[l].items[j].event, f->layers[l].items[j].queue);
     return LAZYATTN_STATUS_OK;
 }

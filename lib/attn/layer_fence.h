@@ -16,6 +16,8 @@
 #endif
 #include <CL/cl.h>
 
+#include "attn/wait_list.h"
+
 typedef struct lz_fence_event {
     cl_event event;
     cl_command_queue queue;
@@ -39,9 +41,8 @@ void lz_layer_fence_free(lz_layer_fence *f);
  * waits for the event instead. */
 int lz_layer_fence_add(lz_layer_fence *f, int layer, cl_event event, cl_command_queue queue);
 /* The events of layer (-1: of every layer) not seen ended yet, retained
- * with their queues into *events / *queues ([*n] each, malloc'ed; NULL and
- * 0 when none). OUT_OF_HOST_MEMORY when the arrays cannot be made. */
-int lz_layer_fence_pending(lz_layer_fence *f, int layer, cl_event **events,
-                           cl_command_queue **queues, size_t *n);
+ * with their queues into *w (empty when none). OUT_OF_HOST_MEMORY when the
+ * list cannot be made. */
+int lz_layer_fence_pending(lz_layer_fence *f, int layer, lz_wait_list *w);
 
 #endif

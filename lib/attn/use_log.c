@@ -135,31 +135,13 @@ uint64_t lz_use_log_stamp(lz_use_log *log) {
     return log->head < log->n ? log->next_seq + 1 : 0;
 }
 
-int lz_use_log_pending(lz_use_log *log, uint64_t stamp, cl_event **events,
-                       cl_command_queue **queues, size_t *n) {
-    *events = NULL;
-    *queues = NULL;
-    *n = 0;
+int lz_use_log_pending(lz_use_log *log, uint64_t stamp, lz_wait_list *w) {
     lz_use_prune(log);
     size_t k = 0;
     while (log->head + k < log->n && log->uses[log->head + k].seq < stamp) k++;
-    if (k == 0) return LAZYATTN_STATUS_OK;
-    cl_event *ev = malloc(k * sizeof *ev);
-    cl_command_queue *qs = malloc(k * sizeof *qs);
-    if (!ev || !qs) {
-        free(ev);
-        free(qs);
-        return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
-    }
-    for (size_t i = 0; i < k; i++) {
-        const lz_use *u = &log->uses[log->head + i];
-        clRetainEvent(u->event);
-        if (u->queue) clRetainCommandQueue(u->queue);
-        ev[i] = u->event;
-        qs[i] = u->queue;
-    }
-    *events = ev;
-    *queues = qs;
-    *n = k;
+    int st = lz_wait_list_reserve(w, k);
+    if (st) return st;
+    for (size_t i = 0; i < k; i++)
+        lz_wait_list_add(w, log->uses[log->head + i].event, log->uses[log->head + i].queue);
     return LAZYATTN_STATUS_OK;
 }

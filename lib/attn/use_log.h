@@ -20,6 +20,8 @@
 #endif
 #include <CL/cl.h>
 
+#include "attn/wait_list.h"
+
 typedef struct lz_use {
     cl_event event;
     cl_command_queue queue; /* NULL for an event of no queue (a user event) */
@@ -62,9 +64,8 @@ int lz_use_log_touch(lz_use_log *log, cl_command_queue queue);
 uint64_t lz_use_log_stamp(lz_use_log *log);
 
 /* The pending uses recorded before `stamp` (seq < stamp), their events and
- * queues retained into *events / *queues ([*n] each, malloc'ed; NULL and 0
- * when none). OUT_OF_HOST_MEMORY when the arrays cannot be made. */
-int lz_use_log_pending(lz_use_log *log, uint64_t stamp, cl_event **events,
-                       cl_command_queue **queues, size_t *n);
+ * queues retained into *w (empty when none). OUT_OF_HOST_MEMORY when the
+ * list cannot be made. */
+int lz_use_log_pending(lz_use_log *log, uint64_t stamp, lz_wait_list *w);
 
 #endif
