@@ -61,6 +61,20 @@ int serve_project(const serve_projector *p, const serve_weight *w, int rows, cl_
     return serve_project_gemm(p, p->scratch, rows, w->out, w->in, x, x_off, y, y_off, accumulate);
 }
 
+/* One quantized GEMV launch, counted: weights w[0..n) (one type, one input
+ * width) into y[0..n); a holds the rest of the arguments. */
+static int serve_gemv_launch(const serve_projector *p, serve_gemv_args *a,
+                             const serve_weight *const *w, const cl_mem *y, int n) {
+    a->type = w[0]->type;
+    a->in = w[0]->in;
+    a->n_outs = n;
+    for (int k = 0; k < n; k++)
+        a->outs[k] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
+    serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
+    return serve_gemv_quant_run(p->quant, p->queue, a,
+                                serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+}
+
 int serve_project_group(const serve_projector *p, int n, const serve_weight *const *w, int rows,
                         cl_mem x, size_t x_off, const cl_mem *y, int accumulate) {
     if (!p || !w || !y || n < 1 || n > SERVE_GEMV_MAX_OUTS)
@@ -78,14 +92,9 @@ int serve_project_group(const serve_projector *p, int n, const serve_weight *con
             k0 = k1;
             continue;
         }
-        serve_gemv_args a = {.type = w[k0]->type, .rows = rows, .in = w[k0]->in, .x = x,
-                             .x_off = x_off, .x_bf16 = p->bf16 != NULL, .n_outs = k1 - k0,
+        serve_gemv_args a = {.rows = rows, .x = x, .x_off = x_off, .x_bf16 = p->bf16 != NULL,
                              .accumulate = accumulate};
-        for (int k = k0; k < k1; k++)
-            a.outs[k - k0] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
-        serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
-        int st = serve_gemv_quant_run(p->quant, p->queue, &a,
-                                      serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+        int st = serve_gemv_launch(p, &a, w + k0, y + k0, k1 - k0);
         if (st) return st;
         k0 = k1;
     }
@@ -118,13 +127,9 @@ int serve_project_fused(const serve_projector *p, int n, const serve_weight *con
                               "(two launches: the second replaces)",
                               serve_ggml_type_name(w[0]->type), serve_ggml_type_name(w[1]->type));
         for (int k = 0; k < 2; k++) {
-            serve_gemv_args a = {.type = w[k]->type, .rows = rows, .in = w[k]->in, .x = x,
-                                 .x_off = x_off, .n_outs = 1, .norm = norm, .norm_eps = eps,
-                                 .swiglu = k == 0 ? 0 : 2};
-            a.outs[0] = (serve_gemv_out){w[k]->buf, y[0], 0, w[k]->out, w[k]->out};
-            serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
-            int st = serve_gemv_quant_run(p->quant, p->queue, &a,
-                                          serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+            serve_gemv_args a = {.rows = rows, .x = x, .x_off = x_off, .norm = norm,
+                                 .norm_eps = eps, .swiglu = k == 0 ? 0 : 2};
+            int st = serve_gemv_launch(p, &a, w + k, y, 1);
             if (st) return st;
         }
         return LAZYATTN_STATUS_OK;
@@ -132,14 +137,9 @@ int serve_project_fused(const serve_projector *p, int n, const serve_weight *con
     for (int k0 = 0; k0 < n;) {
         int k1 = k0 + 1;
         while (k1 < n && w[k1]->type == w[k0]->type) k1++;
-        serve_gemv_args a = {.type = w[k0]->type, .rows = rows, .in = w[k0]->in, .x = x,
-                             .x_off = x_off, .n_outs = k1 - k0, .accumulate = accumulate,
+        serve_gemv_args a = {.rows = rows, .x = x, .x_off = x_off, .accumulate = accumulate,
                              .norm = norm, .norm_eps = eps, .swiglu = swiglu};
-        for (int k = k0; k < k1; k++)
-            a.outs[k - k0] = (serve_gemv_out){w[k]->buf, y[k], 0, w[k]->out, w[k]->out};
-        serve_timer_count(p->timer, SERVE_ENQ_GEMM, 1);
-        int st = serve_gemv_quant_run(p->quant, p->queue, &a,
-                                      serve_timer_slot(p->timer, SERVE_PHASE_GEMM));
+        int st = serve_gemv_launch(p, &a, w + k0, y + k0, k1 - k0);
         if (st) return st;
         k0 = k1;
     }
