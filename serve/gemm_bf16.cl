@@ -23,58 +23,6 @@
 
 static inline float gb_float(ushort h) { return as_float((uint)h << 16); }
 
-__kernel __attribute__((reqd_work_group_size(GB_WG, GB_WG, 1))) void
-serve_gemm_bf16(int rows, int out, int in, __global const ushort *x, ulong x_off,
-                __global const ushort *w, __global float *y0, ulong off0, int cols0, int ld0,
-                __global float *y1, ulong off1, int cols1, int ld1, __global float *y2,
-                ulong off2, int cols2, int ld2, int accumulate) {
-    __local float xs[GB_TK][GB_TM + 1]; /* [k][row] */
-    __local float ws[GB_TK][GB_TN + 1]; /* [k][column] */
-    int tx = get_local_id(0), ty = get_local_id(1);
-    int lid = ty * GB_WG + tx;
-    int col0 = get_group_id(0) * GB_TN, row0 = get_group_id(1) * GB_TM;
-    float a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f;
-    for (int k0 = 0; k0 < in; k0 += GB_TK) {
-        /* 32 x 16 of each operand, two elements per work-item; consecutive
-         * work-items read consecutive k (contiguous in both X and W) */
-        for (int e = lid; e < GB_TM * GB_TK; e += GB_WG * GB_WG) {
-            int r = e / GB_TK, kk = e % GB_TK, gk = k0 + kk;
-            int gr = row0 + r, gc = col0 + r;
-            float xv = 0.0f, wv = 0.0f;
-            if (gr < rows && gk < in) xv = gb_float(x[x_off + (ulong)gr * (ulong)in + gk]);
-            if (gc < out && gk < in) wv = gb_float(w[(ulong)gc * (ulong)in + gk]);
-            xs[kk][r] = xv;
-            ws[kk][r] = wv;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int kk = 0; kk < GB_TK; kk++) {
-            float x0 = xs[kk][ty], x1 = xs[kk][ty + GB_WG];
-            float w0 = ws[kk][tx], w1 = ws[kk][tx + GB_WG];
-            a00 += x0 * w0;
-            a01 += x0 * w1;
-            a10 += x1 * w0;
-            a11 += x1 * w1;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    float acc[4] = {a00, a01, a10, a11};
-    for (int i = 0; i < 4; i++) {
-        int r = row0 + ty + (i >> 1) * GB_WG, c = col0 + tx + (i & 1) * GB_WG;
-        if (r >= rows || c >= out) continue;
-        __global float *y;
-        if (c < cols0) {
-            y = y0 + off0 + (ulong)r * (ulong)ld0 + c;
-        } else if (c < cols0 + cols1) {
-            y = y1 + off1 + (ulong)r * (ulong)ld1 + (c - cols0);
-        } else {
-            y = y2 + off2 + (ulong)r * (ulong)ld2 + (c - cols0 - cols1);
-        }
-        *y = accumulate ? *y + acc[i] : acc[i];
-    }
-}
-
-/* ---- decode's fused variants (serve/gemm_bf16.h: x_f32, norm, swiglu) ---- */
-
 /* bf16 of f32, round to nearest even (NaN stays NaN), widened back */
 static inline float gb_round_bf16(float f) {
     uint u = as_uint(f);
@@ -83,27 +31,26 @@ static inline float gb_round_bf16(float f) {
     return as_float((u >> 16) << 16);
 }
 
-/* The same tiles as serve_gemm_bf16, with three options, each uniform over
- * the launch:
+/* Y's tiles as the header says, the body of both kernels, with decode's
+ * fused options (serve/gemm_bf16.h), each uniform over the launch (the
+ * plain kernel passes them as constants 0, so its build drops them):
  *   x_f32: X is f32 (xf, x_off in floats), staged as bf16(x * scale[row]
  *          * norm[k]) (norm NULL: bf16(x)); with norm, the work-group first
  *          computes scale = 1 / sqrt(mean(x^2) + eps) of its 32 rows (8
  *          work-items a row, then in order of their partial sums);
- *          else X is bf16 (xb) as in serve_gemm_bf16.
+ *          else X is bf16 (xb).
  *   swiglu: the work-group's 32 columns j are Y's (out / 2 of them); it sums
  *          W rows j (gate) and out / 2 + j (up) both, and writes
- *          silu(g) * u into range 0. Every sum has serve_gemm_bf16's order. */
-__kernel __attribute__((reqd_work_group_size(GB_WG, GB_WG, 1))) void
-serve_gemm_bf16_fused(int rows, int out, int in, int x_f32, __global const ushort *xb,
-                      __global const float *xf, ulong x_off, __global const float *norm, float eps,
-                      int swiglu, __global const ushort *w, __global float *y0, ulong off0,
-                      int cols0, int ld0, __global float *y1, ulong off1, int cols1, int ld1,
-                      __global float *y2, ulong off2, int cols2, int ld2, int accumulate) {
-    __local float xs[GB_TK][GB_TM + 1]; /* [k][row] */
-    __local float ws[GB_TK][GB_TN + 1]; /* [k][column]: W rows (gate rows with swiglu) */
-    __local float us[GB_TK][GB_TN + 1]; /* swiglu: the up rows */
-    __local float part[GB_WG * GB_WG];  /* norm: partial sums of squares */
-    __local float scale[GB_TM];         /* x_f32: the rows' scale (1 without norm) */
+ *          silu(g) * u into range 0. Every sum has the same order.
+ * xs, ws, us, part, scale: the kernel's local tiles (us, part and scale
+ * used only with swiglu, norm, x_f32). */
+static inline void
+gb_tiles(int rows, int out, int in, int x_f32, __global const ushort *xb, __global const float *xf,
+         ulong x_off, __global const float *norm, float eps, int swiglu, __global const ushort *w,
+         __global float *y0, ulong off0, int cols0, int ld0, __global float *y1, ulong off1,
+         int cols1, int ld1, __global float *y2, ulong off2, int ld2, int accumulate,
+         __local float (*xs)[GB_TM + 1], __local float (*ws)[GB_TN + 1],
+         __local float (*us)[GB_TN + 1], __local float *part, __local float *scale) {
     int tx = get_local_id(0), ty = get_local_id(1);
     int lid = ty * GB_WG + tx;
     int col0 = get_group_id(0) * GB_TN, row0 = get_group_id(1) * GB_TM;
@@ -146,7 +93,7 @@ serve_gemm_bf16_fused(int rows, int out, int in, int x_f32, __global const ushor
             }
             xs[kk][r] = xv;
             ws[kk][r] = wv;
-            us[kk][r] = uv;
+            if (swiglu) us[kk][r] = uv;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int kk = 0; kk < GB_TK; kk++) {
@@ -172,7 +119,7 @@ serve_gemm_bf16_fused(int rows, int out, int in, int x_f32, __global const ushor
         if (r >= rows || c >= ycols) continue;
         float v = acc[i];
         if (swiglu) v = v / (1.0f + exp(-v)) * up[i];
-        __global float *y;
+        __global float *y; /* the range column c falls in */
         if (c < cols0) {
             y = y0 + off0 + (ulong)r * (ulong)ld0 + c;
         } else if (c < cols0 + cols1) {
@@ -182,4 +129,32 @@ serve_gemm_bf16_fused(int rows, int out, int in, int x_f32, __global const ushor
         }
         *y = accumulate ? *y + v : v;
     }
+}
+
+/* Y (+)= X . W^T, X bf16 (the prefill and unfused projections). */
+__kernel __attribute__((reqd_work_group_size(GB_WG, GB_WG, 1))) void
+serve_gemm_bf16(int rows, int out, int in, __global const ushort *x, ulong x_off,
+                __global const ushort *w, __global float *y0, ulong off0, int cols0, int ld0,
+                __global float *y1, ulong off1, int cols1, int ld1, __global float *y2,
+                ulong off2, int cols2, int ld2, int accumulate) {
+    __local float xs[GB_TK][GB_TM + 1]; /* [k][row] */
+    __local float ws[GB_TK][GB_TN + 1]; /* [k][column] */
+    gb_tiles(rows, out, in, 0, x, NULL, x_off, NULL, 0.0f, 0, w, y0, off0, cols0, ld0, y1, off1,
+             cols1, ld1, y2, off2, ld2, accumulate, xs, ws, ws, NULL, NULL);
+}
+
+/* The fused variants (x_f32, norm, swiglu: gb_tiles). */
+__kernel __attribute__((reqd_work_group_size(GB_WG, GB_WG, 1))) void
+serve_gemm_bf16_fused(int rows, int out, int in, int x_f32, __global const ushort *xb,
+                      __global const float *xf, ulong x_off, __global const float *norm, float eps,
+                      int swiglu, __global const ushort *w, __global float *y0, ulong off0,
+                      int cols0, int ld0, __global float *y1, ulong off1, int cols1, int ld1,
+                      __global float *y2, ulong off2, int cols2, int ld2, int accumulate) {
+    __local float xs[GB_TK][GB_TM + 1]; /* [k][row] */
+    __local float ws[GB_TK][GB_TN + 1]; /* [k][column]: W rows (gate rows with swiglu) */
+    __local float us[GB_TK][GB_TN + 1]; /* swiglu: the up rows */
+    __local float part[GB_WG * GB_WG];  /* norm: partial sums of squares */
+    __local float scale[GB_TM];         /* x_f32: the rows' scale (1 without norm) */
+    gb_tiles(rows, out, in, x_f32, xb, xf, x_off, norm, eps, swiglu, w, y0, off0, cols0, ld0, y1,
+             off1, cols1, ld1, y2, off2, ld2, accumulate, xs, ws, us, part, scale);
 }
