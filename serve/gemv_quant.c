@@ -134,8 +134,11 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "%s: %d rows (1..%d), accumulate %d, x_bf16 %d", who, a->rows,
                           SERVE_QUANT_GEMV_MAX_ROWS, a->accumulate, a->x_bf16);
-    if ((a->swiglu != 0 && a->swiglu != 1 && a->swiglu != 2) ||
-        (a->swiglu == 1 && (a->n_outs != 2 || a->outs[0].cols != a->outs[1].cols)))
+    if (a->swiglu < 0 || a->swiglu > 2)
+        return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                          "%s: swiglu %d (0: none, 1: gate and up, 2: up over the gate's product)",
+                          who, a->swiglu);
+    if (a->swiglu == 1 && (a->n_outs != 2 || a->outs[0].cols != a->outs[1].cols))
         return serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                           "%s: swiglu %d takes two ranges (gate, up) of equal cols; %d given",
                           who, a->swiglu, a->n_outs);
