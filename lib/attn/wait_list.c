@@ -15,7 +15,6 @@ int lz_wait_list_reserve(lz_wait_list *w, size_t cap) {
         lz_wait_list_free(w);
         return LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
     }
-    w->cap = cap;
     return LAZYATTN_STATUS_OK;
 }
 

@@ -17,7 +17,7 @@
 typedef struct lz_wait_list {
     cl_event *events;         /* [n] retained */
     cl_command_queue *queues; /* [n] retained, or NULL entries */
-    size_t n, cap;
+    size_t n;
 } lz_wait_list;
 
 /* Room for `cap` entries (an empty list for 0). OUT_OF_HOST_MEMORY when
