@@ -538,7 +538,7 @@ static void test_refused(void **state) {
     a.swiglu = 3; /* neither 0, 1 nor 2 */
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
-    assert_non_null(strstr(serve_last_error(), "swiglu 3"));
+    assert_non_null(strstr(serve_last_error(), "swiglu 3 (0: none, 1: gate and up"));
     a.swiglu = 2, a.accumulate = 1; /* over the gate's product: it replaces, never adds */
     assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL),
                      LAZYATTN_STATUS_INVALID_ARGUMENT);
