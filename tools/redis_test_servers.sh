@@ -114,19 +114,19 @@ ENV
 }
 
 stop() {
-    local dir=$1 pid
+    local dir=$1 pid f pids=()
     [ -d "$dir" ] || return 0
+    # Each pid is read once: a server removes its own pid file as it exits,
+    # so a second read can find it gone.
     for f in "$dir"/*/redis.pid; do
-        [ -f "$f" ] || continue
-        pid=$(cat "$f")
+        pid=$(cat "$f" 2>/dev/null) || continue
         # only a redis-server of this DIR (the pid file may be stale)
-        if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q redis-server; then
+        if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q redis-server; then
             kill "$pid" 2>/dev/null || true
+            pids+=("$pid")
         fi
     done
-    for f in "$dir"/*/redis.pid; do
-        [ -f "$f" ] || continue
-        pid=$(cat "$f")
+    for pid in "${pids[@]}"; do
         for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -9 "$pid" 2>/dev/null || true
     done
