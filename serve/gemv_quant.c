@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define SERVE_GQ_WG 64 /* GQ_WG in serve/gemv_quant.cl */
+#define SERVE_GQ_WG 128   /* GQ_WG in serve/gemv_quant.cl */
+#define SERVE_GQ_TEAMS 4  /* GQ_TEAMS: teams of 32 work-items a work-group */
+#define SERVE_GQ_NW 4     /* GQ_NW: weight rows a team */
 #define SERVE_GQ_TYPES 5
 
 /* the kept types: one program each (-DGQ_TYPE=id), built when first asked */
@@ -17,7 +19,7 @@ static const uint32_t serve_gq_types[SERVE_GQ_TYPES] = {
 struct serve_gemv_quant {
     lazyattn_context *ctx;
     cl_program program[SERVE_GQ_TYPES];
-    cl_kernel gemv[SERVE_GQ_TYPES][2]; /* [type][x bf16] */
+    cl_kernel gemv[SERVE_GQ_TYPES][2][2]; /* [type][x bf16][rows > 1] */
     cl_kernel dequant[SERVE_GQ_TYPES];
 };
 
@@ -31,7 +33,8 @@ void serve_gemv_quant_destroy(serve_gemv_quant *g) {
     if (!g) return;
     for (int i = 0; i < SERVE_GQ_TYPES; i++) {
         for (int b = 0; b < 2; b++)
-            if (g->gemv[i][b]) clReleaseKernel(g->gemv[i][b]);
+            for (int m = 0; m < 2; m++)
+                if (g->gemv[i][b][m]) clReleaseKernel(g->gemv[i][b][m]);
         if (g->dequant[i]) clReleaseKernel(g->dequant[i]);
         if (g->program[i]) clReleaseProgram(g->program[i]);
     }
@@ -57,9 +60,11 @@ static int serve_gemv_quant_build(serve_gemv_quant *g, int i) {
         return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemv_quant.cl (%s): %.1900s",
                           serve_ggml_type_name(serve_gq_types[i]), log);
     }
-    static const char *const names[3] = {"serve_gemv_f32", "serve_gemv_bf16", "serve_dequant"};
-    cl_kernel *ks[3] = {&g->gemv[i][0], &g->gemv[i][1], &g->dequant[i]};
-    for (int k = 0; k < 3; k++) {
+    static const char *const names[5] = {"serve_gemv_f32_r1", "serve_gemv_bf16_r1",
+                                         "serve_gemv_f32", "serve_gemv_bf16", "serve_dequant"};
+    cl_kernel *ks[5] = {&g->gemv[i][0][0], &g->gemv[i][1][0], &g->gemv[i][0][1],
+                        &g->gemv[i][1][1], &g->dequant[i]};
+    for (int k = 0; k < 5; k++) {
         *ks[k] = clCreateKernel(g->program[i], names[k], &err);
         if (err != CL_SUCCESS) return serve_cl_fail(err, names[k]);
     }
@@ -188,7 +193,7 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     const serve_gemv_out *o[SERVE_GEMV_MAX_OUTS];
     for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++)
         o[r] = &a->outs[r < a->n_outs ? r : a->n_outs - 1];
-    cl_kernel k = g->gemv[serve_gq_index(a->type)][a->x_bf16];
+    cl_kernel k = g->gemv[serve_gq_index(a->type)][a->x_bf16][a->rows > 1];
     cl_int end0 = end[0], end1 = a->n_outs > 1 ? end[1] : total;
     cl_ulong rb = row_bytes, xo = a->x_off;
     cl_int n_chunks = a->in / 32, ldx = a->in, rows = a->rows, acc = a->accumulate;
@@ -221,9 +226,15 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     err |= clSetKernelArg(k, i++, sizeof eps, &eps);
     err |= clSetKernelArg(k, i++, sizeof norm, &norm);
     err |= clSetKernelArg(k, i++, sizeof swiglu, &swiglu);
+    cl_int total_cols = total;
+    err |= clSetKernelArg(k, i++, sizeof total_cols, &total_cols);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
+    /* a team for every SERVE_GQ_NW weight rows (SwiGLU: a gate and an up
+       row each of SERVE_GQ_NW / 2 columns) */
+    size_t per_team = a->swiglu == 1 ? SERVE_GQ_NW / 2 : SERVE_GQ_NW;
+    size_t teams = ((size_t)(a->swiglu == 1 ? a->outs[0].cols : total) + per_team - 1) / per_team;
     size_t local = SERVE_GQ_WG;
-    size_t global = (size_t)(a->swiglu == 1 ? a->outs[0].cols : total) * SERVE_GQ_WG;
+    size_t global = (teams + SERVE_GQ_TEAMS - 1) / SERVE_GQ_TEAMS * SERVE_GQ_WG;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemv_quant");
 }

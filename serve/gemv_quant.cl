@@ -2,248 +2,389 @@
 /* Weights kept quantized on the device (serve/gemv_quant.h): the
  * decode-sized GEMV and the dequantizer of the prefill path, for Q8_0,
  * Q4_0, Q4_K, Q5_K and Q6_K blocks as a GGUF file stores them (layouts in
- * serve/quant.c). Both read a row as chunks of 32 consecutive values and
- * decode a chunk with the same function, whose arithmetic is quant.c's
- * to the bit (one rounding per product, no contraction into a
- * multiply-add): the dequantizer reproduces the host's values exactly and
- * the GEMV multiplies exactly those values.
+ * serve/quant.c).
  *
- * GEMV: one work-group of GQ_WG work-items per output row; work-item i
- * takes chunks i, i + GQ_WG, ... of the row, decodes each once and
- * multiplies it into every one of the 1..GQ_MAX_ROWS activation rows (the
- * weight is read once for all rows); the partial sums meet in a tree in
- * local memory. The block bytes are read 16 at a time where the layout
- * keeps them aligned (Q4_K, Q5_K), else 2 at a time; the chunks of
- * neighbouring work-items lie side by side in memory. Plain
- * OpenCL C 1.2, no extension (the f16 scales decoded with integer
- * arithmetic). */
+ * Both read a row as tasks of 32 values (n_chunks = in / 32 of them): a
+ * task loads its block's bytes with a few aligned loads into registers
+ * and yields four segments of 8 values that lie side by side in the row,
+ * as small integers (exact, built on the FP pipe: as_float(0x4B000000 | q)
+ * - 2^23, no int-to-float conversion) with a scale and, for the K-quants
+ * Q4_K and Q5_K, a min per group of segments:
+ *   w = scale * q - min   (Q4_K, Q5_K: a group is half a task)
+ *   w = scale * q         (Q6_K: a group a segment; Q8_0, Q4_0: the task)
+ * The dequantizer computes each w with serve/quant.c's arithmetic to the
+ * bit (one rounding per product, no contraction). The GEMV sums a group
+ * as scale * sum(q x) - min * sum(x): the same sum to f32 rounding, with
+ * one multiply-add a value.
+ *
+ * GEMV: a work-group of GQ_TEAMS teams of GQ_LANES work-items; a team
+ * takes GQ_NW weight rows (output columns; for SwiGLU two gate rows and
+ * their two up rows), lane i its tasks i, i + GQ_LANES, ...; each
+ * activation segment is loaded once and multiplied into the GQ_NW rows
+ * (the activation read, not the weight's, bounds a one-row GEMV
+ * otherwise). Partial sums meet in local memory (one barrier, then one
+ * work-item a sum). Kernels for 1 activation row and for up to
+ * GQ_MAX_ROWS. Plain OpenCL C 1.2, no extension (f16 scales decoded with
+ * integer arithmetic). */
 #pragma OPENCL FP_CONTRACT OFF
 
-#define GQ_WG 64       /* SERVE_GQ_WG in serve/gemv_quant.c */
-#define GQ_MAX_ROWS 8  /* SERVE_QUANT_GEMV_MAX_ROWS in serve/gemv_quant.h */
+#define GQ_WG 128     /* SERVE_GQ_WG in serve/gemv_quant.c */
+#define GQ_LANES 32   /* work-items a team */
+#define GQ_TEAMS (GQ_WG / GQ_LANES)
+#define GQ_NW 4       /* weight rows a team: SERVE_GQ_NW in serve/gemv_quant.c */
+#define GQ_MAX_ROWS 8 /* SERVE_QUANT_GEMV_MAX_ROWS in serve/gemv_quant.h */
 
-/* The little-endian IEEE half at p (any alignment), exact: subnormals
- * as m * 2^-24 (no f32 denormal arithmetic), infinities and NaN kept. */
-static float gq_half(__global const uchar *p) {
-    uint h = (uint)p[0] | (uint)p[1] << 8, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+/* The IEEE half with bits h, exact: subnormals as m * 2^-24 (no f32
+ * denormal arithmetic), infinities and NaN kept. */
+static float gq_half_bits(uint h) {
+    uint e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
     float f = e == 0    ? (float)m * 0x1p-24f
               : e == 31 ? as_float(0x7F800000u | m << 13)
                         : as_float((e + 112u) << 23 | m << 13);
     return (h & 0x8000u) ? -f : f;
 }
-
-/* 32 bytes at p into b: two 16-byte loads where p is 16-byte aligned
- * (Q4_K and Q5_K blocks are 144 and 176 bytes, their nibbles 16 bytes in:
- * every row of a buffer starts aligned), else 2-byte loads (Q8_0, Q4_0
- * and Q6_K blocks are 34, 18 and 210 bytes). */
-static void gq_load32_a16(__global const uchar *p, uchar *b) {
-    __global const uint4 *v = (__global const uint4 *)p;
-    vstore16(as_uchar16(v[0]), 0, b);
-    vstore16(as_uchar16(v[1]), 0, b + 16);
-}
-static void gq_load32_a2(__global const uchar *p, uchar *b) {
-    ushort16 v = vload16(0, (__global const ushort *)p);
-    vstore16(as_uchar16(v.lo), 0, b);
-    vstore16(as_uchar16(v.hi), 0, b + 16);
+/* the little-endian half at p (2-byte aligned) */
+static float gq_half(__global const uchar *p) {
+    return gq_half_bits(*(__global const ushort *)p);
 }
 
-/* ---- one chunk of 32 values: chunk c of a row starting at row ---- */
+/* The small integers v (< 2^23) as floats, exactly: 2^23 + v, less 2^23
+ * plus an offset (a constant, so one subtraction). */
+#define GQ_INT8(v, offset) (as_float8((v) | 0x4B000000u) - (8388608.0f + (offset)))
 
-/* Q8_0: 34 bytes a block of 32: f16 d, int8 q[32]; w = q * d */
-static void gq_decode_q8_0(__global const uchar *row, int c, float *w) {
-    __global const uchar *blk = row + (size_t)c * 34;
-    float d = gq_half(blk);
-    uchar q[32];
-    gq_load32_a2(blk + 2, q);
-    for (int j = 0; j < 32; j++) w[j] = (float)(char)q[j] * d;
+/* Byte e (0..7) of the 8 bytes lo, hi, shifted right by sh, for e = 0..7 */
+static uint8 gq_bytes8(uint lo, uint hi, uint sh) {
+    return (uint8)(lo, lo, lo, lo, hi, hi, hi, hi) >> ((uint8)(0, 8, 16, 24, 0, 8, 16, 24) + sh);
 }
+/* 8 consecutive bytes at p (2-byte aligned) as two words */
+static uint2 gq_load8_a2(__global const uchar *p) {
+    uint4 u = convert_uint4(vload4(0, (__global const ushort *)p));
+    return (uint2)(u.x | u.y << 16, u.z | u.w << 16);
+}
+
+/* One task of a row: the group scales and mins, the block bytes it reads */
+typedef struct gq_task {
+    float sc[4], mn[4];
+    uint q[8];
+    uint aux;
+} gq_task;
+
+/* ---- the five types: GQ_SEGS_PER_GROUP, GQ_HAS_MIN, the task's load,
+ * segment s's integers and its first value's place in the row ---- */
+
+/* Q8_0: 34 bytes a block of 32: f16 d, int8 q[32]; w = q * d. A task is
+ * a block, segment s its values 8s.. */
+static void gq_load_q8_0(__global const uchar *row, int t, gq_task *k) {
+    __global const uchar *blk = row + (size_t)t * 34;
+    k->sc[0] = gq_half(blk);
+    for (int i = 0; i < 4; i++) {
+        uint2 v = gq_load8_a2(blk + 2 + 8 * i);
+        k->q[2 * i] = v.x, k->q[2 * i + 1] = v.y;
+    }
+}
+static float8 gq_seg_q8_0(const gq_task *k, int s) {
+    return GQ_INT8((gq_bytes8(k->q[2 * s], k->q[2 * s + 1], 0) & 0xFFu) ^ 0x80u, 128.0f);
+}
+static int gq_xoff_q8_0(int t, int s) { return t * 32 + s * 8; }
 
 /* Q4_0: 18 bytes a block of 32: f16 d, 16 bytes of nibbles (low: values
- * 0..15, high: 16..31); w = (q - 8) * d */
-static void gq_decode_q4_0(__global const uchar *row, int c, float *w) {
-    __global const uchar *blk = row + (size_t)c * 18;
-    float d = gq_half(blk);
-    uchar q[16];
-    vstore16(as_uchar16(vload8(0, (__global const ushort *)(blk + 2))), 0, q);
-    for (int j = 0; j < 16; j++) {
-        w[j] = (float)((int)(q[j] & 0xF) - 8) * d;
-        w[j + 16] = (float)((int)(q[j] >> 4) - 8) * d;
-    }
+ * 0..15, high: 16..31); w = (q - 8) * d. A task is a block; segment s:
+ * bytes (s & 1) * 8.., the high nibbles for s >= 2. */
+static void gq_load_q4_0(__global const uchar *row, int t, gq_task *k) {
+    __global const uchar *blk = row + (size_t)t * 18;
+    k->sc[0] = gq_half(blk);
+    uint2 a = gq_load8_a2(blk + 2), b = gq_load8_a2(blk + 10);
+    k->q[0] = a.x, k->q[1] = a.y, k->q[2] = b.x, k->q[3] = b.y;
 }
+static float8 gq_seg_q4_0(const gq_task *k, int s) {
+    int w = (s & 1) * 2;
+    return GQ_INT8(gq_bytes8(k->q[w], k->q[w + 1], (uint)(s >> 1) * 4u) & 0xFu, 8.0f);
+}
+static int gq_xoff_q4_0(int t, int s) { return t * 32 + (s & 1) * 8 + (s >> 1) * 16; }
 
-/* Q4_K / Q5_K sub-block j's 6-bit scale and min (ggml's get_scale_min_k4) */
-static void gq_scale_min_k4(__global const uchar *s, int j, float *sc, float *m) {
+/* Q4_K / Q5_K: byte i (0..11) of the scales s0..s2, and sub-block j's
+ * 6-bit scale and min (ggml's get_scale_min_k4) */
+static uint gq_byte12(uint s0, uint s1, uint s2, int i) {
+    return ((i < 4 ? s0 : i < 8 ? s1 : s2) >> (8 * (i & 3))) & 0xFFu;
+}
+static void gq_scale_min_k4(uint s0, uint s1, uint s2, int j, float d, float dmin, float *sc,
+                            float *mn) {
+    uint a, m;
     if (j < 4) {
-        *sc = (float)(s[j] & 63);
-        *m = (float)(s[j + 4] & 63);
+        a = gq_byte12(s0, s1, s2, j) & 63u;
+        m = gq_byte12(s0, s1, s2, j + 4) & 63u;
     } else {
-        *sc = (float)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-        *m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        a = (gq_byte12(s0, s1, s2, j + 4) & 0xFu) | ((gq_byte12(s0, s1, s2, j - 4) >> 6) << 4);
+        m = (gq_byte12(s0, s1, s2, j + 4) >> 4) | ((gq_byte12(s0, s1, s2, j) >> 6) << 4);
     }
+    *sc = d * (float)a;
+    *mn = dmin * (float)m;
 }
-
-/* Q4_K: 144 bytes a block of 256: f16 d, dmin; 12 bytes of scales; 128 of
- * nibbles, 32 bytes per pair of sub-blocks (low nibbles the even one).
- * Chunk c: block c / 8, sub-block c % 8; w = (d * sc) * q - (dmin * m). */
-static void gq_decode_q4_k(__global const uchar *row, int c, float *w) {
-    __global const uchar *blk = row + (size_t)(c / 8) * 144;
-    int j = c % 8, shift = (j & 1) * 4;
-    float sc, m;
-    gq_scale_min_k4(blk + 4, j, &sc, &m);
-    float d1 = gq_half(blk) * sc, m1 = gq_half(blk + 2) * m;
-    uchar q[32];
-    gq_load32_a16(blk + 16 + (j / 2) * 32, q);
-    for (int l = 0; l < 32; l++) {
-        float a = d1 * (float)((q[l] >> shift) & 0xF);
-        w[l] = a - m1;
-    }
+/* 256 values in 8 sub-blocks of 32; the nibbles 32 bytes per pair of
+ * sub-blocks (low nibbles the even one). Task t: block t / 8, pair
+ * p = (t % 8) / 2, bytes h * 16.. of the pair (h = t % 2): values
+ * 64p + 16h.. (group 0, sub-block 2p: segments 0, 1) and 64p + 32 + 16h..
+ * (group 1, sub-block 2p + 1: segments 2, 3). Every row of a buffer
+ * starts 16-byte aligned (144 and 176 are multiples of 16). */
+static void gq_load_k45(__global const uchar *blk, int i, gq_task *k) {
+    int p = i / 2;
+    uint dm = *(__global const uint *)blk;
+    float d = gq_half_bits(dm & 0xFFFFu), dmin = gq_half_bits(dm >> 16);
+    __global const uint *s = (__global const uint *)(blk + 4);
+    uint s0 = s[0], s1 = s[1], s2 = s[2];
+    gq_scale_min_k4(s0, s1, s2, 2 * p, d, dmin, &k->sc[0], &k->mn[0]);
+    gq_scale_min_k4(s0, s1, s2, 2 * p + 1, d, dmin, &k->sc[1], &k->mn[1]);
+    k->aux = (uint)(2 * p);
 }
-
+static void gq_load_q4_k(__global const uchar *row, int t, gq_task *k) {
+    __global const uchar *blk = row + (size_t)(t / 8) * 144;
+    int i = t % 8;
+    gq_load_k45(blk, i, k);
+    uint4 q = *(__global const uint4 *)(blk + 16 + (i / 2) * 32 + (i % 2) * 16);
+    k->q[0] = q.x, k->q[1] = q.y, k->q[2] = q.z, k->q[3] = q.w;
+}
+static float8 gq_seg_q4_k(const gq_task *k, int s) {
+    int w = (s & 1) * 2;
+    return GQ_INT8(gq_bytes8(k->q[w], k->q[w + 1], (uint)(s >> 1) * 4u) & 0xFu, 0.0f);
+}
+static int gq_xoff_k(int t, int s) {
+    int i = t % 8;
+    return (t / 8) * 256 + (i / 2) * 64 + (i % 2) * 16 + (s & 1) * 8 + (s >> 1) * 32;
+}
 /* Q5_K: 176 bytes: as Q4_K with qh[32] before the nibbles (bit j of qh[l]:
- * the fifth bit of value l of sub-block j). */
-static void gq_decode_q5_k(__global const uchar *row, int c, float *w) {
-    __global const uchar *blk = row + (size_t)(c / 8) * 176;
-    int j = c % 8, shift = (j & 1) * 4;
-    float sc, m;
-    gq_scale_min_k4(blk + 4, j, &sc, &m);
-    float d1 = gq_half(blk) * sc, m1 = gq_half(blk + 2) * m;
-    uchar q[32], qh[32];
-    gq_load32_a16(blk + 16, qh);
-    gq_load32_a16(blk + 48 + (j / 2) * 32, q);
-    for (int l = 0; l < 32; l++) {
-        int v = ((q[l] >> shift) & 0xF) | (((qh[l] >> j) & 1) << 4);
-        float a = d1 * (float)v;
-        w[l] = a - m1;
-    }
+ * the fifth bit of value l of sub-block j) */
+static void gq_load_q5_k(__global const uchar *row, int t, gq_task *k) {
+    __global const uchar *blk = row + (size_t)(t / 8) * 176;
+    int i = t % 8;
+    gq_load_k45(blk, i, k);
+    uint4 q = *(__global const uint4 *)(blk + 48 + (i / 2) * 32 + (i % 2) * 16);
+    uint4 h = *(__global const uint4 *)(blk + 16 + (i % 2) * 16);
+    k->q[0] = q.x, k->q[1] = q.y, k->q[2] = q.z, k->q[3] = q.w;
+    k->q[4] = h.x, k->q[5] = h.y, k->q[6] = h.z, k->q[7] = h.w;
+}
+static float8 gq_seg_q5_k(const gq_task *k, int s) {
+    int w = (s & 1) * 2;
+    uint8 lo = gq_bytes8(k->q[w], k->q[w + 1], (uint)(s >> 1) * 4u) & 0xFu;
+    uint8 hi = (gq_bytes8(k->q[4 + w], k->q[5 + w], k->aux + (uint)(s >> 1)) & 1u) << 4;
+    return GQ_INT8(lo | hi, 0.0f);
 }
 
 /* Q6_K: 210 bytes a block of 256: ql[128], qh[64], int8 scales[16], f16 d;
- * two halves of 128, each four quarters of 32 (quarter s: the low (s < 2)
- * or high nibbles of ql[(s & 1) * 32 ..], bits 2s of qh, scales 2s (values
- * 0..15) and 2s + 1 (16..31) of the half's 8 (ggml's is + 2s).
- * Chunk c: block c / 8, half (c % 8) / 4, quarter c % 4;
- * w = (d * scale) * (q - 32). */
-static void gq_decode_q6_k(__global const uchar *row, int c, float *w) {
-    __global const uchar *blk = row + (size_t)(c / 8) * 210;
-    int h = (c % 8) / 4, s = c % 4, shift = (s >> 1) * 4, hshift = 2 * s;
-    __global const char *sc = (__global const char *)(blk + 192) + h * 8 + 2 * s;
+ * two halves of 128 (ql + 64H, qh + 32H, scales + 8H); value l (0..31) of
+ * quarter s of a half: the low (s < 2) or high nibble of ql[l + 32 (s & 1)]
+ * with bits 2s of qh[l] above, less 32, scale l / 16 + 2s of the half's.
+ * Task t: block t / 8, half H = (t % 8) / 4, values l = 8 (t % 4)..+7 of
+ * each quarter: segment s is quarter s, one group each. Blocks are
+ * 2-byte aligned. */
+static void gq_load_q6_k(__global const uchar *row, int t, gq_task *k) {
+    __global const uchar *blk = row + (size_t)(t / 8) * 210;
+    int H = (t % 8) / 4, l0 = (t % 4) * 8;
+    __global const uchar *ql = blk + H * 64 + l0, *qh = blk + 128 + H * 32 + l0;
+    __global const char *sc = (__global const char *)(blk + 192) + H * 8 + l0 / 16;
     float d = gq_half(blk + 208);
-    float s0 = d * (float)sc[0], s1 = d * (float)sc[1];
-    uchar ql[32], qh[32];
-    gq_load32_a2(blk + h * 64 + (s & 1) * 32, ql);
-    gq_load32_a2(blk + 128 + h * 32, qh);
-    for (int l = 0; l < 32; l++) {
-        int q = (int)(((ql[l] >> shift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
-        w[l] = (l < 16 ? s0 : s1) * (float)q;
+    for (int g = 0; g < 4; g++) k->sc[g] = d * (float)sc[2 * g];
+    uint2 a = gq_load8_a2(ql), b = gq_load8_a2(ql + 32), c = gq_load8_a2(qh);
+    k->q[0] = a.x, k->q[1] = a.y, k->q[2] = b.x, k->q[3] = b.y, k->q[4] = c.x, k->q[5] = c.y;
+}
+static float8 gq_seg_q6_k(const gq_task *k, int s) {
+    int w = (s & 1) * 2;
+    uint8 lo = gq_bytes8(k->q[w], k->q[w + 1], (uint)(s >> 1) * 4u) & 0xFu;
+    uint8 hi = (gq_bytes8(k->q[4], k->q[5], (uint)s * 2u) & 3u) << 4;
+    return GQ_INT8(lo | hi, 32.0f);
+}
+static int gq_xoff_q6_k(int t, int s) {
+    return (t / 8) * 256 + ((t % 8) / 4) * 128 + (t % 4) * 8 + s * 32;
+}
+
+/* One type a program (the host builds the types a model keeps): GQ_TYPE
+ * its ggml type id. */
+#ifndef GQ_TYPE
+#define GQ_TYPE 12
+#endif
+#if GQ_TYPE == 8
+#define GQ_LOAD gq_load_q8_0
+#define GQ_SEG gq_seg_q8_0
+#define GQ_XOFF gq_xoff_q8_0
+#define GQ_SEGS_PER_GROUP 4
+#define GQ_HAS_MIN 0
+#elif GQ_TYPE == 2
+#define GQ_LOAD gq_load_q4_0
+#define GQ_SEG gq_seg_q4_0
+#define GQ_XOFF gq_xoff_q4_0
+#define GQ_SEGS_PER_GROUP 4
+#define GQ_HAS_MIN 0
+#elif GQ_TYPE == 12
+#define GQ_LOAD gq_load_q4_k
+#define GQ_SEG gq_seg_q4_k
+#define GQ_XOFF gq_xoff_k
+#define GQ_SEGS_PER_GROUP 2
+#define GQ_HAS_MIN 1
+#elif GQ_TYPE == 13
+#define GQ_LOAD gq_load_q5_k
+#define GQ_SEG gq_seg_q5_k
+#define GQ_XOFF gq_xoff_k
+#define GQ_SEGS_PER_GROUP 2
+#define GQ_HAS_MIN 1
+#elif GQ_TYPE == 14
+#define GQ_LOAD gq_load_q6_k
+#define GQ_SEG gq_seg_q6_k
+#define GQ_XOFF gq_xoff_q6_k
+#define GQ_SEGS_PER_GROUP 1
+#define GQ_HAS_MIN 0
+#else
+#error "GQ_TYPE: the ggml id of Q8_0 (8), Q4_0 (2), Q4_K (12), Q5_K (13) or Q6_K (14)"
+#endif
+
+/* ---- activations: 8 values of row x from element i ---- */
+
+static float8 gq_x8_f32(__global const void *x, size_t i) {
+    return vload8(0, (__global const float *)x + i);
+}
+static float8 gq_x8_bf16(__global const void *x, size_t i) {
+    return as_float8(convert_uint8(vload8(0, (__global const ushort *)x + i)) << 16);
+}
+
+static float gq_sum8(float8 a) {
+    float4 b = a.lo + a.hi;
+    return (b.x + b.y) + (b.z + b.w);
+}
+static float gq_dot8(float8 a, float8 b, float s) {
+    s = mad(a.s0, b.s0, s);
+    s = mad(a.s1, b.s1, s);
+    s = mad(a.s2, b.s2, s);
+    s = mad(a.s3, b.s3, s);
+    s = mad(a.s4, b.s4, s);
+    s = mad(a.s5, b.s5, s);
+    s = mad(a.s6, b.s6, s);
+    return mad(a.s7, b.s7, s);
+}
+
+/* Weight row n (0..GQ_NW-1) of team T: its range k and row o in it; 0
+ * past the last (swiglu 1: gate rows 2T, 2T + 1 as n = 0, 2 and their up
+ * rows as n = 1, 3; else output column T * GQ_NW + n of the ranges). */
+static int gq_weight_row(int T, int n, int swiglu, int end0, int end1, int total, int *k,
+                         int *o) {
+    if (swiglu == 1) {
+        *k = n & 1;
+        *o = T * (GQ_NW / 2) + n / 2;
+        return *o < end0;
     }
-}
-
-/* ---- activations: 4 values of row x from element i ---- */
-
-static float4 gq_x4_f32(__global const void *x, size_t i) {
-    return vload4(0, (__global const float *)x + i);
-}
-static float4 gq_x4_bf16(__global const void *x, size_t i) {
-    uint4 u = convert_uint4(vload4(0, (__global const ushort *)x + i));
-    return as_float4(u << 16);
+    int c = T * GQ_NW + n;
+    *k = c < end0 ? 0 : c < end1 ? 1 : 2;
+    *o = c - (*k == 0 ? 0 : *k == 1 ? end0 : end1);
+    return c < total;
 }
 
 /* ---- GEMV: Y[rows, out] (+)= X[rows, in] . W[out, in]^T ----
  * W and Y in up to three column ranges (a fused group, QKV or gate/up, of
  * one type: one launch): output column o < end0 is row o of w0 and goes
- * to y0, o < end1 row o - end0 of w1 to y1, else row o - end1 of w2 to y2;
- * each weight [cols] rows of row_bytes bytes (n_chunks chunks of 32
- * values each). x: f32 or bf16, row r from element x_off + r * ldx; y_k:
- * f32, row r from y_off_k + r * ldy_k; rows 1..GQ_MAX_ROWS; accumulate 1:
- * Y += ... Global size out * GQ_WG: the range is the work-group's.
+ * to y0, o < end1 row o - end0 of w1 to y1, else row o - end1 of w2 to y2,
+ * total columns in all; each weight [cols] rows of row_bytes bytes
+ * (n_chunks tasks of 32 values each). x: f32 or bf16, row r from element
+ * x_off + r * ldx; y_k: f32, row r from y_off_k + r * ldy_k; rows
+ * 1..R; accumulate 1: Y += ... Global size: GQ_WG for every GQ_TEAMS
+ * teams, a team for every GQ_NW columns (swiglu 1: GQ_NW / 2).
  * Fused (issue 38's decode launches):
  *  norm 1: X is RMSNorm'ed on the way, x * s_r * gain (gain [in] f32,
- *    s_r = 1 / sqrt(mean(x_r^2) + eps)): the work-group reads the whole
- *    row anyway, so s_r comes from the same loads (the sum of squares
- *    reduced beside the products) and multiplies the sum at the end;
- *  swiglu 1: w0 = gate and w1 = up, end0 rows each; work-group o computes
- *    both rows o and writes silu(gate) * up to y0 (global size end0 *
- *    GQ_WG);
+ *    s_r = 1 / sqrt(mean(x_r^2) + eps)): a team reads the whole row
+ *    anyway, so s_r comes from the same loads and multiplies the sum at
+ *    the end;
+ *  swiglu 1: w0 = gate and w1 = up, end0 rows each; a team computes both
+ *    of its rows and writes silu(gate) * up to y0;
  *  swiglu 2: a gate and an up of different types, in two launches: y0
  *    holds the gate's product (a launch of its type, the same X and
  *    norm) and this one, over up, writes silu(y0) * up in its place. */
-#define GQ_GEMV(NAME, DECODE, XLOAD)                                                           \
+#define GQ_RED(tm, n, r, R) ((((tm) * (GQ_NW + 1) + (n)) * (R) + (r)) * (GQ_LANES + 1))
+#define GQ_GEMV(NAME, XLOAD, R)                                                                 \
     __kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void NAME(                      \
         __global const uchar *w0, __global const uchar *w1, __global const uchar *w2,           \
         int end0, int end1, ulong row_bytes, int n_chunks, __global const void *x,              \
         ulong x_off, int ldx, int rows, __global float *y0, __global float *y1,                \
         __global float *y2, ulong y_off0, ulong y_off1, ulong y_off2, int ldy0, int ldy1,       \
         int ldy2, int accumulate, __global const float *gain, float eps, int norm,             \
-        int swiglu) {                                                                           \
-        __local float red[3 * GQ_MAX_ROWS * GQ_WG];                                             \
-        int g = (int)get_group_id(0), lid = (int)get_local_id(0);                               \
-        int k = swiglu == 1 || g < end0 ? 0 : g < end1 ? 1 : 2;                                 \
-        int o = g - (k == 0 ? 0 : k == 1 ? end0 : end1);                                        \
-        __global const uchar *w = k == 0 ? w0 : k == 1 ? w1 : w2;                               \
-        __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                     \
-        ulong y_off = k == 0 ? y_off0 : k == 1 ? y_off1 : y_off2;                               \
-        int ldy = k == 0 ? ldy0 : k == 1 ? ldy1 : ldy2;                                         \
-        __global const uchar *wrow = w + (size_t)o * (size_t)row_bytes;                         \
-        __global const uchar *urow = w1 + (size_t)o * (size_t)row_bytes;                        \
-        float acc[GQ_MAX_ROWS], acu[GQ_MAX_ROWS], ssq[GQ_MAX_ROWS];                             \
-        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) acc[r] = acu[r] = ssq[r] = 0.0f; \
-        for (int c = lid; c < n_chunks; c += GQ_WG) {                                           \
-            float v[32], u[32];                                                                 \
-            DECODE(wrow, c, v);                                                                 \
-            if (swiglu == 1) DECODE(urow, c, u); /* uniform */                                  \
-            _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) {                          \
-                if (r >= rows) continue; /* uniform: the same for the whole launch */          \
-                size_t xi = (size_t)x_off + (size_t)r * (size_t)ldx + (size_t)c * 32;          \
-                float s = 0.0f, su = 0.0f, sq = 0.0f;                                           \
-                _Pragma("unroll") for (int j = 0; j < 32; j += 4) {                             \
-                    float4 xv = XLOAD(x, xi + (size_t)j);                                       \
-                    if (norm) {                                                                 \
-                        sq = mad(xv.x, xv.x, sq);                                               \
-                        sq = mad(xv.y, xv.y, sq);                                               \
-                        sq = mad(xv.z, xv.z, sq);                                               \
-                        sq = mad(xv.w, xv.w, sq);                                               \
-                        xv *= vload4(0, gain + (size_t)c * 32 + (size_t)j);                     \
-                    }                                                                           \
-                    s = mad(v[j], xv.x, s);                                                     \
-                    s = mad(v[j + 1], xv.y, s);                                                 \
-                    s = mad(v[j + 2], xv.z, s);                                                 \
-                    s = mad(v[j + 3], xv.w, s);                                                 \
-                    if (swiglu == 1) {                                                          \
-                        su = mad(u[j], xv.x, su);                                               \
-                        su = mad(u[j + 1], xv.y, su);                                           \
-                        su = mad(u[j + 2], xv.z, su);                                           \
-                        su = mad(u[j + 3], xv.w, su);                                           \
+        int swiglu, int total) {                                                                \
+        __local float red[GQ_TEAMS * (GQ_NW + 1) * R * (GQ_LANES + 1)];                         \
+        int lid = (int)get_local_id(0), lane = lid % GQ_LANES, team = lid / GQ_LANES;           \
+        int T = (int)get_group_id(0) * GQ_TEAMS + team;                                         \
+        __global const uchar *wrow[GQ_NW];                                                      \
+        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) {                                    \
+            int k, o;                                                                           \
+            if (!gq_weight_row(T, n, swiglu, end0, end1, total, &k, &o)) k = o = 0;             \
+            wrow[n] = (k == 0 ? w0 : k == 1 ? w1 : w2) + (size_t)o * (size_t)row_bytes;         \
+        }                                                                                       \
+        float acc[GQ_NW][R], ssq[R];                                                            \
+        _Pragma("unroll") for (int r = 0; r < R; r++) {                                        \
+            ssq[r] = 0.0f;                                                                      \
+            _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) acc[n][r] = 0.0f;                \
+        }                                                                                       \
+        for (int t = lane; t < n_chunks; t += GQ_LANES) {                                       \
+            gq_task tk[GQ_NW];                                                                  \
+            _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) GQ_LOAD(wrow[n], t, &tk[n]);      \
+            float sqx[GQ_NW][R], sx[R];                                                         \
+            _Pragma("unroll") for (int s = 0; s < 4; s++) {                                    \
+                if (s % GQ_SEGS_PER_GROUP == 0) {                                               \
+                    _Pragma("unroll") for (int r = 0; r < R; r++) {                            \
+                        sx[r] = 0.0f;                                                           \
+                        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) sqx[n][r] = 0.0f;    \
                     }                                                                           \
                 }                                                                               \
-                acc[r] += s;                                                                    \
-                acu[r] += su;                                                                   \
-                ssq[r] += sq;                                                                   \
+                float8 qv[GQ_NW];                                                               \
+                _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) qv[n] = GQ_SEG(&tk[n], s);    \
+                size_t xo = (size_t)GQ_XOFF(t, s);                                              \
+                float8 g8 = (float8)(1.0f);                                                     \
+                if (norm) g8 = vload8(0, gain + xo); /* uniform */                              \
+                _Pragma("unroll") for (int r = 0; r < R; r++) {                                \
+                    if (r >= rows) continue; /* uniform: the same for the whole launch */      \
+                    float8 x8 = XLOAD(x, (size_t)x_off + (size_t)r * (size_t)ldx + xo);         \
+                    if (norm) {                                                                 \
+                        ssq[r] = gq_dot8(x8, x8, ssq[r]);                                       \
+                        x8 *= g8;                                                               \
+                    }                                                                           \
+                    if (GQ_HAS_MIN) sx[r] += gq_sum8(x8);                                       \
+                    _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) sqx[n][r] =              \
+                        gq_dot8(qv[n], x8, sqx[n][r]);                                          \
+                }                                                                               \
+                if (s % GQ_SEGS_PER_GROUP == GQ_SEGS_PER_GROUP - 1) {                           \
+                    int gr = s / GQ_SEGS_PER_GROUP;                                             \
+                    _Pragma("unroll") for (int n = 0; n < GQ_NW; n++)                          \
+                        _Pragma("unroll") for (int r = 0; r < R; r++) {                        \
+                        float v = tk[n].sc[gr] * sqx[n][r];                                     \
+                        if (GQ_HAS_MIN) v -= tk[n].mn[gr] * sx[r];                              \
+                        acc[n][r] += v;                                                         \
+                    }                                                                           \
+                }                                                                               \
             }                                                                                   \
         }                                                                                       \
-        _Pragma("unroll") for (int r = 0; r < GQ_MAX_ROWS; r++) {                              \
-            red[r * GQ_WG + lid] = acc[r];                                                      \
-            red[(GQ_MAX_ROWS + r) * GQ_WG + lid] = acu[r];                                      \
-            red[(2 * GQ_MAX_ROWS + r) * GQ_WG + lid] = ssq[r];                                  \
+        _Pragma("unroll") for (int r = 0; r < R; r++) {                                        \
+            _Pragma("unroll") for (int n = 0; n < GQ_NW; n++)                                  \
+                red[GQ_RED(team, n, r, R) + lane] = acc[n][r];                                  \
+            red[GQ_RED(team, GQ_NW, r, R) + lane] = ssq[r];                                     \
         }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-        int n_red = swiglu == 1 || norm ? 3 * GQ_MAX_ROWS : GQ_MAX_ROWS; /* uniform */         \
-        for (int half_ = GQ_WG / 2; half_ > 0; half_ >>= 1) {                                   \
-            if (lid < half_)                                                                    \
-                for (int q = 0; q < n_red; q++)                                                 \
-                    if (q % GQ_MAX_ROWS < rows)                                                 \
-                        red[q * GQ_WG + lid] += red[q * GQ_WG + lid + half_];                   \
-            barrier(CLK_LOCAL_MEM_FENCE);                                                       \
+        for (int e = lid; e < GQ_TEAMS * (GQ_NW + 1) * R; e += GQ_WG) {                          \
+            __local float *p = red + (size_t)e * (GQ_LANES + 1);                                \
+            float s = 0.0f;                                                                     \
+            for (int l = 0; l < GQ_LANES; l++) s += p[l];                                       \
+            p[0] = s;                                                                           \
         }                                                                                       \
-        if (lid < rows) {                                                                       \
-            size_t yi = (size_t)y_off + (size_t)lid * (size_t)ldy + (size_t)o;                  \
-            float t = red[lid * GQ_WG];                                                         \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        for (int e = lid; e < GQ_TEAMS * GQ_NW * R; e += GQ_WG) {                                \
+            int tm = e / (GQ_NW * R), n = (e / R) % GQ_NW, r = e % R, k, o;                     \
+            if (r >= rows || (swiglu == 1 && (n & 1))) continue;                                \
+            if (!gq_weight_row((int)get_group_id(0) * GQ_TEAMS + tm, n, swiglu, end0, end1,     \
+                               total, &k, &o))                                                  \
+                continue;                                                                       \
+            if (swiglu == 1) k = 0; /* the gate's range: y0 */                                  \
+            __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                 \
+            ulong y_off = k == 0 ? y_off0 : k == 1 ? y_off1 : y_off2;                           \
+            int ldy = k == 0 ? ldy0 : k == 1 ? ldy1 : ldy2;                                     \
+            size_t yi = (size_t)y_off + (size_t)r * (size_t)ldy + (size_t)o;                    \
             float scale = 1.0f;                                                                 \
             if (norm)                                                                           \
-                scale = rsqrt(red[(2 * GQ_MAX_ROWS + lid) * GQ_WG] / (float)(n_chunks * 32) +  \
-                              eps);                                                             \
-            t *= scale;                                                                         \
+                scale = rsqrt(red[GQ_RED(tm, GQ_NW, r, R)] / (float)(n_chunks * 32) + eps);    \
+            float t = red[GQ_RED(tm, n, r, R)] * scale;                                         \
             if (swiglu == 1) {                                                                  \
-                float up = red[(GQ_MAX_ROWS + lid) * GQ_WG] * scale;                            \
+                float up = red[GQ_RED(tm, n + 1, r, R)] * scale;                                \
                 t = t / (1.0f + exp(-t)) * up;                                                  \
             } else if (swiglu == 2) {                                                           \
                 float gate = y[yi];                                                             \
@@ -253,52 +394,40 @@ static float4 gq_x4_bf16(__global const void *x, size_t i) {
         }                                                                                       \
     }
 
+GQ_GEMV(serve_gemv_f32_r1, gq_x8_f32, 1)
+GQ_GEMV(serve_gemv_bf16_r1, gq_x8_bf16, 1)
+GQ_GEMV(serve_gemv_f32, gq_x8_f32, GQ_MAX_ROWS)
+GQ_GEMV(serve_gemv_bf16, gq_x8_bf16, GQ_MAX_ROWS)
+
 /* ---- dequantize: a whole [out, in] tensor ----
  * layout 0: f32 [out, in]; 1: f32 [in, out] (transposed, the f32 mode's
  * CLBlast layout); 2: bf16 [out, in], rounded to nearest even.
  * Global size: layout 1: (out, n_chunks), else (n_chunks, out), so that
- * neighbouring work-items write neighbouring values. */
-#define GQ_DEQUANT(NAME, DECODE)                                                                \
-    __kernel void NAME(__global const uchar *w, ulong row_bytes, int n_chunks, int out,         \
-                       __global uchar *dst, int layout) {                                       \
-        int t = layout == 1;                                                                    \
-        int o = (int)get_global_id(t ? 0 : 1), c = (int)get_global_id(t ? 1 : 0);               \
-        float v[32];                                                                            \
-        DECODE(w + (size_t)o * (size_t)row_bytes, c, v);                                        \
-        size_t in = (size_t)n_chunks * 32, base = (size_t)o * in + (size_t)c * 32;              \
-        if (layout == 0)                                                                        \
-            for (int j = 0; j < 32; j++) ((__global float *)dst)[base + (size_t)j] = v[j];      \
-        else if (layout == 1)                                                                   \
-            for (int j = 0; j < 32; j++)                                                        \
-                ((__global float *)dst)[((size_t)c * 32 + (size_t)j) * (size_t)out +            \
-                                        (size_t)o] = v[j];                                      \
-        else                                                                                    \
-            for (int j = 0; j < 32; j++) {                                                      \
-                uint u = as_uint(v[j]);                                                         \
-                u += 0x7FFFu + ((u >> 16) & 1u);                                                \
-                ((__global ushort *)dst)[base + (size_t)j] = (ushort)(u >> 16);                 \
-            }                                                                                   \
+ * neighbouring work-items write neighbouring values; a work-item a task. */
+__kernel void serve_dequant(__global const uchar *w, ulong row_bytes, int n_chunks, int out,
+                            __global uchar *dst, int layout) {
+    int tr = layout == 1;
+    int o = (int)get_global_id(tr ? 0 : 1), t = (int)get_global_id(tr ? 1 : 0);
+    gq_task tk;
+    GQ_LOAD(w + (size_t)o * (size_t)row_bytes, t, &tk);
+    size_t in = (size_t)n_chunks * 32;
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        int gr = s / GQ_SEGS_PER_GROUP;
+        float8 v = tk.sc[gr] * GQ_SEG(&tk, s);
+        if (GQ_HAS_MIN) v = v - tk.mn[gr];
+        size_t xo = (size_t)GQ_XOFF(t, s), base = (size_t)o * in + xo;
+        if (layout == 0) {
+            vstore8(v, 0, (__global float *)dst + base);
+        } else if (layout == 1) {
+            __global float *d = (__global float *)dst + xo * (size_t)out + (size_t)o;
+            d[0] = v.s0, d[(size_t)out] = v.s1, d[2 * (size_t)out] = v.s2;
+            d[3 * (size_t)out] = v.s3, d[4 * (size_t)out] = v.s4, d[5 * (size_t)out] = v.s5;
+            d[6 * (size_t)out] = v.s6, d[7 * (size_t)out] = v.s7;
+        } else {
+            uint8 u = as_uint8(v);
+            u += 0x7FFFu + ((u >> 16) & 1u);
+            vstore8(convert_ushort8(u >> 16), 0, (__global ushort *)dst + base);
+        }
     }
-
-/* One ggml type a program (the host builds the types a model keeps):
- * GQ_TYPE its ggml type id. */
-#ifndef GQ_TYPE
-#define GQ_TYPE 12
-#endif
-#if GQ_TYPE == 8
-#define GQ_DECODE gq_decode_q8_0
-#elif GQ_TYPE == 2
-#define GQ_DECODE gq_decode_q4_0
-#elif GQ_TYPE == 12
-#define GQ_DECODE gq_decode_q4_k
-#elif GQ_TYPE == 13
-#define GQ_DECODE gq_decode_q5_k
-#elif GQ_TYPE == 14
-#define GQ_DECODE gq_decode_q6_k
-#else
-#error "GQ_TYPE: the ggml id of Q8_0 (8), Q4_0 (2), Q4_K (12), Q5_K (13) or Q6_K (14)"
-#endif
-
-GQ_GEMV(serve_gemv_f32, GQ_DECODE, gq_x4_f32)
-GQ_GEMV(serve_gemv_bf16, GQ_DECODE, gq_x4_bf16)
-GQ_DEQUANT(serve_dequant, GQ_DECODE)
+}
