@@ -11,16 +11,19 @@
  * against bf16's 16, so the GEMV reads the blocks themselves, once for all
  * rows; a prefill is compute bound, so its projections dequantize the
  * weight into a scratch buffer and run the GEMM (serve/projection.c
- * routes). The values both kernels compute are serve/quant.c's to the bit
- * (serve/gemv_quant.cl). Portable OpenCL 1.2; tests/test_gemv_quant.c. */
+ * routes). The dequantizer's values are serve/quant.c's to the bit; the
+ * GEMV sums a group of values as scale * sum(q x) - min * sum(x), the same
+ * sum to f32 rounding (serve/gemv_quant.cl). Portable OpenCL 1.2;
+ * tests/test_gemv_quant.c. */
 #ifndef SERVE_GEMV_QUANT_H
 #define SERVE_GEMV_QUANT_H
 
 #include "serve.h"
 
-/* The most activation rows the GEMV takes. Each work-item multiplies every
- * decoded weight value into each row with scalar f32 arithmetic (one
- * accumulator per row in registers); past a handful of rows that
+/* The most activation rows the GEMV takes (a kernel for 1 row, one for up
+ * to this many). Each work-item multiplies every decoded weight value into
+ * each row with scalar f32 arithmetic (accumulators per row and weight row
+ * in registers); past a handful of rows that
  * arithmetic, not the weight read, bounds it, and dequantizing the weight
  * once into a scratch buffer for the (tensor-core) GEMM costs less: 8 is
  * where a decode batch still reads the weight once at bandwidth. */
