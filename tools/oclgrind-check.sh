@@ -1,6 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# Runs the portable kernels' small cases (tests/oclgrind_cases.c) under
+# Runs the portable kernels' small cases (tests/oclgrind_cases.c), then the
+# kept-quantized GEMV and dequantizer's test (serve/test_gemv_quant), under
 # Oclgrind with API checks and data-race detection; out-of-bounds accesses
 # are always reported. Fails on any finding (Oclgrind exits 0 with
 # findings, so its log is read: every line in it is a finding), on a wrong
@@ -45,3 +46,19 @@ if grep -q '[^[:space:]]' "$log" 2>/dev/null; then
 fi
 [ "$status" -eq 0 ] || { echo "oclgrind-check: oclgrind_cases failed (exit $status)" >&2; exit 1; }
 echo "oclgrind-check: no finding over $(grep -c ' ok: ' "$out") cases"
+
+# the quantized GEMV / dequantizer (serve/gemv_quant.cl): its own test, every
+# type, 1..8 rows, ranges, fused norm and SwiGLU
+gq=$build/serve/test_gemv_quant
+[ -x "$gq" ] || { echo "oclgrind-check: $gq not built" >&2; exit 1; }
+rm -f "$log.gemv"
+status=0
+env -u LAZYATTN_PLATFORM -u LAZYATTN_DEVICE -u LAZYATTN_PROGRAM \
+    oclgrind --check-api --data-races --log "$log.gemv" "$gq" >"$out.gemv" 2>&1 || status=$?
+if grep -q '[^[:space:]]' "$log.gemv" 2>/dev/null; then
+    echo "oclgrind-check: FINDINGS in serve/gemv_quant.cl, full log $log.gemv:" >&2
+    head -n 200 "$log.gemv" >&2
+    exit 1
+fi
+[ "$status" -eq 0 ] || { tail -n 40 "$out.gemv" >&2; echo "oclgrind-check: test_gemv_quant failed (exit $status)" >&2; exit 1; }
+echo "oclgrind-check: no finding in test_gemv_quant ($(grep -c '^\[       OK \]' "$out.gemv") cases)"
