@@ -192,6 +192,53 @@ static void test_host_write_through(void **state) {
     lazyattn_store_destroy(s);
 }
 
+/* A request whose documents all come from the tier while its cache retains
+ * less than one of them (the H100's 1 GiB rag_bench row: every load was
+ * trimmed away at once, then recomputed): each loaded document is kept for
+ * the request (tier hits, nothing recomputed, output matching the float64
+ * reference), and the release trims to the retained budget. */
+static void test_tier_load_over_retained(void **state) {
+    lazyattn_context *ctx = *state;
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create_host(64 << 20, &s), LAZYATTN_STATUS_OK);
+    engine a, b;
+    engine_open(&a, ctx, 32, MODEL);
+    engine_open(&b, ctx, 32, MODEL);
+    lazyattn_pool_info info;
+    lt_assert_status(lazyattn_pool_get_info(b.pool, &info), LAZYATTN_STATUS_OK);
+    lazyattn_cache_destroy(b.cache);
+    lazyattn_cache_config cc;
+    lazyattn_cache_config_init(&cc);
+    cc.model_id = MODEL;
+    cc.retain_bytes = info.block_bytes; /* one block: less than any document */
+    lt_assert_status(lazyattn_cache_create(b.pool, &cc, &b.cache), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier(a.cache, s, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier(b.cache, s, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    int docs[3] = {0, 3, 4};
+    lazyattn_segment_action act[3];
+    run_docs(&a, 3, docs, act);
+    int order[3] = {4, 0, 3};
+    float *out = malloc(OUT_N * sizeof *out);
+    assert_non_null(out);
+    run_request(&b, 3, order, out, act); /* checked against float64 inside */
+    free(out);
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
+    lazyattn_cache_stats sb = stats_of(&b);
+    assert_int_equal(sb.tier_hits, 3);
+    assert_int_equal(sb.tier_hit_tokens, doc_len[0] + doc_len[3] + doc_len[4]);
+    assert_int_equal(sb.tier_errors, 0);
+    assert_int_equal(sb.recomputed_tokens, 0);
+    assert_int_equal(sb.imports, 3);
+    check_accounting(&b);
+    /* released: trimmed to the retained budget (one block holds no document) */
+    assert_int_equal(stats_of(&b).n_entries, 0);
+    engine_close(&a);
+    engine_close(&b);
+    lazyattn_store_destroy(s);
+}
+
 /* Write-back to a directory: an entry evicted from a small pool is written
  * once, and a later request loads it instead of recomputing it. */
 static void test_dir_write_back(void **state) {
@@ -1119,6 +1166,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_host_write_through),
+        cmocka_unit_test(test_tier_load_over_retained),
         cmocka_unit_test(test_dir_write_back),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_failing_store),

@@ -104,8 +104,12 @@ int lz_cache_check_live(const lazyattn_cache *c, const char *who);
 /* LAZY: the committed entry of the document with this hash, or NULL. */
 lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash);
 /* Commits an imported entry (unpinned, most recent) and counts it; 0 when
- * an equal entry is cached already (the caller drops its own). */
-int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e);
+ * an equal entry is cached already (the caller drops its own). trim 1:
+ * then trims the cache to its retained budget (a public import); 0: not
+ * (a request plan's tier load, which pins the entry next: trimmed now, it
+ * would be the first evicted when the plan's pinned documents alone fill
+ * the budget, loaded for nothing). */
+int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e, int trim);
 int lz_cache_block_size(const lazyattn_cache *c);
 uint64_t lz_cache_model_id(const lazyattn_cache *c);
 
@@ -246,7 +250,8 @@ typedef struct lz_upload {
  * completed. sealed: data is an export this process sealed (its payload
  * checksum computed over these very bytes, which never left its memory:
  * lz_store_value_sealed), so the payload checksum is not computed again;
- * every other check runs. */
+ * every other check runs. For a request plan's tier load: the entry is
+ * not trimmed to the retained budget (lz_cache_add_imported). */
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
                           const char *who, lz_upload *up, int sealed);
 /* The export of committed LAZY entry e (exactly this entry, whatever other

@@ -417,11 +417,11 @@ lz_entry *lz_cache_find_lazy(const lazyattn_cache *c, uint64_t doc_hash) {
     return NULL;
 }
 
-int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e) {
+int lz_cache_add_imported(lazyattn_cache *c, lz_entry *e, int trim) {
     e->refcount = 0;
     if (!lz_cache_insert(c, e)) return 0;
     c->stats.imports++;
-    lz_cache_trim_to(c, c->retain_bytes);
+    if (trim) lz_cache_trim_to(c, c->retain_bytes);
     return 1;
 }
 int lz_cache_block_size(const lazyattn_cache *c) { return c->block_size; }

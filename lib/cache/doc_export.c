@@ -538,7 +538,7 @@ static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int
 }
 
 static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t *doc_hash,
-                     const char *w, lz_upload *up, int sealed) {
+                     const char *w, lz_upload *up, int sealed, int for_plan) {
     lz_kv_header h;
     int st = lz_import_check_header(c, p, size, w, &h);
     if (st) return st;
@@ -606,7 +606,9 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
             goto out;
         }
     }
-    lz_cache_add_imported(c, e); /* cannot find an equal entry: checked above */
+    /* cannot find an equal entry: checked above. A plan's import is not
+     * trimmed now: the plan pins it next, the request's release trims. */
+    lz_cache_add_imported(c, e, !for_plan);
     if (up) {
         up->entry = e;
         up->keep = staging; /* read by the upload until it completes */
@@ -622,7 +624,7 @@ out:
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
                           const char *who, lz_upload *up, int sealed) {
     if (up) up->done = NULL, up->keep = NULL, up->entry = NULL;
-    return lz_import(c, data, size, doc_hash, who, up, sealed);
+    return lz_import(c, data, size, doc_hash, who, up, sealed, 1);
 }
 
 /* lz_import as a public call (entered for changes) named w. */
@@ -630,7 +632,7 @@ static int lz_import_entered(lazyattn_cache *c, const uint8_t *p, size_t size,
                              uint64_t *doc_hash, const char *w) {
     int taken, st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken);
     if (st) return st;
-    st = lz_import(c, p, size, doc_hash, w, NULL, 0);
+    st = lz_import(c, p, size, doc_hash, w, NULL, 0, 0);
     lz_cache_leave(c, taken);
     return st;
 }
