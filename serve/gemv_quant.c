@@ -18,6 +18,7 @@ static const uint32_t serve_gq_types[SERVE_GQ_TYPES] = {
 
 struct serve_gemv_quant {
     lazyattn_context *ctx;
+    cl_uint compute_units; /* the device's (serve_gq_split) */
     cl_program program[SERVE_GQ_TYPES];
     cl_kernel gemv[SERVE_GQ_TYPES][2][2]; /* [type][x bf16][rows > 1] */
     cl_kernel dequant[SERVE_GQ_TYPES];
@@ -92,6 +93,10 @@ int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out) {
     serve_gemv_quant *g = calloc(1, sizeof *g);
     if (!g) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_gemv_quant_create");
     g->ctx = ctx;
+    if (clGetDeviceInfo(lazyattn_context_device(ctx), CL_DEVICE_MAX_COMPUTE_UNITS,
+                        sizeof g->compute_units, &g->compute_units, NULL) != CL_SUCCESS ||
+        g->compute_units < 1)
+        g->compute_units = 1;
     *out = g;
     return LAZYATTN_STATUS_OK;
 }
@@ -124,6 +129,20 @@ static int serve_gq_check_weight(const char *who, uint32_t type, cl_mem w, int o
                           "%s: W of %zu bytes, [%d, %d] %s needs W %llu", who, have, out, in,
                           serve_ggml_type_name(type), (unsigned long long)need);
     return LAZYATTN_STATUS_OK;
+}
+
+/* Teams a row set (1, 2 or 4): a short output (few row sets) is split
+ * along its input until the launch has SERVE_GQ_GROUPS_PER_CU work-groups
+ * a compute unit (loads in flight hide their latency), while every lane
+ * keeps at least one task. */
+#define SERVE_GQ_GROUPS_PER_CU 8
+static int serve_gq_split(const serve_gemv_quant *g, size_t sets, int n_chunks) {
+    int ks = 1;
+    while (ks < SERVE_GQ_TEAMS && sets * (size_t)ks / SERVE_GQ_TEAMS <
+                                      (size_t)g->compute_units * SERVE_GQ_GROUPS_PER_CU &&
+           n_chunks >= 32 * 2 * ks)
+        ks *= 2;
+    return ks;
 }
 
 int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serve_gemv_args *a,
@@ -228,13 +247,15 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     err |= clSetKernelArg(k, i++, sizeof swiglu, &swiglu);
     cl_int total_cols = total;
     err |= clSetKernelArg(k, i++, sizeof total_cols, &total_cols);
+    /* a row set for every SERVE_GQ_NW weight rows (SwiGLU: a gate and an
+       up row each of SERVE_GQ_NW / 2 columns), taken by ks teams */
+    size_t per_set = a->swiglu == 1 ? SERVE_GQ_NW / 2 : SERVE_GQ_NW;
+    size_t sets = ((size_t)(a->swiglu == 1 ? a->outs[0].cols : total) + per_set - 1) / per_set;
+    cl_int ks = serve_gq_split(g, sets, n_chunks);
+    err |= clSetKernelArg(k, i++, sizeof ks, &ks);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
-    /* a team for every SERVE_GQ_NW weight rows (SwiGLU: a gate and an up
-       row each of SERVE_GQ_NW / 2 columns) */
-    size_t per_team = a->swiglu == 1 ? SERVE_GQ_NW / 2 : SERVE_GQ_NW;
-    size_t teams = ((size_t)(a->swiglu == 1 ? a->outs[0].cols : total) + per_team - 1) / per_team;
-    size_t local = SERVE_GQ_WG;
-    size_t global = (teams + SERVE_GQ_TEAMS - 1) / SERVE_GQ_TEAMS * SERVE_GQ_WG;
+    size_t local = SERVE_GQ_WG, per_group = SERVE_GQ_TEAMS / (size_t)ks;
+    size_t global = (sets + per_group - 1) / per_group * SERVE_GQ_WG;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
     return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemv_quant");
 }

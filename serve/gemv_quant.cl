@@ -17,15 +17,18 @@
  * as scale * sum(q x) - min * sum(x): the same sum to f32 rounding, with
  * one multiply-add a value.
  *
- * GEMV: a work-group of GQ_TEAMS teams of GQ_LANES work-items; a team
- * takes GQ_NW weight rows (output columns; for SwiGLU two gate rows and
- * their two up rows), lane i its tasks i, i + GQ_LANES, ...; each
+ * GEMV: a work-group of GQ_TEAMS teams of GQ_LANES work-items; a row set
+ * of GQ_NW weight rows (output columns; for SwiGLU two gate rows and
+ * their two up rows) is taken by ks teams (the host's choice: more for
+ * short outputs), lane i of team k its tasks 32 k + i, + 32 ks, ...; each
  * activation segment is loaded once and multiplied into the GQ_NW rows
  * (the activation read, not the weight's, bounds a one-row GEMV
- * otherwise). Partial sums meet in local memory (one barrier, then one
- * work-item a sum). Kernels for 1 activation row and for up to
- * GQ_MAX_ROWS. Plain OpenCL C 1.2, no extension (f16 scales decoded with
- * integer arithmetic). */
+ * otherwise). A task's fixed cost (its block's scales) is a few loads and
+ * integer operations, no conversion instruction and no branch: it is
+ * paid again for every 32 values. Partial sums meet in local memory (one
+ * barrier, sums of 8 lanes, one barrier, then a work-item an output).
+ * Kernels for 1 activation row and for up to GQ_MAX_ROWS. Plain OpenCL C
+ * 1.2, no extension (f16 scales decoded with integer arithmetic). */
 #pragma OPENCL FP_CONTRACT OFF
 
 #define GQ_WG 128     /* SERVE_GQ_WG in serve/gemv_quant.c */
@@ -34,14 +37,15 @@
 #define GQ_NW 4       /* weight rows a team: SERVE_GQ_NW in serve/gemv_quant.c */
 #define GQ_MAX_ROWS 8 /* SERVE_QUANT_GEMV_MAX_ROWS in serve/gemv_quant.h */
 
-/* The IEEE half with bits h, exact: subnormals as m * 2^-24 (no f32
- * denormal arithmetic), infinities and NaN kept. */
+/* The IEEE half with bits h, exact and branch-free: normal numbers by
+ * moving exponent and mantissa into place, subnormals as m * 2^-24 (no
+ * f32 denormal arithmetic), infinities and NaN kept. */
 static float gq_half_bits(uint h) {
-    uint e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    float f = e == 0    ? (float)m * 0x1p-24f
-              : e == 31 ? as_float(0x7F800000u | m << 13)
-                        : as_float((e + 112u) << 23 | m << 13);
-    return (h & 0x8000u) ? -f : f;
+    uint a = h & 0x7FFFu;
+    float f = as_float((a << 13) + 0x38000000u);
+    f = a < 0x400u ? (as_float(0x4B000000u | a) - 8388608.0f) * 0x1p-24f : f;
+    f = a >= 0x7C00u ? as_float(0x7F800000u | (a & 0x3FFu) << 13) : f;
+    return as_float(as_uint(f) | (h & 0x8000u) << 16);
 }
 /* the little-endian half at p (2-byte aligned) */
 static float gq_half(__global const uchar *p) {
@@ -56,11 +60,24 @@ static float gq_half(__global const uchar *p) {
 static uint8 gq_bytes8(uint lo, uint hi, uint sh) {
     return (uint8)(lo, lo, lo, lo, hi, hi, hi, hi) >> ((uint8)(0, 8, 16, 24, 0, 8, 16, 24) + sh);
 }
-/* 8 consecutive bytes at p (2-byte aligned) as two words */
+/* 8 consecutive bytes at p (2-byte aligned) as two words: two or three
+ * aligned word loads (a misaligned p reads 2 bytes past its 8, which every
+ * caller's block holds) */
 static uint2 gq_load8_a2(__global const uchar *p) {
+    __global const uint *q = (__global const uint *)((size_t)p & ~(size_t)3);
+    uint x = q[0], y = q[1];
+    if (((size_t)p & 2u) == 0) return (uint2)(x, y);
+    /* halves 1..4 of the three words (a shuffle: Oclgrind has no funnel shift) */
+    return as_uint2(as_ushort8((uint4)(x, y, q[2], 0u)).s1234);
+}
+/* 8 consecutive bytes at p (2-byte aligned) as two words, reading no
+ * byte past them (Q8_0 and Q4_0, whose values end their blocks) */
+static uint2 gq_load8_u16(__global const uchar *p) {
     uint4 u = convert_uint4(vload4(0, (__global const ushort *)p));
     return (uint2)(u.x | u.y << 16, u.z | u.w << 16);
 }
+/* The small unsigned integer v (< 2^23) as a float, exactly */
+#define GQ_U(v) (as_float((v) | 0x4B000000u) - 8388608.0f)
 
 /* One task of a row: the group scales and mins, the block bytes it reads */
 typedef struct gq_task {
@@ -78,7 +95,7 @@ static void gq_load_q8_0(__global const uchar *row, int t, gq_task *k) {
     __global const uchar *blk = row + (size_t)t * 34;
     k->sc[0] = gq_half(blk);
     for (int i = 0; i < 4; i++) {
-        uint2 v = gq_load8_a2(blk + 2 + 8 * i);
+        uint2 v = gq_load8_u16(blk + 2 + 8 * i);
         k->q[2 * i] = v.x, k->q[2 * i + 1] = v.y;
     }
 }
@@ -93,7 +110,7 @@ static int gq_xoff_q8_0(int t, int s) { return t * 32 + s * 8; }
 static void gq_load_q4_0(__global const uchar *row, int t, gq_task *k) {
     __global const uchar *blk = row + (size_t)t * 18;
     k->sc[0] = gq_half(blk);
-    uint2 a = gq_load8_a2(blk + 2), b = gq_load8_a2(blk + 10);
+    uint2 a = gq_load8_u16(blk + 2), b = gq_load8_u16(blk + 10);
     k->q[0] = a.x, k->q[1] = a.y, k->q[2] = b.x, k->q[3] = b.y;
 }
 static float8 gq_seg_q4_0(const gq_task *k, int s) {
@@ -102,38 +119,27 @@ static float8 gq_seg_q4_0(const gq_task *k, int s) {
 }
 static int gq_xoff_q4_0(int t, int s) { return t * 32 + (s & 1) * 8 + (s >> 1) * 16; }
 
-/* Q4_K / Q5_K: byte i (0..11) of the scales s0..s2, and sub-block j's
- * 6-bit scale and min (ggml's get_scale_min_k4) */
-static uint gq_byte12(uint s0, uint s1, uint s2, int i) {
-    return ((i < 4 ? s0 : i < 8 ? s1 : s2) >> (8 * (i & 3))) & 0xFFu;
-}
-static void gq_scale_min_k4(uint s0, uint s1, uint s2, int j, float d, float dmin, float *sc,
-                            float *mn) {
-    uint a, m;
-    if (j < 4) {
-        a = gq_byte12(s0, s1, s2, j) & 63u;
-        m = gq_byte12(s0, s1, s2, j + 4) & 63u;
-    } else {
-        a = (gq_byte12(s0, s1, s2, j + 4) & 0xFu) | ((gq_byte12(s0, s1, s2, j - 4) >> 6) << 4);
-        m = (gq_byte12(s0, s1, s2, j + 4) >> 4) | ((gq_byte12(s0, s1, s2, j) >> 6) << 4);
-    }
-    *sc = d * (float)a;
-    *mn = dmin * (float)m;
-}
-/* 256 values in 8 sub-blocks of 32; the nibbles 32 bytes per pair of
- * sub-blocks (low nibbles the even one). Task t: block t / 8, pair
- * p = (t % 8) / 2, bytes h * 16.. of the pair (h = t % 2): values
- * 64p + 16h.. (group 0, sub-block 2p: segments 0, 1) and 64p + 32 + 16h..
- * (group 1, sub-block 2p + 1: segments 2, 3). Every row of a buffer
- * starts 16-byte aligned (144 and 176 are multiples of 16). */
+/* Q4_K / Q5_K: 256 values in 8 sub-blocks of 32, each with a 6-bit scale
+ * and min packed in 12 bytes (ggml's get_scale_min_k4); the nibbles 32
+ * bytes per pair of sub-blocks (low nibbles the even one). Task t: block
+ * t / 8, pair p = (t % 8) / 2, bytes h * 16.. of the pair (h = t % 2):
+ * values 64p + 16h.. (group 0, sub-block 2p: segments 0, 1) and
+ * 64p + 32 + 16h.. (group 1, sub-block 2p + 1: segments 2, 3). Every row of
+ * a buffer starts 16-byte aligned (144 and 176 are multiples of 16). The
+ * block's first 16 bytes (d, dmin, the 12 scale bytes) come in one load;
+ * sub-blocks j = 2p and j + 1 decode side by side, a byte each of a 16-bit
+ * lane (j < 4: scale q[j] & 63, min q[j + 4] & 63; else the low 4 bits
+ * from q[j + 4] and the high 2 from the top of q[j - 4] and q[j]). */
 static void gq_load_k45(__global const uchar *blk, int i, gq_task *k) {
+    uint4 h = *(__global const uint4 *)blk;
+    float d = gq_half_bits(h.x & 0xFFFFu), dmin = gq_half_bits(h.x >> 16);
     int p = i / 2;
-    uint dm = *(__global const uint *)blk;
-    float d = gq_half_bits(dm & 0xFFFFu), dmin = gq_half_bits(dm >> 16);
-    __global const uint *s = (__global const uint *)(blk + 4);
-    uint s0 = s[0], s1 = s[1], s2 = s[2];
-    gq_scale_min_k4(s0, s1, s2, 2 * p, d, dmin, &k->sc[0], &k->mn[0]);
-    gq_scale_min_k4(s0, s1, s2, 2 * p + 1, d, dmin, &k->sc[1], &k->mn[1]);
+    uint sh = (uint)(p & 1) * 16u;
+    uint b0 = h.y >> sh, b1 = h.z >> sh, b2 = h.w >> sh;
+    uint a = p < 2 ? b0 & 0x3F3Fu : (b2 & 0x0F0Fu) | ((b0 >> 2) & 0x3030u);
+    uint m = p < 2 ? b1 & 0x3F3Fu : ((b2 >> 4) & 0x0F0Fu) | ((b1 >> 2) & 0x3030u);
+    k->sc[0] = d * GQ_U(a & 0xFFu), k->sc[1] = d * GQ_U(a >> 8);
+    k->mn[0] = dmin * GQ_U(m & 0xFFu), k->mn[1] = dmin * GQ_U(m >> 8);
     k->aux = (uint)(2 * p);
 }
 static void gq_load_q4_k(__global const uchar *row, int t, gq_task *k) {
@@ -180,9 +186,14 @@ static void gq_load_q6_k(__global const uchar *row, int t, gq_task *k) {
     __global const uchar *blk = row + (size_t)(t / 8) * 210;
     int H = (t % 8) / 4, l0 = (t % 4) * 8;
     __global const uchar *ql = blk + H * 64 + l0, *qh = blk + 128 + H * 32 + l0;
-    __global const char *sc = (__global const char *)(blk + 192) + H * 8 + l0 / 16;
+    /* the half's 8 int8 scales; this task's are bytes l0 / 16 + 2g */
+    uint2 sc = gq_load8_a2(blk + 192 + H * 8);
+    uint sh = (uint)(l0 / 16) * 8u;
     float d = gq_half(blk + 208);
-    for (int g = 0; g < 4; g++) k->sc[g] = d * (float)sc[2 * g];
+    k->sc[0] = d * (GQ_U(((sc.x >> sh) & 0xFFu) ^ 0x80u) - 128.0f);
+    k->sc[1] = d * (GQ_U(((sc.x >> (sh + 16u)) & 0xFFu) ^ 0x80u) - 128.0f);
+    k->sc[2] = d * (GQ_U(((sc.y >> sh) & 0xFFu) ^ 0x80u) - 128.0f);
+    k->sc[3] = d * (GQ_U(((sc.y >> (sh + 16u)) & 0xFFu) ^ 0x80u) - 128.0f);
     uint2 a = gq_load8_a2(ql), b = gq_load8_a2(ql + 32), c = gq_load8_a2(qh);
     k->q[0] = a.x, k->q[1] = a.y, k->q[2] = b.x, k->q[3] = b.y, k->q[4] = c.x, k->q[5] = c.y;
 }
@@ -282,8 +293,11 @@ static int gq_weight_row(int T, int n, int swiglu, int end0, int end1, int total
  * total columns in all; each weight [cols] rows of row_bytes bytes
  * (n_chunks tasks of 32 values each). x: f32 or bf16, row r from element
  * x_off + r * ldx; y_k: f32, row r from y_off_k + r * ldy_k; rows
- * 1..R; accumulate 1: Y += ... Global size: GQ_WG for every GQ_TEAMS
- * teams, a team for every GQ_NW columns (swiglu 1: GQ_NW / 2).
+ * 1..R; accumulate 1: Y += ... A row set (GQ_NW weight rows) is taken
+ * by ks teams (1, 2 or 4) of one work-group, team k of them its tasks
+ * 32 k + lane, + 32 ks, ... (short outputs: more work-groups to hide the
+ * loads' latency). Global size: GQ_WG for every GQ_TEAMS / ks row sets, a
+ * row set for every GQ_NW columns (swiglu 1: GQ_NW / 2).
  * Fused (issue 38's decode launches):
  *  norm 1: X is RMSNorm'ed on the way, x * s_r * gain (gain [in] f32,
  *    s_r = 1 / sqrt(mean(x_r^2) + eps)): a team reads the whole row
@@ -294,7 +308,19 @@ static int gq_weight_row(int T, int n, int swiglu, int end0, int end1, int total
  *  swiglu 2: a gate and an up of different types, in two launches: y0
  *    holds the gate's product (a launch of its type, the same X and
  *    norm) and this one, over up, writes silu(y0) * up in its place. */
+/* partial sums: per team, weight row (GQ_NW: the norm's sum of squares)
+ * and activation row, GQ_LANES of them (padded: no bank shared) */
 #define GQ_RED(tm, n, r, R) ((((tm) * (GQ_NW + 1) + (n)) * (R) + (r)) * (GQ_LANES + 1))
+/* the sum over the ks teams of row set rs of the per-team sums (each in
+ * four parts of 8 lanes, at 0, 8, 16, 24) */
+static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, int R) {
+    float s = 0.0f;
+    for (int kp = 0; kp < ks; kp++) {
+        __local const float *p = red + GQ_RED(rs * ks + kp, n, r, R);
+        s += (p[0] + p[8]) + (p[16] + p[24]);
+    }
+    return s;
+}
 #define GQ_GEMV(NAME, XLOAD, R)                                                                 \
     __kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void NAME(                      \
         __global const uchar *w0, __global const uchar *w1, __global const uchar *w2,           \
@@ -302,10 +328,11 @@ static int gq_weight_row(int T, int n, int swiglu, int end0, int end1, int total
         ulong x_off, int ldx, int rows, __global float *y0, __global float *y1,                \
         __global float *y2, ulong y_off0, ulong y_off1, ulong y_off2, int ldy0, int ldy1,       \
         int ldy2, int accumulate, __global const float *gain, float eps, int norm,             \
-        int swiglu, int total) {                                                                \
+        int swiglu, int total, int ks) {                                                        \
         __local float red[GQ_TEAMS * (GQ_NW + 1) * R * (GQ_LANES + 1)];                         \
         int lid = (int)get_local_id(0), lane = lid % GQ_LANES, team = lid / GQ_LANES;           \
-        int T = (int)get_group_id(0) * GQ_TEAMS + team;                                         \
+        int sets = GQ_TEAMS / ks, set0 = (int)get_group_id(0) * sets;                           \
+        int T = set0 + team / ks;                                                               \
         __global const uchar *wrow[GQ_NW];                                                      \
         _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) {                                    \
             int k, o;                                                                           \
@@ -317,7 +344,7 @@ static int gq_weight_row(int T, int n, int swiglu, int end0, int end1, int total
             ssq[r] = 0.0f;                                                                      \
             _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) acc[n][r] = 0.0f;                \
         }                                                                                       \
-        for (int t = lane; t < n_chunks; t += GQ_LANES) {                                       \
+        for (int t = (team % ks) * GQ_LANES + lane; t < n_chunks; t += GQ_LANES * ks) {         \
             gq_task tk[GQ_NW];                                                                  \
             _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) GQ_LOAD(wrow[n], t, &tk[n]);      \
             float sqx[GQ_NW][R], sx[R];                                                         \
@@ -361,19 +388,16 @@ static int gq_weight_row(int T, int n, int swiglu, int end0, int end1, int total
             red[GQ_RED(team, GQ_NW, r, R) + lane] = ssq[r];                                     \
         }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-        for (int e = lid; e < GQ_TEAMS * (GQ_NW + 1) * R; e += GQ_WG) {                          \
-            __local float *p = red + (size_t)e * (GQ_LANES + 1);                                \
-            float s = 0.0f;                                                                     \
-            for (int l = 0; l < GQ_LANES; l++) s += p[l];                                       \
-            p[0] = s;                                                                           \
+        /* each sum of GQ_LANES in four parts of 8, in place */                                 \
+        for (int e = lid; e < GQ_TEAMS * (GQ_NW + 1) * R * 4; e += GQ_WG) {                      \
+            __local float *p = red + (size_t)(e / 4) * (GQ_LANES + 1) + (e % 4) * 8;            \
+            p[0] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));           \
         }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-        for (int e = lid; e < GQ_TEAMS * GQ_NW * R; e += GQ_WG) {                                \
-            int tm = e / (GQ_NW * R), n = (e / R) % GQ_NW, r = e % R, k, o;                     \
+        for (int e = lid; e < sets * GQ_NW * R; e += GQ_WG) {                                    \
+            int rs = e / (GQ_NW * R), n = (e / R) % GQ_NW, r = e % R, k, o;                     \
             if (r >= rows || (swiglu == 1 && (n & 1))) continue;                                \
-            if (!gq_weight_row((int)get_group_id(0) * GQ_TEAMS + tm, n, swiglu, end0, end1,     \
-                               total, &k, &o))                                                  \
-                continue;                                                                       \
+            if (!gq_weight_row(set0 + rs, n, swiglu, end0, end1, total, &k, &o)) continue;      \
             if (swiglu == 1) k = 0; /* the gate's range: y0 */                                  \
             __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                 \
             ulong y_off = k == 0 ? y_off0 : k == 1 ? y_off1 : y_off2;                           \
@@ -381,10 +405,11 @@ static int gq_weight_row(int T, int n, int swiglu, int end0, int end1, int total
             size_t yi = (size_t)y_off + (size_t)r * (size_t)ldy + (size_t)o;                    \
             float scale = 1.0f;                                                                 \
             if (norm)                                                                           \
-                scale = rsqrt(red[GQ_RED(tm, GQ_NW, r, R)] / (float)(n_chunks * 32) + eps);    \
-            float t = red[GQ_RED(tm, n, r, R)] * scale;                                         \
+                scale = rsqrt(gq_red_sum(red, rs, ks, GQ_NW, r, R) / (float)(n_chunks * 32) +   \
+                              eps);                                                             \
+            float t = gq_red_sum(red, rs, ks, n, r, R) * scale;                                 \
             if (swiglu == 1) {                                                                  \
-                float up = red[GQ_RED(tm, n + 1, r, R)] * scale;                                \
+                float up = gq_red_sum(red, rs, ks, n + 1, r, R) * scale;                        \
                 t = t / (1.0f + exp(-t)) * up;                                                  \
             } else if (swiglu == 2) {                                                           \
                 float gate = y[yi];                                                             \

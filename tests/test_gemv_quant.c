@@ -223,7 +223,9 @@ static void test_gemv_matches_dequantized(void **state) {
     static const struct {
         int n_out, n_in, rows, x_bf16, accumulate, ranges;
     } cases[] = {{33, 512, 1, 0, 0, 1}, {17, 512, 3, 1, 1, 3}, {9, 256, 8, 0, 1, 2},
-                 {5, 8192, 8, 1, 0, 1}, {7, 8192, 1, 0, 1, 3}};
+                 {5, 8192, 8, 1, 0, 1}, {7, 8192, 1, 0, 1, 3}, {11, 2048, 2, 1, 0, 2}};
+    /* the long inputs with few outputs are split between 2 (2048) and 4
+     * (8192) teams a row set on any device (serve_gq_split) */
     for (int t = 0; t < N_TYPES; t++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             gemv_case(d, types[t], cases[c].n_out, cases[c].n_in, cases[c].rows, cases[c].x_bf16,
@@ -331,7 +333,9 @@ static void test_fused_norm_swiglu(void **state) {
     static const struct {
         int ffn, n_in, rows, x_bf16, swiglu, accumulate;
     } cases[] = {{19, 512, 1, 0, 1, 0}, {11, 512, 5, 1, 1, 0}, {13, 256, 8, 0, 0, 0},
-                 {7, 1024, 3, 1, 0, 1}};
+                 {7, 1024, 3, 1, 0, 1}, {9, 4096, 2, 1, 1, 0}, {6, 2048, 1, 0, 0, 1}};
+    /* the last two: a row set split between teams (their sums of squares
+     * too) */
     for (int t = 0; t < N_TYPES; t++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             fused_case(d, types[t], types[t], cases[c].ffn, cases[c].n_in, cases[c].rows,
