@@ -42,10 +42,10 @@
  * f32 denormal arithmetic), infinities and NaN kept. */
 static float gq_half_bits(uint h) {
     uint a = h & 0x7FFFu;
-    float f = as_float((a << 13) + 0x38000000u);
-    f = a < 0x400u ? (as_float(0x4B000000u | a) - 8388608.0f) * 0x1p-24f : f;
-    f = a >= 0x7C00u ? as_float(0x7F800000u | (a & 0x3FFu) << 13) : f;
-    return as_float(as_uint(f) | (h & 0x8000u) << 16);
+    uint n = (a << 13) + 0x38000000u;                                     /* normal */
+    uint z = as_uint((as_float(0x4B000000u | a) - 8388608.0f) * 0x1p-24f); /* subnormal */
+    uint f = select(select(n, z, a < 0x400u), 0x7F800000u | (a & 0x3FFu) << 13, a >= 0x7C00u);
+    return as_float(f | (h & 0x8000u) << 16);
 }
 /* the little-endian half at p (2-byte aligned) */
 static float gq_half(__global const uchar *p) {
@@ -249,12 +249,20 @@ static int gq_xoff_q6_k(int t, int s) {
 /* ---- activations: 8 values of row x from element i ---- */
 
 static float8 gq_x8_f32(__global const void *x, size_t i) {
-    return vload8(0, (__global const float *)x + i);
+    __global const float *p = (__global const float *)x + i;
+    if (((size_t)p & 15u) == 0) /* two vector loads (the usual case), else eight */
+        return (float8)(*(__global const float4 *)p, *(__global const float4 *)(p + 4));
+    return vload8(0, p);
 }
 static float8 gq_x8_bf16(__global const void *x, size_t i) {
-    return as_float8(convert_uint8(vload8(0, (__global const ushort *)x + i)) << 16);
+    __global const ushort *p = (__global const ushort *)x + i;
+    if (((size_t)p & 15u) == 0) { /* one vector load (the usual case), else eight */
+        uint4 u = *(__global const uint4 *)p;
+        return as_float8((uint8)(u.x << 16, u.x & 0xFFFF0000u, u.y << 16, u.y & 0xFFFF0000u,
+                                 u.z << 16, u.z & 0xFFFF0000u, u.w << 16, u.w & 0xFFFF0000u));
+    }
+    return as_float8(convert_uint8(vload8(0, p)) << 16);
 }
-
 static float gq_sum8(float8 a) {
     float4 b = a.lo + a.hi;
     return (b.x + b.y) + (b.z + b.w);
@@ -359,7 +367,7 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
                 _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) qv[n] = GQ_SEG(&tk[n], s);    \
                 size_t xo = (size_t)GQ_XOFF(t, s);                                              \
                 float8 g8 = (float8)(1.0f);                                                     \
-                if (norm) g8 = vload8(0, gain + xo); /* uniform */                              \
+                if (norm) g8 = gq_x8_f32(gain, xo); /* uniform */                               \
                 _Pragma("unroll") for (int r = 0; r < R; r++) {                                \
                     if (r >= rows) continue; /* uniform: the same for the whole launch */      \
                     float8 x8 = XLOAD(x, (size_t)x_off + (size_t)r * (size_t)ldx + xo);         \
