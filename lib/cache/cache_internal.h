@@ -236,6 +236,11 @@ int lz_cache_export(const lazyattn_cache *c, uint64_t doc_hash, void *buffer, si
 typedef struct lz_upload {
     cl_command_queue queue; /* in order, on the pool's context: the tier's copy queue */
     cl_event gate;          /* tests: the upload starts after it (NULL: at once) */
+    uint8_t *room;          /* in: memory of room_bytes (the tier's pinned staging) for a
+                               TILED pool's reorder, read by the upload until it completes
+                               and kept by the caller until then (NULL, or too small: the
+                               import allocates its own and hands it out in keep) */
+    size_t room_bytes;
     cl_event done;          /* out: complete once every layer is in place (retained;
                                NULL when nothing was uploaded: cached already) */
     void *keep;             /* out: host memory the upload reads besides the data (a

@@ -123,13 +123,16 @@ static int64_t lz_payload_pages(const lazyattn_pool_config *pc, int n_blocks) {
  * device buffers and the payload, which is in ROWS order for either layout:
  * a staging copy of the payload's K/V part (NULL for a ROWS pool, which
  * moves its bytes as they are). */
+static size_t lz_staging_bytes(const lazyattn_pool_config *pc, int n_blocks) {
+    /* the payload that holds it was sized (lz_payload_bytes) and allocated */
+    return (size_t)lz_payload_pages(pc, n_blocks) * (size_t)pc->block_size *
+           (size_t)pc->head_dim * lazyattn_dtype_size(pc->dtype);
+}
 static int lz_staging_new(const lazyattn_pool_config *pc, int n_blocks, const char *w,
                           uint8_t **out) {
     *out = NULL;
     if (pc->kv_layout != LAZYATTN_KV_LAYOUT_TILED) return LAZYATTN_STATUS_OK;
-    /* the payload that holds it was sized (lz_payload_bytes) and allocated */
-    size_t bytes = (size_t)lz_payload_pages(pc, n_blocks) * (size_t)pc->block_size *
-                   (size_t)pc->head_dim * lazyattn_dtype_size(pc->dtype);
+    size_t bytes = lz_staging_bytes(pc, n_blocks);
     *out = malloc(bytes);
     if (!*out)
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: %zu bytes to reorder TILED pages",
@@ -579,8 +582,11 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
     lazyattn_context *ctx = lz_pool_context(pool);
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(pool, &pc);
-    uint8_t *staging = NULL;
-    if (ctx && (st = lz_staging_new(&pc, n_blocks, w, &staging)) != LAZYATTN_STATUS_OK) {
+    uint8_t *staging = NULL, *room = NULL; /* room: the caller's (pinned), not freed here */
+    if (ctx && pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && up && up->room &&
+        up->room_bytes >= lz_staging_bytes(&pc, n_blocks))
+        room = up->room;
+    else if (ctx && (st = lz_staging_new(&pc, n_blocks, w, &staging)) != LAZYATTN_STATUS_OK) {
         free(tokens);
         free(blocks);
         return st;
@@ -599,8 +605,8 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
     memcpy(e->digest, h.digest, sizeof e->digest);
     e->stored_start = 0;
     if (ctx) {
-        st = lz_import_write(ctx, pool, blocks, n_blocks, payload + 4 * (size_t)n_tokens, staging,
-                             up);
+        st = lz_import_write(ctx, pool, blocks, n_blocks, payload + 4 * (size_t)n_tokens,
+                             room ? room : staging, up);
         if (st) {
             lz_cache_drop(c, e);
             goto out;

@@ -247,6 +247,13 @@ static int lz_tier_recompute_cheaper(const lazyattn_cache *c, const lz_tier *tie
     return load_s >= (double)n_tokens / tier->recompute_rate;
 }
 
+/* Whether c's pool keeps TILED pages (an import reorders the payload). */
+static int lz_tier_pool_tiled(lazyattn_cache *c) {
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(lz_cache_pool(c), &pc);
+    return pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED;
+}
+
 /* A pipelined load's pinned staging slot (-1: none taken). */
 typedef struct lz_staging_pick {
     lz_tier *tier;
@@ -344,6 +351,12 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         uint64_t got = 0;
         up.queue = tier->copy_queue;
         up.gate = tier->gate;
+        /* a store's own memory (not copied): a TILED pool's reorder goes to
+           pinned staging where a slot is free, not to fresh pageable memory */
+        if (tier->copy_queue && !copy && pick.slot < 0 && lz_tier_pool_tiled(c)) {
+            up.room = lz_staging_take(&tier->staging, size, &pick.slot);
+            up.room_bytes = up.room ? size : 0;
+        }
         st = lz_cache_import_bytes(c, data, size, &got, "tier import",
                                    tier->copy_queue ? &up : NULL, sealed);
         if (!st && sealed) tier->sealed++;
