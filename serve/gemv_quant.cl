@@ -450,8 +450,17 @@ __kernel void serve_dequant(__global const uchar *w, ulong row_bytes, int n_chun
         float8 v = tk.sc[gr] * GQ_SEG(&tk, s);
         if (GQ_HAS_MIN) v = v - tk.mn[gr];
         size_t xo = (size_t)GQ_XOFF(t, s), base = (size_t)o * in + xo;
+        /* 8 values at a 16-byte-aligned address (every row of a buffer whose
+           in is a multiple of 8): whole vector stores; else vstore8, which
+           only knows the element's alignment (eight scalar stores) */
         if (layout == 0) {
-            vstore8(v, 0, (__global float *)dst + base);
+            __global float *d = (__global float *)dst + base;
+            if (((size_t)d & 15u) == 0) {
+                *(__global float4 *)d = v.lo;
+                *(__global float4 *)(d + 4) = v.hi;
+            } else {
+                vstore8(v, 0, d);
+            }
         } else if (layout == 1) {
             __global float *d = (__global float *)dst + xo * (size_t)out + (size_t)o;
             d[0] = v.s0, d[(size_t)out] = v.s1, d[2 * (size_t)out] = v.s2;
@@ -459,8 +468,13 @@ __kernel void serve_dequant(__global const uchar *w, ulong row_bytes, int n_chun
             d[6 * (size_t)out] = v.s6, d[7 * (size_t)out] = v.s7;
         } else {
             uint8 u = as_uint8(v);
-            u += 0x7FFFu + ((u >> 16) & 1u);
-            vstore8(convert_ushort8(u >> 16), 0, (__global ushort *)dst + base);
+            u = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+            __global ushort *d = (__global ushort *)dst + base;
+            if (((size_t)d & 15u) == 0)
+                *(__global uint4 *)d = (uint4)(u.s0 | u.s1 << 16, u.s2 | u.s3 << 16,
+                                               u.s4 | u.s5 << 16, u.s6 | u.s7 << 16);
+            else
+                vstore8(convert_ushort8(u), 0, d);
         }
     }
 }
