@@ -115,17 +115,34 @@ static void evict_try_set(void *user, lazyattn_cache *cache, const lazyattn_evic
 
 /* Write-through to host memory; a second cache (another pool) loads every
  * document from it, in another order, at other positions. */
-static void test_host_write_through(void **state) {
-    lazyattn_context *ctx = *state;
+/* A host store written through by engine a and read by engine b (its
+ * cache retaining b_retain_blocks blocks; 0: its pool's budget). */
+static lazyattn_store *host_writer_reader(lazyattn_context *ctx, engine *a, engine *b,
+                                          int b_retain_blocks) {
     lazyattn_store *s;
     lt_assert_status(lazyattn_store_create_host(64 << 20, &s), LAZYATTN_STATUS_OK);
+    engine_open(a, ctx, 32, MODEL);
+    engine_open(b, ctx, 32, MODEL);
+    if (b_retain_blocks) {
+        lazyattn_pool_info info;
+        lt_assert_status(lazyattn_pool_get_info(b->pool, &info), LAZYATTN_STATUS_OK);
+        lazyattn_cache_destroy(b->cache);
+        lazyattn_cache_config cc;
+        lazyattn_cache_config_init(&cc);
+        cc.model_id = MODEL;
+        cc.retain_bytes = (uint64_t)b_retain_blocks * info.block_bytes;
+        lt_assert_status(lazyattn_cache_create(b->pool, &cc, &b->cache), LAZYATTN_STATUS_OK);
+    }
+    lt_assert_status(lazyattn_cache_set_tier(a->cache, s, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier(b->cache, s, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    return s;
+}
+
+static void test_host_write_through(void **state) {
     engine a, b;
-    engine_open(&a, ctx, 32, MODEL);
-    engine_open(&b, ctx, 32, MODEL);
-    lt_assert_status(lazyattn_cache_set_tier(a.cache, s, LAZYATTN_TIER_WRITE_THROUGH),
-                     LAZYATTN_STATUS_OK);
-    lt_assert_status(lazyattn_cache_set_tier(b.cache, s, LAZYATTN_TIER_READ_ONLY),
-                     LAZYATTN_STATUS_OK);
+    lazyattn_store *s = host_writer_reader(*state, &a, &b, 0);
     int first[3] = {0, 1, 2};
     lazyattn_segment_action act[3];
     run_docs(&a, 3, first, act);
@@ -198,24 +215,9 @@ static void test_host_write_through(void **state) {
  * the request (tier hits, nothing recomputed, output matching the float64
  * reference), and the release trims to the retained budget. */
 static void test_tier_load_over_retained(void **state) {
-    lazyattn_context *ctx = *state;
-    lazyattn_store *s;
-    lt_assert_status(lazyattn_store_create_host(64 << 20, &s), LAZYATTN_STATUS_OK);
     engine a, b;
-    engine_open(&a, ctx, 32, MODEL);
-    engine_open(&b, ctx, 32, MODEL);
-    lazyattn_pool_info info;
-    lt_assert_status(lazyattn_pool_get_info(b.pool, &info), LAZYATTN_STATUS_OK);
-    lazyattn_cache_destroy(b.cache);
-    lazyattn_cache_config cc;
-    lazyattn_cache_config_init(&cc);
-    cc.model_id = MODEL;
-    cc.retain_bytes = info.block_bytes; /* one block: less than any document */
-    lt_assert_status(lazyattn_cache_create(b.pool, &cc, &b.cache), LAZYATTN_STATUS_OK);
-    lt_assert_status(lazyattn_cache_set_tier(a.cache, s, LAZYATTN_TIER_WRITE_THROUGH),
-                     LAZYATTN_STATUS_OK);
-    lt_assert_status(lazyattn_cache_set_tier(b.cache, s, LAZYATTN_TIER_READ_ONLY),
-                     LAZYATTN_STATUS_OK);
+    /* b retains one block: less than any document */
+    lazyattn_store *s = host_writer_reader(*state, &a, &b, 1);
     int docs[3] = {0, 3, 4};
     lazyattn_segment_action act[3];
     run_docs(&a, 3, docs, act);
