@@ -37,13 +37,18 @@
 #define GQ_NW 4       /* weight rows a team: SERVE_GQ_NW in serve/gemv_quant.c */
 #define GQ_MAX_ROWS 8 /* SERVE_QUANT_GEMV_MAX_ROWS in serve/gemv_quant.h */
 
+/* The small integer v (< 2^23) less offset (a small integer constant) as
+ * a float, exactly: 2^23 + v, less 2^23 + offset (one subtraction, no
+ * int-to-float conversion). */
+#define GQ_INT(v, offset) (as_float((v) | 0x4B000000u) - (8388608.0f + (offset)))
+
 /* The IEEE half with bits h, exact and branch-free: normal numbers by
  * moving exponent and mantissa into place, subnormals as m * 2^-24 (no
  * f32 denormal arithmetic), infinities and NaN kept. */
 static float gq_half_bits(uint h) {
     uint a = h & 0x7FFFu;
     uint n = (a << 13) + 0x38000000u;                                     /* normal */
-    uint z = as_uint((as_float(0x4B000000u | a) - 8388608.0f) * 0x1p-24f); /* subnormal */
+    uint z = as_uint(GQ_INT(a, 0.0f) * 0x1p-24f);                          /* subnormal */
     uint f = select(select(n, z, a < 0x400u), 0x7F800000u | (a & 0x3FFu) << 13, a >= 0x7C00u);
     return as_float(f | (h & 0x8000u) << 16);
 }
@@ -52,8 +57,7 @@ static float gq_half(__global const uchar *p) {
     return gq_half_bits(*(__global const ushort *)p);
 }
 
-/* The small integers v (< 2^23) as floats, exactly: 2^23 + v, less 2^23
- * plus an offset (a constant, so one subtraction). */
+/* GQ_INT of 8 integers at once */
 #define GQ_INT8(v, offset) (as_float8((v) | 0x4B000000u) - (8388608.0f + (offset)))
 
 /* Byte e (0..7) of the 8 bytes lo, hi, shifted right by sh, for e = 0..7 */
@@ -76,8 +80,6 @@ static uint2 gq_load8_u16(__global const uchar *p) {
     uint4 u = convert_uint4(vload4(0, (__global const ushort *)p));
     return (uint2)(u.x | u.y << 16, u.z | u.w << 16);
 }
-/* The small unsigned integer v (< 2^23) as a float, exactly */
-#define GQ_U(v) (as_float((v) | 0x4B000000u) - 8388608.0f)
 
 /* One task of a row: the group scales and mins, the block bytes it reads */
 typedef struct gq_task {
@@ -138,8 +140,8 @@ static void gq_load_k45(__global const uchar *blk, int i, gq_task *k) {
     uint b0 = h.y >> sh, b1 = h.z >> sh, b2 = h.w >> sh;
     uint a = p < 2 ? b0 & 0x3F3Fu : (b2 & 0x0F0Fu) | ((b0 >> 2) & 0x3030u);
     uint m = p < 2 ? b1 & 0x3F3Fu : ((b2 >> 4) & 0x0F0Fu) | ((b1 >> 2) & 0x3030u);
-    k->sc[0] = d * GQ_U(a & 0xFFu), k->sc[1] = d * GQ_U(a >> 8);
-    k->mn[0] = dmin * GQ_U(m & 0xFFu), k->mn[1] = dmin * GQ_U(m >> 8);
+    k->sc[0] = d * GQ_INT(a & 0xFFu, 0.0f), k->sc[1] = d * GQ_INT(a >> 8, 0.0f);
+    k->mn[0] = dmin * GQ_INT(m & 0xFFu, 0.0f), k->mn[1] = dmin * GQ_INT(m >> 8, 0.0f);
     k->aux = (uint)(2 * p);
 }
 static void gq_load_q4_k(__global const uchar *row, int t, gq_task *k) {
@@ -190,10 +192,11 @@ static void gq_load_q6_k(__global const uchar *row, int t, gq_task *k) {
     uint2 sc = gq_load8_a2(blk + 192 + H * 8);
     uint sh = (uint)(l0 / 16) * 8u;
     float d = gq_half(blk + 208);
-    k->sc[0] = d * (GQ_U(((sc.x >> sh) & 0xFFu) ^ 0x80u) - 128.0f);
-    k->sc[1] = d * (GQ_U(((sc.x >> (sh + 16u)) & 0xFFu) ^ 0x80u) - 128.0f);
-    k->sc[2] = d * (GQ_U(((sc.y >> sh) & 0xFFu) ^ 0x80u) - 128.0f);
-    k->sc[3] = d * (GQ_U(((sc.y >> (sh + 16u)) & 0xFFu) ^ 0x80u) - 128.0f);
+#pragma unroll
+    for (int g = 0; g < 4; g++) {
+        uint b = ((g < 2 ? sc.x : sc.y) >> (sh + (uint)(g & 1) * 16u)) & 0xFFu;
+        k->sc[g] = d * GQ_INT(b ^ 0x80u, 128.0f); /* the int8 b */
+    }
     uint2 a = gq_load8_a2(ql), b = gq_load8_a2(ql + 32), c = gq_load8_a2(qh);
     k->q[0] = a.x, k->q[1] = a.y, k->q[2] = b.x, k->q[3] = b.y, k->q[4] = c.x, k->q[5] = c.y;
 }
