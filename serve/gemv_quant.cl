@@ -14,8 +14,12 @@
  *   w = scale * q         (Q6_K: a group a segment; Q8_0, Q4_0: the task)
  * The dequantizer computes each w with serve/quant.c's arithmetic to the
  * bit (one rounding per product, no contraction). The GEMV sums a group
- * as scale * sum(q x) - min * sum(x): the same sum to f32 rounding, with
- * one multiply-add a value.
+ * as A * sum(v x) - B * sum(x) (see "the GEMV's view of a task": Q4_K and
+ * Q6_K read v = 1 + q / 2^b, a byte permute a value, and Q4_K's tasks are
+ * 64 values), the same sum to a few f32 roundings, with one multiply-add
+ * a value. Counted in ptxas's SASS for sm_90 (of clang's NVPTX output),
+ * the one-row loop spends 4.5 instructions a Q4_K value (was 7.8) and 7.2
+ * a Q6_K value (was 10.3): the GEMV was bound by issue, not by bytes.
  *
  * GEMV: a work-group of GQ_TEAMS teams of GQ_LANES work-items; a row set
  * of GQ_NW weight rows (output columns; for SwiGLU two gate rows and
@@ -25,10 +29,13 @@
  * (the activation read, not the weight's, bounds a one-row GEMV
  * otherwise). A task's fixed cost (its block's scales) is a few loads and
  * integer operations, no conversion instruction and no branch: it is
- * paid again for every 32 values. Partial sums meet in local memory (one
+ * paid again for every task. Partial sums meet in local memory (one
  * barrier, sums of 8 lanes, one barrier, then a work-item an output).
  * Kernels for 1 activation row and for up to GQ_MAX_ROWS. Plain OpenCL C
- * 1.2, no extension (f16 scales decoded with integer arithmetic). */
+ * 1.2, no extension (f16 scales decoded with integer arithmetic); with
+ * LAZYATTN_FAST_NV (the host's, on NVIDIA's fast path) the byte permute
+ * and a three-input logic op are PTX, the same bits as the portable
+ * shifts and masks. */
 #pragma OPENCL FP_CONTRACT OFF
 
 #define GQ_WG 128     /* SERVE_GQ_WG in serve/gemv_quant.c */
@@ -132,10 +139,9 @@ static int gq_xoff_q4_0(int t, int s) { return t * 32 + (s & 1) * 8 + (s >> 1) *
  * sub-blocks j = 2p and j + 1 decode side by side, a byte each of a 16-bit
  * lane (j < 4: scale q[j] & 63, min q[j + 4] & 63; else the low 4 bits
  * from q[j + 4] and the high 2 from the top of q[j - 4] and q[j]). */
-static void gq_load_k45(__global const uchar *blk, int i, gq_task *k) {
+static void gq_load_k45(__global const uchar *blk, int p, gq_task *k) {
     uint4 h = *(__global const uint4 *)blk;
     float d = gq_half_bits(h.x & 0xFFFFu), dmin = gq_half_bits(h.x >> 16);
-    int p = i / 2;
     uint sh = (uint)(p & 1) * 16u;
     uint b0 = h.y >> sh, b1 = h.z >> sh, b2 = h.w >> sh;
     uint a = p < 2 ? b0 & 0x3F3Fu : (b2 & 0x0F0Fu) | ((b0 >> 2) & 0x3030u);
@@ -147,7 +153,7 @@ static void gq_load_k45(__global const uchar *blk, int i, gq_task *k) {
 static void gq_load_q4_k(__global const uchar *row, int t, gq_task *k) {
     __global const uchar *blk = row + (size_t)(t / 8) * 144;
     int i = t % 8;
-    gq_load_k45(blk, i, k);
+    gq_load_k45(blk, i / 2, k);
     uint4 q = *(__global const uint4 *)(blk + 16 + (i / 2) * 32 + (i % 2) * 16);
     k->q[0] = q.x, k->q[1] = q.y, k->q[2] = q.z, k->q[3] = q.w;
 }
@@ -164,7 +170,7 @@ static int gq_xoff_k(int t, int s) {
 static void gq_load_q5_k(__global const uchar *row, int t, gq_task *k) {
     __global const uchar *blk = row + (size_t)(t / 8) * 176;
     int i = t % 8;
-    gq_load_k45(blk, i, k);
+    gq_load_k45(blk, i / 2, k);
     uint4 q = *(__global const uint4 *)(blk + 48 + (i / 2) * 32 + (i % 2) * 16);
     uint4 h = *(__global const uint4 *)(blk + 16 + (i % 2) * 16);
     k->q[0] = q.x, k->q[1] = q.y, k->q[2] = q.z, k->q[3] = q.w;
@@ -248,6 +254,133 @@ static int gq_xoff_q6_k(int t, int s) {
 #else
 #error "GQ_TYPE: the ggml id of Q8_0 (8), Q4_0 (2), Q4_K (12), Q5_K (13) or Q6_K (14)"
 #endif
+
+/* ---- the GEMV's view of a task ----
+ * The dequantizer above needs each w to the bit; the GEMV only needs the
+ * sums. It reads Q4_K and Q6_K values as v = 1 + q / 2^b (b = 4, 6): the
+ * integer q in the top bits of a float's mantissa, exact, one byte permute
+ * a value and no subtraction; a group's S = sum(v x) beside X = sum(x)
+ * gives sum(q x) = 2^b (S - X), and the group's sum(w x) = A S - B X:
+ *   Q4_K (w = d q - m):      A = 16 d, B = 16 d + m
+ *   Q6_K (w = d (q - 32)):   A = 64 d, B = 96 d
+ * (S - X cancels about one bit of S, v being in [1, 2): a few f32
+ * roundings more than the exact form's.) A Q4_K task is a whole pair of
+ * sub-blocks, 64 values: its block's scales decoded once for twice the
+ * values. The other types keep the exact form (A = d, B = m or 0).
+ * GQ_GV_CHUNKS: 32-value chunks a task; GQ_GV_SEGS segments of 8 a task,
+ * GQ_GV_SPG a group; GQ_GV_X: the groups need X. */
+typedef struct gq_gvtask {
+    float A[4], B[4];
+    uint q[8];
+    uint aux;
+} gq_gvtask;
+
+#if LAZYATTN_FAST_NV
+/* NVIDIA: one prmt, one lop3 (PTX inline asm, as cl/nv/ptx.h's) */
+static uint gq_prmt(uint a, uint b, uint sel) {
+    uint d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+/* the float 1 + (byte k of v, whose top bit is set) / 256 * 2: byte k into
+   bits 16..23 under an exponent byte 0x3F */
+#define GQ_FRAC(v, k) as_float(gq_prmt((v), 0x3F000000u, 0x7044u | (k) << 8))
+static uint gq_and_or(uint a, uint m, uint c) { /* (a & m) | c */
+    uint d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+    return d;
+}
+#else
+#define GQ_FRAC(v, k) as_float((((v) >> (8 * (k))) & 0xFFu) << 16 | 0x3F000000u)
+static uint gq_and_or(uint a, uint m, uint c) { return (a & m) | c; }
+#endif
+/* the 8 values of two words of such bytes */
+static float8 gq_frac8(uint v0, uint v1) {
+    return (float8)(GQ_FRAC(v0, 0), GQ_FRAC(v0, 1), GQ_FRAC(v0, 2), GQ_FRAC(v0, 3),
+                    GQ_FRAC(v1, 0), GQ_FRAC(v1, 1), GQ_FRAC(v1, 2), GQ_FRAC(v1, 3));
+}
+
+/* Q4_K: task t is pair p = t % 4 of block t / 4: its 32 bytes; segment s
+ * the low (s < 4) or high nibbles of bytes 8 (s % 4).., values
+ * 64p + 32 (s / 4) + 8 (s % 4).. */
+static void gq_gv_load_q4_k(__global const uchar *row, int t, gq_gvtask *k) {
+    __global const uchar *blk = row + (size_t)(t / 4) * 144;
+    int p = t % 4;
+    gq_task h;
+    gq_load_k45(blk, p, &h);
+    for (int g = 0; g < 2; g++) k->A[g] = 16.0f * h.sc[g], k->B[g] = mad(16.0f, h.sc[g], h.mn[g]);
+    __global const uint4 *q = (__global const uint4 *)(blk + 16 + p * 32);
+    uint4 a = q[0], b = q[1];
+    k->q[0] = a.x, k->q[1] = a.y, k->q[2] = a.z, k->q[3] = a.w;
+    k->q[4] = b.x, k->q[5] = b.y, k->q[6] = b.z, k->q[7] = b.w;
+}
+static float8 gq_gv_seg_q4_k(const gq_gvtask *k, int s) {
+    uint w0 = k->q[2 * (s % 4)], w1 = k->q[2 * (s % 4) + 1];
+    /* bytes 0x80 | q << 3 */
+    w0 = s < 4 ? w0 << 3 : w0 >> 1, w1 = s < 4 ? w1 << 3 : w1 >> 1;
+    return gq_frac8(gq_and_or(w0, 0x78787878u, 0x80808080u),
+                    gq_and_or(w1, 0x78787878u, 0x80808080u));
+}
+static int gq_gv_xoff_q4_k(int t, int s) {
+    return (t / 4) * 256 + (t % 4) * 64 + (s / 4) * 32 + (s % 4) * 8;
+}
+
+/* Q6_K: the dequantizer's tasks; segment s: bytes 0x80 | q << 1 */
+static void gq_gv_load_q6_k(__global const uchar *row, int t, gq_gvtask *k) {
+    gq_task h;
+    gq_load_q6_k(row, t, &h);
+    for (int g = 0; g < 4; g++) k->A[g] = 64.0f * h.sc[g], k->B[g] = 96.0f * h.sc[g];
+    for (int i = 0; i < 6; i++) k->q[i] = h.q[i];
+}
+static float8 gq_gv_seg_q6_k(const gq_gvtask *k, int s) {
+    uint v[2];
+    for (int i = 0; i < 2; i++) {
+        uint lo = k->q[(s & 1) * 2 + i], hi = k->q[4 + i];
+        lo = s < 2 ? lo << 1 : lo >> 3;                            /* nibble to bits 1..4 */
+        hi = s == 3 ? hi >> 1 : hi << (5 - 2 * s);                 /* its 2 bits to 5..6 */
+        v[i] = gq_and_or(hi, 0x60606060u, gq_and_or(lo, 0x1E1E1E1Eu, 0x80808080u));
+    }
+    return gq_frac8(v[0], v[1]);
+}
+
+/* the exact form (Q8_0, Q4_0, Q5_K) */
+static void gq_gv_load_exact(__global const uchar *row, int t, gq_gvtask *k) {
+    gq_task h;
+    GQ_LOAD(row, t, &h);
+    for (int g = 0; g < 4; g++) k->A[g] = h.sc[g], k->B[g] = h.mn[g];
+    for (int i = 0; i < 8; i++) k->q[i] = h.q[i];
+    k->aux = h.aux;
+}
+static float8 gq_gv_seg_exact(const gq_gvtask *k, int s) {
+    gq_task h;
+    for (int i = 0; i < 8; i++) h.q[i] = k->q[i];
+    h.aux = k->aux;
+    return GQ_SEG(&h, s);
+}
+
+#if GQ_TYPE == 12
+#define GQ_GV_LOAD gq_gv_load_q4_k
+#define GQ_GV_SEG gq_gv_seg_q4_k
+#define GQ_GV_XOFF gq_gv_xoff_q4_k
+#define GQ_GV_CHUNKS 2
+#define GQ_GV_SPG 4
+#define GQ_GV_X 1
+#elif GQ_TYPE == 14
+#define GQ_GV_LOAD gq_gv_load_q6_k
+#define GQ_GV_SEG gq_gv_seg_q6_k
+#define GQ_GV_XOFF gq_xoff_q6_k
+#define GQ_GV_CHUNKS 1
+#define GQ_GV_SPG 1
+#define GQ_GV_X 1
+#else
+#define GQ_GV_LOAD gq_gv_load_exact
+#define GQ_GV_SEG gq_gv_seg_exact
+#define GQ_GV_XOFF GQ_XOFF
+#define GQ_GV_CHUNKS 1
+#define GQ_GV_SPG GQ_SEGS_PER_GROUP
+#define GQ_GV_X GQ_HAS_MIN
+#endif
+#define GQ_GV_SEGS (4 * GQ_GV_CHUNKS)
 
 /* ---- activations: 8 values of row x from element i ---- */
 
@@ -355,20 +488,21 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
             ssq[r] = 0.0f;                                                                      \
             _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) acc[n][r] = 0.0f;                \
         }                                                                                       \
-        for (int t = (team % ks) * GQ_LANES + lane; t < n_chunks; t += GQ_LANES * ks) {         \
-            gq_task tk[GQ_NW];                                                                  \
-            _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) GQ_LOAD(wrow[n], t, &tk[n]);      \
+        int n_tasks = n_chunks / GQ_GV_CHUNKS;                                                  \
+        for (int t = (team % ks) * GQ_LANES + lane; t < n_tasks; t += GQ_LANES * ks) {          \
+            gq_gvtask tk[GQ_NW];                                                                \
+            _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) GQ_GV_LOAD(wrow[n], t, &tk[n]);   \
             float sqx[GQ_NW][R], sx[R];                                                         \
-            _Pragma("unroll") for (int s = 0; s < 4; s++) {                                    \
-                if (s % GQ_SEGS_PER_GROUP == 0) {                                               \
+            _Pragma("unroll") for (int s = 0; s < GQ_GV_SEGS; s++) {                           \
+                if (s % GQ_GV_SPG == 0) {                                                       \
                     _Pragma("unroll") for (int r = 0; r < R; r++) {                            \
                         sx[r] = 0.0f;                                                           \
                         _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) sqx[n][r] = 0.0f;    \
                     }                                                                           \
                 }                                                                               \
                 float8 qv[GQ_NW];                                                               \
-                _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) qv[n] = GQ_SEG(&tk[n], s);    \
-                size_t xo = (size_t)GQ_XOFF(t, s);                                              \
+                _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) qv[n] = GQ_GV_SEG(&tk[n], s); \
+                size_t xo = (size_t)GQ_GV_XOFF(t, s);                                           \
                 float8 g8 = (float8)(1.0f);                                                     \
                 if (norm) g8 = gq_x8_f32(gain, xo); /* uniform */                               \
                 _Pragma("unroll") for (int r = 0; r < R; r++) {                                \
@@ -378,16 +512,16 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
                         ssq[r] = gq_dot8(x8, x8, ssq[r]);                                       \
                         x8 *= g8;                                                               \
                     }                                                                           \
-                    if (GQ_HAS_MIN) sx[r] += gq_sum8(x8);                                       \
+                    if (GQ_GV_X) sx[r] += gq_sum8(x8);                                          \
                     _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) sqx[n][r] =              \
                         gq_dot8(qv[n], x8, sqx[n][r]);                                          \
                 }                                                                               \
-                if (s % GQ_SEGS_PER_GROUP == GQ_SEGS_PER_GROUP - 1) {                           \
-                    int gr = s / GQ_SEGS_PER_GROUP;                                             \
+                if (s % GQ_GV_SPG == GQ_GV_SPG - 1) {                                           \
+                    int gr = s / GQ_GV_SPG;                                                     \
                     _Pragma("unroll") for (int n = 0; n < GQ_NW; n++)                          \
                         _Pragma("unroll") for (int r = 0; r < R; r++) {                        \
-                        float v = tk[n].sc[gr] * sqx[n][r];                                     \
-                        if (GQ_HAS_MIN) v -= tk[n].mn[gr] * sx[r];                              \
+                        float v = tk[n].A[gr] * sqx[n][r];                                      \
+                        if (GQ_GV_X) v -= tk[n].B[gr] * sx[r];                                  \
                         acc[n][r] += v;                                                         \
                     }                                                                           \
                 }                                                                               \
