@@ -17,7 +17,7 @@ static const uint32_t serve_gq_types[SERVE_GQ_TYPES] = {
     SERVE_GGML_Q8_0, SERVE_GGML_Q4_0, SERVE_GGML_Q4_K, SERVE_GGML_Q5_K, SERVE_GGML_Q6_K};
 /* 32-value chunks a GEMV task reads (GQ_GV_CHUNKS: Q4_K's tasks are pairs
    of sub-blocks) */
-static const int serve_gq_task_chunks[SERVE_GQ_TYPES] = {1, 1, 2, 1, 1};
+static const int serve_gq_task_chunks[SERVE_GQ_TYPES] = {1, 1, 2, 1, 2};
 
 struct serve_gemv_quant {
     lazyattn_context *ctx;

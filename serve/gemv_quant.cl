@@ -271,7 +271,7 @@ static int gq_xoff_q6_k(int t, int s) {
  * GQ_GV_SPG a group; GQ_GV_X: the groups need X. */
 typedef struct gq_gvtask {
     float A[4], B[4];
-    uint q[8];
+    uint q[8], hq[4]; /* hq: Q6_K's high bits */
     uint aux;
 } gq_gvtask;
 
@@ -325,22 +325,60 @@ static int gq_gv_xoff_q4_k(int t, int s) {
     return (t / 4) * 256 + (t % 4) * 64 + (s / 4) * 32 + (s % 4) * 8;
 }
 
-/* Q6_K: the dequantizer's tasks; segment s: bytes 0x80 | q << 1 */
+/* 16 bytes at p (2-byte aligned) as four words: five aligned word loads
+ * and, where p is not 4-byte aligned, every word's halves moved down (one
+ * permute a word on NVIDIA); reads 4 bytes past the 16, which every
+ * caller's block holds */
+static uint4 gq_load16_a2(__global const uchar *p) {
+    __global const uint *q = (__global const uint *)((size_t)p & ~(size_t)3);
+    uint4 a = (uint4)(q[0], q[1], q[2], q[3]);
+    uint e = q[4], odd = (uint)((size_t)p & 2u);
+#if LAZYATTN_FAST_NV
+    uint sel = odd ? 0x5432u : 0x3210u;
+    return (uint4)(gq_prmt(a.x, a.y, sel), gq_prmt(a.y, a.z, sel), gq_prmt(a.z, a.w, sel),
+                   gq_prmt(a.w, e, sel));
+#else
+    /* halves 1..8 of the five words (a shuffle: Oclgrind has no funnel shift) */
+    ushort8 h = as_ushort8(a);
+    return odd ? as_uint4((ushort8)(h.s1234, h.s567, (ushort)e)) : a;
+#endif
+}
+
+/* Q6_K: task t is 16 values of each quarter of a half, 64 in all: block
+ * t / 4, half H = (t % 4) / 2, values l = 16 j .. 16 j + 15 (j = t % 2) of
+ * quarter Q of the half (one scale each: byte j + 2 Q of the half's 8);
+ * segment s is values 8 (s % 2).. of quarter s / 2, its bytes
+ * 0x80 | q << 1 from ql (+32 for odd Q, the high nibble for Q >= 2) and
+ * bits 2Q of qh. */
 static void gq_gv_load_q6_k(__global const uchar *row, int t, gq_gvtask *k) {
-    gq_task h;
-    gq_load_q6_k(row, t, &h);
-    for (int g = 0; g < 4; g++) k->A[g] = 64.0f * h.sc[g], k->B[g] = 96.0f * h.sc[g];
-    for (int i = 0; i < 6; i++) k->q[i] = h.q[i];
+    __global const uchar *blk = row + (size_t)(t / 4) * 210;
+    int H = (t % 4) / 2, j = t % 2;
+    uint2 sc = gq_load8_a2(blk + 192 + H * 8);
+    float d = gq_half(blk + 208);
+    for (int Q = 0; Q < 4; Q++) {
+        uint b = ((Q < 2 ? sc.x : sc.y) >> ((uint)(j + 2 * (Q & 1)) * 8u)) & 0xFFu;
+        float sq = d * GQ_INT(b ^ 0x80u, 128.0f); /* d times the int8 b */
+        k->A[Q] = 64.0f * sq, k->B[Q] = 96.0f * sq;
+    }
+    uint4 a = gq_load16_a2(blk + H * 64 + 16 * j), c = gq_load16_a2(blk + H * 64 + 32 + 16 * j),
+          h = gq_load16_a2(blk + 128 + H * 32 + 16 * j);
+    k->q[0] = a.x, k->q[1] = a.y, k->q[2] = a.z, k->q[3] = a.w;
+    k->q[4] = c.x, k->q[5] = c.y, k->q[6] = c.z, k->q[7] = c.w;
+    k->hq[0] = h.x, k->hq[1] = h.y, k->hq[2] = h.z, k->hq[3] = h.w;
 }
 static float8 gq_gv_seg_q6_k(const gq_gvtask *k, int s) {
+    int Q = s / 2, e = s % 2;
     uint v[2];
     for (int i = 0; i < 2; i++) {
-        uint lo = k->q[(s & 1) * 2 + i], hi = k->q[4 + i];
-        lo = s < 2 ? lo << 1 : lo >> 3;                            /* nibble to bits 1..4 */
-        hi = s == 3 ? hi >> 1 : hi << (5 - 2 * s);                 /* its 2 bits to 5..6 */
+        uint lo = k->q[(Q & 1) * 4 + 2 * e + i], hi = k->hq[2 * e + i];
+        lo = Q < 2 ? lo << 1 : lo >> 3;                            /* nibble to bits 1..4 */
+        hi = Q == 3 ? hi >> 1 : hi << (5 - 2 * Q);                 /* its 2 bits to 5..6 */
         v[i] = gq_and_or(hi, 0x60606060u, gq_and_or(lo, 0x1E1E1E1Eu, 0x80808080u));
     }
     return gq_frac8(v[0], v[1]);
+}
+static int gq_gv_xoff_q6_k(int t, int s) {
+    return (t / 4) * 256 + ((t % 4) / 2) * 128 + (s / 2) * 32 + (t % 2) * 16 + (s % 2) * 8;
 }
 
 /* the exact form (Q8_0, Q4_0, Q5_K) */
@@ -368,9 +406,9 @@ static float8 gq_gv_seg_exact(const gq_gvtask *k, int s) {
 #elif GQ_TYPE == 14
 #define GQ_GV_LOAD gq_gv_load_q6_k
 #define GQ_GV_SEG gq_gv_seg_q6_k
-#define GQ_GV_XOFF gq_xoff_q6_k
-#define GQ_GV_CHUNKS 1
-#define GQ_GV_SPG 1
+#define GQ_GV_XOFF gq_gv_xoff_q6_k
+#define GQ_GV_CHUNKS 2
+#define GQ_GV_SPG 2
 #define GQ_GV_X 1
 #else
 #define GQ_GV_LOAD gq_gv_load_exact
