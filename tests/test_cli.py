@@ -391,6 +391,8 @@ GOOD = [
                               "--tier-cost"], []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "host:1MiB", "--tier-load", "sync"],
      []),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "host:1MiB", "--tier-load",
+                              "pipelined"], []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tier", "--processes", "2",
                               "--rounds", "2"], []),
     # the per-segment prefill path and host tables, and batched prefill in chunks of one block
