@@ -1691,7 +1691,8 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * load in progress finishes, those still queued are dropped (their
  * documents discarded: a request still holding one is failed as above).
  * Errors as lazyattn_cache_set_tier;
- * INVALID_ARGUMENT for write_queue or load outside their range;
+ * INVALID_ARGUMENT for write_queue or load outside their range; UNSUPPORTED
+ * for load BACKGROUND on Windows (no loader thread there);
  * OUT_OF_HOST_MEMORY or an OpenCL status when the writer or the copy queue
  * cannot be made (nothing attached).
  */
