@@ -1317,7 +1317,9 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
  * queue and waits (the document's writes must have been enqueued on that
  * queue or be complete). It changes nothing in the cache: no LRU touch,
  * no statistics. Only committed entries of a LAZY cache on a device pool
- * are exported (UNSUPPORTED otherwise; NOT_FOUND when not cached).
+ * are exported (UNSUPPORTED otherwise; NOT_FOUND when not cached; IN_USE
+ * while a BACKGROUND tier's loader has not enqueued the document's upload:
+ * poll the request that loads it first, lazyattn_request_poll_loads).
  */
 #define LAZYATTN_KV_FORMAT_VERSION 2
 #define LAZYATTN_KV_HEADER_BYTES 128

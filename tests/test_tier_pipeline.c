@@ -717,11 +717,16 @@ static void test_background_slow_store(void **state) {
     assert_int_equal(failed, 0);
     assert_int_equal(stats_of(&bg).tier_loads_pending, 3);
     lt_assert_status(lazyattn_cache_validate(bg.cache), LAZYATTN_STATUS_OK);
+    size_t bytes = 0; /* not exported before its blocks are written */
+    lt_assert_status(lazyattn_cache_export_size(bg.cache, hash_of(ids3[0]), &bytes),
+                     LAZYATTN_STATUS_IN_USE);
     slow_let_go(&ss);
     lt_assert_status(lazyattn_request_poll_loads(req, 1, &pending, &failed), LAZYATTN_STATUS_OK);
     assert_int_equal(pending, 0);
     assert_int_equal(failed, 0);
     assert_int_equal(slow_gets(&ss), 3);
+    lt_assert_status(lazyattn_cache_export_size(bg.cache, hash_of(ids3[0]), &bytes),
+                     LAZYATTN_STATUS_OK);
     planned *r = malloc(sizeof *r);
     assert_non_null(r);
     plan_of(req, ids3, r);

@@ -153,6 +153,11 @@ static int lz_export_find(const lazyattn_cache *c, uint64_t doc_hash, const char
     if (!e)
         return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "%s: document %016llx is not cached", who,
                        (unsigned long long)doc_hash);
+    if (e->loading) /* its blocks are not written yet: an export would read garbage */
+        return lz_fail(LAZYATTN_STATUS_IN_USE,
+                       "%s: document %016llx is being loaded from the tier (poll its request, "
+                       "lazyattn_request_poll_loads, then export)",
+                       who, (unsigned long long)doc_hash);
     *out = e;
     return LAZYATTN_STATUS_OK;
 }
