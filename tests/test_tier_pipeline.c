@@ -571,6 +571,7 @@ typedef struct slow_store {
     int entered; /* gets begun */
     int gets;    /* gets finished */
     int corrupt; /* 1: the last byte flipped */
+    int broken;  /* 1: gets fail (IO) */
 } slow_store;
 
 static int slow_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
@@ -582,9 +583,10 @@ static int slow_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
     until.tv_sec += 10;
     while (ss->held)
         if (pthread_cond_timedwait(&ss->wake, &ss->lock, &until) != 0) break;
+    int broken = ss->broken;
     pthread_mutex_unlock(&ss->lock);
     lazyattn_store_value in;
-    int st = lazyattn_store_get(ss->inner, key, &in);
+    int st = broken ? LAZYATTN_STATUS_IO : lazyattn_store_get(ss->inner, key, &in);
     if (st == LAZYATTN_STATUS_OK) {
         uint8_t *copy = malloc(in.size);
         if (copy) {
@@ -779,6 +781,17 @@ static void test_background_failed_load(void **state) {
     serve(&bg, 3, ids3, pre, dec, act);
     for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
     assert_int_equal(stats_of(&bg).tier_loads_background, 6);
+    /* the store's get fails: the same, the store named */
+    ss.broken = 1;
+    lt_assert_status(lazyattn_cache_trim(bg.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_poll_loads(req, 1, &pending, &failed), LAZYATTN_STATUS_OK);
+    assert_int_equal(failed, 3);
+    lt_assert_status(lazyattn_request_get_plan(req, &p), LAZYATTN_STATUS_NOT_FOUND);
+    lazyattn_request_destroy(req);
+    serve(&bg, 3, ids3, pre, dec, act);
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_PREFILL);
+    assert_int_equal(stats_of(&bg).tier_load_failures, 6);
     engine_close(&bg);
     slow_close(&ss, s);
 }

@@ -69,9 +69,16 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
     lazyattn_store_value v;
     memset(&v, 0, sizeof v);
     int st = lz_store_get_into(l->store, key, &room, &v);
-    if (st == LAZYATTN_STATUS_NOT_FOUND)
+    if (st == LAZYATTN_STATUS_NOT_FOUND) {
         lz_fail(st, "tier load: the %s store no longer holds document %016llx",
                 lazyattn_store_name(l->store), (unsigned long long)j->doc_hash);
+    } else if (st) { /* named here: an engine's store sets no error of the library's */
+        char why[200];
+        snprintf(why, sizeof why, "%s", lazyattn_last_error());
+        lz_fail(st, "tier load: the %s store's get of document %016llx failed: %s (%s)",
+                lazyattn_store_name(l->store), (unsigned long long)j->doc_hash,
+                lazyattn_status_string(st), why);
+    }
     uint8_t *copy = NULL;
     const uint8_t *data = v.data;
     if (!st) {
