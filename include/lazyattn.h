@@ -1057,6 +1057,12 @@ typedef struct lazyattn_cache_stats {
                                      them (bytes that never left this process): their
                                      payload checksum not computed again; the header,
                                      identity and digest checks still run */
+    int64_t tier_loads_background; /* appended: tier hits loaded by the tier's loader thread
+                                      (LAZYATTN_TIER_LOAD_BACKGROUND; also counted in
+                                      tier_loads_pipelined, their failures, the store's
+                                      or the checks' too, in tier_load_failures) */
+    int64_t tier_load_waits;       /* appended: lazyattn_request_get_plan calls that waited
+                                      for the loader (the engine did not poll first) */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -1187,7 +1193,28 @@ typedef struct lazyattn_plan {
  */
 LAZYATTN_API int lazyattn_request_create(lazyattn_cache *cache, const lazyattn_request_desc *desc,
                                          lazyattn_request **out);
+/* The request's plan (pointers valid until the request changes). With a
+ * BACKGROUND tier (lazyattn_cache_set_tier_options) it first waits for the
+ * request's tier loads to be enqueued (lazyattn_request_poll_loads);
+ * NOT_FOUND, with the document named, when one of them failed (destroy
+ * the request and create it again: the document is recomputed). */
 LAZYATTN_API int lazyattn_request_get_plan(const lazyattn_request *req, lazyattn_plan *plan);
+/*
+ * The request's tier loads (a tier with load BACKGROUND): *pending (may be
+ * NULL) the documents of the request whose load the tier's loader has not
+ * finished (0: every load is enqueued, on the device's copy queue, and the
+ * request's attention, enqueued from now on, orders itself after them);
+ * *failed (may be NULL) the documents whose load failed (the store, a
+ * check of the bytes, or their upload on the device): the request cannot
+ * be served as planned; destroy it and create it again (the documents are
+ * then recomputed). wait 1: returns once *pending is 0 (the calling thread
+ * waits for the loader); 0: never waits. Settles the loads finished so
+ * far (as request_create does). Without such a tier, or with every load
+ * done: 0 and 0 at once. Same thread rules as the request's other calls
+ * (IN_USE while another thread is inside a call on its cache).
+ */
+LAZYATTN_API int lazyattn_request_poll_loads(lazyattn_request *req, int wait, int *pending,
+                                             int *failed);
 /* The caller has written every prefilled token and materialised every copy:
  * the request's new document blocks become cache entries, reusable by later
  * requests (still pinned by this one). Idempotent. A request destroyed
@@ -1290,7 +1317,9 @@ LAZYATTN_API int lazyattn_cache_probe(const lazyattn_cache *cache,
  * queue and waits (the document's writes must have been enqueued on that
  * queue or be complete). It changes nothing in the cache: no LRU touch,
  * no statistics. Only committed entries of a LAZY cache on a device pool
- * are exported (UNSUPPORTED otherwise; NOT_FOUND when not cached).
+ * are exported (UNSUPPORTED otherwise; NOT_FOUND when not cached; IN_USE
+ * while a BACKGROUND tier's loader has not enqueued the document's upload:
+ * poll the request that loads it first, lazyattn_request_poll_loads).
  */
 #define LAZYATTN_KV_FORMAT_VERSION 2
 #define LAZYATTN_KV_HEADER_BYTES 128
@@ -1578,8 +1607,11 @@ LAZYATTN_API int lazyattn_cache_set_tier(lazyattn_cache *cache, lazyattn_store *
 /* How a tier writes (lazyattn_cache_set_tier_options). */
 typedef enum lazyattn_tier_load {
     LAZYATTN_TIER_LOAD_SYNC = 0,      /* request_create waits for each upload */
-    LAZYATTN_TIER_LOAD_PIPELINED = 1  /* uploads run on a copy queue, layer by layer,
+    LAZYATTN_TIER_LOAD_PIPELINED = 1, /* uploads run on a copy queue, layer by layer,
                                          while the engine enqueues (see below) */
+    LAZYATTN_TIER_LOAD_BACKGROUND = 2 /* appended: PIPELINED with the store's get, the
+                                         checks and the upload's enqueue on a loader
+                                         thread of the tier (see below) */
 } lazyattn_tier_load;
 
 typedef struct lazyattn_tier_options {
@@ -1636,8 +1668,33 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * incomplete copy.
  * Freeing or evicting the document while its upload runs is safe (the
  * pool's reuse order). Detaching the tier and lazyattn_cache_destroy wait
- * for the uploads in flight. Errors as lazyattn_cache_set_tier;
- * INVALID_ARGUMENT for write_queue or load outside their range;
+ * for the uploads in flight.
+ * load BACKGROUND: as PIPELINED, but request_create does no more for a
+ * document missed on the GPU than ask the store whether it holds it
+ * (exists; a miss goes on as before: leases, recompute) and, when it does,
+ * take the document's blocks and plan it REUSE; the store's get, every
+ * check above, a TILED pool's reorder (into the pinned staging) and the
+ * upload's enqueue run on a loader thread of the tier, in the order of
+ * the requests, while the calling thread goes on (the engine runs other
+ * requests' decode steps). The request is then not ready: poll it with
+ * lazyattn_request_poll_loads and enqueue nothing that reads its blocks
+ * before it is (on an in-order queue a command behind a load that is not
+ * enqueued yet would stall; the library orders nothing before the
+ * enqueue). lazyattn_request_get_plan waits for them (counted:
+ * tier_load_waits), so an engine that never polls stays right and waits
+ * there instead of in request_create. A load that fails (the store, a
+ * check, the device) leaves the request unusable: poll_loads counts it in
+ * *failed and get_plan returns NOT_FOUND; destroy the request and create
+ * it again: the document is then recomputed (the tier is not asked for it
+ * again by the next plan), counted in tier_load_failures. The store's get
+ * runs on the loader thread beside the cache's own calls: an engine's
+ * store must take calls from two threads at once (the library's stores
+ * do). Detaching the tier and lazyattn_cache_destroy join the loader: the
+ * load in progress finishes, those still queued are dropped (their
+ * documents discarded: a request still holding one is failed as above).
+ * Errors as lazyattn_cache_set_tier;
+ * INVALID_ARGUMENT for write_queue or load outside their range; UNSUPPORTED
+ * for load BACKGROUND on Windows (no loader thread there);
  * OUT_OF_HOST_MEMORY or an OpenCL status when the writer or the copy queue
  * cannot be made (nothing attached).
  */

@@ -88,7 +88,8 @@ typedef struct bench_options {
     int tier_mode;          /* lazyattn_tier_mode */
     int tier_write_queue;   /* lazyattn_tier_options.write_queue (0: writes on this thread) */
     int tier_cost;          /* the cost rule: the prefill rate measured, given to the tier */
-    int tier_load;          /* lazyattn_tier_options.load: 0 pipelined (default), 1 sync */
+    int tier_load;          /* lazyattn_tier_options.load: 0 background (default), 1 pipelined,
+                               2 sync */
     int processes;          /* 0: one process, the per-policy table */
     int rounds;             /* --processes: rounds of (separate, shared) */
     const char *devices_text; /* --devices as given */
@@ -154,9 +155,11 @@ static const char usage_text[] =
     "                            (0..1024; default 0: written on the serving thread)\n"
     "  --tier-cost               load a document from the tier only when that is faster than\n"
     "                            recomputing it (the prefill rate measured once at start)\n"
-    "  --tier-load pipelined|sync  upload a tier hit on the tier's copy queue, layer by layer,\n"
-    "                            while the forward runs (default), or wait for it in the\n"
-    "                            request's planning (the synchronous load, for comparison)\n"
+    "  --tier-load background|pipelined|sync  a tier hit's get, checks and upload on the\n"
+    "                            tier's loader thread while the running batch decodes\n"
+    "                            (default); its upload on the tier's copy queue, layer by\n"
+    "                            layer, the rest in the request's planning; or all of it there\n"
+    "                            (the synchronous load, for comparison)\n"
     "  --processes N             N serving processes (1..64) on the workload, replicated\n"
     "                            (process i starts at request i*R/N): once with N separate\n"
     "                            caches, once sharing --tier (dir: or redis://); compares\n"
@@ -351,7 +354,7 @@ static int parse_args(int argc, char **argv, bench_options *o) {
         {.name = "--tier-write-queue", .type = CLI_INT, .dest = &o->tier_write_queue, .min = 0,
          .max = LAZYATTN_MAX_TIER_WRITE_QUEUE},
         {.name = "--tier-cost", .type = CLI_FLAG, .dest = &o->tier_cost},
-        {.name = "--tier-load", .type = CLI_ENUM, .dest = &o->tier_load, .choices = "pipelined|sync"},
+        {.name = "--tier-load", .type = CLI_ENUM, .dest = &o->tier_load, .choices = "background|pipelined|sync"},
         {.name = "--processes", .type = CLI_INT, .dest = &o->processes, .min = 1, .max = 64},
         {.name = "--rounds", .type = CLI_INT, .dest = &o->rounds, .min = 1, .max = 100},
         {.name = "--devices", .type = CLI_STRING, .dest = &o->devices_text},
@@ -724,6 +727,48 @@ static int loop_between(void *user) {
     return st;
 }
 
+/* Plans a request. With a BACKGROUND tier its documents' loads run on the
+ * tier's loader thread: the running batch takes decode steps until they
+ * are enqueued (a prefill enqueued behind a load not enqueued yet would
+ * hold the in-order queue), then waits for the rest; a request whose load
+ * failed is planned again (its documents recomputed). *plan_s: the time
+ * the serving thread spent planning and waiting for loads (not the decode
+ * steps between). */
+static int loop_plan(bench_loop *s, lazyattn_cache *cache, const lazyattn_request_desc *desc,
+                     lazyattn_request **out, double *plan_s) {
+    *plan_s = 0;
+    for (int attempt = 0;; attempt++) {
+        lazyattn_request *req = NULL;
+        double t0 = serve_now();
+        int st = lazyattn_request_create(cache, desc, &req);
+        *plan_s += serve_now() - t0;
+        if (st) return st;
+        int pending = 0, failed = 0;
+        st = lazyattn_request_poll_loads(req, 0, &pending, &failed);
+        while (!st && pending && s->n_live > 0) {
+            if ((st = loop_decode_step(s))) break;
+            st = lazyattn_request_poll_loads(req, 0, &pending, &failed);
+        }
+        if (!st && pending) {
+            t0 = serve_now();
+            st = lazyattn_request_poll_loads(req, 1, &pending, &failed);
+            *plan_s += serve_now() - t0;
+        }
+        if (!st && failed && attempt < 2) {
+            lazyattn_request_destroy(req); /* planned again: the failed ones recompute */
+            continue;
+        }
+        if (st || failed) {
+            lazyattn_request_destroy(req);
+            return st ? serve_lz_fail(st, "lazyattn_request_poll_loads")
+                      : serve_fail(LAZYATTN_STATUS_NOT_FOUND,
+                                   "a request's tier loads failed on three plans");
+        }
+        *out = req;
+        return LAZYATTN_STATUS_OK;
+    }
+}
+
 /*
  * Serves requests [first, first + count) of the workload with the engine.
  * rec: [count] results (arrival etc. relative to the run's start). Returns
@@ -789,9 +834,7 @@ static int serve_requests(bench *b, lazyattn_cache *cache, serve_engine *eng, in
             r->n_prompt = desc.n_prefix + desc.n_question;
             for (int d = 0; d < desc.n_docs; d++) r->n_prompt += desc.doc_lengths[d];
             lazyattn_request *req = NULL;
-            double t_plan = serve_now();
-            st = lazyattn_request_create(cache, &desc, &req);
-            r->plan_s = serve_now() - t_plan;
+            st = loop_plan(s, cache, &desc, &req, &r->plan_s);
             if (st == LAZYATTN_STATUS_BUDGET_EXCEEDED && s->n_live > 0) {
                 st = 0;
                 break; /* wait for running requests to release their blocks */
@@ -922,7 +965,10 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
         lazyattn_tier_options to;
         lazyattn_tier_options_init(&to);
         to.write_queue = o->tier_write_queue;
-        to.load = o->tier_load == 1 ? LAZYATTN_TIER_LOAD_SYNC : LAZYATTN_TIER_LOAD_PIPELINED;
+        static const lazyattn_tier_load loads[3] = {LAZYATTN_TIER_LOAD_BACKGROUND,
+                                                    LAZYATTN_TIER_LOAD_PIPELINED,
+                                                    LAZYATTN_TIER_LOAD_SYNC};
+        to.load = loads[o->tier_load];
         st = lazyattn_cache_set_tier_options(cache, b->tier, (lazyattn_tier_mode)o->tier_mode, &to);
         if (st) {
             serve_lz_fail(st, "lazyattn_cache_set_tier_options");
@@ -2057,9 +2103,10 @@ int main(int argc, char **argv) {
         printf("| policy | budget | doc tokens | GPU hit tokens | tier hit tokens | recomputed | "
                "tier writes | tier errors | tier rejected | write errors | lease waits | "
                "computed twice | MiB read / written | plan + tier load mean ms | "
-               "writer queued / dropped | skipped by cost |\n");
+               "writer queued / dropped | skipped by cost | "
+               "background loads / failed / get_plan waits |\n");
         printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
-               "--- | --- | --- |\n");
+               "--- | --- | --- | --- |\n");
         for (int i = 0; i < n_runs; i++) {
             const lazyattn_cache_stats *t = &runs[i].stats;
             double plan = 0;
@@ -2067,7 +2114,7 @@ int main(int argc, char **argv) {
             for (int q = 0; q < runs[i].n_requests; q++)
                 if (runs[i].requests[q].ok) plan += runs[i].requests[q].plan_s, n_plan++;
             printf("| %s | %.4g MiB | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld | "
-                   "%lld | %lld | %.2f / %.2f | %.2f | %lld / %lld | %lld |\n",
+                   "%lld | %lld | %.2f / %.2f | %.2f | %lld / %lld | %lld | %lld / %lld / %lld |\n",
                    runs[i].policy, (double)runs[i].budget_bytes / (1 << 20),
                    (long long)t->doc_tokens, (long long)t->hit_tokens,
                    (long long)t->tier_hit_tokens, (long long)t->recomputed_tokens,
@@ -2076,7 +2123,9 @@ int main(int argc, char **argv) {
                    (long long)t->tier_lease_waits, (long long)t->tier_duplicates,
                    (double)t->tier_read_bytes / (1 << 20), (double)t->tier_write_bytes / (1 << 20),
                    n_plan ? plan / n_plan * 1e3 : 0.0, (long long)t->tier_writes_queued,
-                   (long long)t->tier_writes_dropped, (long long)t->tier_skipped_by_cost);
+                   (long long)t->tier_writes_dropped, (long long)t->tier_skipped_by_cost,
+                   (long long)t->tier_loads_background, (long long)t->tier_load_failures,
+                   (long long)t->tier_load_waits);
         }
     }
     char path[1024];

@@ -7,8 +7,8 @@ run that could not do what was asked) with a message on stderr naming the
 option; a few small good runs must exit 0 and write what they promise.
 
 usage: test_cli.py NAME=PATH... (quickstart, cache_path, list_devices, tune_kernels, hitratio, bench_kernels,
-probe_wgmma_layout, probe_wgmma_rs, probe_wgmma_rate, rag_bench, bench_gemm, bench_gemm_small, bench_forward,
-bench_gemv_quant, tokenize;
+probe_wgmma_layout, probe_wgmma_rs, probe_wgmma_rate, probe_tier_load, rag_bench, bench_gemm,
+bench_gemm_small, bench_forward, bench_gemv_quant, tokenize;
 a program not given is not tested).
 Runs in a scratch directory, so output files never land in the tree.
 """
@@ -324,6 +324,9 @@ BAD = [
     ("probe_wgmma_rs", ["--n", "64"], USAGE, "--n"),
     ("probe_wgmma_rate", ["--iters", "8"], USAGE, "--iters"),
     ("probe_wgmma_rate", ["extra"], USAGE, "extra"),
+    ("probe_tier_load", ["--docs", "0"], USAGE, "--docs"),
+    ("probe_tier_load", ["--layout", "cols"], USAGE, "--layout"),
+    ("probe_tier_load", ["extra"], USAGE, "extra"),
     # bench_forward (its decode steps)
     ("bench_forward", ["--decode", "0"], USAGE, "--decode"),
     ("bench_forward", ["--decode", "257"], USAGE, "--decode"),
@@ -391,6 +394,8 @@ GOOD = [
                               "--tier-cost"], []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "host:1MiB", "--tier-load", "sync"],
      []),
+    ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "host:1MiB", "--tier-load",
+                              "pipelined"], []),
     ("rag_bench", RB_SMALL + ["--budget", "64KiB", "--tier", "dir:tier", "--processes", "2",
                               "--rounds", "2"], []),
     # the per-segment prefill path and host tables, and batched prefill in chunks of one block
@@ -421,6 +426,7 @@ GOOD = [
     ("bench_gemm_small", ["--help"], []),
     ("probe_wgmma_rs", ["--help"], []),
     ("probe_wgmma_rate", ["--help"], []),
+    ("probe_tier_load", ["--docs", "2", "--tokens", "32", "--rounds", "1"], []),
 ]
 
 # Runs the time limit cuts short: results written, the runs marked (complete=0 in the summary

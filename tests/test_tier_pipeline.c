@@ -58,10 +58,11 @@ typedef struct planned {
     float q[L][NQ * NQH * D], qd[L][NQH * D];
 } planned;
 
-static void plan(engine *e, int n, const int *ids, planned *r) {
+/* r's inputs for request req (planned already) of documents ids. */
+static void plan_of(lazyattn_request *req, const int *ids, planned *r) {
     memset(r, 0, sizeof *r);
-    lt_assert_status(request_of(e, n, ids, &r->req), LAZYATTN_STATUS_OK);
-    lazyattn_request_get_plan(r->req, &r->p);
+    r->req = req;
+    lt_assert_status(lazyattn_request_get_plan(r->req, &r->p), LAZYATTN_STATUS_OK);
     r->n_pos = r->p.n_positions;
     for (int l = 0; l < L; l++) {
         r->k[l] = malloc(sizeof(float) * (size_t)r->n_pos * ROW);
@@ -80,6 +81,12 @@ static void plan(engine *e, int n, const int *ids, planned *r) {
                        r->k[l] + (size_t)r->p.segments[s].logical_start * ROW,
                        r->v[l] + (size_t)r->p.segments[s].logical_start * ROW);
     }
+}
+
+static void plan(engine *e, int n, const int *ids, planned *r) {
+    lazyattn_request *req;
+    lt_assert_status(request_of(e, n, ids, &req), LAZYATTN_STATUS_OK);
+    plan_of(req, ids, r);
 }
 
 static void unplan(planned *r) {
@@ -184,11 +191,19 @@ static void finish_layer(engine *e, const planned *r, int l, layer_run *b, float
 
 /* The whole request: plan, writes, prefill and decode on every layer,
  * checked, commit. pre: [L, NQ, NQH, D]; dec: [L, NQH, D]; act: [n]. */
+static void serve_planned(engine *e, planned *r, int n, float *pre, float *dec,
+                          lazyattn_segment_action *act);
 static void serve(engine *e, int n, const int *ids, float *pre, float *dec,
                   lazyattn_segment_action *act) {
     planned *r = malloc(sizeof *r);
     assert_non_null(r);
     plan(e, n, ids, r);
+    serve_planned(e, r, n, pre, dec, act);
+}
+
+/* serve with r planned (freed here). */
+static void serve_planned(engine *e, planned *r, int n, float *pre, float *dec,
+                          lazyattn_segment_action *act) {
     for (int i = 0; i < n; i++) act[i] = r->p.segments[i].action;
     for (int l = 0; l < L; l++) {
         layer_run b;
@@ -542,6 +557,361 @@ static void test_order_reads(void **state) {
     lazyattn_store_destroy(s);
 }
 
+// ---- background loads (LAZYATTN_TIER_LOAD_BACKGROUND) ----
+
+/* An engine's store over a host store: get copies the value out (the tier
+ * copies an engine's value again before checking it), held back until the
+ * test lets it go (or 10 s pass: a get that returns late is seen), and
+ * optionally with a payload byte flipped. */
+typedef struct slow_store {
+    lazyattn_store *inner;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int held;    /* 1: gets wait */
+    int entered; /* gets begun */
+    int gets;    /* gets finished */
+    int corrupt; /* 1: the last byte flipped */
+    int broken;  /* 1: gets fail (IO) */
+} slow_store;
+
+static int slow_get(void *impl, lazyattn_doc_key key, lazyattn_store_value *v) {
+    slow_store *ss = impl;
+    pthread_mutex_lock(&ss->lock);
+    ss->entered++;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    while (ss->held)
+        if (pthread_cond_timedwait(&ss->wake, &ss->lock, &until) != 0) break;
+    int broken = ss->broken;
+    pthread_mutex_unlock(&ss->lock);
+    lazyattn_store_value in;
+    int st = broken ? LAZYATTN_STATUS_IO : lazyattn_store_get(ss->inner, key, &in);
+    if (st == LAZYATTN_STATUS_OK) {
+        uint8_t *copy = malloc(in.size);
+        if (copy) {
+            memcpy(copy, in.data, in.size);
+            if (ss->corrupt) copy[in.size - 1] ^= 0x40;
+        }
+        v->data = copy;
+        v->size = in.size;
+        v->handle = copy;
+        lazyattn_store_release(ss->inner, &in);
+        if (!copy) st = LAZYATTN_STATUS_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_lock(&ss->lock);
+    ss->gets++;
+    pthread_mutex_unlock(&ss->lock);
+    return st;
+}
+static void slow_release(void *impl, lazyattn_store_value *v) {
+    (void)impl;
+    free(v->handle);
+}
+static int slow_put(void *impl, lazyattn_doc_key key, const void *data, size_t size) {
+    return lazyattn_store_put(((slow_store *)impl)->inner, key, data, size);
+}
+static int slow_exists(void *impl, lazyattn_doc_key key, int *there) {
+    return lazyattn_store_exists(((slow_store *)impl)->inner, key, there);
+}
+static int slow_remove(void *impl, lazyattn_doc_key key) {
+    return lazyattn_store_delete(((slow_store *)impl)->inner, key);
+}
+
+/* A slow store over documents 0..3 (filled_store), held (gets wait). */
+static lazyattn_store *slow_open(lazyattn_context *ctx, slow_store *ss) {
+    memset(ss, 0, sizeof *ss);
+    ss->inner = filled_store(ctx);
+    pthread_mutex_init(&ss->lock, NULL);
+    pthread_cond_init(&ss->wake, NULL);
+    ss->held = 1;
+    static const lazyattn_store_ops ops = {"slow", slow_get, slow_release, slow_put,
+                                           slow_exists, slow_remove, NULL};
+    lazyattn_store *s;
+    lt_assert_status(lazyattn_store_create(&ops, ss, &s), LAZYATTN_STATUS_OK);
+    return s;
+}
+
+static void slow_let_go(slow_store *ss) {
+    pthread_mutex_lock(&ss->lock);
+    ss->held = 0;
+    pthread_cond_broadcast(&ss->wake);
+    pthread_mutex_unlock(&ss->lock);
+}
+
+static int slow_gets(slow_store *ss) {
+    pthread_mutex_lock(&ss->lock);
+    int n = ss->gets;
+    pthread_mutex_unlock(&ss->lock);
+    return n;
+}
+
+/* Waits (up to 10 s) until a get has begun. */
+static void slow_wait_entered(slow_store *ss) {
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&ss->lock);
+        int n = ss->entered;
+        pthread_mutex_unlock(&ss->lock);
+        if (n > 0) return;
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    fail_msg("no get began in 10 s");
+}
+
+static void slow_close(slow_store *ss, lazyattn_store *s) {
+    lazyattn_store_destroy(s);
+    lazyattn_store_destroy(ss->inner);
+    pthread_cond_destroy(&ss->wake);
+    pthread_mutex_destroy(&ss->lock);
+}
+
+/* Background loads from the host store, ROWS and TILED pools: the same
+ * output, bit for bit, as computed (each checked against the float64
+ * reference), counted as background loads. */
+static void test_background_same_output(void **state) {
+    lazyattn_context *ctx = *state;
+    lazyattn_store *s = filled_store(ctx);
+    for (int tiled = 0; tiled < 2; tiled++) {
+        lazyattn_kv_layout layout = tiled ? LAZYATTN_KV_LAYOUT_TILED : LAZYATTN_KV_LAYOUT_ROWS;
+        engine bg, computed;
+        engine_open_layout(&bg, ctx, 32, MODEL, B, LAZYATTN_DTYPE_F32, layout);
+        engine_open_layout(&computed, ctx, 32, MODEL, B, LAZYATTN_DTYPE_F32, layout);
+        attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
+        static float pre[2][OUT_N], dec[2][DEC_N];
+        lazyattn_segment_action act[2][3];
+        serve(&bg, 3, ids3, pre[0], dec[0], act[0]);
+        serve(&computed, 3, ids3, pre[1], dec[1], act[1]);
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(act[0][i], LAZYATTN_ACTION_REUSE);
+            assert_int_equal(act[1][i], LAZYATTN_ACTION_PREFILL);
+        }
+        assert_memory_equal(pre[0], pre[1], sizeof pre[0]);
+        assert_memory_equal(dec[0], dec[1], sizeof dec[0]);
+        lazyattn_cache_stats st = stats_of(&bg);
+        assert_int_equal(st.tier_hits, 3);
+        assert_int_equal(st.tier_loads_background, 3);
+        assert_int_equal(st.tier_loads_pipelined, 3);
+        assert_int_equal(st.tier_load_failures, 0);
+        assert_int_equal(st.tier_load_waits, 1); /* plan() asked get_plan without polling */
+        engine_close(&bg);
+        engine_close(&computed);
+    }
+    lazyattn_store_destroy(s);
+}
+
+/* request_create returns while the store's gets are held (they run on the
+ * loader thread); the request polls pending; once they are let go it
+ * polls ready, and its attention reads the loaded blocks right. */
+static void test_background_slow_store(void **state) {
+    lazyattn_context *ctx = *state;
+    slow_store ss;
+    lazyattn_store *s = slow_open(ctx, &ss);
+    engine bg;
+    engine_open(&bg, ctx, 32, MODEL);
+    attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
+    lazyattn_request *req;
+    lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
+    assert_int_equal(slow_gets(&ss), 0); /* returned before any get ended */
+    int pending = -1, failed = -1;
+    lt_assert_status(lazyattn_request_poll_loads(req, 0, &pending, &failed), LAZYATTN_STATUS_OK);
+    assert_int_equal(pending, 3);
+    assert_int_equal(failed, 0);
+    assert_int_equal(stats_of(&bg).tier_loads_pending, 3);
+    lt_assert_status(lazyattn_cache_validate(bg.cache), LAZYATTN_STATUS_OK);
+    size_t bytes = 0; /* not exported before its blocks are written */
+    lt_assert_status(lazyattn_cache_export_size(bg.cache, hash_of(ids3[0]), &bytes),
+                     LAZYATTN_STATUS_IN_USE);
+    slow_let_go(&ss);
+    lt_assert_status(lazyattn_request_poll_loads(req, 1, &pending, &failed), LAZYATTN_STATUS_OK);
+    assert_int_equal(pending, 0);
+    assert_int_equal(failed, 0);
+    assert_int_equal(slow_gets(&ss), 3);
+    lt_assert_status(lazyattn_cache_export_size(bg.cache, hash_of(ids3[0]), &bytes),
+                     LAZYATTN_STATUS_OK);
+    planned *r = malloc(sizeof *r);
+    assert_non_null(r);
+    plan_of(req, ids3, r);
+    static float pre[OUT_N], dec[DEC_N];
+    lazyattn_segment_action act[3];
+    serve_planned(&bg, r, 3, pre, dec, act); /* checked against the reference */
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
+    lazyattn_cache_stats st = stats_of(&bg);
+    assert_int_equal(st.tier_loads_background, 3);
+    assert_int_equal(st.tier_load_waits, 0); /* polled first: get_plan did not wait */
+    lt_assert_status(lazyattn_request_poll_loads(NULL, 0, NULL, NULL),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    engine_close(&bg);
+    slow_close(&ss, s);
+}
+
+/* Loads refused by the checks (a flipped payload byte): the request polls
+ * them failed, get_plan says NOT_FOUND; planned again, the documents are
+ * recomputed and served right; the plan after loads them again. */
+static void test_background_failed_load(void **state) {
+    lazyattn_context *ctx = *state;
+    slow_store ss;
+    lazyattn_store *s = slow_open(ctx, &ss);
+    ss.corrupt = 1;
+    slow_let_go(&ss);
+    engine bg;
+    engine_open(&bg, ctx, 32, MODEL);
+    attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
+    lazyattn_request *req;
+    lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
+    int pending = -1, failed = -1;
+    lt_assert_status(lazyattn_request_poll_loads(req, 1, &pending, &failed), LAZYATTN_STATUS_OK);
+    assert_int_equal(pending, 0);
+    assert_int_equal(failed, 3);
+    lazyattn_plan p;
+    lt_assert_status(lazyattn_request_get_plan(req, &p), LAZYATTN_STATUS_NOT_FOUND);
+    assert_non_null(strstr(lazyattn_last_error(), "create it again"));
+    lazyattn_request_destroy(req);
+    lt_assert_status(lazyattn_cache_validate(bg.cache), LAZYATTN_STATUS_OK);
+    static float pre[OUT_N], dec[DEC_N];
+    lazyattn_segment_action act[3];
+    serve(&bg, 3, ids3, pre, dec, act); /* checked against the reference */
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_PREFILL);
+    lazyattn_cache_stats st = stats_of(&bg);
+    assert_int_equal(st.tier_load_failures, 3);
+    assert_int_equal(st.tier_loads_background, 3);
+    /* whole again, evicted: loaded from the tier, right */
+    ss.corrupt = 0;
+    lt_assert_status(lazyattn_cache_trim(bg.cache, 0), LAZYATTN_STATUS_OK);
+    serve(&bg, 3, ids3, pre, dec, act);
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
+    assert_int_equal(stats_of(&bg).tier_loads_background, 6);
+    /* the store's get fails: the same, the store named */
+    ss.broken = 1;
+    lt_assert_status(lazyattn_cache_trim(bg.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_request_poll_loads(req, 1, &pending, &failed), LAZYATTN_STATUS_OK);
+    assert_int_equal(failed, 3);
+    lt_assert_status(lazyattn_request_get_plan(req, &p), LAZYATTN_STATUS_NOT_FOUND);
+    lazyattn_request_destroy(req);
+    serve(&bg, 3, ids3, pre, dec, act);
+    for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_PREFILL);
+    assert_int_equal(stats_of(&bg).tier_load_failures, 6);
+    engine_close(&bg);
+    slow_close(&ss, s);
+}
+
+typedef struct slow_later {
+    slow_store *ss;
+} slow_later;
+
+static void *slow_let_go_later(void *arg) {
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    slow_let_go(arg);
+    return NULL;
+}
+
+/* Destroyed with loads queued: the request first, then the tier detached
+ * while a get is held (joined: the get in progress ends, the rest are
+ * dropped and counted), then the cache with another request's loads
+ * queued; nothing leaks (the sanitizer job runs this). */
+static void test_background_destroy_queued(void **state) {
+    lazyattn_context *ctx = *state;
+    slow_store ss;
+    lazyattn_store *s = slow_open(ctx, &ss);
+    engine bg;
+    engine_open(&bg, ctx, 32, MODEL);
+    attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
+    lazyattn_request *req;
+    lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
+    lazyattn_request_destroy(req);
+    lt_assert_status(lazyattn_cache_validate(bg.cache), LAZYATTN_STATUS_OK);
+    slow_wait_entered(&ss); /* the first get is held: the other two wait in the queue */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_let_go_later, &ss), 0);
+    lt_assert_status(lazyattn_cache_set_tier(bg.cache, NULL, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(slow_gets(&ss), 1); /* joined after the get in progress */
+    lazyattn_cache_stats st = stats_of(&bg);
+    assert_int_equal(st.tier_loads_background, 3);
+    assert_int_equal(st.tier_load_failures, 2); /* dropped */
+    assert_int_equal(st.tier_loads_pending, 0);
+    lt_assert_status(lazyattn_cache_validate(bg.cache), LAZYATTN_STATUS_OK);
+    /* a request whose loads were dropped by a detach is failed, not served */
+    ss.held = 1;
+    attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
+    lt_assert_status(lazyattn_cache_trim(bg.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
+    assert_int_equal(pthread_create(&t, NULL, slow_let_go_later, &ss), 0);
+    lt_assert_status(lazyattn_cache_set_tier(bg.cache, NULL, LAZYATTN_TIER_READ_ONLY),
+                     LAZYATTN_STATUS_OK);
+    pthread_join(t, NULL);
+    int pending = -1, failed = -1;
+    lt_assert_status(lazyattn_request_poll_loads(req, 1, &pending, &failed), LAZYATTN_STATUS_OK);
+    assert_int_equal(pending, 0);
+    assert_true(failed >= 0 && failed <= 3);
+    lazyattn_plan p;
+    lt_assert_status(lazyattn_request_get_plan(req, &p),
+                     failed ? LAZYATTN_STATUS_NOT_FOUND : LAZYATTN_STATUS_OK);
+    /* the cache destroyed with a third request's loads queued */
+    ss.held = 1;
+    attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
+    lazyattn_request *req2;
+    int ids2[2] = {2, 3};
+    lt_assert_status(request_of(&bg, 2, ids2, &req2), LAZYATTN_STATUS_OK);
+    assert_int_equal(pthread_create(&t, NULL, slow_let_go_later, &ss), 0);
+    engine_close(&bg); /* destroys the requests first */
+    pthread_join(t, NULL);
+    slow_close(&ss, s);
+}
+
+/* Attention enqueued once the request polls ready waits for the load's
+ * upload (held on the device by a gate): ordered on the device, not by a
+ * wait of the serving thread; let go, it runs right. */
+static void test_background_attention_waits(void **state) {
+    lazyattn_context *ctx = *state;
+    lazyattn_store *s = filled_store(ctx);
+    engine computed, bg;
+    engine_open(&computed, ctx, 32, MODEL);
+    static float want_pre[OUT_N], want_dec[DEC_N];
+    lazyattn_segment_action act[3];
+    serve(&computed, 3, ids3, want_pre, want_dec, act);
+    engine_open(&bg, ctx, 32, MODEL);
+    attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
+    cl_int err;
+    cl_event gate = clCreateUserEvent(lazyattn_context_cl_context(ctx), &err);
+    assert_int_equal(err, CL_SUCCESS);
+    lz_tier_hold_uploads(bg.cache, gate);
+    lazyattn_request *req;
+    lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
+    int pending = -1, failed = -1;
+    lt_assert_status(lazyattn_request_poll_loads(req, 1, &pending, &failed), LAZYATTN_STATUS_OK);
+    assert_int_equal(pending, 0);
+    assert_int_equal(failed, 0);
+    planned *r = malloc(sizeof *r);
+    assert_non_null(r);
+    plan_of(req, ids3, r);
+    write_layer(&bg, r, 0);
+    layer_run b;
+    cl_event ev = NULL;
+    enqueue_layer(&bg, r, 0, &b, &ev);
+    clFlush(lazyattn_context_queue(ctx));
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    assert_true(event_status(ev) > CL_COMPLETE); /* its upload held: not run */
+    clSetUserEventStatus(gate, CL_COMPLETE);
+    float pre[NQ * NQH * D], dec[NQH * D];
+    finish_layer(&bg, r, 0, &b, pre, dec);
+    assert_int_equal(event_status(ev), CL_COMPLETE);
+    clReleaseEvent(ev);
+    assert_memory_equal(pre, want_pre, sizeof pre);
+    assert_memory_equal(dec, want_dec, sizeof dec);
+    unplan(r);
+    free(r);
+    lz_tier_hold_uploads(bg.cache, NULL);
+    clReleaseEvent(gate);
+    engine_close(&bg);
+    engine_close(&computed);
+    lazyattn_store_destroy(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_output),
@@ -552,6 +922,11 @@ int main(void) {
         cmocka_unit_test(test_failed_upload),
         cmocka_unit_test(test_destroy_in_flight),
         cmocka_unit_test(test_order_reads),
+        cmocka_unit_test(test_background_same_output),
+        cmocka_unit_test(test_background_slow_store),
+        cmocka_unit_test(test_background_failed_load),
+        cmocka_unit_test(test_background_destroy_queued),
+        cmocka_unit_test(test_background_attention_waits),
     };
     return cmocka_run_group_tests_name("tier_pipeline", tests, lt_context_setup,
                                        lt_context_teardown);

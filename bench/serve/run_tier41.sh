@@ -3,13 +3,18 @@
 # Issue 41's "done when" in one device call: rag_bench, lazy policy, closed loop, the paper's
 # setting (8B shape, 100 documents x 2048 tokens, k = 5), one row a run:
 #   none_big        no tier, budget T41_BIG (4 GiB)
-#   host_big        host:T41_HOST write-through, background writer, pipelined loads
-#   host_big_sync   the same with the synchronous load (--tier-load sync), for comparison
+#   host_big        host:T41_HOST write-through, background writer, background loads (the
+#                   tier's loader thread: --tier-load background, rag_bench's default)
+#   host_big_pipe   the same with pipelined loads (get, checks, reorder on the serving thread)
+#   host_big_sync   the same with the synchronous load (--tier-load sync)
 #   none_small      no tier, budget T41_SMALL (1 GiB)
-#   host_small      host tier at the small budget, pipelined
+#   host_small      host tier at the small budget, background loads
+#   host_small_pipe the same, pipelined
 #   host_small_sync the same, synchronous
-#   dir_big         dir:T41_DIR (local disk) write-through, pipelined, the cost rule (--tier-cost)
+#   dir_big         dir:T41_DIR (local disk) write-through, background loads, the cost rule
+#                   (--tier-cost)
 #   dir_small       the same at the small budget
+# (the _pipe and _sync rows are for comparison: not in the default T41_ROWS)
 # and prints one table: req/s, TTFT mean, TPOT, host ms per prefill forward, tier hit and
 # recomputed document tokens, each row's ratios to the no-tier run of its budget.
 #   bench/serve/run_tier41.sh BUILD_DIR OUT_DIR [more rag_bench options...]
@@ -23,7 +28,8 @@
 # Environment (defaults in brackets): T41_MODEL [8b], T41_WORKLOAD [paper], T41_REQUESTS [150],
 # T41_BIG [4GiB], T41_SMALL [1GiB], T41_HOST [16GiB], T41_DIR [/tmp/lazyattn-tier41],
 # T41_WRITE_QUEUE [8], T41_CONCURRENCY [4], T41_CHUNK [2048] (--prefill-chunk),
-# T41_ROWS [all eight, in the order above; a comma list], T41_SECONDS [570],
+# T41_ROWS [none_big,host_big,none_small,host_small,dir_big,dir_small: the done-when's rows; a
+# comma list of any above], T41_SECONDS [570],
 # T41_CLBLAST [./.device-carry/clblast], T41_LOCAL [0] (1: the default OpenCL device, no NVIDIA
 # set-up; the PoCL figures of docs/PERFLOG.md: T41_LOCAL=1 T41_MODEL=small T41_WORKLOAD=small
 # T41_REQUESTS=100 T41_BIG=1MiB T41_SMALL=384KiB T41_HOST=64MiB bench/serve/run_tier41.sh build OUT).
@@ -50,19 +56,21 @@ host="host:${T41_HOST:-16GiB}"
 dir="dir:${T41_DIR:-/tmp/lazyattn-tier41}"
 mkdir -p "${T41_DIR:-/tmp/lazyattn-tier41}" || exit 1
 queue="--tier-write-queue ${T41_WRITE_QUEUE:-8}"
-rows=$(echo "${T41_ROWS:-none_big,host_big,host_big_sync,none_small,host_small,host_small_sync,dir_big,dir_small}" | tr ',' ' ')
+rows=$(echo "${T41_ROWS:-none_big,host_big,none_small,host_small,dir_big,dir_small}" | tr ',' ' ')
 n_rows=$(echo $rows | wc -w)
 worst=0
 for row in $rows; do
     case $row in
     none_big)        budget=$big;   tier= ;;
-    host_big)        budget=$big;   tier="--tier $host --tier-mode through $queue --tier-load pipelined" ;;
+    host_big)        budget=$big;   tier="--tier $host --tier-mode through $queue --tier-load background" ;;
+    host_big_pipe)   budget=$big;   tier="--tier $host --tier-mode through $queue --tier-load pipelined" ;;
     host_big_sync)   budget=$big;   tier="--tier $host --tier-mode through $queue --tier-load sync" ;;
     none_small)      budget=$small; tier= ;;
-    host_small)      budget=$small; tier="--tier $host --tier-mode through $queue --tier-load pipelined" ;;
+    host_small)      budget=$small; tier="--tier $host --tier-mode through $queue --tier-load background" ;;
+    host_small_pipe) budget=$small; tier="--tier $host --tier-mode through $queue --tier-load pipelined" ;;
     host_small_sync) budget=$small; tier="--tier $host --tier-mode through $queue --tier-load sync" ;;
-    dir_big)         budget=$big;   tier="--tier $dir --tier-mode through $queue --tier-load pipelined --tier-cost" ;;
-    dir_small)       budget=$small; tier="--tier $dir --tier-mode through $queue --tier-load pipelined --tier-cost" ;;
+    dir_big)         budget=$big;   tier="--tier $dir --tier-mode through $queue --tier-load background --tier-cost" ;;
+    dir_small)       budget=$small; tier="--tier $dir --tier-mode through $queue --tier-load background --tier-cost" ;;
     *) echo "run_tier41: unknown row '$row' in T41_ROWS" >&2; exit 2 ;;
     esac
     left=$(( seconds - ($(date +%s) - start) - 10 ))

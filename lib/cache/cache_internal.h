@@ -42,6 +42,8 @@ typedef struct lz_entry {
     int in_tier;          /* loaded from or written to the cache's tier */
     uint64_t load_id;     /* nonzero: loaded by a pipelined tier upload, this one */
     int discarded;        /* its upload failed: found by no lookup, evicted when unpinned */
+    int loading;          /* 1: a tier's loader has not enqueued its upload yet (the tier
+                             pins it meanwhile); serving thread only */
     struct lz_entry *hnext;   /* key chain */
     struct lz_entry *dnext;   /* doc chain (POSITION) */
     struct lz_entry *lru_prev, *lru_next; /* in the LRU list iff committed && !refcount */
@@ -169,8 +171,8 @@ typedef struct lz_tally {
 typedef struct lz_tier_ops {
     /* Looks a GPU-missed document up in the tier and imports it: 1 when
      * imported (the caller looks it up again), 0 otherwise (counted in t). */
-    int (*load)(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32], int n_tokens,
-                lz_tally *t);
+    int (*load)(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
+                const int32_t *tokens, int n_tokens, lz_tally *t);
     /* Writes a committed entry to the tier unless it is there already
      * (failures counted and logged; the cache is not changed). */
     void (*write)(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
@@ -188,6 +190,12 @@ typedef struct lz_tier_ops {
      * upload failed is discarded, and the first failure's status returned
      * (OK: none). Never waits. */
     int (*settle)(lazyattn_cache *c);
+    /* A loader thread's loads (BACKGROUND): waits until every load numbered
+     * up to load_id has been finished by the loader (0: never waits), then
+     * settles as settle does (the loads' entries updated: loading cleared,
+     * a failed one discarded). The status of settle. for_plan: the wait is
+     * lazyattn_request_get_plan's (counted). NULL: no loader. */
+    int (*await)(lazyattn_cache *c, uint64_t load_id, int for_plan);
 } lz_tier_ops;
 
 /* The cache's tier store (NULL: none), its mode and operations. */
@@ -259,6 +267,18 @@ typedef struct lz_upload {
  * not trimmed to the retained budget (lz_cache_add_imported). */
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,
                           const char *who, lz_upload *up, int sealed);
+/* For a tier's loader thread (touches no cache, only pool's buffers and
+ * its lock): checks export p[size] as an import does against pool's
+ * geometry and model_id (header, payload checksum unless sealed, identity:
+ * its digest, doc_hash and tokens against the planned document's) and
+ * enqueues its upload into blocks[n_blocks] as lz_cache_import_bytes does
+ * with up (up->room for a TILED pool's reorder; else the reorder buffer is
+ * allocated and handed out in up->keep). Status with the reason recorded
+ * (FORMAT, INVALID_ARGUMENT: refused data). */
+int lz_kv_load_bytes(lazyattn_pool *pool, uint64_t model_id, const uint8_t *p, size_t size,
+                     int sealed, const uint8_t digest[32], uint64_t doc_hash,
+                     const int32_t *tokens, int n_tokens, const int32_t *blocks, int n_blocks,
+                     lz_upload *up, const char *who);
 /* The export of committed LAZY entry e (exactly this entry, whatever other
  * entry shares its 64-bit hash) in a new buffer *out of *size bytes (the
  * caller frees it). */

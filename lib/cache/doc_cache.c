@@ -749,8 +749,9 @@ static int lz_cache_validate(const lazyattn_cache *c) {
                  (long long)n_req, (long long)c->n_requests);
     for (size_t i = 0; i < c->by_key.n_buckets; i++)
         for (lz_entry *e = c->by_key.buckets[i]; e; e = e->hnext)
-            LZ_INVARIANT(e->scratch == e->refcount,
-                         "entry pinned %d times, held by %d requests", e->refcount, e->scratch);
+            LZ_INVARIANT(e->scratch + (e->loading ? 1 : 0) == e->refcount,
+                         "entry pinned %d times, held by %d requests%s", e->refcount, e->scratch,
+                         e->loading ? " and its tier load" : "");
     LZ_INVARIANT(held == c->held_blocks, "%lld blocks held, counted %lld",
                  (long long)c->held_blocks, (long long)held);
     lazyattn_pool_info info;

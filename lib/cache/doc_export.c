@@ -153,6 +153,11 @@ static int lz_export_find(const lazyattn_cache *c, uint64_t doc_hash, const char
     if (!e)
         return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "%s: document %016llx is not cached", who,
                        (unsigned long long)doc_hash);
+    if (e->loading) /* its blocks are not written yet: an export would read garbage */
+        return lz_fail(LAZYATTN_STATUS_IN_USE,
+                       "%s: document %016llx is being loaded from the tier (poll its request, "
+                       "lazyattn_request_poll_loads, then export)",
+                       who, (unsigned long long)doc_hash);
     *out = e;
     return LAZYATTN_STATUS_OK;
 }
@@ -625,6 +630,58 @@ out:
     free(tokens);
     free(blocks);
     return st;
+}
+
+int lz_kv_load_bytes(lazyattn_pool *pool, uint64_t model_id, const uint8_t *p, size_t size,
+                     int sealed, const uint8_t digest[32], uint64_t doc_hash,
+                     const int32_t *tokens, int n_tokens, const int32_t *blocks, int n_blocks,
+                     lz_upload *up, const char *w) {
+    up->done = NULL, up->keep = NULL, up->entry = NULL;
+    lz_kv_header h;
+    int st = lz_header_check(p, size, w, &h);
+    if (st) return st;
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(pool, &pc);
+    if (h.model_id != model_id || memcmp(h.digest, digest, sizeof h.digest) != 0 ||
+        h.doc_hash != doc_hash || h.n_tokens != (uint32_t)n_tokens ||
+        h.n_blocks != (uint32_t)n_blocks)
+        return lz_fail(LAZYATTN_STATUS_FORMAT,
+                       "%s: the value for document %016llx is another document's", w,
+                       (unsigned long long)doc_hash);
+    if (h.n_layers != (uint32_t)pc.n_layers || h.n_kv_heads != (uint32_t)pc.n_kv_heads ||
+        h.head_dim != (uint32_t)pc.head_dim || h.block_size != (uint32_t)pc.block_size ||
+        h.dtype != (uint32_t)pc.dtype)
+        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
+                       "%s: exported from another geometry (%u layers x %u KV heads x d %u, B %u, "
+                       "dtype %u)",
+                       w, h.n_layers, h.n_kv_heads, h.head_dim, h.block_size, h.dtype);
+    uint64_t payload = lz_payload_bytes(&pc, h.n_tokens, h.n_blocks);
+    if (payload == 0 || h.payload_bytes != payload ||
+        size - LAZYATTN_KV_HEADER_BYTES != h.payload_bytes)
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: %zu bytes, the header says %llu", w, size,
+                       (unsigned long long)(h.payload_bytes + LAZYATTN_KV_HEADER_BYTES));
+    const uint8_t *body = p + LAZYATTN_KV_HEADER_BYTES;
+    if (!sealed && lz_kv_checksum(body, (size_t)h.payload_bytes) != h.payload_checksum)
+        return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: payload checksum does not match", w);
+    /* the planned tokens (whose digest is the key's): the identity, exactly */
+    for (int t = 0; t < n_tokens; t++)
+        if ((int32_t)lz_get32(body + 4 * (size_t)t) != tokens[t])
+            return lz_fail(LAZYATTN_STATUS_FORMAT,
+                           "%s: the value's tokens are not the document's (token %d)", w, t);
+    uint8_t *staging = NULL, *room = NULL;
+    if (pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && up->room &&
+        up->room_bytes >= lz_staging_bytes(&pc, n_blocks))
+        room = up->room;
+    else if ((st = lz_staging_new(&pc, n_blocks, w, &staging)) != LAZYATTN_STATUS_OK)
+        return st;
+    st = lz_import_write(lz_pool_context(pool), pool, blocks, n_blocks,
+                         body + 4 * (size_t)n_tokens, room ? room : staging, up);
+    if (st || !up->done) {
+        free(staging);
+        return st;
+    }
+    up->keep = staging; /* read by the upload until it completes */
+    return LAZYATTN_STATUS_OK;
 }
 
 int lz_cache_import_bytes(lazyattn_cache *c, const void *data, size_t size, uint64_t *doc_hash,

@@ -321,7 +321,7 @@ static int lz_request_create(lazyattn_cache *c, const lazyattn_request_desc *d,
         /* A GPU miss: the tier (LAZY only) before a recompute. Documents
          * before this one are pinned, so the import's evictions spare them. */
         if (tier && p->action == LAZYATTN_ACTION_PREFILL &&
-            tier_ops->load(c, tier, p->digest, len, &tally)) {
+            tier_ops->load(c, tier, p->digest, d->docs[i], len, &tally)) {
             lz_lookup_document(&lk, policy, d->docs[i], len, pos, p);
             if (p->action == LAZYATTN_ACTION_REUSE) {
                 p->from_tier = 1;
@@ -464,11 +464,81 @@ int lz_request_pool(const lazyattn_request *r, const char *fn, lazyattn_pool **p
     return LAZYATTN_STATUS_OK;
 }
 
+// ---- tier loads (a BACKGROUND tier) ----
+
+/* The request's documents whose tier load is not finished (*pending, the
+ * highest load number among them in *last) or failed (*failed, the first
+ * one's hash in *failed_hash). Reads entries: the cache entered. */
+static void lz_request_count_loads(const lazyattn_request *r, int *pending, int *failed,
+                                   uint64_t *last, uint64_t *failed_hash) {
+    *pending = *failed = 0;
+    *last = 0;
+    for (int h = 0; h < r->n_holds; h++) {
+        const lz_entry *e = r->holds[h].entry;
+        if (!e || !e->load_id) continue;
+        if (e->loading) {
+            (*pending)++;
+            if (e->load_id > *last) *last = e->load_id;
+        } else if (e->discarded) {
+            if (!*failed && failed_hash) *failed_hash = e->doc_hash;
+            (*failed)++;
+        }
+    }
+}
+
+/* lazyattn_request_poll_loads as the caller w (for_plan: get_plan). */
+static int lz_request_loads(lazyattn_request *r, int wait, int for_plan, int *pending,
+                            int *failed, uint64_t *failed_hash, const char *w) {
+    int taken, st = lz_cache_enter(r->cache, LZ_USE_CHANGE, w, &taken);
+    if (st) return st;
+    const lz_tier_ops *ops = NULL;
+    uint64_t last = 0;
+    int n_pending, n_failed;
+    lz_request_count_loads(r, &n_pending, &n_failed, &last, failed_hash);
+    if (lz_cache_tier(r->cache, NULL, &ops) && ops->await) {
+        st = ops->await(r->cache, wait && n_pending ? last : 0, for_plan);
+        lz_request_count_loads(r, &n_pending, &n_failed, &last, failed_hash);
+    }
+    lz_cache_leave(r->cache, taken);
+    if (pending) *pending = n_pending;
+    if (failed) *failed = n_failed;
+    return st;
+}
+
+int lazyattn_request_poll_loads(lazyattn_request *r, int wait, int *pending, int *failed) {
+    static const char w[] = "lazyattn_request_poll_loads";
+    if (pending) *pending = 0;
+    if (failed) *failed = 0;
+    LZ_CHECK_ARG(r != NULL, "%s: request is NULL", w);
+    LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, w, "request");
+    LZ_CHECK_ARG(wait == 0 || wait == 1, "%s: wait %d is neither 0 nor 1", w, wait);
+    return lz_request_loads(r, wait, 0, pending, failed, NULL, w);
+}
+
 int lazyattn_request_get_plan(const lazyattn_request *r, lazyattn_plan *p) {
     LZ_CHECK_ARG(r && p, "lazyattn_request_get_plan: NULL argument");
     LZ_CHECK_LIVE(r, LZ_MAGIC_REQUEST, "lazyattn_request_get_plan", "request");
     int taken, st = lz_cache_enter(r->cache, LZ_USE_READ, "lazyattn_request_get_plan", &taken);
     if (st) return st;
+    int pending, failed;
+    uint64_t last, failed_hash = 0;
+    lz_request_count_loads(r, &pending, &failed, &last, &failed_hash);
+    if (pending) { /* a BACKGROUND tier's loads not finished: waited for here */
+        lz_cache_leave(r->cache, taken);
+        st = lz_request_loads((lazyattn_request *)r, 1, 1, &pending, &failed, &failed_hash,
+                              "lazyattn_request_get_plan");
+        if (st) return st;
+        if ((st = lz_cache_enter(r->cache, LZ_USE_READ, "lazyattn_request_get_plan", &taken)))
+            return st;
+    }
+    if (failed) {
+        lz_cache_leave(r->cache, taken);
+        return lz_fail(LAZYATTN_STATUS_NOT_FOUND,
+                       "lazyattn_request_get_plan: the tier load of document %016llx (and %d "
+                       "more) failed (see the log); destroy the request and create it again: "
+                       "the document is recomputed",
+                       (unsigned long long)failed_hash, failed - 1);
+    }
     memset(p, 0, sizeof *p);
     p->n_segments = r->n_segments;
     p->segments = r->segments;

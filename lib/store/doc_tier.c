@@ -9,12 +9,17 @@
 #include "cache/cache_policy.h"
 #include "store/store_internal.h"
 #include "store/tier_lease.h"
+#include "store/tier_loader.h"
 #include "store/tier_staging.h"
 #include "store/tier_writer.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Documents whose background load failed, remembered so that the plan
+ * made again recomputes them instead of failing the same way. */
+#define LZ_TIER_REFUSED 32
 
 /* A pipelined upload in flight: what it reads, given back once it ended. */
 typedef struct lz_tier_upload {
@@ -47,16 +52,24 @@ typedef struct lz_tier {
     cl_int fault;                /* tests: uploads ended are taken to have failed with it
                                     (lz_tier_fail_uploads; 0: none) */
     int64_t pipelined, failures, sealed; /* counters, reset with the cache's */
+    /* background loads (LAZYATTN_TIER_LOAD_BACKGROUND) */
+    lz_tier_loader *loader;      /* NULL: the serving thread loads */
+    int64_t background, waits;   /* counters, reset with the cache's */
+    uint8_t refused[LZ_TIER_REFUSED][32]; /* documents whose load failed: recomputed by the
+                                             next plan, not asked of the tier (a ring) */
+    int n_refused, next_refused;
 } lz_tier;
 
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
-                        int n_tokens, lz_tally *t);
+                        const int32_t *tokens, int n_tokens, lz_tally *t);
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e);
 static int lz_tier_track(lazyattn_cache *c, lz_tier *tier, lz_upload *up,
                          const lazyattn_store_value *v, uint8_t *copy, int slot);
 
 static int lz_tier_settle(lazyattn_cache *c);
 static void lz_tier_settle_all(lz_tier *tier, int wait);
+static int lz_tier_await(lazyattn_cache *c, uint64_t load_id, int for_plan);
+static void lz_tier_settle_loads(lz_tier *tier, uint64_t wait_for);
 
 static void lz_tier_stats(void *state, lazyattn_cache_stats *s) {
     lz_tier *tier = state;
@@ -67,20 +80,33 @@ static void lz_tier_stats(void *state, lazyattn_cache_stats *s) {
         s->tier_load_failures += tier->failures;
         s->tier_loads_pending += tier->n_uploads;
         s->tier_loads_sealed += tier->sealed;
+        s->tier_loads_background += tier->background;
+        s->tier_load_waits += tier->waits;
+        if (tier->loader) s->tier_loads_pending += lz_tier_loader_pending(tier->loader);
     } else {
         tier->skipped_by_cost = tier->pipelined = tier->failures = tier->sealed = 0;
+        tier->background = tier->waits = 0;
     }
 }
 
 static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
     lz_tier *tier = state;
-    /* the uploads in flight end first: they read the values given back */
+    /* the loader ends first (its queued loads dropped, their documents
+       discarded), then the uploads in flight: they read the values given back */
+    if (tier->loader) {
+        lz_tier_loader_stop(tier->loader);
+        lz_tier_settle_loads(tier, 0);
+        lz_tier_loader_destroy(tier->loader);
+        tier->loader = NULL;
+    }
     lz_tier_settle_all(tier, 1);
     if (tier->writer) lz_tier_writer_destroy(tier->writer, into);
     into->tier_skipped_by_cost += tier->skipped_by_cost;
     into->tier_loads_pipelined += tier->pipelined;
     into->tier_load_failures += tier->failures;
     into->tier_loads_sealed += tier->sealed;
+    into->tier_loads_background += tier->background;
+    into->tier_load_waits += tier->waits;
     if (tier->gate) clReleaseEvent(tier->gate);
     if (tier->copy_queue) {
         lz_staging_free(&tier->staging);
@@ -92,7 +118,7 @@ static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
 
 static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write, lz_tier_stats,
                                              lz_tier_detach, lz_tier_lease_abandon,
-                                             lz_tier_settle};
+                                             lz_tier_settle, lz_tier_await};
 
 /* One warning a kind, rate-limited (lz_log_rated): the store failed, its
  * value was refused, a write failed. */
@@ -106,7 +132,8 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
     LZ_CHECK_ARG(o->write_queue >= 0 && o->write_queue <= LAZYATTN_MAX_TIER_WRITE_QUEUE,
                  "%s: write_queue %d outside 0..%d", w, o->write_queue,
                  LAZYATTN_MAX_TIER_WRITE_QUEUE);
-    LZ_CHECK_ARG(o->load == LAZYATTN_TIER_LOAD_SYNC || o->load == LAZYATTN_TIER_LOAD_PIPELINED,
+    LZ_CHECK_ARG(o->load == LAZYATTN_TIER_LOAD_SYNC || o->load == LAZYATTN_TIER_LOAD_PIPELINED ||
+                     o->load == LAZYATTN_TIER_LOAD_BACKGROUND,
                  "%s: unknown load %d", w, (int)o->load);
     if (store && !lazyattn_store_name(store))
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: not a live store", w);
@@ -126,7 +153,7 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
         tier->store = store;
     }
     /* pipelined loads: a copy queue of their own, in order, on the pool's device */
-    if (tier && o->load == LAZYATTN_TIER_LOAD_PIPELINED) {
+    if (tier && o->load != LAZYATTN_TIER_LOAD_SYNC) {
         lazyattn_context *ctx = lz_pool_context(lz_cache_pool(c));
         cl_int err;
         tier->copy_queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
@@ -135,16 +162,29 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
             return lz_cl_fail(err, "lazyattn_cache_set_tier: the tier's copy queue "
                                    "(clCreateCommandQueue)");
         }
-        lz_staging_init(&tier->staging, ctx->context, tier->copy_queue);
-    }
-    /* writes off the serving thread: a writer of its own */
-    if (tier && mode != LAZYATTN_TIER_READ_ONLY && o->write_queue > 0) {
-        int st = lz_tier_writer_create(lz_cache_pool(c), store, o->write_queue, &tier->writer);
+        int st = lz_staging_init(&tier->staging, ctx->context, tier->copy_queue);
         if (st) {
-            if (tier->copy_queue) clReleaseCommandQueue(tier->copy_queue);
+            clReleaseCommandQueue(tier->copy_queue);
             free(tier);
             return st;
         }
+    }
+    int st = LAZYATTN_STATUS_OK;
+    /* background loads: a loader of its own */
+    if (tier && o->load == LAZYATTN_TIER_LOAD_BACKGROUND)
+        st = lz_tier_loader_create(lz_cache_pool(c), store, lz_cache_model_id(c),
+                                   tier->copy_queue, &tier->staging, &tier->loader);
+    /* writes off the serving thread: a writer of its own */
+    if (!st && tier && mode != LAZYATTN_TIER_READ_ONLY && o->write_queue > 0)
+        st = lz_tier_writer_create(lz_cache_pool(c), store, o->write_queue, &tier->writer);
+    if (st) {
+        lz_tier_loader_destroy(tier->loader);
+        if (tier->copy_queue) {
+            lz_staging_free(&tier->staging);
+            clReleaseCommandQueue(tier->copy_queue);
+        }
+        free(tier);
+        return st;
     }
     lz_cache_attach_tier(c, store, mode, &lz_tier_of_store, tier);
     return LAZYATTN_STATUS_OK;
@@ -272,9 +312,20 @@ static uint8_t *lz_pick_take(void *user, size_t size) {
     return lz_staging_take(&p->tier->staging, size, &p->slot);
 }
 
+static int lz_tier_load_background(lazyattn_cache *c, lz_tier *tier, lazyattn_store *store,
+                                   const uint8_t digest[32], const int32_t *tokens,
+                                   int n_tokens, lz_tally *t);
+
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
-                        int n_tokens, lz_tally *t) {
+                        const int32_t *tokens, int n_tokens, lz_tally *t) {
     lz_tier *tier = lz_cache_tier_state(c);
+    if (tier->loader) {
+        if (lz_tier_recompute_cheaper(c, tier, n_tokens)) {
+            tier->skipped_by_cost++;
+            return 0;
+        }
+        return lz_tier_load_background(c, tier, store, digest, tokens, n_tokens, t);
+    }
     lz_staging_pick pick = {tier, -1};
     lz_store_room room = {lz_pick_take, &pick};
     const lz_store_room *into = tier->copy_queue ? &room : NULL; /* pipelined only */
@@ -408,7 +459,7 @@ static void lz_upload_free(lz_tier *tier, lz_tier_upload *u) {
 static int lz_tier_track(lazyattn_cache *c, lz_tier *tier, lz_upload *up,
                          const lazyattn_store_value *v, uint8_t *copy, int slot) {
     tier->pipelined++;
-    up->entry->load_id = ++tier->next_load_id;
+    if (!up->entry->load_id) up->entry->load_id = ++tier->next_load_id; /* background: has one */
     if (tier->n_uploads == tier->cap_uploads) {
         int cap = tier->cap_uploads ? 2 * tier->cap_uploads : 16;
         lz_tier_upload *u = realloc(tier->uploads, (size_t)cap * sizeof *u);
@@ -484,6 +535,7 @@ static void lz_tier_settle_all(lz_tier *tier, int wait) {
 
 static int lz_tier_settle(lazyattn_cache *c) {
     lz_tier *tier = lz_cache_tier_state(c);
+    if (tier && tier->loader) lz_tier_settle_loads(tier, 0);
     if (!tier || !tier->n_uploads) return LAZYATTN_STATUS_OK;
     return lz_tier_settle_uploads(tier, 0);
 }
@@ -499,6 +551,151 @@ void lz_tier_hold_uploads(lazyattn_cache *c, cl_event gate) {
     if (tier->gate) clReleaseEvent(tier->gate);
     tier->gate = gate;
     if (gate) clRetainEvent(gate);
+}
+
+// ---- background loads (the tier's loader) ----
+
+/* Remembers digest as a document whose load failed. */
+static void lz_tier_refuse(lz_tier *tier, const uint8_t digest[32]) {
+    memcpy(tier->refused[tier->next_refused], digest, 32);
+    tier->next_refused = (tier->next_refused + 1) % LZ_TIER_REFUSED;
+    if (tier->n_refused < LZ_TIER_REFUSED) tier->n_refused++;
+}
+
+/* 1 when digest's load failed before (forgotten now: recomputed once). */
+static int lz_tier_forget_refused(lz_tier *tier, const uint8_t digest[32]) {
+    for (int i = 0; i < tier->n_refused; i++)
+        if (memcmp(tier->refused[i], digest, 32) == 0) {
+            memset(tier->refused[i], 0, 32); /* no document's digest is all zero in practice */
+            return 1;
+        }
+    return 0;
+}
+
+/* The planner's side of a background load: asks the store whether it
+ * holds the document (a miss as lz_tier_load's: leases, recompute); when
+ * it does, takes the blocks, commits the entry (loading, pinned by the
+ * tier) and queues the rest for the loader. 1: planned REUSE. */
+static int lz_tier_load_background(lazyattn_cache *c, lz_tier *tier, lazyattn_store *store,
+                                   const uint8_t digest[32], const int32_t *tokens,
+                                   int n_tokens, lz_tally *t) {
+    if (lz_tier_forget_refused(tier, digest)) return 0; /* failed last time: recompute */
+    lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
+    memcpy(key.digest, digest, sizeof key.digest);
+    uint64_t doc_hash = lz_digest_hash(digest);
+    int there = 0;
+    int st = lz_tier_exists(c, store, key, &there);
+    if (!st && !there && lz_tier_lease_miss(c, store, key, t))
+        st = lz_tier_exists(c, store, key, &there); /* written while this cache waited */
+    if (st) {
+        t->tier_errors++;
+        lz_log_rated(lz_pool_context(lz_cache_pool(c)), &lz_rate_load_error,
+                     "tier: %s; recomputing the document", lazyattn_last_error());
+        return 0;
+    }
+    if (!there) {
+        t->tier_misses++;
+        return 0;
+    }
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(lz_cache_pool(c), &pc);
+    int n_blocks = (n_tokens + pc.block_size - 1) / pc.block_size;
+    int32_t *blocks = malloc((size_t)n_blocks * sizeof *blocks);
+    if (!blocks) {
+        t->tier_errors++;
+        return 0;
+    }
+    static const char w[] = "tier load";
+    lz_entry *e = NULL;
+    st = lz_cache_take_blocks(c, n_blocks, blocks, 0, w);
+    if (!st && !(e = lz_entry_new(blocks, n_blocks, tokens, n_tokens))) {
+        lz_cache_give_blocks(c, n_blocks, blocks);
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s", w);
+    }
+    if (st) { /* no room next to the pinned working set, out of memory: recomputed */
+        free(blocks);
+        t->tier_errors++;
+        return 0;
+    }
+    e->key = e->doc_hash = doc_hash;
+    memcpy(e->digest, digest, sizeof e->digest);
+    e->stored_start = 0;
+    e->load_id = ++tier->next_load_id;
+    lz_cache_add_imported(c, e, 0); /* not found before: the plan missed it */
+    st = lz_tier_loader_submit(tier->loader, e, e->load_id, digest, doc_hash, tokens, n_tokens,
+                               blocks, n_blocks, tier->gate);
+    free(blocks);
+    if (st) {
+        lz_cache_discard(c, e); /* never written: found by no lookup, evicted */
+        t->tier_errors++;
+        return 0;
+    }
+    e->loading = 1;
+    lz_cache_pin(c, e); /* the tier's hold until the loader enqueued the upload */
+    t->tier_read_bytes += (uint64_t)lz_kv_export_bytes(&pc, n_tokens, n_blocks);
+    return 1;
+}
+
+/* Gives back what a finished job's upload would have read. */
+static void lz_job_give_back(lz_tier *tier, lz_load_job *j) {
+    if (j->done) clReleaseEvent(j->done);
+    if (j->value.data) lz_tier_release(tier->cache, tier->store, &j->value);
+    if (j->slot >= 0)
+        lz_staging_give(&tier->staging, j->slot);
+    else
+        free(j->copy);
+    free(j->keep);
+}
+
+/* Settles the loads the loader finished (after waiting for those numbered
+ * up to wait_for; 0: none): an enqueued upload is tracked as a pipelined
+ * one; a failed load's document is discarded (its requests fail to poll)
+ * and recomputed by the next plan. The tier's hold on each ends. */
+static void lz_tier_settle_loads(lz_tier *tier, uint64_t wait_for) {
+    lazyattn_cache *c = tier->cache;
+    for (lz_load_job *j = lz_tier_loader_take(tier->loader, wait_for), *next; j; j = next) {
+        next = j->next;
+        lz_entry *e = j->entry;
+        e->loading = 0;
+        tier->background++;
+        if (j->status == LAZYATTN_STATUS_OK && j->done) {
+            tier->load_bytes += (double)j->bytes;
+            tier->load_seconds += j->seconds;
+            if (j->sealed) tier->sealed++;
+            lz_upload up = {0};
+            up.done = j->done;
+            up.keep = j->keep;
+            up.entry = e;
+            if (!lz_tier_track(c, tier, &up, j->value.data ? &j->value : NULL, j->copy,
+                               j->slot)) {
+                j->done = NULL, j->keep = NULL; /* waited for and released by track */
+                lz_job_give_back(tier, j);
+            }
+        } else {
+            tier->pipelined++;
+            tier->failures++;
+            lz_job_give_back(tier, j);
+            lz_tier_refuse(tier, j->digest);
+            lz_cache_discard(c, e);
+            lz_log_rated(lz_pool_context(lz_cache_pool(c)), &lz_rate_load_refused,
+                         "tier: %s; the requests planned with document %016llx fail "
+                         "(lazyattn_request_poll_loads), their next plan recomputes it",
+                         j->reason[0] ? j->reason : "the load failed",
+                         (unsigned long long)j->doc_hash);
+        }
+        lz_cache_unpin(c, e);
+        lz_load_job_free(j);
+    }
+}
+
+static int lz_tier_await(lazyattn_cache *c, uint64_t load_id, int for_plan) {
+    lz_tier *tier = lz_cache_tier_state(c);
+    if (!tier) return LAZYATTN_STATUS_OK;
+    if (tier->loader) {
+        if (load_id && for_plan) tier->waits++;
+        lz_tier_settle_loads(tier, load_id);
+    }
+    return tier->n_uploads ? lz_tier_settle_uploads(tier, 0) : LAZYATTN_STATUS_OK;
 }
 
 static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e) {

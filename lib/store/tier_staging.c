@@ -4,10 +4,13 @@
 
 #include <string.h>
 
-void lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue queue) {
+int lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue queue) {
     memset(s, 0, sizeof *s);
     s->context = context;
     s->queue = queue;
+    if (lz_mutex_init(&s->lock) != 0)
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier's staging lock");
+    return LAZYATTN_STATUS_OK;
 }
 
 static void lz_slot_release(lz_tier_staging *s, struct lz_staging_slot *slot) {
@@ -38,8 +41,7 @@ static int lz_slot_make(lz_tier_staging *s, struct lz_staging_slot *slot, size_t
     return 1;
 }
 
-uint8_t *lz_staging_take(lz_tier_staging *s, size_t need, int *slot) {
-    if (!s->queue || need == 0 || need > LZ_STAGING_BYTES) return NULL;
+static uint8_t *lz_staging_take_locked(lz_tier_staging *s, size_t need, int *slot) {
     int best = -1;
     for (int i = 0; i < LZ_STAGING_SLOTS; i++) { /* the smallest free slot that holds it */
         struct lz_staging_slot *x = &s->slots[i];
@@ -64,10 +66,22 @@ uint8_t *lz_staging_take(lz_tier_staging *s, size_t need, int *slot) {
     return s->slots[best].ptr;
 }
 
+uint8_t *lz_staging_take(lz_tier_staging *s, size_t need, int *slot) {
+    if (!s->queue || need == 0 || need > LZ_STAGING_BYTES) return NULL;
+    lz_mutex_lock(&s->lock);
+    uint8_t *p = lz_staging_take_locked(s, need, slot);
+    lz_mutex_unlock(&s->lock);
+    return p;
+}
+
 void lz_staging_give(lz_tier_staging *s, int slot) {
-    if (slot >= 0 && slot < LZ_STAGING_SLOTS) s->slots[slot].busy = 0;
+    if (slot < 0 || slot >= LZ_STAGING_SLOTS) return;
+    lz_mutex_lock(&s->lock);
+    s->slots[slot].busy = 0;
+    lz_mutex_unlock(&s->lock);
 }
 
 void lz_staging_free(lz_tier_staging *s) {
     for (int i = 0; i < LZ_STAGING_SLOTS; i++) lz_slot_release(s, &s->slots[i]);
+    lz_mutex_destroy(&s->lock);
 }

@@ -6,11 +6,13 @@
  * straight into one; an engine's value is copied into one). A slot is
  * taken by one upload and given back once the upload ended; when none is
  * free or big enough the caller uses pageable memory (nothing waits).
- * Serving thread only. Not installed. */
+ * Taken and given back under a lock of its own (a loader thread takes
+ * slots, the serving thread gives them back). Not installed. */
 #ifndef LAZYATTN_TIER_STAGING_H
 #define LAZYATTN_TIER_STAGING_H
 
 #include "internal.h"
+#include "mutex.h"
 
 #define LZ_STAGING_SLOTS 4
 #define LZ_STAGING_BYTES ((size_t)1 << 30)
@@ -25,16 +27,19 @@ typedef struct lz_tier_staging {
         int busy;
     } slots[LZ_STAGING_SLOTS];
     size_t total; /* bytes of all slots */
+    lz_mutex lock; /* guards slots[] and total */
 } lz_tier_staging;
 
-/* Empty staging on context, mapping with queue (nothing allocated yet). */
-void lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue queue);
+/* Empty staging on context, mapping with queue (nothing allocated yet);
+ * OUT_OF_HOST_MEMORY when its lock cannot be made. */
+int lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue queue);
 /* A free slot of at least need bytes (made on first use, within the
  * bounds), taken: its memory, *slot its index; NULL when there is none. */
 uint8_t *lz_staging_take(lz_tier_staging *s, size_t need, int *slot);
 /* Gives slot back (its upload ended). */
 void lz_staging_give(lz_tier_staging *s, int slot);
-/* Unmaps and releases every slot; the uploads must have ended. */
+/* Unmaps and releases every slot, and the lock; the uploads must have
+ * ended. */
 void lz_staging_free(lz_tier_staging *s);
 
 #endif

@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The tier's loader (tier_loader.h): a FIFO of loads, one thread that gets,
+ * checks and enqueues each, and a list of those finished for the serving
+ * thread to take. */
+#include "store/tier_loader.h"
+#include "store/store_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if !defined(_WIN32)
+#include <pthread.h>
+#endif
+
+struct lz_tier_loader {
+    lazyattn_pool *pool;
+    lazyattn_store *store;
+    uint64_t model_id;
+    cl_command_queue queue;
+    lz_tier_staging *staging;
+    int tiled; /* the pool keeps TILED pages: a load reorders */
+#if !defined(_WIN32)
+    pthread_t thread;
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t wake;  /* a load queued, or stop */
+    pthread_cond_t ended; /* a load finished */
+#endif
+    lz_load_job *queued, **queued_tail; /* FIFO */
+    lz_load_job *finished, **finished_tail;
+    int n_queued, running, stop;
+    uint64_t finished_up_to; /* every load numbered up to this one is finished */
+};
+
+void lz_load_job_free(lz_load_job *j) {
+    if (!j) return;
+    free(j->tokens);
+    free(j->blocks);
+    free(j);
+}
+
+static double lz_loader_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The room a store reads a value into: a staging slot (none free: NULL). */
+typedef struct lz_loader_pick {
+    lz_tier_staging *staging;
+    int slot;
+} lz_loader_pick;
+
+static uint8_t *lz_loader_take_room(void *user, size_t size) {
+    lz_loader_pick *p = user;
+    if (p->slot >= 0) lz_staging_give(p->staging, p->slot); /* an earlier read's, failed */
+    p->slot = -1;
+    return lz_staging_take(p->staging, size, &p->slot);
+}
+
+/* Runs job j: its fields out set (status OK: the upload enqueued). */
+static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
+    double t0 = lz_loader_now();
+    lz_loader_pick pick = {l->staging, -1};
+    lz_store_room room = {lz_loader_take_room, &pick};
+    lazyattn_doc_key key = {l->model_id, {0}};
+    memcpy(key.digest, j->digest, sizeof key.digest);
+    lazyattn_store_value v;
+    memset(&v, 0, sizeof v);
+    int st = lz_store_get_into(l->store, key, &room, &v);
+    if (st == LAZYATTN_STATUS_NOT_FOUND) {
+        lz_fail(st, "tier load: the %s store no longer holds document %016llx",
+                lazyattn_store_name(l->store), (unsigned long long)j->doc_hash);
+    } else if (st) { /* named here: an engine's store sets no error of the library's */
+        char why[200];
+        snprintf(why, sizeof why, "%s", lazyattn_last_error());
+        lz_fail(st, "tier load: the %s store's get of document %016llx failed: %s (%s)",
+                lazyattn_store_name(l->store), (unsigned long long)j->doc_hash,
+                lazyattn_status_string(st), why);
+    }
+    uint8_t *copy = NULL;
+    const uint8_t *data = v.data;
+    if (!st) {
+        j->bytes = v.size;
+        j->sealed = lz_store_value_sealed(l->store, &v);
+        if (!lz_store_values_private(l->store)) { /* an engine's: copied once, then checked */
+            if (pick.slot < 0) copy = lz_staging_take(l->staging, v.size, &pick.slot);
+            if (!copy) copy = malloc(v.size ? v.size : 1);
+            if (copy && v.size) memcpy(copy, v.data, v.size);
+            lazyattn_store_release(l->store, &v);
+            memset(&v, 0, sizeof v);
+            data = copy;
+            if (!copy)
+                st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY,
+                             "tier load: no %zu bytes to copy the store's value into", j->bytes);
+        }
+    }
+    lz_upload up = {0};
+    if (!st) {
+        up.queue = l->queue;
+        up.gate = j->done; /* the gate, handed in submit (tests) */
+        j->done = NULL;
+        /* a TILED pool's reorder goes to a pinned slot where one is free */
+        if (l->tiled && pick.slot < 0) {
+            up.room = lz_staging_take(l->staging, j->bytes, &pick.slot);
+            up.room_bytes = up.room ? j->bytes : 0;
+        }
+        st = lz_kv_load_bytes(l->pool, l->model_id, data, j->bytes, j->sealed, j->digest,
+                              j->doc_hash, j->tokens, j->n_tokens, j->blocks, j->n_blocks, &up,
+                              "tier load");
+        if (up.gate) clReleaseEvent(up.gate);
+    } else if (j->done) {
+        clReleaseEvent(j->done); /* the gate */
+        j->done = NULL;
+    }
+    j->status = st;
+    if (st) {
+        snprintf(j->reason, sizeof j->reason, "%s", lazyattn_last_error());
+        if (v.data) lazyattn_store_release(l->store, &v);
+        if (pick.slot >= 0)
+            lz_staging_give(l->staging, pick.slot);
+        else
+            free(copy);
+        return;
+    }
+    j->done = up.done;
+    j->keep = up.keep;
+    j->value = v;
+    j->copy = copy;
+    j->slot = pick.slot;
+    j->seconds = lz_loader_now() - t0;
+}
+
+#if !defined(_WIN32)
+/* Moves j to the finished list (the lock held). */
+static void lz_loader_finish(lz_tier_loader *l, lz_load_job *j) {
+    j->next = NULL;
+    *l->finished_tail = j;
+    l->finished_tail = &j->next;
+    if (j->load_id > l->finished_up_to) l->finished_up_to = j->load_id;
+    pthread_cond_broadcast(&l->ended);
+}
+
+static void *lz_loader_main(void *arg) {
+    lz_tier_loader *l = arg;
+    pthread_mutex_lock(&l->lock);
+    for (;;) {
+        while (!l->queued && !l->stop) pthread_cond_wait(&l->wake, &l->lock);
+        if (l->stop) break; /* what is queued is dropped by stop */
+        lz_load_job *j = l->queued;
+        l->queued = j->next;
+        if (!l->queued) l->queued_tail = &l->queued;
+        l->n_queued--;
+        l->running = 1;
+        pthread_mutex_unlock(&l->lock);
+        lz_loader_run(l, j);
+        pthread_mutex_lock(&l->lock);
+        l->running = 0;
+        lz_loader_finish(l, j);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return NULL;
+}
+#endif
+
+int lz_tier_loader_create(lazyattn_pool *pool, lazyattn_store *store, uint64_t model_id,
+                          cl_command_queue queue, lz_tier_staging *staging,
+                          lz_tier_loader **out) {
+    *out = NULL;
+#if defined(_WIN32)
+    (void)pool, (void)store, (void)model_id, (void)queue, (void)staging;
+    return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                   "lazyattn_cache_set_tier_options: no loader thread on Windows: load "
+                   "PIPELINED instead");
+#else
+    lz_tier_loader *l = calloc(1, sizeof *l);
+    if (!l) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier's loader");
+    l->pool = pool;
+    l->store = store;
+    l->model_id = model_id;
+    l->queue = queue;
+    l->staging = staging;
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(pool, &pc);
+    l->tiled = pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED;
+    l->queued_tail = &l->queued;
+    l->finished_tail = &l->finished;
+    int made = 0;
+    if (pthread_mutex_init(&l->lock, NULL) == 0) made++;
+    if (made == 1 && pthread_cond_init(&l->wake, NULL) == 0) made++;
+    if (made == 2 && pthread_cond_init(&l->ended, NULL) == 0) made++;
+    if (made == 3 && pthread_create(&l->thread, NULL, lz_loader_main, l) == 0) made++;
+    if (made < 4) {
+        if (made > 2) pthread_cond_destroy(&l->ended);
+        if (made > 1) pthread_cond_destroy(&l->wake);
+        if (made > 0) pthread_mutex_destroy(&l->lock);
+        free(l);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier's loader thread");
+    }
+    *out = l;
+    return LAZYATTN_STATUS_OK;
+#endif
+}
+
+int lz_tier_loader_submit(lz_tier_loader *l, lz_entry *entry, uint64_t load_id,
+                          const uint8_t digest[32], uint64_t doc_hash, const int32_t *tokens,
+                          int n_tokens, const int32_t *blocks, int n_blocks, cl_event gate) {
+    lz_load_job *j = calloc(1, sizeof *j);
+    if (j) {
+        j->tokens = malloc((size_t)n_tokens * sizeof *tokens);
+        j->blocks = malloc((size_t)n_blocks * sizeof *blocks);
+    }
+    if (!j || !j->tokens || !j->blocks) {
+        lz_load_job_free(j);
+        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier load: the loader's job");
+    }
+    memcpy(j->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
+    memcpy(j->blocks, blocks, (size_t)n_blocks * sizeof *blocks);
+    j->n_tokens = n_tokens;
+    j->n_blocks = n_blocks;
+    j->entry = entry;
+    j->load_id = load_id;
+    j->doc_hash = doc_hash;
+    memcpy(j->digest, digest, sizeof j->digest);
+    j->slot = -1;
+    if (gate) clRetainEvent(gate);
+    j->done = gate; /* carried to the run as its gate */
+#if !defined(_WIN32)
+    pthread_mutex_lock(&l->lock);
+    *l->queued_tail = j;
+    l->queued_tail = &j->next;
+    l->n_queued++;
+    pthread_cond_signal(&l->wake);
+    pthread_mutex_unlock(&l->lock);
+#else
+    (void)l;
+#endif
+    return LAZYATTN_STATUS_OK;
+}
+
+lz_load_job *lz_tier_loader_take(lz_tier_loader *l, uint64_t wait_for) {
+#if !defined(_WIN32)
+    pthread_mutex_lock(&l->lock);
+    while (wait_for > l->finished_up_to && !l->stop) pthread_cond_wait(&l->ended, &l->lock);
+    lz_load_job *list = l->finished;
+    l->finished = NULL;
+    l->finished_tail = &l->finished;
+    pthread_mutex_unlock(&l->lock);
+    return list;
+#else
+    (void)l, (void)wait_for;
+    return NULL;
+#endif
+}
+
+int lz_tier_loader_pending(lz_tier_loader *l) {
+#if !defined(_WIN32)
+    pthread_mutex_lock(&l->lock);
+    int n = l->n_queued + l->running;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+#else
+    (void)l;
+    return 0;
+#endif
+}
+
+void lz_tier_loader_stop(lz_tier_loader *l) {
+#if !defined(_WIN32)
+    pthread_mutex_lock(&l->lock);
+    if (l->stop) {
+        pthread_mutex_unlock(&l->lock);
+        return;
+    }
+    l->stop = 1;
+    pthread_cond_broadcast(&l->wake);
+    pthread_mutex_unlock(&l->lock);
+    pthread_join(l->thread, NULL);
+    pthread_mutex_lock(&l->lock);
+    while (l->queued) { /* dropped: never got, nothing enqueued */
+        lz_load_job *j = l->queued;
+        l->queued = j->next;
+        if (j->done) clReleaseEvent(j->done); /* the gate */
+        j->done = NULL;
+        j->status = LAZYATTN_STATUS_NOT_FOUND;
+        snprintf(j->reason, sizeof j->reason,
+                 "tier load: document %016llx dropped: the tier was detached before its load",
+                 (unsigned long long)j->doc_hash);
+        lz_loader_finish(l, j);
+    }
+    l->queued_tail = &l->queued;
+    l->n_queued = 0;
+    pthread_mutex_unlock(&l->lock);
+#else
+    (void)l;
+#endif
+}
+
+void lz_tier_loader_destroy(lz_tier_loader *l) {
+    if (!l) return;
+    lz_tier_loader_stop(l);
+    for (lz_load_job *j = lz_tier_loader_take(l, 0), *n; j; j = n) { /* not taken: none */
+        n = j->next;
+        lz_load_job_free(j);
+    }
+#if !defined(_WIN32)
+    pthread_cond_destroy(&l->ended);
+    pthread_cond_destroy(&l->wake);
+    pthread_mutex_destroy(&l->lock);
+#endif
+    free(l);
+}
