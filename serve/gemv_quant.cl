@@ -14,12 +14,13 @@
  *   w = scale * q         (Q6_K: a group a segment; Q8_0, Q4_0: the task)
  * The dequantizer computes each w with serve/quant.c's arithmetic to the
  * bit (one rounding per product, no contraction). The GEMV sums a group
- * as A * sum(v x) - B * sum(x) (see "the GEMV's view of a task": Q4_K and
- * Q6_K read v = 1 + q / 2^b, a byte permute a value, and Q4_K's tasks are
- * 64 values), the same sum to a few f32 roundings, with one multiply-add
- * a value. Counted in ptxas's SASS for sm_90 (of clang's NVPTX output),
- * the one-row loop spends 4.5 instructions a Q4_K value (was 7.8) and 7.2
- * a Q6_K value (was 10.3): the GEMV was bound by issue, not by bytes.
+ * as scale * sum(q x) - min * sum(x): the same sum to f32 rounding, with
+ * one multiply-add a value (see "the GEMV's view of a task": Q4_K and
+ * Q6_K tasks of 64 values, their integers by byte permutes). Counted in
+ * ptxas's SASS for sm_90 (of clang's NVPTX output), the one-row loop
+ * spends 5.3 instructions a Q4_K value (7.8 with 32-value tasks and
+ * shifts) and 6.0 a Q6_K value (10.3): the GEMV is bound by issue, not
+ * by bytes.
  *
  * GEMV: a work-group of GQ_TEAMS teams of GQ_LANES work-items; a row set
  * of GQ_NW weight rows (output columns; for SwiGLU two gate rows and
@@ -34,7 +35,7 @@
  * Kernels for 1 activation row and for up to GQ_MAX_ROWS. Plain OpenCL C
  * 1.2, no extension (f16 scales decoded with integer arithmetic); with
  * LAZYATTN_FAST_NV (the host's, on NVIDIA's fast path) the byte permute
- * and a three-input logic op are PTX, the same bits as the portable
+ * and a three-input logic op are PTX: the same bits as the portable
  * shifts and masks. */
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -256,17 +257,15 @@ static int gq_xoff_q6_k(int t, int s) {
 #endif
 
 /* ---- the GEMV's view of a task ----
- * The dequantizer above needs each w to the bit; the GEMV only needs the
- * sums. It reads Q4_K and Q6_K values as v = 1 + q / 2^b (b = 4, 6): the
- * integer q in the top bits of a float's mantissa, exact, one byte permute
- * a value and no subtraction; a group's S = sum(v x) beside X = sum(x)
- * gives sum(q x) = 2^b (S - X), and the group's sum(w x) = A S - B X:
- *   Q4_K (w = d q - m):      A = 16 d, B = 16 d + m
- *   Q6_K (w = d (q - 32)):   A = 64 d, B = 96 d
- * (S - X cancels about one bit of S, v being in [1, 2): a few f32
- * roundings more than the exact form's.) A Q4_K task is a whole pair of
- * sub-blocks, 64 values: its block's scales decoded once for twice the
- * values. The other types keep the exact form (A = d, B = m or 0).
+ * The GEMV sums a group as A sum(q x) - B sum(x) (A the group's scale, B
+ * its min, or 0). Q4_K and Q6_K tasks are 64 values, so that a block's
+ * scales are decoded once for twice the values (a Q4_K task a whole pair
+ * of sub-blocks; a Q6_K one 16 values of each quarter of a half), and
+ * their integers are whole bytes put under the exponent byte 0x4B by one
+ * byte permute a value (2^23 + q, exact, as GQ_INT). (The form
+ * 1 + q / 2^b, which needs no subtraction, was tried: four to six times
+ * the rounding, and 1.3e-4 on test_write_gguf's small Q4_K_M model
+ * against 1e-4.) The other types read as the dequantizer does.
  * GQ_GV_CHUNKS: 32-value chunks a task; GQ_GV_SEGS segments of 8 a task,
  * GQ_GV_SPG a group; GQ_GV_X: the groups need X. */
 typedef struct gq_gvtask {
@@ -282,22 +281,22 @@ static uint gq_prmt(uint a, uint b, uint sel) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
     return d;
 }
-/* the float 1 + (byte k of v, whose top bit is set) / 256 * 2: byte k into
-   bits 16..23 under an exponent byte 0x3F */
-#define GQ_FRAC(v, k) as_float(gq_prmt((v), 0x3F000000u, 0x7044u | (k) << 8))
+/* 2^23 + byte k of v as a float: the byte under an exponent byte 0x4B */
+#define GQ_BYTE(v, k) as_float(gq_prmt((v), 0x4B000000u, 0x7440u | (k)))
 static uint gq_and_or(uint a, uint m, uint c) { /* (a & m) | c */
     uint d;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
     return d;
 }
 #else
-#define GQ_FRAC(v, k) as_float((((v) >> (8 * (k))) & 0xFFu) << 16 | 0x3F000000u)
+#define GQ_BYTE(v, k) as_float((((v) >> (8 * (k))) & 0xFFu) | 0x4B000000u)
 static uint gq_and_or(uint a, uint m, uint c) { return (a & m) | c; }
 #endif
-/* the 8 values of two words of such bytes */
-static float8 gq_frac8(uint v0, uint v1) {
-    return (float8)(GQ_FRAC(v0, 0), GQ_FRAC(v0, 1), GQ_FRAC(v0, 2), GQ_FRAC(v0, 3),
-                    GQ_FRAC(v1, 0), GQ_FRAC(v1, 1), GQ_FRAC(v1, 2), GQ_FRAC(v1, 3));
+/* the 8 bytes of two words, each less offset, as floats (exact) */
+static float8 gq_bytes8_less(uint v0, uint v1, float offset) {
+    return (float8)(GQ_BYTE(v0, 0), GQ_BYTE(v0, 1), GQ_BYTE(v0, 2), GQ_BYTE(v0, 3),
+                    GQ_BYTE(v1, 0), GQ_BYTE(v1, 1), GQ_BYTE(v1, 2), GQ_BYTE(v1, 3)) -
+           (8388608.0f + offset);
 }
 
 /* Q4_K: task t is pair p = t % 4 of block t / 4: its 32 bytes; segment s
@@ -308,7 +307,7 @@ static void gq_gv_load_q4_k(__global const uchar *row, int t, gq_gvtask *k) {
     int p = t % 4;
     gq_task h;
     gq_load_k45(blk, p, &h);
-    for (int g = 0; g < 2; g++) k->A[g] = 16.0f * h.sc[g], k->B[g] = mad(16.0f, h.sc[g], h.mn[g]);
+    for (int g = 0; g < 2; g++) k->A[g] = h.sc[g], k->B[g] = h.mn[g];
     __global const uint4 *q = (__global const uint4 *)(blk + 16 + p * 32);
     uint4 a = q[0], b = q[1];
     k->q[0] = a.x, k->q[1] = a.y, k->q[2] = a.z, k->q[3] = a.w;
@@ -316,10 +315,8 @@ static void gq_gv_load_q4_k(__global const uchar *row, int t, gq_gvtask *k) {
 }
 static float8 gq_gv_seg_q4_k(const gq_gvtask *k, int s) {
     uint w0 = k->q[2 * (s % 4)], w1 = k->q[2 * (s % 4) + 1];
-    /* bytes 0x80 | q << 3 */
-    w0 = s < 4 ? w0 << 3 : w0 >> 1, w1 = s < 4 ? w1 << 3 : w1 >> 1;
-    return gq_frac8(gq_and_or(w0, 0x78787878u, 0x80808080u),
-                    gq_and_or(w1, 0x78787878u, 0x80808080u));
+    if (s >= 4) w0 >>= 4, w1 >>= 4; /* the high nibbles */
+    return gq_bytes8_less(w0 & 0x0F0F0F0Fu, w1 & 0x0F0F0F0Fu, 0.0f);
 }
 static int gq_gv_xoff_q4_k(int t, int s) {
     return (t / 4) * 256 + (t % 4) * 64 + (s / 4) * 32 + (s % 4) * 8;
@@ -347,9 +344,8 @@ static uint4 gq_load16_a2(__global const uchar *p) {
 /* Q6_K: task t is 16 values of each quarter of a half, 64 in all: block
  * t / 4, half H = (t % 4) / 2, values l = 16 j .. 16 j + 15 (j = t % 2) of
  * quarter Q of the half (one scale each: byte j + 2 Q of the half's 8);
- * segment s is values 8 (s % 2).. of quarter s / 2, its bytes
- * 0x80 | q << 1 from ql (+32 for odd Q, the high nibble for Q >= 2) and
- * bits 2Q of qh. */
+ * segment s is values 8 (s % 2).. of quarter s / 2, its 6-bit q from ql
+ * (+32 for odd Q, the high nibble for Q >= 2) and bits 2Q of qh. */
 static void gq_gv_load_q6_k(__global const uchar *row, int t, gq_gvtask *k) {
     __global const uchar *blk = row + (size_t)(t / 4) * 210;
     int H = (t % 4) / 2, j = t % 2;
@@ -358,7 +354,7 @@ static void gq_gv_load_q6_k(__global const uchar *row, int t, gq_gvtask *k) {
     for (int Q = 0; Q < 4; Q++) {
         uint b = ((Q < 2 ? sc.x : sc.y) >> ((uint)(j + 2 * (Q & 1)) * 8u)) & 0xFFu;
         float sq = d * GQ_INT(b ^ 0x80u, 128.0f); /* d times the int8 b */
-        k->A[Q] = 64.0f * sq, k->B[Q] = 96.0f * sq;
+        k->A[Q] = sq, k->B[Q] = 0.0f;
     }
     uint4 a = gq_load16_a2(blk + H * 64 + 16 * j), c = gq_load16_a2(blk + H * 64 + 32 + 16 * j),
           h = gq_load16_a2(blk + 128 + H * 32 + 16 * j);
@@ -371,11 +367,11 @@ static float8 gq_gv_seg_q6_k(const gq_gvtask *k, int s) {
     uint v[2];
     for (int i = 0; i < 2; i++) {
         uint lo = k->q[(Q & 1) * 4 + 2 * e + i], hi = k->hq[2 * e + i];
-        lo = Q < 2 ? lo << 1 : lo >> 3;                            /* nibble to bits 1..4 */
-        hi = Q == 3 ? hi >> 1 : hi << (5 - 2 * Q);                 /* its 2 bits to 5..6 */
-        v[i] = gq_and_or(hi, 0x60606060u, gq_and_or(lo, 0x1E1E1E1Eu, 0x80808080u));
+        lo = Q < 2 ? lo : lo >> 4;                                 /* nibble to bits 0..3 */
+        hi = Q == 3 ? hi >> 2 : hi << (4 - 2 * Q);                 /* its 2 bits to 4..5 */
+        v[i] = gq_and_or(hi, 0x30303030u, lo & 0x0F0F0F0Fu);
     }
-    return gq_frac8(v[0], v[1]);
+    return gq_bytes8_less(v[0], v[1], 32.0f);
 }
 static int gq_gv_xoff_q6_k(int t, int s) {
     return (t / 4) * 256 + ((t % 4) / 2) * 128 + (s / 2) * 32 + (t % 2) * 16 + (s % 2) * 8;
@@ -409,7 +405,7 @@ static float8 gq_gv_seg_exact(const gq_gvtask *k, int s) {
 #define GQ_GV_XOFF gq_gv_xoff_q6_k
 #define GQ_GV_CHUNKS 2
 #define GQ_GV_SPG 2
-#define GQ_GV_X 1
+#define GQ_GV_X 0
 #else
 #define GQ_GV_LOAD gq_gv_load_exact
 #define GQ_GV_SEG gq_gv_seg_exact
