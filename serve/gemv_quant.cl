@@ -16,11 +16,9 @@
  * bit (one rounding per product, no contraction). The GEMV sums a group
  * as scale * sum(q x) - min * sum(x): the same sum to f32 rounding, with
  * one multiply-add a value (see "the GEMV's view of a task": Q4_K and
- * Q6_K tasks of 64 values, their integers by byte permutes). Counted in
- * ptxas's SASS for sm_90 (of clang's NVPTX output), the one-row loop
- * spends 5.3 instructions a Q4_K value (7.8 with 32-value tasks and
- * shifts) and 6.0 a Q6_K value (10.3): the GEMV is bound by issue, not
- * by bytes.
+ * Q6_K tasks of 64 values, their integers by byte permutes): the GEMV is
+ * bound by instruction issue, not by bytes (docs/PERFLOG.md, "The GEMV
+ * bound by issue"), so every instruction a value counts.
  *
  * GEMV: a work-group of GQ_TEAMS teams of GQ_LANES work-items; a row set
  * of GQ_NW weight rows (output columns; for SwiGLU two gate rows and
@@ -262,10 +260,8 @@ static int gq_xoff_q6_k(int t, int s) {
  * scales are decoded once for twice the values (a Q4_K task a whole pair
  * of sub-blocks; a Q6_K one 16 values of each quarter of a half), and
  * their integers are whole bytes put under the exponent byte 0x4B by one
- * byte permute a value (2^23 + q, exact, as GQ_INT). (The form
- * 1 + q / 2^b, which needs no subtraction, was tried: four to six times
- * the rounding, and 1.3e-4 on test_write_gguf's small Q4_K_M model
- * against 1e-4.) The other types read as the dequantizer does.
+ * byte permute a value (2^23 + q, exact, as GQ_INT). The other types
+ * read as the dequantizer does.
  * GQ_GV_CHUNKS: 32-value chunks a task; GQ_GV_SEGS segments of 8 a task,
  * GQ_GV_SPG a group; GQ_GV_X: the groups need X. */
 typedef struct gq_gvtask {
@@ -379,7 +375,7 @@ static int gq_gv_xoff_q6_k(int t, int s) {
 
 /* the exact form (Q8_0, Q4_0, Q5_K) */
 static void gq_gv_load_exact(__global const uchar *row, int t, gq_gvtask *k) {
-    gq_task h;
+    gq_task h = {{0.0f}, {0.0f}, {0u}, 0u}; /* the type's load sets what it uses */
     GQ_LOAD(row, t, &h);
     for (int g = 0; g < 4; g++) k->A[g] = h.sc[g], k->B[g] = h.mn[g];
     for (int i = 0; i < 8; i++) k->q[i] = h.q[i];
