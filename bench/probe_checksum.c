@@ -5,22 +5,11 @@
  * checks every byte it imports on the serving thread: at 10 GB/s a
  * 256 MiB document (2048 tokens of the 8B shape) costs ~27 ms. */
 #include "cache/cache_internal.h" /* lz_kv_checksum */
+#include "bench_util.h"
 #include "cli_options.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
-
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
     uint64_t size = 256ull << 20;
@@ -49,11 +38,11 @@ int main(int argc, char **argv) {
     }
     volatile uint64_t sink = lz_kv_checksum(p, (size_t)size);
     for (int i = 0; i < reps; i++) {
-        double t0 = seconds();
+        double t0 = bench_seconds();
         sink ^= lz_kv_checksum(p, (size_t)size);
-        t[i] = seconds() - t0;
+        t[i] = bench_seconds() - t0;
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
     printf("payload checksum: %.2f GB/s (median of %d over %llu bytes; best %.2f)\n",
            (double)size / t[reps / 2] / 1e9, reps, (unsigned long long)size, (double)size / t[0] / 1e9);
     (void)sink;

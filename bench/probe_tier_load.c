@@ -10,24 +10,13 @@
  * and the ms until the request is ready to run (poll, then its uploads
  * complete on the device). Public API only; any OpenCL device (PoCL in
  * CI's image: device memory is host memory). */
+#include "bench_util.h"
 #include "cli_options.h"
 #include "lazyattn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static int fail(const char *what, int st) {
     fprintf(stderr, "probe_tier_load: %s: %s (%s)\n", what, lazyattn_status_string(st),
@@ -143,16 +132,16 @@ int main(int argc, char **argv) {
         for (int k = 0; k < rounds && !st; k++) {
             st = lazyattn_cache_trim(cache, 0); /* every document a miss of the GPU cache */
             lazyattn_request *req = NULL;
-            double t0 = seconds();
+            double t0 = bench_seconds();
             if (!st) st = lazyattn_request_create(cache, &all, &req);
-            double t1 = seconds();
+            double t1 = bench_seconds();
             int pending = 0, failed = 0;
             if (!st) st = lazyattn_request_poll_loads(req, 1, &pending, &failed);
             if (!st && failed) st = LAZYATTN_STATUS_NOT_FOUND;
             if (!st) st = lazyattn_pool_order_reads(pool, -1, NULL);
             if (!st && clFinish(lazyattn_context_queue(ctx)) != CL_SUCCESS)
                 st = LAZYATTN_STATUS_OPENCL;
-            double t2 = seconds();
+            double t2 = bench_seconds();
             lazyattn_request_destroy(req);
             create_ms[k] = 1e3 * (t1 - t0);
             ready_ms[k] = 1e3 * (t2 - t0);
@@ -165,8 +154,8 @@ int main(int argc, char **argv) {
             rc = fail(names[m], st);
             goto out;
         }
-        qsort(create_ms, (size_t)rounds, sizeof(double), cmp_double);
-        qsort(ready_ms, (size_t)rounds, sizeof(double), cmp_double);
+        qsort(create_ms, (size_t)rounds, sizeof(double), bench_cmp_double);
+        qsort(ready_ms, (size_t)rounds, sizeof(double), bench_cmp_double);
         printf("| %s | %.1f | %.1f | %lld |\n", names[m], create_ms[rounds / 2],
                ready_ms[rounds / 2], (long long)s.tier_hits);
     }

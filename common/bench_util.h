@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Helpers of the two GPU benchmark programs (bench_kernels, tune_kernels):
- * status checks that end the program, a seeded uniform generator, device
- * buffers and a comparator for medians. Programs only: the library never
- * exits. */
+/* Helpers of the benchmark and probe programs (bench_kernels, tune_kernels,
+ * bench/probe_*): status checks that end the program, a seeded uniform
+ * generator, device buffers, a monotonic clock and a comparator for
+ * medians. Programs only: the library never exits. */
 #ifndef LAZYATTN_BENCH_UTIL_H
 #define LAZYATTN_BENCH_UTIL_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "lazyattn.h"
 
@@ -46,6 +47,13 @@ static inline cl_mem bench_buffer(cl_context context, const void *data, size_t b
                               (void *)data, &err);
     CLCHECK(err);
     return m;
+}
+
+/* Seconds on the monotonic clock. */
+static inline double bench_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 /* qsort comparator of doubles (medians). */
