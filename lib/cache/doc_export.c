@@ -140,6 +140,21 @@ static int lz_staging_new(const lazyattn_pool_config *pc, int n_blocks, const ch
     return LAZYATTN_STATUS_OK;
 }
 
+/* The reorder buffer of an import into n_blocks of a pool: up's room (the
+ * caller's pinned memory, not freed here) when it is a TILED pool's and
+ * large enough, in *room; else lz_staging_new's, in *staging (NULL for a
+ * ROWS pool; the caller frees it). */
+static int lz_reorder_buffer(const lazyattn_pool_config *pc, int n_blocks, const lz_upload *up,
+                             const char *w, uint8_t **staging, uint8_t **room) {
+    *staging = *room = NULL;
+    if (pc->kv_layout == LAZYATTN_KV_LAYOUT_TILED && up && up->room &&
+        up->room_bytes >= lz_staging_bytes(pc, n_blocks)) {
+        *room = up->room;
+        return LAZYATTN_STATUS_OK;
+    }
+    return lz_staging_new(pc, n_blocks, w, staging);
+}
+
 // ---- export ----
 
 static int lz_export_find(const lazyattn_cache *c, uint64_t doc_hash, const char *who,
@@ -433,19 +448,14 @@ int lazyattn_kv_describe(const void *data, size_t size, lazyattn_kv_info *info) 
     return LAZYATTN_STATUS_OK;
 }
 
-/* Checks a header against the cache: everything that can be known before
- * the payload. */
-static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, size_t size,
-                                  const char *w, lz_kv_header *h) {
-    if (lz_cache_policy(c)->id != LAZYATTN_CACHE_POLICY_LAZY)
-        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
-                       "%s: only a LAZY cache imports documents (this cache is %s)", w,
-                       lazyattn_cache_policy_name(lz_cache_policy(c)->id));
+/* Checks a header against pool and model_id: everything that can be known
+ * before the payload. Touches no cache (the tier's loader checks with it). */
+static int lz_kv_check_header(lazyattn_pool *pool, uint64_t model_id, const uint8_t *p,
+                              size_t size, const char *w, lz_kv_header *h) {
     int st = lz_header_check(p, size, w, h);
     if (st) return st;
     lazyattn_pool_config pc;
-    lazyattn_pool_get_config(lz_cache_pool(c), &pc);
-    uint64_t model_id = lz_cache_model_id(c);
+    lazyattn_pool_get_config(pool, &pc);
     if (h->model_id != model_id)
         return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
                        "%s: exported under model_id %016llx, this cache has %016llx", w,
@@ -466,7 +476,7 @@ static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, siz
                        (unsigned long long)h->payload_bytes, h->n_tokens,
                        (unsigned long long)payload);
     /* The bound on any size read from outside: what the whole pool holds. */
-    int64_t pool_blocks = lz_pool_n_blocks(lz_cache_pool(c));
+    int64_t pool_blocks = lz_pool_n_blocks(pool);
     if ((int64_t)h->n_blocks > pool_blocks) {
         uint64_t bound = lz_payload_bytes(&pc, h->n_tokens, (uint64_t)pool_blocks);
         return lz_fail(LAZYATTN_STATUS_BUDGET_EXCEEDED,
@@ -477,6 +487,16 @@ static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, siz
                        (long long)pool_blocks, (unsigned long long)bound);
     }
     return LAZYATTN_STATUS_OK;
+}
+
+/* lz_kv_check_header against the cache's pool and model; a LAZY cache only. */
+static int lz_import_check_header(const lazyattn_cache *c, const uint8_t *p, size_t size,
+                                  const char *w, lz_kv_header *h) {
+    if (lz_cache_policy(c)->id != LAZYATTN_CACHE_POLICY_LAZY)
+        return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
+                       "%s: only a LAZY cache imports documents (this cache is %s)", w,
+                       lazyattn_cache_policy_name(lz_cache_policy(c)->id));
+    return lz_kv_check_header(lz_cache_pool(c), lz_cache_model_id(c), p, size, w, h);
 }
 
 /* The payload's K/V part (ROWS order), for each layer its K blocks then its
@@ -588,10 +608,8 @@ static int lz_import(lazyattn_cache *c, const uint8_t *p, size_t size, uint64_t 
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(pool, &pc);
     uint8_t *staging = NULL, *room = NULL; /* room: the caller's (pinned), not freed here */
-    if (ctx && pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && up && up->room &&
-        up->room_bytes >= lz_staging_bytes(&pc, n_blocks))
-        room = up->room;
-    else if (ctx && (st = lz_staging_new(&pc, n_blocks, w, &staging)) != LAZYATTN_STATUS_OK) {
+    if (ctx &&
+        (st = lz_reorder_buffer(&pc, n_blocks, up, w, &staging, &room)) != LAZYATTN_STATUS_OK) {
         free(tokens);
         free(blocks);
         return st;
@@ -638,28 +656,18 @@ int lz_kv_load_bytes(lazyattn_pool *pool, uint64_t model_id, const uint8_t *p, s
                      lz_upload *up, const char *w) {
     up->done = NULL, up->keep = NULL, up->entry = NULL;
     lz_kv_header h;
-    int st = lz_header_check(p, size, w, &h);
+    int st = lz_kv_check_header(pool, model_id, p, size, w, &h);
     if (st) return st;
-    lazyattn_pool_config pc;
-    lazyattn_pool_get_config(pool, &pc);
-    if (h.model_id != model_id || memcmp(h.digest, digest, sizeof h.digest) != 0 ||
-        h.doc_hash != doc_hash || h.n_tokens != (uint32_t)n_tokens ||
-        h.n_blocks != (uint32_t)n_blocks)
+    if (memcmp(h.digest, digest, sizeof h.digest) != 0 || h.doc_hash != doc_hash ||
+        h.n_tokens != (uint32_t)n_tokens || h.n_blocks != (uint32_t)n_blocks)
         return lz_fail(LAZYATTN_STATUS_FORMAT,
                        "%s: the value for document %016llx is another document's", w,
                        (unsigned long long)doc_hash);
-    if (h.n_layers != (uint32_t)pc.n_layers || h.n_kv_heads != (uint32_t)pc.n_kv_heads ||
-        h.head_dim != (uint32_t)pc.head_dim || h.block_size != (uint32_t)pc.block_size ||
-        h.dtype != (uint32_t)pc.dtype)
-        return lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT,
-                       "%s: exported from another geometry (%u layers x %u KV heads x d %u, B %u, "
-                       "dtype %u)",
-                       w, h.n_layers, h.n_kv_heads, h.head_dim, h.block_size, h.dtype);
-    uint64_t payload = lz_payload_bytes(&pc, h.n_tokens, h.n_blocks);
-    if (payload == 0 || h.payload_bytes != payload ||
-        size - LAZYATTN_KV_HEADER_BYTES != h.payload_bytes)
+    if (size - LAZYATTN_KV_HEADER_BYTES != h.payload_bytes)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: %zu bytes, the header says %llu", w, size,
                        (unsigned long long)(h.payload_bytes + LAZYATTN_KV_HEADER_BYTES));
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(pool, &pc);
     const uint8_t *body = p + LAZYATTN_KV_HEADER_BYTES;
     if (!sealed && lz_kv_checksum(body, (size_t)h.payload_bytes) != h.payload_checksum)
         return lz_fail(LAZYATTN_STATUS_FORMAT, "%s: payload checksum does not match", w);
@@ -668,11 +676,8 @@ int lz_kv_load_bytes(lazyattn_pool *pool, uint64_t model_id, const uint8_t *p, s
         if ((int32_t)lz_get32(body + 4 * (size_t)t) != tokens[t])
             return lz_fail(LAZYATTN_STATUS_FORMAT,
                            "%s: the value's tokens are not the document's (token %d)", w, t);
-    uint8_t *staging = NULL, *room = NULL;
-    if (pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && up->room &&
-        up->room_bytes >= lz_staging_bytes(&pc, n_blocks))
-        room = up->room;
-    else if ((st = lz_staging_new(&pc, n_blocks, w, &staging)) != LAZYATTN_STATUS_OK)
+    uint8_t *staging, *room;
+    if ((st = lz_reorder_buffer(&pc, n_blocks, up, w, &staging, &room)) != LAZYATTN_STATUS_OK)
         return st;
     st = lz_import_write(lz_pool_context(pool), pool, blocks, n_blocks,
                          body + 4 * (size_t)n_tokens, room ? room : staging, up);
