@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- errors (status.c) ---- */
 
@@ -300,6 +301,12 @@ static inline int lz_grow_bytes(uint8_t **buf, size_t *cap, size_t need, size_t 
 }
 
 static inline size_t lz_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+/* Seconds on the monotonic clock. */
+static inline double lz_seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 static inline cl_command_queue lz_queue(const lazyattn_context *ctx, cl_command_queue q) {
     return q ? q : ctx->queue;
 }

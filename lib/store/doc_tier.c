@@ -15,7 +15,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Documents whose background load failed, remembered so that the plan
  * made again recomputes them instead of failing the same way. */
@@ -269,12 +268,6 @@ static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key ke
     return st;
 }
 
-static double lz_seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The cost rule: 1 when recomputing n_tokens is expected to be faster than
  * loading their export at the bandwidth of the loads so far. */
 static int lz_tier_recompute_cheaper(const lazyattn_cache *c, const lz_tier *tier, int n_tokens) {
@@ -294,24 +287,6 @@ static int lz_tier_pool_tiled(lazyattn_cache *c) {
     return pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED;
 }
 
-/* A pipelined load's pinned staging slot (-1: none taken). */
-typedef struct lz_staging_pick {
-    lz_tier *tier;
-    int slot;
-} lz_staging_pick;
-
-static void lz_pick_give(lz_staging_pick *p) {
-    if (p->slot >= 0) lz_staging_give(&p->tier->staging, p->slot);
-    p->slot = -1;
-}
-
-/* The room a store reads a value into: a staging slot, or NULL (none free). */
-static uint8_t *lz_pick_take(void *user, size_t size) {
-    lz_staging_pick *p = user;
-    lz_pick_give(p); /* an earlier read's, which failed */
-    return lz_staging_take(&p->tier->staging, size, &p->slot);
-}
-
 static int lz_tier_load_background(lazyattn_cache *c, lz_tier *tier, lazyattn_store *store,
                                    const uint8_t digest[32], const int32_t *tokens,
                                    int n_tokens, lz_tally *t);
@@ -319,20 +294,14 @@ static int lz_tier_load_background(lazyattn_cache *c, lz_tier *tier, lazyattn_st
 static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t digest[32],
                         const int32_t *tokens, int n_tokens, lz_tally *t) {
     lz_tier *tier = lz_cache_tier_state(c);
-    if (tier->loader) {
-        if (lz_tier_recompute_cheaper(c, tier, n_tokens)) {
-            tier->skipped_by_cost++;
-            return 0;
-        }
-        return lz_tier_load_background(c, tier, store, digest, tokens, n_tokens, t);
-    }
-    lz_staging_pick pick = {tier, -1};
-    lz_store_room room = {lz_pick_take, &pick};
-    const lz_store_room *into = tier->copy_queue ? &room : NULL; /* pipelined only */
     if (lz_tier_recompute_cheaper(c, tier, n_tokens)) {
         tier->skipped_by_cost++;
         return 0;
     }
+    if (tier->loader) return lz_tier_load_background(c, tier, store, digest, tokens, n_tokens, t);
+    lz_staging_pick pick = {&tier->staging, -1};
+    lz_store_room room = {lz_staging_pick_take, &pick};
+    const lz_store_room *into = tier->copy_queue ? &room : NULL; /* pipelined only */
     double t0 = lz_seconds_now();
     lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
     memcpy(key.digest, digest, sizeof key.digest);
@@ -344,12 +313,12 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         st = lz_tier_get(c, store, key, into, &v); /* written while this cache waited */
     }
     if (st == LAZYATTN_STATUS_NOT_FOUND) {
-        lz_pick_give(&pick);
+        lz_staging_pick_give(&pick);
         t->tier_misses++;
         return 0;
     }
     if (st) {
-        lz_pick_give(&pick);
+        lz_staging_pick_give(&pick);
         /* FORMAT: the store found something it could not assemble (Redis:
          * a chunk missing or mixed): refused data, not a store failure */
         if (st == LAZYATTN_STATUS_FORMAT)
@@ -435,7 +404,7 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
         lz_tier_release(c, store, &v);
     else if (pick.slot < 0)
         free(copy);
-    lz_pick_give(&pick);
+    lz_staging_pick_give(&pick);
     return st == LAZYATTN_STATUS_OK;
 }
 
@@ -444,7 +413,7 @@ static int lz_tier_load(lazyattn_cache *c, lazyattn_store *store, const uint8_t 
 /* Gives back what upload u read (its store value, or the tier's copy, and
  * its staging slot). */
 static void lz_upload_free(lz_tier *tier, lz_tier_upload *u) {
-    clReleaseEvent(u->done);
+    if (u->done) clReleaseEvent(u->done);
     if (u->value.data) lz_tier_release(tier->cache, tier->store, &u->value);
     if (u->slot >= 0)
         lz_staging_give(&tier->staging, u->slot);
@@ -636,15 +605,11 @@ static int lz_tier_load_background(lazyattn_cache *c, lz_tier *tier, lazyattn_st
     return 1;
 }
 
-/* Gives back what a finished job's upload would have read. */
+/* Gives back what a finished job's upload would have read (lz_upload_free's). */
 static void lz_job_give_back(lz_tier *tier, lz_load_job *j) {
-    if (j->done) clReleaseEvent(j->done);
-    if (j->value.data) lz_tier_release(tier->cache, tier->store, &j->value);
-    if (j->slot >= 0)
-        lz_staging_give(&tier->staging, j->slot);
-    else
-        free(j->copy);
-    free(j->keep);
+    lz_tier_upload u = {0};
+    u.done = j->done, u.value = j->value, u.copy = j->copy, u.slot = j->slot, u.keep = j->keep;
+    lz_upload_free(tier, &u);
 }
 
 /* Settles the loads the loader finished (after waiting for those numbered

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #if !defined(_WIN32)
 #include <pthread.h>
@@ -40,30 +39,11 @@ void lz_load_job_free(lz_load_job *j) {
     free(j);
 }
 
-static double lz_loader_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The room a store reads a value into: a staging slot (none free: NULL). */
-typedef struct lz_loader_pick {
-    lz_tier_staging *staging;
-    int slot;
-} lz_loader_pick;
-
-static uint8_t *lz_loader_take_room(void *user, size_t size) {
-    lz_loader_pick *p = user;
-    if (p->slot >= 0) lz_staging_give(p->staging, p->slot); /* an earlier read's, failed */
-    p->slot = -1;
-    return lz_staging_take(p->staging, size, &p->slot);
-}
-
 /* Runs job j: its fields out set (status OK: the upload enqueued). */
 static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
-    double t0 = lz_loader_now();
-    lz_loader_pick pick = {l->staging, -1};
-    lz_store_room room = {lz_loader_take_room, &pick};
+    double t0 = lz_seconds_now();
+    lz_staging_pick pick = {l->staging, -1};
+    lz_store_room room = {lz_staging_pick_take, &pick};
     lazyattn_doc_key key = {l->model_id, {0}};
     memcpy(key.digest, j->digest, sizeof key.digest);
     lazyattn_store_value v;
@@ -118,10 +98,8 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
     if (st) {
         snprintf(j->reason, sizeof j->reason, "%s", lazyattn_last_error());
         if (v.data) lazyattn_store_release(l->store, &v);
-        if (pick.slot >= 0)
-            lz_staging_give(l->staging, pick.slot);
-        else
-            free(copy);
+        if (pick.slot < 0) free(copy);
+        lz_staging_pick_give(&pick);
         return;
     }
     j->done = up.done;
@@ -129,7 +107,7 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
     j->value = v;
     j->copy = copy;
     j->slot = pick.slot;
-    j->seconds = lz_loader_now() - t0;
+    j->seconds = lz_seconds_now() - t0;
 }
 
 #if !defined(_WIN32)

@@ -85,3 +85,14 @@ void lz_staging_free(lz_tier_staging *s) {
     for (int i = 0; i < LZ_STAGING_SLOTS; i++) lz_slot_release(s, &s->slots[i]);
     lz_mutex_destroy(&s->lock);
 }
+
+void lz_staging_pick_give(lz_staging_pick *p) {
+    if (p->slot >= 0) lz_staging_give(p->staging, p->slot);
+    p->slot = -1;
+}
+
+uint8_t *lz_staging_pick_take(void *user, size_t size) {
+    lz_staging_pick *p = user;
+    lz_staging_pick_give(p);
+    return lz_staging_take(p->staging, size, &p->slot);
+}

@@ -42,4 +42,16 @@ void lz_staging_give(lz_tier_staging *s, int slot);
  * ended. */
 void lz_staging_free(lz_tier_staging *s);
 
+/* One load's slot of staging (slot -1: none taken). */
+typedef struct lz_staging_pick {
+    lz_tier_staging *staging;
+    int slot;
+} lz_staging_pick;
+/* Gives the pick's slot back, if it holds one. */
+void lz_staging_pick_give(lz_staging_pick *p);
+/* A store's room (lz_store_room's take, user a pick): a slot of size bytes
+ * for the value, the one an earlier failed read took given back first;
+ * NULL when none is free. */
+uint8_t *lz_staging_pick_take(void *user, size_t size);
+
 #endif
