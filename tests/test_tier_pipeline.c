@@ -337,16 +337,42 @@ static void test_dir_staging(void **state) {
     assert_int_equal(rmdir(dir), 0);
 }
 
-/* An engine of `blocks` pool blocks on the pipelined tier `s`, its uploads
- * held back by a new user event (returned) until the test lets it go. */
-static cl_event open_held(engine *e, lazyattn_context *ctx, int blocks, lazyattn_store *s) {
+/* An engine of `blocks` pool blocks on the tier `s` loading by `load`, its
+ * uploads held back by a new user event (returned) until the test lets it go. */
+static cl_event open_held(engine *e, lazyattn_context *ctx, int blocks, lazyattn_store *s,
+                          lazyattn_tier_load load) {
     engine_open(e, ctx, blocks, MODEL);
-    attach(e, s, LAZYATTN_TIER_LOAD_PIPELINED);
+    attach(e, s, load);
     cl_int err;
     cl_event gate = clCreateUserEvent(lazyattn_context_cl_context(ctx), &err);
     assert_int_equal(err, CL_SUCCESS);
     lz_tier_hold_uploads(e->cache, gate);
     return gate;
+}
+
+/* Layer 0 of plan r on e, whose uploads gate holds: its attention is
+ * enqueued and does not run; let go, it runs and matches want_pre /
+ * want_dec to the bit. Frees r; e's uploads are no longer held. */
+static void layer_waits_for_gate(engine *e, lazyattn_context *ctx, planned *r, cl_event gate,
+                                 const float *want_pre, const float *want_dec) {
+    write_layer(e, r, 0);
+    layer_run b;
+    cl_event ev = NULL;
+    enqueue_layer(e, r, 0, &b, &ev);
+    clFlush(lazyattn_context_queue(ctx));
+    struct timespec pause = {0, 200 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    assert_true(event_status(ev) > CL_COMPLETE); /* its upload held: not run */
+    clSetUserEventStatus(gate, CL_COMPLETE);
+    float pre[NQ * NQH * D], dec[NQH * D];
+    finish_layer(e, r, 0, &b, pre, dec);
+    assert_int_equal(event_status(ev), CL_COMPLETE);
+    clReleaseEvent(ev);
+    assert_memory_equal(pre, want_pre, sizeof pre);
+    assert_memory_equal(dec, want_dec, sizeof dec);
+    unplan(r);
+    free(r);
+    lz_tier_hold_uploads(e->cache, NULL);
 }
 
 /* Attention on layer 0 waits for the held upload; let go, it runs right. */
@@ -360,30 +386,13 @@ static void test_attention_waits_for_upload(void **state) {
     lazyattn_segment_action act[3];
     serve(&sync, 3, ids3, want_pre, want_dec, act);
 
-    cl_event gate = open_held(&piped, ctx, 32, s);
+    cl_event gate = open_held(&piped, ctx, 32, s, LAZYATTN_TIER_LOAD_PIPELINED);
     planned *r = malloc(sizeof *r);
     assert_non_null(r);
     plan(&piped, 3, ids3, r); /* returns with the uploads held */
     for (int i = 0; i < 3; i++) assert_int_equal(r->p.segments[i].action, LAZYATTN_ACTION_REUSE);
     assert_int_equal(stats_of(&piped).tier_loads_pending, 3);
-    write_layer(&piped, r, 0);
-    layer_run b;
-    cl_event ev = NULL;
-    enqueue_layer(&piped, r, 0, &b, &ev);
-    clFlush(lazyattn_context_queue(ctx));
-    struct timespec pause = {0, 200 * 1000 * 1000};
-    nanosleep(&pause, NULL);
-    assert_true(event_status(ev) > CL_COMPLETE); /* held: not run */
-    clSetUserEventStatus(gate, CL_COMPLETE);
-    float pre[NQ * NQH * D], dec[NQH * D];
-    finish_layer(&piped, r, 0, &b, pre, dec);
-    assert_int_equal(event_status(ev), CL_COMPLETE);
-    clReleaseEvent(ev);
-    assert_memory_equal(pre, want_pre, sizeof pre);
-    assert_memory_equal(dec, want_dec, sizeof dec);
-    unplan(r);
-    free(r);
-    lz_tier_hold_uploads(piped.cache, NULL);
+    layer_waits_for_gate(&piped, ctx, r, gate, want_pre, want_dec);
     clReleaseEvent(gate);
     engine_close(&piped);
     engine_close(&sync);
@@ -410,7 +419,7 @@ static void test_evict_in_flight(void **state) {
     lazyattn_context *ctx = *state;
     lazyattn_store *s = filled_store(ctx); /* documents 0..3, not 4 */
     engine e;
-    let_go g = {open_held(&e, ctx, 8, s), CL_COMPLETE};
+    let_go g = {open_held(&e, ctx, 8, s, LAZYATTN_TIER_LOAD_PIPELINED), CL_COMPLETE};
     planned *r = malloc(sizeof *r);
     assert_non_null(r);
     int zero = 0, four = 4;
@@ -501,7 +510,7 @@ static void test_destroy_in_flight(void **state) {
     lazyattn_store *s = filled_store(ctx);
     for (int detach = 0; detach < 2; detach++) {
         engine e;
-        let_go g = {open_held(&e, ctx, 32, s), CL_COMPLETE};
+        let_go g = {open_held(&e, ctx, 32, s, LAZYATTN_TIER_LOAD_PIPELINED), CL_COMPLETE};
         planned *r = malloc(sizeof *r);
         assert_non_null(r);
         plan(&e, 3, ids3, r);
@@ -718,6 +727,9 @@ static void test_background_slow_store(void **state) {
     assert_int_equal(pending, 3);
     assert_int_equal(failed, 0);
     assert_int_equal(stats_of(&bg).tier_loads_pending, 3);
+    lt_assert_status(lazyattn_request_poll_loads(req, 2, &pending, &failed),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    assert_non_null(strstr(lazyattn_last_error(), "wait 2"));
     lt_assert_status(lazyattn_cache_validate(bg.cache), LAZYATTN_STATUS_OK);
     size_t bytes = 0; /* not exported before its blocks are written */
     lt_assert_status(lazyattn_cache_export_size(bg.cache, hash_of(ids3[0]), &bytes),
@@ -873,12 +885,7 @@ static void test_background_attention_waits(void **state) {
     static float want_pre[OUT_N], want_dec[DEC_N];
     lazyattn_segment_action act[3];
     serve(&computed, 3, ids3, want_pre, want_dec, act);
-    engine_open(&bg, ctx, 32, MODEL);
-    attach(&bg, s, LAZYATTN_TIER_LOAD_BACKGROUND);
-    cl_int err;
-    cl_event gate = clCreateUserEvent(lazyattn_context_cl_context(ctx), &err);
-    assert_int_equal(err, CL_SUCCESS);
-    lz_tier_hold_uploads(bg.cache, gate);
+    cl_event gate = open_held(&bg, ctx, 32, s, LAZYATTN_TIER_LOAD_BACKGROUND);
     lazyattn_request *req;
     lt_assert_status(request_of(&bg, 3, ids3, &req), LAZYATTN_STATUS_OK);
     int pending = -1, failed = -1;
@@ -888,24 +895,7 @@ static void test_background_attention_waits(void **state) {
     planned *r = malloc(sizeof *r);
     assert_non_null(r);
     plan_of(req, ids3, r);
-    write_layer(&bg, r, 0);
-    layer_run b;
-    cl_event ev = NULL;
-    enqueue_layer(&bg, r, 0, &b, &ev);
-    clFlush(lazyattn_context_queue(ctx));
-    struct timespec pause = {0, 200 * 1000 * 1000};
-    nanosleep(&pause, NULL);
-    assert_true(event_status(ev) > CL_COMPLETE); /* its upload held: not run */
-    clSetUserEventStatus(gate, CL_COMPLETE);
-    float pre[NQ * NQH * D], dec[NQH * D];
-    finish_layer(&bg, r, 0, &b, pre, dec);
-    assert_int_equal(event_status(ev), CL_COMPLETE);
-    clReleaseEvent(ev);
-    assert_memory_equal(pre, want_pre, sizeof pre);
-    assert_memory_equal(dec, want_dec, sizeof dec);
-    unplan(r);
-    free(r);
-    lz_tier_hold_uploads(bg.cache, NULL);
+    layer_waits_for_gate(&bg, ctx, r, gate, want_pre, want_dec);
     clReleaseEvent(gate);
     engine_close(&bg);
     engine_close(&computed);
