@@ -316,6 +316,12 @@ typedef struct lazyattn_context_options {
                                   device #0. */
     lazyattn_program_format program; /* default LAZYATTN_PROGRAM_DEFAULT; the log (level INFO)
                                         says which format each program was built from */
+    const char *program_cache; /* a directory of built program binaries, shared by every
+                                  context and process that names it: each program is compiled
+                                  once per device and driver, then loaded (README "Kernel
+                                  programs"). NULL = the LAZYATTN_PROGRAM_CACHE environment
+                                  variable; unset or "" = no cache. Created when missing; one
+                                  that cannot be used is skipped with a warning in the log. */
 } lazyattn_context_options;
 
 /* All defaults: any platform and name, kind DEFAULT, device_index -1. */
@@ -364,8 +370,11 @@ LAZYATTN_API int lazyattn_context_fast_path(const lazyattn_context *ctx);
  * capability 9.x, or when the built PTX has no "//@" marker;
  * BUILD_FAILED (with the log in lazyattn_last_error) when a build fails.
  * *out is the caller's to release (clReleaseProgram); NULL on error. Not
- * cached: build once, keep the kernels. Thread-safe (uses only ctx's
- * OpenCL context and device).
+ * kept by ctx: build once, keep the kernels; with a program cache
+ * (lazyattn_context_options.program_cache) the binary of a build without
+ * LAZYATTN_BUILD_SM90A is stored there and loaded by the next context that
+ * asks for the same source and options on the same device. Thread-safe
+ * (uses only ctx's OpenCL context and device).
  */
 LAZYATTN_API int lazyattn_context_build_program(lazyattn_context *ctx, const char *source,
                                                 const char *options, unsigned flags,

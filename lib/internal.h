@@ -80,6 +80,9 @@ int lz_live_for_destroy(uint32_t magic, uint32_t want, const char *fn, const cha
 
 /* ---- context (context.c) ---- */
 
+#define LZ_BINARY_CACHE_DIR 448                        /* longest directory + 1 */
+#define LZ_BINARY_CACHE_PATH (LZ_BINARY_CACHE_DIR + 40) /* "/" + 32 hex digits + ".bin" */
+
 typedef struct lz_program_entry {
     char *key; /* sources id + options */
     cl_program program;
@@ -105,6 +108,7 @@ struct lazyattn_context {
     lz_mutex programs_lock;     /* guards `programs` (threads share a context) */
     lz_program_entry *programs; /* built-program cache */
     lazyattn_program_format program_format; /* as given in the options (DEFAULT: env decides) */
+    char binary_cache[LZ_BINARY_CACHE_DIR]; /* the binary cache's directory; "" = none */
 };
 
 /* ---- program cache (program.c) ---- */
@@ -148,6 +152,26 @@ typedef struct lz_program_spec {
 #define LZ_PORTABLE_PROGRAMS 3
 int lz_portable_program(const lazyattn_attention_config *config, const lazyattn_kernel_tuning *tune,
                         int which, lz_program_spec *out);
+
+/* ---- the on-disk cache of program binaries (binary_cache.c) ---- */
+
+/* Sets ctx's cache directory (dir NULL or empty: none), creating it if it
+ * is missing; a directory that cannot be made or is not one leaves the
+ * cache off with a WARN in the log. INVALID_ARGUMENT when dir is longer
+ * than LZ_BINARY_CACHE_DIR - 1 characters. */
+int lz_binary_cache_init(lazyattn_context *ctx, const char *dir);
+/* The cache file of a program (path, path_size >= LZ_BINARY_CACHE_PATH):
+ * format "src" or "il", n_parts sources (sizes NULL: NUL-terminated) and
+ * options, on ctx's device and driver. 0 when ctx has no cache. */
+int lz_binary_cache_path(const lazyattn_context *ctx, const char *format, const char *const *parts,
+                          const size_t *sizes, int n_parts, const char *options, char *path,
+                          size_t path_size);
+/* 1 and *out built from the binary at path; 0 when there is none, or it is
+ * damaged or does not build (said in the log at WARN): compile instead. */
+int lz_binary_cache_load(lazyattn_context *ctx, const char *path, const char *options,
+                          const char *key, cl_program *out);
+/* Writes program's binary to path (atomically; a failure is logged). */
+void lz_binary_cache_store(lazyattn_context *ctx, const char *path, cl_program program);
 
 /* ---- SPIR-V programs (program_il.c) ---- */
 

@@ -146,17 +146,11 @@ void serve_gemm_bf16_destroy(serve_gemm_bf16 *g) {
 static int serve_gemm_portable_build(serve_gemm_bf16 *g) {
     const char *text = serve_source_text("gemm_bf16");
     if (!text) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "gemm_bf16 source not embedded");
+    /* through the library: its program cache, when the context has one */
+    int st = lazyattn_context_build_program(g->ctx, text, "-cl-std=CL1.2", 0, &g->program);
+    if (st) return serve_lz_fail(st, "serve/gemm_bf16.cl");
     cl_int err;
-    g->program = clCreateProgramWithSource(lazyattn_context_cl_context(g->ctx), 1, &text, NULL,
-                                           &err);
-    if (err != CL_SUCCESS) return serve_cl_fail(err, "clCreateProgramWithSource (gemm_bf16)");
     cl_device_id dev = lazyattn_context_device(g->ctx);
-    err = clBuildProgram(g->program, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[2048] = "";
-        clGetProgramBuildInfo(g->program, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemm_bf16.cl: %.1900s", log);
-    }
     g->kernel = clCreateKernel(g->program, "serve_gemm_bf16", &err);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemm_bf16");
     g->kernel_fused = clCreateKernel(g->program, "serve_gemm_bf16_fused", &err);

@@ -25,6 +25,7 @@ struct serve_gemv_quant {
     cl_program program[SERVE_GQ_TYPES];
     cl_kernel gemv[SERVE_GQ_TYPES][2][2]; /* [type][x bf16][rows > 1] */
     cl_kernel dequant[SERVE_GQ_TYPES];
+    int failed[SERVE_GQ_TYPES]; /* the build failed once: not tried again */
 };
 
 static int serve_gq_index(uint32_t type) {
@@ -50,22 +51,19 @@ void serve_gemv_quant_destroy(serve_gemv_quant *g) {
 static int serve_gemv_quant_build(serve_gemv_quant *g, int i) {
     const char *text = serve_source_text("gemv_quant");
     if (!text) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "gemv_quant source not embedded");
-    cl_int err;
-    g->program[i] = clCreateProgramWithSource(lazyattn_context_cl_context(g->ctx), 1, &text, NULL,
-                                              &err);
-    if (err != CL_SUCCESS) return serve_cl_fail(err, "clCreateProgramWithSource (gemv_quant)");
-    cl_device_id dev = lazyattn_context_device(g->ctx);
     char options[96];
     /* NVIDIA's fast path: a byte permute and a three-input logic op as PTX */
     snprintf(options, sizeof options, "-cl-std=CL1.2 -DGQ_TYPE=%u -DLAZYATTN_FAST_NV=%d",
              (unsigned)serve_gq_types[i], lazyattn_context_fast_path(g->ctx));
-    err = clBuildProgram(g->program[i], 1, &dev, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[2048] = "";
-        clGetProgramBuildInfo(g->program[i], dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemv_quant.cl (%s): %.1900s",
-                          serve_ggml_type_name(serve_gq_types[i]), log);
+    /* through the library: its program cache, when the context has one */
+    int st = lazyattn_context_build_program(g->ctx, text, options, 0, &g->program[i]);
+    if (st) {
+        char what[64];
+        snprintf(what, sizeof what, "serve/gemv_quant.cl (%s)",
+                 serve_ggml_type_name(serve_gq_types[i]));
+        return serve_lz_fail(st, what);
     }
+    cl_int err;
     static const char *const names[5] = {"serve_gemv_f32_r1", "serve_gemv_bf16_r1",
                                          "serve_gemv_f32", "serve_gemv_bf16", "serve_dequant"};
     cl_kernel *ks[5] = {&g->gemv[i][0][0], &g->gemv[i][1][0], &g->gemv[i][0][1],
@@ -85,10 +83,12 @@ int serve_gemv_quant_prepare(serve_gemv_quant *g, uint32_t type) {
                           "serve_gemv_quant: %s weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K only)",
                           serve_ggml_type_name(type));
     if (g->dequant[i]) return LAZYATTN_STATUS_OK;
-    if (g->program[i]) /* an earlier build failed: no second try */
+    if (g->failed[i]) /* an earlier build failed: no second try */
         return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/gemv_quant.cl (%s) did not build",
                           serve_ggml_type_name(type));
-    return serve_gemv_quant_build(g, i);
+    int st = serve_gemv_quant_build(g, i);
+    g->failed[i] = st != LAZYATTN_STATUS_OK;
+    return st;
 }
 
 int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out) {

@@ -341,16 +341,11 @@ static int serve_indptr_reserve(serve_model *m, int n) {
 static int serve_build(serve_model *m) {
     const char *text = serve_source_text("model_kernels");
     if (!text) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "model_kernels source not embedded");
+    /* through the library: its program cache, when the context has one */
+    int st = lazyattn_context_build_program(m->ctx, text, "-cl-std=CL1.2", 0, &m->program);
+    if (st) return serve_lz_fail(st, "serve/model_kernels.cl");
     cl_int err;
-    m->program = clCreateProgramWithSource(m->cl, 1, &text, NULL, &err);
-    if (err != CL_SUCCESS) return serve_cl_fail(err, "clCreateProgramWithSource");
     cl_device_id dev = lazyattn_context_device(m->ctx);
-    err = clBuildProgram(m->program, 1, &dev, "-cl-std=CL1.2", NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[2048] = "";
-        clGetProgramBuildInfo(m->program, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        return serve_fail(LAZYATTN_STATUS_BUILD_FAILED, "serve/model_kernels.cl: %.1900s", log);
-    }
     struct {
         cl_kernel *k;
         const char *name;

@@ -373,6 +373,9 @@ int lazyattn_context_create(const lazyattn_context_options *options, lazyattn_co
         goto fail;
     }
     lz_query_device(ctx, o->portable_only);
+    st = lz_binary_cache_init(ctx, o->program_cache ? o->program_cache
+                                                    : lz_env("LAZYATTN_PROGRAM_CACHE"));
+    if (st) goto fail;
     *out = ctx;
     return LAZYATTN_STATUS_OK;
 fail:
@@ -403,6 +406,13 @@ int lazyattn_context_create_from_cl(cl_context context, cl_device_id device, cl_
     clRetainContext(context);
     clRetainCommandQueue(queue);
     lz_query_device(ctx, options ? options->portable_only : 0);
+    const char *cache = options && options->program_cache ? options->program_cache
+                                                          : lz_env("LAZYATTN_PROGRAM_CACHE");
+    int st = lz_binary_cache_init(ctx, cache);
+    if (st) {
+        lazyattn_context_destroy(ctx);
+        return st;
+    }
     *out = ctx;
     return LAZYATTN_STATUS_OK;
 }
@@ -468,6 +478,12 @@ int lazyattn_context_build_program(lazyattn_context *ctx, const char *source, co
         return lz_fail(LAZYATTN_STATUS_UNSUPPORTED,
                        "%s: the sm_90a round trip needs an NVIDIA compute capability 9.x device (%s)",
                        fn, ctx->device_name);
+    /* the binary cache: builds without the round trip (its PTX is patched after the build) */
+    char path[LZ_BINARY_CACHE_PATH];
+    const int cached = !(flags & LAZYATTN_BUILD_SM90A) &&
+                       lz_binary_cache_path(ctx, "src", &source, NULL, 1, options, path, sizeof path);
+    if (cached && lz_binary_cache_load(ctx, path, options, "lazyattn_context_build_program", out))
+        return LAZYATTN_STATUS_OK;
     cl_int err;
     cl_program p = clCreateProgramWithSource(ctx->context, 1, &source, NULL, &err);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_context_build_program: clCreateProgramWithSource");
@@ -479,6 +495,7 @@ int lazyattn_context_build_program(lazyattn_context *ctx, const char *source, co
         return lz_fail(LAZYATTN_STATUS_BUILD_FAILED, "%s: build failed (%d): %s", fn, err, log);
     }
     if (!(flags & LAZYATTN_BUILD_SM90A)) {
+        if (cached) lz_binary_cache_store(ctx, path, p);
         *out = p;
         return LAZYATTN_STATUS_OK;
     }

@@ -92,6 +92,9 @@ static int lz_build_source(lazyattn_context *ctx, const char *const *names, int 
         if (!texts[i])
             return lz_fail(LAZYATTN_STATUS_NOT_FOUND, "no embedded kernel source \"%s\"", names[i]);
     }
+    char path[LZ_BINARY_CACHE_PATH];
+    const int cached = lz_binary_cache_path(ctx, "src", texts, NULL, n, options, path, sizeof path);
+    if (cached && lz_binary_cache_load(ctx, path, options, key, out)) return LAZYATTN_STATUS_OK;
     cl_int err;
     cl_program program = clCreateProgramWithSource(ctx->context, (cl_uint)n, texts, NULL, &err);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "clCreateProgramWithSource");
@@ -105,6 +108,7 @@ static int lz_build_source(lazyattn_context *ctx, const char *const *names, int 
         return st;
     }
     lz_log_build(ctx, program, LAZYATTN_LOG_DEBUG, key);
+    if (cached) lz_binary_cache_store(ctx, path, program);
     *out = program;
     return LAZYATTN_STATUS_OK;
 }
@@ -112,11 +116,22 @@ static int lz_build_source(lazyattn_context *ctx, const char *const *names, int 
 /* Builds a program from its embedded SPIR-V (lz_il_create says why not). */
 static int lz_build_il(lazyattn_context *ctx, const lz_il_program *il, const char *options,
                        const char *key, cl_program *out) {
+    char il_options[512];
+    lz_il_build_options(options, il_options, sizeof il_options);
+    /* whether the device takes SPIR-V at all is asked first (lz_il_create) */
     cl_program program;
     int st = lz_il_create(ctx, il, &program);
     if (st) return st;
-    char il_options[512];
-    lz_il_build_options(options, il_options, sizeof il_options);
+    char path[LZ_BINARY_CACHE_PATH];
+    const char *bytes = (const char *)il->il;
+    const int cached =
+        lz_binary_cache_path(ctx, "il", &bytes, &il->size, 1, il_options, path, sizeof path);
+    cl_program loaded;
+    if (cached && lz_binary_cache_load(ctx, path, il_options, key, &loaded)) {
+        clReleaseProgram(program);
+        *out = loaded;
+        return LAZYATTN_STATUS_OK;
+    }
     cl_int err = clBuildProgram(program, 1, &ctx->device, il_options, NULL, NULL);
     if (err != CL_SUCCESS) {
         lz_log_build(ctx, program, LAZYATTN_LOG_WARN, key);
@@ -127,6 +142,7 @@ static int lz_build_il(lazyattn_context *ctx, const lz_il_program *il, const cha
         return st;
     }
     lz_log_build(ctx, program, LAZYATTN_LOG_DEBUG, key);
+    if (cached) lz_binary_cache_store(ctx, path, program);
     *out = program;
     return LAZYATTN_STATUS_OK;
 }
