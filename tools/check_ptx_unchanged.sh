@@ -20,7 +20,11 @@
 # Also serve/'s decode-sized bf16 GEMM (serve/gemm_nv_small.cl after cl/nv/ptx.h) in the
 # plain shapes its host can select (GS_FUSE 0), where BASE_REV has that file.
 #
-# The BASE_REV builds' PTX is kept in OUT_DIR/base-<commit> and reused.
+# The BASE_REV builds' PTX is kept in OUT_DIR/base-<commit> and reused. The normal forms'
+# SHA-256 are recorded in tools/ptx_reference/<commit>.sha256 (PTX_CHECK_RECORD=1 writes it
+# from the BASE_REV builds) under the clang version and this script's own SHA-256: where both
+# match, the working tree is compared with the record and BASE_REV is not built at all (half
+# the time in CI); otherwise, or with PTX_CHECK_NO_RECORD=1, BASE_REV is built as above.
 # PTX_CHECK_JOBS=N: clang jobs at once (default: the cores);
 # PTX_CHECK_ONLY=REGEX: only the variants whose name matches (while editing).
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
@@ -213,10 +217,24 @@ if [ -n "${PTX_CHECK_ONLY:-}" ]; then
     for v in "${serve_variants[@]}"; do [[ ${v%% *} =~ $PTX_CHECK_ONLY ]] && kept+=("$v"); done
     serve_variants=("${kept[@]}")
 fi
+# the record of BASE_REV's normal forms, when it was made by this clang and this script
+record=tools/ptx_reference/$rev.sha256
+stamp="clang: $(clang --version | head -n 1); script: $(sha256sum tools/check_ptx_unchanged.sh | cut -d' ' -f1)"
+use_record=0
+if [ "${PTX_CHECK_RECORD:-0}" != 1 ] && [ "${PTX_CHECK_NO_RECORD:-0}" != 1 ] && [ -f "$record" ] &&
+   [ "$(head -n 1 "$record")" = "$stamp" ]; then
+    use_record=1
+    echo "check_ptx_unchanged: ${rev:0:12}'s normal forms from $record"
+elif [ -f "$record" ] && [ "${PTX_CHECK_RECORD:-0}" != 1 ]; then
+    echo "check_ptx_unchanged: $record is of another clang or script: ${rev:0:12} built" \
+         "(PTX_CHECK_RECORD=1 writes it again)"
+fi
 for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
     set -- $v
-    if [ -s "$base_dir/$1.ptx" ]; then
+    if [ "$use_record" = 1 ]; then
+        :
+    elif [ -s "$base_dir/$1.ptx" ]; then
         job renormalise "$base_dir/$1" # the PTX kept, its normal form made again (the rule may change)
     else
         job build "$base_src" "$base_dir" "$@"
@@ -226,7 +244,9 @@ done
 for v in "${serve_variants[@]}"; do
     # shellcheck disable=SC2086
     set -- $v
-    if [ -s "$base_dir/$1.ptx" ]; then
+    if [ "$use_record" = 1 ]; then
+        :
+    elif [ -s "$base_dir/$1.ptx" ]; then
         job renormalise "$base_dir/$1"
     else
         job build_serve "$base_src" "$base_dir" "$@"
@@ -235,13 +255,36 @@ for v in "${serve_variants[@]}"; do
 done
 drain check_ptx_unchanged
 
+if [ "${PTX_CHECK_RECORD:-0}" = 1 ] && [ -z "${PTX_CHECK_ONLY:-}" ]; then
+    mkdir -p tools/ptx_reference
+    {
+        echo "$stamp"
+        for v in "${variants[@]}" "${serve_variants[@]}"; do
+            echo "$(sha256sum < "$base_dir/${v%% *}.norm" | cut -d' ' -f1) ${v%% *}"
+        done
+    } > "$record.tmp"
+    mv "$record.tmp" "$record"
+    echo "check_ptx_unchanged: wrote $record"
+fi
+# same: the normal form of the working tree's variant NAME is BASE_REV's
+same() {
+    if [ "$use_record" = 1 ]; then
+        [ "$(grep " $1\$" "$record" | cut -d' ' -f1)" = "$(sha256sum < "$new_dir/$1.norm" | cut -d' ' -f1)" ]
+    else
+        cmp -s "$base_dir/$1.norm" "$new_dir/$1.norm"
+    fi
+}
 differ=0
 for v in "${variants[@]}" "${serve_variants[@]}"; do
     name=${v%% *}
-    if cmp -s "$base_dir/$name.norm" "$new_dir/$name.norm"; then
+    if same "$name"; then
         echo "$name: identical ($(grep -c . "$new_dir/$name.ptx") PTX lines)"
     else
-        echo "$name: DIFFERS (diff $base_dir/$name.norm $new_dir/$name.norm)"
+        if [ "$use_record" = 1 ]; then
+            echo "$name: DIFFERS from $record (PTX_CHECK_NO_RECORD=1 builds ${rev:0:12} to diff)"
+        else
+            echo "$name: DIFFERS (diff $base_dir/$name.norm $new_dir/$name.norm)"
+        fi
         differ=$((differ + 1))
     fi
 done
