@@ -15,9 +15,6 @@
 /* the kept types: one program each (-DGQ_TYPE=id), built when first asked */
 static const uint32_t serve_gq_types[SERVE_GQ_TYPES] = {
     SERVE_GGML_Q8_0, SERVE_GGML_Q4_0, SERVE_GGML_Q4_K, SERVE_GGML_Q5_K, SERVE_GGML_Q6_K};
-/* 32-value chunks a GEMV task reads (GQ_GV_CHUNKS: Q4_K's tasks are pairs
-   of sub-blocks) */
-static const int serve_gq_task_chunks[SERVE_GQ_TYPES] = {1, 1, 2, 1, 2};
 
 struct serve_gemv_quant {
     lazyattn_context *ctx;
@@ -51,10 +48,8 @@ void serve_gemv_quant_destroy(serve_gemv_quant *g) {
 static int serve_gemv_quant_build(serve_gemv_quant *g, int i) {
     const char *text = serve_source_text("gemv_quant");
     if (!text) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "gemv_quant source not embedded");
-    char options[96];
-    /* NVIDIA's fast path: a byte permute and a three-input logic op as PTX */
-    snprintf(options, sizeof options, "-cl-std=CL1.2 -DGQ_TYPE=%u -DLAZYATTN_FAST_NV=%d",
-             (unsigned)serve_gq_types[i], lazyattn_context_fast_path(g->ctx));
+    char options[64];
+    snprintf(options, sizeof options, "-cl-std=CL1.2 -DGQ_TYPE=%u", (unsigned)serve_gq_types[i]);
     /* through the library: its program cache, when the context has one */
     int st = lazyattn_context_build_program(g->ctx, text, options, 0, &g->program[i]);
     if (st) {
@@ -141,11 +136,11 @@ static int serve_gq_check_weight(const char *who, uint32_t type, cl_mem w, int o
  * a compute unit (loads in flight hide their latency), while every lane
  * keeps at least one task. */
 #define SERVE_GQ_GROUPS_PER_CU 8
-static int serve_gq_split(const serve_gemv_quant *g, size_t sets, int n_tasks) {
+static int serve_gq_split(const serve_gemv_quant *g, size_t sets, int n_chunks) {
     int ks = 1;
     while (ks < SERVE_GQ_TEAMS && sets * (size_t)ks / SERVE_GQ_TEAMS <
                                       (size_t)g->compute_units * SERVE_GQ_GROUPS_PER_CU &&
-           n_tasks >= 32 * 2 * ks)
+           n_chunks >= 32 * 2 * ks)
         ks *= 2;
     return ks;
 }
@@ -256,7 +251,7 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
        up row each of SERVE_GQ_NW / 2 columns), taken by ks teams */
     size_t per_set = a->swiglu == 1 ? SERVE_GQ_NW / 2 : SERVE_GQ_NW;
     size_t sets = ((size_t)(a->swiglu == 1 ? a->outs[0].cols : total) + per_set - 1) / per_set;
-    cl_int ks = serve_gq_split(g, sets, n_chunks / serve_gq_task_chunks[serve_gq_index(a->type)]);
+    cl_int ks = serve_gq_split(g, sets, n_chunks);
     err |= clSetKernelArg(k, i++, sizeof ks, &ks);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
     size_t local = SERVE_GQ_WG, per_group = SERVE_GQ_TEAMS / (size_t)ks;

@@ -15,10 +15,7 @@
  * The dequantizer computes each w with serve/quant.c's arithmetic to the
  * bit (one rounding per product, no contraction). The GEMV sums a group
  * as scale * sum(q x) - min * sum(x): the same sum to f32 rounding, with
- * one multiply-add a value (see "the GEMV's view of a task": Q4_K and
- * Q6_K tasks of 64 values, their integers by byte permutes): the GEMV is
- * bound by instruction issue, not by bytes (docs/PERFLOG.md, "The GEMV
- * bound by issue"), so every instruction a value counts.
+ * one multiply-add a value.
  *
  * GEMV: a work-group of GQ_TEAMS teams of GQ_LANES work-items; a row set
  * of GQ_NW weight rows (output columns; for SwiGLU two gate rows and
@@ -28,13 +25,10 @@
  * (the activation read, not the weight's, bounds a one-row GEMV
  * otherwise). A task's fixed cost (its block's scales) is a few loads and
  * integer operations, no conversion instruction and no branch: it is
- * paid again for every task. Partial sums meet in local memory (one
+ * paid again for every 32 values. Partial sums meet in local memory (one
  * barrier, sums of 8 lanes, one barrier, then a work-item an output).
  * Kernels for 1 activation row and for up to GQ_MAX_ROWS. Plain OpenCL C
- * 1.2, no extension (f16 scales decoded with integer arithmetic); with
- * LAZYATTN_FAST_NV (the host's, on NVIDIA's fast path) the byte permute
- * and a three-input logic op are PTX: the same bits as the portable
- * shifts and masks. */
+ * 1.2, no extension (f16 scales decoded with integer arithmetic). */
 #pragma OPENCL FP_CONTRACT OFF
 
 #define GQ_WG 128     /* SERVE_GQ_WG in serve/gemv_quant.c */
@@ -138,9 +132,10 @@ static int gq_xoff_q4_0(int t, int s) { return t * 32 + (s & 1) * 8 + (s >> 1) *
  * sub-blocks j = 2p and j + 1 decode side by side, a byte each of a 16-bit
  * lane (j < 4: scale q[j] & 63, min q[j + 4] & 63; else the low 4 bits
  * from q[j + 4] and the high 2 from the top of q[j - 4] and q[j]). */
-static void gq_load_k45(__global const uchar *blk, int p, gq_task *k) {
+static void gq_load_k45(__global const uchar *blk, int i, gq_task *k) {
     uint4 h = *(__global const uint4 *)blk;
     float d = gq_half_bits(h.x & 0xFFFFu), dmin = gq_half_bits(h.x >> 16);
+    int p = i / 2;
     uint sh = (uint)(p & 1) * 16u;
     uint b0 = h.y >> sh, b1 = h.z >> sh, b2 = h.w >> sh;
     uint a = p < 2 ? b0 & 0x3F3Fu : (b2 & 0x0F0Fu) | ((b0 >> 2) & 0x3030u);
@@ -152,7 +147,7 @@ static void gq_load_k45(__global const uchar *blk, int p, gq_task *k) {
 static void gq_load_q4_k(__global const uchar *row, int t, gq_task *k) {
     __global const uchar *blk = row + (size_t)(t / 8) * 144;
     int i = t % 8;
-    gq_load_k45(blk, i / 2, k);
+    gq_load_k45(blk, i, k);
     uint4 q = *(__global const uint4 *)(blk + 16 + (i / 2) * 32 + (i % 2) * 16);
     k->q[0] = q.x, k->q[1] = q.y, k->q[2] = q.z, k->q[3] = q.w;
 }
@@ -169,7 +164,7 @@ static int gq_xoff_k(int t, int s) {
 static void gq_load_q5_k(__global const uchar *row, int t, gq_task *k) {
     __global const uchar *blk = row + (size_t)(t / 8) * 176;
     int i = t % 8;
-    gq_load_k45(blk, i / 2, k);
+    gq_load_k45(blk, i, k);
     uint4 q = *(__global const uint4 *)(blk + 48 + (i / 2) * 32 + (i % 2) * 16);
     uint4 h = *(__global const uint4 *)(blk + 16 + (i % 2) * 16);
     k->q[0] = q.x, k->q[1] = q.y, k->q[2] = q.z, k->q[3] = q.w;
@@ -253,164 +248,6 @@ static int gq_xoff_q6_k(int t, int s) {
 #else
 #error "GQ_TYPE: the ggml id of Q8_0 (8), Q4_0 (2), Q4_K (12), Q5_K (13) or Q6_K (14)"
 #endif
-
-/* ---- the GEMV's view of a task ----
- * The GEMV sums a group as A sum(q x) - B sum(x) (A the group's scale, B
- * its min, or 0). Q4_K and Q6_K tasks are 64 values, so that a block's
- * scales are decoded once for twice the values (a Q4_K task a whole pair
- * of sub-blocks; a Q6_K one 16 values of each quarter of a half), and
- * their integers are whole bytes put under the exponent byte 0x4B by one
- * byte permute a value (2^23 + q, exact, as GQ_INT). The other types
- * read as the dequantizer does.
- * GQ_GV_CHUNKS: 32-value chunks a task; GQ_GV_SEGS segments of 8 a task,
- * GQ_GV_SPG a group; GQ_GV_X: the groups need X. */
-typedef struct gq_gvtask {
-    float A[4], B[4];
-    uint q[8], hq[4]; /* hq: Q6_K's high bits */
-    uint aux;
-} gq_gvtask;
-
-#if LAZYATTN_FAST_NV
-/* NVIDIA: one prmt, one lop3 (PTX inline asm, as cl/nv/ptx.h's) */
-static uint gq_prmt(uint a, uint b, uint sel) {
-    uint d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-/* 2^23 + byte k of v as a float: the byte under an exponent byte 0x4B */
-#define GQ_BYTE(v, k) as_float(gq_prmt((v), 0x4B000000u, 0x7440u | (k)))
-static uint gq_and_or(uint a, uint m, uint c) { /* (a & m) | c */
-    uint d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
-    return d;
-}
-#else
-#define GQ_BYTE(v, k) as_float((((v) >> (8 * (k))) & 0xFFu) | 0x4B000000u)
-static uint gq_and_or(uint a, uint m, uint c) { return (a & m) | c; }
-#endif
-/* the 8 bytes of two words, each less offset, as floats (exact) */
-static float8 gq_bytes8_less(uint v0, uint v1, float offset) {
-    return (float8)(GQ_BYTE(v0, 0), GQ_BYTE(v0, 1), GQ_BYTE(v0, 2), GQ_BYTE(v0, 3),
-                    GQ_BYTE(v1, 0), GQ_BYTE(v1, 1), GQ_BYTE(v1, 2), GQ_BYTE(v1, 3)) -
-           (8388608.0f + offset);
-}
-
-/* Q4_K: task t is pair p = t % 4 of block t / 4: its 32 bytes; segment s
- * the low (s < 4) or high nibbles of bytes 8 (s % 4).., values
- * 64p + 32 (s / 4) + 8 (s % 4).. */
-static void gq_gv_load_q4_k(__global const uchar *row, int t, gq_gvtask *k) {
-    __global const uchar *blk = row + (size_t)(t / 4) * 144;
-    int p = t % 4;
-    gq_task h;
-    gq_load_k45(blk, p, &h);
-    for (int g = 0; g < 2; g++) k->A[g] = h.sc[g], k->B[g] = h.mn[g];
-    __global const uint4 *q = (__global const uint4 *)(blk + 16 + p * 32);
-    uint4 a = q[0], b = q[1];
-    k->q[0] = a.x, k->q[1] = a.y, k->q[2] = a.z, k->q[3] = a.w;
-    k->q[4] = b.x, k->q[5] = b.y, k->q[6] = b.z, k->q[7] = b.w;
-}
-static float8 gq_gv_seg_q4_k(const gq_gvtask *k, int s) {
-    uint w0 = k->q[2 * (s % 4)], w1 = k->q[2 * (s % 4) + 1];
-    if (s >= 4) w0 >>= 4, w1 >>= 4; /* the high nibbles */
-    return gq_bytes8_less(w0 & 0x0F0F0F0Fu, w1 & 0x0F0F0F0Fu, 0.0f);
-}
-static int gq_gv_xoff_q4_k(int t, int s) {
-    return (t / 4) * 256 + (t % 4) * 64 + (s / 4) * 32 + (s % 4) * 8;
-}
-
-/* 16 bytes at p (2-byte aligned) as four words: five aligned word loads
- * and, where p is not 4-byte aligned, every word's halves moved down (one
- * permute a word on NVIDIA); reads 4 bytes past the 16, which every
- * caller's block holds */
-static uint4 gq_load16_a2(__global const uchar *p) {
-    __global const uint *q = (__global const uint *)((size_t)p & ~(size_t)3);
-    uint4 a = (uint4)(q[0], q[1], q[2], q[3]);
-    uint e = q[4], odd = (uint)((size_t)p & 2u);
-#if LAZYATTN_FAST_NV
-    uint sel = odd ? 0x5432u : 0x3210u;
-    return (uint4)(gq_prmt(a.x, a.y, sel), gq_prmt(a.y, a.z, sel), gq_prmt(a.z, a.w, sel),
-                   gq_prmt(a.w, e, sel));
-#else
-    /* halves 1..8 of the five words (a shuffle: Oclgrind has no funnel shift) */
-    ushort8 h = as_ushort8(a);
-    return odd ? as_uint4((ushort8)(h.s1234, h.s567, (ushort)e)) : a;
-#endif
-}
-
-/* Q6_K: task t is 16 values of each quarter of a half, 64 in all: block
- * t / 4, half H = (t % 4) / 2, values l = 16 j .. 16 j + 15 (j = t % 2) of
- * quarter Q of the half (one scale each: byte j + 2 Q of the half's 8);
- * segment s is values 8 (s % 2).. of quarter s / 2, its 6-bit q from ql
- * (+32 for odd Q, the high nibble for Q >= 2) and bits 2Q of qh. */
-static void gq_gv_load_q6_k(__global const uchar *row, int t, gq_gvtask *k) {
-    __global const uchar *blk = row + (size_t)(t / 4) * 210;
-    int H = (t % 4) / 2, j = t % 2;
-    uint2 sc = gq_load8_a2(blk + 192 + H * 8);
-    float d = gq_half(blk + 208);
-    for (int Q = 0; Q < 4; Q++) {
-        uint b = ((Q < 2 ? sc.x : sc.y) >> ((uint)(j + 2 * (Q & 1)) * 8u)) & 0xFFu;
-        float sq = d * GQ_INT(b ^ 0x80u, 128.0f); /* d times the int8 b */
-        k->A[Q] = sq, k->B[Q] = 0.0f;
-    }
-    uint4 a = gq_load16_a2(blk + H * 64 + 16 * j), c = gq_load16_a2(blk + H * 64 + 32 + 16 * j),
-          h = gq_load16_a2(blk + 128 + H * 32 + 16 * j);
-    k->q[0] = a.x, k->q[1] = a.y, k->q[2] = a.z, k->q[3] = a.w;
-    k->q[4] = c.x, k->q[5] = c.y, k->q[6] = c.z, k->q[7] = c.w;
-    k->hq[0] = h.x, k->hq[1] = h.y, k->hq[2] = h.z, k->hq[3] = h.w;
-}
-static float8 gq_gv_seg_q6_k(const gq_gvtask *k, int s) {
-    int Q = s / 2, e = s % 2;
-    uint v[2];
-    for (int i = 0; i < 2; i++) {
-        uint lo = k->q[(Q & 1) * 4 + 2 * e + i], hi = k->hq[2 * e + i];
-        lo = Q < 2 ? lo : lo >> 4;                                 /* nibble to bits 0..3 */
-        hi = Q == 3 ? hi >> 2 : hi << (4 - 2 * Q);                 /* its 2 bits to 4..5 */
-        v[i] = gq_and_or(hi, 0x30303030u, lo & 0x0F0F0F0Fu);
-    }
-    return gq_bytes8_less(v[0], v[1], 32.0f);
-}
-static int gq_gv_xoff_q6_k(int t, int s) {
-    return (t / 4) * 256 + ((t % 4) / 2) * 128 + (s / 2) * 32 + (t % 2) * 16 + (s % 2) * 8;
-}
-
-/* the exact form (Q8_0, Q4_0, Q5_K) */
-static void gq_gv_load_exact(__global const uchar *row, int t, gq_gvtask *k) {
-    gq_task h = {{0.0f}, {0.0f}, {0u}, 0u}; /* the type's load sets what it uses */
-    GQ_LOAD(row, t, &h);
-    for (int g = 0; g < 4; g++) k->A[g] = h.sc[g], k->B[g] = h.mn[g];
-    for (int i = 0; i < 8; i++) k->q[i] = h.q[i];
-    k->aux = h.aux;
-}
-static float8 gq_gv_seg_exact(const gq_gvtask *k, int s) {
-    gq_task h;
-    for (int i = 0; i < 8; i++) h.q[i] = k->q[i];
-    h.aux = k->aux;
-    return GQ_SEG(&h, s);
-}
-
-#if GQ_TYPE == 12
-#define GQ_GV_LOAD gq_gv_load_q4_k
-#define GQ_GV_SEG gq_gv_seg_q4_k
-#define GQ_GV_XOFF gq_gv_xoff_q4_k
-#define GQ_GV_CHUNKS 2
-#define GQ_GV_SPG 4
-#define GQ_GV_X 1
-#elif GQ_TYPE == 14
-#define GQ_GV_LOAD gq_gv_load_q6_k
-#define GQ_GV_SEG gq_gv_seg_q6_k
-#define GQ_GV_XOFF gq_gv_xoff_q6_k
-#define GQ_GV_CHUNKS 2
-#define GQ_GV_SPG 2
-#define GQ_GV_X 0
-#else
-#define GQ_GV_LOAD gq_gv_load_exact
-#define GQ_GV_SEG gq_gv_seg_exact
-#define GQ_GV_XOFF GQ_XOFF
-#define GQ_GV_CHUNKS 1
-#define GQ_GV_SPG GQ_SEGS_PER_GROUP
-#define GQ_GV_X GQ_HAS_MIN
-#endif
-#define GQ_GV_SEGS (4 * GQ_GV_CHUNKS)
 
 /* ---- activations: 8 values of row x from element i ---- */
 
@@ -518,21 +355,20 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
             ssq[r] = 0.0f;                                                                      \
             _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) acc[n][r] = 0.0f;                \
         }                                                                                       \
-        int n_tasks = n_chunks / GQ_GV_CHUNKS;                                                  \
-        for (int t = (team % ks) * GQ_LANES + lane; t < n_tasks; t += GQ_LANES * ks) {          \
-            gq_gvtask tk[GQ_NW];                                                                \
-            _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) GQ_GV_LOAD(wrow[n], t, &tk[n]);   \
+        for (int t = (team % ks) * GQ_LANES + lane; t < n_chunks; t += GQ_LANES * ks) {         \
+            gq_task tk[GQ_NW];                                                                  \
+            _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) GQ_LOAD(wrow[n], t, &tk[n]);      \
             float sqx[GQ_NW][R], sx[R];                                                         \
-            _Pragma("unroll") for (int s = 0; s < GQ_GV_SEGS; s++) {                           \
-                if (s % GQ_GV_SPG == 0) {                                                       \
+            _Pragma("unroll") for (int s = 0; s < 4; s++) {                                    \
+                if (s % GQ_SEGS_PER_GROUP == 0) {                                               \
                     _Pragma("unroll") for (int r = 0; r < R; r++) {                            \
                         sx[r] = 0.0f;                                                           \
                         _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) sqx[n][r] = 0.0f;    \
                     }                                                                           \
                 }                                                                               \
                 float8 qv[GQ_NW];                                                               \
-                _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) qv[n] = GQ_GV_SEG(&tk[n], s); \
-                size_t xo = (size_t)GQ_GV_XOFF(t, s);                                           \
+                _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) qv[n] = GQ_SEG(&tk[n], s);    \
+                size_t xo = (size_t)GQ_XOFF(t, s);                                              \
                 float8 g8 = (float8)(1.0f);                                                     \
                 if (norm) g8 = gq_x8_f32(gain, xo); /* uniform */                               \
                 _Pragma("unroll") for (int r = 0; r < R; r++) {                                \
@@ -542,16 +378,16 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
                         ssq[r] = gq_dot8(x8, x8, ssq[r]);                                       \
                         x8 *= g8;                                                               \
                     }                                                                           \
-                    if (GQ_GV_X) sx[r] += gq_sum8(x8);                                          \
+                    if (GQ_HAS_MIN) sx[r] += gq_sum8(x8);                                       \
                     _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) sqx[n][r] =              \
                         gq_dot8(qv[n], x8, sqx[n][r]);                                          \
                 }                                                                               \
-                if (s % GQ_GV_SPG == GQ_GV_SPG - 1) {                                           \
-                    int gr = s / GQ_GV_SPG;                                                     \
+                if (s % GQ_SEGS_PER_GROUP == GQ_SEGS_PER_GROUP - 1) {                           \
+                    int gr = s / GQ_SEGS_PER_GROUP;                                             \
                     _Pragma("unroll") for (int n = 0; n < GQ_NW; n++)                          \
                         _Pragma("unroll") for (int r = 0; r < R; r++) {                        \
-                        float v = tk[n].A[gr] * sqx[n][r];                                      \
-                        if (GQ_GV_X) v -= tk[n].B[gr] * sx[r];                                  \
+                        float v = tk[n].sc[gr] * sqx[n][r];                                     \
+                        if (GQ_HAS_MIN) v -= tk[n].mn[gr] * sx[r];                              \
                         acc[n][r] += v;                                                         \
                     }                                                                           \
                 }                                                                               \

@@ -136,10 +136,6 @@ compile gemm_nv_small gemm_nv_small.fused.k8u8 mma.sync.aligned.m16n8k16.row.col
     -DGS_R=1 -DGS_WR=1 -DGS_WK=8 -DGS_U=8 -DGS_WHINT=2
 compile gemm_nv_small gemm_nv_small.fused.r2k2 mma.sync.aligned.m16n8k16.row.col.f32.bf16 -DGS_FUSE=1 \
     -DGS_R=2 -DGS_WR=4 -DGS_WK=2 -DGS_U=4 -DGS_WHINT=2
-# serve/'s quantized GEMV with NVIDIA's byte permutes and logic ops as PTX (LAZYATTN_FAST_NV)
-cp serve/gemv_quant.cl "$out/gemv_quant.cl"
-compile gemv_quant gemv_quant.q4_k prmt.b32 -DGQ_TYPE=12
-compile gemv_quant gemv_quant.q6_k lop3.b32 -DGQ_TYPE=14
 # the wgmma modes (GS_XS 2, 3: wgmma m64n(8 NT)k16 behind //@ markers, A = W
 # from registers, X through a descriptor, staged by cp.async or registers), a few shapes; where ptxas is installed
 # (PTXAS, default /usr/local/cuda/bin/ptxas) also unmarked and assembled for
