@@ -259,7 +259,12 @@ static int serve_upload_parts(serve_model *m, cl_mem dst, size_t pitch, int n_pa
         const size_t origin[3] = {0, 0, 0}, region[3] = {row, (size_t)n_parts, 1};
         err = clEnqueueWriteBufferRect(m->queue, dst, CL_FALSE, origin, origin, region, pitch, 0,
                                        row, 0, sl->host, 0, NULL, &sl->done);
-        if (err != CL_SUCCESS) sl->done = NULL;
+        if (err != CL_SUCCESS) {
+            sl->done = NULL;
+        } else { /* the timer's copy of the event (profiling: the upload's device time) */
+            cl_event *ev = serve_timer_slot(m->timer, SERVE_PHASE_UPLOAD);
+            if (ev && clRetainEvent(sl->done) == CL_SUCCESS) *ev = sl->done;
+        }
     }
     if (m->timer) m->timer->upload_s += serve_now() - t0;
     if (m->timer) m->timer->upload_cpu_s += serve_thread_cpu_now() - c0;

@@ -24,6 +24,7 @@ cl_event *serve_timer_slot(serve_timer *t, serve_phase phase) {
 
 int serve_timer_collect(serve_timer *t) {
     if (!t) return LAZYATTN_STATUS_OK;
+    cl_ulong first = 0, last = 0;
     for (int i = 0; i < t->n; i++) {
         cl_event e = t->events[i];
         if (!e) continue; /* the call failed before making its event */
@@ -32,10 +33,17 @@ int serve_timer_collect(serve_timer *t) {
                 CL_SUCCESS &&
             clGetEventProfilingInfo(e, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL) ==
                 CL_SUCCESS &&
-            end > start)
+            end > start) {
             t->seconds[t->phases[i]] += 1e-9 * (double)(end - start);
+            if (first == 0 || start < first) first = start;
+            if (end > last) last = end;
+            if (t->trace && t->trace_events && t->trace_n < t->trace_cap)
+                t->trace_events[t->trace_n++] =
+                    (serve_timer_event){t->phases[i], (uint64_t)start, (uint64_t)end};
+        }
         clReleaseEvent(e);
     }
+    if (last > first && first != 0) t->span_s += 1e-9 * (double)(last - first);
     t->n = 0;
     return LAZYATTN_STATUS_OK;
 }
@@ -51,7 +59,8 @@ void serve_timer_release(serve_timer *t) {
 }
 
 const char *serve_phase_name(serve_phase phase) {
-    static const char *names[SERVE_PHASE_COUNT] = {"gemm", "attention", "copy", "elementwise"};
+    static const char *names[SERVE_PHASE_COUNT] = {"gemm", "attention", "copy", "elementwise",
+                                                    "upload"};
     return (int)phase >= 0 && phase < SERVE_PHASE_COUNT ? names[phase] : "?";
 }
 

@@ -47,7 +47,8 @@ typedef enum serve_phase {
     SERVE_PHASE_ATTENTION = 1,   /* lazyattn write_kv_rope_q, prefill, decode */
     SERVE_PHASE_COPY = 2,        /* lazyattn_materialise (position-aware copy hits) */
     SERVE_PHASE_ELEMENTWISE = 3, /* RMSNorm (and the embedding), SwiGLU, argmax */
-    SERVE_PHASE_COUNT = 4
+    SERVE_PHASE_UPLOAD = 4,      /* the forward's row arrays and tables, host to device */
+    SERVE_PHASE_COUNT = 5
 } serve_phase;
 
 /* What an enqueue counted in serve_timer.enqueues is: a launch of a phase
@@ -58,11 +59,17 @@ typedef enum serve_enqueue_kind {
     SERVE_ENQ_ATTENTION = SERVE_PHASE_ATTENTION,
     SERVE_ENQ_COPY = SERVE_PHASE_COPY,
     SERVE_ENQ_ELEMENTWISE = SERVE_PHASE_ELEMENTWISE,
-    SERVE_ENQ_UPLOAD = 4,
+    SERVE_ENQ_UPLOAD = SERVE_PHASE_UPLOAD,
     SERVE_ENQ_READ = 5,
     SERVE_ENQ_PLAN = 6,
     SERVE_ENQ_COUNT = 7
 } serve_enqueue_kind;
+
+/* One profiled command of a serve_timer's trace. */
+typedef struct serve_timer_event {
+    int phase; /* serve_phase */
+    uint64_t start_ns, end_ns; /* CL_PROFILING_COMMAND_START / _END */
+} serve_timer_event;
 
 /* Collects profiling events per phase; the device time of each phase is
  * summed when the caller has finished the queue. Disabled = no events. */
@@ -93,6 +100,14 @@ typedef struct serve_timer {
     int64_t enqueues_by[SERVE_ENQ_COUNT]; /* of enqueues, per serve_enqueue_kind */
     int64_t decode_enqueues, prefill_enqueues;
     int64_t prefill_requests; /* serve_engine_prefill calls that succeeded */
+    /* device span: per collect, the last end less the first start of its
+     * events (the in-order queue's wall, gaps between commands included) */
+    double span_s;
+    /* trace 1: collect also appends each event (phase, start, end in ns of
+     * the device clock) to trace[0..trace_n), up to trace_cap entries (the
+     * caller owns the array and resets trace_n) */
+    int trace, trace_n, trace_cap;
+    serve_timer_event *trace_events;
 } serve_timer;
 
 /* Counts n enqueues of kind k (t NULL: none). */

@@ -344,6 +344,9 @@ BAD = [
     ("bench_forward", ["--gguf", "x.gguf", "--model", "tiny"], USAGE, "--gguf"),
     ("bench_forward", ["--gguf", "no-such-file.gguf"], FAILED, "no-such-file.gguf"),
     ("bench_forward", ["--dequantize=1"], USAGE, "--dequantize"),
+    ("bench_forward", ["--device-trace", "t.csv"], USAGE, "--device-time"),
+    ("bench_forward", ["--device-time", "--device-trace", "no-such-dir/t.csv"], FAILED,
+     "no-such-dir/t.csv"),
     # bench_gemv_quant (the kernels of weights kept quantized)
     ("bench_gemv_quant", ["--reps", "0"], USAGE, "--reps"),
     ("bench_gemv_quant", ["--rows", "9"], USAGE, "--rows"),

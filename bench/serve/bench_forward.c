@@ -27,6 +27,7 @@
 #include "gemv_quant.h" /* SERVE_QUANT_GEMV_MAX_ROWS */
 #include "serve.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,7 @@ static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
  * per phase when the timer has events. */
 typedef struct fwd_decode_result {
     double wall_ms, host_ms, device_ms[SERVE_PHASE_COUNT];
+    double span_ms; /* device span: first command's start to the last's end */
     double enqueues, enqueues_by[SERVE_ENQ_COUNT];
 } fwd_decode_result;
 
@@ -168,6 +170,7 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
             break;
         }
         if (timer) serve_timer_collect(timer); /* the prefills' and earlier steps' events */
+        if (timer) timer->trace_n = 0;          /* the trace keeps the last step's */
         serve_timer before = timer ? *timer : (serve_timer){0};
         const double t0 = serve_now();
         serve_decode_args da = {.n_seqs = B,
@@ -195,6 +198,7 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
                 r->device_ms[p] += (timer->seconds[p] - before.seconds[p]) * 1e3 / reps;
             }
             r->host_ms += (timer->upload_s - before.upload_s) * 1e3 / reps;
+            r->span_ms += (timer->span_s - before.span_s) * 1e3 / reps;
             r->enqueues += (double)(timer->enqueues - before.enqueues) / reps;
             for (int k = 0; k < SERVE_ENQ_COUNT; k++)
                 r->enqueues_by[k] += (double)(timer->enqueues_by[k] - before.enqueues_by[k]) / reps;
@@ -206,6 +210,22 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
     }
     free(tok), free(nx), free(table), free(epos), free(t), free(offsets);
     return st;
+}
+
+/* The profiled commands of one decode step, one line each: the case, the
+ * command's index, phase, start (µs from the step's first command), device
+ * µs and the idle µs since the previous command ended. */
+static int fwd_write_trace(FILE *out, const char *name, const serve_timer *t) {
+    uint64_t t0 = t->trace_n ? t->trace_events[0].start_ns : 0, prev = t0;
+    for (int i = 0; i < t->trace_n; i++) {
+        const serve_timer_event *e = &t->trace_events[i];
+        if (fprintf(out, "%s,%d,%s,%.3f,%.3f,%.3f\n", name, i, serve_phase_name((serve_phase)e->phase),
+                    1e-3 * (double)(e->start_ns - t0), 1e-3 * (double)(e->end_ns - e->start_ns),
+                    e->start_ns > prev ? 1e-3 * (double)(e->start_ns - prev) : 0.0) < 0)
+            return -1;
+        if (e->end_ns > prev) prev = e->end_ns;
+    }
+    return 0;
 }
 
 /* One case: the cached part once (untimed), then warmup + reps timed runs
@@ -314,7 +334,12 @@ int main(int argc, char **argv) {
         "  --dequantize            with --gguf: quantized weights dequantized at load (default:\n"
         "                          kept quantized on the device where the GEMV reads the type)\n"
         "  --device-time           profiling events: device ms per phase of a decode step\n"
-        "                          (the wall times are then those of a profiling queue)\n"
+        "                          and its span (first start to last end, gaps included;\n"
+        "                          the wall times are then those of a profiling queue)\n"
+        "  --device-trace FILE     with --device-time: each command of each case's last decode\n"
+        "                          step as CSV (case,index,phase,start_us,device_us,gap_us;\n"
+        "                          a call of two launches, e.g. NVIDIA's split decode, has the\n"
+        "                          last one's event: the first is in the gap before it)\n"
         "Cases: cold 2048, cold 10240, 32 over 10240 cached, 2080 over 8192 cached, decode\n"
         "steps of B x 1 token over N cached each (bench/llama_peer.py runs the same in torch).\n"
         "Exit status: 0 done, 1 a failure, 2 a bad command line.\n";
@@ -322,7 +347,7 @@ int main(int argc, char **argv) {
     int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0, dequantize = 0;
     int decode_b[FWD_MAX_DECODE] = {1, 16, 64};
     uint64_t seed = 1;
-    const char *gguf_path = NULL;
+    const char *gguf_path = NULL, *trace_path = NULL;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
         {.name = "--gguf", .type = CLI_STRING, .dest = &gguf_path},
@@ -336,6 +361,7 @@ int main(int argc, char **argv) {
         {.name = "--decode-context", .type = CLI_INT, .dest = &decode_context, .min = 1, .max = 65535},
         {.name = "--no-forwards", .type = CLI_FLAG, .dest = &no_forwards},
         {.name = "--device-time", .type = CLI_FLAG, .dest = &device_time},
+        {.name = "--device-trace", .type = CLI_STRING, .dest = &trace_path},
         {.name = "--dequantize", .type = CLI_FLAG, .dest = &dequantize},
     };
     int pr = cli_parse(prog, usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
@@ -343,9 +369,18 @@ int main(int argc, char **argv) {
     if (pr != CLI_OK) return pr;
     if (gguf_path && cli_given(opts, (int)(sizeof opts / sizeof opts[0]), "--model"))
         return cli_fail(prog, "--gguf", "the file gives the model's shape: drop --model");
+    if (trace_path && !device_time)
+        return cli_fail(prog, "--device-trace", "needs --device-time (the trace is of its events)");
     for (int i = 0; i < n_decode; i++) /* a decode step holds at most max_rows sequences */
         if (decode_b[i] > max_rows)
             return cli_fail(prog, "--decode", "batch size %d over --max-rows %d", decode_b[i], max_rows);
+    FILE *trace = NULL; /* opened first: a bad path fails before the model is built */
+    if (trace_path && (!(trace = fopen(trace_path, "w")) ||
+                       fprintf(trace, "case,index,phase,start_us,device_us,gap_us\n") < 0)) {
+        fprintf(stderr, "%s: --device-trace %s: %s\n", prog, trace_path, strerror(errno));
+        if (trace) fclose(trace);
+        return 1;
+    }
     static const char *const presets[] = {"tiny", "small", "8b"};
     serve_model_config mc;
     int st = serve_model_config_preset(&mc, presets[model]);
@@ -355,6 +390,7 @@ int main(int argc, char **argv) {
     if (st) {
         fprintf(stderr, "%s: %s\n", prog, serve_last_error());
         serve_gguf_close(gguf);
+        if (trace) fclose(trace);
         return 1;
     }
     mc.max_rows = max_rows;
@@ -367,6 +403,7 @@ int main(int argc, char **argv) {
     if ((st = lazyattn_context_create(&co, &ctx))) {
         fprintf(stderr, "%s: lazyattn_context_create: %s\n", prog, lazyattn_last_error());
         serve_gguf_close(gguf);
+        if (trace) fclose(trace);
         return 1;
     }
     char name[256] = "?";
@@ -394,6 +431,12 @@ int main(int argc, char **argv) {
                (double)other_bytes / (1u << 20), serve_now() - t_load);
     }
     serve_timer timer = {.enabled = device_time};
+    if (!st && trace) {
+        timer.trace = 1, timer.trace_cap = 1 << 16;
+        timer.trace_events = malloc(sizeof *timer.trace_events * (size_t)timer.trace_cap);
+        if (!timer.trace_events)
+            st = serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "bench_forward: the trace");
+    }
     if (!st) serve_model_set_timer(f.model, &timer); /* host times always; events with --device-time */
     if (!st)
         printf("gemm: %s\n", serve_model_uses_bf16(f.model) ? "bf16" : "f32 (CLBlast)");
@@ -413,8 +456,10 @@ int main(int argc, char **argv) {
     }
     if (!st && n_decode > 0) {
         printf("%-24s %10s %10s %9s", "decode step", "wall ms", "host ms", "enqueues");
-        if (device_time)
+        if (device_time) {
             for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10s", serve_phase_name((serve_phase)p));
+            printf(" %10s", "span");
+        }
         printf("  by kind\n");
     }
     for (int i = 0; i < n_decode && !st; i++) {
@@ -424,15 +469,22 @@ int main(int argc, char **argv) {
         char name[64];
         snprintf(name, sizeof name, "%d x 1 over %d", decode_b[i], decode_context);
         printf("%-24s %10.2f %10.2f %9.0f", name, r.wall_ms, r.host_ms, r.enqueues);
-        if (device_time)
+        if (device_time) {
             for (int p = 0; p < SERVE_PHASE_COUNT; p++) printf(" %10.3f", r.device_ms[p]);
+            printf(" %10.3f", r.span_ms);
+        }
         printf("  ");
         fwd_print_kinds(r.enqueues_by);
         printf("\n");
         fflush(stdout);
+        if (trace && fwd_write_trace(trace, name, &timer))
+            st = serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "bench_forward: writing %s", trace_path);
     }
     if (!st) serve_model_set_timer(f.model, NULL);
     serve_timer_release(&timer);
+    free(timer.trace_events);
+    if (trace && fclose(trace) && !st)
+        st = serve_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "bench_forward: closing %s", trace_path);
     if (!st && serve_model_uses_bf16(f.model)) {
         /* which kernels the times are of: a projection no tensor-core
          * kernel covers falls back to the portable one */
