@@ -135,13 +135,26 @@ static int lz_job_run(lz_tier_writer *w, lz_tier_job *j, size_t *written, int *f
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "tier writer: the export exceeds a size_t");
     lazyattn_doc_key key = {j->model_id, {0}};
     memcpy(key.digest, j->digest, sizeof key.digest);
+    /* a document the store has already (another process or an earlier
+       write put it) is neither read back nor sealed: its blocks are free
+       to be rewritten at once */
+    int there = 0;
+    int st = lazyattn_store_exists(w->store, key, &there);
+    if (!st && there) {
+        clSetUserEventStatus(j->done, CL_COMPLETE);
+        clReleaseEvent(j->done);
+        j->done = NULL;
+        *found = 1;
+        *written = need;
+        return LAZYATTN_STATUS_OK;
+    }
+    st = LAZYATTN_STATUS_OK; /* a failed look: write it, the put says what holds */
     uint8_t *out = lz_staging(w, need), *own = NULL, *tiled = NULL;
     if (!out && !(out = own = malloc(need))) /* pageable, then */
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", need);
     uint8_t *kv = out + LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)j->n_tokens;
     int64_t pages = (int64_t)2 * w->pc.n_layers * j->n_blocks * w->pc.n_kv_heads;
     size_t kv_bytes = need - LAZYATTN_KV_HEADER_BYTES - 4 * (size_t)j->n_tokens;
-    int st = LAZYATTN_STATUS_OK;
     if (w->pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && !(tiled = malloc(kv_bytes)))
         st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", kv_bytes);
     if (!st) st = lz_job_read(w, j, tiled ? tiled : kv);
@@ -156,7 +169,7 @@ static int lz_job_run(lz_tier_writer *w, lz_tier_job *j, size_t *written, int *f
     if (!st) {
         lz_kv_export_seal(&w->pc, j->model_id, j->tokens, j->n_tokens, j->n_blocks, j->doc_hash,
                           j->digest, out, need);
-        int there = 0;
+        there = 0; /* again: it may have come while this one was read back */
         st = lazyattn_store_exists(w->store, key, &there);
         if (!st && !there) st = lz_store_put_sealed(w->store, key, out, need); /* sealed above */
         *found = !st && there;

@@ -35,7 +35,8 @@ int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
  * lease_owner (NULL: none): the cache whose lease of the document
  * (store_lease.c) the writer gives back once the write ended, or was
  * dropped after it was queued. A document found in the store when written
- * counts in tier_duplicates. */
+ * (looked up before its blocks are read back: then none is, and its blocks
+ * are free to be rewritten at once) counts in tier_duplicates. */
 int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t digest[32],
                           uint64_t doc_hash, const int32_t *tokens, int n_tokens,
                           const int32_t *blocks, int n_blocks, const void *lease_owner);
