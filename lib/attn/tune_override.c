@@ -36,6 +36,7 @@ static const lz_tune_int_key lz_tune_int_keys[] = {
     LZ_TUNE_INT("portable.prefill_maxreg", prefill_maxreg, 0, 255),
     LZ_TUNE_INT("portable.decode_maxreg", decode_maxreg, 0, 255),
     LZ_TUNE_INT("serve.fused_decode", serve_fused_decode, 0, 1),
+    LZ_TUNE_INT("tier.pin_loads", tier_pin_loads, 0, 1),
 };
 
 static const struct {

@@ -2,6 +2,7 @@
 /* The tier's loader (tier_loader.h): a FIFO of loads, one thread that gets,
  * checks and enqueues each, and a list of those finished for the serving
  * thread to take. */
+#include "attn/tuning.h"
 #include "store/tier_loader.h"
 #include "store/store_internal.h"
 
@@ -20,6 +21,10 @@ struct lz_tier_loader {
     cl_command_queue queue;
     lz_tier_staging *staging;
     int tiled; /* the pool keeps TILED pages: a load reorders */
+    /* a built-in store's value (pageable) is copied into a pinned slot
+       before its upload: LAZYATTN_TUNE's tier.pin_loads, by default on a
+       device with memory of its own (no CL_DEVICE_HOST_UNIFIED_MEMORY) */
+    int pin_values;
 #if !defined(_WIN32)
     pthread_t thread;
     pthread_mutex_t lock; /* guards everything below */
@@ -64,7 +69,19 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
     if (!st) {
         j->bytes = v.size;
         j->sealed = lz_store_value_sealed(l->store, &v);
-        if (!lz_store_values_private(l->store)) { /* an engine's: copied once, then checked */
+        /* ROWS from a built-in store's pageable value (the host store's) on
+           a discrete device: copied into a pinned slot where one is free,
+           here on the loader thread, so that the upload is a DMA of its own
+           and not the driver's staging copy beside the serving thread's
+           enqueues (a TILED pool's reorder below writes into a slot anyway) */
+        int pin = lz_store_values_private(l->store) && l->pin_values && !l->tiled &&
+                  pick.slot < 0;
+        if (pin && (copy = lz_staging_take(l->staging, v.size, &pick.slot)) != NULL) {
+            if (v.size) memcpy(copy, v.data, v.size);
+            lazyattn_store_release(l->store, &v);
+            memset(&v, 0, sizeof v);
+            data = copy;
+        } else if (!lz_store_values_private(l->store)) { /* an engine's: copied once, then checked */
             if (pick.slot < 0) copy = lz_staging_take(l->staging, v.size, &pick.slot);
             if (!copy) copy = malloc(v.size ? v.size : 1);
             if (copy && v.size) memcpy(copy, v.data, v.size);
@@ -162,6 +179,13 @@ int lz_tier_loader_create(lazyattn_pool *pool, lazyattn_store *store, uint64_t m
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(pool, &pc);
     l->tiled = pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED;
+    cl_device_id dev = NULL;
+    cl_bool unified = CL_TRUE;
+    if (clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) == CL_SUCCESS)
+        clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+    lz_tune_override ov;
+    lz_tune_from_env(lz_pool_context(pool), &ov);
+    l->pin_values = ov.tier_pin_loads >= 0 ? ov.tier_pin_loads : unified == CL_FALSE;
     l->queued_tail = &l->queued;
     l->finished_tail = &l->finished;
     int made = 0;

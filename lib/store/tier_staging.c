@@ -15,8 +15,8 @@ int lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue que
 
 static void lz_slot_release(lz_tier_staging *s, struct lz_staging_slot *slot) {
     if (!slot->buffer) return;
-    clEnqueueUnmapMemObject(s->queue, slot->buffer, slot->ptr, 0, NULL, NULL);
-    clFinish(s->queue);
+    clEnqueueUnmapMemObject(s->map_queue, slot->buffer, slot->ptr, 0, NULL, NULL);
+    clFinish(s->map_queue);
     clReleaseMemObject(slot->buffer);
     s->total -= slot->bytes;
     memset(slot, 0, sizeof *slot);
@@ -25,10 +25,20 @@ static void lz_slot_release(lz_tier_staging *s, struct lz_staging_slot *slot) {
 /* Makes slot a mapped buffer of bytes; 0 when the device cannot. */
 static int lz_slot_make(lz_tier_staging *s, struct lz_staging_slot *slot, size_t bytes) {
     cl_int err;
+    if (!s->map_queue) {
+        cl_device_id dev = NULL;
+        if (clGetCommandQueueInfo(s->queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) != CL_SUCCESS)
+            return 0;
+        s->map_queue = clCreateCommandQueue(s->context, dev, 0, &err);
+        if (err != CL_SUCCESS) {
+            s->map_queue = NULL;
+            return 0;
+        }
+    }
     cl_mem m = clCreateBuffer(s->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes, NULL,
                               &err);
     if (err != CL_SUCCESS) return 0;
-    void *p = clEnqueueMapBuffer(s->queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
+    void *p = clEnqueueMapBuffer(s->map_queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
                                  NULL, NULL, &err);
     if (err != CL_SUCCESS) {
         clReleaseMemObject(m);
@@ -83,6 +93,8 @@ void lz_staging_give(lz_tier_staging *s, int slot) {
 
 void lz_staging_free(lz_tier_staging *s) {
     for (int i = 0; i < LZ_STAGING_SLOTS; i++) lz_slot_release(s, &s->slots[i]);
+    if (s->map_queue) clReleaseCommandQueue(s->map_queue);
+    s->map_queue = NULL;
     lz_mutex_destroy(&s->lock);
 }
 

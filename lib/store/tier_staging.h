@@ -19,7 +19,11 @@
 
 typedef struct lz_tier_staging {
     cl_context context;
-    cl_command_queue queue; /* maps and unmaps (the tier's copy queue) */
+    cl_command_queue queue; /* the tier's copy queue (its device: the map queue's) */
+    /* maps and unmaps, made with the first slot: a queue of its own, so that
+       a map never waits behind uploads held on the copy queue (an upload
+       may wait on an event that only the thread taking a slot can set) */
+    cl_command_queue map_queue;
     struct lz_staging_slot {
         cl_mem buffer;
         uint8_t *ptr; /* mapped while the staging lives */
