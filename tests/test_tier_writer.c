@@ -386,6 +386,61 @@ static void test_full_queue_drops(void **state) {
     held_close(&h, store);
 }
 
+/* ev's execution status (CL_COMPLETE, or above while pending) */
+static cl_int event_status(cl_event ev) {
+    cl_int status = CL_QUEUED;
+    assert_int_equal(clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
+                                    NULL),
+                     CL_SUCCESS);
+    return status;
+}
+
+/* A slow store holds up puts, not read-backs: with document 1's put held,
+ * document 3 is still read back, so once it is evicted its blocks can be
+ * rewritten (by document 0, which needs the whole pool of 3) while the put
+ * waits; then both reach the store as committed. */
+static void test_slow_put_does_not_hold_reuse(void **state) {
+    size_t size3 = 0;
+    uint8_t *want3 = reference_export(*state, 3, &size3);
+    held_store h;
+    lazyattn_store *store = held_open(&h);
+    engine e;
+    engine_open(&e, *state, 3, MODEL);
+    set_writer(&e, store, LAZYATTN_TIER_WRITE_THROUGH, 4);
+    write_doc(&e, 1, NULL, NULL); /* one block */
+    held_wait_in_put(&h);
+    int32_t blocks3[8], blocks0[8];
+    int n3 = 0, n0 = 0;
+    write_doc(&e, 3, blocks3, &n3); /* two blocks: the pool is full */
+    assert_int_equal(n3, 2);
+    lt_assert_status(lazyattn_cache_trim(e.cache, 0), LAZYATTN_STATUS_OK); /* both freed */
+    write_doc(&e, 0, blocks0, &n0); /* three blocks: document 3's among them */
+    assert_int_equal(n0, 3);
+    cl_event written = NULL;
+    assert_int_equal(clEnqueueMarkerWithWaitList(lazyattn_context_queue(e.ctx), 0, NULL, &written),
+                     CL_SUCCESS);
+    clFlush(lazyattn_context_queue(e.ctx));
+    double t0 = now_ms();
+    while (event_status(written) > CL_COMPLETE && now_ms() - t0 < WAIT_MS) sleep_ms(2);
+    int ran = event_status(written) == CL_COMPLETE;
+    pthread_mutex_lock(&h.lock);
+    int puts = h.puts;
+    h.let_go = 1; /* now (before any assert can leave the put held) */
+    pthread_cond_broadcast(&h.cond);
+    pthread_mutex_unlock(&h.lock);
+    clWaitForEvents(1, &written);
+    clReleaseEvent(written);
+    assert_true(ran);         /* document 0's writes ran ... */
+    assert_int_equal(puts, 0); /* ... while document 1's put was held */
+    lazyattn_cache_stats s = wait_idle(&e);
+    assert_int_equal(s.tier_writes, 3);
+    assert_int_equal(s.tier_writes_dropped + s.tier_write_errors, 0);
+    assert_stored(*state, h.inner, 3, want3, size3);
+    engine_close(&e);
+    held_close(&h, store);
+    free(want3);
+}
+
 /* Writes pending when the tier is detached: the one in progress finishes,
  * the queued one is dropped (counted in the cache's statistics); then the
  * same with the cache destroyed (the sanitizers see no leak). */
@@ -509,6 +564,7 @@ int main(void) {
         cmocka_unit_test(test_write_after_the_writes),
         cmocka_unit_test(test_reused_blocks_keep_the_written_content),
         cmocka_unit_test(test_full_queue_drops),
+        cmocka_unit_test(test_slow_put_does_not_hold_reuse),
         cmocka_unit_test(test_detach_and_destroy_with_writes_pending),
         cmocka_unit_test(test_bad_options_refused),
         cmocka_unit_test(test_cost_rule),

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The tier's background writer (tier_writer.h): a bounded queue of
- * document writes, one thread that reads their blocks back on a queue of
- * its own into pinned staging, seals each export and puts it in the store. */
+ * document writes; a reader thread that reads their blocks back on a queue
+ * of its own into pinned staging (LZ_WRITER_SLOTS buffers, then pageable
+ * memory), and a putter thread that seals each export and puts it in the
+ * store, so that a slow store holds up puts, not read-backs. */
 #include "cache/cache_internal.h"
 #include "store/store_internal.h"
 #include "store/tier_writer.h"
@@ -26,25 +28,47 @@ typedef struct lz_tier_job {
                                 back (store_lease.c), NULL: none or given back */
 } lz_tier_job;
 
+/* How many read-backs may wait for their put at once in pinned memory
+ * (more wait in pageable memory, up to the queue's depth). */
+#define LZ_WRITER_SLOTS 2
+
+/* A document read back, waiting for its put. */
+typedef struct lz_put_item {
+    lz_tier_job job; /* its done event completed: its blocks are free again */
+    uint8_t *out;    /* the export being made: a pinned slot's memory, or own */
+    uint8_t *own;    /* pageable (no slot was free), freed after the put */
+    uint8_t *tiled;  /* a TILED pool's pages as read, reordered into out by the put */
+    size_t need;     /* bytes of the export */
+    int slot;        /* the pinned slot, -1 none */
+} lz_put_item;
+
 struct lz_tier_writer {
     lazyattn_pool *pool;
     lazyattn_context *ctx;
     lazyattn_pool_config pc;
     lazyattn_store *store;
     cl_command_queue queue; /* the writer's own */
-    /* pinned staging: a host-allocated buffer, mapped while the writer lives */
-    cl_mem staging;
-    uint8_t *staging_ptr;
-    size_t staging_bytes;
+    /* pinned staging: host-allocated buffers, mapped while the writer lives;
+       taken by the reader, given back by the putter (busy under lock) */
+    struct lz_writer_slot {
+        cl_mem buffer;
+        uint8_t *ptr;
+        size_t bytes;
+        int busy;
+    } slots[LZ_WRITER_SLOTS];
 #if !defined(_WIN32)
-    pthread_t thread;
+    pthread_t thread, putter; /* the reader (read-backs) and the putter (seals, puts) */
     pthread_mutex_t lock; /* guards everything below */
-    pthread_cond_t wake;
+    pthread_cond_t wake;     /* a job queued, or stop */
+    pthread_cond_t put_wake; /* a read-back to put, or the reader ended */
+    pthread_cond_t put_room; /* a put ended */
 #endif
     lz_tier_job *jobs; /* ring [depth]: jobs[head .. head + n) */
     int depth, head, n;
-    int busy; /* a job taken, not finished */
-    int stop;
+    lz_put_item *puts; /* ring [depth]: puts[put_head .. put_head + put_n) */
+    int put_head, put_n;
+    int reading, putting; /* a job taken by the reader / an item by the putter */
+    int stop, reader_done;
     int64_t queued, dropped, written, errors;
     int64_t duplicates, duplicate_tokens; /* found in the store when written */
     uint64_t written_bytes;
@@ -73,31 +97,53 @@ static void lz_job_release(lz_tier_writer *w, lz_tier_job *j) {
     memset(j, 0, sizeof *j);
 }
 
-/* Pinned staging of at least need bytes (the buffer before it released);
- * NULL when the device cannot give it. */
-static uint8_t *lz_staging(lz_tier_writer *w, size_t need) {
-    if (w->staging_bytes >= need) return w->staging_ptr;
-    if (w->staging) {
-        clEnqueueUnmapMemObject(w->queue, w->staging, w->staging_ptr, 0, NULL, NULL);
-        clFinish(w->queue);
-        clReleaseMemObject(w->staging);
-        w->staging = NULL;
-        w->staging_ptr = NULL;
-        w->staging_bytes = 0;
-    }
+/* Unmaps and releases slot x (nothing reads or writes it). */
+static void lz_slot_release(lz_tier_writer *w, struct lz_writer_slot *x) {
+    if (!x->buffer) return;
+    clEnqueueUnmapMemObject(w->queue, x->buffer, x->ptr, 0, NULL, NULL);
+    clFinish(w->queue);
+    clReleaseMemObject(x->buffer);
+    memset(x, 0, sizeof *x);
+}
+
+/* A free pinned slot of at least need bytes, taken (*slot its index): its
+ * memory, or NULL when none is free or the device cannot give one (the
+ * reader's; the putter only gives slots back). */
+static uint8_t *lz_slot_take(lz_tier_writer *w, size_t need, int *slot) {
+    *slot = -1;
+#if !defined(_WIN32)
+    pthread_mutex_lock(&w->lock);
+    for (int i = 0; i < LZ_WRITER_SLOTS && *slot < 0; i++)
+        if (!w->slots[i].busy) *slot = i;
+    if (*slot >= 0) w->slots[*slot].busy = 1;
+    pthread_mutex_unlock(&w->lock);
+#endif
+    if (*slot < 0) return NULL;
+    struct lz_writer_slot *x = &w->slots[*slot];
+    if (x->bytes >= need) return x->ptr;
+    lz_slot_release(w, x); /* too small: made again (busy: the putter leaves it) */
+    x->busy = 1;
     cl_int err;
     cl_mem m = clCreateBuffer(w->ctx->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, need,
                               NULL, &err);
-    if (err != CL_SUCCESS) return NULL;
-    void *p = clEnqueueMapBuffer(w->queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, need, 0,
-                                 NULL, NULL, &err);
+    void *p = NULL;
+    if (err == CL_SUCCESS) {
+        p = clEnqueueMapBuffer(w->queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, need, 0,
+                               NULL, NULL, &err);
+        if (err != CL_SUCCESS) clReleaseMemObject(m);
+    }
     if (err != CL_SUCCESS) {
-        clReleaseMemObject(m);
+#if !defined(_WIN32)
+        pthread_mutex_lock(&w->lock);
+        x->busy = 0;
+        pthread_mutex_unlock(&w->lock);
+#endif
+        *slot = -1;
         return NULL;
     }
-    w->staging = m;
-    w->staging_ptr = p;
-    w->staging_bytes = need;
+    x->buffer = m;
+    x->ptr = p;
+    x->bytes = need;
     return p;
 }
 
@@ -124,62 +170,120 @@ static int lz_job_read(lz_tier_writer *w, const lz_tier_job *j, uint8_t *kv) {
     return LAZYATTN_STATUS_OK;
 }
 
-/* Writes job j to the store: OK with the bytes written, or the status with
- * the reason recorded. A document the store has already is not put again
- * (counted as written; *found 1: computed elsewhere too). */
-static int lz_job_run(lz_tier_writer *w, lz_tier_job *j, size_t *written, int *found) {
-    *written = 0;
+/* Reads job j back for its put into *it (j moved there; status OK), or
+ * ends it: *found 1 when the store has the document already (nothing read
+ * back; OK), else the status with the reason recorded. Either way j's
+ * done event is completed: its blocks may be rewritten from here on. */
+static int lz_job_read_back(lz_tier_writer *w, lz_tier_job *j, lz_put_item *it, int *found) {
     *found = 0;
+    memset(it, 0, sizeof *it);
+    it->slot = -1;
     size_t need = lz_kv_export_bytes(&w->pc, j->n_tokens, j->n_blocks);
-    if (need == 0)
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "tier writer: the export exceeds a size_t");
-    lazyattn_doc_key key = {j->model_id, {0}};
-    memcpy(key.digest, j->digest, sizeof key.digest);
-    /* a document the store has already (another process or an earlier
-       write put it) is neither read back nor sealed: its blocks are free
-       to be rewritten at once */
-    int there = 0;
-    int st = lazyattn_store_exists(w->store, key, &there);
-    if (!st && there) {
-        clSetUserEventStatus(j->done, CL_COMPLETE);
-        clReleaseEvent(j->done);
-        j->done = NULL;
-        *found = 1;
-        *written = need;
-        return LAZYATTN_STATUS_OK;
+    int st = LAZYATTN_STATUS_OK;
+    if (need == 0) {
+        st = lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE, "tier writer: the export exceeds a size_t");
+    } else {
+        /* a document the store has already (another process or an earlier
+           write put it) is neither read back nor sealed */
+        lazyattn_doc_key key = {j->model_id, {0}};
+        memcpy(key.digest, j->digest, sizeof key.digest);
+        int there = 0;
+        *found = lazyattn_store_exists(w->store, key, &there) == LAZYATTN_STATUS_OK && there;
     }
-    st = LAZYATTN_STATUS_OK; /* a failed look: write it, the put says what holds */
-    uint8_t *out = lz_staging(w, need), *own = NULL, *tiled = NULL;
-    if (!out && !(out = own = malloc(need))) /* pageable, then */
-        return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", need);
-    uint8_t *kv = out + LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)j->n_tokens;
-    int64_t pages = (int64_t)2 * w->pc.n_layers * j->n_blocks * w->pc.n_kv_heads;
-    size_t kv_bytes = need - LAZYATTN_KV_HEADER_BYTES - 4 * (size_t)j->n_tokens;
-    if (w->pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && !(tiled = malloc(kv_bytes)))
-        st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", kv_bytes);
-    if (!st) st = lz_job_read(w, j, tiled ? tiled : kv);
-    /* read back (or failed): the blocks may be rewritten from here on */
+    if (!st && !*found) {
+        it->need = need;
+        it->out = lz_slot_take(w, need, &it->slot);
+        if (!it->out && !(it->out = it->own = malloc(need))) /* pageable, then */
+            st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", need);
+        size_t kv_bytes = need - LAZYATTN_KV_HEADER_BYTES - 4 * (size_t)j->n_tokens;
+        if (!st && w->pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && !(it->tiled = malloc(kv_bytes)))
+            st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", kv_bytes);
+        if (!st)
+            st = lz_job_read(w, j, it->tiled ? it->tiled
+                                             : it->out + LAZYATTN_KV_HEADER_BYTES +
+                                                   4 * (size_t)j->n_tokens);
+    }
+    /* read back, found or failed: the blocks may be rewritten from here on */
     clSetUserEventStatus(j->done, CL_COMPLETE);
     clReleaseEvent(j->done);
     j->done = NULL;
-    if (!st && tiled)
-        lz_kv_pages_to_rows(tiled, kv, pages, w->pc.block_size, w->pc.head_dim,
-                            lazyattn_dtype_size(w->pc.dtype));
-    free(tiled);
-    if (!st) {
-        lz_kv_export_seal(&w->pc, j->model_id, j->tokens, j->n_tokens, j->n_blocks, j->doc_hash,
-                          j->digest, out, need);
-        there = 0; /* again: it may have come while this one was read back */
-        st = lazyattn_store_exists(w->store, key, &there);
-        if (!st && !there) st = lz_store_put_sealed(w->store, key, out, need); /* sealed above */
-        *found = !st && there;
-    }
-    free(own);
-    if (!st) *written = need;
+    it->job = *j;
+    memset(j, 0, sizeof *j);
     return st;
 }
 
+/* Gives item it's slot back or frees its memory (its put ended). */
+static void lz_item_free(lz_tier_writer *w, lz_put_item *it) {
+    free(it->tiled);
+    free(it->own);
 #if !defined(_WIN32)
+    if (it->slot >= 0) {
+        pthread_mutex_lock(&w->lock);
+        w->slots[it->slot].busy = 0;
+        pthread_mutex_unlock(&w->lock);
+    }
+#else
+    (void)w;
+#endif
+    it->tiled = it->own = it->out = NULL;
+    it->slot = -1;
+}
+
+/* Seals item it's export and puts it in the store: OK, or the status with
+ * the reason recorded. A document the store has already is not put again
+ * (*found 1: computed elsewhere too). */
+static int lz_item_put(lz_tier_writer *w, lz_put_item *it, int *found) {
+    *found = 0;
+    const lz_tier_job *j = &it->job;
+    uint8_t *kv = it->out + LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)j->n_tokens;
+    if (it->tiled)
+        lz_kv_pages_to_rows(it->tiled, kv, (int64_t)2 * w->pc.n_layers * j->n_blocks * w->pc.n_kv_heads,
+                            w->pc.block_size, w->pc.head_dim, lazyattn_dtype_size(w->pc.dtype));
+    lz_kv_export_seal(&w->pc, j->model_id, j->tokens, j->n_tokens, j->n_blocks, j->doc_hash,
+                      j->digest, it->out, it->need);
+    lazyattn_doc_key key = {j->model_id, {0}};
+    memcpy(key.digest, j->digest, sizeof key.digest);
+    int there = 0; /* again: it may have come while this one was read back */
+    int st = lazyattn_store_exists(w->store, key, &there);
+    if (!st && !there) st = lz_store_put_sealed(w->store, key, it->out, it->need); /* sealed */
+    *found = !st && there;
+    return st;
+}
+
+/* A write ended (st), its lease given back and its job released: counted
+ * (the lock not held). */
+static void lz_write_ended(lz_tier_writer *w, lz_tier_job *j, int st, size_t bytes, int found) {
+    int n_tokens = j->n_tokens;
+    lz_job_lease_done(w, j, !st);
+    if (st)
+        lz_log(w->ctx, LAZYATTN_LOG_WARN,
+               "tier writer: document %016llx not written to the %s store: %s",
+               (unsigned long long)j->doc_hash, lazyattn_store_name(w->store),
+               lazyattn_last_error());
+    lz_job_release(w, j);
+#if !defined(_WIN32)
+    pthread_mutex_lock(&w->lock);
+    if (st)
+        w->errors++;
+    else {
+        w->written++;
+        w->written_bytes += bytes;
+    }
+    if (found) {
+        w->duplicates++;
+        w->duplicate_tokens += n_tokens;
+    }
+    pthread_mutex_unlock(&w->lock);
+#else
+    (void)bytes, (void)found, (void)n_tokens;
+#endif
+}
+
+#if !defined(_WIN32)
+/* The reader: each queued job read back (its blocks free again as soon as
+ * that is done) and handed to the putter, so that a slow store delays
+ * only the puts, never the read-backs the serving thread's reuse of
+ * blocks may wait on. */
 static void *lz_writer_main(void *arg) {
     lz_tier_writer *w = arg;
     pthread_mutex_lock(&w->lock);
@@ -190,30 +294,63 @@ static void *lz_writer_main(void *arg) {
         memset(&w->jobs[w->head], 0, sizeof j);
         w->head = (w->head + 1) % w->depth;
         w->n--;
-        w->busy = 1;
+        w->reading = 1;
         pthread_mutex_unlock(&w->lock);
-        size_t written = 0;
-        int found = 0, n_tokens = j.n_tokens;
-        int st = lz_job_run(w, &j, &written, &found);
-        lz_job_lease_done(w, &j, !st);
-        if (st)
-            lz_log(w->ctx, LAZYATTN_LOG_WARN,
-                   "tier writer: document %016llx not written to the %s store: %s",
-                   (unsigned long long)j.doc_hash, lazyattn_store_name(w->store),
-                   lazyattn_last_error());
-        lz_job_release(w, &j);
+        lz_put_item it;
+        int found = 0;
+        int st = lz_job_read_back(w, &j, &it, &found);
+        if (st || found) {
+            size_t bytes = found ? lz_kv_export_bytes(&w->pc, it.job.n_tokens, it.job.n_blocks) : 0;
+            lz_item_free(w, &it);
+            lz_write_ended(w, &it.job, st, bytes, found);
+            pthread_mutex_lock(&w->lock);
+            w->reading = 0;
+            continue;
+        }
         pthread_mutex_lock(&w->lock);
-        w->busy = 0;
-        if (st)
-            w->errors++;
-        else {
-            w->written++;
-            w->written_bytes += written;
+        while (w->put_n == w->depth) pthread_cond_wait(&w->put_room, &w->lock);
+        w->puts[(w->put_head + w->put_n) % w->depth] = it;
+        w->put_n++;
+        w->reading = 0;
+        pthread_cond_signal(&w->put_wake);
+    }
+    w->reader_done = 1;
+    pthread_cond_signal(&w->put_wake);
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* The putter: each read-back sealed and put in the store, in order; it
+ * ends once the reader has and nothing is left to put. */
+static void *lz_putter_main(void *arg) {
+    lz_tier_writer *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (w->put_n == 0 && !w->reader_done) pthread_cond_wait(&w->put_wake, &w->lock);
+        if (w->put_n == 0) break;
+        lz_put_item it = w->puts[w->put_head];
+        memset(&w->puts[w->put_head], 0, sizeof it);
+        w->put_head = (w->put_head + 1) % w->depth;
+        w->put_n--;
+        w->putting = 1;
+        int drop = w->stop; /* ending: the puts not begun are dropped, as queued writes are */
+        pthread_mutex_unlock(&w->lock);
+        if (drop) {
+            lz_item_free(w, &it);
+            lz_job_release(w, &it.job); /* its lease given back, not written */
+            pthread_mutex_lock(&w->lock);
+            w->dropped++;
+            w->putting = 0;
+            pthread_cond_signal(&w->put_room);
+            continue;
         }
-        if (found) {
-            w->duplicates++;
-            w->duplicate_tokens += n_tokens;
-        }
+        int found = 0;
+        int st = lz_item_put(w, &it, &found);
+        lz_item_free(w, &it);
+        lz_write_ended(w, &it.job, st, st ? 0 : it.need, found);
+        pthread_mutex_lock(&w->lock);
+        w->putting = 0;
+        pthread_cond_signal(&w->put_room);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -221,13 +358,10 @@ static void *lz_writer_main(void *arg) {
 #endif
 
 static void lz_writer_free(lz_tier_writer *w) {
-    if (w->staging) {
-        clEnqueueUnmapMemObject(w->queue, w->staging, w->staging_ptr, 0, NULL, NULL);
-        clFinish(w->queue);
-        clReleaseMemObject(w->staging);
-    }
+    for (int i = 0; i < LZ_WRITER_SLOTS; i++) lz_slot_release(w, &w->slots[i]);
     if (w->queue) clReleaseCommandQueue(w->queue);
     free(w->jobs);
+    free(w->puts);
     free(w);
 }
 
@@ -244,8 +378,9 @@ int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
 #else
     lz_tier_writer *w = calloc(1, sizeof *w);
     if (w) w->jobs = calloc((size_t)depth, sizeof *w->jobs);
-    if (!w || !w->jobs) {
-        if (w) free(w);
+    if (w) w->puts = calloc((size_t)depth, sizeof *w->puts);
+    if (!w || !w->jobs || !w->puts) {
+        if (w) free(w->jobs), free(w->puts), free(w);
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "%s: the tier writer", w_);
     }
     w->pool = pool;
@@ -260,11 +395,24 @@ int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
         lz_writer_free(w);
         return lz_cl_fail(err, "lazyattn_cache_set_tier: the tier writer's clCreateCommandQueue");
     }
-    int ok = 0; /* 1 lock, 2 + wake, 3 + thread */
+    /* 1 lock, 2 + wake, 3 + put_wake, 4 + put_room, 5 + putter, 6 + reader */
+    int ok = 0;
     if (pthread_mutex_init(&w->lock, NULL) == 0) ok++;
     if (ok == 1 && pthread_cond_init(&w->wake, NULL) == 0) ok++;
-    if (ok == 2 && pthread_create(&w->thread, NULL, lz_writer_main, w) == 0) ok++;
-    if (ok < 3) {
+    if (ok == 2 && pthread_cond_init(&w->put_wake, NULL) == 0) ok++;
+    if (ok == 3 && pthread_cond_init(&w->put_room, NULL) == 0) ok++;
+    if (ok == 4 && pthread_create(&w->putter, NULL, lz_putter_main, w) == 0) ok++;
+    if (ok == 5 && pthread_create(&w->thread, NULL, lz_writer_main, w) == 0) ok++;
+    if (ok < 6) {
+        if (ok == 5) { /* the putter alone: it ends once told the reader has */
+            pthread_mutex_lock(&w->lock);
+            w->reader_done = 1;
+            pthread_cond_signal(&w->put_wake);
+            pthread_mutex_unlock(&w->lock);
+            pthread_join(w->putter, NULL);
+        }
+        if (ok >= 4) pthread_cond_destroy(&w->put_room);
+        if (ok >= 3) pthread_cond_destroy(&w->put_wake);
         if (ok >= 2) pthread_cond_destroy(&w->wake);
         if (ok >= 1) pthread_mutex_destroy(&w->lock);
         lz_writer_free(w);
@@ -284,7 +432,9 @@ int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t di
     return 0;
 #else
     pthread_mutex_lock(&w->lock);
-    int full = w->n == w->depth; /* only this thread adds: room now is room below */
+    /* depth writes wait (to be read back, or read back to be put) beside
+       the one being put; only this thread adds: room now is room below */
+    int full = w->n + w->reading + w->put_n >= w->depth;
     if (full) w->dropped++;
     pthread_mutex_unlock(&w->lock);
     if (full) {
@@ -355,7 +505,7 @@ void lz_tier_writer_stats(lz_tier_writer *w, lazyattn_cache_stats *s) {
         s->tier_write_errors += w->errors;
         s->tier_writes_queued += w->queued;
         s->tier_writes_dropped += w->dropped;
-        s->tier_writes_pending += w->n + w->busy;
+        s->tier_writes_pending += w->n + w->reading + w->put_n + w->putting;
         s->tier_duplicates += w->duplicates;
         s->tier_duplicate_tokens += w->duplicate_tokens;
     }
@@ -378,10 +528,13 @@ void lz_tier_writer_destroy(lz_tier_writer *w, lazyattn_cache_stats *into) {
     }
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
+    pthread_join(w->thread, NULL); /* the reader: its last job handed on */
+    pthread_join(w->putter, NULL); /* the puts handed on, all done */
     if (into) {
         lz_tier_writer_stats(w, into);
     }
+    pthread_cond_destroy(&w->put_room);
+    pthread_cond_destroy(&w->put_wake);
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
 #else

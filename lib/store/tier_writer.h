@@ -11,8 +11,11 @@
  * waits until the read-back completed: no block is held, none is copied on
  * the device, and the write always sees the content at its submit.
  *
- * The writer reads into pinned (mapped) host staging, seals the export
- * (tokens, header, checksums) and puts it in the store. It never calls the
+ * The writer's reader thread reads into pinned (mapped) host staging (or
+ * pageable memory when its pinned buffers wait for their puts) and hands
+ * each read-back to its putter thread, which seals the export (tokens,
+ * header, checksums) and puts it in the store: a slow store delays the
+ * puts, not the read-backs that block reuse waits on. It never calls the
  * cache; its store calls run beside the serving thread's (the library's
  * stores are thread-safe). A full queue drops the write, counted, without
  * waiting. Not installed. */
@@ -24,7 +27,8 @@
 typedef struct lz_tier_writer lz_tier_writer;
 
 /* A writer for the documents of pool (a device pool) into store, holding at
- * most depth (>= 1) writes queued. */
+ * most depth (>= 1) writes waiting (to be read back, or read back and not
+ * yet put) beside the one being put. */
 int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
                           lz_tier_writer **out);
 
@@ -46,8 +50,9 @@ int lz_tier_writer_submit(lz_tier_writer *w, uint64_t model_id, const uint8_t di
  * tier_writes_pending, tier_duplicates(_tokens)); s NULL resets them. */
 void lz_tier_writer_stats(lz_tier_writer *w, lazyattn_cache_stats *s);
 
-/* Ends the writer: the write in progress finishes, those still queued are
- * dropped (counted); the thread joined; the counters added to into. */
+/* Ends the writer: the put in progress finishes, the writes still waiting
+ * are dropped (counted; a read-back in progress first completes); the
+ * threads joined; the counters added to into. */
 void lz_tier_writer_destroy(lz_tier_writer *w, lazyattn_cache_stats *into);
 
 #endif
