@@ -1640,18 +1640,20 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * (WRITE_BACK, WRITE_THROUGH) writes from a background writer: a thread of
  * the tier with a command queue of its own on the pool's context, reading
  * the document's blocks into pinned host memory after the commands
- * enqueued on the context's queue before the commit (or eviction), and
- * putting the export in the store. The commit returns at once; a block
+ * enqueued on the context's queue before the commit (or eviction), and a
+ * second thread putting the export in the store (a slow store delays the
+ * puts, not the read-backs). The commit returns at once; a block
  * freed meanwhile is rewritten only after the read-back (the pool's reuse
  * order), so a write always holds the document as committed. When
- * write_queue writes wait already, the write is dropped (counted:
+ * write_queue writes wait already (to be read back, or to be put beside
+ * the put in progress), the write is dropped (counted:
  * tier_writes_dropped) without waiting. Writes finish in the background:
  * tier_writes, tier_write_errors count them when they do; a document is
  * in the store only then. The store's put and exists run on the writer's
- * thread beside the cache's own calls: an engine's store must take calls
- * from two threads at once (the library's stores do). Detaching the tier
- * (or destroying the cache) waits for the write in progress and drops
- * those still queued (counted).
+ * threads beside the cache's own calls: an engine's store must take calls
+ * from several threads at once (the library's stores do). Detaching the tier
+ * (or destroying the cache) waits for the put in progress and drops
+ * the writes still waiting (counted).
  * load PIPELINED: a tier hit is checked on the host as before (header,
  * identity, payload checksum — but for a host store's value the tier itself
  * wrote: tier_loads_sealed; nothing from a disk, a network or an engine
