@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The tier's background writer (tier_writer.h): a bounded queue of
  * document writes; a reader thread that reads their blocks back on a queue
- * of its own into pinned staging (LZ_WRITER_SLOTS buffers, then pageable
+ * of its own into pinned staging (the tier's staging ring, then pageable
  * memory), and a putter thread that seals each export and puts it in the
  * store, so that a slow store holds up puts, not read-backs. */
 #include "cache/cache_internal.h"
 #include "store/store_internal.h"
+#include "store/tier_staging.h"
 #include "store/tier_writer.h"
 
 #include <stdlib.h>
@@ -28,10 +29,6 @@ typedef struct lz_tier_job {
                                 back (store_lease.c), NULL: none or given back */
 } lz_tier_job;
 
-/* How many read-backs may wait for their put at once in pinned memory
- * (more wait in pageable memory, up to the queue's depth). */
-#define LZ_WRITER_SLOTS 2
-
 /* A document read back, waiting for its put. */
 typedef struct lz_put_item {
     lz_tier_job job; /* its done event completed: its blocks are free again */
@@ -48,14 +45,10 @@ struct lz_tier_writer {
     lazyattn_pool_config pc;
     lazyattn_store *store;
     cl_command_queue queue; /* the writer's own */
-    /* pinned staging: host-allocated buffers, mapped while the writer lives;
-       taken by the reader, given back by the putter (busy under lock) */
-    struct lz_writer_slot {
-        cl_mem buffer;
-        uint8_t *ptr;
-        size_t bytes;
-        int busy;
-    } slots[LZ_WRITER_SLOTS];
+    /* pinned staging (the tier's ring, tier_staging.h): a slot taken by the
+       reader, given back by the putter */
+    lz_tier_staging staging;
+    int staging_made;
 #if !defined(_WIN32)
     pthread_t thread, putter; /* the reader (read-backs) and the putter (seals, puts) */
     pthread_mutex_t lock; /* guards everything below */
@@ -95,56 +88,6 @@ static void lz_job_release(lz_tier_writer *w, lz_tier_job *j) {
     free(j->tokens);
     free(j->blocks);
     memset(j, 0, sizeof *j);
-}
-
-/* Unmaps and releases slot x (nothing reads or writes it). */
-static void lz_slot_release(lz_tier_writer *w, struct lz_writer_slot *x) {
-    if (!x->buffer) return;
-    clEnqueueUnmapMemObject(w->queue, x->buffer, x->ptr, 0, NULL, NULL);
-    clFinish(w->queue);
-    clReleaseMemObject(x->buffer);
-    memset(x, 0, sizeof *x);
-}
-
-/* A free pinned slot of at least need bytes, taken (*slot its index): its
- * memory, or NULL when none is free or the device cannot give one (the
- * reader's; the putter only gives slots back). */
-static uint8_t *lz_slot_take(lz_tier_writer *w, size_t need, int *slot) {
-    *slot = -1;
-#if !defined(_WIN32)
-    pthread_mutex_lock(&w->lock);
-    for (int i = 0; i < LZ_WRITER_SLOTS && *slot < 0; i++)
-        if (!w->slots[i].busy) *slot = i;
-    if (*slot >= 0) w->slots[*slot].busy = 1;
-    pthread_mutex_unlock(&w->lock);
-#endif
-    if (*slot < 0) return NULL;
-    struct lz_writer_slot *x = &w->slots[*slot];
-    if (x->bytes >= need) return x->ptr;
-    lz_slot_release(w, x); /* too small: made again (busy: the putter leaves it) */
-    x->busy = 1;
-    cl_int err;
-    cl_mem m = clCreateBuffer(w->ctx->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, need,
-                              NULL, &err);
-    void *p = NULL;
-    if (err == CL_SUCCESS) {
-        p = clEnqueueMapBuffer(w->queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, need, 0,
-                               NULL, NULL, &err);
-        if (err != CL_SUCCESS) clReleaseMemObject(m);
-    }
-    if (err != CL_SUCCESS) {
-#if !defined(_WIN32)
-        pthread_mutex_lock(&w->lock);
-        x->busy = 0;
-        pthread_mutex_unlock(&w->lock);
-#endif
-        *slot = -1;
-        return NULL;
-    }
-    x->buffer = m;
-    x->ptr = p;
-    x->bytes = need;
-    return p;
 }
 
 /* Reads job j's blocks (each layer's K blocks, then its V blocks) into kv
@@ -190,9 +133,9 @@ static int lz_job_read_back(lz_tier_writer *w, lz_tier_job *j, lz_put_item *it, 
         int there = 0;
         *found = lazyattn_store_exists(w->store, key, &there) == LAZYATTN_STATUS_OK && there;
     }
+    it->need = need;
     if (!st && !*found) {
-        it->need = need;
-        it->out = lz_slot_take(w, need, &it->slot);
+        it->out = lz_staging_take(&w->staging, need, &it->slot);
         if (!it->out && !(it->out = it->own = malloc(need))) /* pageable, then */
             st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", need);
         size_t kv_bytes = need - LAZYATTN_KV_HEADER_BYTES - 4 * (size_t)j->n_tokens;
@@ -216,15 +159,7 @@ static int lz_job_read_back(lz_tier_writer *w, lz_tier_job *j, lz_put_item *it, 
 static void lz_item_free(lz_tier_writer *w, lz_put_item *it) {
     free(it->tiled);
     free(it->own);
-#if !defined(_WIN32)
-    if (it->slot >= 0) {
-        pthread_mutex_lock(&w->lock);
-        w->slots[it->slot].busy = 0;
-        pthread_mutex_unlock(&w->lock);
-    }
-#else
-    (void)w;
-#endif
+    if (it->slot >= 0) lz_staging_give(&w->staging, it->slot);
     it->tiled = it->own = it->out = NULL;
     it->slot = -1;
 }
@@ -300,9 +235,8 @@ static void *lz_writer_main(void *arg) {
         int found = 0;
         int st = lz_job_read_back(w, &j, &it, &found);
         if (st || found) {
-            size_t bytes = found ? lz_kv_export_bytes(&w->pc, it.job.n_tokens, it.job.n_blocks) : 0;
             lz_item_free(w, &it);
-            lz_write_ended(w, &it.job, st, bytes, found);
+            lz_write_ended(w, &it.job, st, found ? it.need : 0, found);
             pthread_mutex_lock(&w->lock);
             w->reading = 0;
             continue;
@@ -358,7 +292,7 @@ static void *lz_putter_main(void *arg) {
 #endif
 
 static void lz_writer_free(lz_tier_writer *w) {
-    for (int i = 0; i < LZ_WRITER_SLOTS; i++) lz_slot_release(w, &w->slots[i]);
+    if (w->staging_made) lz_staging_free(&w->staging);
     if (w->queue) clReleaseCommandQueue(w->queue);
     free(w->jobs);
     free(w->puts);
@@ -395,6 +329,12 @@ int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
         lz_writer_free(w);
         return lz_cl_fail(err, "lazyattn_cache_set_tier: the tier writer's clCreateCommandQueue");
     }
+    int st = lz_staging_init(&w->staging, w->ctx->context, w->queue);
+    if (st) {
+        lz_writer_free(w);
+        return st;
+    }
+    w->staging_made = 1;
     /* 1 lock, 2 + wake, 3 + put_wake, 4 + put_room, 5 + putter, 6 + reader */
     int ok = 0;
     if (pthread_mutex_init(&w->lock, NULL) == 0) ok++;
