@@ -69,28 +69,28 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
     if (!st) {
         j->bytes = v.size;
         j->sealed = lz_store_value_sealed(l->store, &v);
-        /* ROWS from a built-in store's pageable value (the host store's) on
-           a discrete device: copied into a pinned slot where one is free,
-           here on the loader thread, so that the upload is a DMA of its own
-           and not the driver's staging copy beside the serving thread's
-           enqueues (a TILED pool's reorder below writes into a slot anyway) */
-        int pin = lz_store_values_private(l->store) && l->pin_values && !l->tiled &&
-                  pick.slot < 0;
-        if (pin && (copy = lz_staging_take(l->staging, v.size, &pick.slot)) != NULL) {
+        /* an engine's value: copied once (pinned where a slot is free), then
+           checked. ROWS from a built-in store's pageable value (the host
+           store's) on a discrete device: copied into a pinned slot where one
+           is free, here on the loader thread, so that the upload is a DMA of
+           its own and not the driver's staging copy beside the serving
+           thread's enqueues (a TILED pool's reorder below writes into a slot
+           anyway); else uploaded from where it is */
+        int engine = !lz_store_values_private(l->store);
+        int pin = !engine && l->pin_values && !l->tiled;
+        if ((engine || pin) && pick.slot < 0) copy = lz_staging_take(l->staging, v.size, &pick.slot);
+        if (engine && !copy) copy = malloc(v.size ? v.size : 1);
+        if (copy) {
             if (v.size) memcpy(copy, v.data, v.size);
             lazyattn_store_release(l->store, &v);
             memset(&v, 0, sizeof v);
             data = copy;
-        } else if (!lz_store_values_private(l->store)) { /* an engine's: copied once, then checked */
-            if (pick.slot < 0) copy = lz_staging_take(l->staging, v.size, &pick.slot);
-            if (!copy) copy = malloc(v.size ? v.size : 1);
-            if (copy && v.size) memcpy(copy, v.data, v.size);
+        } else if (engine) {
             lazyattn_store_release(l->store, &v);
             memset(&v, 0, sizeof v);
-            data = copy;
-            if (!copy)
-                st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY,
-                             "tier load: no %zu bytes to copy the store's value into", j->bytes);
+            data = NULL;
+            st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY,
+                         "tier load: no %zu bytes to copy the store's value into", j->bytes);
         }
     }
     lz_upload up = {0};
