@@ -5,11 +5,11 @@
 # issue 36's in-model trace of fb1c856's 64-value GEMV (.device-carry/fb1) against main's.
 # Output packed into $OUT/all.tgz.
 set -u
-out=${OUT:-/tmp/out4}
-a="$out/a"
-mkdir -p "$a"
-. tools/nvidia-opencl-env.sh
-export LD_LIBRARY_PATH="$PWD/build-nv/extra-lib:$PWD/.device-carry/clblast${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+top=${OUT:-/tmp/out4}
+a="$top/a"
+out=$a bin=build-nv
+. bench/gpu_call.sh # NVIDIA's OpenCL, build-nv/extra-lib and the carried CLBlast; mkdir $a
+out=$top
 export CMOCKA_MESSAGE_OUTPUT=stdout
 t0=$(date +%s)
 el() { echo "$(( $(date +%s) - t0 ))s"; }
@@ -32,6 +32,5 @@ for t in serve/test_gemm_fused serve/test_serve_bf16; do
   [ $(( $(date +%s) - t0 )) -lt 110 ] || { echo "skip $t"; continue; }
   LAZYATTN_TUNE=serve.fused_decode=1 timeout 40 build-nv/$t > "$a/$(basename $t)_fused.log" 2>&1; echo "$t fused rc=$? $(el) $(grep -c '\[       OK \]' "$a/$(basename $t)_fused.log") ok"; grep FAILED "$a/$(basename $t)_fused.log" | head -3
 done
-tar czf "$out/all.tgz" -C "$out" a
 tar czf "$out/all.tgz" -C "$out" a && rm -rf "$a"
 echo "done $(el)"
