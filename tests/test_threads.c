@@ -319,7 +319,15 @@ static void *cache_main(void *arg) {
     for (int step = 0; step < CACHE_STEPS && !w->failure[0]; step++) {
         int action = lt_int(&r, 0, 9);
         if (w->n_live == 0 || (action < 4 && w->n_live < MAX_LIVE)) {
+            long refused = w->refused;
             step_create(w, &r);
+            if (w->n_live == 0 && w->refused > refused) {
+                /* refused holding nothing: the other threads' requests hold
+                   the pool; only their frees can help, so give them the CPU
+                   (else this thread's steps run out in refusals, by timing) */
+                struct timespec pause = {0, 200 * 1000};
+                nanosleep(&pause, NULL);
+            }
         } else if (action < 6) {
             live *l = &w->lives[lt_int(&r, 0, w->n_live - 1)];
             if (lazyattn_request_commit(l->req) != 0) W_FAIL(w, "commit: %s", lazyattn_last_error());
