@@ -70,6 +70,33 @@ static void test_alloc_free_accounting(void **state) {
     lazyattn_pool_destroy(pool);
 }
 
+/* Blocks freed together come back in the order they were freed in, so a
+ * document's blocks stay runs of consecutive ids through eviction and
+ * reuse (its copies are one transfer a run). */
+static void test_freed_blocks_come_back_in_order(void **state) {
+    (void)state;
+    lazyattn_pool_config c = llama8b;
+    c.budget_bytes = 16 * 2u * 1024 * 1024;
+    lazyattn_pool *pool;
+    lt_assert_status(lazyattn_pool_create(NULL, &c, &pool), LAZYATTN_STATUS_OK);
+    int32_t doc[8], other[4], again[8];
+    lt_assert_status(lazyattn_pool_alloc(pool, 8, doc), LAZYATTN_STATUS_OK);
+    for (int i = 1; i < 8; i++) assert_int_equal(doc[i], doc[0] + i);
+    lt_assert_status(lazyattn_pool_alloc(pool, 4, other), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_pool_free(pool, 8, doc), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_pool_alloc(pool, 8, again), LAZYATTN_STATUS_OK);
+    for (int i = 0; i < 8; i++) assert_int_equal(again[i], doc[i]);
+    /* two freed runs, the later on top: its blocks first, each run in order */
+    lt_assert_status(lazyattn_pool_free(pool, 4, again), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_pool_free(pool, 4, other), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_pool_alloc(pool, 8, doc), LAZYATTN_STATUS_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(doc[i], other[i]);
+        assert_int_equal(doc[4 + i], again[i]);
+    }
+    lazyattn_pool_destroy(pool);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     lazyattn_pool *pool = (lazyattn_pool *)0x1;
@@ -191,6 +218,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_budget_arithmetic),
         cmocka_unit_test(test_alloc_free_accounting),
+        cmocka_unit_test(test_freed_blocks_come_back_in_order),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_device_buffers),
         cmocka_unit_test(test_kv_layout),

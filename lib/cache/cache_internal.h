@@ -222,6 +222,13 @@ uint64_t lz_cache_fingerprint(const lazyattn_cache *c);
 
 /* ---- document export (doc_export.c) ---- */
 
+/* How many of blocks[0..n) (n >= 1) continue blocks[0] one id at a time:
+ * the blocks one copy moves between the pool and a host payload. */
+static inline int lz_block_run(const int32_t *blocks, int n) {
+    int run = 1;
+    while (run < n && blocks[run] == blocks[0] + run) run++;
+    return run;
+}
 /* The checksum of the export format (header and payload). */
 uint64_t lz_kv_checksum(const uint8_t *p, size_t n);
 /* Bytes of the export of a document of n_tokens in n_blocks on a pool of

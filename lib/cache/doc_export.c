@@ -213,7 +213,8 @@ int lazyattn_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, size_
 }
 
 /* The entry's blocks, for each layer its K blocks then its V blocks, read
- * from the pool's buffers into kv as they are stored (the pool's layout). */
+ * from the pool's buffers into kv as they are stored (the pool's layout),
+ * one copy a run of consecutive ids. */
 static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool,
                           const lazyattn_pool_config *pc, const lz_entry *e, uint8_t *kv) {
     size_t per = (size_t)lz_block_layer_bytes(pc);
@@ -223,10 +224,13 @@ static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool,
     for (int l = 0; l < pc->n_layers; l++)
         for (int which = 0; which < 2; which++) {
             cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
-            for (int b = 0; b < e->n_blocks; b++, kv += per) {
+            for (int b = 0; b < e->n_blocks;) {
+                int run = lz_block_run(e->blocks + b, e->n_blocks - b);
                 cl_int err = clEnqueueReadBuffer(ctx->queue, m, CL_FALSE,
-                                                 (size_t)e->blocks[b] * per, per, kv, 0, NULL,
-                                                 NULL);
+                                                 (size_t)e->blocks[b] * per, (size_t)run * per,
+                                                 kv, 0, NULL, NULL);
+                kv += (size_t)run * per;
+                b += run;
                 if (err != CL_SUCCESS) {
                     clFinish(ctx->queue);
                     return lz_cl_fail(err, "lazyattn_cache_export: clEnqueueReadBuffer");
@@ -525,8 +529,7 @@ static int lz_import_write(lazyattn_context *ctx, lazyattn_pool *pool, const int
         for (int which = 0; which < 2 && err == CL_SUCCESS; which++) {
             cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
             for (int b = 0; b < n_blocks && err == CL_SUCCESS;) {
-                int run = 1;
-                while (b + run < n_blocks && blocks[b + run] == blocks[b] + run) run++;
+                int run = lz_block_run(blocks + b, n_blocks - b);
                 /* the layer's last copy: in order, the layer is in place after it */
                 int last = up && which == 1 && b + run == n_blocks;
                 cl_event ev = NULL;
