@@ -1040,8 +1040,10 @@ typedef struct lazyattn_cache_stats {
     /* the tier's background writer (its write_queue > 0): tier_writes,
      * tier_write_bytes and tier_write_errors count its writes as they finish */
     int64_t tier_writes_queued;   /* writes handed to it */
-    int64_t tier_writes_dropped;  /* not written: its queue was full, or still queued
-                                     when the tier was detached or the cache destroyed */
+    int64_t tier_writes_dropped;  /* not written: its queue was full, no pinned staging
+                                     was free (a device with memory of its own), or
+                                     still queued when the tier was detached or the
+                                     cache destroyed */
     int64_t tier_writes_pending;  /* state now (not reset): queued or being written */
     /* the cost rule (lazyattn_cache_set_tier_recompute_rate) */
     int64_t tier_skipped_by_cost; /* GPU misses recomputed without a lookup: loading
@@ -1642,9 +1644,14 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * the document's blocks into pinned host memory after the commands
  * enqueued on the context's queue before the commit (or eviction), and a
  * second thread putting the export in the store (a slow store delays the
- * puts, not the read-backs). The commit returns at once; a block
- * freed meanwhile is rewritten only after the read-back (the pool's reuse
- * order), so a write always holds the document as committed. When
+ * puts, not the read-backs). On a device with memory of its own a write
+ * whose read-back finds no pinned staging free (at most 1 GiB in 4 slots,
+ * each held until its put ends) is dropped, counted, rather than read
+ * into pageable memory (the driver's staged copy holds up the serving
+ * thread's enqueues; LAZYATTN_TUNE tier.pin_writes=0 allows it). The
+ * commit returns at once; a block freed meanwhile is rewritten only
+ * after the read-back (the pool's reuse order), so a write always holds
+ * the document as committed. When
  * write_queue writes wait already (to be read back, or to be put beside
  * the put in progress), the write is dropped (counted:
  * tier_writes_dropped) without waiting. Writes finish in the background:

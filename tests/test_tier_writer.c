@@ -441,6 +441,47 @@ static void test_slow_put_does_not_hold_reuse(void **state) {
     free(want3);
 }
 
+/* LAZYATTN_TUNE's tier.pin_writes: with every slot of the writer's pinned
+ * staging (4) held by a put that waits, a fifth read-back is dropped,
+ * counted, and never reaches the store; with tier.pin_writes=0 it goes to
+ * pageable memory and is written. */
+static void test_pin_writes_drops_without_a_pinned_slot(void **state) {
+    for (int pinned_only = 0; pinned_only < 2; pinned_only++) {
+        setenv("LAZYATTN_TUNE", pinned_only ? "tier.pin_writes=1" : "tier.pin_writes=0", 1);
+        held_store h;
+        lazyattn_store *store = held_open(&h);
+        engine e;
+        engine_open(&e, *state, 16, MODEL);
+        set_writer(&e, store, LAZYATTN_TIER_WRITE_THROUGH, 8);
+        unsetenv("LAZYATTN_TUNE"); /* read when the writer was made */
+        write_doc(&e, 0, NULL, NULL);
+        held_wait_in_put(&h); /* document 0's slot held from here */
+        for (int id = 1; id <= 4; id++) write_doc(&e, id, NULL, NULL);
+        double t0 = now_ms();
+        lazyattn_cache_stats s = stats_of(&e);
+        while (pinned_only && s.tier_writes_dropped == 0 && now_ms() - t0 < WAIT_MS) {
+            sleep_ms(2);
+            s = stats_of(&e);
+        }
+        assert_int_equal(s.tier_writes_queued, 5);
+        assert_int_equal(s.tier_writes_dropped, pinned_only);
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, held_let_go_later, &h), 0);
+        pthread_join(t, NULL);
+        s = wait_idle(&e);
+        assert_int_equal(s.tier_writes, 5 - pinned_only);
+        assert_int_equal(s.tier_write_errors, 0);
+        for (int id = 0; id <= 4; id++) {
+            int there = 0;
+            lt_assert_status(lazyattn_store_exists(h.inner, key_of(id), &there),
+                             LAZYATTN_STATUS_OK);
+            assert_int_equal(there, !(pinned_only && id == 4));
+        }
+        engine_close(&e);
+        held_close(&h, store);
+    }
+}
+
 /* Writes pending when the tier is detached: the one in progress finishes,
  * the queued one is dropped (counted in the cache's statistics); then the
  * same with the cache destroyed (the sanitizers see no leak). */
@@ -565,6 +606,7 @@ int main(void) {
         cmocka_unit_test(test_reused_blocks_keep_the_written_content),
         cmocka_unit_test(test_full_queue_drops),
         cmocka_unit_test(test_slow_put_does_not_hold_reuse),
+        cmocka_unit_test(test_pin_writes_drops_without_a_pinned_slot),
         cmocka_unit_test(test_detach_and_destroy_with_writes_pending),
         cmocka_unit_test(test_bad_options_refused),
         cmocka_unit_test(test_cost_rule),

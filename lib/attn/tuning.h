@@ -70,6 +70,10 @@ typedef struct lz_tune_override {
     int tier_pin_loads;  /* tier.pin_loads=0|1: a background tier load copies a built-in
                           * store's value into a pinned slot before its upload (default:
                           * on a device without CL_DEVICE_HOST_UNIFIED_MEMORY) */
+    int tier_pin_writes; /* tier.pin_writes=0|1: the tier's writer reads back only into
+                          * pinned staging, dropping a write (counted) when no slot is
+                          * free, instead of reading into pageable memory (default: on a
+                          * device without CL_DEVICE_HOST_UNIFIED_MEMORY) */
     char dump_ptx[256];  /* nv.dump_ptx=PATH: where lz_ptx_sm90a writes the patched PTX ("" none) */
 } lz_tune_override;
 

@@ -25,6 +25,7 @@ struct lz_tier_loader {
        before its upload: LAZYATTN_TUNE's tier.pin_loads, by default on a
        device with memory of its own (no CL_DEVICE_HOST_UNIFIED_MEMORY) */
     int pin_values;
+    int64_t from_pinned, from_pageable; /* uploads by memory, the loader thread's (the log) */
 #if !defined(_WIN32)
     pthread_t thread;
     pthread_mutex_t lock; /* guards everything below */
@@ -119,6 +120,7 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
         lz_staging_pick_give(&pick);
         return;
     }
+    *(pick.slot >= 0 ? &l->from_pinned : &l->from_pageable) += 1;
     j->done = up.done;
     j->keep = up.keep;
     j->value = v;
@@ -302,6 +304,9 @@ void lz_tier_loader_stop(lz_tier_loader *l) {
 void lz_tier_loader_destroy(lz_tier_loader *l) {
     if (!l) return;
     lz_tier_loader_stop(l);
+    lz_log(lz_pool_context(l->pool), LAZYATTN_LOG_INFO,
+           "tier loader: %lld uploads from pinned staging, %lld from pageable memory",
+           (long long)l->from_pinned, (long long)l->from_pageable);
     for (lz_load_job *j = lz_tier_loader_take(l, 0), *n; j; j = n) { /* not taken: none */
         n = j->next;
         lz_load_job_free(j);
