@@ -44,10 +44,14 @@ typedef struct serve_layer {
  * (several forwards later), so the wait is almost never a real one. */
 #define SERVE_STAGING_SLOTS 128
 typedef struct serve_staging {
-    void *host;
+    void *host;    /* pinned's mapping, or malloc'd where pinned memory failed */
+    cl_mem pinned; /* a mapped CL_MEM_ALLOC_HOST_PTR buffer, NULL: host is malloc'd */
     size_t cap;
     cl_event done; /* the last write from host, NULL when none is pending */
 } serve_staging;
+/* A slot's smallest size: a forward's rows and tables fit it, and slots
+ * are rarely grown (each growth maps a new buffer). */
+#define SERVE_STAGING_MIN ((size_t)64 << 10)
 
 struct serve_model {
     lazyattn_context *ctx;
@@ -119,6 +123,7 @@ struct serve_model {
     /* host staging of the non-blocking uploads, reused round robin */
     serve_staging staging[SERVE_STAGING_SLOTS];
     int staging_next;
+    cl_command_queue map_queue; /* maps and unmaps the staging (never waits on m->queue) */
 };
 
 static size_t serve_round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
@@ -212,9 +217,55 @@ static int serve_rows_create(serve_model *m) {
                              "row arrays");
 }
 
+/* Unmaps or frees slot sl's memory (no write reads it any more). */
+static void serve_staging_drop(serve_model *m, serve_staging *sl) {
+    if (sl->pinned) {
+        clEnqueueUnmapMemObject(m->map_queue, sl->pinned, sl->host, 0, NULL, NULL);
+        clFinish(m->map_queue);
+        clReleaseMemObject(sl->pinned);
+    } else {
+        free(sl->host);
+    }
+    sl->host = NULL, sl->pinned = NULL, sl->cap = 0;
+}
+
+/* Grows slot sl (no write pending on it) to hold total bytes: pinned
+ * memory (a mapped CL_MEM_ALLOC_HOST_PTR buffer, mapped on a queue of its
+ * own), so that a non-blocking write is a DMA the host does not wait for;
+ * on NVIDIA's OpenCL a write from pageable memory is staged by the driver
+ * inside the call, behind whatever the copy engine is doing (the tier's
+ * uploads and read-backs). Pageable memory where pinned fails. 0: no
+ * memory at all. */
+static int serve_staging_grow(serve_model *m, serve_staging *sl, size_t total) {
+    size_t cap = sl->cap > SERVE_STAGING_MIN ? sl->cap : SERVE_STAGING_MIN;
+    while (cap < total) cap = cap > SIZE_MAX / 2 ? total : 2 * cap;
+    serve_staging_drop(m, sl);
+    cl_int err = CL_SUCCESS;
+    if (!m->map_queue) {
+        cl_device_id dev;
+        err = clGetCommandQueueInfo(m->queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+        if (err == CL_SUCCESS) m->map_queue = clCreateCommandQueue(m->cl, dev, 0, &err);
+        if (err != CL_SUCCESS) m->map_queue = NULL;
+    }
+    if (m->map_queue) {
+        cl_mem b = clCreateBuffer(m->cl, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_ONLY, cap, NULL, &err);
+        void *p = err == CL_SUCCESS ? clEnqueueMapBuffer(m->map_queue, b, CL_TRUE, CL_MAP_WRITE, 0,
+                                                         cap, 0, NULL, NULL, &err)
+                                    : NULL;
+        if (err == CL_SUCCESS && p) {
+            sl->pinned = b, sl->host = p, sl->cap = cap;
+            return 1;
+        }
+        if (b) clReleaseMemObject(b);
+    }
+    if (!(sl->host = malloc(cap))) return 0;
+    sl->cap = cap;
+    return 1;
+}
+
 /* Uploads n_parts small host arrays (src[p], bytes[p] each) into dst in
  * one rectangular write, part p at byte p x pitch, without waiting for the
- * queue: they are packed into a staging block of the model (round robin,
+ * queue: they are packed into a pinned staging block of the model (round robin,
  * grown on demand, no allocation per call once grown) as n_parts rows of
  * the longest part's length (shorter ones padded with zeros), so the host
  * can enqueue the next forward while the device still runs this one (a
@@ -243,13 +294,8 @@ static int serve_upload_parts(serve_model *m, cl_mem dst, size_t pitch, int n_pa
             t0 += w, c0 += wc; /* not an upload's time */
         }
     }
-    if (err == CL_SUCCESS && total > sl->cap) {
-        size_t cap = sl->cap > 4096 ? sl->cap : 4096;
-        while (cap < total) cap = cap > SIZE_MAX / 2 ? total : 2 * cap;
-        void *np = realloc(sl->host, cap);
-        if (np) sl->host = np, sl->cap = cap;
-        else err = CL_OUT_OF_HOST_MEMORY;
-    }
+    if (err == CL_SUCCESS && total > sl->cap && !serve_staging_grow(m, sl, total))
+        err = CL_OUT_OF_HOST_MEMORY;
     if (err == CL_SUCCESS) {
         char *h = sl->host;
         for (int p = 0; p < n_parts; p++) {
@@ -299,9 +345,11 @@ static void serve_staging_release(serve_model *m) {
             clWaitForEvents(1, &sl->done);
             clReleaseEvent(sl->done);
         }
-        free(sl->host);
+        serve_staging_drop(m, sl);
         memset(sl, 0, sizeof *sl);
     }
+    if (m->map_queue) clReleaseCommandQueue(m->map_queue);
+    m->map_queue = NULL;
 }
 
 /* Grows the table buffers to hold n entries. */
