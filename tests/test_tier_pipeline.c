@@ -902,8 +902,36 @@ static void test_background_attention_waits(void **state) {
     lazyattn_store_destroy(s);
 }
 
+/* lz_copy_parallel (tier.load_threads) copies every byte, whatever the
+ * thread count and however the size splits into page shares. */
+static void test_copy_parallel(void **state) {
+    (void)state;
+    const size_t sizes[] = {((size_t)16 << 20) + 12345, ((size_t)17 << 20) - 1, 4096};
+    const int threads[] = {1, 2, 3, 7, 16, 40};
+    size_t most = sizes[1];
+    uint8_t *src = malloc(most), *dst = malloc(most);
+    assert_non_null(src);
+    assert_non_null(dst);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < most; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        src[i] = (uint8_t)x;
+    }
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+            memset(dst, 0, most);
+            lz_copy_parallel(dst, src, sizes[s], threads[t]);
+            assert_memory_equal(dst, src, sizes[s]);
+            for (size_t i = sizes[s]; i < most && i < sizes[s] + 65536; i++)
+                if (dst[i]) fail_msg("byte %zu past %zu written (%d threads)", i, sizes[s], threads[t]);
+        }
+    free(src);
+    free(dst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_copy_parallel),
         cmocka_unit_test(test_same_output),
         cmocka_unit_test(test_dir_staging),
         cmocka_unit_test(test_tiled_pool),

@@ -42,6 +42,7 @@ static void test_unset(void **state) {
     assert_int_equal(ov.serve_fused_decode, -1);
     assert_int_equal(ov.tier_pin_loads, -1);
     assert_int_equal(ov.tier_pin_writes, -1);
+    assert_int_equal(ov.tier_load_threads, -1);
     assert_string_equal(ov.dump_ptx, "");
 }
 
@@ -53,7 +54,7 @@ static void test_good_keys(void **state) {
                                    "nv.order=lpt,nv.dstages=4,nv.waves=6,nv.verbose=1,nv.decode_times=1,"
                                    "nv.dump_ptx=/tmp/x.ptx,portable.exact_exp=1,portable.prefill_maxreg=96,"
                                    "portable.decode_maxreg=0,serve.fused_decode=1,tier.pin_loads=0,"
-                                   "tier.pin_writes=1",
+                                   "tier.pin_writes=1,tier.load_threads=4",
                                    &ov, collect, &w),
                      0);
     assert_int_equal(w.n, 0);
@@ -75,6 +76,7 @@ static void test_good_keys(void **state) {
     assert_int_equal(ov.serve_fused_decode, 1);
     assert_int_equal(ov.tier_pin_loads, 0);
     assert_int_equal(ov.tier_pin_writes, 1);
+    assert_int_equal(ov.tier_load_threads, 4);
     const char *orders[] = {"none", "auto", "heads", "lpt", "balanced"};
     const int codes[] = {LZ_NV_ORDER_NONE, LZ_ORDER_AUTO, LZ_ORDER_HEADS, LZ_ORDER_LPT, LZ_ORDER_BALANCED};
     for (int i = 0; i < 5; i++) {
@@ -96,7 +98,8 @@ static void test_bad_settings(void **state) {
                          "nv.warps=0", "nv.warps=33", "nv.wgmma=2", "nv.wgmma=-1", "nv.order=fastest",
                          "nv.Kt=32", "nv.kt", "=1", "nv.unknown=1", "portable.prefill=x", "LAZYATTN_NV_WGMMA=0",
                          "nv.dstages=7", "nv.dump_ptx=", "portable.decode_maxreg=256", " nv.kt=32",
-                         "tier.pin_loads=2", "tier.pin_writes=-1"};
+                         "tier.pin_loads=2", "tier.pin_writes=-1",
+                         "tier.load_threads=0", "tier.load_threads=17"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char text[128];
         snprintf(text, sizeof text, "nv.warps=4,%s,nv.maxreg=200", bad[i]);

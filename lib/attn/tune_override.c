@@ -38,6 +38,7 @@ static const lz_tune_int_key lz_tune_int_keys[] = {
     LZ_TUNE_INT("serve.fused_decode", serve_fused_decode, 0, 1),
     LZ_TUNE_INT("tier.pin_loads", tier_pin_loads, 0, 1),
     LZ_TUNE_INT("tier.pin_writes", tier_pin_writes, 0, 1),
+    LZ_TUNE_INT("tier.load_threads", tier_load_threads, 1, 16),
 };
 
 static const struct {

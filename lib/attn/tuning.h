@@ -74,6 +74,9 @@ typedef struct lz_tune_override {
                           * pinned staging, dropping a write (counted) when no slot is
                           * free, instead of reading into pageable memory (default: on a
                           * device without CL_DEVICE_HOST_UNIFIED_MEMORY) */
+    int tier_load_threads; /* tier.load_threads=N (1-16): threads copying a background
+                            * load's value into its pinned slot (default 4 on a device
+                            * without CL_DEVICE_HOST_UNIFIED_MEMORY, else 1) */
     char dump_ptx[256];  /* nv.dump_ptx=PATH: where lz_ptx_sm90a writes the patched PTX ("" none) */
 } lz_tune_override;
 

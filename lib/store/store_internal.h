@@ -122,6 +122,13 @@ int lz_dir_get_into(void *impl, lazyattn_doc_key key, const lz_store_room *room,
  * enqueued from now on start only after gate completes (NULL: at once;
  * retained). No-op without a tier. doc_tier.c. */
 void lz_tier_hold_uploads(lazyattn_cache *c, cl_event gate);
+
+/* memcpy(dst, src, n) by up to `threads` threads (this one among them; at
+ * most 16) for n of 16 MiB or more, in shares of whole 4 KiB pages; a
+ * thread that cannot be made leaves its share to this one (tier_loader.c:
+ * a background load's copy into its pinned slot, tier.load_threads). */
+void lz_copy_parallel(uint8_t *dst, const uint8_t *src, size_t n, int threads);
+
 /* For tests: the uploads of cache's tier seen ended from now on are taken
  * to have failed on the device with status (< 0; 0: as they ended), as a
  * failing device would report them. doc_tier.c. */
