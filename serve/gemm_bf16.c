@@ -7,8 +7,9 @@
  * portable kernel (serve/gemm_bf16.cl, any OpenCL device) when they are not
  * there, or answer LAZYATTN_STATUS_UNSUPPORTED for this device or shape.
  * The fused variants (x_f32, norm, swiglu) take the portable fused kernel,
- * or on NVIDIA the small kernel when LAZYATTN_TUNE=serve.fused_decode=1
- * (serve_gemm_fused_setting; off by default there). */
+ * or on NVIDIA the small kernel for one row (serve_small_fused: where the
+ * H100 measured them faster) or, with LAZYATTN_TUNE=serve.fused_decode=1,
+ * for every row count it takes (=0: never). */
 #include "gemm_bf16.h"
 #include "gemm_nv_large.h"
 #include "gemm_nv_small.h"
@@ -28,7 +29,7 @@ struct serve_gemm_bf16 {
     cl_program program;
     cl_kernel kernel; /* serve_gemm_bf16 (portable) */
     cl_kernel kernel_fused; /* serve_gemm_bf16_fused (portable) */
-    int small_fused; /* the small kernel takes the fused variants (serve.fused_decode=1) */
+    int small_fused; /* serve.fused_decode: -1 unset, 0 or 1 (serve_small_fused) */
     serve_gemm_impl large, small;
     serve_gemm_impl test_large, test_small; /* serve_gemm_bf16_override_for_testing: run set */
     int portable_only;
@@ -66,13 +67,13 @@ static int serve_gemm_nv_create(serve_gemm_bf16 *g) {
     return LAZYATTN_STATUS_OK;
 }
 
-/* LAZYATTN_TUNE's serve.fused_decode (README, "Environment"): 1 when the
- * setting says 1; 0 when it is absent or 0. lib/ accepts the key and
- * warns about a bad value; this reads only a well-formed one. */
+/* LAZYATTN_TUNE's serve.fused_decode (README, "Environment"): 1 or 0 as
+ * the setting says, -1 when it is absent. lib/ accepts the key and warns
+ * about a bad value; this reads only a well-formed one. */
 static int serve_gemm_fused_setting(void) {
     const char *s = getenv("LAZYATTN_TUNE"), *key = "serve.fused_decode=";
     const size_t kn = strlen(key);
-    int on = 0;
+    int on = -1;
     while (s && *s) {
         const char *comma = strchr(s, ',');
         const size_t n = comma ? (size_t)(comma - s) : strlen(s);
@@ -199,10 +200,23 @@ int serve_gemm_bf16_override_for_testing(serve_gemm_bf16 *g, serve_gemm_kernel w
     return LAZYATTN_STATUS_OK;
 }
 
+/* Rows up to which the small kernel takes the fused variants by default:
+ * the 8B decode step on an H100 (bench_forward, two rounds alternating)
+ * was 7.13, 7.09 ms fused against 7.22, 7.22 for one row, but 9.35, 9.47
+ * against 9.19, 9.11 for 16 and 19.4 against 15.7 for 64 (each work-group
+ * recomputes its rows' norm over the whole of X). */
+#define SERVE_SMALL_FUSED_ROWS 1
+
+/* 1 when the small kernel takes the fused variants for rows rows. */
+static int serve_small_fused(const serve_gemm_bf16 *g, int rows) {
+    if (g->small_fused >= 0) return g->small_fused;
+    return rows <= SERVE_SMALL_FUSED_ROWS;
+}
+
 int serve_gemm_bf16_fused(const serve_gemm_bf16 *g, int rows) {
     if (!g || rows < 1) return 0;
     if (g->portable_only) return 1;
-    if (rows <= 64) return !g->small.state || g->small_fused;
+    if (rows <= 64) return !g->small.state || serve_small_fused(g, rows);
     return !g->large.state;
 }
 
@@ -308,8 +322,9 @@ int serve_gemm_bf16_run(serve_gemm_bf16 *g, cl_command_queue queue, const serve_
         serve_gemm_impl *test = which == SERVE_GEMM_KERNEL_SMALL ? &g->test_small : &g->test_large;
         int present = impl->state != NULL;
         if (test->run) impl = test, present = 1; /* a test's stand-in (run set, any state) */
-        /* the fused variants: the small kernel's only when switched on */
-        if ((a->x_f32 || a->swiglu) && (which != SERVE_GEMM_KERNEL_SMALL || !g->small_fused))
+        /* the fused variants: the small kernel's where serve_small_fused says */
+        if ((a->x_f32 || a->swiglu) &&
+            (which != SERVE_GEMM_KERNEL_SMALL || !serve_small_fused(g, a->rows)))
             present = 0;
         if (present) {
             st = impl->run(impl->state, queue, a, event);

@@ -444,8 +444,9 @@ void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
 /* 1 when serve_gemm_bf16_run takes the fused variants (gemm_bf16.h: x_f32,
  * norm, swiglu) of a projection of `rows` rows on the kernel that runs the
  * plain one: the portable kernel (every device without the NVIDIA tensor-
- * core kernels: always), the NVIDIA small kernel (rows <= 64) only with
- * LAZYATTN_TUNE=serve.fused_decode=1 (README); 0 otherwise (the fused
+ * core kernels: always), the NVIDIA small kernel (rows <= 64) for one
+ * row, or as LAZYATTN_TUNE=serve.fused_decode=0|1 says (README); 0
+ * otherwise (the fused
  * arguments would still run, on the slower portable kernel). */
 int serve_gemm_bf16_fused(const serve_gemm_bf16 *g, int rows);
 /* 1 when a tensor-core kernel was created for this device. */
