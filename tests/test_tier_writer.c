@@ -463,10 +463,10 @@ static void test_pin_writes_drops_without_a_pinned_slot(void **state) {
             sleep_ms(2);
             s = stats_of(&e);
         }
+        pthread_t t; /* the put let go before any assert can leave it held for good */
+        assert_int_equal(pthread_create(&t, NULL, held_let_go_later, &h), 0);
         assert_int_equal(s.tier_writes_queued, 5);
         assert_int_equal(s.tier_writes_dropped, pinned_only);
-        pthread_t t;
-        assert_int_equal(pthread_create(&t, NULL, held_let_go_later, &h), 0);
         pthread_join(t, NULL);
         s = wait_idle(&e);
         assert_int_equal(s.tier_writes, 5 - pinned_only);
