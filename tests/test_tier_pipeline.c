@@ -923,7 +923,8 @@ static void test_copy_parallel(void **state) {
             lz_copy_parallel(dst, src, sizes[s], threads[t]);
             assert_memory_equal(dst, src, sizes[s]);
             for (size_t i = sizes[s]; i < most && i < sizes[s] + 65536; i++)
-                if (dst[i]) fail_msg("byte %zu past %zu written (%d threads)", i, sizes[s], threads[t]);
+                if (dst[i])
+                    fail_msg("byte %zu past %zu written (%d threads)", i, sizes[s], threads[t]);
         }
     free(src);
     free(dst);

@@ -79,7 +79,8 @@ void lz_copy_parallel(uint8_t *dst, const uint8_t *src, size_t n, int threads) {
         int made[MAX_THREADS] = {0};
         for (int i = 1; i < threads; i++) {
             size_t at = share * (size_t)i;
-            part[i] = (lz_copy_part){dst + at, src + at, at < n ? (n - at < share ? n - at : share) : 0};
+            size_t len = at < n ? (n - at < share ? n - at : share) : 0;
+            part[i] = (lz_copy_part){dst + at, src + at, len};
             if (part[i].n == 0) continue;
             made[i] = pthread_create(&t[i], NULL, lz_copy_part_main, &part[i]) == 0;
             if (!made[i]) memcpy(part[i].dst, part[i].src, part[i].n);

@@ -2,8 +2,9 @@
 /* The tier's background writer (tier_writer.h): a bounded queue of
  * document writes; a reader thread that reads their blocks back on a queue
  * of its own into pinned staging (the tier's staging ring; then pageable
- * memory, or the write dropped: tier.pin_writes), and a putter thread that seals each export and puts it in the
- * store, so that a slow store holds up puts, not read-backs. */
+ * memory, or the write dropped: tier.pin_writes), and a putter thread that
+ * seals each export and puts it in the store, so that a slow store holds
+ * up puts, not read-backs. */
 #include "attn/tuning.h"
 #include "cache/cache_internal.h"
 #include "store/store_internal.h"
@@ -128,8 +129,9 @@ static int lz_job_read(lz_tier_writer *w, const lz_tier_job *j, uint8_t *kv) {
 /* Reads job j back for its put into *it (j moved there; status OK), or
  * ends it: *found 1 when the store has the document already (nothing read
  * back; OK), *dropped 1 when no pinned slot was free and the writer reads
- * only into pinned ones (OK), else the status with the reason recorded. Either way j's
- * done event is completed: its blocks may be rewritten from here on. */
+ * only into pinned ones (OK), else the status with the reason recorded.
+ * Either way j's done event is completed: its blocks may be rewritten from
+ * here on. */
 static int lz_job_read_back(lz_tier_writer *w, lz_tier_job *j, lz_put_item *it, int *found,
                             int *dropped) {
     *found = *dropped = 0;
