@@ -222,13 +222,13 @@ uint64_t lz_cache_fingerprint(const lazyattn_cache *c);
 
 /* ---- document export (doc_export.c) ---- */
 
-/* How many of blocks[0..n) (n >= 1) continue blocks[0] one id at a time:
- * the blocks one copy moves between the pool and a host payload. */
-static inline int lz_block_run(const int32_t *blocks, int n) {
-    int run = 1;
-    while (run < n && blocks[run] == blocks[0] + run) run++;
-    return run;
-}
+/* Enqueues on q the reads of pool's blocks[0..n_blocks) into kv as they
+ * are stored (for each layer its K blocks, then its V blocks; one copy a
+ * run of consecutive ids), the first after wait (NULL: none); waits for
+ * none of them. The first OpenCL error (the reads enqueued before it may
+ * still run: the caller finishes q), CL_SUCCESS. */
+cl_int lz_pool_read_blocks(cl_command_queue q, lazyattn_pool *pool, const int32_t *blocks,
+                           int n_blocks, uint8_t *kv, cl_event wait);
 /* The checksum of the export format (header and payload). */
 uint64_t lz_kv_checksum(const uint8_t *p, size_t n);
 /* Bytes of the export of a document of n_tokens in n_blocks on a pool of

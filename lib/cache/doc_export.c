@@ -212,32 +212,49 @@ int lazyattn_cache_export_size(const lazyattn_cache *c, uint64_t doc_hash, size_
     return st;
 }
 
-/* The entry's blocks, for each layer its K blocks then its V blocks, read
- * from the pool's buffers into kv as they are stored (the pool's layout),
- * one copy a run of consecutive ids. */
-static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool,
-                          const lazyattn_pool_config *pc, const lz_entry *e, uint8_t *kv) {
-    size_t per = (size_t)lz_block_layer_bytes(pc);
+/* How many of blocks[0..n) (n >= 1) continue blocks[0] one id at a time:
+ * the blocks one copy moves between the pool and a host payload. */
+static int lz_block_run(const int32_t *blocks, int n) {
+    int run = 1;
+    while (run < n && blocks[run] == blocks[0] + run) run++;
+    return run;
+}
+
+cl_int lz_pool_read_blocks(cl_command_queue q, lazyattn_pool *pool, const int32_t *blocks,
+                           int n_blocks, uint8_t *kv, cl_event wait) {
+    lazyattn_pool_config pc;
+    lazyattn_pool_get_config(pool, &pc);
+    size_t per = (size_t)lz_block_layer_bytes(&pc);
+    for (int l = 0; l < pc.n_layers; l++)
+        for (int which = 0; which < 2; which++) {
+            cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
+            for (int b = 0; b < n_blocks;) {
+                int run = lz_block_run(blocks + b, n_blocks - b);
+                cl_int err = clEnqueueReadBuffer(q, m, CL_FALSE, (size_t)blocks[b] * per,
+                                                 (size_t)run * per, kv, wait ? 1 : 0,
+                                                 wait ? &wait : NULL, NULL);
+                if (err != CL_SUCCESS) return err;
+                wait = NULL; /* the queue is in order: the first read waits for the rest */
+                kv += (size_t)run * per;
+                b += run;
+            }
+        }
+    return CL_SUCCESS;
+}
+
+/* The entry's blocks read from the pool's buffers into kv as they are
+ * stored (the pool's layout: lz_pool_read_blocks), and waited for. */
+static int lz_export_read(lazyattn_context *ctx, lazyattn_pool *pool, const lz_entry *e,
+                          uint8_t *kv) {
     /* after the tier uploads into the blocks still in flight */
     int st = lz_pool_order_reads(pool, -1, ctx->queue, "lazyattn_cache_export");
     if (st) return st;
-    for (int l = 0; l < pc->n_layers; l++)
-        for (int which = 0; which < 2; which++) {
-            cl_mem m = which ? lazyattn_pool_v_buffer(pool, l) : lazyattn_pool_k_buffer(pool, l);
-            for (int b = 0; b < e->n_blocks;) {
-                int run = lz_block_run(e->blocks + b, e->n_blocks - b);
-                cl_int err = clEnqueueReadBuffer(ctx->queue, m, CL_FALSE,
-                                                 (size_t)e->blocks[b] * per, (size_t)run * per,
-                                                 kv, 0, NULL, NULL);
-                kv += (size_t)run * per;
-                b += run;
-                if (err != CL_SUCCESS) {
-                    clFinish(ctx->queue);
-                    return lz_cl_fail(err, "lazyattn_cache_export: clEnqueueReadBuffer");
-                }
-            }
-        }
-    cl_int err = clFinish(ctx->queue);
+    cl_int err = lz_pool_read_blocks(ctx->queue, pool, e->blocks, e->n_blocks, kv, NULL);
+    if (err != CL_SUCCESS) {
+        clFinish(ctx->queue);
+        return lz_cl_fail(err, "lazyattn_cache_export: clEnqueueReadBuffer");
+    }
+    err = clFinish(ctx->queue);
     if (err != CL_SUCCESS) return lz_cl_fail(err, "lazyattn_cache_export: clFinish");
     return LAZYATTN_STATUS_OK;
 }
@@ -257,7 +274,7 @@ static int lz_entry_export(const lazyattn_cache *c, const lz_entry *e, uint8_t *
     uint8_t *staging;
     int st = lz_staging_new(&pc, e->n_blocks, w, &staging);
     if (st) return st;
-    st = lz_export_read(ctx, pool, &pc, e, staging ? staging : kv);
+    st = lz_export_read(ctx, pool, e, staging ? staging : kv);
     if (!st && staging)
         lz_kv_pages_to_rows(staging, kv, lz_payload_pages(&pc, e->n_blocks), pc.block_size,
                             pc.head_dim, lazyattn_dtype_size(pc.dtype));

@@ -99,27 +99,10 @@ static void lz_job_release(lz_tier_writer *w, lz_tier_job *j) {
     memset(j, 0, sizeof *j);
 }
 
-/* Reads job j's blocks (each layer's K blocks, then its V blocks) into kv
- * after its marker, one copy a run of consecutive ids, and waits. */
+/* Reads job j's blocks into kv after its marker (lz_pool_read_blocks), and
+ * waits. */
 static int lz_job_read(lz_tier_writer *w, const lz_tier_job *j, uint8_t *kv) {
-    size_t per = (size_t)w->pc.n_kv_heads * (size_t)w->pc.block_size * (size_t)w->pc.head_dim *
-                 lazyattn_dtype_size(w->pc.dtype);
-    cl_int err = CL_SUCCESS;
-    int first = 1; /* the queue is in order: the first read waits for the rest */
-    for (int l = 0; l < w->pc.n_layers && err == CL_SUCCESS; l++)
-        for (int which = 0; which < 2 && err == CL_SUCCESS; which++) {
-            cl_mem m = which ? lazyattn_pool_v_buffer(w->pool, l)
-                             : lazyattn_pool_k_buffer(w->pool, l);
-            for (int b = 0; b < j->n_blocks && err == CL_SUCCESS;) {
-                int run = lz_block_run(j->blocks + b, j->n_blocks - b);
-                err = clEnqueueReadBuffer(w->queue, m, CL_FALSE, (size_t)j->blocks[b] * per,
-                                          (size_t)run * per, kv, first ? 1 : 0,
-                                          first ? &j->after : NULL, NULL);
-                first = 0;
-                kv += (size_t)run * per;
-                b += run;
-            }
-        }
+    cl_int err = lz_pool_read_blocks(w->queue, w->pool, j->blocks, j->n_blocks, kv, j->after);
     cl_int fin = clFinish(w->queue);
     if (err == CL_SUCCESS) err = fin;
     if (err != CL_SUCCESS) return lz_cl_fail(err, "tier writer: clEnqueueReadBuffer");
