@@ -133,22 +133,21 @@ static int lz_job_read_back(lz_tier_writer *w, lz_tier_job *j, lz_put_item *it, 
         *found = lazyattn_store_exists(w->store, key, &there) == LAZYATTN_STATUS_OK && there;
     }
     it->need = need;
-    int unpinned = 0;
     if (!st && !*found) {
         it->out = lz_staging_take(&w->staging, need, &it->slot);
-        if (!it->out && w->pinned_only)
-            unpinned = 1;
-        else if (!it->out && !(it->out = it->own = malloc(need))) /* pageable, then */
+        *dropped = !it->out && w->pinned_only; /* nothing allocated for it */
+    }
+    if (!st && !*found && !*dropped) {
+        if (!it->out && !(it->out = it->own = malloc(need))) /* pageable, then */
             st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", need);
         size_t kv_bytes = need - LAZYATTN_KV_HEADER_BYTES - 4 * (size_t)j->n_tokens;
         if (!st && w->pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED && !(it->tiled = malloc(kv_bytes)))
             st = lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "tier writer: %zu bytes", kv_bytes);
-        if (!st && !unpinned)
+        if (!st)
             st = lz_job_read(w, j, it->tiled ? it->tiled
                                              : it->out + LAZYATTN_KV_HEADER_BYTES +
                                                    4 * (size_t)j->n_tokens);
     }
-    *dropped = unpinned;
     /* read back, found or failed: the blocks may be rewritten from here on */
     clSetUserEventStatus(j->done, CL_COMPLETE);
     clReleaseEvent(j->done);
