@@ -23,6 +23,7 @@
  * already written (as the engine does); its enqueues are printed per chunk
  * (a forward of the model).
  */
+#include "background_work.h"
 #include "cli_options.h"
 #include "gemv_quant.h" /* SERVE_QUANT_GEMV_MAX_ROWS */
 #include "serve.h"
@@ -110,6 +111,8 @@ static int fwd_prefill(fwd *f, int from, int to, int32_t *next) {
  * per phase when the timer has events. */
 typedef struct fwd_decode_result {
     double wall_ms, host_ms, device_ms[SERVE_PHASE_COUNT];
+    double step_ms; /* the step's wall time on this thread, the token read's wait excluded */
+    double cpu_ms;  /* the same in CPU time */
     double span_ms; /* device span: first command's start to the last's end */
     double enqueues, enqueues_by[SERVE_ENQ_COUNT];
 } fwd_decode_result;
@@ -172,7 +175,7 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
         if (timer) serve_timer_collect(timer); /* the prefills' and earlier steps' events */
         if (timer) timer->trace_n = 0;          /* the trace keeps the last step's */
         serve_timer before = timer ? *timer : (serve_timer){0};
-        const double t0 = serve_now();
+        const double t0 = serve_now(), cpu0 = serve_thread_cpu_now();
         serve_decode_args da = {.n_seqs = B,
                                 .tokens = tok,
                                 .q_pos = qpos,
@@ -185,7 +188,7 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
         st = serve_model_decode(f->model, f->pool, &da, nx); /* reads the tokens back */
         if (!st && (err = clFinish(q)) != CL_SUCCESS) st = serve_cl_fail(err, "clFinish");
         if (st) break;
-        const double ms = (serve_now() - t0) * 1e3;
+        const double ms = (serve_now() - t0) * 1e3, cpu1 = serve_thread_cpu_now();
         for (int s = 0; s < B && !st; s++)
             if (nx[s] < 0 || nx[s] >= f->mc->vocab)
                 st = serve_fail(LAZYATTN_STATUS_OPENCL, "bench_forward: next token %d", (int)nx[s]);
@@ -198,6 +201,8 @@ static int fwd_decode_case(fwd *f, int B, int context, int warmup, int reps, fwd
                 r->device_ms[p] += (timer->seconds[p] - before.seconds[p]) * 1e3 / reps;
             }
             r->host_ms += (timer->upload_s - before.upload_s) * 1e3 / reps;
+            r->step_ms += ms / reps - (timer->wait_s - before.wait_s) * 1e3 / reps;
+            r->cpu_ms += (cpu1 - cpu0 - (timer->wait_cpu_s - before.wait_cpu_s)) * 1e3 / reps;
             r->span_ms += (timer->span_s - before.span_s) * 1e3 / reps;
             r->enqueues += (double)(timer->enqueues - before.enqueues) / reps;
             for (int k = 0; k < SERVE_ENQ_COUNT; k++)
@@ -266,6 +271,27 @@ static int fwd_run_case(fwd *f, const fwd_case *c, int warmup, int reps, double 
     return st;
 }
 
+/* --background LIST: kinds[0..*n) the kinds named, distinct; 0, or -1 on
+ * an unknown, repeated or empty one. */
+static int fwd_parse_background(const char *list, bg_kind *kinds, int *n) {
+    *n = 0;
+    const char *p = list;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int k = 0;
+        while (k < BG_COUNT && !(strlen(bg_kind_name((bg_kind)k)) == len &&
+                                 strncmp(bg_kind_name((bg_kind)k), p, len) == 0))
+            k++;
+        if (k == BG_COUNT) return -1;
+        for (int i = 0; i < *n; i++)
+            if (kinds[i] == (bg_kind)k) return -1;
+        kinds[(*n)++] = (bg_kind)k;
+        if (!end) return 0;
+        p = end + 1;
+    }
+}
+
 static void fwd_release(fwd *f) {
     free(f->blocks), free(f->tokens), free(f->pos), free(f->slots), free(f->table);
     free(f->entry_pos);
@@ -331,6 +357,13 @@ int main(int argc, char **argv) {
         "  --decode-context N      cached tokens of each decoding sequence (default 2048,\n"
         "                          1..65535)\n"
         "  --no-forwards           only the decode steps\n"
+        "  --background LIST       the decode steps again under each kind of a tier's host\n"
+        "                          work, looped on a thread of its own over a 256 MiB value\n"
+        "                          (comma separated: " BG_KIND_CHOICES ";\n"
+        "                          background_work.h); printed with the step's host wall and\n"
+        "                          CPU ms and the GB/s the background moved\n"
+        "  --serving-cpu N         pins the timing thread to CPU N (after the OpenCL set-up)\n"
+        "  --background-cpus LIST  runs --background's threads on these CPUs (comma separated)\n"
         "  --dequantize            with --gguf: quantized weights dequantized at load (default:\n"
         "                          kept quantized on the device where the GEMV reads the type)\n"
         "  --device-time           profiling events: device ms per phase of a decode step\n"
@@ -347,7 +380,8 @@ int main(int argc, char **argv) {
     int decode_context = 2048, n_decode = 3, no_forwards = 0, device_time = 0, dequantize = 0;
     int decode_b[FWD_MAX_DECODE] = {1, 16, 64};
     uint64_t seed = 1;
-    const char *gguf_path = NULL, *trace_path = NULL;
+    const char *gguf_path = NULL, *trace_path = NULL, *background = NULL;
+    int serving_cpu = -1, bg_cpus[64], n_bg_cpus = 0;
     cli_option opts[] = {
         {.name = "--model", .type = CLI_ENUM, .dest = &model, .choices = "tiny|small|8b"},
         {.name = "--gguf", .type = CLI_STRING, .dest = &gguf_path},
@@ -360,6 +394,10 @@ int main(int argc, char **argv) {
          .max_items = FWD_MAX_DECODE, .count = &n_decode},
         {.name = "--decode-context", .type = CLI_INT, .dest = &decode_context, .min = 1, .max = 65535},
         {.name = "--no-forwards", .type = CLI_FLAG, .dest = &no_forwards},
+        {.name = "--background", .type = CLI_STRING, .dest = &background},
+        {.name = "--serving-cpu", .type = CLI_INT, .dest = &serving_cpu, .min = 0, .max = 1023},
+        {.name = "--background-cpus", .type = CLI_INT_LIST, .dest = bg_cpus, .min = 0, .max = 1023,
+         .max_items = 64, .count = &n_bg_cpus},
         {.name = "--device-time", .type = CLI_FLAG, .dest = &device_time},
         {.name = "--device-trace", .type = CLI_STRING, .dest = &trace_path},
         {.name = "--dequantize", .type = CLI_FLAG, .dest = &dequantize},
@@ -374,6 +412,15 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_decode; i++) /* a decode step holds at most max_rows sequences */
         if (decode_b[i] > max_rows)
             return cli_fail(prog, "--decode", "batch size %d over --max-rows %d", decode_b[i], max_rows);
+    bg_kind bg_kinds[BG_COUNT] = {BG_NONE};
+    int n_bg = 1;
+    if (background && fwd_parse_background(background, bg_kinds, &n_bg))
+        return cli_fail(prog, "--background", "'%s': a comma list of distinct kinds of "
+                        BG_KIND_CHOICES, background);
+    if (n_bg_cpus && !background)
+        return cli_fail(prog, "--background-cpus", "needs --background");
+    if (background && device_time)
+        return cli_fail(prog, "--background", "times host work: drop --device-time");
     FILE *trace = NULL; /* opened first: a bad path fails before the model is built */
     if (trace_path && (!(trace = fopen(trace_path, "w")) ||
                        fprintf(trace, "case,index,phase,start_us,device_us,gap_us\n") < 0)) {
@@ -405,6 +452,12 @@ int main(int argc, char **argv) {
         serve_gguf_close(gguf);
         if (trace) fclose(trace);
         return 1;
+    }
+    if (serving_cpu >= 0 && bg_pin_self(serving_cpu)) {
+        lazyattn_context_destroy(ctx);
+        serve_gguf_close(gguf);
+        if (trace) fclose(trace);
+        return cli_fail(prog, "--serving-cpu", "%d: cannot pin the thread there", serving_cpu);
     }
     char name[256] = "?";
     cl_device_id dev = NULL;
@@ -453,6 +506,34 @@ int main(int argc, char **argv) {
             printf("\n");
         }
         fflush(stdout);
+    }
+    if (!st && n_decode > 0 && background) {
+        printf("%-24s %-10s %10s %10s %10s %10s %11s\n", "decode step", "background", "wall ms",
+               "enqueue ms", "host ms", "CPU ms", "bg GB/s");
+        const size_t bg_bytes = (size_t)256 << 20;
+        for (int k = 0; k < n_bg && !st; k++)
+            for (int i = 0; i < n_decode && !st; i++) {
+                bg_work *bg = NULL;
+                if (bg_start(bg_kinds[k], lazyattn_context_cl_context(ctx),
+                             lazyattn_context_device(ctx), bg_bytes, bg_cpus, n_bg_cpus, &bg)) {
+                    st = serve_fail(LAZYATTN_STATUS_OPENCL, "bench_forward: --background %s",
+                                    bg_kind_name(bg_kinds[k]));
+                    break;
+                }
+                fwd_decode_result r;
+                st = fwd_decode_case(&f, decode_b[i], decode_context, warmup, reps, &r);
+                double gbs = 0;
+                if (bg_stop(bg, &gbs) && !st)
+                    st = serve_fail(LAZYATTN_STATUS_OPENCL, "bench_forward: --background %s failed",
+                                    bg_kind_name(bg_kinds[k]));
+                if (st) break;
+                char name[64];
+                snprintf(name, sizeof name, "%d x 1 over %d", decode_b[i], decode_context);
+                printf("%-24s %-10s %10.2f %10.2f %10.2f %10.2f %11.2f\n", name,
+                       bg_kind_name(bg_kinds[k]), r.wall_ms, r.host_ms, r.step_ms, r.cpu_ms, gbs);
+                fflush(stdout);
+            }
+        n_decode = 0; /* printed */
     }
     if (!st && n_decode > 0) {
         printf("%-24s %10s %10s %9s", "decode step", "wall ms", "host ms", "enqueues");
