@@ -1476,7 +1476,10 @@ LAZYATTN_API int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl
 /* Host memory: values copied in, least recently used evicted to keep their
  * bytes under budget_bytes (>= 1). A value larger than the budget is
  * refused (BUDGET_EXCEEDED). A value borrowed by a reader stays valid
- * after its eviction until released. */
+ * after its eviction until released. Once attached as a cache's tier on a
+ * device with memory of its own, its values live in pinned memory of the
+ * budget's size (lazyattn_cache_set_tier_options), more evicted where that
+ * memory has no run long enough; the store frees it when destroyed. */
 LAZYATTN_API int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out);
 
 /* A directory (created if absent, parent must exist): one file per
@@ -1648,7 +1651,12 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * whose read-back finds no pinned staging free (at most 1 GiB in 4 slots,
  * each held until its put ends) is dropped, counted, rather than read
  * into pageable memory (the driver's staged copy holds up the serving
- * thread's enqueues; LAZYATTN_TUNE tier.pin_writes=0 allows it). The
+ * thread's enqueues; LAZYATTN_TUNE tier.pin_writes=0 allows it). A
+ * host store (lazyattn_store_create_host) is read back into directly: on
+ * such a device the attach pins memory of the store's whole budget once
+ * (it then takes as long as the driver pins that much; LAZYATTN_TUNE
+ * tier.pin_store=0: none), which the store keeps its values in, so that
+ * writes and loads are DMAs of that memory with no copy. The
  * commit returns at once; a block freed meanwhile is rewritten only
  * after the read-back (the pool's reuse order), so a write always holds
  * the document as committed. When

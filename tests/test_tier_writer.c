@@ -15,6 +15,7 @@
  * detaching the tier or destroying the cache with writes pending ends the
  * writer (counted, no leak under the sanitizers). */
 #include "doc_engine.h"
+#include "store/store_internal.h" /* lz_store_has_arena, lz_store_value_pinned */
 
 #include <math.h>
 #include <pthread.h>
@@ -445,15 +446,35 @@ static void test_slow_put_does_not_hold_reuse(void **state) {
  * staging (4) held by a put that waits, a fifth read-back is dropped,
  * counted, and never reaches the store; with tier.pin_writes=0 it goes to
  * pageable memory and is written. */
+/* LAZYATTN_TUNE set to text for what the next tier attach reads, then put
+ * back as it was (a run of the whole file may set it: meson.build). */
+typedef struct tune_env {
+    char *was;
+} tune_env;
+static void tune_set(tune_env *t, const char *text) {
+    const char *was = getenv("LAZYATTN_TUNE");
+    t->was = was ? strdup(was) : NULL;
+    setenv("LAZYATTN_TUNE", text, 1);
+}
+static void tune_restore(tune_env *t) {
+    if (t->was)
+        setenv("LAZYATTN_TUNE", t->was, 1);
+    else
+        unsetenv("LAZYATTN_TUNE");
+    free(t->was);
+    t->was = NULL;
+}
+
 static void test_pin_writes_drops_without_a_pinned_slot(void **state) {
     for (int pinned_only = 0; pinned_only < 2; pinned_only++) {
-        setenv("LAZYATTN_TUNE", pinned_only ? "tier.pin_writes=1" : "tier.pin_writes=0", 1);
+        tune_env env;
+        tune_set(&env, pinned_only ? "tier.pin_writes=1" : "tier.pin_writes=0");
         held_store h;
         lazyattn_store *store = held_open(&h);
         engine e;
         engine_open(&e, *state, 16, MODEL);
         set_writer(&e, store, LAZYATTN_TIER_WRITE_THROUGH, 8);
-        unsetenv("LAZYATTN_TUNE"); /* read when the writer was made */
+        tune_restore(&env); /* read when the writer was made */
         write_doc(&e, 0, NULL, NULL);
         held_wait_in_put(&h); /* document 0's slot held from here */
         for (int id = 1; id <= 4; id++) write_doc(&e, id, NULL, NULL);
@@ -480,6 +501,68 @@ static void test_pin_writes_drops_without_a_pinned_slot(void **state) {
         engine_close(&e);
         held_close(&h, store);
     }
+}
+
+/* LAZYATTN_TUNE's tier.pin_store: a host store attached as a tier keeps its
+ * values in pinned memory made at the attach, and the writer reads
+ * documents back straight into it (reserved, put without a copy): the
+ * store holds each as committed (the reference export), sealed, in pinned
+ * memory of the context; a cache that loads them in the background
+ * (uploads from that memory) runs a request over them right (run_request's
+ * float64 check), every document a tier hit. tier.pin_store=0: no arena,
+ * the same store contents. */
+static void test_writes_into_the_pinned_store(void **state) {
+    lazyattn_context *ctx = *state;
+    const int ids[3] = {0, 1, 2};
+    uint8_t *want[3];
+    size_t size[3];
+    for (int i = 0; i < 3; i++) want[i] = reference_export(ctx, ids[i], &size[i]);
+    for (int pin = 1; pin >= 0; pin--) {
+        lazyattn_store *store = NULL;
+        lt_assert_status(lazyattn_store_create_host(1u << 24, &store), LAZYATTN_STATUS_OK);
+        engine e;
+        engine_open(&e, ctx, 16, MODEL);
+        tune_env env;
+        tune_set(&env, pin ? "tier.pin_store=1" : "tier.pin_store=0");
+        set_writer(&e, store, LAZYATTN_TIER_WRITE_THROUGH, 4);
+        tune_restore(&env);
+        cl_context cl = lazyattn_context_cl_context(ctx);
+        assert_int_equal(lz_store_has_arena(store, cl), pin);
+        for (int i = 0; i < 3; i++) write_doc(&e, ids[i], NULL, NULL);
+        lazyattn_cache_stats s = wait_idle(&e);
+        assert_int_equal(s.tier_writes, 3);
+        assert_int_equal(s.tier_writes_dropped + s.tier_write_errors, 0);
+        for (int i = 0; i < 3; i++) {
+            assert_stored(ctx, store, ids[i], want[i], size[i]);
+            lazyattn_store_value v;
+            lt_assert_status(lazyattn_store_get(store, key_of(ids[i]), &v), LAZYATTN_STATUS_OK);
+            assert_int_equal(lz_store_value_pinned(store, &v, cl), pin);
+            assert_true(lz_store_value_sealed(store, &v));
+            lazyattn_store_release(store, &v);
+        }
+        engine r;
+        engine_open(&r, ctx, 16, MODEL);
+        lazyattn_tier_options o;
+        lazyattn_tier_options_init(&o);
+        o.load = LAZYATTN_TIER_LOAD_BACKGROUND;
+        lt_assert_status(lazyattn_cache_set_tier_options(r.cache, store, LAZYATTN_TIER_READ_ONLY,
+                                                         &o),
+                         LAZYATTN_STATUS_OK);
+        float *out = malloc(sizeof(float) * OUT_N);
+        assert_non_null(out);
+        lazyattn_segment_action act[3];
+        run_request(&r, 3, ids, out, act);
+        for (int i = 0; i < 3; i++) assert_int_equal(act[i], LAZYATTN_ACTION_REUSE);
+        s = stats_of(&r);
+        assert_int_equal(s.tier_hits, 3);
+        assert_int_equal(s.tier_loads_background, 3);
+        assert_int_equal(s.tier_load_failures, 0);
+        free(out);
+        engine_close(&r);
+        engine_close(&e);
+        lazyattn_store_destroy(store);
+    }
+    for (int i = 0; i < 3; i++) free(want[i]);
 }
 
 /* Writes pending when the tier is detached: the one in progress finishes,
@@ -607,6 +690,7 @@ int main(void) {
         cmocka_unit_test(test_full_queue_drops),
         cmocka_unit_test(test_slow_put_does_not_hold_reuse),
         cmocka_unit_test(test_pin_writes_drops_without_a_pinned_slot),
+        cmocka_unit_test(test_writes_into_the_pinned_store),
         cmocka_unit_test(test_detach_and_destroy_with_writes_pending),
         cmocka_unit_test(test_bad_options_refused),
         cmocka_unit_test(test_cost_rule),

@@ -39,6 +39,7 @@ static const lz_tune_int_key lz_tune_int_keys[] = {
     LZ_TUNE_INT("tier.pin_loads", tier_pin_loads, 0, 1),
     LZ_TUNE_INT("tier.pin_writes", tier_pin_writes, 0, 1),
     LZ_TUNE_INT("tier.load_threads", tier_load_threads, 1, 16),
+    LZ_TUNE_INT("tier.pin_store", tier_pin_store, 0, 1),
 };
 
 static const struct {

@@ -77,6 +77,10 @@ typedef struct lz_tune_override {
     int tier_load_threads; /* tier.load_threads=N (1-16): threads copying a background
                             * load's value into its pinned slot (default 4 on a device
                             * without CL_DEVICE_HOST_UNIFIED_MEMORY, else 1) */
+    int tier_pin_store;  /* tier.pin_store=0|1: a host store attached as a tier keeps its
+                          * values in pinned memory of its budget, made at the attach
+                          * (pinned_arena.h; default: on a device without
+                          * CL_DEVICE_HOST_UNIFIED_MEMORY) */
     char dump_ptx[256];  /* nv.dump_ptx=PATH: where lz_ptx_sm90a writes the patched PTX ("" none) */
 } lz_tune_override;
 

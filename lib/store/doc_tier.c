@@ -6,7 +6,9 @@
  * commit (lz_tier_write). Everything read is checked before it enters the
  * GPU cache (the key against the export's header, then import's own
  * checks: format, checksums, identity); any failure is a recompute. */
+#include "attn/tuning.h"
 #include "cache/cache_policy.h"
+#include "store/pinned_arena.h"
 #include "store/store_internal.h"
 #include "store/tier_lease.h"
 #include "store/tier_loader.h"
@@ -123,6 +125,35 @@ static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write, lz_tie
  * value was refused, a write failed. */
 static lz_log_rate lz_rate_load_error, lz_rate_load_refused, lz_rate_write_error;
 
+/* A host store tier on a device with memory of its own keeps its values in
+ * pinned memory of the store's budget (pinned_arena.h), made here once:
+ * writes read back into it and loads upload from it, DMAs with no host
+ * copy. LAZYATTN_TUNE's tier.pin_store (by default on such a device). When
+ * the device pins less or nothing, the rest of the values stay pageable
+ * (logged); the tier works either way. */
+static void lz_tier_pin_store(lazyattn_context *ctx, lazyattn_store *store, const char *w) {
+    uint64_t budget = lz_store_host_budget_bytes(store);
+    if (budget == 0 || lz_store_has_arena(store, NULL)) return; /* one arena a store */
+    lz_tune_override ov;
+    lz_tune_from_env(ctx, &ov);
+    cl_bool unified = CL_TRUE;
+    clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+    if (!(ov.tier_pin_store >= 0 ? ov.tier_pin_store : unified == CL_FALSE)) return;
+    double t0 = lz_seconds_now();
+    lz_pinned_arena *a = NULL;
+    if (lz_arena_create(ctx->context, ctx->device, budget, &a)) {
+        lz_log(ctx, LAZYATTN_LOG_WARN, "%s: the host store's values stay in pageable memory: %s",
+               w, lazyattn_last_error());
+        return;
+    }
+    lz_store_use_arena(store, a);
+    lz_log(ctx, LAZYATTN_LOG_INFO,
+           "%s: %.2f GiB of pinned memory for the host store's values (budget %.2f GiB), "
+           "made in %.2f s", w, (double)lz_arena_bytes(a) / (1u << 30),
+           (double)budget / (1u << 30), lz_seconds_now() - t0);
+    lz_arena_release(a); /* the store's now */
+}
+
 static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_mode mode,
                        const lazyattn_tier_options *o, const char *w) {
     LZ_CHECK_ARG(mode == LAZYATTN_TIER_READ_ONLY || mode == LAZYATTN_TIER_WRITE_BACK ||
@@ -168,6 +199,7 @@ static int lz_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_tier_m
             return st;
         }
     }
+    if (tier) lz_tier_pin_store(lz_pool_context(lz_cache_pool(c)), store, w);
     int st = LAZYATTN_STATUS_OK;
     /* background loads: a loader of its own */
     if (tier && o->load == LAZYATTN_TIER_LOAD_BACKGROUND)

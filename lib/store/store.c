@@ -225,6 +225,38 @@ int lz_store_value_sealed(const lazyattn_store *s, const lazyattn_store_value *v
     return s->host && lz_store_host_value_sealed(v);
 }
 
+int lz_store_use_arena(lazyattn_store *s, struct lz_pinned_arena *arena) {
+    return s->host && lz_store_host_use_arena(s->impl, arena);
+}
+
+int lz_store_has_arena(const lazyattn_store *s, cl_context context) {
+    return s->host && lz_store_host_has_arena(s->impl, context);
+}
+
+int lz_store_value_pinned(const lazyattn_store *s, const lazyattn_store_value *v,
+                          cl_context context) {
+    return s->host && v->handle && lz_store_host_value_pinned(s->impl, v, context);
+}
+
+uint8_t *lz_store_reserve(lazyattn_store *s, size_t size, cl_context context, void **item,
+                          int *pinned) {
+    *item = NULL;
+    *pinned = 0;
+    return s->host ? lz_store_host_reserve(s->impl, size, context, item, pinned) : NULL;
+}
+
+void lz_store_put_reserved(lazyattn_store *s, lazyattn_doc_key key, void *item) {
+    if (s->host) lz_store_host_put_reserved(s->impl, key, item);
+}
+
+void lz_store_unreserve(lazyattn_store *s, void *item) {
+    if (s->host) lz_store_host_unreserve(s->impl, item);
+}
+
+uint64_t lz_store_host_budget_bytes(const lazyattn_store *s) {
+    return s->host ? lz_store_host_budget(s->impl) : 0;
+}
+
 int lazyattn_store_exists(lazyattn_store *s, lazyattn_doc_key key, int *exists) {
     LZ_STORE_LIVE(s, "lazyattn_store_exists");
     LZ_CHECK_ARG(exists != NULL, "lazyattn_store_exists: exists is NULL");

@@ -33,6 +33,44 @@ int lz_store_value_sealed(const lazyattn_store *s, const lazyattn_store_value *v
 int lz_store_host_put_sealed(void *impl, lazyattn_doc_key key, const void *data, size_t size);
 int lz_store_host_value_sealed(const lazyattn_store_value *v);
 
+/* ---- the host store's pinned memory (pinned_arena.h) ----
+ * lz_store_use_arena: s (a host store) keeps the values put from now on in
+ * arena's memory where it has room: 1 when s keeps them in memory of
+ * arena's context (arena's, or one an earlier tier gave it), 0 for any
+ * other store or context. lz_store_has_arena: 1 when s is a host store
+ * keeping values in memory of context's (NULL: of any context's). lz_store_value_pinned: 1 when
+ * v (handed out by s and not yet released) is in such memory of context,
+ * so that a device copy from it is a DMA of pinned memory. */
+struct lz_pinned_arena;
+int lz_store_use_arena(lazyattn_store *s, struct lz_pinned_arena *arena);
+int lz_store_has_arena(const lazyattn_store *s, cl_context context);
+int lz_store_value_pinned(const lazyattn_store *s, const lazyattn_store_value *v,
+                          cl_context context);
+/* A value of size bytes the caller fills and then puts sealed
+ * (lz_store_put_reserved) or gives back (lz_store_unreserve), with no copy:
+ * the host store's own memory (*pinned 1: pinned memory of context), the
+ * least recently used values evicted where the pinned memory had no room.
+ * NULL for any other store (nothing recorded) or without memory (recorded).
+ * *item: the reservation. */
+uint8_t *lz_store_reserve(lazyattn_store *s, size_t size, cl_context context, void **item,
+                          int *pinned);
+/* Puts the reservation item under key, sealed (lz_store_put_sealed); it is
+ * the store's from here on. */
+void lz_store_put_reserved(lazyattn_store *s, lazyattn_doc_key key, void *item);
+/* Gives back a reservation never put (NULL: nothing). */
+void lz_store_unreserve(lazyattn_store *s, void *item);
+/* The host store's side of it (store_host.c); lz_store_host_budget: its budget. */
+int lz_store_host_use_arena(void *impl, struct lz_pinned_arena *arena);
+int lz_store_host_has_arena(void *impl, cl_context context);
+int lz_store_host_value_pinned(void *impl, const lazyattn_store_value *v, cl_context context);
+uint8_t *lz_store_host_reserve(void *impl, size_t size, cl_context context, void **item,
+                               int *pinned);
+void lz_store_host_put_reserved(void *impl, lazyattn_doc_key key, void *item);
+void lz_store_host_unreserve(void *impl, void *item);
+uint64_t lz_store_host_budget(void *impl);
+/* The host store's budget; 0 for any other store. */
+uint64_t lz_store_host_budget_bytes(const lazyattn_store *s);
+
 /* The built-in stores' ops and constructors of their state. */
 extern const lazyattn_store_ops lz_store_host_ops;
 extern const lazyattn_store_ops lz_store_dir_ops;

@@ -26,7 +26,10 @@ struct lz_tier_loader {
        device with memory of its own (no CL_DEVICE_HOST_UNIFIED_MEMORY) */
     int pin_values;
     int copy_threads; /* threads copying a value (LAZYATTN_TUNE's tier.load_threads) */
-    int64_t from_pinned, from_pageable; /* uploads by memory, the loader thread's (the log) */
+    cl_context context; /* the pool's */
+    /* uploads by memory, the loader thread's (the log): from the host
+       store's pinned memory, pinned staging, pageable memory */
+    int64_t from_store, from_pinned, from_pageable;
 #if !defined(_WIN32)
     pthread_t thread;
     pthread_mutex_t lock; /* guards everything below */
@@ -118,6 +121,7 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
     }
     uint8_t *copy = NULL;
     const uint8_t *data = v.data;
+    int in_arena = 0;
     if (!st) {
         j->bytes = v.size;
         j->sealed = lz_store_value_sealed(l->store, &v);
@@ -127,9 +131,11 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
            is free, here on the loader thread, so that the upload is a DMA of
            its own and not the driver's staging copy beside the serving
            thread's enqueues (a TILED pool's reorder below writes into a slot
-           anyway); else uploaded from where it is */
+           anyway); else uploaded from where it is, as is a value in the host
+           store's pinned memory (pinned_arena.h), a DMA with no copy */
         int engine = !lz_store_values_private(l->store);
-        int pin = !engine && l->pin_values && !l->tiled;
+        in_arena = lz_store_value_pinned(l->store, &v, l->context);
+        int pin = !engine && l->pin_values && !l->tiled && !in_arena;
         if ((engine || pin) && pick.slot < 0) copy = lz_staging_take(l->staging, v.size, &pick.slot);
         if (engine && !copy) copy = malloc(v.size ? v.size : 1);
         if (copy) {
@@ -171,7 +177,9 @@ static void lz_loader_run(lz_tier_loader *l, lz_load_job *j) {
         lz_staging_pick_give(&pick);
         return;
     }
-    *(pick.slot >= 0 ? &l->from_pinned : &l->from_pageable) += 1;
+    *(in_arena && !l->tiled ? &l->from_store
+      : pick.slot >= 0       ? &l->from_pinned
+                             : &l->from_pageable) += 1;
     j->done = up.done;
     j->keep = up.keep;
     j->value = v;
@@ -225,6 +233,7 @@ int lz_tier_loader_create(lazyattn_pool *pool, lazyattn_store *store, uint64_t m
     lz_tier_loader *l = calloc(1, sizeof *l);
     if (!l) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier's loader");
     l->pool = pool;
+    l->context = lz_pool_context(pool)->context;
     l->store = store;
     l->model_id = model_id;
     l->queue = queue;
@@ -359,8 +368,9 @@ void lz_tier_loader_destroy(lz_tier_loader *l) {
     if (!l) return;
     lz_tier_loader_stop(l);
     lz_log(lz_pool_context(l->pool), LAZYATTN_LOG_INFO,
-           "tier loader: %lld uploads from pinned staging, %lld from pageable memory",
-           (long long)l->from_pinned, (long long)l->from_pageable);
+           "tier loader: %lld uploads from the host store's pinned memory, %lld from pinned "
+           "staging, %lld from pageable memory",
+           (long long)l->from_store, (long long)l->from_pinned, (long long)l->from_pageable);
     for (lz_load_job *j = lz_tier_loader_take(l, 0), *n; j; j = n) { /* not taken: none */
         n = j->next;
         lz_load_job_free(j);

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The tier's background writer (tier_writer.h): a bounded queue of
  * document writes; a reader thread that reads their blocks back on a queue
- * of its own into pinned staging (the tier's staging ring; then pageable
- * memory, or the write dropped: tier.pin_writes), and a putter thread that
+ * of its own into the host store's own pinned memory (reserved there, put
+ * without a copy: pinned_arena.h), else into pinned staging (the tier's
+ * staging ring; then pageable memory, or the write dropped:
+ * tier.pin_writes), and a putter thread that
  * seals each export and puts it in the store, so that a slow store holds
  * up puts, not read-backs. */
 #include "attn/tuning.h"
@@ -34,7 +36,10 @@ typedef struct lz_tier_job {
 /* A document read back, waiting for its put. */
 typedef struct lz_put_item {
     lz_tier_job job; /* its done event completed: its blocks are free again */
-    uint8_t *out;    /* the export being made: a pinned slot's memory, or own */
+    uint8_t *out;    /* the export being made: the store's reserved memory, a pinned
+                        slot's, or own */
+    void *reserved;  /* the store's reservation out is (lz_store_reserve), NULL: none */
+    int in_arena;    /* reserved in the store's pinned memory */
     uint8_t *own;    /* pageable (no slot was free), freed after the put */
     uint8_t *tiled;  /* a TILED pool's pages as read, reordered into out by the put */
     size_t need;     /* bytes of the export */
@@ -73,7 +78,8 @@ struct lz_tier_writer {
     int64_t queued, dropped, written, errors;
     int64_t duplicates, duplicate_tokens; /* found in the store when written */
     uint64_t written_bytes;
-    int64_t read_pinned, read_pageable, dropped_unpinned; /* read-backs by memory (the log) */
+    int64_t read_store, read_pinned, read_pageable; /* read-backs by memory (the log) */
+    int64_t dropped_unpinned;
 };
 
 /* Gives back the lease of j's document, if the submitter held one
@@ -134,7 +140,14 @@ static int lz_job_read_back(lz_tier_writer *w, lz_tier_job *j, lz_put_item *it, 
     }
     it->need = need;
     if (!st && !*found) {
-        it->out = lz_staging_take(&w->staging, need, &it->slot);
+        /* the host store's memory: read back into the value itself (pageable
+           memory only where the writer may read into it) */
+        it->out = lz_store_reserve(w->store, need, w->ctx->context, &it->reserved, &it->in_arena);
+        if (it->out && !it->in_arena && w->pinned_only) {
+            lz_store_unreserve(w->store, it->reserved);
+            it->out = it->reserved = NULL;
+        }
+        if (!it->out) it->out = lz_staging_take(&w->staging, need, &it->slot);
         *dropped = !it->out && w->pinned_only; /* nothing allocated for it */
     }
     if (!st && !*found && !*dropped) {
@@ -157,12 +170,15 @@ static int lz_job_read_back(lz_tier_writer *w, lz_tier_job *j, lz_put_item *it, 
     return st;
 }
 
-/* Gives item it's slot back or frees its memory (its put ended). */
+/* Gives item it's slot or reservation back or frees its memory (its put
+ * ended). */
 static void lz_item_free(lz_tier_writer *w, lz_put_item *it) {
     free(it->tiled);
     free(it->own);
     if (it->slot >= 0) lz_staging_give(&w->staging, it->slot);
+    lz_store_unreserve(w->store, it->reserved);
     it->tiled = it->own = it->out = NULL;
+    it->reserved = NULL;
     it->slot = -1;
 }
 
@@ -182,7 +198,12 @@ static int lz_item_put(lz_tier_writer *w, lz_put_item *it, int *found) {
     memcpy(key.digest, j->digest, sizeof key.digest);
     int there = 0; /* again: it may have come while this one was read back */
     int st = lazyattn_store_exists(w->store, key, &there);
-    if (!st && !there) st = lz_store_put_sealed(w->store, key, it->out, it->need); /* sealed */
+    if (!st && !there && it->reserved) { /* the value is the store's memory: no copy */
+        lz_store_put_reserved(w->store, key, it->reserved);
+        it->reserved = NULL;
+    } else if (!st && !there) {
+        st = lz_store_put_sealed(w->store, key, it->out, it->need); /* sealed */
+    }
     *found = !st && there;
     return st;
 }
@@ -252,7 +273,10 @@ static void *lz_writer_main(void *arg) {
         }
         pthread_mutex_lock(&w->lock);
         /* read back: into which memory, for the log */
-        *(it.slot >= 0 && !it.tiled ? &w->read_pinned : &w->read_pageable) += 1;
+        *(it.tiled                      ? &w->read_pageable
+          : it.in_arena                 ? &w->read_store
+          : it.slot >= 0                ? &w->read_pinned
+                                        : &w->read_pageable) += 1;
         while (w->put_n == w->depth) pthread_cond_wait(&w->put_room, &w->lock);
         w->puts[(w->put_head + w->put_n) % w->depth] = it;
         w->put_n++;
@@ -487,10 +511,11 @@ void lz_tier_writer_destroy(lz_tier_writer *w, lazyattn_cache_stats *into) {
     pthread_join(w->thread, NULL); /* the reader: its last job handed on */
     pthread_join(w->putter, NULL); /* the puts handed on, all done */
     lz_log(w->ctx, LAZYATTN_LOG_INFO,
-           "tier writer: %lld read-backs into pinned staging, %lld into pageable memory, "
-           "%lld writes dropped (%lld for want of a pinned slot)",
-           (long long)w->read_pinned, (long long)w->read_pageable, (long long)w->dropped,
-           (long long)w->dropped_unpinned);
+           "tier writer: %lld read-backs into the host store's pinned memory, %lld into "
+           "pinned staging, %lld into pageable memory, %lld writes dropped (%lld for want of "
+           "a pinned slot)",
+           (long long)w->read_store, (long long)w->read_pinned, (long long)w->read_pageable,
+           (long long)w->dropped, (long long)w->dropped_unpinned);
     if (into) {
         lz_tier_writer_stats(w, into);
     }
