@@ -1074,6 +1074,10 @@ typedef struct lazyattn_cache_stats {
                                       or the checks' too, in tier_load_failures) */
     int64_t tier_load_waits;       /* appended: lazyattn_request_get_plan calls that waited
                                       for the loader (the engine did not poll first) */
+    int64_t tier_writes_skipped_by_cost; /* appended: documents not written to the tier
+                                            because the cost rule recomputes rather than
+                                            loads them (lazyattn_cache_set_tier_
+                                            recompute_rate) */
 } lazyattn_cache_stats;
 
 /* config may be NULL (LAZY, model 0, retain = pool budget). */
@@ -1734,8 +1738,11 @@ LAZYATTN_API int lazyattn_cache_set_tier_options(lazyattn_cache *cache, lazyattn
  * document missed on the GPU is loaded from the tier only when its bytes
  * at the tier's load bandwidth, measured on the loads so far (the store's
  * get and the upload), take less time than recomputing its tokens; else it
- * is recomputed without asking the tier (tier_skipped_by_cost). The first
- * loads, before any measurement, always go to the tier.
+ * is recomputed without asking the tier (tier_skipped_by_cost); while
+ * that holds, documents are not written to the tier either (the read-back
+ * and put of a document that would be recomputed rather than loaded only
+ * cost: tier_writes_skipped_by_cost). The first loads and writes, before
+ * any measurement, always go to the tier.
  * INVALID_ARGUMENT for a negative or non-finite rate or no tier attached;
  * IN_USE as lazyattn_cache_set_tier.
  */

@@ -2104,7 +2104,7 @@ int main(int argc, char **argv) {
         printf("| policy | budget | doc tokens | GPU hit tokens | tier hit tokens | recomputed | "
                "tier writes | tier errors | tier rejected | write errors | lease waits | "
                "computed twice | MiB read / written | plan + tier load mean ms | "
-               "writer queued / dropped | skipped by cost | "
+               "writer queued / dropped | skipped by cost (loads / writes) | "
                "background loads / failed / get_plan waits |\n");
         printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
                "--- | --- | --- | --- |\n");
@@ -2115,7 +2115,8 @@ int main(int argc, char **argv) {
             for (int q = 0; q < runs[i].n_requests; q++)
                 if (runs[i].requests[q].ok) plan += runs[i].requests[q].plan_s, n_plan++;
             printf("| %s | %.4g MiB | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld | "
-                   "%lld | %lld | %.2f / %.2f | %.2f | %lld / %lld | %lld | %lld / %lld / %lld |\n",
+                   "%lld | %lld | %.2f / %.2f | %.2f | %lld / %lld | %lld / %lld | %lld / %lld / "
+                   "%lld |\n",
                    runs[i].policy, (double)runs[i].budget_bytes / (1 << 20),
                    (long long)t->doc_tokens, (long long)t->hit_tokens,
                    (long long)t->tier_hit_tokens, (long long)t->recomputed_tokens,
@@ -2125,6 +2126,7 @@ int main(int argc, char **argv) {
                    (double)t->tier_read_bytes / (1 << 20), (double)t->tier_write_bytes / (1 << 20),
                    n_plan ? plan / n_plan * 1e3 : 0.0, (long long)t->tier_writes_queued,
                    (long long)t->tier_writes_dropped, (long long)t->tier_skipped_by_cost,
+                   (long long)t->tier_writes_skipped_by_cost,
                    (long long)t->tier_loads_background, (long long)t->tier_load_failures,
                    (long long)t->tier_load_waits);
         }

@@ -683,6 +683,59 @@ static void test_cost_rule(void **state) {
     lazyattn_store_destroy(store);
 }
 
+/* The cost rule skips writes too: once a load was measured slower than a
+ * recompute (a rate no load beats), a write-through tier neither loads nor
+ * writes the documents computed next, counting both, and the store holds
+ * none of them; with a rate every load beats, a document computed again
+ * (its load found nothing) is written: the store holds it as computed
+ * (the reference export). */
+static void test_cost_rule_skips_writes(void **state) {
+    lazyattn_store *store = NULL;
+    lt_assert_status(lazyattn_store_create_host(1u << 24, &store), LAZYATTN_STATUS_OK);
+    size_t size0 = 0, size3 = 0;
+    uint8_t *blob = reference_export(*state, 0, &size0);
+    lt_assert_status(lazyattn_store_put(store, key_of(0), blob, size0), LAZYATTN_STATUS_OK);
+    free(blob);
+    uint8_t *want3 = reference_export(*state, 3, &size3);
+    engine e;
+    engine_open(&e, *state, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier(e.cache, store, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier_recompute_rate(e.cache, 1e30), LAZYATTN_STATUS_OK);
+    float *out = malloc(sizeof(float) * OUT_N);
+    assert_non_null(out);
+    lazyattn_segment_action act[1];
+    int id = 0;
+    run_request(&e, 1, &id, out, act); /* nothing measured yet: loaded */
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    for (id = 1; id <= 5; id++) {
+        run_request(&e, 1, &id, out, act);
+        assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    }
+    lazyattn_cache_stats s = stats_of(&e);
+    assert_int_equal(s.tier_skipped_by_cost, 5);
+    assert_int_equal(s.tier_writes_skipped_by_cost, 5);
+    assert_int_equal(s.tier_writes, 0);
+    for (int k = 1; k <= 5; k++) {
+        int there = 1;
+        lt_assert_status(lazyattn_store_exists(store, key_of(k), &there), LAZYATTN_STATUS_OK);
+        assert_false(there);
+    }
+    lt_assert_status(lazyattn_cache_trim(e.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier_recompute_rate(e.cache, 1e-30), LAZYATTN_STATUS_OK);
+    id = 3;
+    run_request(&e, 1, &id, out, act); /* looked up, not found, computed, written */
+    assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    s = stats_of(&e);
+    assert_int_equal(s.tier_writes_skipped_by_cost, 5);
+    assert_int_equal(s.tier_writes, 1);
+    assert_stored(*state, store, 3, want3, size3);
+    free(out);
+    free(want3);
+    engine_close(&e);
+    lazyattn_store_destroy(store);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_after_the_writes),
@@ -694,6 +747,7 @@ int main(void) {
         cmocka_unit_test(test_detach_and_destroy_with_writes_pending),
         cmocka_unit_test(test_bad_options_refused),
         cmocka_unit_test(test_cost_rule),
+        cmocka_unit_test(test_cost_rule_skips_writes),
     };
     return cmocka_run_group_tests(tests, lt_context_setup, lt_context_teardown);
 }

@@ -16,7 +16,9 @@
 #   dir_small       the same at the small budget
 # (the _pipe and _sync rows are for comparison: not in the default T41_ROWS)
 # and prints one table: req/s, TTFT mean, TPOT, host ms per prefill forward, tier hit and
-# recomputed document tokens, each row's ratios to the no-tier run of its budget.
+# recomputed document tokens, loads and writes the cost rule skipped, the prefill's host ms per
+# request (a request's forwards are fewer where documents come from the tier), each row's
+# ratios to the no-tier run of its budget.
 #   bench/serve/run_tier41.sh BUILD_DIR OUT_DIR [more rag_bench options...]
 # Carry BUILD_DIR and .device-carry/clblast as for run_paper200.sh. OUT_DIR gets ROW.log,
 # ROW.err, ROW.csv, ROW_summary.csv per row and tier41.md (the table).
@@ -126,22 +128,24 @@ for row in rows:
                           if os.path.exists(os.path.join(out, row + ".log")) else "")
     res[row] = dict(rps=pick(ts, "req/s"), ttft=pick(ts, "TTFT mean ms"), tpot=pick(ts, "TPOT ms"),
                     host=pick(ts, "host ms / prefill forward (forwards)"),
+                    req=pick(ts, "prefill host ms / request (forwards / request)"),
                     tier=pick(ts, "tier hit tokens"), recomputed=pick(ts, "recomputed"),
-                    skipped=pick(ts, "skipped by cost"), cut=cut)
+                    skipped=pick(ts, "skipped by cost (loads / writes)"), cut=cut)
 print("| row | req/s | TTFT mean ms | TPOT ms | host ms / prefill forward (forwards) "
-      "| tier hit tokens | recomputed | skipped by cost | req/s vs no tier | TTFT vs no tier "
-      "| host ms vs no tier |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+      "| tier hit tokens | recomputed | skipped by cost (loads / writes) | req/s vs no tier "
+      "| TTFT vs no tier | host ms vs no tier | prefill host ms / request (forwards / request) "
+      "| that vs no tier |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for row in rows:
     r = res[row]
     base = res.get("none_small" if "small" in row else "none_big")
     def ratio(key):
         a, b = num(r[key]), num(base[key]) if base else None
         return "%.2fx" % (a / b) if a and b else ""
-    print("| %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+    print("| %s%s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
         row, " (cut)" if r["cut"] else "", r["rps"], r["ttft"], r["tpot"], r["host"],
         r["tier"] or "-", r["recomputed"] or "-", r["skipped"] or "-",
-        ratio("rps"), ratio("ttft"), ratio("host")))
+        ratio("rps"), ratio("ttft"), ratio("host"), r["req"] or "-", ratio("req")))
 PY
 cat "$out/tier41.md"
 echo "run_tier41: exit $worst after $(( $(date +%s) - start )) s"

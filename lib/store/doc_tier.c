@@ -43,6 +43,7 @@ typedef struct lz_tier {
     double load_bytes;       /* bytes loaded so far ... */
     double load_seconds;     /* ... and the time their gets and uploads took */
     int64_t skipped_by_cost; /* counter, reset with the cache's */
+    int64_t writes_skipped_by_cost; /* the same, of writes */
     /* pipelined loads (LAZYATTN_TIER_LOAD_PIPELINED) */
     cl_command_queue copy_queue; /* NULL: loads are synchronous */
     lz_tier_staging staging;     /* pinned memory the uploads read from, where they can */
@@ -77,6 +78,7 @@ static void lz_tier_stats(void *state, lazyattn_cache_stats *s) {
     if (tier->writer) lz_tier_writer_stats(tier->writer, s);
     if (s) {
         s->tier_skipped_by_cost += tier->skipped_by_cost;
+        s->tier_writes_skipped_by_cost += tier->writes_skipped_by_cost;
         s->tier_loads_pipelined += tier->pipelined;
         s->tier_load_failures += tier->failures;
         s->tier_loads_pending += tier->n_uploads;
@@ -86,6 +88,7 @@ static void lz_tier_stats(void *state, lazyattn_cache_stats *s) {
         if (tier->loader) s->tier_loads_pending += lz_tier_loader_pending(tier->loader);
     } else {
         tier->skipped_by_cost = tier->pipelined = tier->failures = tier->sealed = 0;
+        tier->writes_skipped_by_cost = 0;
         tier->background = tier->waits = 0;
     }
 }
@@ -103,6 +106,7 @@ static void lz_tier_detach(void *state, lazyattn_cache_stats *into) {
     lz_tier_settle_all(tier, 1);
     if (tier->writer) lz_tier_writer_destroy(tier->writer, into);
     into->tier_skipped_by_cost += tier->skipped_by_cost;
+    into->tier_writes_skipped_by_cost += tier->writes_skipped_by_cost;
     into->tier_loads_pipelined += tier->pipelined;
     into->tier_load_failures += tier->failures;
     into->tier_loads_sealed += tier->sealed;
@@ -700,6 +704,13 @@ static void lz_tier_write(lazyattn_cache *c, lazyattn_store *store, lz_entry *e)
     lz_tier *tier = lz_cache_tier_state(c);
     lazyattn_doc_key key = {lz_cache_model_id(c), {0}};
     memcpy(key.digest, e->digest, sizeof key.digest);
+    /* a document the cost rule would recompute rather than load is not
+       worth its read-back and put either */
+    if (lz_tier_recompute_cheaper(c, tier, e->n_tokens)) {
+        tier->writes_skipped_by_cost++;
+        lz_tier_lease_done(c, store, key, 0); /* the others stop waiting */
+        return;
+    }
     if (tier->writer) { /* queued (returns at once) or dropped, counted */
         /* the writer gives this cache's lease back once the write ended */
         e->in_tier = lz_tier_writer_submit(tier->writer, lz_cache_model_id(c), e->digest,
