@@ -1742,12 +1742,25 @@ LAZYATTN_API int lazyattn_cache_set_tier_options(lazyattn_cache *cache, lazyattn
  * that holds, documents are not written to the tier either (the read-back
  * and put of a document that would be recomputed rather than loaded only
  * cost: tier_writes_skipped_by_cost). The first loads and writes, before
- * any measurement, always go to the tier.
+ * any measurement, go to the tier (unless lazyattn_cache_set_tier_load_rate
+ * gave a bandwidth to go by).
  * INVALID_ARGUMENT for a negative or non-finite rate or no tier attached;
  * IN_USE as lazyattn_cache_set_tier.
  */
 LAZYATTN_API int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *cache,
                                                         double tokens_per_second);
+
+/*
+ * The tier's load bandwidth in bytes a second (>= 0, finite) the cost rule
+ * takes until the tier has measured loads of its own (0, the default:
+ * none; then the first loads and writes go to the tier): an engine that
+ * measured its store once at start (a value of a document's size got and
+ * checked, e.g. rag_bench --tier-cost) need not load, or write, documents
+ * slower to load than to recompute before the rule knows. Errors as
+ * lazyattn_cache_set_tier_recompute_rate.
+ */
+LAZYATTN_API int lazyattn_cache_set_tier_load_rate(lazyattn_cache *cache,
+                                                   double bytes_per_second);
 
 /* LAZYATTN_CACHE_API_END */
 

@@ -46,6 +46,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 /* ---- the tier's store, from --tier ---- */
 
@@ -154,7 +155,8 @@ static const char usage_text[] =
     "  --tier-write-queue N      writes from the tier's background writer, N queued at most\n"
     "                            (0..1024; default 0: written on the serving thread)\n"
     "  --tier-cost               load a document from the tier only when that is faster than\n"
-    "                            recomputing it (the prefill rate measured once at start)\n"
+    "                            recomputing it (the prefill rate and the store's bandwidth\n"
+    "                            measured once at start), and write only such documents\n"
     "  --tier-load background|pipelined|sync  a tier hit's get, checks and upload on the\n"
     "                            tier's loader thread while the running batch decodes\n"
     "                            (default); its upload on the tier's copy queue, layer by\n"
@@ -497,6 +499,9 @@ typedef struct bench_live {
     serve_request_result *rec;
 } bench_live;
 
+typedef struct bench bench;
+static int bench_measure_tier_rate(bench *b);
+
 typedef struct bench {
     const bench_options *opt;
     lazyattn_context *ctx;
@@ -505,6 +510,7 @@ typedef struct bench {
     serve_timer timer;
     lazyattn_store *tier; /* NULL: none */
     double prefill_rate;  /* --tier-cost: document tokens prefilled per second */
+    double tier_rate;     /* --tier-cost: the store's load bytes per second (0: not yet) */
     int rotate;           /* measured request i is workload request warmup + (i + rotate) % R */
     int dispatch;         /* 1: --devices: the measured requests come from the dispatcher */
     int dispatch_in;      /* their pipe (dispatch.h) */
@@ -980,6 +986,12 @@ static int bench_run(bench *b, lazyattn_cache_policy policy, uint64_t budget, do
             serve_lz_fail(st, "lazyattn_cache_set_tier_recompute_rate");
             goto done;
         }
+        if (b->prefill_rate > 0 && b->tier_rate == 0 && (st = bench_measure_tier_rate(b)))
+            goto done;
+        if (b->tier_rate > 0 && (st = lazyattn_cache_set_tier_load_rate(cache, b->tier_rate))) {
+            serve_lz_fail(st, "lazyattn_cache_set_tier_load_rate");
+            goto done;
+        }
     }
     serve_engine_use_device_plans(eng, !o->no_device_plans);
     serve_engine_use_batched_prefill(eng, !o->no_batched_prefill);
@@ -1111,6 +1123,49 @@ done:
     lazyattn_cache_destroy(cache);
     lazyattn_pool_destroy(pool);
     return st;
+}
+
+/* --tier-cost: the tier store's load bandwidth, bytes a second, measured
+ * once: a value of one export of the workload's longest document (random
+ * bytes) put under a key of its own, got and checked (XXH3-64 over it, as
+ * the import's check of a value the tier did not write itself), then
+ * removed; the time of the get and the check. Given to each cache's cost
+ * rule until it has measured loads of its own. */
+static int bench_measure_tier_rate(bench *b) {
+    const serve_model_config *mc = serve_model_get_config(b->model);
+    int64_t n = b->opt->wl.doc_len_max < 16 ? 16 : b->opt->wl.doc_len_max;
+    int64_t blocks = (n + mc->block_size - 1) / mc->block_size;
+    uint64_t per_tok = serve_model_kv_bytes_per_token(mc);
+    size_t bytes = LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)n +
+                   (size_t)(per_tok * (uint64_t)blocks * (uint64_t)mc->block_size);
+    uint8_t *v = malloc(bytes);
+    if (!v) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier probe: %zu bytes", bytes);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < bytes; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(v + i, &x, bytes - i < 8 ? bytes - i : 8);
+    }
+    lazyattn_doc_key key = {BENCH_MODEL_ID ^ 0x70726F6265ull, {0}}; /* no document's */
+    memcpy(key.digest, "rag_bench tier probe", 20);
+    uint64_t pid = (uint64_t)getpid(); /* processes sharing the store probe apart */
+    memcpy(key.digest + 24, &pid, 8);
+    int st = lazyattn_store_put(b->tier, key, v, bytes);
+    free(v);
+    if (st) return serve_lz_fail(st, "the tier probe's put");
+    lazyattn_store_value got = {0};
+    double t0 = serve_now();
+    st = lazyattn_store_get(b->tier, key, &got);
+    volatile uint64_t sum = st ? 0 : XXH3_64bits(got.data, got.size);
+    double s = serve_now() - t0;
+    (void)sum;
+    if (!st) lazyattn_store_release(b->tier, &got);
+    int rm = lazyattn_store_delete(b->tier, key);
+    if (st) return serve_lz_fail(st, "the tier probe's get");
+    if (rm) return serve_lz_fail(rm, "the tier probe's delete");
+    b->tier_rate = s > 0 ? (double)bytes / s : 1e300;
+    phase("--tier-cost: the %s store's value of %zu bytes got and checked in %.1f ms: %.3g GB/s",
+          lazyattn_store_name(b->tier), bytes, s * 1e3, b->tier_rate * 1e-9);
+    return LAZYATTN_STATUS_OK;
 }
 
 /* --tier-cost: the model's prefill rate, document tokens per second,

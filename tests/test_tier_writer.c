@@ -736,6 +736,59 @@ static void test_cost_rule_skips_writes(void **state) {
     lazyattn_store_destroy(store);
 }
 
+/* lazyattn_cache_set_tier_load_rate: with a bandwidth no load beats given
+ * before any load was measured, a write-through tier neither loads document
+ * 0 (in the store) nor writes document 1 (not in it); with one every load
+ * beats, document 0 (evicted) is loaded. Bad rates and a cache without a
+ * tier are refused. */
+static void test_assumed_load_rate(void **state) {
+    lazyattn_store *store = NULL;
+    lt_assert_status(lazyattn_store_create_host(1u << 24, &store), LAZYATTN_STATUS_OK);
+    size_t size0 = 0;
+    uint8_t *blob = reference_export(*state, 0, &size0);
+    lt_assert_status(lazyattn_store_put(store, key_of(0), blob, size0), LAZYATTN_STATUS_OK);
+    free(blob);
+    engine e;
+    engine_open(&e, *state, 32, MODEL);
+    lt_assert_status(lazyattn_cache_set_tier_load_rate(e.cache, 1.0),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT); /* no tier yet */
+    lt_assert_status(lazyattn_cache_set_tier(e.cache, store, LAZYATTN_TIER_WRITE_THROUGH),
+                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier_load_rate(NULL, 1.0),
+                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    const double bad[3] = {-1.0, NAN, INFINITY};
+    for (int i = 0; i < 3; i++)
+        lt_assert_status(lazyattn_cache_set_tier_load_rate(e.cache, bad[i]),
+                         LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lazyattn_cache_set_tier_recompute_rate(e.cache, 1e9), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier_load_rate(e.cache, 1.0), LAZYATTN_STATUS_OK);
+    float *out = malloc(sizeof(float) * OUT_N);
+    assert_non_null(out);
+    lazyattn_segment_action act[1];
+    for (int id = 0; id < 2; id++) {
+        run_request(&e, 1, &id, out, act);
+        assert_int_equal(act[0], LAZYATTN_ACTION_PREFILL);
+    }
+    lazyattn_cache_stats s = stats_of(&e);
+    assert_int_equal(s.tier_lookups, 0);
+    assert_int_equal(s.tier_skipped_by_cost, 2);
+    assert_int_equal(s.tier_writes_skipped_by_cost, 2);
+    assert_int_equal(s.tier_writes, 0);
+    int there = 1;
+    lt_assert_status(lazyattn_store_exists(store, key_of(1), &there), LAZYATTN_STATUS_OK);
+    assert_false(there);
+    lt_assert_status(lazyattn_cache_trim(e.cache, 0), LAZYATTN_STATUS_OK);
+    lt_assert_status(lazyattn_cache_set_tier_load_rate(e.cache, 1e300), LAZYATTN_STATUS_OK);
+    int id = 0;
+    run_request(&e, 1, &id, out, act); /* checked against the reference */
+    assert_int_equal(act[0], LAZYATTN_ACTION_REUSE);
+    s = stats_of(&e);
+    assert_int_equal(s.tier_hits, 1);
+    free(out);
+    engine_close(&e);
+    lazyattn_store_destroy(store);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_after_the_writes),
@@ -748,6 +801,7 @@ int main(void) {
         cmocka_unit_test(test_bad_options_refused),
         cmocka_unit_test(test_cost_rule),
         cmocka_unit_test(test_cost_rule_skips_writes),
+        cmocka_unit_test(test_assumed_load_rate),
     };
     return cmocka_run_group_tests(tests, lt_context_setup, lt_context_teardown);
 }

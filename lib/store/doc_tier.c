@@ -40,6 +40,7 @@ typedef struct lz_tier {
     lazyattn_store *store;
     lz_tier_writer *writer;  /* NULL: writes on the calling thread */
     double recompute_rate;   /* document tokens per second; 0: always load */
+    double assumed_load_rate; /* bytes a second until loads are measured; 0: none */
     double load_bytes;       /* bytes loaded so far ... */
     double load_seconds;     /* ... and the time their gets and uploads took */
     int64_t skipped_by_cost; /* counter, reset with the cache's */
@@ -254,22 +255,30 @@ int lazyattn_cache_set_tier(lazyattn_cache *c, lazyattn_store *store, lazyattn_t
     return lz_set_tier_as(c, store, mode, NULL, "lazyattn_cache_set_tier");
 }
 
-int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *c, double tokens_per_second) {
-    const char *w = "lazyattn_cache_set_tier_recompute_rate";
+/* Sets one of the cost rule's rates (which: 0 the recompute rate, 1 the
+ * assumed load rate) as the caller w. */
+static int lz_set_tier_rate(lazyattn_cache *c, double rate, int which, const char *w) {
     LZ_CHECK_ARG(c != NULL, "%s: cache is NULL", w);
     int st = lz_cache_check_live(c, w);
     if (st) return st;
-    LZ_CHECK_ARG(tokens_per_second >= 0 && tokens_per_second <= 1e300,
-                 "%s: rate %g is not a finite number >= 0", w, tokens_per_second);
+    LZ_CHECK_ARG(rate >= 0 && rate <= 1e300, "%s: rate %g is not a finite number >= 0", w, rate);
     int taken;
     if ((st = lz_cache_enter(c, LZ_USE_CHANGE, w, &taken))) return st;
     lz_tier *tier = lz_cache_tier_state(c);
     if (tier)
-        tier->recompute_rate = tokens_per_second;
+        *(which ? &tier->assumed_load_rate : &tier->recompute_rate) = rate;
     else
         st = lz_fail(LAZYATTN_STATUS_INVALID_ARGUMENT, "%s: the cache has no tier", w);
     lz_cache_leave(c, taken);
     return st;
+}
+
+int lazyattn_cache_set_tier_recompute_rate(lazyattn_cache *c, double tokens_per_second) {
+    return lz_set_tier_rate(c, tokens_per_second, 0, "lazyattn_cache_set_tier_recompute_rate");
+}
+
+int lazyattn_cache_set_tier_load_rate(lazyattn_cache *c, double bytes_per_second) {
+    return lz_set_tier_rate(c, bytes_per_second, 1, "lazyattn_cache_set_tier_load_rate");
 }
 
 /* The store's operations run the engine's code: callouts of the cache
@@ -305,14 +314,17 @@ static int lz_tier_put(lazyattn_cache *c, lazyattn_store *s, lazyattn_doc_key ke
 }
 
 /* The cost rule: 1 when recomputing n_tokens is expected to be faster than
- * loading their export at the bandwidth of the loads so far. */
+ * loading their export at the bandwidth of the loads so far (before any:
+ * the assumed one, if set). */
 static int lz_tier_recompute_cheaper(const lazyattn_cache *c, const lz_tier *tier, int n_tokens) {
-    if (tier->recompute_rate <= 0 || tier->load_seconds <= 0 || tier->load_bytes <= 0) return 0;
+    int measured = tier->load_seconds > 0 && tier->load_bytes > 0;
+    if (tier->recompute_rate <= 0 || (!measured && tier->assumed_load_rate <= 0)) return 0;
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(lz_cache_pool(c), &pc);
     int n_blocks = (n_tokens + pc.block_size - 1) / pc.block_size;
     size_t bytes = lz_kv_export_bytes(&pc, n_tokens, n_blocks);
-    double load_s = (double)bytes * tier->load_seconds / tier->load_bytes;
+    double load_s = measured ? (double)bytes * tier->load_seconds / tier->load_bytes
+                             : (double)bytes / tier->assumed_load_rate;
     return load_s >= (double)n_tokens / tier->recompute_rate;
 }
 
