@@ -88,7 +88,8 @@ static int bg_round(bg_work *w, struct bg_thread *t) {
         break;
     case BG_SPIN: { /* about as long as a copy round, in registers */
         uint64_t x = t->sink | 1;
-        for (long i = 0; i < 50L * 1000 * 1000; i++) x = x * 6364136223846793005ull + 1442695040888963407ull;
+        for (long i = 0; i < 50L * 1000 * 1000; i++)
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
         t->sink = x;
         return 0;
     }

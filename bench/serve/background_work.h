@@ -5,7 +5,9 @@
  * A tier moves a document (256 MiB at 8B, 2 048 tokens) as: device reads
  * into pinned staging (one per layer and K/V: 64), the host copies and
  * checksums it, and the host store allocates and frees values of its
- * size. Each kind below is one of those, looped over a 256 MiB value. */
+ * size. Each kind below is one of those, looped over a 256 MiB value
+ * (spin and userevent move nothing: their GB/s counts a round as the
+ * value's bytes). */
 #ifndef BENCH_BACKGROUND_WORK_H
 #define BENCH_BACKGROUND_WORK_H
 

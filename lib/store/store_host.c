@@ -127,15 +127,15 @@ static void lz_host_release(void *impl, lazyattn_store_value *v) {
 }
 
 /* Memory for a value of size bytes, unlinked: the arena's where a run is
- * free (the least recently used values evicted until one is, unless
- * evict is 0), else malloc'ed; NULL without memory. The lock not held. */
-static lz_host_item *lz_host_new_item(lz_host *h, size_t size, int evict) {
+ * free (the least recently used values evicted until one is), else
+ * malloc'ed; NULL without memory. The lock not held. */
+static lz_host_item *lz_host_new_item(lz_host *h, size_t size) {
     lz_host_item *it = calloc(1, sizeof *it);
     if (!it) return NULL;
     it->size = size;
     lz_mutex_lock(&h->lock);
     if (h->arena && size > 0 && size <= lz_arena_largest(h->arena)) {
-        while (!(it->data = lz_arena_alloc(h->arena, size)) && evict && h->lru.prev != &h->lru)
+        while (!(it->data = lz_arena_alloc(h->arena, size)) && h->lru.prev != &h->lru)
             lz_host_unlink(h, h->lru.prev); /* a borrowed one frees its run when released */
         it->pinned = it->data != NULL;
     }
@@ -182,7 +182,7 @@ static int lz_host_put_item(void *impl, lazyattn_doc_key key, const void *data, 
     lz_host *h = impl;
     int st = lz_host_over_budget(h, size);
     if (st) return st;
-    lz_host_item *it = lz_host_new_item(h, size, 1);
+    lz_host_item *it = lz_host_new_item(h, size);
     if (!it) return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "host store: %zu bytes", size);
     if (size) memcpy(it->data, data, size);
     lz_host_link(h, key, it, sealed);
@@ -195,7 +195,7 @@ uint8_t *lz_store_host_reserve(void *impl, size_t size, cl_context context, void
     *item = NULL;
     *pinned = 0;
     if (lz_host_over_budget(h, size)) return NULL;
-    lz_host_item *it = lz_host_new_item(h, size, 1);
+    lz_host_item *it = lz_host_new_item(h, size);
     if (!it) {
         lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "host store: %zu bytes", size);
         return NULL;
