@@ -1139,7 +1139,8 @@ static int bench_measure_tier_rate(bench *b) {
     size_t bytes = LAZYATTN_KV_HEADER_BYTES + 4 * (size_t)n +
                    (size_t)(per_tok * (uint64_t)blocks * (uint64_t)mc->block_size);
     uint8_t *v = malloc(bytes);
-    if (!v) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier probe: %zu bytes", bytes);
+    if (!v)
+        return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier probe: %zu bytes", bytes);
     uint64_t x = 0x9E3779B97F4A7C15ull;
     for (size_t i = 0; i < bytes; i += 8) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;

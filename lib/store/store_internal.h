@@ -38,9 +38,10 @@ int lz_store_host_value_sealed(const lazyattn_store_value *v);
  * arena's memory where it has room: 1 when s keeps them in memory of
  * arena's context (arena's, or one an earlier tier gave it), 0 for any
  * other store or context. lz_store_has_arena: 1 when s is a host store
- * keeping values in memory of context's (NULL: of any context's). lz_store_value_pinned: 1 when
- * v (handed out by s and not yet released) is in such memory of context,
- * so that a device copy from it is a DMA of pinned memory. */
+ * keeping values in memory of context's (NULL: of any context's).
+ * lz_store_value_pinned: 1 when v (handed out by s and not yet released)
+ * is in such memory of context, so that a device copy from it is a DMA of
+ * pinned memory. */
 struct lz_pinned_arena;
 int lz_store_use_arena(lazyattn_store *s, struct lz_pinned_arena *arena);
 int lz_store_has_arena(const lazyattn_store *s, cl_context context);
