@@ -1482,8 +1482,9 @@ LAZYATTN_API int lazyattn_store_create(const lazyattn_store_ops *ops, void *impl
  * refused (BUDGET_EXCEEDED). A value borrowed by a reader stays valid
  * after its eviction until released. Once attached as a cache's tier on a
  * device with memory of its own, its values live in pinned memory of the
- * budget's size (lazyattn_cache_set_tier_options), more evicted where that
- * memory has no run long enough; the store frees it when destroyed. */
+ * budget's size (at most half the host's memory; the rest pageable:
+ * lazyattn_cache_set_tier_options), more evicted where that memory has no
+ * run long enough; the store frees it when destroyed. */
 LAZYATTN_API int lazyattn_store_create_host(uint64_t budget_bytes, lazyattn_store **out);
 
 /* A directory (created if absent, parent must exist): one file per
@@ -1657,9 +1658,10 @@ LAZYATTN_API void lazyattn_tier_options_init(lazyattn_tier_options *options);
  * into pageable memory (the driver's staged copy holds up the serving
  * thread's enqueues; LAZYATTN_TUNE tier.pin_writes=0 allows it). A
  * host store (lazyattn_store_create_host) is read back into directly: on
- * such a device the attach pins memory of the store's whole budget once
- * (it then takes as long as the driver pins that much; LAZYATTN_TUNE
- * tier.pin_store=0: none), which the store keeps its values in, so that
+ * such a device the attach pins memory of the store's whole budget once,
+ * at most half the host's memory (it then takes as long as the driver
+ * pins that much; LAZYATTN_TUNE tier.pin_store=0: none), which the store
+ * keeps its values in, so that
  * writes and loads are DMAs of that memory with no copy. The
  * commit returns at once; a block freed meanwhile is rewritten only
  * after the read-back (the pool's reuse order), so a write always holds

@@ -17,6 +17,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if !defined(_WIN32)
+#include <unistd.h>
+#endif
 
 /* Documents whose background load failed, remembered so that the plan
  * made again recomputes them instead of failing the same way. */
@@ -130,15 +133,27 @@ static const lz_tier_ops lz_tier_of_store = {lz_tier_load, lz_tier_write, lz_tie
  * value was refused, a write failed. */
 static lz_log_rate lz_rate_load_error, lz_rate_load_refused, lz_rate_write_error;
 
+/* Bytes of the host's physical memory, 0 when not known. */
+static uint64_t lz_host_memory_bytes(void) {
+#if !defined(_WIN32)
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) return (uint64_t)pages * (uint64_t)page;
+#endif
+    return 0;
+}
+
 /* A host store tier on a device with memory of its own keeps its values in
  * pinned memory of the store's budget (pinned_arena.h), made here once:
  * writes read back into it and loads upload from it, DMAs with no host
- * copy. LAZYATTN_TUNE's tier.pin_store (by default on such a device). When
- * the device pins less or nothing, the rest of the values stay pageable
- * (logged); the tier works either way. */
+ * copy. LAZYATTN_TUNE's tier.pin_store (by default on such a device). At
+ * most half the host's memory is pinned (pinned pages never swap); when
+ * the budget is larger or the device pins less, the rest of the values
+ * stay pageable (logged); the tier works either way. */
 static void lz_tier_pin_store(lazyattn_context *ctx, lazyattn_store *store, const char *w) {
     uint64_t budget = lz_store_host_budget_bytes(store);
     if (budget == 0 || lz_store_has_arena(store, NULL)) return; /* one arena a store */
+    uint64_t half = lz_host_memory_bytes() / 2;
+    uint64_t want = half > 0 && budget > half ? half : budget;
     lz_tune_override ov;
     lz_tune_from_env(ctx, &ov);
     cl_bool unified = CL_TRUE;
@@ -146,7 +161,7 @@ static void lz_tier_pin_store(lazyattn_context *ctx, lazyattn_store *store, cons
     if (!(ov.tier_pin_store >= 0 ? ov.tier_pin_store : unified == CL_FALSE)) return;
     double t0 = lz_seconds_now();
     lz_pinned_arena *a = NULL;
-    if (lz_arena_create(ctx->context, ctx->device, budget, &a)) {
+    if (lz_arena_create(ctx->context, ctx->device, want, &a)) {
         lz_log(ctx, LAZYATTN_LOG_WARN, "%s: the host store's values stay in pageable memory: %s",
                w, lazyattn_last_error());
         return;
