@@ -103,6 +103,8 @@ struct lazyattn_context {
     size_t max_work_group_size;
     cl_ulong local_mem_size;
     cl_ulong max_alloc_size;
+    int own_memory;       /* memory of its own: CL_DEVICE_HOST_UNIFIED_MEMORY false (the
+                             tier's pinned transfers, by default on such a device only) */
     lazyattn_log_fn log;
     void *log_user;
     lz_mutex programs_lock;     /* guards `programs` (threads share a context) */

@@ -300,6 +300,9 @@ static void lz_query_device(lazyattn_context *ctx, int portable_only) {
                     &ctx->local_mem_size, NULL);
     clGetDeviceInfo(ctx->device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ctx->max_alloc_size,
                     &ctx->max_alloc_size, NULL);
+    cl_bool unified = CL_TRUE;
+    clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+    ctx->own_memory = unified == CL_FALSE;
     if (ctx->compute_units == 0) ctx->compute_units = 1;
     ctx->is_gpu = lz_kind_of(ctx->device) == LAZYATTN_DEVICE_GPU;
     if (lz_contains(vendor, "NVIDIA")) {

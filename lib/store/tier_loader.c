@@ -241,15 +241,12 @@ int lz_tier_loader_create(lazyattn_pool *pool, lazyattn_store *store, uint64_t m
     lazyattn_pool_config pc;
     lazyattn_pool_get_config(pool, &pc);
     l->tiled = pc.kv_layout == LAZYATTN_KV_LAYOUT_TILED;
-    cl_device_id dev = NULL;
-    cl_bool unified = CL_TRUE;
-    if (clGetCommandQueueInfo(queue, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL) == CL_SUCCESS)
-        clGetDeviceInfo(dev, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
+    const int own_memory = lz_pool_context(pool)->own_memory;
     lz_tune_override ov;
     lz_tune_from_env(lz_pool_context(pool), &ov);
-    l->pin_values = ov.tier_pin_loads >= 0 ? ov.tier_pin_loads : unified == CL_FALSE;
+    l->pin_values = ov.tier_pin_loads >= 0 ? ov.tier_pin_loads : own_memory;
     l->copy_threads = ov.tier_load_threads > 0 ? ov.tier_load_threads
-                      : unified == CL_FALSE        ? LZ_LOAD_COPY_THREADS
+                      : own_memory                 ? LZ_LOAD_COPY_THREADS
                                                    : 1;
     l->queued_tail = &l->queued;
     l->finished_tail = &l->finished;

@@ -359,9 +359,7 @@ int lz_tier_writer_create(lazyattn_pool *pool, lazyattn_store *store, int depth,
     w->depth = depth;
     lz_tune_override ov;
     lz_tune_from_env(w->ctx, &ov);
-    cl_bool unified = CL_TRUE;
-    clGetDeviceInfo(w->ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
-    w->pinned_only = ov.tier_pin_writes >= 0 ? ov.tier_pin_writes : unified == CL_FALSE;
+    w->pinned_only = ov.tier_pin_writes >= 0 ? ov.tier_pin_writes : w->ctx->own_memory;
     cl_int err;
     w->queue = clCreateCommandQueue(w->ctx->context, w->ctx->device, 0, &err);
     if (err != CL_SUCCESS) {
