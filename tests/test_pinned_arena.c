@@ -25,9 +25,7 @@ static lazyattn_context *ctx_of(void **state) { return *state; }
 static lz_pinned_arena *arena_of(void **state, uint64_t bytes) {
     lazyattn_context *ctx = ctx_of(state);
     lz_pinned_arena *a = NULL;
-    lt_assert_status(lz_arena_create(lazyattn_context_cl_context(ctx),
-                                     lazyattn_context_device(ctx), bytes, &a),
-                     LAZYATTN_STATUS_OK);
+    lt_assert_status(lz_arena_create(ctx, bytes, &a), LAZYATTN_STATUS_OK);
     return a;
 }
 
@@ -124,8 +122,7 @@ static void test_host_store_in_the_arena(void **state) {
     lazyattn_context *ctx = ctx_of(state);
     cl_context cl = lazyattn_context_cl_context(ctx);
     lz_pinned_arena *bad = NULL;
-    lt_assert_status(lz_arena_create(cl, lazyattn_context_device(ctx), 0, &bad),
-                     LAZYATTN_STATUS_INVALID_ARGUMENT);
+    lt_assert_status(lz_arena_create(ctx, 0, &bad), LAZYATTN_STATUS_INVALID_ARGUMENT);
     assert_null(bad);
     const size_t V = 5 * PAGE + 100; /* 6 pages a value: 4 fit in 26 pages */
     lazyattn_store *s = NULL;

@@ -156,12 +156,10 @@ static void lz_tier_pin_store(lazyattn_context *ctx, lazyattn_store *store, cons
     uint64_t want = half > 0 && budget > half ? half : budget;
     lz_tune_override ov;
     lz_tune_from_env(ctx, &ov);
-    cl_bool unified = CL_TRUE;
-    clGetDeviceInfo(ctx->device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL);
-    if (!(ov.tier_pin_store >= 0 ? ov.tier_pin_store : unified == CL_FALSE)) return;
+    if (!(ov.tier_pin_store >= 0 ? ov.tier_pin_store : ctx->own_memory)) return;
     double t0 = lz_seconds_now();
     lz_pinned_arena *a = NULL;
-    if (lz_arena_create(ctx->context, ctx->device, want, &a)) {
+    if (lz_arena_create(ctx, want, &a)) {
         lz_log(ctx, LAZYATTN_LOG_WARN, "%s: the host store's values stay in pageable memory: %s",
                w, lazyattn_last_error());
         return;

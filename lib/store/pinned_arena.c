@@ -32,14 +32,35 @@ struct lz_pinned_arena {
     lz_mutex lock; /* guards the runs and used */
 };
 
+uint8_t *lz_pinned_buffer_make(cl_context context, cl_command_queue queue, size_t bytes,
+                               cl_mem *buffer) {
+    cl_int err;
+    *buffer = NULL;
+    cl_mem m = clCreateBuffer(context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) return NULL;
+    void *p = clEnqueueMapBuffer(queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL,
+                                 NULL, &err);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(m);
+        return NULL;
+    }
+    *buffer = m;
+    return p;
+}
+
+void lz_pinned_buffer_free(cl_command_queue queue, cl_mem buffer, uint8_t *ptr) {
+    if (!buffer) return;
+    clEnqueueUnmapMemObject(queue, buffer, ptr, 0, NULL, NULL);
+    clFinish(queue);
+    clReleaseMemObject(buffer);
+}
+
 static void lz_arena_destroy(lz_pinned_arena *a) {
     for (int i = 0; i < a->n_chunks; i++) {
         lz_arena_chunk *c = &a->chunks[i];
-        clEnqueueUnmapMemObject(a->queue, c->buffer, c->ptr, 0, NULL, NULL);
+        lz_pinned_buffer_free(a->queue, c->buffer, c->ptr);
         free(c->runs);
     }
-    if (a->queue) clFinish(a->queue);
-    for (int i = 0; i < a->n_chunks; i++) clReleaseMemObject(a->chunks[i].buffer);
     if (a->queue) clReleaseCommandQueue(a->queue);
     if (a->context) clReleaseContext(a->context);
     free(a->chunks);
@@ -49,16 +70,9 @@ static void lz_arena_destroy(lz_pinned_arena *a) {
 
 /* Adds a mapped buffer of bytes to a: 1, or 0 when the device refused it. */
 static int lz_arena_add_chunk(lz_pinned_arena *a, size_t bytes) {
-    cl_int err;
-    cl_mem m = clCreateBuffer(a->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes, NULL,
-                              &err);
-    if (err != CL_SUCCESS) return 0;
-    void *p = clEnqueueMapBuffer(a->queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
-                                 NULL, NULL, &err);
-    if (err != CL_SUCCESS) {
-        clReleaseMemObject(m);
-        return 0;
-    }
+    cl_mem m;
+    uint8_t *p = lz_pinned_buffer_make(a->context, a->queue, bytes, &m);
+    if (!p) return 0;
     lz_arena_chunk *c = &a->chunks[a->n_chunks++];
     memset(c, 0, sizeof *c);
     c->buffer = m;
@@ -68,17 +82,14 @@ static int lz_arena_add_chunk(lz_pinned_arena *a, size_t bytes) {
     return 1;
 }
 
-int lz_arena_create(cl_context context, cl_device_id device, uint64_t bytes,
-                    lz_pinned_arena **out) {
+int lz_arena_create(const lazyattn_context *ctx, uint64_t bytes, lz_pinned_arena **out) {
     *out = NULL;
-    LZ_CHECK_ARG(context && device && bytes >= 1, "the tier's pinned store memory: bad arguments");
-    cl_ulong max_alloc = 0;
-    clGetDeviceInfo(device, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    LZ_CHECK_ARG(ctx && bytes >= 1, "the tier's pinned store memory: bad arguments");
     uint64_t chunk = LZ_ARENA_CHUNK_MAX;
-    if (max_alloc >= LZ_ARENA_ALIGN && max_alloc < chunk) chunk = max_alloc & ~(LZ_ARENA_ALIGN - 1);
+    if (ctx->max_alloc_size >= LZ_ARENA_ALIGN && ctx->max_alloc_size < chunk)
+        chunk = ctx->max_alloc_size & ~(uint64_t)(LZ_ARENA_ALIGN - 1);
     if (chunk > SIZE_MAX) chunk = (uint64_t)SIZE_MAX & ~(uint64_t)(LZ_ARENA_ALIGN - 1);
-    bytes = (bytes + LZ_ARENA_ALIGN - 1) & ~(uint64_t)(LZ_ARENA_ALIGN - 1);
-    uint64_t n = (bytes + chunk - 1) / chunk;
+    uint64_t n = bytes / chunk + (bytes % chunk != 0); /* the last buffer may be shorter */
     if (n > 4096)
         return lz_fail(LAZYATTN_STATUS_OUT_OF_RANGE,
                        "the tier's pinned store memory: %llu bytes in buffers of %llu",
@@ -91,10 +102,10 @@ int lz_arena_create(cl_context context, cl_device_id device, uint64_t bytes,
         return lz_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "the tier's pinned store memory");
     }
     atomic_init(&a->refs, 1);
-    clRetainContext(context);
-    a->context = context;
+    clRetainContext(ctx->context);
+    a->context = ctx->context;
     cl_int err;
-    a->queue = clCreateCommandQueue(context, device, 0, &err);
+    a->queue = clCreateCommandQueue(ctx->context, ctx->device, 0, &err);
     if (err != CL_SUCCESS) {
         a->queue = NULL;
         lz_arena_destroy(a);

@@ -20,13 +20,12 @@ typedef struct lz_pinned_arena lz_pinned_arena;
  * the largest value it holds (a 2 048-token 8B document is 256 MiB). */
 #define LZ_ARENA_CHUNK_MAX ((uint64_t)4 << 30)
 
-/* An arena of up to bytes (>= 1) of pinned memory on context's device: as
+/* An arena of up to bytes (>= 1) of pinned memory on ctx's device: as
  * many buffers of at most LZ_ARENA_CHUNK_MAX (and the device's largest
  * allocation) as it takes, fewer when the device refuses one (the arena is
  * then smaller: lz_arena_bytes). OK and *out, or the status with the
  * reason recorded (not even the first buffer could be made). */
-int lz_arena_create(cl_context context, cl_device_id device, uint64_t bytes,
-                    lz_pinned_arena **out);
+int lz_arena_create(const lazyattn_context *ctx, uint64_t bytes, lz_pinned_arena **out);
 void lz_arena_retain(lz_pinned_arena *a);
 /* Drops a reference; the last unmaps and frees every buffer (every value
  * must have been freed or be never used again). NULL: nothing. */
@@ -41,6 +40,14 @@ void lz_arena_free(lz_pinned_arena *a, uint8_t *p);
 int lz_arena_owns(const lz_pinned_arena *a, const uint8_t *p);
 
 cl_context lz_arena_context(const lz_pinned_arena *a);
+/* One mapped CL_MEM_ALLOC_HOST_PTR buffer of bytes on context, mapped for
+ * reading and writing with queue: its memory and *buffer; NULL when the
+ * device made or mapped none (nothing left behind). The arena's buffers
+ * and the tier's staging slots (tier_staging.c). */
+uint8_t *lz_pinned_buffer_make(cl_context context, cl_command_queue queue, size_t bytes,
+                               cl_mem *buffer);
+/* Unmaps ptr on queue (waited for) and releases buffer (NULL: nothing). */
+void lz_pinned_buffer_free(cl_command_queue queue, cl_mem buffer, uint8_t *ptr);
 size_t lz_arena_largest(const lz_pinned_arena *a); /* bytes of its largest buffer */
 uint64_t lz_arena_bytes(const lz_pinned_arena *a); /* pinned in all */
 uint64_t lz_arena_used(lz_pinned_arena *a);        /* handed out, rounded to 4 KiB */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A tier's pinned staging ring (tier_staging.h). */
+#include "store/pinned_arena.h"
 #include "store/tier_staging.h"
 
 #include <string.h>
@@ -15,9 +16,7 @@ int lz_staging_init(lz_tier_staging *s, cl_context context, cl_command_queue que
 
 static void lz_slot_release(lz_tier_staging *s, struct lz_staging_slot *slot) {
     if (!slot->buffer) return;
-    clEnqueueUnmapMemObject(s->map_queue, slot->buffer, slot->ptr, 0, NULL, NULL);
-    clFinish(s->map_queue);
-    clReleaseMemObject(slot->buffer);
+    lz_pinned_buffer_free(s->map_queue, slot->buffer, slot->ptr);
     s->total -= slot->bytes;
     memset(slot, 0, sizeof *slot);
 }
@@ -35,15 +34,9 @@ static int lz_slot_make(lz_tier_staging *s, struct lz_staging_slot *slot, size_t
             return 0;
         }
     }
-    cl_mem m = clCreateBuffer(s->context, CL_MEM_ALLOC_HOST_PTR | CL_MEM_READ_WRITE, bytes, NULL,
-                              &err);
-    if (err != CL_SUCCESS) return 0;
-    void *p = clEnqueueMapBuffer(s->map_queue, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0,
-                                 NULL, NULL, &err);
-    if (err != CL_SUCCESS) {
-        clReleaseMemObject(m);
-        return 0;
-    }
+    cl_mem m;
+    uint8_t *p = lz_pinned_buffer_make(s->context, s->map_queue, bytes, &m);
+    if (!p) return 0;
     slot->buffer = m;
     slot->ptr = p;
     slot->bytes = bytes;
