@@ -67,23 +67,6 @@ static int serve_gemm_nv_create(serve_gemm_bf16 *g) {
     return LAZYATTN_STATUS_OK;
 }
 
-/* LAZYATTN_TUNE's serve.fused_decode (README, "Environment"): 1 or 0 as
- * the setting says, -1 when it is absent. lib/ accepts the key and warns
- * about a bad value; this reads only a well-formed one. */
-static int serve_gemm_fused_setting(void) {
-    const char *s = getenv("LAZYATTN_TUNE"), *key = "serve.fused_decode=";
-    const size_t kn = strlen(key);
-    int on = -1;
-    while (s && *s) {
-        const char *comma = strchr(s, ',');
-        const size_t n = comma ? (size_t)(comma - s) : strlen(s);
-        if (n == kn + 1 && !strncmp(s, key, kn) && (s[kn] == '0' || s[kn] == '1'))
-            on = s[kn] == '1';
-        s = comma ? comma + 1 : s + n;
-    }
-    return on;
-}
-
 /* ---- arguments ----------------------------------------------------------- */
 
 static size_t serve_mem_size(cl_mem b) {
@@ -176,7 +159,7 @@ int serve_gemm_bf16_create(lazyattn_context *ctx, serve_gemm_bf16 **out) {
     g->ctx = ctx;
     int st = serve_gemm_portable_build(g);
     if (!st) st = serve_gemm_nv_create(g);
-    g->small_fused = serve_gemm_fused_setting();
+    g->small_fused = serve_tune_setting("serve.fused_decode");
     if (st) {
         serve_gemm_bf16_destroy(g);
         return st;

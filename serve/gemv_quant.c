@@ -11,6 +11,10 @@
 #define SERVE_GQ_TEAMS 4  /* GQ_TEAMS: teams of 32 work-items a work-group */
 #define SERVE_GQ_NW 4     /* GQ_NW: weight rows a team */
 #define SERVE_GQ_TYPES 5
+#define SERVE_GQ8_WG 256   /* GQ8_WG: the int8 GEMV's work-group */
+#define SERVE_GQ8_TEAMS 8  /* its teams of 32 */
+/* floats of the int8 GEMV's reduction (GQ8_RED_FLOATS) */
+#define SERVE_GQ8_RED_FLOATS (SERVE_GQ8_TEAMS * (SERVE_GQ_NW + 1) * 33)
 
 /* the kept types: one program each (-DGQ_TYPE=id), built when first asked */
 static const uint32_t serve_gq_types[SERVE_GQ_TYPES] = {
@@ -21,9 +25,19 @@ struct serve_gemv_quant {
     cl_uint compute_units; /* the device's (serve_gq_split) */
     cl_program program[SERVE_GQ_TYPES];
     cl_kernel gemv[SERVE_GQ_TYPES][2][2]; /* [type][x bf16][rows > 1] */
+    cl_kernel gemv8[SERVE_GQ_TYPES][2]; /* the int8 GEMV, [type][x bf16]: K-quants only */
     cl_kernel dequant[SERVE_GQ_TYPES];
     int failed[SERVE_GQ_TYPES]; /* the build failed once: not tried again */
+    int fast_nv;                /* NVIDIA's fast path: dp4a by inline PTX */
+    int q8;                     /* one row takes the int8 GEMV (serve_gemv_quant_set_q8) */
+    cl_ulong local_mem;         /* the device's local memory a work-group */
+    int64_t q8_launches;        /* int8 GEMVs enqueued */
 };
+
+/* the types the int8 GEMV takes */
+static int serve_gq8_type(uint32_t type) {
+    return type == SERVE_GGML_Q4_K || type == SERVE_GGML_Q5_K || type == SERVE_GGML_Q6_K;
+}
 
 static int serve_gq_index(uint32_t type) {
     for (int i = 0; i < SERVE_GQ_TYPES; i++)
@@ -37,6 +51,8 @@ void serve_gemv_quant_destroy(serve_gemv_quant *g) {
         for (int b = 0; b < 2; b++)
             for (int m = 0; m < 2; m++)
                 if (g->gemv[i][b][m]) clReleaseKernel(g->gemv[i][b][m]);
+        for (int b = 0; b < 2; b++)
+            if (g->gemv8[i][b]) clReleaseKernel(g->gemv8[i][b]);
         if (g->dequant[i]) clReleaseKernel(g->dequant[i]);
         if (g->program[i]) clReleaseProgram(g->program[i]);
     }
@@ -49,7 +65,8 @@ static int serve_gemv_quant_build(serve_gemv_quant *g, int i) {
     const char *text = serve_source_text("gemv_quant");
     if (!text) return serve_fail(LAZYATTN_STATUS_NOT_FOUND, "gemv_quant source not embedded");
     char options[64];
-    snprintf(options, sizeof options, "-cl-std=CL1.2 -DGQ_TYPE=%u", (unsigned)serve_gq_types[i]);
+    snprintf(options, sizeof options, "-cl-std=CL1.2 -DGQ_TYPE=%u%s", (unsigned)serve_gq_types[i],
+             g->fast_nv ? " -DGQ_NV_DP4A" : "");
     /* through the library: its program cache, when the context has one */
     int st = lazyattn_context_build_program(g->ctx, text, options, 0, &g->program[i]);
     if (st) {
@@ -66,6 +83,11 @@ static int serve_gemv_quant_build(serve_gemv_quant *g, int i) {
     for (int k = 0; k < 5; k++) {
         *ks[k] = clCreateKernel(g->program[i], names[k], &err);
         if (err != CL_SUCCESS) return serve_cl_fail(err, names[k]);
+    }
+    static const char *const names8[2] = {"serve_gemv_q8_f32", "serve_gemv_q8_bf16"};
+    for (int b = 0; b < 2 && serve_gq8_type(serve_gq_types[i]); b++) {
+        g->gemv8[i][b] = clCreateKernel(g->program[i], names8[b], &err);
+        if (err != CL_SUCCESS) return serve_cl_fail(err, names8[b]);
     }
     return LAZYATTN_STATUS_OK;
 }
@@ -93,15 +115,31 @@ int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out) {
     serve_gemv_quant *g = calloc(1, sizeof *g);
     if (!g) return serve_fail(LAZYATTN_STATUS_OUT_OF_HOST_MEMORY, "serve_gemv_quant_create");
     g->ctx = ctx;
-    if (clGetDeviceInfo(lazyattn_context_device(ctx), CL_DEVICE_MAX_COMPUTE_UNITS,
-                        sizeof g->compute_units, &g->compute_units, NULL) != CL_SUCCESS ||
+    cl_device_id dev = lazyattn_context_device(ctx);
+    if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof g->compute_units,
+                        &g->compute_units, NULL) != CL_SUCCESS ||
         g->compute_units < 1)
         g->compute_units = 1;
+    if (clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof g->local_mem, &g->local_mem,
+                        NULL) != CL_SUCCESS)
+        g->local_mem = 0; /* the int8 GEMV never fits */
+    g->fast_nv = lazyattn_context_fast_path(ctx);
+    int q8 = serve_tune_setting("serve.gemv_q8");
+    g->q8 = q8 >= 0 ? q8 : g->fast_nv;
     *out = g;
     return LAZYATTN_STATUS_OK;
 }
 
 int serve_gemv_quant_supports(uint32_t type) { return serve_gq_index(type) >= 0; }
+
+int64_t serve_gemv_quant_q8_launches(const serve_gemv_quant *g) { return g ? g->q8_launches : 0; }
+
+int serve_gemv_quant_set_q8(serve_gemv_quant *g, int on) {
+    if (!g) return 0;
+    int was = g->q8;
+    g->q8 = on != 0;
+    return was;
+}
 
 static size_t serve_gq_size(cl_mem b) {
     size_t n = 0;
@@ -131,15 +169,18 @@ static int serve_gq_check_weight(const char *who, uint32_t type, cl_mem w, int o
     return LAZYATTN_STATUS_OK;
 }
 
-/* Teams a row set (1, 2 or 4): a short output (few row sets) is split
- * along its input until the launch has SERVE_GQ_GROUPS_PER_CU work-groups
- * a compute unit (loads in flight hide their latency), while every lane
- * keeps at least one task. */
+/* Teams a row set (a power of 2 up to the work-group's teams): a short
+ * output (few row sets) is split along its input until the launch has
+ * groups_per_cu work-groups a compute unit (loads in flight hide their
+ * latency), while every lane keeps at least one task. The int8 GEMV
+ * quantizes the row once a work-group, so it asks for fewer. */
 #define SERVE_GQ_GROUPS_PER_CU 8
-static int serve_gq_split(const serve_gemv_quant *g, size_t sets, int n_chunks) {
+#define SERVE_GQ8_GROUPS_PER_CU 2
+static int serve_gq_split(const serve_gemv_quant *g, size_t sets, int n_chunks, int teams,
+                          int groups_per_cu) {
     int ks = 1;
-    while (ks < SERVE_GQ_TEAMS && sets * (size_t)ks / SERVE_GQ_TEAMS <
-                                      (size_t)g->compute_units * SERVE_GQ_GROUPS_PER_CU &&
+    while (ks < teams &&
+           sets * (size_t)ks / (size_t)teams < (size_t)g->compute_units * (size_t)groups_per_cu &&
            n_chunks >= 32 * 2 * ks)
         ks *= 2;
     return ks;
@@ -208,11 +249,17 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
                           a->in, (unsigned long long)x_need);
     int st = serve_gemv_quant_prepare(g, a->type);
     if (st) return st;
+    /* one row: the int8 GEMV where it is on, takes the type and its row
+       fits the local memory */
+    size_t local8 = (size_t)SERVE_GQ8_RED_FLOATS * 4u + (size_t)a->in / 32u * 4u +
+                    (size_t)a->in / (a->type == SERVE_GGML_Q6_K ? 8u : 16u) * 4u + (size_t)a->in;
+    int q8 = g->q8 && a->rows == 1 && serve_gq8_type(a->type) && local8 <= g->local_mem;
     /* the unused ranges repeat the last one: never selected (end = total) */
     const serve_gemv_out *o[SERVE_GEMV_MAX_OUTS];
     for (int r = 0; r < SERVE_GEMV_MAX_OUTS; r++)
         o[r] = &a->outs[r < a->n_outs ? r : a->n_outs - 1];
-    cl_kernel k = g->gemv[serve_gq_index(a->type)][a->x_bf16][a->rows > 1];
+    cl_kernel k = q8 ? g->gemv8[serve_gq_index(a->type)][a->x_bf16]
+                     : g->gemv[serve_gq_index(a->type)][a->x_bf16][a->rows > 1];
     cl_int end0 = end[0], end1 = a->n_outs > 1 ? end[1] : total;
     cl_ulong rb = row_bytes, xo = a->x_off;
     cl_int n_chunks = a->in / 32, ldx = a->in, rows = a->rows, acc = a->accumulate;
@@ -251,13 +298,18 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
        up row each of SERVE_GQ_NW / 2 columns), taken by ks teams */
     size_t per_set = a->swiglu == 1 ? SERVE_GQ_NW / 2 : SERVE_GQ_NW;
     size_t sets = ((size_t)(a->swiglu == 1 ? a->outs[0].cols : total) + per_set - 1) / per_set;
-    cl_int ks = serve_gq_split(g, sets, n_chunks);
+    int teams = q8 ? SERVE_GQ8_TEAMS : SERVE_GQ_TEAMS;
+    cl_int ks = serve_gq_split(g, sets, n_chunks, teams,
+                               q8 ? SERVE_GQ8_GROUPS_PER_CU : SERVE_GQ_GROUPS_PER_CU);
     err |= clSetKernelArg(k, i++, sizeof ks, &ks);
+    if (q8) err |= clSetKernelArg(k, i++, local8, NULL);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
-    size_t local = SERVE_GQ_WG, per_group = SERVE_GQ_TEAMS / (size_t)ks;
-    size_t global = (sets + per_group - 1) / per_group * SERVE_GQ_WG;
+    size_t local = q8 ? SERVE_GQ8_WG : SERVE_GQ_WG, per_group = (size_t)teams / (size_t)ks;
+    size_t global = (sets + per_group - 1) / per_group * local;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
-    return err == CL_SUCCESS ? LAZYATTN_STATUS_OK : serve_cl_fail(err, "serve_gemv_quant");
+    if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant");
+    g->q8_launches += q8;
+    return LAZYATTN_STATUS_OK;
 }
 
 int serve_dequant_run(serve_gemv_quant *g, cl_command_queue queue, uint32_t type, cl_mem w,

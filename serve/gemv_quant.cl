@@ -435,6 +435,216 @@ GQ_GEMV(serve_gemv_bf16_r1, gq_x8_bf16, 1)
 GQ_GEMV(serve_gemv_f32, gq_x8_f32, GQ_MAX_ROWS)
 GQ_GEMV(serve_gemv_bf16, gq_x8_bf16, GQ_MAX_ROWS)
 
+/* ---- the int8 GEMV: one activation row, Q4_K, Q5_K and Q6_K ----
+ * The variant the host takes for one row where the setting says
+ * (serve.gemv_q8: by default on NVIDIA's fast path): the work-group first
+ * quantizes the (RMSNorm'ed) row into local memory, 32 values at a time,
+ * as llama.cpp's Q8_1 does (q = round(x * 127 / amax), the block's
+ * amax / 127 its scale), then multiplies 4 weight integers by 4
+ * activation integers an instruction (dp4a: `dp4a.u32.s32` on NVIDIA,
+ * plain integer arithmetic elsewhere, the same sums). Each sum is exact
+ * in integers; the result is the exact product of the weight with the
+ * quantized row up to f32 rounding, so it differs from the exact kernel's
+ * by at most sum |w| * amax / 254 over each block of 32 (the test's bound).
+ * Layout of the local scratch (the host sizes it; uint4 elements, so that
+ * NVIDIA's OpenCL aligns it to 16 bytes: it faults on a uint4 load from a
+ * 4-byte-aligned __local argument): the reduction's sums,
+ * xd[in / 32] the scales, xs[in / GQ8_SUM] the sums of each GQ8_SUM
+ * integers (the K-quants' mins and Q6_K's offset of 32 use them), xq[in]
+ * the integers, 4 a word. A work-group of GQ8_WG: GQ8_TEAMS teams of
+ * GQ_LANES over GQ_NW weight rows each, a row set taken by ks teams as in
+ * the exact GEMV (GQ_WEIGHT_ROW, the fused norm and SwiGLU the same). */
+#if GQ_TYPE == 12 || GQ_TYPE == 13 || GQ_TYPE == 14
+#define GQ8_WG 256 /* SERVE_GQ8_WG in serve/gemv_quant.c */
+#define GQ8_TEAMS (GQ8_WG / GQ_LANES)
+#define GQ8_SUM (GQ_TYPE == 14 ? 8 : 16) /* integers a stored sum */
+#define GQ8_RED_FLOATS (GQ8_TEAMS * (GQ_NW + 1) * (GQ_LANES + 1))
+
+/* c + the dot product of the 4 unsigned bytes of a and the 4 signed bytes of b */
+static int gq_dp4a(uint a, uint b, int c) {
+#ifdef GQ_NV_DP4A
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    int4 u = convert_int4(as_uchar4(a)), v = convert_int4(as_char4(b));
+    return c + ((u.x * v.x + u.y * v.y) + (u.z * v.z + u.w * v.w));
+#endif
+}
+#define GQ_M4 0x0F0F0F0Fu
+
+/* the sum of the 4 signed bytes of b */
+static int gq_bsum4(uint b) { return gq_dp4a(0x01010101u, b, 0); }
+
+#define GQ8_GEMV(NAME, XLOAD)                                                                  \
+    __kernel __attribute__((reqd_work_group_size(GQ8_WG, 1, 1))) void NAME(                     \
+        __global const uchar *w0, __global const uchar *w1, __global const uchar *w2,           \
+        int end0, int end1, ulong row_bytes, int n_chunks, __global const void *x,              \
+        ulong x_off, int ldx, int rows, __global float *y0, __global float *y1,                \
+        __global float *y2, ulong y_off0, ulong y_off1, ulong y_off2, int ldy0, int ldy1,       \
+        int ldy2, int accumulate, __global const float *gain, float eps, int norm,             \
+        int swiglu, int total, int ks, __local uint4 *scratch) {                                \
+        __local float *red = (__local float *)scratch;                                          \
+        __local float *xd = red + GQ8_RED_FLOATS;                                               \
+        __local int *xs = (__local int *)(xd + n_chunks);                                       \
+        __local uint *xq = (__local uint *)(xs + n_chunks * (32 / GQ8_SUM));                    \
+        int lid = (int)get_local_id(0), lane = lid % GQ_LANES, team = lid / GQ_LANES;           \
+        /* the row quantized, 32 values a work-item at a time */                                \
+        float ssq = 0.0f;                                                                       \
+        for (int b = lid; b < n_chunks; b += GQ8_WG) {                                          \
+            float8 v[4];                                                                        \
+            uint8 mx = (uint8)(0u);                                                             \
+            _Pragma("unroll") for (int i = 0; i < 4; i++) {                                    \
+                v[i] = XLOAD(x, (size_t)x_off + (size_t)b * 32 + (size_t)i * 8);                \
+                if (norm) {                                                                     \
+                    ssq = gq_dot8(v[i], v[i], ssq);                                             \
+                    v[i] *= gq_x8_f32(gain, (size_t)b * 32 + (size_t)i * 8);                    \
+                }                                                                               \
+                /* |v| compared as integers: a NaN is the largest, and kept */                  \
+                mx = max(mx, as_uint8(fabs(v[i])));                                             \
+            }                                                                                   \
+            uint4 m4 = max(mx.lo, mx.hi);                                                       \
+            float amax = as_float(max(max(m4.x, m4.y), max(m4.z, m4.w)));                       \
+            float iq = amax > 0.0f ? 127.0f / amax : 0.0f;                                      \
+            xd[b] = amax / 127.0f;                                                              \
+            int s8[4];                                                                          \
+            _Pragma("unroll") for (int i = 0; i < 4; i++) {                                    \
+                uint2 q = as_uint2(convert_char8_sat_rte(v[i] * iq));                           \
+                xq[b * 8 + 2 * i] = q.x, xq[b * 8 + 2 * i + 1] = q.y;                           \
+                s8[i] = gq_bsum4(q.x) + gq_bsum4(q.y);                                          \
+            }                                                                                   \
+            if (GQ8_SUM == 8) {                                                                 \
+                _Pragma("unroll") for (int i = 0; i < 4; i++) xs[b * 4 + i] = s8[i];           \
+            } else {                                                                            \
+                xs[b * 2] = s8[0] + s8[1], xs[b * 2 + 1] = s8[2] + s8[3];                       \
+            }                                                                                   \
+        }                                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        int sets = GQ8_TEAMS / ks, set0 = (int)get_group_id(0) * sets;                          \
+        int T = set0 + team / ks;                                                               \
+        __global const uchar *wrow[GQ_NW];                                                      \
+        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) {                                    \
+            int k, o;                                                                           \
+            if (!gq_weight_row(T, n, swiglu, end0, end1, total, &k, &o)) k = o = 0;             \
+            wrow[n] = (k == 0 ? w0 : k == 1 ? w1 : w2) + (size_t)o * (size_t)row_bytes;         \
+        }                                                                                       \
+        float acc[GQ_NW];                                                                       \
+        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) acc[n] = 0.0f;                       \
+        for (int t = (team % ks) * GQ_LANES + lane; t < n_chunks; t += GQ_LANES * ks)           \
+            gq8_task(wrow, t, xd, xs, xq, acc);                                                 \
+        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++)                                      \
+            red[GQ_RED(team, n, 0, 1) + lane] = acc[n];                                         \
+        red[GQ_RED(team, GQ_NW, 0, 1) + lane] = ssq;                                            \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        for (int e = lid; e < GQ8_TEAMS * (GQ_NW + 1) * 4; e += GQ8_WG) {                        \
+            __local float *p = red + (size_t)(e / 4) * (GQ_LANES + 1) + (e % 4) * 8;            \
+            p[0] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));           \
+        }                                                                                       \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                           \
+        for (int e = lid; e < sets * GQ_NW; e += GQ8_WG) {                                       \
+            int rs = e / GQ_NW, n = e % GQ_NW, k, o;                                            \
+            if (swiglu == 1 && (n & 1)) continue;                                               \
+            if (!gq_weight_row(set0 + rs, n, swiglu, end0, end1, total, &k, &o)) continue;      \
+            if (swiglu == 1) k = 0;                                                             \
+            __global float *y = k == 0 ? y0 : k == 1 ? y1 : y2;                                 \
+            ulong y_off = k == 0 ? y_off0 : k == 1 ? y_off1 : y_off2;                           \
+            size_t yi = (size_t)y_off + (size_t)o;                                              \
+            float scale = 1.0f;                                                                 \
+            if (norm) /* the sum of squares of every team: the whole row */                     \
+                scale = rsqrt(gq_red_sum(red, 0, GQ8_TEAMS, GQ_NW, 0, 1) /                      \
+                                  (float)(n_chunks * 32) + eps);                                \
+            float t = gq_red_sum(red, rs, ks, n, 0, 1) * scale;                                 \
+            if (swiglu == 1) {                                                                  \
+                float up = gq_red_sum(red, rs, ks, n + 1, 0, 1) * scale;                        \
+                t = t / (1.0f + exp(-t)) * up;                                                  \
+            } else if (swiglu == 2) {                                                           \
+                float gate = y[yi];                                                             \
+                t = gate / (1.0f + exp(-gate)) * t;                                             \
+            }                                                                                   \
+            y[yi] = accumulate ? y[yi] + t : t;                                                 \
+        }                                                                                       \
+    }
+
+#if GQ_TYPE == 12 || GQ_TYPE == 13
+/* Q4_K / Q5_K task t (gq_load_k45's): block t / 8, pair p, half h: the
+ * 16 bytes of nibbles hold values 16h.. of sub-blocks 2p (low) and 2p + 1
+ * (high), whose 6-bit scales sc and mins m weigh d and dmin:
+ * sum = d * sum_j d8_j sc_j (q . x8) - dmin * sum_j d8_j m_j sum(x8). */
+static void gq8_task(__global const uchar *const *wrow, int t, __local const float *xd,
+                     __local const int *xs, __local const uint *xq, float *acc) {
+    int i = t % 8, p = i / 2, h = i % 2, xo = (t / 8) * 256 + p * 64 + h * 16;
+    uint4 xa = *(__local const uint4 *)(xq + xo / 4), xb = *(__local const uint4 *)(xq + xo / 4 + 8);
+    float da = xd[xo / 32], db = xd[xo / 32 + 1];
+    int sa = xs[xo / 16], sb = xs[xo / 16 + 2];
+    uint sh = (uint)(p & 1) * 16u;
+#pragma unroll
+    for (int n = 0; n < GQ_NW; n++) {
+#if GQ_TYPE == 12
+        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 144;
+        uint4 q = *(__global const uint4 *)(blk + 16 + p * 32 + h * 16);
+#else
+        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 176;
+        uint4 q = *(__global const uint4 *)(blk + 48 + p * 32 + h * 16);
+        uint4 qh = *(__global const uint4 *)(blk + 16 + h * 16);
+#endif
+        uint4 hd = *(__global const uint4 *)blk;
+        uint b0 = hd.y >> sh, b1 = hd.z >> sh, b2 = hd.w >> sh;
+        uint a = p < 2 ? b0 & 0x3F3Fu : (b2 & 0x0F0Fu) | ((b0 >> 2) & 0x3030u);
+        uint m = p < 2 ? b1 & 0x3F3Fu : ((b2 >> 4) & 0x0F0Fu) | ((b1 >> 2) & 0x3030u);
+        uint4 lo = q & GQ_M4, hi = (q >> 4) & GQ_M4;
+#if GQ_TYPE == 13
+        lo |= ((qh >> (uint)(2 * p)) & 0x01010101u) << 4;
+        hi |= ((qh >> (uint)(2 * p + 1)) & 0x01010101u) << 4;
+#endif
+        int ia = gq_dp4a(lo.x, xa.x, gq_dp4a(lo.y, xa.y, gq_dp4a(lo.z, xa.z, gq_dp4a(lo.w, xa.w, 0))));
+        int ib = gq_dp4a(hi.x, xb.x, gq_dp4a(hi.y, xb.y, gq_dp4a(hi.z, xb.z, gq_dp4a(hi.w, xb.w, 0))));
+        /* exact in f32: |sc * ia| < 2^21, |m * sa| < 2^18 */
+        float fd = da * (float)((int)(a & 0xFFu) * ia) + db * (float)((int)(a >> 8) * ib);
+        float fm = da * (float)((int)(m & 0xFFu) * sa) + db * (float)((int)(m >> 8) * sb);
+        acc[n] += gq_half_bits(hd.x & 0xFFFFu) * fd - gq_half_bits(hd.x >> 16) * fm;
+    }
+}
+#else
+/* Q6_K task t (gq_load_q6_k's): block t / 8, half H, values l0.. of each
+ * quarter s (one scale each): sum = d * sum_s d8_s sc_s ((q . x8) - 32 sum(x8)). */
+static void gq8_task(__global const uchar *const *wrow, int t, __local const float *xd,
+                     __local const int *xs, __local const uint *xq, float *acc) {
+    int H = (t % 8) / 4, l0 = (t % 4) * 8, xo = (t / 8) * 256 + H * 128 + l0;
+    uint2 xv[4];
+    float d8[4];
+    int x32[4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        xv[s] = *(__local const uint2 *)(xq + (xo + 32 * s) / 4);
+        d8[s] = xd[(xo + 32 * s) / 32];
+        x32[s] = 32 * xs[(xo + 32 * s) / 8];
+    }
+    uint sh = (uint)(l0 / 16) * 8u;
+#pragma unroll
+    for (int n = 0; n < GQ_NW; n++) {
+        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 210;
+        __global const uchar *ql = blk + H * 64 + l0, *qh = blk + 128 + H * 32 + l0;
+        uint2 sc = gq_load8_a2(blk + 192 + H * 8);
+        uint2 qa = gq_load8_a2(ql), qb = gq_load8_a2(ql + 32), qc = gq_load8_a2(qh);
+        float f = 0.0f;
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            uint2 w = (s & 1) ? qb : qa;
+            uint2 u = ((w >> (uint)(4 * (s >> 1))) & GQ_M4) |
+                      (((qc >> (uint)(2 * s)) & 0x03030303u) << 4);
+            int is = gq_dp4a(u.x, xv[s].x, gq_dp4a(u.y, xv[s].y, 0)) - x32[s];
+            int g = (int)(char)(((s < 2 ? sc.x : sc.y) >> (sh + (uint)(s & 1) * 16u)) & 0xFFu);
+            f += d8[s] * (float)(g * is); /* exact: |g * is| < 2^23 */
+        }
+        acc[n] += gq_half(blk + 208) * f;
+    }
+}
+#endif
+
+GQ8_GEMV(serve_gemv_q8_f32, gq_x8_f32)
+GQ8_GEMV(serve_gemv_q8_bf16, gq_x8_bf16)
+#endif
+
 /* ---- dequantize: a whole [out, in] tensor ----
  * layout 0: f32 [out, in]; 1: f32 [in, out] (transposed, the f32 mode's
  * CLBlast layout); 2: bf16 [out, in], rounded to nearest even.

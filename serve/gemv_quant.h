@@ -40,6 +40,18 @@ int serve_gemv_quant_create(lazyattn_context *ctx, serve_gemv_quant **out);
 int serve_gemv_quant_prepare(serve_gemv_quant *g, uint32_t type);
 void serve_gemv_quant_destroy(serve_gemv_quant *g);
 
+/* on 1: a GEMV of one activation row over Q4_K, Q5_K or Q6_K weights
+ * takes the int8 kernel (serve/gemv_quant.cl: the row quantized to 8
+ * bits a value, a scale every 32, as llama.cpp's Q8_1; integer dot
+ * products; within sum |w| * amax / 254 a block of 32 of the exact
+ * product), where the row fits the device's local memory; 0: the exact
+ * kernel. The default is LAZYATTN_TUNE's serve.gemv_q8 when set, else on
+ * NVIDIA's fast path (dp4a) and off elsewhere. Returns the previous
+ * setting (0 for a NULL g). */
+int serve_gemv_quant_set_q8(serve_gemv_quant *g, int on);
+/* int8 GEMVs enqueued since create (0 for a NULL g). */
+int64_t serve_gemv_quant_q8_launches(const serve_gemv_quant *g);
+
 /* 1 when the GEMV and the dequantizer take weights of this ggml type
  * (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K). */
 int serve_gemv_quant_supports(uint32_t type);

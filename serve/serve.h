@@ -439,6 +439,10 @@ int serve_gemm_args_check(const struct serve_gemm_args *args, const char *who);
 /* The same checks but the buffers' sizes (no OpenCL query): what the
  * tensor-core kernels' run functions check themselves on every call. */
 int serve_gemm_args_check_shape(const struct serve_gemm_args *args, const char *who);
+/* A serve.* key of LAZYATTN_TUNE (README, "Environment") set to 0 or 1:
+ * that value, -1 when absent. lib/ accepts the key and warns about a bad
+ * value; this reads only a well-formed one (the last, as lib/ does). */
+int serve_tune_setting(const char *key);
 /* 1: every projection takes the portable kernel (tests compare the two). */
 void serve_gemm_bf16_portable_only(serve_gemm_bf16 *g, int on);
 /* 1 when serve_gemm_bf16_run takes the fused variants (gemm_bf16.h: x_f32,

@@ -69,8 +69,9 @@ static unsigned char *random_weight(uint32_t type, int n_out, int n_in, uint64_t
     return w;
 }
 
-/* y = W x in float64 from the dequantized rows; zero_first_scale: with
- * the first f16 scale of each row's first block read as 0 */
+/* y = W x in float64 from the dequantized rows; zero_first_scale 1: with
+ * the first f16 scale of each row's first block read as 0, 2: of every
+ * block in the first half of each row */
 static void reference(uint32_t type, const unsigned char *w, uint64_t bytes, int n_out, int n_in,
                       const float *x, double *y, int zero_first_scale) {
     float *row = malloc((size_t)n_in * sizeof *row);
@@ -79,8 +80,12 @@ static void reference(uint32_t type, const unsigned char *w, uint64_t bytes, int
     memcpy(copy, w, (size_t)bytes);
     uint64_t row_bytes = bytes / (uint64_t)n_out;
     uint64_t at = type == SERVE_GGML_Q6_K ? 208 : 0; /* the first block's f16 d */
+    uint64_t block = row_bytes;
+    if (zero_first_scale == 2) /* every block's of the row's first half */
+        assert_int_equal(serve_ggml_row_bytes(type, type_block(type), "W", &block), 0);
     for (int o = 0; zero_first_scale && o < n_out; o++)
-        copy[(uint64_t)o * row_bytes + at] = copy[(uint64_t)o * row_bytes + at + 1] = 0;
+        for (uint64_t b = 0; b == 0 || (zero_first_scale == 2 && b < row_bytes / 2); b += block)
+            copy[(uint64_t)o * row_bytes + b + at] = copy[(uint64_t)o * row_bytes + b + at + 1] = 0;
     for (int o = 0; o < n_out; o++) {
         assert_int_equal(serve_dequantize(type, copy + (uint64_t)o * row_bytes, row_bytes, row,
                                           (uint64_t)n_in, "W"), 0);
@@ -118,6 +123,7 @@ static int setup(void **state) {
         fprintf(stderr, "serve_gemv_quant_create: %s\n", serve_last_error());
         return -1;
     }
+    serve_gemv_quant_set_q8(d->g, 0); /* the exact kernels; the int8 cases turn it on */
     return 0;
 }
 
@@ -447,6 +453,226 @@ static void test_projection_routing(void **state) {
     clReleaseMemObject(xb), clReleaseMemObject(gb);
 }
 
+/* ---- the int8 GEMV (serve_gemv_quant_set_q8): one row, K-quants ----
+ * The row is quantized to 8 bits a value, a scale every 32 (amax / 127),
+ * so the result is not the exact product. Two checks an output, each
+ * against float64 of the dequantized rows:
+ *  - the definition: the product with the row quantized here (q =
+ *    round(x * 127 / amax) in f32, x~ = q * amax / 127), within f32
+ *    rounding (1e-5 of sum |w x|) plus, for a value within 1e-4 of a
+ *    rounding tie (where the device's f32 division may round the other
+ *    way), its |w| * amax / 127;
+ *  - the accuracy: the exact product, within the most quantization can
+ *    move it, B = sum_b amax_b / 254 * sum_{i in b} |w_i| (b its block of
+ *    32), plus the same rounding.
+ * Both times the norm's scale; SwiGLU through silu's Lipschitz bound
+ * (|silu'| < 1.1): |dy| <= 1.1 Bg (|u| + Bu) + |silu(g)| Bu. The check can
+ * fail: the definition's bound misses the product with one scale of each
+ * row lost (at half the outputs at least; a quarter with SwiGLU, whose
+ * silu flattens the negative gates); the kernel is seen to run (its launches counted). A NaN in the
+ * row gives NaN in every output. */
+
+/* x~ (the row quantized as the kernel does) and, a value, how far the
+ * kernel's may be from the product with it (tie) and from x (worst) */
+static void q8_quantize(const float *x, int n_in, float *xq, double *tie, double *worst) {
+    for (int b = 0; b < n_in / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b * 32 + i]));
+        float iq = amax > 0.0f ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+        for (int i = 0; i < 32; i++) {
+            float v = x[b * 32 + i] * iq, q = rintf(v);
+            if (q > 127.0f) q = 127.0f;
+            if (q < -127.0f) q = -127.0f;
+            xq[b * 32 + i] = q * d;
+            tie[b * 32 + i] = fabs(fabs((double)v - floor((double)v)) - 0.5) < 1e-4 ? d : 0.0;
+            worst[b * 32 + i] = amax / 254.0;
+        }
+    }
+}
+
+/* bound[o] = sum_i |w_oi| e_i + 1e-5 sum_i |w_oi x_i| over the dequantized rows of w */
+static void q8_bounds(uint32_t type, const unsigned char *w, uint64_t bytes, int n_out, int n_in,
+                      const float *x, const double *e, double *bound) {
+    float *row = malloc((size_t)n_in * sizeof *row);
+    assert_non_null(row);
+    uint64_t row_bytes = bytes / (uint64_t)n_out;
+    for (int o = 0; o < n_out; o++) {
+        assert_int_equal(serve_dequantize(type, w + (uint64_t)o * row_bytes, row_bytes, row,
+                                          (uint64_t)n_in, "W"), 0);
+        double q = 0.0, mag = 0.0;
+        for (int i = 0; i < n_in; i++) {
+            q += fabs((double)row[i]) * e[i];
+            mag += fabs((double)row[i] * (double)x[i]);
+        }
+        bound[o] = q + 1e-5 * mag;
+    }
+    free(row);
+}
+
+static double silu(double v) { return v / (1.0 + exp(-v)); }
+
+/* The SwiGLU (or plain) output and its bound from the gate's and up's
+ * products and bounds (scaled by sc) */
+static double q8_out(int swiglu, double g, double bg, double u, double bu, double sc,
+                     double *bound) {
+    g *= sc, bg *= sc, u *= sc, bu *= sc;
+    if (!swiglu) {
+        *bound = bg;
+        return g;
+    }
+    *bound = 1.1 * bg * (fabs(u) + bu) + fabs(silu(g)) * bu;
+    return silu(g) * u;
+}
+
+/* One int8 case: [n_out, n_in] of type (and an up of up_type with
+ * swiglu), one row, X f32 or bf16, optionally normed, accumulated into Y. */
+static void q8_case(device *d, uint32_t type, uint32_t up_type, int n_out, int n_in, int x_bf16,
+                    int norm, int swiglu, int accumulate) {
+    int mixed = swiglu && up_type != type;
+    const float eps = 1e-5f;
+    uint64_t bytes_g, bytes_u = 0;
+    unsigned char *wg = random_weight(type, n_out, n_in, &bytes_g);
+    unsigned char *wu = swiglu ? random_weight(up_type, n_out, n_in, &bytes_u) : NULL;
+    size_t fi = (size_t)n_in * 4, di = (size_t)n_in * 8, fo = (size_t)n_out * 4,
+           dn = (size_t)n_out * 8;
+    float *xf = malloc(fi), *gain = malloc(fi), *xg = malloc(fi), *xq = malloc(fi),
+          *y0 = malloc(fo), *y = malloc(fo);
+    uint16_t *xb = malloc((size_t)n_in * 2);
+    double *tie = malloc(di), *worst_e = malloc(di);
+    double *ref[2][3], *bnd[2][3]; /* [gate, up][exact, definition, scales lost] */
+    for (int k = 0; k < 2; k++)
+        for (int m = 0; m < 3; m++) ref[k][m] = malloc(dn), bnd[k][m] = malloc(dn);
+    assert_true(xf && gain && xg && xq && y0 && y && xb && tie && worst_e);
+    for (int i = 0; i < n_in; i++) {
+        /* blocks of very different magnitude: a scale per 32 matters */
+        xf[i] = frand() * (float)(1 + (i / 32) % 7) * (i % 97 == 5 ? 8.0f : 1.0f);
+        xb[i] = serve_bf16_of(xf[i]);
+        if (x_bf16) xf[i] = serve_float_of_bf16(xb[i]);
+        gain[i] = norm ? 0.5f + (frand() + 1.0f) * 0.5f : 1.0f;
+        xg[i] = xf[i] * gain[i]; /* the kernel's f32 product */
+    }
+    for (int o = 0; o < n_out; o++) y0[o] = frand();
+    double ss = 0.0;
+    for (int i = 0; i < n_in; i++) ss += (double)xf[i] * (double)xf[i];
+    double sc = norm ? 1.0 / sqrt(ss / n_in + (double)eps) : 1.0;
+    cl_mem xbuf = x_bf16 ? buffer(d, (size_t)n_in * 2, xb) : buffer(d, fi, xf);
+    cl_mem gb = buffer(d, fi, gain), yb = buffer(d, fo, y0), yu = buffer(d, fo, NULL);
+    cl_mem wgb = buffer(d, (size_t)bytes_g, wg), wub = swiglu ? buffer(d, (size_t)bytes_u, wu) : NULL;
+    serve_gemv_args a = {.type = type, .rows = 1, .in = n_in, .x = xbuf, .x_bf16 = x_bf16,
+                         .n_outs = swiglu && !mixed ? 2 : 1, .accumulate = accumulate,
+                         .norm = norm ? gb : NULL, .norm_eps = eps, .swiglu = mixed ? 0 : swiglu};
+    a.outs[0] = (serve_gemv_out){wgb, yb, 0, n_out, n_out};
+    if (swiglu) a.outs[1] = (serve_gemv_out){wub, yu, 0, n_out, n_out};
+    int64_t before = serve_gemv_quant_q8_launches(d->g);
+    int st = serve_gemv_quant_run(d->g, d->queue, &a, NULL);
+    if (!st && mixed) {
+        a.type = up_type, a.swiglu = 2, a.outs[0].w = wub;
+        st = serve_gemv_quant_run(d->g, d->queue, &a, NULL);
+    }
+    if (st) fail_msg("%s: %s", serve_ggml_type_name(type), serve_last_error());
+    assert_int_equal(serve_gemv_quant_q8_launches(d->g) - before, mixed ? 2 : 1);
+    assert_int_equal(clEnqueueReadBuffer(d->queue, yb, CL_TRUE, 0, fo, y, 0, NULL, NULL),
+                     CL_SUCCESS);
+    q8_quantize(xg, n_in, xq, tie, worst_e);
+    for (int k = 0; k < (swiglu ? 2 : 1); k++) {
+        uint32_t t = k ? up_type : type;
+        const unsigned char *w = k ? wu : wg;
+        uint64_t bytes = k ? bytes_u : bytes_g;
+        reference(t, w, bytes, n_out, n_in, xg, ref[k][0], 0);
+        reference(t, w, bytes, n_out, n_in, xq, ref[k][1], 0);
+        reference(t, w, bytes, n_out, n_in, xq, ref[k][2], 1);
+        q8_bounds(t, w, bytes, n_out, n_in, xg, worst_e, bnd[k][0]);
+        q8_bounds(t, w, bytes, n_out, n_in, xg, tie, bnd[k][1]);
+    }
+    double worst = 0.0, den = 0.0, used = 0.0, worst_def = 0.0;
+    int broken = 0;
+    for (int o = 0; o < n_out; o++) {
+        double want[3], bound[2], base = accumulate ? (double)y0[o] : 0.0;
+        for (int m = 0; m < 3; m++) {
+            double b;
+            want[m] = base + q8_out(swiglu, ref[0][m][o], bnd[0][m < 2 ? m : 1][o],
+                                    swiglu ? ref[1][m == 2 ? 1 : m][o] : 0.0,
+                                    swiglu ? bnd[1][m < 2 ? m : 1][o] : 0.0, sc, &b);
+            if (m < 2) bound[m] = b + 1e-6 * fabs(want[m]);
+        }
+        double e = fabs((double)y[o] - want[0]), e_def = fabs((double)y[o] - want[1]);
+        if (!(e <= bound[0] && e_def <= bound[1]))
+            fail_msg("%s%s%s [%d, %d] x %s%s%s: output %d: %.9g; exact %.9g (error %.3g, bound "
+                     "%.3g); by the definition %.9g (error %.3g, bound %.3g)",
+                     serve_ggml_type_name(type), mixed ? "/" : "",
+                     mixed ? serve_ggml_type_name(up_type) : "", n_out, n_in,
+                     x_bf16 ? "bf16" : "f32", norm ? " normed" : "", swiglu ? " SwiGLU" : "", o,
+                     (double)y[o], want[0], e, bound[0], want[1], e_def, bound[1]);
+        if (fabs((double)y[o] - want[2]) > bound[1]) broken++;
+        if (e > worst) worst = e;
+        if (e_def > worst_def) worst_def = e_def;
+        if (fabs(want[0]) > den) den = fabs(want[0]);
+        if (e / bound[0] > used) used = e / bound[0];
+    }
+    printf("# int8 %s%s%s [%d, %d] x %s%s%s%s: normalised error %.3g (%.2f of the most "
+           "quantization can move it), %.3g from the definition; a lost scale breaks it at %d "
+           "of %d\n", serve_ggml_type_name(type), mixed ? "/" : "",
+           mixed ? serve_ggml_type_name(up_type) : "", n_out, n_in, x_bf16 ? "bf16" : "f32",
+           norm ? ", normed" : "", swiglu ? ", SwiGLU" : "", accumulate ? ", accumulated" : "",
+           worst / den, used, worst_def / den, broken, n_out);
+    if (broken * (swiglu ? 4 : 2) < n_out) fail_msg("the definition's bound cannot tell a lost scale (%d of %d)",
+                                 broken, n_out);
+    clReleaseMemObject(xbuf), clReleaseMemObject(gb), clReleaseMemObject(yb);
+    clReleaseMemObject(yu), clReleaseMemObject(wgb);
+    if (wub) clReleaseMemObject(wub);
+    free(wg), free(wu), free(xf), free(gain), free(xg), free(xq), free(y0), free(y), free(xb);
+    free(tie), free(worst_e);
+    for (int k = 0; k < 2; k++)
+        for (int m = 0; m < 3; m++) free(ref[k][m]), free(bnd[k][m]);
+}
+
+static void test_q8_within_bound(void **state) {
+    device *d = *state;
+    if (!d->ctx) skip();
+    serve_gemv_quant_set_q8(d->g, 1);
+    static const uint32_t k_types[] = {SERVE_GGML_Q4_K, SERVE_GGML_Q5_K, SERVE_GGML_Q6_K};
+    static const struct {
+        int n_out, n_in, x_bf16, norm, swiglu, accumulate;
+    } cases[] = {{33, 512, 0, 0, 0, 0}, {17, 256, 1, 0, 0, 1}, {70, 4096, 1, 1, 0, 0},
+                 {5, 8192, 0, 0, 0, 1}, {12, 14336, 1, 0, 0, 0}, {19, 1024, 0, 1, 1, 0},
+                 {9, 4096, 1, 1, 1, 0}};
+    /* [5, 8192]: a row set split between 8 teams (the sum of squares of a
+     * normed row is the work-group's in every case) */
+    for (int t = 0; t < 3; t++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            q8_case(d, k_types[t], k_types[t], cases[c].n_out, cases[c].n_in, cases[c].x_bf16,
+                    cases[c].norm, cases[c].swiglu, cases[c].accumulate);
+    q8_case(d, SERVE_GGML_Q4_K, SERVE_GGML_Q6_K, 21, 2048, 1, 1, 1, 0); /* Q4_K_M's gate/up */
+    serve_gemv_quant_set_q8(d->g, 0);
+}
+
+/* A NaN anywhere in the row is a NaN in every output (the block's scale
+ * carries it: the int8 values alone would hide it). */
+static void test_q8_nan(void **state) {
+    device *d = *state;
+    if (!d->ctx) skip();
+    serve_gemv_quant_set_q8(d->g, 1);
+    enum { OUT = 9, IN = 512 };
+    uint64_t bytes;
+    unsigned char *w = random_weight(SERVE_GGML_Q4_K, OUT, IN, &bytes);
+    float x[IN], y[OUT];
+    for (int i = 0; i < IN; i++) x[i] = frand();
+    x[300] = NAN;
+    cl_mem wb = buffer(d, (size_t)bytes, w), xb = buffer(d, sizeof x, x), yb = buffer(d, sizeof y, NULL);
+    serve_gemv_args a = {.type = SERVE_GGML_Q4_K, .rows = 1, .in = IN, .x = xb, .n_outs = 1};
+    a.outs[0] = (serve_gemv_out){wb, yb, 0, OUT, OUT};
+    int64_t before = serve_gemv_quant_q8_launches(d->g);
+    assert_int_equal(serve_gemv_quant_run(d->g, d->queue, &a, NULL), 0);
+    assert_int_equal(serve_gemv_quant_q8_launches(d->g) - before, 1);
+    assert_int_equal(clEnqueueReadBuffer(d->queue, yb, CL_TRUE, 0, sizeof y, y, 0, NULL, NULL),
+                     CL_SUCCESS);
+    for (int o = 0; o < OUT; o++)
+        if (!isnan(y[o])) fail_msg("output %d is %g: the NaN was lost", o, (double)y[o]);
+    clReleaseMemObject(wb), clReleaseMemObject(xb), clReleaseMemObject(yb);
+    free(w);
+    serve_gemv_quant_set_q8(d->g, 0);
+}
+
 static void test_dequant_bit_exact(void **state) {
     device *d = *state;
     if (!d->ctx) skip();
@@ -579,6 +805,8 @@ int main(void) {
         cmocka_unit_test(test_fused_norm_swiglu),
         cmocka_unit_test(test_fused_swiglu_mixed_types),
         cmocka_unit_test(test_projection_routing),
+        cmocka_unit_test(test_q8_within_bound),
+        cmocka_unit_test(test_q8_nan),
         cmocka_unit_test(test_dequant_bit_exact),
         cmocka_unit_test(test_refused),
     };

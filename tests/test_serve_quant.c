@@ -42,6 +42,7 @@
 
 #include "serve.h"
 #include "serve_check.h"
+#include "serve_tune_env.h"
 
 enum { N_FIRST = 12, N_SECOND = 5, N_DECODE = 4, N_TOKENS = N_FIRST + N_SECOND + N_DECODE };
 
@@ -326,6 +327,9 @@ static void test_refused(void **state) {
 }
 
 int main(void) {
+    /* the exact GEMV for one row too (the int8 one is the NVIDIA default:
+     * tests/test_gemv_quant.c and test_write_gguf.c bound it) */
+    tune_env_set(getenv("LAZYATTN_TUNE"), "serve.gemv_q8=0");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kept_matches_dequantized),
         cmocka_unit_test(test_bad_scale),

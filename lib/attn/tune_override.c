@@ -36,6 +36,7 @@ static const lz_tune_int_key lz_tune_int_keys[] = {
     LZ_TUNE_INT("portable.prefill_maxreg", prefill_maxreg, 0, 255),
     LZ_TUNE_INT("portable.decode_maxreg", decode_maxreg, 0, 255),
     LZ_TUNE_INT("serve.fused_decode", serve_fused_decode, 0, 1),
+    LZ_TUNE_INT("serve.gemv_q8", serve_gemv_q8, 0, 1),
     LZ_TUNE_INT("tier.pin_loads", tier_pin_loads, 0, 1),
     LZ_TUNE_INT("tier.pin_writes", tier_pin_writes, 0, 1),
     LZ_TUNE_INT("tier.load_threads", tier_load_threads, 1, 16),

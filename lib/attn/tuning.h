@@ -67,6 +67,9 @@ typedef struct lz_tune_override {
     int serve_fused_decode; /* serve.fused_decode=1: serve/'s NVIDIA decode projections take
                              * the fused variants (read by serve/gemm_bf16.c; kept here so
                              * that the key is known) */
+    int serve_gemv_q8;   /* serve.gemv_q8=0|1: serve/'s one-row GEMV over K-quant weights
+                          * multiplies int8-quantized activations (serve/gemv_quant.c;
+                          * default: on NVIDIA's fast path) */
     int tier_pin_loads;  /* tier.pin_loads=0|1: a background tier load copies a built-in
                           * store's value into a pinned slot before its upload (default:
                           * on a device without CL_DEVICE_HOST_UNIFIED_MEMORY) */
