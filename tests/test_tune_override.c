@@ -40,6 +40,7 @@ static void test_unset(void **state) {
     assert_int_equal(ov.prefill_maxreg, -1);
     assert_int_equal(ov.decode_maxreg, -1);
     assert_int_equal(ov.serve_fused_decode, -1);
+    assert_int_equal(ov.serve_gemv_q8, -1);
     assert_int_equal(ov.tier_pin_loads, -1);
     assert_int_equal(ov.tier_pin_writes, -1);
     assert_int_equal(ov.tier_load_threads, -1);
@@ -53,7 +54,7 @@ static void test_good_keys(void **state) {
     assert_int_equal(lz_tune_parse("nv.kt=64,nv.warps=8,nv.wgmma=0,nv.persist=1,nv.producer=0,nv.maxreg=168,"
                                    "nv.order=lpt,nv.dstages=4,nv.waves=6,nv.verbose=1,nv.decode_times=1,"
                                    "nv.dump_ptx=/tmp/x.ptx,portable.exact_exp=1,portable.prefill_maxreg=96,"
-                                   "portable.decode_maxreg=0,serve.fused_decode=1,tier.pin_loads=0,"
+                                   "portable.decode_maxreg=0,serve.fused_decode=1,serve.gemv_q8=0,tier.pin_loads=0,"
                                    "tier.pin_writes=1,tier.load_threads=4",
                                    &ov, collect, &w),
                      0);
@@ -74,6 +75,7 @@ static void test_good_keys(void **state) {
     assert_int_equal(ov.prefill_maxreg, 96);
     assert_int_equal(ov.decode_maxreg, 0);
     assert_int_equal(ov.serve_fused_decode, 1);
+    assert_int_equal(ov.serve_gemv_q8, 0);
     assert_int_equal(ov.tier_pin_loads, 0);
     assert_int_equal(ov.tier_pin_writes, 1);
     assert_int_equal(ov.tier_load_threads, 4);
