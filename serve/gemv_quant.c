@@ -176,7 +176,6 @@ static int serve_gq_check_weight(const char *who, uint32_t type, cl_mem w, int o
  * quantizes the row once a work-group, so it asks for fewer. */
 #define SERVE_GQ_GROUPS_PER_CU 8
 #define SERVE_GQ8_GROUPS_PER_CU 2
-#define SERVE_GQ8_RESIDENT 2 /* the int8 GEMV's work-groups a compute unit, at most */
 static int serve_gq_split(const serve_gemv_quant *g, size_t sets, int n_chunks, int teams,
                           int groups_per_cu) {
     int ks = 1;
@@ -306,12 +305,7 @@ int serve_gemv_quant_run(serve_gemv_quant *g, cl_command_queue queue, const serv
     if (q8) err |= clSetKernelArg(k, i++, local8, NULL);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant args");
     size_t local = q8 ? SERVE_GQ8_WG : SERVE_GQ_WG, per_group = (size_t)teams / (size_t)ks;
-    size_t groups = (sets + per_group - 1) / per_group;
-    /* the int8 GEMV's work-groups loop over the groups of row sets, the
-       row quantized once a work-group: SERVE_GQ8_RESIDENT a compute unit */
-    if (q8 && groups > (size_t)g->compute_units * SERVE_GQ8_RESIDENT)
-        groups = (size_t)g->compute_units * SERVE_GQ8_RESIDENT;
-    size_t global = groups * local;
+    size_t global = (sets + per_group - 1) / per_group * local;
     err = clEnqueueNDRangeKernel(queue, k, 1, NULL, &global, &local, 0, NULL, event);
     if (err != CL_SUCCESS) return serve_cl_fail(err, "serve_gemv_quant");
     g->q8_launches += q8;
