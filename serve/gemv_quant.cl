@@ -453,7 +453,7 @@ GQ_GEMV(serve_gemv_bf16, gq_x8_bf16, GQ_MAX_ROWS)
  * integers (the K-quants' mins and Q6_K's offset of 32 use them), xq[in]
  * the integers, 4 a word. A work-group of GQ8_WG: GQ8_TEAMS teams of
  * GQ_LANES over GQ_NW weight rows each, a row set taken by ks teams as in
- * the exact GEMV (GQ_WEIGHT_ROW, the fused norm and SwiGLU the same). */
+ * the exact GEMV (gq_weight_row, the fused norm and SwiGLU the same). */
 #if GQ_TYPE == 12 || GQ_TYPE == 13 || GQ_TYPE == 14
 #define GQ8_WG 256 /* SERVE_GQ8_WG in serve/gemv_quant.c */
 #define GQ8_TEAMS (GQ8_WG / GQ_LANES)
@@ -489,6 +489,14 @@ static int gq_bsum4(uint b) { return gq_dp4a(0x01010101u, b, 0); }
         __local int *xs = (__local int *)(xd + n_chunks);                                       \
         __local uint *xq = (__local uint *)(xs + n_chunks * (32 / GQ8_SUM));                    \
         int lid = (int)get_local_id(0), lane = lid % GQ_LANES, team = lid / GQ_LANES;           \
+        int sets = GQ8_TEAMS / ks, set0 = (int)get_group_id(0) * sets;                          \
+        int T = set0 + team / ks;                                                               \
+        __global const uchar *wrow[GQ_NW];                                                      \
+        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) {                                    \
+            int k, o;                                                                           \
+            if (!gq_weight_row(T, n, swiglu, end0, end1, total, &k, &o)) k = o = 0;             \
+            wrow[n] = (k == 0 ? w0 : k == 1 ? w1 : w2) + (size_t)o * (size_t)row_bytes;         \
+        }                                                                                       \
         /* the row quantized, 32 values a work-item at a time */                                \
         float ssq = 0.0f;                                                                       \
         for (int b = lid; b < n_chunks; b += GQ8_WG) {                                          \
@@ -520,18 +528,13 @@ static int gq_bsum4(uint b) { return gq_dp4a(0x01010101u, b, 0); }
             }                                                                                   \
         }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-        int sets = GQ8_TEAMS / ks, set0 = (int)get_group_id(0) * sets;                          \
-        int T = set0 + team / ks;                                                               \
-        __global const uchar *wrow[GQ_NW];                                                      \
-        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) {                                    \
-            int k, o;                                                                           \
-            if (!gq_weight_row(T, n, swiglu, end0, end1, total, &k, &o)) k = o = 0;             \
-            wrow[n] = (k == 0 ? w0 : k == 1 ? w1 : w2) + (size_t)o * (size_t)row_bytes;         \
-        }                                                                                       \
         float acc[GQ_NW];                                                                       \
         _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) acc[n] = 0.0f;                       \
-        for (int t = (team % ks) * GQ_LANES + lane; t < n_chunks; t += GQ_LANES * ks)           \
-            gq8_task(wrow, t, xd, xs, xq, acc);                                                 \
+        for (int t = (team % ks) * GQ_LANES + lane; t < n_chunks; t += GQ_LANES * ks) {         \
+            gq8_w w;                                                                            \
+            gq8_load(wrow, t, &w);                                                              \
+            gq8_dot(&w, t, xd, xs, xq, acc);                                                    \
+        }                                                                                       \
         _Pragma("unroll") for (int n = 0; n < GQ_NW; n++)                                      \
             red[GQ_RED(team, n, 0, 1) + lane] = acc[n];                                         \
         red[GQ_RED(team, GQ_NW, 0, 1) + lane] = ssq;                                            \
@@ -569,9 +572,31 @@ static int gq_bsum4(uint b) { return gq_dp4a(0x01010101u, b, 0); }
 /* Q4_K / Q5_K task t (gq_load_k45's): block t / 8, pair p, half h: the
  * 16 bytes of nibbles hold values 16h.. of sub-blocks 2p (low) and 2p + 1
  * (high), whose 6-bit scales sc and mins m weigh d and dmin:
- * sum = d * sum_j d8_j sc_j (q . x8) - dmin * sum_j d8_j m_j sum(x8). */
-static void gq8_task(__global const uchar *const *wrow, int t, __local const float *xd,
-                     __local const int *xs, __local const uint *xq, float *acc) {
+ * sum = d * sum_j d8_j sc_j (q . x8) - dmin * sum_j d8_j m_j sum(x8).
+ * A task's weight bytes, loaded for the GQ_NW rows before any is used: */
+typedef struct gq8_w {
+    uint4 q[GQ_NW], hd[GQ_NW];
+#if GQ_TYPE == 13
+    uint4 qh[GQ_NW];
+#endif
+} gq8_w;
+static void gq8_load(__global const uchar *const *wrow, int t, gq8_w *w) {
+    int i = t % 8, p = i / 2, h = i % 2;
+#pragma unroll
+    for (int n = 0; n < GQ_NW; n++) {
+#if GQ_TYPE == 12
+        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 144;
+        w->q[n] = *(__global const uint4 *)(blk + 16 + p * 32 + h * 16);
+#else
+        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 176;
+        w->q[n] = *(__global const uint4 *)(blk + 48 + p * 32 + h * 16);
+        w->qh[n] = *(__global const uint4 *)(blk + 16 + h * 16);
+#endif
+        w->hd[n] = *(__global const uint4 *)blk;
+    }
+}
+static void gq8_dot(const gq8_w *w, int t, __local const float *xd, __local const int *xs,
+                    __local const uint *xq, float *acc) {
     int i = t % 8, p = i / 2, h = i % 2, xo = (t / 8) * 256 + p * 64 + h * 16;
     uint4 xa = *(__local const uint4 *)(xq + xo / 4), xb = *(__local const uint4 *)(xq + xo / 4 + 8);
     float da = xd[xo / 32], db = xd[xo / 32 + 1];
@@ -579,26 +604,18 @@ static void gq8_task(__global const uchar *const *wrow, int t, __local const flo
     uint sh = (uint)(p & 1) * 16u;
 #pragma unroll
     for (int n = 0; n < GQ_NW; n++) {
-#if GQ_TYPE == 12
-        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 144;
-        uint4 q = *(__global const uint4 *)(blk + 16 + p * 32 + h * 16);
-#else
-        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 176;
-        uint4 q = *(__global const uint4 *)(blk + 48 + p * 32 + h * 16);
-        uint4 qh = *(__global const uint4 *)(blk + 16 + h * 16);
-#endif
-        uint4 hd = *(__global const uint4 *)blk;
+        uint4 hd = w->hd[n];
         uint b0 = hd.y >> sh, b1 = hd.z >> sh, b2 = hd.w >> sh;
         uint a = p < 2 ? b0 & 0x3F3Fu : (b2 & 0x0F0Fu) | ((b0 >> 2) & 0x3030u);
         uint m = p < 2 ? b1 & 0x3F3Fu : ((b2 >> 4) & 0x0F0Fu) | ((b1 >> 2) & 0x3030u);
-        uint4 lo = q & GQ_M4, hi = (q >> 4) & GQ_M4;
+        uint4 lo = w->q[n] & GQ_M4, hi = (w->q[n] >> 4) & GQ_M4;
 #if GQ_TYPE == 13
-        lo |= ((qh >> (uint)(2 * p)) & 0x01010101u) << 4;
-        hi |= ((qh >> (uint)(2 * p + 1)) & 0x01010101u) << 4;
+        lo |= ((w->qh[n] >> (uint)(2 * p)) & 0x01010101u) << 4;
+        hi |= ((w->qh[n] >> (uint)(2 * p + 1)) & 0x01010101u) << 4;
 #endif
         int ia = gq_dp4a(lo.x, xa.x, gq_dp4a(lo.y, xa.y, gq_dp4a(lo.z, xa.z, gq_dp4a(lo.w, xa.w, 0))));
         int ib = gq_dp4a(hi.x, xb.x, gq_dp4a(hi.y, xb.y, gq_dp4a(hi.z, xb.z, gq_dp4a(hi.w, xb.w, 0))));
-        /* exact in f32: |sc * ia| < 2^21, |m * sa| < 2^18 */
+        /* exact in f32: |sc * ia| < 2^22 (Q5_K), |m * sa| < 2^18 */
         float fd = da * (float)((int)(a & 0xFFu) * ia) + db * (float)((int)(a >> 8) * ib);
         float fm = da * (float)((int)(m & 0xFFu) * sa) + db * (float)((int)(m >> 8) * sb);
         acc[n] += gq_half_bits(hd.x & 0xFFFFu) * fd - gq_half_bits(hd.x >> 16) * fm;
@@ -606,9 +623,25 @@ static void gq8_task(__global const uchar *const *wrow, int t, __local const flo
 }
 #else
 /* Q6_K task t (gq_load_q6_k's): block t / 8, half H, values l0.. of each
- * quarter s (one scale each): sum = d * sum_s d8_s sc_s ((q . x8) - 32 sum(x8)). */
-static void gq8_task(__global const uchar *const *wrow, int t, __local const float *xd,
-                     __local const int *xs, __local const uint *xq, float *acc) {
+ * quarter s (one scale each): sum = d * sum_s d8_s sc_s ((q . x8) - 32 sum(x8)).
+ * A task's weight bytes, loaded for the GQ_NW rows before any is used: */
+typedef struct gq8_w {
+    uint2 sc[GQ_NW], qa[GQ_NW], qb[GQ_NW], qc[GQ_NW];
+    uint d[GQ_NW];
+} gq8_w;
+static void gq8_load(__global const uchar *const *wrow, int t, gq8_w *w) {
+    int H = (t % 8) / 4, l0 = (t % 4) * 8;
+#pragma unroll
+    for (int n = 0; n < GQ_NW; n++) {
+        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 210;
+        __global const uchar *ql = blk + H * 64 + l0, *qh = blk + 128 + H * 32 + l0;
+        w->sc[n] = gq_load8_a2(blk + 192 + H * 8);
+        w->qa[n] = gq_load8_a2(ql), w->qb[n] = gq_load8_a2(ql + 32), w->qc[n] = gq_load8_a2(qh);
+        w->d[n] = *(__global const ushort *)(blk + 208);
+    }
+}
+static void gq8_dot(const gq8_w *w, int t, __local const float *xd, __local const int *xs,
+                    __local const uint *xq, float *acc) {
     int H = (t % 8) / 4, l0 = (t % 4) * 8, xo = (t / 8) * 256 + H * 128 + l0;
     uint2 xv[4];
     float d8[4];
@@ -622,21 +655,18 @@ static void gq8_task(__global const uchar *const *wrow, int t, __local const flo
     uint sh = (uint)(l0 / 16) * 8u;
 #pragma unroll
     for (int n = 0; n < GQ_NW; n++) {
-        __global const uchar *blk = wrow[n] + (size_t)(t / 8) * 210;
-        __global const uchar *ql = blk + H * 64 + l0, *qh = blk + 128 + H * 32 + l0;
-        uint2 sc = gq_load8_a2(blk + 192 + H * 8);
-        uint2 qa = gq_load8_a2(ql), qb = gq_load8_a2(ql + 32), qc = gq_load8_a2(qh);
         float f = 0.0f;
 #pragma unroll
         for (int s = 0; s < 4; s++) {
-            uint2 w = (s & 1) ? qb : qa;
-            uint2 u = ((w >> (uint)(4 * (s >> 1))) & GQ_M4) |
-                      (((qc >> (uint)(2 * s)) & 0x03030303u) << 4);
+            uint2 q = (s & 1) ? w->qb[n] : w->qa[n];
+            uint2 u = ((q >> (uint)(4 * (s >> 1))) & GQ_M4) |
+                      (((w->qc[n] >> (uint)(2 * s)) & 0x03030303u) << 4);
             int is = gq_dp4a(u.x, xv[s].x, gq_dp4a(u.y, xv[s].y, 0)) - x32[s];
-            int g = (int)(char)(((s < 2 ? sc.x : sc.y) >> (sh + (uint)(s & 1) * 16u)) & 0xFFu);
+            uint scw = s < 2 ? w->sc[n].x : w->sc[n].y;
+            int g = (int)(char)((scw >> (sh + (uint)(s & 1) * 16u)) & 0xFFu);
             f += d8[s] * (float)(g * is); /* exact: |g * is| < 2^23 */
         }
-        acc[n] += gq_half(blk + 208) * f;
+        acc[n] += gq_half_bits(w->d[n]) * f;
     }
 }
 #endif
