@@ -1,6 +1,7 @@
 #!/bin/sh
 # Session 23, call 3 (issue 36): the int8 GEMV's work-groups looping over groups of row sets
-# (the row quantized once a work-group): SERVE_GQ8_RESIDENT 2 (build-nv) against 1, 4, 8
+# (the row quantized once a work-group; d605b79, reverted: cherry-pick it first):
+# SERVE_GQ8_RESIDENT 2 (build-nv) against 1, 4, 8
 # (.device-carry/var/rN) and the exact kernel (serve.gemv_q8=0), rounds alternating; the BF16
 # step of random weights beside (cut to fit the session's last device time: no BF16 file, no
 # peer; call 2 has the peer).
