@@ -17,8 +17,10 @@
  * as they were.
  * Dequantizer: f32 [out, in], f32 [in, out] and bf16 [out, in] equal to
  * serve_dequantize (then serve_bf16_of) bit for bit.
- * Then the refusals: another type (UNSUPPORTED, named), a row that is not
- * whole blocks, too many rows or ranges, ldy < cols, buffers too small. */
+ * The int8 one-row GEMV (serve_gemv_quant_set_q8, K-quants): against its
+ * definition and within its quantization bound (its section below), a NaN
+ * kept. Then the refusals: another type (UNSUPPORTED, named), a row that is
+ * not whole blocks, too many rows or ranges, ldy < cols, buffers too small. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -69,9 +71,8 @@ static unsigned char *random_weight(uint32_t type, int n_out, int n_in, uint64_t
     return w;
 }
 
-/* y = W x in float64 from the dequantized rows; zero_first_scale 1: with
- * the first f16 scale of each row's first block read as 0, 2: of every
- * block in the first half of each row */
+/* y = W x in float64 from the dequantized rows; zero_first_scale: with
+ * the first f16 scale of each row's first block read as 0 */
 static void reference(uint32_t type, const unsigned char *w, uint64_t bytes, int n_out, int n_in,
                       const float *x, double *y, int zero_first_scale) {
     float *row = malloc((size_t)n_in * sizeof *row);
@@ -80,12 +81,8 @@ static void reference(uint32_t type, const unsigned char *w, uint64_t bytes, int
     memcpy(copy, w, (size_t)bytes);
     uint64_t row_bytes = bytes / (uint64_t)n_out;
     uint64_t at = type == SERVE_GGML_Q6_K ? 208 : 0; /* the first block's f16 d */
-    uint64_t block = row_bytes;
-    if (zero_first_scale == 2) /* every block's of the row's first half */
-        assert_int_equal(serve_ggml_row_bytes(type, type_block(type), "W", &block), 0);
     for (int o = 0; zero_first_scale && o < n_out; o++)
-        for (uint64_t b = 0; b == 0 || (zero_first_scale == 2 && b < row_bytes / 2); b += block)
-            copy[(uint64_t)o * row_bytes + b + at] = copy[(uint64_t)o * row_bytes + b + at + 1] = 0;
+        copy[(uint64_t)o * row_bytes + at] = copy[(uint64_t)o * row_bytes + at + 1] = 0;
     for (int o = 0; o < n_out; o++) {
         assert_int_equal(serve_dequantize(type, copy + (uint64_t)o * row_bytes, row_bytes, row,
                                           (uint64_t)n_in, "W"), 0);
