@@ -332,6 +332,38 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
     }
     return s;
 }
+/* the GQ_NW weight rows of row set T (gq_weight_row; a row past the last
+ * reads row 0 of w0, its sum never stored) */
+static void gq_weight_rows(int T, int swiglu, int end0, int end1, int total,
+                           __global const uchar *w0, __global const uchar *w1,
+                           __global const uchar *w2, ulong row_bytes,
+                           __global const uchar **wrow) {
+#pragma unroll
+    for (int n = 0; n < GQ_NW; n++) {
+        int k, o;
+        if (!gq_weight_row(T, n, swiglu, end0, end1, total, &k, &o)) k = o = 0;
+        wrow[n] = (k == 0 ? w0 : k == 1 ? w1 : w2) + (size_t)o * (size_t)row_bytes;
+    }
+}
+/* each of n sums of GQ_LANES partials in red in four parts of 8 (at 0,
+ * 8, 16, 24), in place, by the work-items lid, lid + wg, ... */
+static void gq_red_parts(__local float *red, int n, int lid, int wg) {
+    for (int e = lid; e < n * 4; e += wg) {
+        __local float *p = red + (size_t)(e / 4) * (GQ_LANES + 1) + (e % 4) * 8;
+        p[0] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    }
+}
+/* y[yi] (+)= t, with swiglu 1: silu(t) * up, 2: silu(y[yi]) * t */
+static void gq_store(__global float *y, size_t yi, float t, float up, int swiglu,
+                     int accumulate) {
+    if (swiglu == 1) {
+        t = t / (1.0f + exp(-t)) * up;
+    } else if (swiglu == 2) {
+        float gate = y[yi];
+        t = gate / (1.0f + exp(-gate)) * t;
+    }
+    y[yi] = accumulate ? y[yi] + t : t;
+}
 #define GQ_GEMV(NAME, XLOAD, R)                                                                 \
     __kernel __attribute__((reqd_work_group_size(GQ_WG, 1, 1))) void NAME(                      \
         __global const uchar *w0, __global const uchar *w1, __global const uchar *w2,           \
@@ -345,11 +377,7 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
         int sets = GQ_TEAMS / ks, set0 = (int)get_group_id(0) * sets;                           \
         int T = set0 + team / ks;                                                               \
         __global const uchar *wrow[GQ_NW];                                                      \
-        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) {                                    \
-            int k, o;                                                                           \
-            if (!gq_weight_row(T, n, swiglu, end0, end1, total, &k, &o)) k = o = 0;             \
-            wrow[n] = (k == 0 ? w0 : k == 1 ? w1 : w2) + (size_t)o * (size_t)row_bytes;         \
-        }                                                                                       \
+        gq_weight_rows(T, swiglu, end0, end1, total, w0, w1, w2, row_bytes, wrow);              \
         float acc[GQ_NW][R], ssq[R];                                                            \
         _Pragma("unroll") for (int r = 0; r < R; r++) {                                        \
             ssq[r] = 0.0f;                                                                      \
@@ -399,11 +427,7 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
             red[GQ_RED(team, GQ_NW, r, R) + lane] = ssq[r];                                     \
         }                                                                                       \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-        /* each sum of GQ_LANES in four parts of 8, in place */                                 \
-        for (int e = lid; e < GQ_TEAMS * (GQ_NW + 1) * R * 4; e += GQ_WG) {                      \
-            __local float *p = red + (size_t)(e / 4) * (GQ_LANES + 1) + (e % 4) * 8;            \
-            p[0] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));           \
-        }                                                                                       \
+        gq_red_parts(red, GQ_TEAMS * (GQ_NW + 1) * R, lid, GQ_WG);                              \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
         for (int e = lid; e < sets * GQ_NW * R; e += GQ_WG) {                                    \
             int rs = e / (GQ_NW * R), n = (e / R) % GQ_NW, r = e % R, k, o;                     \
@@ -418,15 +442,8 @@ static float gq_red_sum(__local const float *red, int rs, int ks, int n, int r, 
             if (norm)                                                                           \
                 scale = rsqrt(gq_red_sum(red, rs, ks, GQ_NW, r, R) / (float)(n_chunks * 32) +   \
                               eps);                                                             \
-            float t = gq_red_sum(red, rs, ks, n, r, R) * scale;                                 \
-            if (swiglu == 1) {                                                                  \
-                float up = gq_red_sum(red, rs, ks, n + 1, r, R) * scale;                        \
-                t = t / (1.0f + exp(-t)) * up;                                                  \
-            } else if (swiglu == 2) {                                                           \
-                float gate = y[yi];                                                             \
-                t = gate / (1.0f + exp(-gate)) * t;                                             \
-            }                                                                                   \
-            y[yi] = accumulate ? y[yi] + t : t;                                                 \
+            float up = swiglu == 1 ? gq_red_sum(red, rs, ks, n + 1, r, R) * scale : 0.0f;       \
+            gq_store(y, yi, gq_red_sum(red, rs, ks, n, r, R) * scale, up, swiglu, accumulate);  \
         }                                                                                       \
     }
 
@@ -492,11 +509,7 @@ static int gq_bsum4(uint b) { return gq_dp4a(0x01010101u, b, 0); }
         int sets = GQ8_TEAMS / ks, set0 = (int)get_group_id(0) * sets;                          \
         int T = set0 + team / ks;                                                               \
         __global const uchar *wrow[GQ_NW];                                                      \
-        _Pragma("unroll") for (int n = 0; n < GQ_NW; n++) {                                    \
-            int k, o;                                                                           \
-            if (!gq_weight_row(T, n, swiglu, end0, end1, total, &k, &o)) k = o = 0;             \
-            wrow[n] = (k == 0 ? w0 : k == 1 ? w1 : w2) + (size_t)o * (size_t)row_bytes;         \
-        }                                                                                       \
+        gq_weight_rows(T, swiglu, end0, end1, total, w0, w1, w2, row_bytes, wrow);              \
         /* the row quantized, 32 values a work-item at a time */                                \
         float ssq = 0.0f;                                                                       \
         for (int b = lid; b < n_chunks; b += GQ8_WG) {                                          \
@@ -539,10 +552,7 @@ static int gq_bsum4(uint b) { return gq_dp4a(0x01010101u, b, 0); }
             red[GQ_RED(team, n, 0, 1) + lane] = acc[n];                                         \
         red[GQ_RED(team, GQ_NW, 0, 1) + lane] = ssq;                                            \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
-        for (int e = lid; e < GQ8_TEAMS * (GQ_NW + 1) * 4; e += GQ8_WG) {                        \
-            __local float *p = red + (size_t)(e / 4) * (GQ_LANES + 1) + (e % 4) * 8;            \
-            p[0] = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));           \
-        }                                                                                       \
+        gq_red_parts(red, GQ8_TEAMS * (GQ_NW + 1), lid, GQ8_WG);                                \
         barrier(CLK_LOCAL_MEM_FENCE);                                                           \
         for (int e = lid; e < sets * GQ_NW; e += GQ8_WG) {                                       \
             int rs = e / GQ_NW, n = e % GQ_NW, k, o;                                            \
@@ -556,15 +566,8 @@ static int gq_bsum4(uint b) { return gq_dp4a(0x01010101u, b, 0); }
             if (norm) /* the sum of squares of every team: the whole row */                     \
                 scale = rsqrt(gq_red_sum(red, 0, GQ8_TEAMS, GQ_NW, 0, 1) /                      \
                                   (float)(n_chunks * 32) + eps);                                \
-            float t = gq_red_sum(red, rs, ks, n, 0, 1) * scale;                                 \
-            if (swiglu == 1) {                                                                  \
-                float up = gq_red_sum(red, rs, ks, n + 1, 0, 1) * scale;                        \
-                t = t / (1.0f + exp(-t)) * up;                                                  \
-            } else if (swiglu == 2) {                                                           \
-                float gate = y[yi];                                                             \
-                t = gate / (1.0f + exp(-gate)) * t;                                             \
-            }                                                                                   \
-            y[yi] = accumulate ? y[yi] + t : t;                                                 \
+            float up = swiglu == 1 ? gq_red_sum(red, rs, ks, n + 1, 0, 1) * scale : 0.0f;       \
+            gq_store(y, yi, gq_red_sum(red, rs, ks, n, 0, 1) * scale, up, swiglu, accumulate);  \
         }                                                                                       \
     }
 
