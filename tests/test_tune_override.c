@@ -52,7 +52,7 @@ static void test_good_keys(void **state) {
     lz_tune_override ov;
     warnings w = {0, ""};
     assert_int_equal(lz_tune_parse("nv.kt=64,nv.warps=8,nv.wgmma=0,nv.persist=1,nv.producer=0,nv.maxreg=168,"
-                                   "nv.order=lpt,nv.dstages=4,nv.waves=6,nv.verbose=1,nv.decode_times=1,"
+                                   "nv.order=lpt,nv.dstages=4,nv.waves=6,nv.dsplit=2,nv.verbose=1,nv.decode_times=1,"
                                    "nv.dump_ptx=/tmp/x.ptx,portable.exact_exp=1,portable.prefill_maxreg=96,"
                                    "portable.decode_maxreg=0,serve.fused_decode=1,serve.gemv_q8=0,tier.pin_loads=0,"
                                    "tier.pin_writes=1,tier.load_threads=4",
@@ -68,6 +68,7 @@ static void test_good_keys(void **state) {
     assert_int_equal(ov.nv.order, LZ_ORDER_LPT);
     assert_int_equal(ov.nv.dstages, 4);
     assert_int_equal(ov.nv.waves, 6);
+    assert_int_equal(ov.nv.dsplit, 2);
     assert_int_equal(ov.nv_verbose, 1);
     assert_int_equal(ov.nv_decode_times, 1);
     assert_string_equal(ov.dump_ptx, "/tmp/x.ptx");
@@ -209,6 +210,11 @@ static void test_overrides(void **state) {
     /* the decode: rings of 2..6 under 48 KB, any waves */
     expect(choose(8, 4, 16, 128, "nv.dstages=6,nv.waves=9"), 0, 32, 8, 0, 0, 0, none, 5, 9);
     expect(choose(8, 4, 16, 64, "nv.dstages=6"), 0, 32, 8, 0, 0, 0, none, 6, 4);
+    /* entries a split at least: 8 by default, any from 1 */
+    assert_int_equal(choose(9, 4, 16, 128, "").dsplit, 8);
+    assert_int_equal(choose(8, 4, 16, 128, "").dsplit, 8);
+    assert_int_equal(choose(9, 4, 16, 128, "nv.dsplit=2").dsplit, 2);
+    assert_int_equal(choose(9, 4, 16, 128, "nv.dsplit=1").dsplit, 1);
 }
 
 int main(void) {

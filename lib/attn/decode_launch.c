@@ -37,9 +37,9 @@ static int lz_decode_splits(const lazyattn_attention *a, int fast, int n_seqs, i
     if (!fast) groups *= a->group / a->tune.decode.rows; /* head subsets (cl/decode.cl) */
     if (fast) {
         /* one warp per split: aim at `waves` warps per compute unit, with
-         * at least 8 blocks per split so the ring of blocks stays full */
+         * at least dsplit blocks per split so the ring of blocks stays full */
         int64_t want = ((int64_t)a->nv.waves * a->ctx->compute_units + groups - 1) / groups;
-        if (want > max_entries / 8) want = max_entries / 8;
+        if (want > max_entries / a->nv.dsplit) want = max_entries / a->nv.dsplit;
         return want < 1 ? 1 : (int)want;
     }
     /* decode_groups_per_cu work-groups per compute unit are the slots the

@@ -147,10 +147,10 @@ int lz_nv_build(lazyattn_attention *a) {
     a->fast = 1;
     lz_log(ctx, LAZYATTN_LOG_INFO,
            "NVIDIA tensor-core path: prefill %s%s%s, tile %d keys, %d warps, maxreg %d, order %s; "
-           "decode ring %d, waves %d",
+           "decode ring %d, waves %d, entries a split >= %d",
            a->nv.wgmma ? "wgmma (S and P V)" : "mma.sync", a->nv.producer ? " + producer warpgroup" : "",
            a->nv.persist ? ", persistent" : "", a->nv.kt, a->nv.warps, a->nv.maxreg,
-           lz_nv_order_name(a->nv.order), a->nv.dstages, a->nv.waves);
+           lz_nv_order_name(a->nv.order), a->nv.dstages, a->nv.waves, a->nv.dsplit);
     return LAZYATTN_STATUS_OK;
 }
 

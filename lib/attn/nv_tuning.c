@@ -14,13 +14,13 @@ typedef struct lz_nv_tuning_row {
     lz_nv_geometry g;
 } lz_nv_tuning_row;
 
-/* {cc, {wgmma, kt, warps, maxreg, producer, persist, order, dstages, waves}} */
+/* {cc, {wgmma, kt, warps, maxreg, producer, persist, order, dstages, waves, dsplit}} */
 static const lz_nv_tuning_row lz_nv_tuning_db[] = {
     /* Hopper: S and P V on wgmma, three consumer warpgroups fed by a producer
      * warpgroup, a work-group a tile (persistent measured slower) */
-    {9, {1, 32, 12, 0, 1, 0, LZ_ORDER_AUTO, 3, 4}},
+    {9, {1, 32, 12, 0, 1, 0, LZ_ORDER_AUTO, 3, 4, 8}},
     /* every compute capability >= 8: mma.sync with 8 warps */
-    {0, {0, 32, 8, 0, 0, 0, LZ_ORDER_AUTO, 3, 4}},
+    {0, {0, 32, 8, 0, 0, 0, LZ_ORDER_AUTO, 3, 4, 8}},
 };
 
 /* The row of kernel wgmma for cc; NULL: none. */
@@ -53,6 +53,7 @@ static void lz_nv_fill(const lz_nv_geometry *row, int block, int head_dim, int g
     if (g->dstages < 2 || g->dstages > 6) g->dstages = row->dstages;
     while (g->dstages > 2 && (size_t)g->dstages * 4 * B * D > 48640) g->dstages--;
     if (g->waves < 1) g->waves = row->waves;
+    if (g->dsplit < 1) g->dsplit = row->dsplit;
     if (g->maxreg < 0) g->maxreg = 0;
     /* the producer: rings of 5 slots of kt keys under 48 KB, its registers
      * going to 4, 8 or 12 consumer warps; persistence with its ping-pong (8

@@ -30,6 +30,7 @@ static const lz_tune_int_key lz_tune_int_keys[] = {
     LZ_TUNE_INT("nv.persist", nv.persist, 0, 1),
     LZ_TUNE_INT("nv.dstages", nv.dstages, 2, 6),
     LZ_TUNE_INT("nv.waves", nv.waves, 1, 1024),
+    LZ_TUNE_INT("nv.dsplit", nv.dsplit, 1, 1024),
     LZ_TUNE_INT("nv.verbose", nv_verbose, 0, 1),
     LZ_TUNE_INT("nv.decode_times", nv_decode_times, 0, 1),
     LZ_TUNE_INT("portable.exact_exp", exact_exp, 0, 1),

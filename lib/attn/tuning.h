@@ -53,12 +53,13 @@ typedef struct lz_nv_geometry {
     int order;    /* the prefill's dispatch order (lz_order_policy or LZ_NV_ORDER_NONE) */
     int dstages;  /* decode ring depth (blocks in flight + 1) */
     int waves;    /* decode warps aimed at per compute unit */
+    int dsplit;   /* decode entries a split at least (fewer splits on short sequences) */
 } lz_nv_geometry;
 
 /* LAZYATTN_TUNE's settings, each -1 where not set (a path: NULL). */
 typedef struct lz_tune_override {
     lz_nv_geometry nv;   /* nv.wgmma, nv.kt, nv.warps, nv.maxreg, nv.producer, nv.persist,
-                          * nv.order, nv.dstages, nv.waves */
+                          * nv.order, nv.dstages, nv.waves, nv.dsplit */
     int nv_verbose;      /* nv.verbose=1: -cl-nv-verbose (registers, spills in the build log) */
     int nv_decode_times; /* nv.decode_times=1: each decode launch's kernel times in the log */
     int exact_exp;       /* portable.exact_exp=1: the portable prefill keeps exp() on a GPU */
