@@ -210,10 +210,10 @@ static void test_overrides(void **state) {
     /* the decode: rings of 2..6 under 48 KB, any waves */
     expect(choose(8, 4, 16, 128, "nv.dstages=6,nv.waves=9"), 0, 32, 8, 0, 0, 0, none, 5, 9);
     expect(choose(8, 4, 16, 64, "nv.dstages=6"), 0, 32, 8, 0, 0, 0, none, 6, 4);
-    /* entries a split at least: 8 by default, any from 1 */
-    assert_int_equal(choose(9, 4, 16, 128, "").dsplit, 8);
+    /* entries a split at least: 2 on Hopper, 8 elsewhere, any from 1 */
+    assert_int_equal(choose(9, 4, 16, 128, "").dsplit, 2);
     assert_int_equal(choose(8, 4, 16, 128, "").dsplit, 8);
-    assert_int_equal(choose(9, 4, 16, 128, "nv.dsplit=2").dsplit, 2);
+    assert_int_equal(choose(9, 4, 16, 128, "nv.dsplit=8").dsplit, 8);
     assert_int_equal(choose(9, 4, 16, 128, "nv.dsplit=1").dsplit, 1);
 }
 

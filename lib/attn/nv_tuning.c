@@ -17,8 +17,10 @@ typedef struct lz_nv_tuning_row {
 /* {cc, {wgmma, kt, warps, maxreg, producer, persist, order, dstages, waves, dsplit}} */
 static const lz_nv_tuning_row lz_nv_tuning_db[] = {
     /* Hopper: S and P V on wgmma, three consumer warpgroups fed by a producer
-     * warpgroup, a work-group a tile (persistent measured slower) */
-    {9, {1, 32, 12, 0, 1, 0, LZ_ORDER_AUTO, 3, 4, 8}},
+     * warpgroup, a work-group a tile (persistent measured slower); decode
+     * splits down to 2 entries (one sequence over 2048 keys: 43 splits, not
+     * 16; docs/PERFLOG.md "The decode's splits on short sequences") */
+    {9, {1, 32, 12, 0, 1, 0, LZ_ORDER_AUTO, 3, 4, 2}},
     /* every compute capability >= 8: mma.sync with 8 warps */
     {0, {0, 32, 8, 0, 0, 0, LZ_ORDER_AUTO, 3, 4, 8}},
 };
