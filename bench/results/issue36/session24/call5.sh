@@ -1,8 +1,14 @@
 #!/bin/sh
-# Session 24, call 5 (issues 36, 38): the decode's self-merging splits (merge: the last split of
-# each sequence and KV head merges them; fixed: both exits of the kernel merge) tested and timed
-# against main with nv.dsplit=2; the int8 GEMV's work-groups looping over row sets without the
-# hoisted load (loopnh): registers, test, bench, step.
+# Session 24, call 5 (issues 36, 38), prepared, not run (the session's device time ran out):
+# the decode's self-merging splits (branch merge-clean: the last split of each sequence and KV
+# head merges them, no reduction launch; both exits of the kernel merge) tested and timed against
+# main with nv.dsplit=2; the int8 GEMV's work-groups looping over row sets without the hoisted
+# load (branch var-loopnh): registers, test, bench, step.
+# Variant binaries: build each branch (meson setup b --buildtype=release -Dspirv=disabled
+# -Dclblast=enabled -Dredis=disabled) and copy bench_forward, test_attention (merge) or
+# bench_forward, bench_gemv_quant, test_gemv_quant, serve/gemv_quant.cl (loopnh) into
+# .device-carry/var/merge and .device-carry/var/loopnh; carry .device-carry/var and
+# .device-carry/regdump (a scratch tool: builds a .cl with -cl-nv-verbose, prints ptxas lines).
 set -u
 out=${OUT:-/tmp/out5}
 mkdir -p "$out/t" /dev/shm/lzq
