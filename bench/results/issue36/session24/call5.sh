@@ -8,7 +8,7 @@
 # -Dclblast=enabled -Dredis=disabled) and copy bench_forward, test_attention (merge) or
 # bench_forward, bench_gemv_quant, test_gemv_quant, serve/gemv_quant.cl (loopnh) into
 # .device-carry/var/merge and .device-carry/var/loopnh; carry .device-carry/var and
-# .device-carry/regdump (a scratch tool: builds a .cl with -cl-nv-verbose, prints ptxas lines).
+# .device-carry/probe_kernel_regs (bench/probe_kernel_regs.c, built by hand: the line at its top).
 set -u
 out=${OUT:-/tmp/out5}
 mkdir -p "$out/t" /dev/shm/lzq
@@ -21,7 +21,7 @@ el() { echo "$(( $(date +%s) - t0 ))s"; }
 V=.device-carry/var
 LAZYATTN_TEST_FILTER=test_decode_splits timeout 90 $V/merge/test_attention > "$out/t/merge_attention.log" 2>&1; echo "merge test rc=$? $(el) $(grep -c '\[       OK \]' "$out/t/merge_attention.log") ok"; grep -E "FAILED|error" "$out/t/merge_attention.log" | head -4
 timeout 60 $V/loopnh/test_gemv_quant > "$out/t/gemv_quant_loopnh.log" 2>&1; echo "loopnh test rc=$? $(el) $(grep -c '\[       OK \]' "$out/t/gemv_quant_loopnh.log") ok"
-timeout 60 .device-carry/regdump $V/loopnh/gemv_quant.cl "-cl-std=CL1.2 -DGQ_TYPE=12 -DGQ_NV_DP4A" > "$out/t/reg_loopnh.log" 2>&1; echo "regs loopnh: $(grep -A3 "serve_gemv_q8_f32'" "$out/t/reg_loopnh.log" | grep -oE 'Used [0-9]+ registers|[0-9]+ bytes spill stores' | tr '\n' ' ')"
+timeout 60 .device-carry/probe_kernel_regs $V/loopnh/gemv_quant.cl "-cl-std=CL1.2 -DGQ_TYPE=12 -DGQ_NV_DP4A" > "$out/t/reg_loopnh.log" 2>&1; echo "regs loopnh: $(grep -A3 "serve_gemv_q8_f32'" "$out/t/reg_loopnh.log" | grep -oE 'Used [0-9]+ registers|[0-9]+ bytes spill stores' | tr '\n' ' ')"
 for v in base loopnh; do b=build-nv/bench/serve; [ $v = base ] || b=$V/$v; timeout 40 $b/bench_gemv_quant --rows 1 --types q4_k,q6_k --reps 20 > "$out/t/gemv_$v.log" 2>&1; echo "gemv $v $(el)"; grep "gemv x" "$out/t/gemv_$v.log" | awk '{print $1, $2, $3, $(NF-5), $(NF-4)}' | tr '\n' ';'; echo; done
 timeout 60 build-nv/bench/serve/write_gguf --out /dev/shm/lzq/q4.gguf --shape 8b --form q4_k_m > /dev/null 2>&1; echo "write $(el)"
 for r in 1 2; do for v in base merge loopnh; do
