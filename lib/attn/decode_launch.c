@@ -37,9 +37,11 @@ static int lz_decode_splits(const lazyattn_attention *a, int fast, int n_seqs, i
     if (!fast) groups *= a->group / a->tune.decode.rows; /* head subsets (cl/decode.cl) */
     if (fast) {
         /* one warp per split: aim at `waves` warps per compute unit, with
-         * at least dsplit blocks per split so the ring of blocks stays full */
+         * at least dsplit blocks per split (the tuning database's: each
+         * split pays a warp's fixed work, its query and its partial) */
         int64_t want = ((int64_t)a->nv.waves * a->ctx->compute_units + groups - 1) / groups;
-        if (want > max_entries / a->nv.dsplit) want = max_entries / a->nv.dsplit;
+        const int64_t most = max_entries / a->nv.dsplit;
+        if (want > most) want = most;
         return want < 1 ? 1 : (int)want;
     }
     /* decode_groups_per_cu work-groups per compute unit are the slots the

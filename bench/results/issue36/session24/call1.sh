@@ -6,6 +6,7 @@
 # (4 a CU), nw8 (hoist + 8 weight rows a team); then the decode attention's split floor
 # (nv.dsplit 8 = default, 4, 2, 1) on the Q4_K_M and BF16 steps; merge (the decode's last split
 # of each sequence and KV head merges the splits: no reduction launch), its test first.
+# (.device-carry/regdump: the scratch copy of what became bench/probe_kernel_regs.c)
 set -u
 out=${OUT:-/tmp/out1}
 mkdir -p "$out/t"
